@@ -1,0 +1,80 @@
+/*
+ * mapper — how libgpumem puts a buffer's backing at its stable address.
+ *
+ * The address range of a buffer is reserved once, when the buffer is
+ * allocated, and stays reserved until it is freed; the backing (one or more
+ * segments, each an fd the daemon sent) is mapped into it and may later be
+ * unmapped and replaced by another backing at the same address (a remap,
+ * when the daemon moves the buffer between tiers). Two implementations:
+ * sim (mmap of memfds, mapper_sim.c) and cuda (cuMemImportFromShareableHandle
+ * + cuMemMap + cuMemSetAccess into a cuMemAddressReserve range,
+ * mapper_cuda.c). The daemon's hello reply says which one a connection uses.
+ */
+#ifndef GMD_MAPPER_H
+#define GMD_MAPPER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One piece of backing: `size` bytes of `fd` from its start, placed at
+ * `offset` from the buffer's base. */
+typedef struct gmd_map_segment {
+        int fd;
+        uint64_t offset;
+        uint64_t size;
+} gmd_map_segment;
+
+typedef struct gmd_mapper gmd_mapper;
+
+typedef struct gmd_mapper_ops {
+        const char *name;
+        /* Reserve `size` bytes of address space, inaccessible until mapped. */
+        int (*reserve)(gmd_mapper *mapper, uint64_t size, void **ret_addr);
+        /* Give the range back; anything mapped in it is unmapped first. */
+        void (*unreserve)(gmd_mapper *mapper, void *addr, uint64_t size);
+        /* Map every segment at addr + offset, usable by `device`. The fds
+         * are consumed (closed) whether or not this succeeds. On failure
+         * nothing stays mapped. */
+        int (*map)(gmd_mapper *mapper, void *addr, unsigned device,
+                   const gmd_map_segment *segments, unsigned n_segments);
+        /* Unmap the backing; the range stays reserved and inaccessible. */
+        int (*unmap)(gmd_mapper *mapper, void *addr, uint64_t size);
+        /* Optional (NULL: the library calls unmap, then map). Replace the
+         * backing of the mapped range [addr, addr + size) by `segments`
+         * without a moment where the range is inaccessible, if the mapper
+         * can. Consumes the fds like map. On failure the range is left
+         * unmapped (reserved, inaccessible). */
+        int (*remap)(gmd_mapper *mapper, void *addr, uint64_t size,
+                     unsigned device, const gmd_map_segment *segments,
+                     unsigned n_segments);
+        void (*destroy)(gmd_mapper *mapper);
+
+        /* ---- optional, cuda only (NULL in sim) ---------------------- */
+
+        /* Legacy IPC buffer (GMD_ALLOC_LEGACY_IPC): open the daemon's
+         * 64-byte CUipcMemHandle on `device`. The address is chosen by the
+         * driver (no stable reservation) and is only valid while the daemon
+         * lives. ipc_close takes the address ipc_open returned. */
+        int (*ipc_open)(gmd_mapper *mapper, unsigned device,
+                        const uint8_t handle[64], void **ret_addr);
+        int (*ipc_close)(gmd_mapper *mapper, unsigned device, void *addr);
+        /* IPC events: the returned pointer is a CUevent (cudaEvent_t). An
+         * opened handle is cached for the mapper's life (opening costs
+         * ~0.5 ms); created events are the caller's (cudaEventDestroy). */
+        int (*event_open)(gmd_mapper *mapper, unsigned device,
+                          const uint8_t handle[64], void **ret_event);
+        int (*event_create)(gmd_mapper *mapper, unsigned device,
+                            void **ret_event, uint8_t ret_handle[64]);
+} gmd_mapper_ops;
+
+struct gmd_mapper {
+        const gmd_mapper_ops *ops;
+};
+
+int mapper_sim_new(gmd_mapper **ret_mapper);
+#ifdef GMD_HAVE_CUDA
+/* -ENOTSUP when no CUDA driver can be loaded in this process. */
+int mapper_cuda_new(gmd_mapper **ret_mapper);
+#endif
+
+#endif

@@ -1,0 +1,18 @@
+/*
+ * timeutil — monotonic milliseconds, the one clock deadlines are kept in.
+ */
+#ifndef GMD_TIMEUTIL_H
+#define GMD_TIMEUTIL_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+#endif

@@ -1,0 +1,45 @@
+/*
+ * backend — choosing one. "auto" tries cuda and falls back to sim with one
+ * notice, so `make run` works on a laptop and on the GPU machine alike;
+ * naming a backend that cannot start is an error, never a silent fallback.
+ */
+#include "backend.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "config.h"
+#include "log.h"
+
+int backend_open(const gmd_config *config, gmd_backend **ret_backend)
+{
+        int r;
+
+        if (strcmp(config->backend, "sim") == 0)
+                return backend_sim_open(config, ret_backend);
+
+#ifdef GMD_HAVE_CUDA
+        r = backend_cuda_open(config, ret_backend);
+        if (r == 0 || strcmp(config->backend, "cuda") == 0)
+                return r;
+        log_notice("no usable GPU (%s): using the sim backend, host memory "
+                   "standing in for VRAM", strerror(-r));
+#else
+        if (strcmp(config->backend, "cuda") == 0) {
+                log_error("this gpu-memd was built without CUDA: the cuda backend "
+                          "is not available (rebuild with the CUDA toolkit installed)");
+                return -EOPNOTSUPP;
+        }
+        log_notice("built without CUDA: using the sim backend, host memory "
+                   "standing in for VRAM");
+#endif
+        r = backend_sim_open(config, ret_backend);
+        return r;
+}
+
+gmd_backend *backend_close(gmd_backend *backend)
+{
+        if (backend)
+                backend->ops->destroy(backend);
+        return NULL;
+}

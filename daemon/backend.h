@@ -1,0 +1,130 @@
+/*
+ * backend — where buffer memory comes from: the small interface between the
+ * daemon's bookkeeping and the memory itself.
+ *
+ * Two backends implement it: `cuda` (CUDA VMM physical allocations exported
+ * as POSIX fds, daemon/backend_cuda.c) and `sim` (memfd chunks standing in
+ * for VRAM, daemon/backend_sim.c), so every scheduling, protocol and failure
+ * path runs where there is no GPU. Both hand out the same thing: a gmd_mem,
+ * one physical allocation with an fd a client can map. The daemon keeps the
+ * fd for the allocation's life and sends duplicates of it (SCM_RIGHTS does
+ * the duplicating) to the owner.
+ *
+ * All calls are made from the loop thread. Slow work (copies, zeroing of
+ * large ranges) will move to worker threads with the swap engine; the
+ * interface returns results synchronously until then.
+ */
+#ifndef GMD_BACKEND_H
+#define GMD_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpumem.h"
+
+typedef struct gmd_backend gmd_backend;
+typedef struct gmd_config gmd_config;
+
+#define GMD_IPC_HANDLE_SIZE 64   /* CU_IPC_HANDLE_SIZE */
+
+/* One physical allocation. */
+typedef struct gmd_mem {
+        int fd;            /* exported handle; owned by the gmd_mem; -1 for
+                            * a legacy IPC buffer */
+        uint64_t size;     /* bytes, a multiple of the device granularity */
+        gmd_tier tier;
+        unsigned device;
+        uint64_t handle;   /* backend's own handle (CUmemGenericAllocationHandle) */
+        /* Legacy IPC buffers only (mem_create_ipc): the CUipcMemHandle a
+         * client opens with cudaIpcOpenMemHandle. */
+        uint8_t ipc_handle[GMD_IPC_HANDLE_SIZE];
+} gmd_mem;
+
+/* A CUDA IPC event (cuda backend only): the daemon records "copy done" on
+ * its copy stream into events it created, and makes that stream wait on
+ * "last use" events clients recorded. */
+typedef struct gmd_event {
+        unsigned device;
+        uint8_t ipc_handle[GMD_IPC_HANDLE_SIZE];  /* what the peer opens */
+} gmd_event;
+
+typedef struct gmd_device_info {
+        char name[64];
+        uint64_t total;        /* bytes the device has */
+        uint64_t free;         /* bytes free now, as the driver says */
+        uint64_t granularity;  /* allocation granularity */
+        /* Bytes the backend holds allocated but not handed out (the cuda
+         * backend's reserve of pre-created chunks). They are not in `free`:
+         * a pool sized from the driver's view gets free + reserved. */
+        uint64_t reserved;
+} gmd_device_info;
+
+typedef struct gmd_backend_ops {
+        const char *name;
+        /* The device is shared with other programs and the daemon's own
+         * context: an automatic VRAM pool leaves [pools] vram_reserve free. */
+        bool shares_device;
+        /* Number of devices served. */
+        unsigned (*device_count)(gmd_backend *backend);
+        int (*device_info)(gmd_backend *backend, unsigned device,
+                           gmd_device_info *ret_info);
+        /* Create `size` bytes (granularity multiple) on `tier` of `device`,
+         * zero-filled, exported as an fd. */
+        int (*mem_create)(gmd_backend *backend, gmd_tier tier,
+                          unsigned device, uint64_t size, gmd_mem **ret_mem);
+        /* Release the allocation and close its fd. Accepts NULL. */
+        void (*mem_destroy)(gmd_backend *backend, gmd_mem *mem);
+        /* Fill with zeros (before memory is handed to another client). */
+        int (*mem_zero)(gmd_backend *backend, gmd_mem *mem);
+        void (*destroy)(gmd_backend *backend);
+
+        /* ---- optional: NULL where a backend has none ---------------- */
+
+        /* Off the request path: zero freed chunks, top up the reserve of
+         * pre-created chunks. The daemon calls it from an idle/timer
+         * handler (every ~10 ms while it returns > 0 work left, else on a
+         * slow timer). Returns how many chunks it still wants to make. */
+        int (*maintain)(gmd_backend *backend);
+        /* Legacy CUDA IPC buffer (GMD_ALLOC_LEGACY_IPC): a cuMemAlloc'd,
+         * zero-filled buffer of `size` (2 MiB multiple) with its handle in
+         * mem->ipc_handle and mem->fd == -1. Freed with mem_destroy. It
+         * cannot move between tiers and dies with the daemon. */
+        int (*mem_create_ipc)(gmd_backend *backend, unsigned device,
+                              uint64_t size, gmd_mem **ret_mem);
+        /* A new interprocess event on `device`; its handle goes to clients. */
+        int (*event_create)(gmd_backend *backend, unsigned device,
+                            gmd_event **ret_event);
+        /* Open a client's event handle. Opening costs ~0.5 ms, so events
+         * are cached by handle: the same handle gives the same gmd_event,
+         * with one more reference. */
+        int (*event_open)(gmd_backend *backend, unsigned device,
+                          const uint8_t handle[GMD_IPC_HANDLE_SIZE],
+                          gmd_event **ret_event);
+        /* Record on the device's copy stream / make that stream wait. */
+        int (*event_record)(gmd_backend *backend, gmd_event *event);
+        int (*event_wait)(gmd_backend *backend, gmd_event *event);
+        /* Drop one reference; accepts NULL. */
+        void (*event_unref)(gmd_backend *backend, gmd_event *event);
+} gmd_backend_ops;
+
+struct gmd_backend {
+        const gmd_backend_ops *ops;
+};
+
+/*
+ * Open the backend named by the config ("auto", "cuda", "sim"). "auto"
+ * picks cuda when a GPU is usable, else sim and logs one notice saying so.
+ * On failure returns a negative errno and logs why.
+ */
+int backend_open(const gmd_config *config, gmd_backend **ret_backend);
+
+/* Close a backend; accepts NULL, returns NULL. */
+gmd_backend *backend_close(gmd_backend *backend);
+
+int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend);
+#ifdef GMD_HAVE_CUDA
+/* -ENODEV when no GPU is usable (no driver, no device). */
+int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend);
+#endif
+
+#endif

@@ -1,0 +1,136 @@
+/*
+ * backend_sim — the sim backend: host memory standing in for VRAM, with the
+ * cuda backend's contract. A "device" is a budget of [sim] vram bytes; an
+ * allocation is a memfd of the rounded size, which the client maps with
+ * mmap(MAP_FIXED) at its reserved address, exactly as a VMM fd is imported
+ * and mapped. A fresh memfd reads as zeros, so memory is never handed from
+ * one client to another with its old contents; mem_zero exists for reuse.
+ * Pages are committed as they are touched, so a large simulated device
+ * costs nothing until used.
+ */
+#include "backend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "config.h"
+
+typedef struct sim_backend {
+        gmd_backend base;
+        unsigned n_devices;
+        uint64_t vram;
+        uint64_t granularity;
+} sim_backend;
+
+static sim_backend *to_sim(gmd_backend *b)
+{
+        return (sim_backend *)b;
+}
+
+static unsigned sim_device_count(gmd_backend *b)
+{
+        return to_sim(b)->n_devices;
+}
+
+static int sim_device_info(gmd_backend *b, unsigned device,
+                           gmd_device_info *ret_info)
+{
+        sim_backend *sim = to_sim(b);
+
+        if (device >= sim->n_devices)
+                return -ENODEV;
+        memset(ret_info, 0, sizeof(*ret_info));
+        snprintf(ret_info->name, sizeof(ret_info->name), "sim%u", device);
+        ret_info->total = sim->vram;
+        ret_info->free = sim->vram;
+        ret_info->granularity = sim->granularity;
+        return 0;
+}
+
+static int sim_mem_create(gmd_backend *b, gmd_tier tier, unsigned device,
+                          uint64_t size, gmd_mem **ret_mem)
+{
+        sim_backend *sim = to_sim(b);
+        char name[32];
+        gmd_mem *mem;
+        int fd, r;
+
+        if (device >= sim->n_devices || size == 0 || size % sim->granularity)
+                return -EINVAL;
+        mem = calloc(1, sizeof(*mem));
+        if (!mem)
+                return -ENOMEM;
+        snprintf(name, sizeof(name), "gmd-%s%u",
+                 tier == GMD_TIER_HOST ? "host" : "vram", device);
+        fd = memfd_create(name, MFD_CLOEXEC);
+        if (fd < 0) {
+                r = -errno;
+                free(mem);
+                return r;
+        }
+        if (ftruncate(fd, (off_t)size) < 0) {
+                r = -errno;
+                close(fd);
+                free(mem);
+                return r;
+        }
+        mem->fd = fd;
+        mem->size = size;
+        mem->tier = tier;
+        mem->device = device;
+        *ret_mem = mem;
+        return 0;
+}
+
+static void sim_mem_destroy(gmd_backend *b, gmd_mem *mem)
+{
+        if (!mem)
+                return;
+        close(mem->fd);
+        free(mem);
+}
+
+static int sim_mem_zero(gmd_backend *b, gmd_mem *mem)
+{
+        /* Punching the whole range out drops the pages: they read as zeros,
+         * in every process that maps them, and cost nothing until touched. */
+        if (fallocate(mem->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                      (off_t)mem->size) < 0)
+                return -errno;
+        return 0;
+}
+
+static void sim_destroy(gmd_backend *b)
+{
+        free(b);
+}
+
+static const gmd_backend_ops sim_ops = {
+        .name = "sim",
+        .shares_device = false,
+        .device_count = sim_device_count,
+        .device_info = sim_device_info,
+        .mem_create = sim_mem_create,
+        .mem_destroy = sim_mem_destroy,
+        .mem_zero = sim_mem_zero,
+        .destroy = sim_destroy,
+};
+
+int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
+{
+        sim_backend *sim = calloc(1, sizeof(*sim));
+
+        if (!sim)
+                return -ENOMEM;
+        sim->base.ops = &sim_ops;
+        sim->n_devices = config->sim_devices;
+        sim->vram = config->sim_vram;
+        sim->granularity = config->sim_granularity;
+        *ret_backend = &sim->base;
+        return 0;
+}

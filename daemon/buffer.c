@@ -1,0 +1,92 @@
+/*
+ * buffer — see buffer.h. The order in buffer_new matters: pool bytes are
+ * taken first (cheap, may fail with -ENOSPC and nothing to undo), then the
+ * backend creates the memory, then the record is linked where the owner,
+ * status listings and id lookups find it.
+ */
+#include "buffer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "log.h"
+#include "server.h"
+#include "session.h"
+#include "timeutil.h"
+
+int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
+               uint64_t size, unsigned flags, gmd_dbuffer **ret_buffer)
+{
+        gmd_pool *pool = server_vram_pool(server, device);
+        gmd_dbuffer *b;
+        int r;
+
+        if (!pool)
+                return -EINVAL;
+        r = pool_take(pool, size);
+        if (r < 0)
+                return r;
+
+        b = calloc(1, sizeof(*b));
+        if (!b) {
+                r = -ENOMEM;
+                goto fail_pool;
+        }
+        r = server->backend->ops->mem_create(server->backend, GMD_TIER_VRAM,
+                                             device, size, &b->mem);
+        if (r < 0)
+                goto fail_free;
+
+        b->id = ++server->next_buffer_id;
+        r = idmap_put(&server->buffers_by_id, b->id, b);
+        if (r < 0)
+                goto fail_mem;
+
+        b->owner = owner;
+        b->size = size;
+        b->device = device;
+        b->flags = flags;
+        b->tier = GMD_TIER_VRAM;
+        b->state = GMD_STATE_RESIDENT;
+        b->acquired = true;
+        list_add_tail(&owner->buffers, &b->owner_link);
+        list_add_tail(&server->buffers, &b->server_link);
+        owner->n_buffers++;
+        owner->bytes += size;
+        *ret_buffer = b;
+        return 0;
+
+fail_mem:
+        server->backend->ops->mem_destroy(server->backend, b->mem);
+fail_free:
+        free(b);
+fail_pool:
+        pool_give(pool, size);
+        return r;
+}
+
+void buffer_free(gmd_server *server, gmd_dbuffer *b)
+{
+        gmd_pool *pool = b->tier == GMD_TIER_HOST ? &server->host_pool :
+                         server_vram_pool(server, b->device);
+
+        idmap_remove(&server->buffers_by_id, b->id);
+        list_remove(&b->owner_link);
+        list_remove(&b->server_link);
+        b->owner->n_buffers--;
+        b->owner->bytes -= b->size;
+        server->backend->ops->mem_destroy(server->backend, b->mem);
+        pool_give(pool, b->size);
+        free(b);
+}
+
+gmd_dbuffer *buffer_find(gmd_server *server, gmd_session *session, uint64_t id)
+{
+        gmd_dbuffer *b = idmap_get(&server->buffers_by_id, id);
+
+        /* Another client's buffer is as good as absent: a client can only
+         * name its own (DESIGN.md decision 7). */
+        if (!b || b->owner != session)
+                return NULL;
+        return b;
+}

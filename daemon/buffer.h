@@ -1,0 +1,53 @@
+/*
+ * buffer — the daemon's record of one client buffer: who owns it, where its
+ * backing lives (tier, device, the backend's gmd_mem), its state and lease.
+ * The record is the single owner of the backing and of the bytes it took
+ * from its pool: buffer_free() gives both back.
+ */
+#ifndef GMD_BUFFER_H
+#define GMD_BUFFER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "gpumem.h"
+#include "list.h"
+
+typedef struct gmd_server gmd_server;
+typedef struct gmd_session gmd_session;
+
+typedef struct gmd_dbuffer {
+        uint64_t id;
+        gmd_session *owner;
+        gmd_list owner_link;        /* in owner->buffers */
+        gmd_list server_link;       /* in server->buffers */
+
+        uint64_t size;
+        unsigned device;
+        unsigned flags;             /* GMD_ALLOC_* */
+        gmd_tier tier;
+        gmd_buffer_state state;
+        bool acquired;
+        uint64_t released_ms;       /* when the lease was last released */
+
+        gmd_mem *mem;               /* backing */
+} gmd_dbuffer;
+
+/*
+ * Create a buffer of `size` bytes (already rounded) for `owner` on `device`,
+ * taking the bytes from the device's VRAM pool and the backing from the
+ * backend. -ENOSPC when the pool lacks room (nothing taken), another
+ * negative errno when the backend failed. The buffer starts acquired.
+ */
+int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
+               uint64_t size, unsigned flags, gmd_dbuffer **ret_buffer);
+
+/* Release the backing, give its bytes back to the pool, forget the buffer.
+ * Does not wake waiters: the caller runs waitq_run() once it is done. */
+void buffer_free(gmd_server *server, gmd_dbuffer *buffer);
+
+/* The buffer `id` if `session` owns it, else NULL. */
+gmd_dbuffer *buffer_find(gmd_server *server, gmd_session *session, uint64_t id);
+
+#endif

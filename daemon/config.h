@@ -1,0 +1,71 @@
+/*
+ * config — the daemon's settings: embedded defaults, then the config file
+ * (INI, parsed by libinih), then command-line options, each overriding the
+ * one before. configs/gpu-memd.conf documents every key with its default;
+ * the table in config.c is the single place keys are defined.
+ */
+#ifndef GMD_CONFIG_H
+#define GMD_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "size.h"
+
+typedef enum gmd_log_level {
+        GMD_LOG_ERR = 3,
+        GMD_LOG_WARNING = 4,
+        GMD_LOG_NOTICE = 5,
+        GMD_LOG_INFO = 6,
+        GMD_LOG_DEBUG = 7,
+} gmd_log_level;
+
+typedef struct gmd_config {
+        /* [daemon] */
+        char socket_path[108];        /* sun_path's size */
+        unsigned socket_mode;         /* permission bits of the socket */
+        char backend[8];              /* "auto", "cuda", "sim" */
+        gmd_log_level log_level;
+
+        /* [pools] */
+        gmd_size_spec vram_limit;     /* per device; 0 and 0% = automatic */
+        uint64_t vram_reserve;        /* automatic: free memory minus this */
+        gmd_size_spec host_limit;     /* % of physical RAM or bytes */
+
+        /* [limits] */
+        unsigned max_clients;
+        unsigned max_buffers_per_client;
+        unsigned max_waiting_per_client;  /* allocations waiting for room */
+        unsigned max_send_queue;          /* replies queued to a slow reader */
+
+        /* [sim] */
+        unsigned sim_devices;
+        uint64_t sim_vram;            /* bytes each simulated device has */
+        uint64_t sim_granularity;
+} gmd_config;
+
+/* Fill with the embedded defaults. */
+void config_init_defaults(gmd_config *config);
+
+/*
+ * Read an INI file over the current values. On a bad line, writes one
+ * message naming the file, line and key to `err` and returns -EINVAL; a
+ * missing or unreadable file is -errno with a message too.
+ */
+int config_load_file(gmd_config *config, const char *path, FILE *err);
+
+/* Set one key as the file would ("pools", "vram_limit", "80%"). `where`
+ * names the source for messages. 0 or -EINVAL with a message on `err`. */
+int config_set(gmd_config *config, const char *section, const char *key,
+               const char *value, const char *where, FILE *err);
+
+/* Checks across keys, after every layer is applied. 0 or -EINVAL with a
+ * message on `err`. */
+int config_validate(const gmd_config *config, FILE *err);
+
+/* Write every key with its current value, as a config file would. */
+void config_dump(const gmd_config *config, FILE *out);
+
+const char *config_log_level_name(gmd_log_level level);
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * pool — byte accounting of one memory pool: the VRAM of one device, or the
+ * pinned host pool. The pool does not hold memory itself (the backend does);
+ * it says how much the daemon may hand out and how much it has. Waiting
+ * requests are served in the order they came, per pool (see waitq.h).
+ */
+#ifndef GMD_POOL_H
+#define GMD_POOL_H
+
+#include <stdint.h>
+
+#include "gpumem.h"
+
+typedef struct gmd_pool {
+        unsigned device;
+        gmd_tier tier;
+        uint64_t capacity;
+        uint64_t used;
+        uint64_t granularity;
+} gmd_pool;
+
+void pool_init(gmd_pool *pool, unsigned device, gmd_tier tier,
+               uint64_t capacity, uint64_t granularity);
+
+/* Round `size` up to the pool's granularity; 0 on overflow. */
+uint64_t pool_round(const gmd_pool *pool, uint64_t size);
+
+/* Take `bytes` from the pool: 0, or -ENOSPC when it has less free. */
+int pool_take(gmd_pool *pool, uint64_t bytes);
+
+/* Give `bytes` back. */
+void pool_give(gmd_pool *pool, uint64_t bytes);
+
+static inline uint64_t pool_free(const gmd_pool *pool)
+{
+        return pool->capacity - pool->used;
+}
+
+/* "device 0 VRAM" / "host" — for messages. */
+const char *pool_describe(const gmd_pool *pool, char *buf, unsigned len);
+
+#endif

@@ -1,0 +1,261 @@
+/*
+ * server — see server.h. Start-up sizes the pools from what the backend
+ * reports and the config asks; the listening socket is a raw fd watched by
+ * uv_poll_t so accepted sockets stay plain fds the sessions own.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "buffer.h"
+#include "gpumem.pb-c.h"
+#include "log.h"
+#include "session.h"
+#include "timeutil.h"
+#include "waitq.h"
+
+#define HOST_GRANULARITY (2ull << 20)
+
+gmd_pool *server_vram_pool(gmd_server *server, unsigned device)
+{
+        return device < server->n_devices ? &server->vram_pools[device] : NULL;
+}
+
+static uint64_t physical_memory(void)
+{
+        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+
+        return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
+static uint64_t vram_capacity(const gmd_server *server, unsigned device)
+{
+        const gmd_device_info *info = &server->devices[device];
+        const gmd_size_spec *limit = &server->config.vram_limit;
+        uint64_t want;
+
+        if (limit->bytes == 0 && limit->percent == 0) {
+                uint64_t reserve = server->backend->ops->shares_device ?
+                                   server->config.vram_reserve : 0;
+
+                return info->free > reserve ? info->free - reserve : 0;
+        }
+        want = size_spec_resolve(limit, info->total);
+        if (want > info->free) {
+                char a[32], b[32];
+
+                log_warning("device %u: vram_limit %s is more than the %s free now; "
+                            "allocations may fail in the driver",
+                            device, size_format(want, a, sizeof(a)),
+                            size_format(info->free, b, sizeof(b)));
+        }
+        return want < info->total ? want : info->total;
+}
+
+int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
+               gmd_server **ret_server)
+{
+        gmd_server *server;
+        int r;
+
+        server = calloc(1, sizeof(*server));
+        if (!server)
+                return -ENOMEM;
+        server->loop = loop;
+        server->config = *config;
+        server->backend = backend;
+        server->start_ms = now_ms();
+        server->listen_fd = -1;
+        list_init(&server->sessions);
+        list_init(&server->buffers);
+        list_init(&server->waiters);
+        idmap_init(&server->buffers_by_id);
+
+        server->n_devices = backend->ops->device_count(backend);
+        server->devices = calloc(server->n_devices ? server->n_devices : 1,
+                                 sizeof(*server->devices));
+        server->vram_pools = calloc(server->n_devices ? server->n_devices : 1,
+                                    sizeof(*server->vram_pools));
+        if (!server->devices || !server->vram_pools) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        for (unsigned i = 0; i < server->n_devices; i++) {
+                gmd_device_info *info = &server->devices[i];
+                char cap[32], tot[32];
+
+                r = backend->ops->device_info(backend, i, info);
+                if (r < 0) {
+                        log_error("device %u: cannot read its memory: %s", i,
+                                  strerror(-r));
+                        goto fail;
+                }
+                pool_init(&server->vram_pools[i], i, GMD_TIER_VRAM,
+                          vram_capacity(server, i), info->granularity);
+                log_info("device %u (%s): VRAM pool %s of %s, granularity %llu KiB",
+                         i, info->name,
+                         size_format(server->vram_pools[i].capacity, cap, sizeof(cap)),
+                         size_format(info->total, tot, sizeof(tot)),
+                         (unsigned long long)(info->granularity >> 10));
+        }
+        pool_init(&server->host_pool, 0, GMD_TIER_HOST,
+                  size_spec_resolve(&config->host_limit, physical_memory()),
+                  HOST_GRANULARITY);
+        *ret_server = server;
+        return 0;
+
+fail:
+        server->backend = NULL;   /* still the caller's on failure */
+        server_free(server);
+        return r;
+}
+
+static void server_on_accept(uv_poll_t *handle, int status, int events)
+{
+        gmd_server *server = handle->data;
+
+        if (status < 0) {
+                log_error("listening socket: %s", uv_strerror(status));
+                return;
+        }
+        for (int i = 0; i < 16; i++) {
+                gmd_session *s;
+                int fd, r;
+
+                fd = accept4(server->listen_fd, NULL, NULL,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0) {
+                        if (errno != EAGAIN && errno != EINTR &&
+                            errno != ECONNABORTED)
+                                log_error("accept: %s", strerror(errno));
+                        return;
+                }
+                if (server->n_sessions >= server->config.max_clients) {
+                        log_warning("refusing a connection: %u clients already, "
+                                    "the most [limits] max_clients allows",
+                                    server->n_sessions);
+                        close(fd);
+                        continue;
+                }
+                r = session_new(server, fd, &s);
+                if (r < 0) {
+                        log_error("cannot take a new client: %s", strerror(-r));
+                        close(fd);
+                }
+        }
+}
+
+/* Refuse to take over a socket another daemon is serving; remove a stale
+ * one left by a daemon that died. */
+static int socket_claim_path(const struct sockaddr_un *addr)
+{
+        struct stat st;
+        int fd, r;
+
+        if (lstat(addr->sun_path, &st) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (!S_ISSOCK(st.st_mode)) {
+                log_error("%s exists and is not a socket; remove it or choose "
+                          "another --socket", addr->sun_path);
+                return -EEXIST;
+        }
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        r = connect(fd, (const struct sockaddr *)addr, sizeof(*addr));
+        close(fd);
+        if (r == 0) {
+                log_error("another gpu-memd is serving %s", addr->sun_path);
+                return -EADDRINUSE;
+        }
+        if (unlink(addr->sun_path) < 0)
+                return -errno;
+        return 0;
+}
+
+static int socket_create(const char *path, unsigned mode, int *ret_fd)
+{
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int fd, r;
+
+        if (strlen(path) >= sizeof(addr.sun_path)) {
+                log_error("socket path %s is longer than %zu bytes", path,
+                          sizeof(addr.sun_path) - 1);
+                return -ENAMETOOLONG;
+        }
+        strcpy(addr.sun_path, path);
+        r = socket_claim_path(&addr);
+        if (r < 0)
+                return r;
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
+            chmod(path, mode) < 0 || listen(fd, 128) < 0) {
+                r = -errno;
+                log_error("cannot listen on %s: %s", path, strerror(errno));
+                close(fd);
+                return r;
+        }
+        *ret_fd = fd;
+        return 0;
+}
+
+int server_listen(gmd_server *server, int fd)
+{
+        int r;
+
+        if (fd >= 0) {
+                server->listen_fd = fd;
+                server->listen_fd_owned = false;
+        } else {
+                r = socket_create(server->config.socket_path,
+                                  server->config.socket_mode, &server->listen_fd);
+                if (r < 0)
+                        return r;
+                server->listen_fd_owned = true;
+        }
+        r = uv_poll_init(server->loop, &server->listen_poll, server->listen_fd);
+        if (r < 0)
+                return r;
+        server->listen_poll.data = server;
+        return uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
+}
+
+void server_stop(gmd_server *server)
+{
+        gmd_list *pos, *tmp;
+
+        if (server->stopping)
+                return;
+        server->stopping = true;
+        if (server->listen_fd >= 0)
+                uv_close((uv_handle_t *)&server->listen_poll, NULL);
+        waitq_fail_all(server, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
+                       "gpu-memd is stopping");
+        list_for_each_safe(pos, tmp, &server->sessions)
+                session_close(container_of(pos, gmd_session, link), NULL);
+}
+
+gmd_server *server_free(gmd_server *server)
+{
+        if (!server)
+                return NULL;
+        if (server->listen_fd >= 0) {
+                close(server->listen_fd);
+                if (server->listen_fd_owned)
+                        unlink(server->config.socket_path);
+        }
+        idmap_clear(&server->buffers_by_id);
+        free(server->devices);
+        free(server->vram_pools);
+        backend_close(server->backend);
+        free(server);
+        return NULL;
+}

@@ -1,0 +1,72 @@
+/*
+ * server — the daemon's state and its listening socket. One libuv loop
+ * thread owns everything reachable from gmd_server (single writer, no
+ * locks): the pools, the sessions, the buffers and the waiting requests.
+ * Long work will run elsewhere and report back through uv_async_t.
+ */
+#ifndef GMD_SERVER_H
+#define GMD_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "backend.h"
+#include "config.h"
+#include "idmap.h"
+#include "list.h"
+#include "pool.h"
+#include "wire.h"
+
+typedef struct gmd_server {
+        uv_loop_t *loop;
+        gmd_config config;
+        gmd_backend *backend;
+        uint64_t start_ms;
+
+        unsigned n_devices;
+        gmd_pool *vram_pools;         /* one per device */
+        gmd_device_info *devices;
+        gmd_pool host_pool;
+
+        int listen_fd;
+        bool listen_fd_owned;         /* false when systemd passed it */
+        uv_poll_t listen_poll;
+
+        gmd_list sessions;
+        unsigned n_sessions;
+        uint64_t next_client_id;
+
+        gmd_list buffers;             /* every live buffer, oldest first */
+        gmd_idmap buffers_by_id;
+        uint64_t next_buffer_id;
+
+        gmd_list waiters;             /* allocations waiting, in arrival order */
+
+        bool stopping;
+        /* Receive and encode scratch: one loop thread, so one of each. */
+        uint8_t rx[GMD_WIRE_MAX_PACKET];
+        uint8_t tx[GMD_WIRE_MAX_PAYLOAD];
+} gmd_server;
+
+/*
+ * Build pools from the backend's devices and the config. The server is
+ * allocated and returned ready to listen; the backend now belongs to it.
+ */
+int server_new(uv_loop_t *loop, const gmd_config *config,
+               gmd_backend *backend, gmd_server **ret_server);
+
+/* Listen on config.socket_path, or on `fd` when >= 0 (socket activation). */
+int server_listen(gmd_server *server, int fd);
+
+/* Stop accepting, close every session (freeing their buffers). The loop
+ * ends once the handles have closed. */
+void server_stop(gmd_server *server);
+
+/* Free what is left after the loop ended. Accepts NULL, returns NULL. */
+gmd_server *server_free(gmd_server *server);
+
+/* The VRAM pool of `device`, or NULL. */
+gmd_pool *server_vram_pool(gmd_server *server, unsigned device);
+
+#endif

@@ -1,0 +1,307 @@
+/*
+ * session — see session.h. The socket is a raw non-blocking fd watched with
+ * uv_poll_t (libuv's pipes cannot carry SCM_RIGHTS on SEQPACKET). Reads are
+ * bounded per wake-up so one busy client cannot starve the others; writes
+ * that the socket refuses wait in a bounded queue, and a client that lets
+ * the queue overflow (it sends requests but does not read the replies) is
+ * disconnected instead of growing the daemon's memory.
+ */
+#include "session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "buffer.h"
+#include "gpumem.pb-c.h"
+#include "log.h"
+#include "request.h"
+#include "server.h"
+#include "waitq.h"
+
+/* Packets read per poll wake-up before yielding to other clients. */
+#define SESSION_READ_BUDGET 64
+
+typedef struct queued_packet {
+        gmd_list link;
+        uint16_t type;
+        uint32_t request_id;
+        uint32_t length;
+        unsigned n_fds;
+        int fds[GMD_WIRE_MAX_FDS];
+        uint8_t payload[];
+} queued_packet;
+
+static void session_on_poll(uv_poll_t *handle, int status, int events);
+static void session_on_closed(uv_handle_t *handle);
+
+const char *session_describe(const gmd_session *session, char *buf, size_t len)
+{
+        snprintf(buf, len, "client %llu (pid %d, uid %u%s%s)",
+                 (unsigned long long)session->id, (int)session->pid,
+                 (unsigned)session->uid, session->name[0] ? ", " : "",
+                 session->name);
+        return buf;
+}
+
+int session_new(gmd_server *server, int fd, gmd_session **ret_session)
+{
+        struct ucred cred;
+        socklen_t cred_len = sizeof(cred);
+        gmd_session *s;
+        int r;
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0)
+                return -errno;
+
+        s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->server = server;
+        s->id = ++server->next_client_id;
+        s->fd = fd;
+        s->pid = cred.pid;
+        s->uid = cred.uid;
+        s->gid = cred.gid;
+        list_init(&s->buffers);
+        list_init(&s->sendq);
+        list_init(&s->link);
+
+        r = uv_poll_init(server->loop, &s->poll, fd);
+        if (r < 0) {
+                free(s);
+                return r;
+        }
+        s->poll.data = s;
+        s->poll_events = UV_READABLE;
+        r = uv_poll_start(&s->poll, s->poll_events, session_on_poll);
+        if (r < 0) {
+                /* The handle is initialised, so the session can only be
+                 * freed from its close callback; the caller keeps the fd. */
+                s->fd = -1;
+                uv_close((uv_handle_t *)&s->poll, session_on_closed);
+                return r;
+        }
+        list_add_tail(&server->sessions, &s->link);
+        server->n_sessions++;
+        *ret_session = s;
+        return 0;
+}
+
+static void session_on_closed(uv_handle_t *handle)
+{
+        gmd_session *s = handle->data;
+
+        if (s->fd >= 0)
+                close(s->fd);
+        free(s);
+}
+
+void session_close(gmd_session *s, const char *reason)
+{
+        gmd_server *server = s->server;
+        uint64_t bytes = s->bytes;
+        unsigned n_buffers = s->n_buffers;
+        gmd_list *pos, *tmp;
+        char who[128];
+
+        if (s->closing)
+                return;
+        s->closing = true;
+        session_describe(s, who, sizeof(who));
+        if (reason)
+                log_warning("%s: %s — disconnecting", who, reason);
+
+        waitq_cancel_session(server, s);
+        list_for_each_safe(pos, tmp, &s->buffers)
+                buffer_free(server, container_of(pos, gmd_dbuffer, owner_link));
+        list_for_each_safe(pos, tmp, &s->sendq) {
+                queued_packet *q = container_of(pos, queued_packet, link);
+
+                for (unsigned i = 0; i < q->n_fds; i++)
+                        close(q->fds[i]);
+                list_remove(pos);
+                free(q);
+        }
+        list_remove(&s->link);
+        server->n_sessions--;
+        if (s->hello_done)
+                log_info("%s disconnected; freed %u buffers (%llu bytes)",
+                         who, n_buffers, (unsigned long long)bytes);
+
+        uv_poll_stop(&s->poll);
+        uv_close((uv_handle_t *)&s->poll, session_on_closed);
+
+        /* Memory came back: serve whoever waits for it. */
+        if (n_buffers > 0)
+                waitq_run(server);
+}
+
+static void session_update_poll(gmd_session *s)
+{
+        int events = UV_READABLE | (list_empty(&s->sendq) ? 0 : UV_WRITABLE);
+
+        if (events != s->poll_events && !s->closing) {
+                s->poll_events = events;
+                uv_poll_start(&s->poll, events, session_on_poll);
+        }
+}
+
+static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
+                         const uint8_t *payload, uint32_t length,
+                         const int *fds, unsigned n_fds)
+{
+        queued_packet *q;
+        char why[64];
+
+        if (s->sendq_len >= s->server->config.max_send_queue) {
+                snprintf(why, sizeof(why),
+                         "not reading replies (%u queued)", s->sendq_len);
+                session_close(s, why);
+                return -ENOBUFS;
+        }
+        q = malloc(sizeof(*q) + length);
+        if (!q)
+                return -ENOMEM;
+        q->type = type;
+        q->request_id = request_id;
+        q->length = length;
+        q->n_fds = 0;
+        memcpy(q->payload, payload, length);
+        for (unsigned i = 0; i < n_fds; i++) {
+                q->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+                if (q->fds[i] < 0) {
+                        int r = -errno;
+
+                        for (unsigned j = 0; j < i; j++)
+                                close(q->fds[j]);
+                        free(q);
+                        return r;
+                }
+                q->n_fds++;
+        }
+        list_add_tail(&s->sendq, &q->link);
+        s->sendq_len++;
+        session_update_poll(s);
+        return 0;
+}
+
+int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
+                 const ProtobufCMessage *msg, const int *fds, unsigned n_fds)
+{
+        uint8_t *payload = s->server->tx;
+        size_t length = 0;
+        int r;
+
+        if (s->closing)
+                return -ECONNRESET;
+        if (msg) {
+                length = protobuf_c_message_get_packed_size(msg);
+                if (length > GMD_WIRE_MAX_PAYLOAD) {
+                        log_error("reply %s of %zu bytes exceeds the protocol limit",
+                                  gmd_wire_type_name(type), length);
+                        return -EMSGSIZE;
+                }
+                protobuf_c_message_pack(msg, payload);
+        }
+        if (list_empty(&s->sendq)) {
+                r = gmd_wire_send(s->fd, type, request_id, payload,
+                                  (uint32_t)length, fds, n_fds);
+                if (r != -EAGAIN) {
+                        if (r < 0 && r != -EPIPE && r != -ECONNRESET)
+                                log_warning("send to client %llu failed: %s",
+                                            (unsigned long long)s->id, strerror(-r));
+                        return r;
+                }
+        }
+        return session_queue(s, type, request_id, payload, (uint32_t)length,
+                             fds, n_fds);
+}
+
+int session_send_error(gmd_session *s, uint32_t request_id, int code,
+                       const char *fmt, ...)
+{
+        Gmd__ErrorReply reply = GMD__ERROR_REPLY__INIT;
+        char message[512];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(message, sizeof(message), fmt, ap);
+        va_end(ap);
+        reply.code = code;
+        reply.message = message;
+        return session_send(s, GMD__MSG_TYPE__MSG_ERROR_REPLY, request_id,
+                            &reply.base, NULL, 0);
+}
+
+static void session_flush(gmd_session *s)
+{
+        gmd_list *pos, *tmp;
+
+        list_for_each_safe(pos, tmp, &s->sendq) {
+                queued_packet *q = container_of(pos, queued_packet, link);
+                int r = gmd_wire_send(s->fd, q->type, q->request_id, q->payload,
+                                      q->length, q->fds, q->n_fds);
+
+                if (r == -EAGAIN)
+                        break;
+                if (r < 0) {
+                        session_close(s, "send failed");
+                        return;
+                }
+                for (unsigned i = 0; i < q->n_fds; i++)
+                        close(q->fds[i]);
+                list_remove(pos);
+                s->sendq_len--;
+                free(q);
+        }
+        session_update_poll(s);
+}
+
+static void session_read(gmd_session *s)
+{
+        for (int budget = SESSION_READ_BUDGET; budget > 0 && !s->closing; budget--) {
+                gmd_wire_packet packet;
+                const char *reason;
+                char why[160];
+                int r;
+
+                r = gmd_wire_recv(s->fd, s->server->rx, &packet, &reason);
+                if (r == -EAGAIN)
+                        return;
+                if (r == 0) {
+                        session_close(s, NULL);
+                        return;
+                }
+                if (r < 0) {
+                        if (r == -ECONNRESET) {
+                                session_close(s, NULL);
+                                return;
+                        }
+                        snprintf(why, sizeof(why), "protocol error: %s",
+                                 reason ? reason : strerror(-r));
+                        session_close(s, why);
+                        return;
+                }
+                request_handle(s, &packet);
+        }
+}
+
+static void session_on_poll(uv_poll_t *handle, int status, int events)
+{
+        gmd_session *s = handle->data;
+
+        if (status < 0) {
+                session_close(s, uv_strerror(status));
+                return;
+        }
+        if (events & UV_WRITABLE)
+                session_flush(s);
+        if (!s->closing && (events & (UV_READABLE | UV_DISCONNECT)))
+                session_read(s);
+}

@@ -1,0 +1,71 @@
+/*
+ * session — one connected client: its socket, identity (SO_PEERCRED), the
+ * buffers it owns and the replies waiting to be sent to it.
+ *
+ * A session is closed with session_close(), which may be called from inside
+ * its own poll callback: it releases the client's buffers and waiters at
+ * once, and the memory of the session itself is freed later, from
+ * uv_close's callback.
+ */
+#ifndef GMD_SESSION_H
+#define GMD_SESSION_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "list.h"
+
+typedef struct gmd_server gmd_server;
+
+typedef struct gmd_session {
+        gmd_server *server;
+        gmd_list link;              /* in server->sessions */
+        uint64_t id;
+        int fd;
+        uv_poll_t poll;
+        int poll_events;
+
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+        char name[65];
+        bool hello_done;
+        unsigned version;
+
+        gmd_list buffers;           /* owned buffers */
+        unsigned n_buffers;
+        uint64_t bytes;
+        unsigned n_waiting;
+
+        gmd_list sendq;             /* packets the socket could not take */
+        unsigned sendq_len;
+        bool closing;
+} gmd_session;
+
+/* Take over an accepted socket. */
+int session_new(gmd_server *server, int fd, gmd_session **ret_session);
+
+/* Close the connection, logging `reason` (NULL for an orderly close). */
+void session_close(gmd_session *session, const char *reason);
+
+/*
+ * Send one message: encode `msg` (may be NULL for an empty payload) and
+ * attach `fds` (duplicated by the kernel; the caller keeps its own). If
+ * the socket is full the packet is queued; a client whose queue passes
+ * the configured limit is disconnected. Returns 0 or a negative errno (the
+ * session may then be closing).
+ */
+int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
+                 const ProtobufCMessage *msg, const int *fds, unsigned n_fds);
+
+/* Send an ErrorReply with a printf-formatted message. */
+__attribute__((format(printf, 4, 5)))
+int session_send_error(gmd_session *session, uint32_t request_id, int code,
+                       const char *fmt, ...);
+
+/* "client 3 (pid 1234, uid 1000, trainer)" for log lines. */
+const char *session_describe(const gmd_session *session, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,20 @@
+/*
+ * systemd — the daemon's whole systemd surface (dbus-broker's habit: one
+ * small file): the listening socket from socket activation, and READY,
+ * STATUS and STOPPING notifications. Outside systemd every call is a
+ * harmless no-op.
+ */
+#ifndef GMD_SYSTEMD_H
+#define GMD_SYSTEMD_H
+
+/* The socket systemd passed (one SOCK_SEQPACKET AF_UNIX listener), -1 when
+ * none was passed, or a negative errno when what was passed is unusable. */
+int systemd_listen_fd(int *ret_fd);
+
+/* READY=1 with a STATUS= line. */
+void systemd_notify_ready(const char *status);
+
+/* STOPPING=1. */
+void systemd_notify_stopping(void);
+
+#endif

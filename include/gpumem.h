@@ -1,0 +1,258 @@
+/*
+ * gpumem.h — libgpumem, the client library of gpu-memd.
+ *
+ * gpu-memd owns a machine's GPU memory and a pinned host-memory pool and
+ * hands buffers to client processes over a Unix socket. A buffer has a
+ * stable address in the client: it never changes while the buffer lives,
+ * even when the daemon moves the memory behind it between tiers.
+ *
+ * Conventions (a contract: kept stable across releases)
+ *   - Every function that can fail returns 0 or a negative errno-style code
+ *     (GMD_E* below are the ones with a meaning of their own). Output
+ *     parameters come last, are named ret_*, and are untouched on failure.
+ *   - After a failure, gmd_last_error() gives a sentence for people, often
+ *     the daemon's own words ("pool on device 0 has 12 MiB free of ...").
+ *     It is kept per thread, like errno.
+ *   - A gmd_client is thread-safe: any thread may call any function on it.
+ *     A background thread of the library reads the socket and answers the
+ *     daemon's notifications (remap, revoke) while the application runs.
+ *   - The library never prints and never exits.
+ *
+ * The socket: gmd_connect(NULL, ...) uses $GPU_MEMD_SOCKET, else
+ * GMD_DEFAULT_SOCKET.
+ */
+#ifndef GPUMEM_H
+#define GPUMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GMD_VERSION_STRING  "0.1.0"
+#define GMD_DEFAULT_SOCKET  "/run/gpu-memd/gpu-memd.sock"
+#define GMD_SOCKET_ENV      "GPU_MEMD_SOCKET"
+
+/* Marks the library's exported functions: libgpumem.so is built with
+ * -fvisibility=hidden, so everything else stays internal. */
+#if defined(__GNUC__)
+#define GMD_EXPORT __attribute__((visibility("default")))
+#else
+#define GMD_EXPORT
+#endif
+
+/* Errors with a meaning beyond their errno name. All are negative. */
+#define GMD_ENOMEM      (-12)   /* -ENOMEM: no room in the pool before the deadline */
+#define GMD_ETOOLARGE   (-27)   /* -EFBIG: larger than the pool can ever hold */
+#define GMD_ETIMEDOUT   (-110)  /* -ETIMEDOUT: the request's deadline passed */
+#define GMD_EQUOTA      (-122)  /* -EDQUOT: beyond this client's quota */
+#define GMD_ENOENT      (-2)    /* -ENOENT: no such buffer */
+#define GMD_EPERM       (-1)    /* -EPERM: not allowed */
+#define GMD_EBUSY       (-16)   /* -EBUSY: the buffer's state forbids it */
+#define GMD_ENOTSUP     (-95)   /* -EOPNOTSUPP: this daemon/backend cannot */
+#define GMD_EPROTO      (-71)   /* -EPROTO: protocol error; connection closed */
+#define GMD_ECONN       (-107)  /* -ENOTCONN: the daemon went away */
+#define GMD_EREVOKED    (-125)  /* -ECANCELED: the daemon revoked the buffer */
+#define GMD_ELIMIT      (-11)   /* -EAGAIN: too many outstanding requests or
+                                 * buffers for the daemon; retry later */
+
+/* Placement flags of gmd_alloc (decision 4 of DESIGN.md). */
+#define GMD_ALLOC_SWAPPABLE  0u        /* default: moves only while released */
+#define GMD_ALLOC_PIN_VRAM   (1u << 0) /* never leaves VRAM */
+#define GMD_ALLOC_SPILLABLE  (1u << 1) /* may live on HOST even while in use */
+#define GMD_ALLOC_LEGACY_IPC (1u << 2) /* cuda only: plain cudaIpcMemHandle */
+
+/* gmd_alloc timeouts. */
+#define GMD_NO_WAIT      0        /* fail at once if there is no room */
+#define GMD_WAIT_FOREVER (-1)     /* wait until room appears */
+
+typedef struct gmd_client gmd_client;
+typedef struct gmd_buffer gmd_buffer;
+
+typedef enum gmd_tier {
+        GMD_TIER_VRAM = 0,
+        GMD_TIER_HOST = 1,
+} gmd_tier;
+
+typedef enum gmd_buffer_state {
+        GMD_STATE_RESIDENT = 0,
+        GMD_STATE_MOVING_OUT = 1,
+        GMD_STATE_MOVING_IN = 2,
+        GMD_STATE_REVOKED = 3,
+} gmd_buffer_state;
+
+/* ---- connection --------------------------------------------------------- */
+
+/*
+ * Connect to gpu-memd at `socket_path` (NULL: $GPU_MEMD_SOCKET, else
+ * GMD_DEFAULT_SOCKET) and introduce this process as `client_name` (NULL:
+ * the program's name). Starts the library's I/O thread.
+ */
+GMD_EXPORT
+int gmd_connect(const char *socket_path, const char *client_name,
+                gmd_client **ret_client);
+
+/*
+ * Close the connection. The daemon frees every buffer the client still
+ * holds; their addresses become invalid. Buffer handles of this client are
+ * freed too. Accepts NULL; returns NULL.
+ */
+GMD_EXPORT
+gmd_client *gmd_disconnect(gmd_client *client);
+
+/* The backend the daemon runs ("sim" or "cuda") and the protocol version
+ * agreed. Valid while the client lives. */
+GMD_EXPORT
+const char *gmd_client_backend(const gmd_client *client);
+GMD_EXPORT
+unsigned gmd_client_protocol_version(const gmd_client *client);
+
+/* Number of devices the daemon serves. */
+GMD_EXPORT
+unsigned gmd_client_device_count(const gmd_client *client);
+
+/* ---- buffers ------------------------------------------------------------ */
+
+/*
+ * Allocate `size` bytes (rounded up to the device's granularity) on
+ * `device` with placement `flags`. If the pool has no room, wait up to
+ * `timeout_ms` for others to free memory (GMD_NO_WAIT, GMD_WAIT_FOREVER,
+ * or milliseconds). The buffer starts acquired by the caller.
+ *
+ * Errors: GMD_ETOOLARGE at once when the pool could never hold it,
+ * GMD_ENOMEM / GMD_ETIMEDOUT when no room appeared in time, GMD_EQUOTA,
+ * -EINVAL (size 0, unknown device or flags), GMD_ENOTSUP.
+ */
+GMD_EXPORT
+int gmd_alloc(gmd_client *client, size_t size, unsigned device,
+              unsigned flags, int64_t timeout_ms, gmd_buffer **ret_buffer);
+
+/* Free a buffer and its handle. Its address becomes invalid. A revoked
+ * buffer frees with 0. On GMD_ECONN and GMD_EPROTO the handle is freed too
+ * (the daemon dropped the memory with the connection), likewise on
+ * GMD_ENOENT; on any other error the buffer and its handle stay as they
+ * were. */
+GMD_EXPORT
+int gmd_free(gmd_client *client, gmd_buffer *buffer);
+
+/* The buffer's address: a device pointer (cuda) or host pointer (sim).
+ * Stable for the buffer's whole life. */
+GMD_EXPORT
+void *gmd_buffer_ptr(const gmd_buffer *buffer);
+
+/* Size in bytes, after rounding to the granularity. */
+GMD_EXPORT
+size_t gmd_buffer_size(const gmd_buffer *buffer);
+
+/* The daemon's id for the buffer, as gpu-memctl shows it. */
+GMD_EXPORT
+uint64_t gmd_buffer_id(const gmd_buffer *buffer);
+
+GMD_EXPORT
+unsigned gmd_buffer_device(const gmd_buffer *buffer);
+GMD_EXPORT
+gmd_tier gmd_buffer_tier(const gmd_buffer *buffer);
+
+/*
+ * Take the buffer's lease before using it: the daemon will not move it
+ * away while it is acquired (SWAPPABLE). Returns when the buffer is usable,
+ * waiting up to `timeout_ms` if it must come back first. Release it when
+ * idle so the daemon may reclaim its memory under pressure. Acquire on an
+ * acquired buffer is -EBUSY.
+ */
+GMD_EXPORT
+int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms);
+GMD_EXPORT
+int gmd_release(gmd_client *client, gmd_buffer *buffer);
+
+/* ---- status ------------------------------------------------------------- */
+
+typedef struct gmd_pool_status {
+        unsigned device;
+        gmd_tier tier;
+        uint64_t capacity;
+        uint64_t used;
+        uint64_t free;
+} gmd_pool_status;
+
+typedef struct gmd_client_status {
+        uint64_t client_id;
+        uint32_t pid;
+        uint32_t uid;
+        char name[65];
+        uint64_t bytes;
+        uint32_t buffers;
+        uint32_t waiting;
+} gmd_client_status;
+
+typedef struct gmd_buffer_status {
+        uint64_t buffer_id;
+        uint64_t client_id;
+        uint32_t pid;
+        unsigned device;
+        uint64_t size;
+        gmd_tier tier;
+        gmd_buffer_state state;
+        unsigned flags;
+        int acquired;
+} gmd_buffer_status;
+
+typedef struct gmd_status {
+        char daemon_version[32];
+        char backend[16];
+        uint64_t uptime_ms;
+        uint64_t total_capacity;
+        uint64_t total_used;
+        uint32_t total_clients;
+        uint32_t total_buffers;
+        size_t n_pools;
+        gmd_pool_status *pools;
+        size_t n_clients;
+        gmd_client_status *clients;    /* filled with GMD_STATUS_CLIENTS+ */
+        size_t n_buffers;
+        gmd_buffer_status *buffers;    /* filled with GMD_STATUS_BUFFERS */
+} gmd_status;
+
+typedef enum gmd_status_what {
+        GMD_STATUS_POOLS = 0,
+        GMD_STATUS_CLIENTS = 1,
+        GMD_STATUS_BUFFERS = 2,
+} gmd_status_what;
+
+/* Ask the daemon what it holds. With GMD_STATUS_BUFFERS, `pid` (0 = all)
+ * limits the buffer list to one process. Free with gmd_status_free(). */
+GMD_EXPORT
+int gmd_query_status(gmd_client *client, gmd_status_what what, uint32_t pid,
+                     gmd_status **ret_status);
+GMD_EXPORT
+gmd_status *gmd_status_free(gmd_status *status);
+
+/* ---- errors and names --------------------------------------------------- */
+
+/* The last failure's explanation on this thread ("" if none). */
+GMD_EXPORT
+const char *gmd_last_error(void);
+
+/* A short description of an error code. */
+GMD_EXPORT
+const char *gmd_strerror(int err);
+
+GMD_EXPORT
+const char *gmd_tier_name(gmd_tier tier);            /* "vram", "host" */
+GMD_EXPORT
+const char *gmd_state_name(gmd_buffer_state state);  /* "resident", ... */
+
+/* Parse "512M", "2G", "1.5T", "4096" into bytes. 0 or -EINVAL. */
+GMD_EXPORT
+int gmd_parse_size(const char *text, uint64_t *ret_bytes);
+
+/* Format bytes for people: "1.5 GiB". Writes at most `len` bytes. */
+GMD_EXPORT
+char *gmd_format_size(uint64_t bytes, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

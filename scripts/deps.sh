@@ -1,0 +1,29 @@
+#!/bin/sh
+# deps.sh — make sure the Debian packages gpu-memd builds with are present.
+# As root: install the missing ones with apt-get. Otherwise: print the exact
+# command to run and fail. The CUDA toolkit is optional and never installed
+# here: when /usr/local/cuda is present the cuda backend is built too.
+set -eu
+
+PACKAGES="build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev \
+protobuf-c-compiler libsystemd-dev libinih-dev libcmocka-dev"
+
+missing=""
+for p in $PACKAGES; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+                missing="$missing $p"
+        fi
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+        echo "gpu-memd needs these Debian packages:$missing" >&2
+        echo "Install them as root, then run make again:" >&2
+        echo "  apt-get update && apt-get install -y$missing" >&2
+        exit 1
+fi
+echo "Installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+# shellcheck disable=SC2086
+apt-get install -y -q --no-install-recommends $missing
