@@ -11,28 +11,36 @@
 #include <stdlib.h>
 #include <strings.h>
 
+/* A plain non-negative decimal: digits with at most one '.', nothing strtod
+ * would also take (signs, hex, exponents, "inf", "nan"). */
 static int parse_number_and_suffix(const char *text, double *ret_value,
                                    const char **ret_suffix)
 {
-        char *end;
-        double value;
+        char number[64];
+        const char *p;
+        size_t n = 0;
+        int digits = 0, dots = 0;
 
         if (!text)
                 return -EINVAL;
         while (isspace((unsigned char)*text))
                 text++;
-        /* strtod accepts "inf", "nan", hex and signs; sizes are plain
-         * non-negative decimals. */
-        if (!isdigit((unsigned char)*text) && *text != '.')
+        for (p = text; isdigit((unsigned char)*p) || *p == '.'; p++) {
+                if (*p == '.')
+                        dots++;
+                else
+                        digits++;
+                if (n + 1 >= sizeof(number))
+                        return -EINVAL;
+                number[n++] = *p;
+        }
+        number[n] = '\0';
+        if (digits == 0 || dots > 1)
                 return -EINVAL;
-        errno = 0;
-        value = strtod(text, &end);
-        if (end == text || errno == ERANGE || !isfinite(value) || value < 0)
-                return -EINVAL;
-        while (isspace((unsigned char)*end))
-                end++;
-        *ret_value = value;
-        *ret_suffix = end;
+        while (isspace((unsigned char)*p))
+                p++;
+        *ret_value = strtod(number, NULL);
+        *ret_suffix = p;
         return 0;
 }
 
@@ -124,15 +132,32 @@ char *size_format(uint64_t bytes, char *buf, size_t len)
         double value = (double)bytes;
         unsigned u = 0;
 
-        while (value >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        /* Move up a unit also when one decimal would round to 1024. */
+        while (value >= 1023.95 && u + 1 < sizeof(units) / sizeof(units[0])) {
                 value /= 1024.0;
                 u++;
         }
-        if (u == 0)
+        if (u == 0 && bytes < 1024)
                 snprintf(buf, len, "%llu B", (unsigned long long)bytes);
         else if (value == floor(value))
                 snprintf(buf, len, "%.0f %s", value, units[u]);
         else
                 snprintf(buf, len, "%.1f %s", value, units[u]);
+        return buf;
+}
+
+char *size_format_exact(uint64_t bytes, char *buf, size_t len)
+{
+        static const char units[] = "KMGTPE";
+        unsigned u = 0;
+
+        while (bytes != 0 && bytes % 1024 == 0 && u < sizeof(units) - 1) {
+                bytes /= 1024;
+                u++;
+        }
+        if (u == 0)
+                snprintf(buf, len, "%llu", (unsigned long long)bytes);
+        else
+                snprintf(buf, len, "%llu%c", (unsigned long long)bytes, units[u - 1]);
         return buf;
 }

@@ -29,4 +29,8 @@ uint64_t size_spec_resolve(const gmd_size_spec *spec, uint64_t whole);
 /* "1.5 GiB", "512 MiB", "4 KiB", "17 B". Returns buf. */
 char *size_format(uint64_t bytes, char *buf, size_t len);
 
+/* "512M", "3G", "1536K" or plain bytes: the exact value, as a config file
+ * would hold it (parses back to the same number). Returns buf. */
+char *size_format_exact(uint64_t bytes, char *buf, size_t len);
+
 #endif

@@ -308,7 +308,7 @@ static void key_print(const config_key *key, const void *field, FILE *out)
                 fprintf(out, "%u", *(const unsigned *)field);
                 break;
         case KEY_SIZE:
-                fprintf(out, "%s", size_format(*(const uint64_t *)field, buf, sizeof(buf)));
+                fprintf(out, "%s", size_format_exact(*(const uint64_t *)field, buf, sizeof(buf)));
                 break;
         case KEY_SIZE_SPEC: {
                 const gmd_size_spec *s = field;
@@ -318,7 +318,7 @@ static void key_print(const config_key *key, const void *field, FILE *out)
                 else if (s->bytes == 0)
                         fprintf(out, "auto");
                 else
-                        fprintf(out, "%s", size_format(s->bytes, buf, sizeof(buf)));
+                        fprintf(out, "%s", size_format_exact(s->bytes, buf, sizeof(buf)));
                 break;
         }
         }

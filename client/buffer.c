@@ -1,0 +1,405 @@
+/*
+ * buffer — gmd_buffer handles: creating one from an alloc reply, remapping
+ * and revoking it on the daemon's word, and the public calls on buffers
+ * (alloc, free, acquire, release, accessors).
+ *
+ * A buffer's address range is reserved when it is created and given back
+ * only when its handle is freed, so the pointer the application holds
+ * stays valid through remaps and never points at someone else's mapping
+ * after a revoke: a revoked range stays reserved and inaccessible.
+ */
+#include "buffer.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "errors.h"
+
+/* Under buffers_lock. */
+static gmd_buffer *buffer_find_locked(gmd_client *client, uint64_t id)
+{
+        gmd_list *pos;
+
+        list_for_each(pos, &client->buffers) {
+                gmd_buffer *buffer = container_of(pos, gmd_buffer, node);
+
+                if (buffer->id == id)
+                        return buffer;
+        }
+        return NULL;
+}
+
+static void segments_close(gmd_map_segment *segments, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                if (segments[i].fd >= 0)
+                        close(segments[i].fd);
+}
+
+/* Check the wire segments against a buffer of `size` bytes and take their
+ * fds from the packet. -EPROTO with *ret_reason when they are malformed. */
+static int segments_from_wire(uint64_t size, Gmd__Segment *const *wire,
+                              size_t n, gmd_wire_packet *packet,
+                              gmd_map_segment **ret_segments,
+                              const char **ret_reason)
+{
+        gmd_map_segment *segments;
+
+        if (n == 0 || n > GMD_WIRE_MAX_FDS) {
+                *ret_reason = n ? "too many segments" : "no segments";
+                return -EPROTO;
+        }
+        segments = calloc(n, sizeof(*segments));
+        if (!segments)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                segments[i].fd = -1;
+
+        for (size_t i = 0; i < n; i++) {
+                const Gmd__Segment *s = wire[i];
+
+                if (s->size == 0 || s->offset > size ||
+                    s->size > size - s->offset) {
+                        *ret_reason = "segment outside the buffer";
+                        goto bad;
+                }
+                segments[i].fd = gmd_wire_packet_take_fd(packet, s->fd_index);
+                if (segments[i].fd < 0) {
+                        *ret_reason = "segment names a file descriptor the "
+                                      "packet does not carry";
+                        goto bad;
+                }
+                segments[i].offset = s->offset;
+                segments[i].size = s->size;
+        }
+        *ret_segments = segments;
+        return 0;
+
+bad:
+        segments_close(segments, n);
+        free(segments);
+        return -EPROTO;
+}
+
+static bool tier_valid(int tier)
+{
+        return tier == GMD__TIER__TIER_VRAM || tier == GMD__TIER__TIER_HOST;
+}
+
+int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
+               unsigned device, gmd_wire_packet *packet,
+               const char **ret_reason, gmd_buffer **ret_buffer)
+{
+        const gmd_mapper_ops *ops = client->mapper->ops;
+        gmd_map_segment *segments = NULL;
+        gmd_buffer *buffer;
+        bool known;
+        int r;
+
+        if (reply->size == 0) {
+                *ret_reason = "alloc reply of size 0";
+                return -EPROTO;
+        }
+        if (!tier_valid(reply->tier)) {
+                *ret_reason = "unknown tier";
+                return -EPROTO;
+        }
+        /* Only this thread inserts, so the answer stays true below. */
+        pthread_mutex_lock(&client->buffers_lock);
+        known = buffer_find_locked(client, reply->buffer_id) != NULL;
+        pthread_mutex_unlock(&client->buffers_lock);
+        if (known) {
+                *ret_reason = "alloc reply names a buffer id already in use";
+                return -EPROTO;
+        }
+        r = segments_from_wire(reply->size, reply->segments,
+                               reply->n_segments, packet, &segments,
+                               ret_reason);
+        if (r < 0)
+                return r;
+
+        buffer = calloc(1, sizeof(*buffer));
+        if (!buffer) {
+                r = -ENOMEM;
+                segments_close(segments, reply->n_segments);
+                goto out;
+        }
+        r = ops->reserve(client->mapper, reply->size, &buffer->addr);
+        if (r < 0) {
+                segments_close(segments, reply->n_segments);
+                free(buffer);
+                goto out;
+        }
+        r = ops->map(client->mapper, buffer->addr, device, segments,
+                     (unsigned)reply->n_segments);
+        if (r < 0) {
+                ops->unreserve(client->mapper, buffer->addr, reply->size);
+                free(buffer);
+                goto out;
+        }
+        buffer->id = reply->buffer_id;
+        buffer->size = reply->size;
+        buffer->device = device;
+        atomic_init(&buffer->tier, reply->tier);
+        atomic_init(&buffer->revoked, false);
+
+        pthread_mutex_lock(&client->buffers_lock);
+        list_add_tail(&client->buffers, &buffer->node);
+        pthread_mutex_unlock(&client->buffers_lock);
+        *ret_buffer = buffer;
+out:
+        free(segments);
+        return r;
+}
+
+void buffer_unlink(gmd_client *client, gmd_buffer *buffer)
+{
+        pthread_mutex_lock(&client->buffers_lock);
+        list_remove(&buffer->node);
+        pthread_mutex_unlock(&client->buffers_lock);
+}
+
+gmd_buffer *buffer_destroy(gmd_client *client, gmd_buffer *buffer)
+{
+        if (!buffer)
+                return NULL;
+        client->mapper->ops->unreserve(client->mapper, buffer->addr,
+                                       buffer->size);
+        free(buffer);
+        return NULL;
+}
+
+/* Under buffers_lock: the range is unmapped; no call may use it again. */
+static void buffer_mark_revoked(gmd_buffer *buffer, const char *why)
+{
+        snprintf(buffer->revoke_reason, sizeof(buffer->revoke_reason), "%s",
+                 why);
+        atomic_store(&buffer->revoked, true);
+}
+
+int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
+                 gmd_wire_packet *packet, const char **ret_reason)
+{
+        const gmd_mapper_ops *ops = client->mapper->ops;
+        gmd_map_segment *segments = NULL;
+        gmd_buffer *buffer;
+        char why[128];
+        int r;
+
+        if (!tier_valid(notify->tier)) {
+                *ret_reason = "unknown tier";
+                return -EPROTO;
+        }
+        /* Held across the mapping so gmd_free cannot give the range back
+         * while the new backing goes in. */
+        pthread_mutex_lock(&client->buffers_lock);
+        buffer = buffer_find_locked(client, notify->buffer_id);
+        if (!buffer || atomic_load(&buffer->revoked)) {
+                r = -ENOENT;            /* the packet closes the fds */
+                goto out;
+        }
+        r = segments_from_wire(buffer->size, notify->segments,
+                               notify->n_segments, packet, &segments,
+                               ret_reason);
+        if (r < 0)
+                goto out;
+        if (ops->remap) {
+                r = ops->remap(client->mapper, buffer->addr, buffer->size,
+                               buffer->device, segments,
+                               (unsigned)notify->n_segments);
+        } else {
+                r = ops->unmap(client->mapper, buffer->addr, buffer->size);
+                if (r < 0)
+                        segments_close(segments, notify->n_segments);
+                else
+                        r = ops->map(client->mapper, buffer->addr,
+                                     buffer->device, segments,
+                                     (unsigned)notify->n_segments);
+        }
+        if (r < 0) {
+                /* The range may be inaccessible now: make later calls say
+                 * so instead of letting the application fault. */
+                snprintf(why, sizeof(why), "moving it to %s memory failed: %s",
+                         gmd_tier_name((gmd_tier)notify->tier), strerror(-r));
+                buffer_mark_revoked(buffer, why);
+        } else {
+                atomic_store(&buffer->tier, notify->tier);
+        }
+out:
+        pthread_mutex_unlock(&client->buffers_lock);
+        free(segments);
+        return r;
+}
+
+void buffer_revoke(gmd_client *client, uint64_t buffer_id, const char *message)
+{
+        gmd_buffer *buffer;
+
+        pthread_mutex_lock(&client->buffers_lock);
+        buffer = buffer_find_locked(client, buffer_id);
+        if (buffer && !atomic_load(&buffer->revoked)) {
+                client->mapper->ops->unmap(client->mapper, buffer->addr,
+                                           buffer->size);
+                buffer_mark_revoked(buffer, *message ? message :
+                                    "revoked by gpu-memd");
+        }
+        pthread_mutex_unlock(&client->buffers_lock);
+}
+
+static int buffer_revoked_error(const gmd_buffer *buffer)
+{
+        error_set("buffer %" PRIu64 " is revoked: %s", buffer->id,
+                  buffer->revoke_reason);
+        return GMD_EREVOKED;
+}
+
+/** Allocate a buffer; see gpumem.h. */
+int gmd_alloc(gmd_client *client, size_t size, unsigned device,
+              unsigned flags, int64_t timeout_ms, gmd_buffer **ret_buffer)
+{
+        Gmd__AllocRequest msg = GMD__ALLOC_REQUEST__INIT;
+        gmd_request req = { .device = device };
+        int r;
+
+        if (!client || !ret_buffer) {
+                error_set("gmd_alloc: client and ret_buffer must be given");
+                return -EINVAL;
+        }
+        if (size == 0) {
+                error_set("cannot allocate 0 bytes");
+                return -EINVAL;
+        }
+        msg.size = size;
+        msg.device = device;
+        msg.flags = flags;
+        msg.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+        r = client_call(client, &req, GMD__MSG_TYPE__MSG_ALLOC, &msg.base);
+        if (r == 0)
+                *ret_buffer = req.buffer;
+        request_clear(&req);
+
+        if (r < 0 && req.unmapped) {
+                /* The daemon holds a buffer we could not map: give it back,
+                 * keeping the mapping error as the one to report. */
+                Gmd__BufferRequest free_msg = GMD__BUFFER_REQUEST__INIT;
+                gmd_request free_req = { .device = 0 };
+                char saved[256];
+
+                snprintf(saved, sizeof(saved), "%s", gmd_last_error());
+                free_msg.buffer_id = req.unmapped_id;
+                client_call(client, &free_req, GMD__MSG_TYPE__MSG_FREE,
+                            &free_msg.base);
+                request_clear(&free_req);
+                error_set("%s", saved);
+        }
+        return r;
+}
+
+static int buffer_call(gmd_client *client, gmd_buffer *buffer, uint16_t type,
+                       const ProtobufCMessage *msg)
+{
+        gmd_request req = { .device = buffer->device };
+        int r;
+
+        r = client_call(client, &req, type, msg);
+        request_clear(&req);
+        /* A revoke that crossed the request on the wire. */
+        if (r == GMD_ENOENT && atomic_load(&buffer->revoked))
+                return buffer_revoked_error(buffer);
+        return r;
+}
+
+/** Free a buffer and its handle; see gpumem.h for which errors keep it. */
+int gmd_free(gmd_client *client, gmd_buffer *buffer)
+{
+        Gmd__BufferRequest msg = GMD__BUFFER_REQUEST__INIT;
+        gmd_request req = { .device = 0 };
+        bool revoked;
+        int r;
+
+        if (!buffer)
+                return 0;
+        if (!client) {
+                error_set("gmd_free: no client");
+                return -EINVAL;
+        }
+        msg.buffer_id = buffer->id;
+        r = client_call(client, &req, GMD__MSG_TYPE__MSG_FREE, &msg.base);
+        request_clear(&req);
+        revoked = atomic_load(&buffer->revoked);
+        /* The daemon forgot a revoked buffer already. */
+        if (revoked && r == GMD_ENOENT)
+                r = 0;
+        if (r == 0 || r == GMD_ENOENT || r == GMD_ECONN || r == GMD_EPROTO) {
+                buffer_unlink(client, buffer);
+                buffer_destroy(client, buffer);
+        }
+        return r;
+}
+
+/** Take a buffer's lease; see gpumem.h. */
+int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms)
+{
+        Gmd__AcquireRequest msg = GMD__ACQUIRE_REQUEST__INIT;
+
+        if (!client || !buffer) {
+                error_set("gmd_acquire: client and buffer must be given");
+                return -EINVAL;
+        }
+        if (atomic_load(&buffer->revoked))
+                return buffer_revoked_error(buffer);
+        msg.buffer_id = buffer->id;
+        msg.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+        return buffer_call(client, buffer, GMD__MSG_TYPE__MSG_ACQUIRE,
+                           &msg.base);
+}
+
+/** Give a buffer's lease back; see gpumem.h. */
+int gmd_release(gmd_client *client, gmd_buffer *buffer)
+{
+        Gmd__BufferRequest msg = GMD__BUFFER_REQUEST__INIT;
+
+        if (!client || !buffer) {
+                error_set("gmd_release: client and buffer must be given");
+                return -EINVAL;
+        }
+        if (atomic_load(&buffer->revoked))
+                return buffer_revoked_error(buffer);
+        msg.buffer_id = buffer->id;
+        return buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE,
+                           &msg.base);
+}
+
+/** The buffer's stable address. */
+void *gmd_buffer_ptr(const gmd_buffer *buffer)
+{
+        return buffer ? buffer->addr : NULL;
+}
+
+/** The buffer's size in bytes. */
+size_t gmd_buffer_size(const gmd_buffer *buffer)
+{
+        return buffer ? (size_t)buffer->size : 0;
+}
+
+/** The daemon's id of the buffer. */
+uint64_t gmd_buffer_id(const gmd_buffer *buffer)
+{
+        return buffer ? buffer->id : 0;
+}
+
+/** The device the buffer belongs to. */
+unsigned gmd_buffer_device(const gmd_buffer *buffer)
+{
+        return buffer ? buffer->device : 0;
+}
+
+/** The tier the buffer's backing is on now. */
+gmd_tier gmd_buffer_tier(const gmd_buffer *buffer)
+{
+        return buffer ? (gmd_tier)atomic_load(&buffer->tier) : GMD_TIER_VRAM;
+}

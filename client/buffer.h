@@ -1,0 +1,66 @@
+/*
+ * buffer — a gmd_buffer: one daemon buffer as this process sees it, an
+ * address range reserved for the buffer's whole life with the current
+ * backing mapped into it.
+ *
+ * The I/O thread creates buffers (while it handles the alloc reply, so a
+ * remap that follows at once finds the buffer in the table), remaps and
+ * revokes them; application threads read their fields and free them. The
+ * table is a list: lookups happen only for notifications, which come at
+ * most as fast as the daemon can copy memory, and a process holds few
+ * buffers.
+ */
+#ifndef GMD_BUFFER_H
+#define GMD_BUFFER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client.h"
+#include "gpumem.pb-c.h"
+#include "wire.h"
+
+struct gmd_buffer {
+        gmd_list node;                  /* client->buffers, buffers_lock */
+        uint64_t id;
+        void *addr;
+        uint64_t size;
+        unsigned device;
+        _Atomic int tier;               /* gmd_tier; a remap changes it */
+        _Atomic bool revoked;           /* backing gone, range reserved */
+        char revoke_reason[160];        /* written once, before `revoked` */
+};
+
+/*
+ * Reserve and map the buffer an alloc reply describes, with the fds of
+ * `packet` (those it names are taken), and enter it in the client's table.
+ * -EPROTO with *ret_reason when the reply is malformed (the connection must
+ * close); another negative errno when mapping failed (the daemon's buffer
+ * must be freed).
+ */
+int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
+               unsigned device, gmd_wire_packet *packet,
+               const char **ret_reason, gmd_buffer **ret_buffer);
+
+/* Take the buffer out of the client's table. */
+void buffer_unlink(gmd_client *client, gmd_buffer *buffer);
+
+/* Give back the buffer's address range and free the handle (already out
+ * of the table, or the table is going away). Accepts NULL; returns NULL. */
+gmd_buffer *buffer_destroy(gmd_client *client, gmd_buffer *buffer);
+
+/*
+ * Apply a remap notification: map the new segments at the buffer's address.
+ * Returns the result for the RemapAck (0 or negative errno), or -EPROTO
+ * with *ret_reason when the notification is malformed.
+ */
+int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
+                 gmd_wire_packet *packet, const char **ret_reason);
+
+/* Apply a revoke notification: unmap, keep the range, mark revoked with
+ * the daemon's `message`. An unknown id is ignored (already freed). */
+void buffer_revoke(gmd_client *client, uint64_t buffer_id,
+                   const char *message);
+
+#endif

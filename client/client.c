@@ -1,0 +1,520 @@
+/*
+ * client — a gmd_client's life: connecting and the hello exchange, picking
+ * the mapper the daemon's backend needs, sending requests and waiting for
+ * their replies, and tearing everything down. The I/O thread that reads
+ * the replies lives in io.c; client.h explains how the two meet.
+ *
+ * The hello is done here, synchronously and before the I/O thread starts:
+ * nothing else may happen on a connection until it succeeds, and the mapper
+ * (which the I/O thread needs for the first alloc reply) depends on its
+ * answer.
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "buffer.h"
+#include "errors.h"
+#include "gpumem.pb-c.h"
+#include "timeutil.h"
+#include "wire.h"
+
+#define HELLO_TIMEOUT_MS 30000
+#define CLIENT_NAME_MAX  64     /* Hello.client_name, bytes */
+
+static uint32_t next_request_id_locked(gmd_client *client)
+{
+        uint32_t id = client->next_request_id++;
+
+        if (client->next_request_id == 0)       /* 0 means notification */
+                client->next_request_id = 1;
+        return id;
+}
+
+/* Pack and send one message; waits for room in the socket if it is full. */
+static int send_message(gmd_client *client, uint16_t type, uint32_t id,
+                        const ProtobufCMessage *msg)
+{
+        size_t len = protobuf_c_message_get_packed_size(msg);
+        uint8_t *buf;
+        int r;
+
+        if (len > GMD_WIRE_MAX_PAYLOAD)
+                return -EMSGSIZE;
+        buf = malloc(len > 0 ? len : 1);
+        if (!buf)
+                return -ENOMEM;
+        protobuf_c_message_pack(msg, buf);
+
+        pthread_mutex_lock(&client->send_lock);
+        for (;;) {
+                struct pollfd p = { .fd = client->sock, .events = POLLOUT };
+
+                r = gmd_wire_send(client->sock, type, id, buf, (uint32_t)len,
+                                  NULL, 0);
+                if (r != -EAGAIN)
+                        break;
+                /* A dead peer shows as POLLHUP/POLLERR; the retried send
+                 * then reports it. */
+                if (poll(&p, 1, -1) < 0 && errno != EINTR) {
+                        r = -errno;
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&client->send_lock);
+        free(buf);
+        return r;
+}
+
+void client_fail(gmd_client *client, int error, const char *reason)
+{
+        gmd_list *pos, *tmp;
+
+        pthread_mutex_lock(&client->lock);
+        if (!client->dead) {
+                client->dead = true;
+                client->dead_error = error;
+                snprintf(client->dead_reason, sizeof(client->dead_reason),
+                         "%s", reason);
+        }
+        list_for_each_safe(pos, tmp, &client->pending) {
+                gmd_request *req = container_of(pos, gmd_request, node);
+
+                list_remove(pos);
+                req->error = client->dead_error;
+                req->message = strdup(client->dead_reason);
+                req->done = true;
+                pthread_cond_signal(&req->cond);
+        }
+        pthread_mutex_unlock(&client->lock);
+        /* Wakes the I/O thread and any sender blocked in poll; the fd
+         * itself is closed only by gmd_disconnect, so it cannot be reused
+         * under a thread still holding the number. */
+        shutdown(client->sock, SHUT_RDWR);
+}
+
+static uint16_t reply_type_of(uint16_t type)
+{
+        switch (type) {
+        case GMD__MSG_TYPE__MSG_ALLOC:   return GMD__MSG_TYPE__MSG_ALLOC_REPLY;
+        case GMD__MSG_TYPE__MSG_STATUS:  return GMD__MSG_TYPE__MSG_STATUS_REPLY;
+        default:                         return GMD__MSG_TYPE__MSG_OK_REPLY;
+        }
+}
+
+int client_call(gmd_client *client, gmd_request *req, uint16_t type,
+                const ProtobufCMessage *msg)
+{
+        int r;
+
+        pthread_cond_init(&req->cond, NULL);
+        req->expect = reply_type_of(type);
+
+        pthread_mutex_lock(&client->lock);
+        if (client->dead) {
+                r = client->dead_error;
+                error_set("%s", client->dead_reason);
+                pthread_mutex_unlock(&client->lock);
+                goto out;
+        }
+        req->id = next_request_id_locked(client);
+        list_add_tail(&client->pending, &req->node);
+        pthread_mutex_unlock(&client->lock);
+
+        r = send_message(client, type, req->id, msg);
+        if (r == -EMSGSIZE || r == -ENOMEM) {
+                /* Nothing went out: only this call fails. */
+                pthread_mutex_lock(&client->lock);
+                if (!req->done) {
+                        list_remove(&req->node);
+                        req->done = true;
+                        req->error = r;
+                }
+                pthread_mutex_unlock(&client->lock);
+        } else if (r < 0) {
+                char reason[160];
+
+                snprintf(reason, sizeof(reason),
+                         "gpu-memd closed the connection (send: %s)",
+                         strerror(-r));
+                client_fail(client, GMD_ECONN, reason);
+        }
+
+        pthread_mutex_lock(&client->lock);
+        while (!req->done)
+                pthread_cond_wait(&req->cond, &client->lock);
+        pthread_mutex_unlock(&client->lock);
+
+        r = req->error;
+        if (r < 0)
+                error_set("%s", req->message ? req->message : gmd_strerror(r));
+out:
+        pthread_cond_destroy(&req->cond);
+        return r;
+}
+
+void request_clear(gmd_request *req)
+{
+        if (req->reply)
+                protobuf_c_message_free_unpacked(req->reply, NULL);
+        req->reply = NULL;
+        free(req->message);
+        req->message = NULL;
+}
+
+int client_send(gmd_client *client, uint16_t type, const ProtobufCMessage *msg)
+{
+        uint32_t id;
+
+        pthread_mutex_lock(&client->lock);
+        if (client->dead) {
+                pthread_mutex_unlock(&client->lock);
+                return client->dead_error;
+        }
+        id = next_request_id_locked(client);
+        pthread_mutex_unlock(&client->lock);
+        return send_message(client, type, id, msg);
+}
+
+/* Wait up to the deadline for the one packet that answers the hello. */
+static int hello_receive(gmd_client *client, uint8_t *buf,
+                         gmd_wire_packet *ret_packet)
+{
+        uint64_t deadline = now_ms() + HELLO_TIMEOUT_MS;
+
+        for (;;) {
+                struct pollfd p = { .fd = client->sock, .events = POLLIN };
+                uint64_t now = now_ms();
+                const char *reason;
+                int r;
+
+                if (now >= deadline) {
+                        error_set("gpu-memd did not answer the hello within %d s",
+                                  HELLO_TIMEOUT_MS / 1000);
+                        return GMD_ETIMEDOUT;
+                }
+                r = poll(&p, 1, (int)(deadline - now));
+                if (r < 0 && errno != EINTR) {
+                        error_set("poll: %s", strerror(errno));
+                        return -errno;
+                }
+                if (r <= 0)
+                        continue;
+                r = gmd_wire_recv(client->sock, buf, ret_packet, &reason);
+                if (r == -EAGAIN)
+                        continue;
+                if (r == 0) {
+                        error_set("gpu-memd closed the connection during the hello");
+                        return GMD_ECONN;
+                }
+                if (r < 0) {
+                        error_set("bad hello reply from gpu-memd: %s",
+                                  reason ? reason : strerror(-r));
+                        return GMD_EPROTO;
+                }
+                return 0;
+        }
+}
+
+static int hello_accept(gmd_client *client, const Gmd__HelloReply *reply)
+{
+        if (reply->version < GMD_WIRE_MIN_VERSION ||
+            reply->version > GMD_WIRE_VERSION) {
+                error_set("gpu-memd chose protocol version %u; this libgpumem "
+                          "speaks %u to %u", reply->version,
+                          GMD_WIRE_MIN_VERSION, GMD_WIRE_VERSION);
+                return GMD_EPROTO;
+        }
+        client->version = reply->version;
+        client->client_id = reply->client_id;
+        client->n_devices = (unsigned)reply->n_devices;
+        client->backend = strdup(reply->backend ? reply->backend : "");
+        client->daemon_version = strdup(reply->daemon_version ?
+                                        reply->daemon_version : "");
+        if (!client->backend || !client->daemon_version) {
+                error_set("out of memory");
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* The name shown by gpu-memctl: at most 64 bytes, cut at a UTF-8 boundary. */
+static void client_name_prepare(const char *name, char out[CLIENT_NAME_MAX + 1])
+{
+        size_t n;
+
+        if (!name || !*name)
+                name = program_invocation_short_name;
+        n = strnlen(name, CLIENT_NAME_MAX + 1);
+        if (n > CLIENT_NAME_MAX) {
+                n = CLIENT_NAME_MAX;
+                while (n > 0 && ((unsigned char)name[n] & 0xc0) == 0x80)
+                        n--;
+        }
+        memcpy(out, name, n);
+        out[n] = '\0';
+}
+
+static int hello(gmd_client *client, const char *client_name)
+{
+        Gmd__Hello msg = GMD__HELLO__INIT;
+        char name[CLIENT_NAME_MAX + 1];
+        gmd_wire_packet packet = { .n_fds = 0 };
+        ProtobufCMessage *reply = NULL;
+        uint8_t *buf;
+        uint32_t id;
+        int r;
+
+        client_name_prepare(client_name, name);
+        msg.min_version = GMD_WIRE_MIN_VERSION;
+        msg.max_version = GMD_WIRE_VERSION;
+        msg.client_name = name;
+        id = next_request_id_locked(client);    /* no other thread yet */
+        r = send_message(client, GMD__MSG_TYPE__MSG_HELLO, id, &msg.base);
+        if (r < 0) {
+                error_set("cannot send the hello to gpu-memd: %s", strerror(-r));
+                return GMD_ECONN;
+        }
+
+        buf = malloc(GMD_WIRE_MAX_PACKET);
+        if (!buf) {
+                error_set("out of memory");
+                return -ENOMEM;
+        }
+        r = hello_receive(client, buf, &packet);
+        if (r < 0)
+                goto out;
+        gmd_wire_packet_close_fds(&packet);     /* a hello carries none */
+
+        r = GMD_EPROTO;
+        if (packet.header.request_id != id) {
+                error_set("gpu-memd answered the hello with %s for request %u",
+                          gmd_wire_type_name(packet.header.type),
+                          packet.header.request_id);
+                goto out;
+        }
+        if (packet.header.type == GMD__MSG_TYPE__MSG_ERROR_REPLY) {
+                reply = protobuf_c_message_unpack(&gmd__error_reply__descriptor,
+                                                  NULL, packet.header.length,
+                                                  packet.payload);
+                if (reply) {
+                        Gmd__ErrorReply *e = (Gmd__ErrorReply *)reply;
+
+                        r = error_from_wire(e->code);
+                        error_set("gpu-memd refused the connection: %s",
+                                  e->message ? e->message : gmd_strerror(r));
+                        goto out;
+                }
+        } else if (packet.header.type == GMD__MSG_TYPE__MSG_HELLO_REPLY) {
+                reply = protobuf_c_message_unpack(&gmd__hello_reply__descriptor,
+                                                  NULL, packet.header.length,
+                                                  packet.payload);
+                if (reply) {
+                        r = hello_accept(client, (Gmd__HelloReply *)reply);
+                        goto out;
+                }
+        }
+        error_set("gpu-memd sent a malformed %s to the hello",
+                  gmd_wire_type_name(packet.header.type));
+out:
+        if (reply)
+                protobuf_c_message_free_unpacked(reply, NULL);
+        free(buf);
+        return r;
+}
+
+static int mapper_choose(gmd_client *client)
+{
+        int r;
+
+        if (strcmp(client->backend, "sim") == 0) {
+                r = mapper_sim_new(&client->mapper);
+                if (r < 0)
+                        error_set("cannot create the sim mapper: %s",
+                                  strerror(-r));
+                return r;
+        }
+        if (strcmp(client->backend, "cuda") == 0) {
+#ifdef GMD_HAVE_CUDA
+                r = mapper_cuda_new(&client->mapper);
+                if (r < 0)
+                        error_set("gpu-memd runs the cuda backend, but CUDA "
+                                  "cannot be used in this process: %s",
+                                  gmd_strerror(r));
+                return r;
+#else
+                error_set("gpu-memd runs the cuda backend, but this libgpumem "
+                          "was built without CUDA");
+                return GMD_ENOTSUP;
+#endif
+        }
+        error_set("gpu-memd runs backend '%.32s', which this libgpumem does "
+                  "not know", client->backend);
+        return GMD_ENOTSUP;
+}
+
+/* Start the I/O thread with every signal blocked: signals for the process
+ * must reach the application's threads, never the library's. */
+static int io_start(gmd_client *client)
+{
+        sigset_t all, old;
+        int r;
+
+        client->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (client->wake_fd < 0) {
+                r = -errno;
+                error_set("eventfd: %s", strerror(-r));
+                return r;
+        }
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        r = -pthread_create(&client->io_thread, NULL, client_io_main, client);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (r < 0) {
+                error_set("cannot start the I/O thread: %s", strerror(-r));
+                return r;
+        }
+        client->io_started = true;
+        return 0;
+}
+
+int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
+{
+        gmd_client *client;
+        int r;
+
+        client = calloc(1, sizeof(*client));
+        if (!client) {
+                close(fd);
+                error_set("out of memory");
+                return -ENOMEM;
+        }
+        client->sock = fd;
+        client->wake_fd = -1;
+        client->next_request_id = 1;
+        list_init(&client->pending);
+        list_init(&client->buffers);
+        pthread_mutex_init(&client->send_lock, NULL);
+        pthread_mutex_init(&client->lock, NULL);
+        pthread_mutex_init(&client->buffers_lock, NULL);
+
+        r = hello(client, client_name);
+        if (r < 0)
+                goto fail;
+        r = mapper_choose(client);
+        if (r < 0)
+                goto fail;
+        r = io_start(client);
+        if (r < 0)
+                goto fail;
+        *ret_client = client;
+        return 0;
+
+fail:
+        gmd_disconnect(client);
+        return r;
+}
+
+/** Connect to gpu-memd and start the library's I/O thread. */
+int gmd_connect(const char *socket_path, const char *client_name,
+                gmd_client **ret_client)
+{
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        const char *path = socket_path;
+        int fd, r;
+
+        if (!ret_client) {
+                error_set("gmd_connect: ret_client is NULL");
+                return -EINVAL;
+        }
+        if (!path || !*path)
+                path = secure_getenv(GMD_SOCKET_ENV);
+        if (!path || !*path)
+                path = GMD_DEFAULT_SOCKET;
+        if (strlen(path) >= sizeof(addr.sun_path)) {
+                error_set("cannot connect to %s: socket path longer than %zu "
+                          "bytes", path, sizeof(addr.sun_path) - 1);
+                return -ENAMETOOLONG;
+        }
+        memcpy(addr.sun_path, path, strlen(path) + 1);
+
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+                r = -errno;
+                error_set("cannot create a socket: %s", strerror(-r));
+                return r;
+        }
+        if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+                r = -errno;
+                close(fd);
+                error_set("cannot connect to %s: %s", path, strerror(-r));
+                return r;
+        }
+        return gmd__connect_fd(fd, client_name, ret_client);
+}
+
+/** Close the connection and free every buffer handle; accepts NULL. */
+gmd_client *gmd_disconnect(gmd_client *client)
+{
+        gmd_list *pos, *tmp;
+
+        if (!client)
+                return NULL;
+        if (client->io_started) {
+                uint64_t one = 1;
+                ssize_t n;
+
+                /* Cannot fail on a fresh eventfd; should it, the shutdown in
+                 * client_fail wakes the thread as well. */
+                n = write(client->wake_fd, &one, sizeof(one));
+                (void)n;
+                client_fail(client, GMD_ECONN, "the client disconnected");
+                pthread_join(client->io_thread, NULL);
+        }
+        close(client->sock);
+        if (client->wake_fd >= 0)
+                close(client->wake_fd);
+
+        list_for_each_safe(pos, tmp, &client->buffers) {
+                gmd_buffer *buffer = container_of(pos, gmd_buffer, node);
+
+                list_remove(pos);
+                buffer_destroy(client, buffer);
+        }
+        if (client->mapper)
+                client->mapper->ops->destroy(client->mapper);
+        free(client->backend);
+        free(client->daemon_version);
+        pthread_mutex_destroy(&client->send_lock);
+        pthread_mutex_destroy(&client->lock);
+        pthread_mutex_destroy(&client->buffers_lock);
+        free(client);
+        return NULL;
+}
+
+/** The daemon's backend, "sim" or "cuda". */
+const char *gmd_client_backend(const gmd_client *client)
+{
+        return client ? client->backend : NULL;
+}
+
+/** The protocol version agreed in the hello. */
+unsigned gmd_client_protocol_version(const gmd_client *client)
+{
+        return client ? client->version : 0;
+}
+
+/** How many devices the daemon serves. */
+unsigned gmd_client_device_count(const gmd_client *client)
+{
+        return client ? client->n_devices : 0;
+}

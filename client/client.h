@@ -1,0 +1,105 @@
+/*
+ * client — the inside of a gmd_client: one connection to gpu-memd, the
+ * library's I/O thread, and the request/reply machinery every public call
+ * goes through.
+ *
+ * Shape: callers send their request under `send_lock`, park a gmd_request
+ * (keyed by request id) on `pending`, and sleep on its condition variable.
+ * The I/O thread is the only reader of the socket: it decodes each packet,
+ * hands replies to their request, and applies notifications (remap, revoke)
+ * itself, so pointers stay valid while the application is busy. Everything
+ * the daemon sends is checked here before it is trusted; anything malformed
+ * closes the connection and fails every waiting call, never the process.
+ *
+ * Locks, never nested: `lock` (pending requests, connection state),
+ * `buffers_lock` (the buffer table, held across a remap so a buffer cannot
+ * be freed under the I/O thread), `send_lock` (one writer on the socket).
+ */
+#ifndef GMD_CLIENT_H
+#define GMD_CLIENT_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpumem.h"
+#include "list.h"
+#include "mapper.h"
+
+struct gmd_client {
+        int sock;
+        int wake_fd;                    /* eventfd: stops the I/O thread */
+        pthread_t io_thread;
+        bool io_started;
+
+        gmd_mapper *mapper;
+        char *backend;
+        char *daemon_version;
+        unsigned version;
+        unsigned n_devices;
+        uint64_t client_id;
+
+        pthread_mutex_t send_lock;
+
+        pthread_mutex_t lock;
+        uint32_t next_request_id;
+        gmd_list pending;               /* gmd_request.node */
+        bool dead;                      /* no more requests can succeed */
+        int dead_error;                 /* GMD_ECONN or GMD_EPROTO */
+        char dead_reason[256];
+
+        pthread_mutex_t buffers_lock;
+        gmd_list buffers;               /* gmd_buffer.node */
+};
+
+/* One call waiting for its reply. Owned by the calling thread; the I/O
+ * thread fills it in and sets `done` under client->lock. */
+typedef struct gmd_request {
+        gmd_list node;                  /* in client->pending until answered */
+        uint32_t id;
+        uint16_t expect;                /* reply type that answers it */
+        unsigned device;                /* MSG_ALLOC: device of the buffer */
+        pthread_cond_t cond;
+        bool done;
+        int error;                      /* 0 or why the call failed */
+        char *message;                  /* words for `error`, may be NULL */
+        ProtobufCMessage *reply;        /* decoded reply when error == 0 */
+        gmd_buffer *buffer;             /* MSG_ALLOC: mapped buffer */
+        bool unmapped;                  /* MSG_ALLOC: made, but not mappable */
+        uint64_t unmapped_id;           /* ... the daemon's id for it */
+} gmd_request;
+
+/*
+ * Connect over an already connected SOCK_SEQPACKET socket `fd` (consumed,
+ * closed on failure too): hello, mapper choice, I/O thread. gmd_connect()
+ * is this after socket() and connect(); tests call it with one end of a
+ * socketpair. Internal: not exported from libgpumem.so.
+ */
+int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client);
+
+/*
+ * Send request `type` with payload `msg` and wait for its answer in `req`,
+ * which the caller zeroes (setting `device` for MSG_ALLOC) and clears with
+ * request_clear() afterwards. Returns 0 with req->reply (and req->buffer
+ * for MSG_ALLOC) set, or the error, which gmd_last_error() explains.
+ */
+int client_call(gmd_client *client, gmd_request *req, uint16_t type,
+                const ProtobufCMessage *msg);
+
+/* Release what a finished request still holds (reply, message). */
+void request_clear(gmd_request *req);
+
+/* Send a packet that expects no answer (remap acks), from any thread. */
+int client_send(gmd_client *client, uint16_t type,
+                const ProtobufCMessage *msg);
+
+/* The I/O thread (io.c): reads until the connection dies or wake_fd
+ * fires. */
+void *client_io_main(void *arg);
+
+/* Mark the connection dead with `error` and `reason`; fail every waiting
+ * call. Idempotent: the first reason wins. */
+void client_fail(gmd_client *client, int error, const char *reason);
+
+#endif

@@ -1,0 +1,299 @@
+/*
+ * io — the I/O thread of a gmd_client, the only reader of its socket.
+ *
+ * It reads packets until the connection dies or gmd_disconnect wakes it,
+ * and for each one: checks the framing (wire.c) and the payload, hands a
+ * reply to the request waiting for it, or applies a notification. The
+ * daemon is trusted with memory but not with well-formedness: an unknown
+ * request id, an unexpected message type, a payload that does not decode
+ * or segments that do not fit close the connection with a reason that
+ * every waiting call and every later call reports. Every fd a packet
+ * brings is taken by whatever it belongs to, or closed when the packet is
+ * done.
+ *
+ * Alloc replies are mapped here rather than in the calling thread so the
+ * buffer is in the table before the next packet, which may be a remap of
+ * it, is read.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer.h"
+#include "client.h"
+#include "errors.h"
+#include "gpumem.pb-c.h"
+#include "wire.h"
+
+/* Hand a finished request back to its caller. Nothing may touch `req`
+ * after this: the caller frees it once it sees `done`. */
+static void request_complete(gmd_client *client, gmd_request *req, int error,
+                             const char *message)
+{
+        pthread_mutex_lock(&client->lock);
+        req->error = error;
+        req->message = message ? strdup(message) : NULL;
+        req->done = true;
+        pthread_cond_signal(&req->cond);
+        pthread_mutex_unlock(&client->lock);
+}
+
+/* Take the request a reply answers out of the pending list, so that a
+ * concurrent client_fail cannot complete it under us. */
+static gmd_request *request_take(gmd_client *client, uint32_t id)
+{
+        gmd_request *found = NULL;
+        gmd_list *pos;
+
+        pthread_mutex_lock(&client->lock);
+        list_for_each(pos, &client->pending) {
+                gmd_request *req = container_of(pos, gmd_request, node);
+
+                if (req->id == id) {
+                        list_remove(pos);
+                        found = req;
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&client->lock);
+        return found;
+}
+
+/* The daemon broke the protocol: close the connection; fail `req` (taken
+ * from the list already) too if there is one. Returns -1 so the reader
+ * stops. */
+static int protocol_error(gmd_client *client, gmd_request *req,
+                          const gmd_wire_header *header, const char *what)
+{
+        char reason[256];
+
+        snprintf(reason, sizeof(reason),
+                 "protocol error from gpu-memd (%s, request %" PRIu32 "): %s; "
+                 "connection closed", gmd_wire_type_name(header->type),
+                 header->request_id, what);
+        client_fail(client, GMD_EPROTO, reason);
+        if (req)
+                request_complete(client, req, GMD_EPROTO, reason);
+        return -1;
+}
+
+static const ProtobufCMessageDescriptor *reply_descriptor(uint16_t type)
+{
+        switch (type) {
+        case GMD__MSG_TYPE__MSG_ALLOC_REPLY:  return &gmd__alloc_reply__descriptor;
+        case GMD__MSG_TYPE__MSG_STATUS_REPLY: return &gmd__status_reply__descriptor;
+        case GMD__MSG_TYPE__MSG_OK_REPLY:     return &gmd__ok_reply__descriptor;
+        case GMD__MSG_TYPE__MSG_ERROR_REPLY:  return &gmd__error_reply__descriptor;
+        default:                              return NULL;
+        }
+}
+
+static int handle_alloc_reply(gmd_client *client, gmd_request *req,
+                              const gmd_wire_header *header,
+                              Gmd__AllocReply *reply, gmd_wire_packet *packet)
+{
+        const char *reason = NULL;
+        gmd_buffer *buffer = NULL;
+        char message[160];
+        int r;
+
+        r = buffer_new(client, reply, req->device, packet, &reason, &buffer);
+        if (r < 0 && reason)
+                return protocol_error(client, req, header, reason);
+        if (r < 0) {
+                /* The daemon made the buffer; the caller frees it there. */
+                req->unmapped = true;
+                req->unmapped_id = reply->buffer_id;
+                snprintf(message, sizeof(message),
+                         "cannot map buffer %" PRIu64 " (%" PRIu64 " bytes): %s",
+                         reply->buffer_id, reply->size, strerror(-r));
+                request_complete(client, req, r, message);
+                return 0;
+        }
+        req->buffer = buffer;
+        request_complete(client, req, 0, NULL);
+        return 0;
+}
+
+static int handle_reply(gmd_client *client, gmd_wire_packet *packet)
+{
+        const gmd_wire_header *header = &packet->header;
+        ProtobufCMessage *msg;
+        gmd_request *req;
+        int r = 0;
+
+        req = request_take(client, header->request_id);
+        if (!req)
+                return protocol_error(client, NULL, header,
+                                      "no request is waiting for this reply");
+        if (header->type != req->expect &&
+            header->type != GMD__MSG_TYPE__MSG_ERROR_REPLY)
+                return protocol_error(client, req, header,
+                                      "wrong reply type for the request");
+        msg = protobuf_c_message_unpack(reply_descriptor(header->type), NULL,
+                                        header->length, packet->payload);
+        if (!msg)
+                return protocol_error(client, req, header,
+                                      "payload does not decode");
+
+        if (header->type == GMD__MSG_TYPE__MSG_ERROR_REPLY) {
+                Gmd__ErrorReply *e = (Gmd__ErrorReply *)msg;
+                int error = error_from_wire(e->code);
+
+                request_complete(client, req, error,
+                                 e->message && *e->message ? e->message :
+                                 gmd_strerror(error));
+        } else if (header->type == GMD__MSG_TYPE__MSG_ALLOC_REPLY) {
+                r = handle_alloc_reply(client, req, header,
+                                       (Gmd__AllocReply *)msg, packet);
+        } else {
+                req->reply = msg;
+                msg = NULL;
+                request_complete(client, req, 0, NULL);
+        }
+        if (msg)
+                protobuf_c_message_free_unpacked(msg, NULL);
+        return r;
+}
+
+static int handle_remap(gmd_client *client, gmd_wire_packet *packet)
+{
+        Gmd__RemapNotify *notify;
+        Gmd__RemapAck ack = GMD__REMAP_ACK__INIT;
+        const char *reason = NULL;
+        int r;
+
+        notify = gmd__remap_notify__unpack(NULL, packet->header.length,
+                                           packet->payload);
+        if (!notify)
+                return protocol_error(client, NULL, &packet->header,
+                                      "payload does not decode");
+        r = buffer_remap(client, notify, packet, &reason);
+        if (r < 0 && reason) {
+                gmd__remap_notify__free_unpacked(notify, NULL);
+                return protocol_error(client, NULL, &packet->header, reason);
+        }
+        ack.buffer_id = notify->buffer_id;
+        ack.sequence = notify->sequence;
+        ack.result = r;
+        gmd__remap_notify__free_unpacked(notify, NULL);
+        /* A failed send means the connection is going; the next read
+         * finds out and fails everyone with the reason. */
+        client_send(client, GMD__MSG_TYPE__MSG_REMAP_ACK, &ack.base);
+        return 0;
+}
+
+static int handle_revoke(gmd_client *client, gmd_wire_packet *packet)
+{
+        Gmd__RevokeNotify *notify;
+
+        notify = gmd__revoke_notify__unpack(NULL, packet->header.length,
+                                            packet->payload);
+        if (!notify)
+                return protocol_error(client, NULL, &packet->header,
+                                      "payload does not decode");
+        buffer_revoke(client, notify->buffer_id,
+                      notify->message ? notify->message : "");
+        gmd__revoke_notify__free_unpacked(notify, NULL);
+        return 0;
+}
+
+static int handle_packet(gmd_client *client, gmd_wire_packet *packet)
+{
+        if (packet->header.request_id != 0)
+                return handle_reply(client, packet);
+        switch (packet->header.type) {
+        case GMD__MSG_TYPE__MSG_REMAP:
+                return handle_remap(client, packet);
+        case GMD__MSG_TYPE__MSG_REVOKE:
+                return handle_revoke(client, packet);
+        default:
+                return protocol_error(client, NULL, &packet->header,
+                                      "not a notification");
+        }
+}
+
+/* Read every packet waiting. Returns 0 to keep going, -1 when the
+ * connection is dead. */
+static int read_packets(gmd_client *client, uint8_t *buf)
+{
+        for (;;) {
+                gmd_wire_packet packet = { .n_fds = 0 };
+                const char *reason = NULL;
+                char message[256];
+                int r;
+
+                r = gmd_wire_recv(client->sock, buf, &packet, &reason);
+                if (r == -EAGAIN)
+                        return 0;
+                if (r == 0) {
+                        client_fail(client, GMD_ECONN,
+                                    "gpu-memd closed the connection");
+                        return -1;
+                }
+                if (r < 0) {
+                        if (r == -EPROTO || r == -EMSGSIZE) {
+                                snprintf(message, sizeof(message),
+                                         "bad packet from gpu-memd: %s; "
+                                         "connection closed",
+                                         reason ? reason : strerror(-r));
+                                client_fail(client, GMD_EPROTO, message);
+                        } else {
+                                snprintf(message, sizeof(message),
+                                         "connection to gpu-memd lost: %s",
+                                         strerror(-r));
+                                client_fail(client, GMD_ECONN, message);
+                        }
+                        return -1;
+                }
+                r = handle_packet(client, &packet);
+                gmd_wire_packet_close_fds(&packet);     /* unclaimed ones */
+                if (r < 0)
+                        return -1;
+        }
+}
+
+static bool client_is_dead(gmd_client *client)
+{
+        bool dead;
+
+        pthread_mutex_lock(&client->lock);
+        dead = client->dead;
+        pthread_mutex_unlock(&client->lock);
+        return dead;
+}
+
+void *client_io_main(void *arg)
+{
+        gmd_client *client = arg;
+        uint8_t *buf = malloc(GMD_WIRE_MAX_PACKET);
+
+        if (!buf) {
+                client_fail(client, GMD_ECONN,
+                            "libgpumem I/O thread: out of memory");
+                return NULL;
+        }
+        while (!client_is_dead(client)) {
+                struct pollfd p[2] = {
+                        { .fd = client->sock, .events = POLLIN },
+                        { .fd = client->wake_fd, .events = POLLIN },
+                };
+
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        client_fail(client, GMD_ECONN,
+                                    "libgpumem I/O thread: poll failed");
+                        break;
+                }
+                if (p[1].revents)
+                        break;
+                if (p[0].revents && read_packets(client, buf) < 0)
+                        break;
+        }
+        free(buf);
+        return NULL;
+}

@@ -1,0 +1,145 @@
+/*
+ * mapper_sim — the mapper for the sim backend: buffers are memfds that the
+ * daemon shares, mapped with mmap into a PROT_NONE reservation.
+ *
+ * The reservation is an anonymous PROT_NONE mapping; mapping a segment
+ * replaces part of it with MAP_FIXED, and "unmapping" puts PROT_NONE
+ * anonymous memory back with MAP_FIXED, so the range never becomes free
+ * address space that another mmap could take. A remap simply maps the new
+ * fds over the old ones: MAP_FIXED swaps each page atomically, so a thread
+ * reading the buffer meanwhile sees the old or the new backing (the daemon
+ * made both hold the same bytes) and never a hole.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mapper.h"
+
+typedef struct mapper_sim {
+        gmd_mapper base;
+} mapper_sim;
+
+static int sim_reserve(gmd_mapper *mapper, uint64_t size, void **ret_addr)
+{
+        void *addr;
+
+        if (size == 0 || size > SIZE_MAX)
+                return -EINVAL;
+        addr = mmap(NULL, (size_t)size, PROT_NONE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (addr == MAP_FAILED)
+                return -errno;
+        *ret_addr = addr;
+        return 0;
+}
+
+static void sim_unreserve(gmd_mapper *mapper, void *addr, uint64_t size)
+{
+        munmap(addr, (size_t)size);
+}
+
+static int sim_unmap(gmd_mapper *mapper, void *addr, uint64_t size)
+{
+        void *p = mmap(addr, (size_t)size, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                       -1, 0);
+
+        return p == MAP_FAILED ? -errno : 0;
+}
+
+static void close_segments(const gmd_map_segment *segments, unsigned n)
+{
+        for (unsigned i = 0; i < n; i++)
+                if (segments[i].fd >= 0)
+                        close(segments[i].fd);
+}
+
+/* Map every segment over whatever is at its place now. On failure the
+ * segments mapped so far are turned back into reservation; the caller
+ * decides what the rest of the range holds. */
+static int map_over(void *addr, const gmd_map_segment *segments, unsigned n)
+{
+        unsigned i;
+        int r = 0;
+
+        for (i = 0; i < n; i++) {
+                const gmd_map_segment *s = &segments[i];
+                struct stat st;
+                void *p;
+
+                /* A memfd shorter than the segment would map, and SIGBUS on
+                 * first touch: refuse it here instead. */
+                if (fstat(s->fd, &st) < 0) {
+                        r = -errno;
+                        break;
+                }
+                if (st.st_size < 0 || (uint64_t)st.st_size < s->size ||
+                    s->size > SIZE_MAX) {
+                        r = -EINVAL;
+                        break;
+                }
+                p = mmap((char *)addr + s->offset, (size_t)s->size,
+                         PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                         s->fd, 0);
+                if (p == MAP_FAILED) {
+                        r = -errno;
+                        break;
+                }
+        }
+        if (r < 0)
+                while (i-- > 0)
+                        sim_unmap(NULL, (char *)addr + segments[i].offset,
+                                  segments[i].size);
+        return r;
+}
+
+static int sim_map(gmd_mapper *mapper, void *addr, unsigned device,
+                   const gmd_map_segment *segments, unsigned n_segments)
+{
+        int r = map_over(addr, segments, n_segments);
+
+        close_segments(segments, n_segments);
+        return r;
+}
+
+static int sim_remap(gmd_mapper *mapper, void *addr, uint64_t size,
+                     unsigned device, const gmd_map_segment *segments,
+                     unsigned n_segments)
+{
+        int r = map_over(addr, segments, n_segments);
+
+        close_segments(segments, n_segments);
+        if (r < 0)
+                sim_unmap(mapper, addr, size);
+        return r;
+}
+
+static void sim_destroy(gmd_mapper *mapper)
+{
+        free(mapper);
+}
+
+static const gmd_mapper_ops sim_ops = {
+        .name = "sim",
+        .reserve = sim_reserve,
+        .unreserve = sim_unreserve,
+        .map = sim_map,
+        .unmap = sim_unmap,
+        .remap = sim_remap,
+        .destroy = sim_destroy,
+};
+
+/* Create the sim mapper. Returns 0 or -ENOMEM. */
+int mapper_sim_new(gmd_mapper **ret_mapper)
+{
+        mapper_sim *m = calloc(1, sizeof(*m));
+
+        if (!m)
+                return -ENOMEM;
+        m->base.ops = &sim_ops;
+        *ret_mapper = &m->base;
+        return 0;
+}

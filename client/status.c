@@ -1,0 +1,146 @@
+/*
+ * status — gmd_query_status(): ask the daemon what it holds and turn its
+ * StatusReply into the plain structs of gpumem.h, so applications and
+ * gpu-memctl never see protobuf types. Strings are copied with truncation
+ * into the fixed fields; the arrays are malloc'd and gmd_status_free()
+ * releases them.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "errors.h"
+#include "gpumem.pb-c.h"
+
+#define COPY_STRING(dst, src) \
+        snprintf((dst), sizeof(dst), "%s", (src) ? (src) : "")
+
+/* calloc that gives NULL without failing for n == 0. */
+static int array_new(size_t n, size_t size, void **ret)
+{
+        *ret = NULL;
+        if (n == 0)
+                return 0;
+        *ret = calloc(n, size);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int status_from_wire(const Gmd__StatusReply *reply,
+                            gmd_status **ret_status)
+{
+        gmd_status *s = calloc(1, sizeof(*s));
+
+        if (!s)
+                return -ENOMEM;
+        COPY_STRING(s->daemon_version, reply->daemon_version);
+        COPY_STRING(s->backend, reply->backend);
+        s->uptime_ms = reply->uptime_ms;
+        s->total_capacity = reply->total_capacity;
+        s->total_used = reply->total_used;
+        s->total_clients = reply->total_clients;
+        s->total_buffers = reply->total_buffers;
+
+        if (array_new(reply->n_pools, sizeof(*s->pools), (void **)&s->pools) < 0 ||
+            array_new(reply->n_clients, sizeof(*s->clients),
+                      (void **)&s->clients) < 0 ||
+            array_new(reply->n_buffers, sizeof(*s->buffers),
+                      (void **)&s->buffers) < 0) {
+                gmd_status_free(s);
+                return -ENOMEM;
+        }
+
+        s->n_pools = reply->n_pools;
+        for (size_t i = 0; i < reply->n_pools; i++) {
+                const Gmd__PoolInfo *w = reply->pools[i];
+                gmd_pool_status *p = &s->pools[i];
+
+                p->device = w->device;
+                p->tier = (gmd_tier)w->tier;
+                p->capacity = w->capacity;
+                p->used = w->used;
+                p->free = w->free;
+        }
+        s->n_clients = reply->n_clients;
+        for (size_t i = 0; i < reply->n_clients; i++) {
+                const Gmd__ClientInfo *w = reply->clients[i];
+                gmd_client_status *c = &s->clients[i];
+
+                c->client_id = w->client_id;
+                c->pid = w->pid;
+                c->uid = w->uid;
+                COPY_STRING(c->name, w->name);
+                c->bytes = w->bytes;
+                c->buffers = w->buffers;
+                c->waiting = w->waiting;
+        }
+        s->n_buffers = reply->n_buffers;
+        for (size_t i = 0; i < reply->n_buffers; i++) {
+                const Gmd__BufferInfo *w = reply->buffers[i];
+                gmd_buffer_status *b = &s->buffers[i];
+
+                b->buffer_id = w->buffer_id;
+                b->client_id = w->client_id;
+                b->pid = w->pid;
+                b->device = w->device;
+                b->size = w->size;
+                b->tier = (gmd_tier)w->tier;
+                b->state = (gmd_buffer_state)w->state;
+                b->flags = w->flags;
+                b->acquired = w->acquired ? 1 : 0;
+        }
+        *ret_status = s;
+        return 0;
+}
+
+/** Ask the daemon for pools, clients and buffers; see gpumem.h. */
+int gmd_query_status(gmd_client *client, gmd_status_what what, uint32_t pid,
+                     gmd_status **ret_status)
+{
+        Gmd__StatusRequest msg = GMD__STATUS_REQUEST__INIT;
+        gmd_request req = { .device = 0 };
+        int r;
+
+        if (!client || !ret_status) {
+                error_set("gmd_query_status: client and ret_status must be given");
+                return -EINVAL;
+        }
+        switch (what) {
+        case GMD_STATUS_POOLS:
+                msg.what = GMD__STATUS_WHAT__STATUS_POOLS;
+                break;
+        case GMD_STATUS_CLIENTS:
+                msg.what = GMD__STATUS_WHAT__STATUS_CLIENTS;
+                break;
+        case GMD_STATUS_BUFFERS:
+                msg.what = GMD__STATUS_WHAT__STATUS_BUFFERS;
+                break;
+        default:
+                error_set("gmd_query_status: unknown 'what' %d", (int)what);
+                return -EINVAL;
+        }
+        msg.pid = pid;
+
+        r = client_call(client, &req, GMD__MSG_TYPE__MSG_STATUS, &msg.base);
+        if (r == 0) {
+                r = status_from_wire((const Gmd__StatusReply *)req.reply,
+                                     ret_status);
+                if (r < 0)
+                        error_set("out of memory for the status reply");
+        }
+        request_clear(&req);
+        return r;
+}
+
+/** Free a status from gmd_query_status(); accepts NULL, returns NULL. */
+gmd_status *gmd_status_free(gmd_status *status)
+{
+        if (!status)
+                return NULL;
+        free(status->pools);
+        free(status->clients);
+        free(status->buffers);
+        free(status);
+        return NULL;
+}

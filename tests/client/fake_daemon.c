@@ -1,0 +1,469 @@
+/*
+ * fake_daemon — see fake_daemon.h. Speaks protocol v1 with the same wire
+ * code as the real daemon (proto/wire.c), so framing is real; the policy
+ * is a few lines per message type.
+ */
+#include "fake_daemon.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpumem.pb-c.h"
+#include "wire.h"
+
+static int send_msg(fake_daemon *f, uint16_t type, uint32_t id,
+                    const ProtobufCMessage *msg, const int *fds, unsigned n)
+{
+        uint8_t buf[GMD_WIRE_MAX_PAYLOAD];
+        size_t len = protobuf_c_message_pack(msg, buf);
+
+        return gmd_wire_send(f->fd, type, id, buf, (uint32_t)len, fds, n);
+}
+
+static void send_ok(fake_daemon *f, uint32_t id)
+{
+        Gmd__OkReply ok = GMD__OK_REPLY__INIT;
+
+        send_msg(f, GMD__MSG_TYPE__MSG_OK_REPLY, id, &ok.base, NULL, 0);
+}
+
+static void send_error(fake_daemon *f, uint32_t id, int code,
+                       const char *message)
+{
+        Gmd__ErrorReply e = GMD__ERROR_REPLY__INIT;
+
+        e.code = code;
+        e.message = (char *)message;
+        send_msg(f, GMD__MSG_TYPE__MSG_ERROR_REPLY, id, &e.base, NULL, 0);
+}
+
+/* Under lock. */
+static fake_buffer *find(fake_daemon *f, uint64_t id)
+{
+        for (unsigned i = 0; i < FAKE_MAX_BUFFERS; i++)
+                if (f->buffers[i].fd >= 0 && f->buffers[i].id == id)
+                        return &f->buffers[i];
+        return NULL;
+}
+
+static int new_memfd(uint64_t size)
+{
+        int fd = memfd_create("fake-gpu-memd", MFD_CLOEXEC);
+
+        if (fd >= 0 && ftruncate(fd, (off_t)size) < 0) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+/* Under lock. */
+static void answer_alloc(fake_daemon *f, uint32_t id, uint64_t size)
+{
+        Gmd__AllocReply reply = GMD__ALLOC_REPLY__INIT;
+        Gmd__Segment seg = GMD__SEGMENT__INIT;
+        Gmd__Segment *segs[1] = { &seg };
+        fake_buffer *b = NULL;
+        int fd;
+
+        size = (size + 4095) & ~(uint64_t)4095;
+        for (unsigned i = 0; i < FAKE_MAX_BUFFERS && !b; i++)
+                if (f->buffers[i].fd < 0)
+                        b = &f->buffers[i];
+        fd = new_memfd(f->mode == FAKE_SHORT_MEMFD ? 4096 : size);
+        if (!b || fd < 0) {
+                if (fd >= 0)
+                        close(fd);
+                send_error(f, id, GMD__ERROR_CODE__ERR_INTERNAL, "fake: full");
+                return;
+        }
+        b->id = f->next_buffer_id++;
+        b->fd = fd;
+        b->size = size;
+        b->revoked = false;
+
+        seg.fd_index = 0;
+        seg.offset = 0;
+        seg.size = size;
+        reply.buffer_id = b->id;
+        reply.size = size;
+        reply.tier = GMD__TIER__TIER_VRAM;
+        reply.n_segments = 1;
+        reply.segments = segs;
+        send_msg(f, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base, &fd, 1);
+}
+
+/* Under lock. */
+static void handle_alloc(fake_daemon *f, const gmd_wire_packet *p)
+{
+        Gmd__AllocRequest *req;
+        uint32_t id = p->header.request_id;
+
+        req = gmd__alloc_request__unpack(NULL, p->header.length, p->payload);
+        if (!req)
+                return;
+        switch (f->mode) {
+        case FAKE_ERROR:
+                send_error(f, id, f->error_code, "fake says no");
+                break;
+        case FAKE_HANGUP_ON_ALLOC:
+                shutdown(f->fd, SHUT_RDWR);
+                break;
+        case FAKE_BATCH:
+                f->held_ids[f->n_held] = id;
+                f->held_sizes[f->n_held] = req->size;
+                if (++f->n_held == f->batch_size)
+                        while (f->n_held > 0) {
+                                f->n_held--;
+                                answer_alloc(f, f->held_ids[f->n_held],
+                                             f->held_sizes[f->n_held]);
+                        }
+                break;
+        default:
+                answer_alloc(f, id, req->size);
+                break;
+        }
+        gmd__alloc_request__free_unpacked(req, NULL);
+}
+
+/* Under lock. */
+static void handle_free(fake_daemon *f, const gmd_wire_packet *p)
+{
+        Gmd__BufferRequest *req;
+        fake_buffer *b;
+
+        req = gmd__buffer_request__unpack(NULL, p->header.length, p->payload);
+        if (!req)
+                return;
+        b = find(f, req->buffer_id);
+        f->n_frees++;
+        f->last_freed = req->buffer_id;
+        if (!b || b->revoked) {
+                send_error(f, p->header.request_id,
+                           GMD__ERROR_CODE__ERR_NOT_FOUND, "no such buffer");
+        } else {
+                close(b->fd);
+                b->fd = -1;
+                send_ok(f, p->header.request_id);
+        }
+        gmd__buffer_request__free_unpacked(req, NULL);
+}
+
+static void handle_status(fake_daemon *f, const gmd_wire_packet *p)
+{
+        Gmd__StatusReply reply = GMD__STATUS_REPLY__INIT;
+        Gmd__PoolInfo pool = GMD__POOL_INFO__INIT;
+        Gmd__PoolInfo *pools[1] = { &pool };
+        Gmd__ClientInfo client = GMD__CLIENT_INFO__INIT;
+        Gmd__ClientInfo *clients[1] = { &client };
+        Gmd__BufferInfo buffer = GMD__BUFFER_INFO__INIT;
+        Gmd__BufferInfo *buffers[1] = { &buffer };
+        uint32_t id = p->header.request_id;
+
+        if (f->mode == FAKE_WRONG_ID)
+                id += 1000;
+        if (f->mode == FAKE_GARBAGE) {
+                static const uint8_t junk[] = { 0xff, 0xff, 0xff, 0xff, 0x0f };
+
+                gmd_wire_send(f->fd, GMD__MSG_TYPE__MSG_STATUS_REPLY, id, junk,
+                              sizeof(junk), NULL, 0);
+                return;
+        }
+        reply.daemon_version = "9.9.9-fake";
+        reply.backend = "sim";
+        reply.uptime_ms = 123456;
+        pool.device = 0;
+        pool.tier = GMD__TIER__TIER_HOST;
+        pool.capacity = 1 << 30;
+        pool.used = 1 << 20;
+        pool.free = (1 << 30) - (1 << 20);
+        reply.n_pools = 1;
+        reply.pools = pools;
+        client.client_id = 7;
+        client.pid = 4242;
+        client.uid = 1000;
+        /* 80 characters: longer than gmd_client_status.name holds. */
+        client.name = "a-very-long-client-name-that-goes-on-and-on-and-on-"
+                      "beyond-sixty-four-bytes-xyz";
+        client.bytes = 1 << 20;
+        client.buffers = 1;
+        client.waiting = 2;
+        reply.n_clients = 1;
+        reply.clients = clients;
+        buffer.buffer_id = 99;
+        buffer.client_id = 7;
+        buffer.pid = 4242;
+        buffer.size = 1 << 20;
+        buffer.tier = GMD__TIER__TIER_HOST;
+        buffer.state = GMD__BUFFER_STATE__STATE_MOVING_IN;
+        buffer.flags = GMD_ALLOC_SPILLABLE;
+        buffer.acquired = true;
+        reply.n_buffers = 1;
+        reply.buffers = buffers;
+        reply.total_capacity = 1 << 30;
+        reply.total_used = 1 << 20;
+        reply.total_clients = 1;
+        reply.total_buffers = 1;
+        send_msg(f, GMD__MSG_TYPE__MSG_STATUS_REPLY, id, &reply.base, NULL, 0);
+}
+
+static void handle_hello(fake_daemon *f, const gmd_wire_packet *p)
+{
+        Gmd__HelloReply reply = GMD__HELLO_REPLY__INIT;
+        Gmd__DeviceInfo dev = GMD__DEVICE_INFO__INIT;
+        Gmd__DeviceInfo *devs[1] = { &dev };
+
+        dev.index = 0;
+        dev.name = "sim0";
+        dev.vram_total = 1 << 30;
+        dev.granularity = 4096;
+        reply.version = f->hello_version;
+        reply.daemon_version = "9.9.9-fake";
+        reply.backend = (char *)f->backend;
+        reply.client_id = 1;
+        reply.n_devices = 1;
+        reply.devices = devs;
+        send_msg(f, GMD__MSG_TYPE__MSG_HELLO_REPLY, p->header.request_id,
+                 &reply.base, NULL, 0);
+}
+
+static void handle_ack(fake_daemon *f, const gmd_wire_packet *p)
+{
+        Gmd__RemapAck *ack;
+
+        ack = gmd__remap_ack__unpack(NULL, p->header.length, p->payload);
+        if (!ack)
+                return;
+        f->n_acks++;
+        f->ack_buffer_id = ack->buffer_id;
+        f->ack_sequence = ack->sequence;
+        f->ack_result = ack->result;
+        pthread_cond_broadcast(&f->cond);
+        gmd__remap_ack__free_unpacked(ack, NULL);
+}
+
+static void handle(fake_daemon *f, gmd_wire_packet *p)
+{
+        pthread_mutex_lock(&f->lock);
+        f->n_requests++;
+        switch (p->header.type) {
+        case GMD__MSG_TYPE__MSG_HELLO:     handle_hello(f, p); break;
+        case GMD__MSG_TYPE__MSG_ALLOC:     handle_alloc(f, p); break;
+        case GMD__MSG_TYPE__MSG_FREE:      handle_free(f, p); break;
+        case GMD__MSG_TYPE__MSG_STATUS:    handle_status(f, p); break;
+        case GMD__MSG_TYPE__MSG_REMAP_ACK: handle_ack(f, p); break;
+        case GMD__MSG_TYPE__MSG_ACQUIRE:
+        case GMD__MSG_TYPE__MSG_RELEASE:   send_ok(f, p->header.request_id); break;
+        default: break;
+        }
+        pthread_mutex_unlock(&f->lock);
+}
+
+static void *fake_main(void *arg)
+{
+        fake_daemon *f = arg;
+        uint8_t *buf = malloc(GMD_WIRE_MAX_PACKET);
+
+        while (buf) {
+                struct pollfd pfd = { .fd = f->fd, .events = POLLIN };
+                gmd_wire_packet packet;
+                const char *reason;
+                bool stop;
+                int r;
+
+                pthread_mutex_lock(&f->lock);
+                stop = f->stop;
+                pthread_mutex_unlock(&f->lock);
+                if (stop)
+                        break;
+                if (poll(&pfd, 1, 50) <= 0)
+                        continue;
+                r = gmd_wire_recv(f->fd, buf, &packet, &reason);
+                if (r == -EAGAIN)
+                        continue;
+                if (r <= 0)
+                        break;
+                handle(f, &packet);
+                gmd_wire_packet_close_fds(&packet);
+        }
+        free(buf);
+        return NULL;
+}
+
+int fake_start(fake_daemon *f)
+{
+        int sv[2];
+
+        memset(f, 0, sizeof(*f));
+        for (unsigned i = 0; i < FAKE_MAX_BUFFERS; i++)
+                f->buffers[i].fd = -1;
+        f->hello_version = 1;
+        f->backend = "sim";
+        f->next_buffer_id = 100;
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+        f->fd = sv[0];
+        f->client_fd = sv[1];
+        pthread_mutex_init(&f->lock, NULL);
+        pthread_cond_init(&f->cond, NULL);
+        return -pthread_create(&f->thread, NULL, fake_main, f);
+}
+
+void fake_stop(fake_daemon *f)
+{
+        pthread_mutex_lock(&f->lock);
+        f->stop = true;
+        pthread_mutex_unlock(&f->lock);
+        pthread_join(f->thread, NULL);
+        close(f->fd);
+        for (unsigned i = 0; i < FAKE_MAX_BUFFERS; i++)
+                if (f->buffers[i].fd >= 0)
+                        close(f->buffers[i].fd);
+        pthread_mutex_destroy(&f->lock);
+        pthread_cond_destroy(&f->cond);
+}
+
+void fake_set_mode(fake_daemon *f, fake_mode mode, int arg)
+{
+        pthread_mutex_lock(&f->lock);
+        f->mode = mode;
+        f->error_code = arg;
+        f->batch_size = (unsigned)arg;
+        pthread_mutex_unlock(&f->lock);
+}
+
+int fake_fill(fake_daemon *f, uint64_t id, uint8_t byte)
+{
+        fake_buffer *b;
+        void *p;
+        int r = 0;
+
+        pthread_mutex_lock(&f->lock);
+        b = find(f, id);
+        if (!b) {
+                r = -ENOENT;
+                goto out;
+        }
+        p = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+        if (p == MAP_FAILED) {
+                r = -errno;
+                goto out;
+        }
+        memset(p, byte, b->size);
+        munmap(p, b->size);
+out:
+        pthread_mutex_unlock(&f->lock);
+        return r;
+}
+
+int fake_remap(fake_daemon *f, uint64_t id, uint64_t sequence, gmd_tier tier)
+{
+        Gmd__RemapNotify n = GMD__REMAP_NOTIFY__INIT;
+        Gmd__Segment seg = GMD__SEGMENT__INIT;
+        Gmd__Segment *segs[1] = { &seg };
+        fake_buffer *b;
+        void *src = MAP_FAILED, *dst = MAP_FAILED;
+        int fd = -1, r = 0;
+
+        pthread_mutex_lock(&f->lock);
+        b = find(f, id);
+        if (!b) {
+                r = -ENOENT;
+                goto out;
+        }
+        fd = new_memfd(b->size);
+        if (fd < 0) {
+                r = -errno;
+                goto out;
+        }
+        src = mmap(NULL, b->size, PROT_READ, MAP_SHARED, b->fd, 0);
+        dst = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (src == MAP_FAILED || dst == MAP_FAILED) {
+                r = -ENOMEM;
+                goto out;
+        }
+        memcpy(dst, src, b->size);
+
+        seg.fd_index = 0;
+        seg.size = b->size;
+        n.buffer_id = id;
+        n.sequence = sequence;
+        n.tier = (Gmd__Tier)tier;
+        n.n_segments = 1;
+        n.segments = segs;
+        r = send_msg(f, GMD__MSG_TYPE__MSG_REMAP, 0, &n.base, &fd, 1);
+        if (r == 0) {
+                close(b->fd);
+                b->fd = fd;             /* the new backing is the buffer now */
+                fd = -1;
+        }
+out:
+        if (src != MAP_FAILED)
+                munmap(src, b->size);
+        if (dst != MAP_FAILED)
+                munmap(dst, b->size);
+        if (fd >= 0)
+                close(fd);
+        pthread_mutex_unlock(&f->lock);
+        return r;
+}
+
+int fake_remap_unknown(fake_daemon *f, uint64_t id, uint64_t sequence)
+{
+        Gmd__RemapNotify n = GMD__REMAP_NOTIFY__INIT;
+        Gmd__Segment seg = GMD__SEGMENT__INIT;
+        Gmd__Segment *segs[1] = { &seg };
+        int fd = new_memfd(4096), r;
+
+        if (fd < 0)
+                return -errno;
+        seg.size = 4096;
+        n.buffer_id = id;
+        n.sequence = sequence;
+        n.tier = GMD__TIER__TIER_HOST;
+        n.n_segments = 1;
+        n.segments = segs;
+        r = send_msg(f, GMD__MSG_TYPE__MSG_REMAP, 0, &n.base, &fd, 1);
+        close(fd);
+        return r;
+}
+
+int fake_revoke(fake_daemon *f, uint64_t id, const char *message)
+{
+        Gmd__RevokeNotify n = GMD__REVOKE_NOTIFY__INIT;
+        fake_buffer *b;
+        int r;
+
+        pthread_mutex_lock(&f->lock);
+        b = find(f, id);
+        if (b)
+                b->revoked = true;
+        n.buffer_id = id;
+        n.reason = GMD__ERROR_CODE__ERR_SHUTTING_DOWN;
+        n.message = (char *)message;
+        r = send_msg(f, GMD__MSG_TYPE__MSG_REVOKE, 0, &n.base, NULL, 0);
+        pthread_mutex_unlock(&f->lock);
+        return r;
+}
+
+bool fake_wait_acks(fake_daemon *f, unsigned n)
+{
+        struct timespec deadline;
+        bool ok;
+
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 5;
+        pthread_mutex_lock(&f->lock);
+        while (f->n_acks < n &&
+               pthread_cond_timedwait(&f->cond, &f->lock, &deadline) == 0)
+                ;
+        ok = f->n_acks >= n;
+        pthread_mutex_unlock(&f->lock);
+        return ok;
+}

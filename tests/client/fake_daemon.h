@@ -1,0 +1,96 @@
+/*
+ * fake_daemon — a scripted stand-in for gpu-memd on one end of a
+ * socketpair, so libgpumem's protocol, remap, revoke and failure paths run
+ * without the real daemon. It runs in its own thread, answers the hello,
+ * serves allocs with real memfds, and behaves badly on request (errors,
+ * hang-ups, garbage) according to `mode`. Test code reads what it saw
+ * (acks, frees) under its lock.
+ *
+ * Nothing here calls cmocka: assertions belong to the test's main thread.
+ */
+#ifndef GMD_FAKE_DAEMON_H
+#define GMD_FAKE_DAEMON_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpumem.h"
+
+typedef enum fake_mode {
+        FAKE_NORMAL,
+        FAKE_ERROR,             /* alloc -> ErrorReply{error_code} */
+        FAKE_HANGUP_ON_ALLOC,   /* alloc -> close the connection */
+        FAKE_WRONG_ID,          /* status -> reply with an unknown id */
+        FAKE_GARBAGE,           /* status -> payload that does not decode */
+        FAKE_SHORT_MEMFD,       /* alloc -> memfd smaller than the segment */
+        FAKE_BATCH,             /* allocs held until batch_size, answered
+                                 * in reverse order */
+} fake_mode;
+
+#define FAKE_MAX_BUFFERS 32
+
+typedef struct fake_buffer {
+        uint64_t id;
+        int fd;
+        uint64_t size;
+        bool revoked;
+} fake_buffer;
+
+typedef struct fake_daemon {
+        int fd;                         /* daemon end of the socketpair */
+        int client_fd;                  /* handed to gmd__connect_fd */
+        pthread_t thread;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool stop;
+
+        /* behaviour */
+        fake_mode mode;
+        uint32_t hello_version;
+        const char *backend;
+        int error_code;                 /* FAKE_ERROR */
+        unsigned batch_size;            /* FAKE_BATCH */
+
+        /* state, under lock */
+        uint64_t next_buffer_id;
+        fake_buffer buffers[FAKE_MAX_BUFFERS];
+        unsigned n_acks;
+        uint64_t ack_buffer_id, ack_sequence;
+        int32_t ack_result;
+        unsigned n_frees;
+        uint64_t last_freed;
+        unsigned n_requests;
+        uint32_t held_ids[16];          /* FAKE_BATCH */
+        uint64_t held_sizes[16];
+        unsigned n_held;
+} fake_daemon;
+
+/* Create the socketpair and start the thread; f->client_fd is the end for
+ * the library. Set mode fields before or after: they are read per packet
+ * under the lock. */
+int fake_start(fake_daemon *f);
+
+/* Stop the thread, close everything it holds. */
+void fake_stop(fake_daemon *f);
+
+/* Set a field under the lock. */
+void fake_set_mode(fake_daemon *f, fake_mode mode, int arg);
+
+/* Write `byte` into every byte of buffer `id`'s current backing. */
+int fake_fill(fake_daemon *f, uint64_t id, uint8_t byte);
+
+/* Move buffer `id` to a new memfd holding a copy of its bytes and send
+ * MSG_REMAP with `sequence` and `tier`. */
+int fake_remap(fake_daemon *f, uint64_t id, uint64_t sequence, gmd_tier tier);
+
+/* Send MSG_REMAP for a buffer id the client does not have. */
+int fake_remap_unknown(fake_daemon *f, uint64_t id, uint64_t sequence);
+
+/* Send MSG_REVOKE for buffer `id`. */
+int fake_revoke(fake_daemon *f, uint64_t id, const char *message);
+
+/* Wait (up to 5 s) until `n` remap acks arrived. */
+bool fake_wait_acks(fake_daemon *f, unsigned n);
+
+#endif

@@ -1,0 +1,442 @@
+/*
+ * test_client — libgpumem against the fake daemon (fake_daemon.c) on a
+ * socketpair: hello, alloc with a real memfd, remap at the same address
+ * with the data intact, revoke, error codes and words, a daemon that hangs
+ * up or talks nonsense, concurrent callers, and no fd left behind (every
+ * test's teardown counts /proc/self/fd).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "client.h"
+#include "fake_daemon.h"
+#include "gpumem.h"
+#include "gpumem.pb-c.h"
+
+typedef struct state {
+        int fds_before;
+        fake_daemon fake;
+        gmd_client *client;
+} state;
+
+static int count_fds(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *e;
+        int n = 0;
+
+        if (!d)
+                return -1;
+        while ((e = readdir(d)))
+                if (e->d_name[0] != '.')
+                        n++;
+        closedir(d);
+        return n;
+}
+
+static int setup(void **ctx)
+{
+        state *st = calloc(1, sizeof(*st));
+
+        if (!st)
+                return -1;
+        st->fds_before = count_fds();
+        if (fake_start(&st->fake) < 0) {
+                free(st);
+                return -1;
+        }
+        *ctx = st;
+        return 0;
+}
+
+static int teardown(void **ctx)
+{
+        state *st = *ctx;
+        int fds_after;
+
+        st->client = gmd_disconnect(st->client);
+        if (st->fake.client_fd >= 0)
+                close(st->fake.client_fd);
+        fake_stop(&st->fake);
+        fds_after = count_fds();
+        assert_int_equal(fds_after, st->fds_before);
+        free(st);
+        return 0;
+}
+
+/* Hand the library its end of the socketpair. */
+static int connect_fake(state *st)
+{
+        int fd = st->fake.client_fd;
+
+        st->fake.client_fd = -1;        /* gmd__connect_fd owns it now */
+        return gmd__connect_fd(fd, "test-client", &st->client);
+}
+
+static void test_hello(void **ctx)
+{
+        state *st = *ctx;
+
+        assert_int_equal(connect_fake(st), 0);
+        assert_string_equal(gmd_client_backend(st->client), "sim");
+        assert_int_equal(gmd_client_protocol_version(st->client), 1);
+        assert_int_equal(gmd_client_device_count(st->client), 1);
+}
+
+static void test_hello_version_mismatch(void **ctx)
+{
+        state *st = *ctx;
+        gmd_client *sentinel = (gmd_client *)0x1;
+
+        st->fake.hello_version = 9;
+        assert_int_equal(gmd__connect_fd(st->fake.client_fd, NULL, &sentinel),
+                         GMD_EPROTO);
+        st->fake.client_fd = -1;
+        assert_ptr_equal(sentinel, (gmd_client *)0x1);
+        assert_non_null(strstr(gmd_last_error(), "protocol version 9"));
+}
+
+static void test_hello_unknown_backend(void **ctx)
+{
+        state *st = *ctx;
+
+        st->fake.backend = "tpu";
+        assert_int_equal(connect_fake(st), GMD_ENOTSUP);
+        assert_null(st->client);
+        assert_non_null(strstr(gmd_last_error(), "'tpu'"));
+}
+
+static void test_hello_cuda_without_cuda(void **ctx)
+{
+#ifdef GMD_HAVE_CUDA
+        skip();
+#else
+        state *st = *ctx;
+
+        st->fake.backend = "cuda";
+        assert_int_equal(connect_fake(st), GMD_ENOTSUP);
+        assert_non_null(strstr(gmd_last_error(), "built without CUDA"));
+#endif
+}
+
+static void test_connect_errors(void **ctx)
+{
+        char long_path[200];
+        gmd_client *c = NULL;
+
+        assert_int_equal(gmd_connect("/nonexistent/gpu-memd.sock", NULL, &c),
+                         -ENOENT);
+        assert_null(c);
+        assert_string_equal(gmd_last_error(),
+                            "cannot connect to /nonexistent/gpu-memd.sock: "
+                            "No such file or directory");
+
+        memset(long_path, 'x', sizeof(long_path) - 1);
+        long_path[0] = '/';
+        long_path[sizeof(long_path) - 1] = '\0';
+        assert_int_equal(gmd_connect(long_path, NULL, &c), -ENAMETOOLONG);
+
+        setenv(GMD_SOCKET_ENV, "/nonexistent/from-env.sock", 1);
+        assert_int_equal(gmd_connect(NULL, NULL, &c), -ENOENT);
+        assert_non_null(strstr(gmd_last_error(), "/nonexistent/from-env.sock"));
+        unsetenv(GMD_SOCKET_ENV);
+        assert_null(c);
+}
+
+static void test_alloc_write_remap(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL;
+        const size_t size = 1 << 20;
+        uint8_t *p;
+
+        assert_int_equal(connect_fake(st), 0);
+        assert_int_equal(gmd_alloc(st->client, size - 100, 0, 0,
+                                   GMD_WAIT_FOREVER, &b), 0);
+        assert_non_null(b);
+        assert_int_equal(gmd_buffer_size(b), size);
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
+        p = gmd_buffer_ptr(b);
+        for (size_t i = 0; i < size; i++)
+                p[i] = (uint8_t)(i * 7 + 3);
+
+        assert_int_equal(fake_remap(&st->fake, gmd_buffer_id(b), 41,
+                                    GMD_TIER_HOST), 0);
+        assert_true(fake_wait_acks(&st->fake, 1));
+        assert_int_equal(st->fake.ack_buffer_id, gmd_buffer_id(b));
+        assert_int_equal(st->fake.ack_sequence, 41);
+        assert_int_equal(st->fake.ack_result, 0);
+
+        assert_ptr_equal(gmd_buffer_ptr(b), p);
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+        for (size_t i = 0; i < size; i++)
+                if (p[i] != (uint8_t)(i * 7 + 3))
+                        fail_msg("byte %zu differs after the remap", i);
+
+        /* The pointer now shows the new backing, not a private copy. */
+        assert_int_equal(fake_fill(&st->fake, gmd_buffer_id(b), 0xab), 0);
+        assert_int_equal(p[0], 0xab);
+        assert_int_equal(p[size - 1], 0xab);
+
+        assert_int_equal(gmd_release(st->client, b), 0);
+        assert_int_equal(gmd_acquire(st->client, b, 1000), 0);
+        assert_int_equal(gmd_free(st->client, b), 0);
+        assert_int_equal(st->fake.n_frees, 1);
+}
+
+static void test_remap_unknown_buffer(void **ctx)
+{
+        state *st = *ctx;
+
+        assert_int_equal(connect_fake(st), 0);
+        assert_int_equal(fake_remap_unknown(&st->fake, 5555, 3), 0);
+        assert_true(fake_wait_acks(&st->fake, 1));
+        assert_int_equal(st->fake.ack_buffer_id, 5555);
+        assert_int_equal(st->fake.ack_result, -ENOENT);
+}
+
+static void test_revoke(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *status = NULL;
+        gmd_buffer *b = NULL;
+
+        assert_int_equal(connect_fake(st), 0);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, GMD_NO_WAIT, &b), 0);
+        assert_int_equal(fake_revoke(&st->fake, gmd_buffer_id(b),
+                                     "the daemon is stopping"), 0);
+        /* The I/O thread handles packets in order: once the status reply
+         * is back, the revoke before it has been applied. */
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), 0);
+        gmd_status_free(status);
+
+        assert_int_equal(gmd_acquire(st->client, b, 0), GMD_EREVOKED);
+        assert_non_null(strstr(gmd_last_error(), "the daemon is stopping"));
+        assert_int_equal(gmd_release(st->client, b), GMD_EREVOKED);
+        assert_non_null(gmd_buffer_ptr(b));
+        /* The daemon answers NOT_FOUND; for a revoked buffer that is done. */
+        assert_int_equal(gmd_free(st->client, b), 0);
+        assert_int_equal(st->fake.n_frees, 1);
+}
+
+static void test_error_replies(void **ctx)
+{
+        static const struct {
+                int wire;
+                int expected;
+        } table[] = {
+                { GMD__ERROR_CODE__ERR_INVALID,       -EINVAL },
+                { GMD__ERROR_CODE__ERR_NO_MEMORY,     GMD_ENOMEM },
+                { GMD__ERROR_CODE__ERR_TOO_LARGE,     GMD_ETOOLARGE },
+                { GMD__ERROR_CODE__ERR_NOT_FOUND,     GMD_ENOENT },
+                { GMD__ERROR_CODE__ERR_PERMISSION,    GMD_EPERM },
+                { GMD__ERROR_CODE__ERR_QUOTA,         GMD_EQUOTA },
+                { GMD__ERROR_CODE__ERR_BUSY,          GMD_EBUSY },
+                { GMD__ERROR_CODE__ERR_UNSUPPORTED,   GMD_ENOTSUP },
+                { GMD__ERROR_CODE__ERR_VERSION,       GMD_EPROTO },
+                { GMD__ERROR_CODE__ERR_INTERNAL,      -EIO },
+                { GMD__ERROR_CODE__ERR_TIMED_OUT,     GMD_ETIMEDOUT },
+                { GMD__ERROR_CODE__ERR_SHUTTING_DOWN, GMD_ECONN },
+                { GMD__ERROR_CODE__ERR_LIMIT,         GMD_ELIMIT },
+                { 999,                                -EIO },
+        };
+        state *st = *ctx;
+
+        assert_int_equal(connect_fake(st), 0);
+        for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+                gmd_buffer *b = (gmd_buffer *)0x1;
+
+                fake_set_mode(&st->fake, FAKE_ERROR, table[i].wire);
+                assert_int_equal(gmd_alloc(st->client, 4096, 0, 0, 0, &b),
+                                 table[i].expected);
+                assert_string_equal(gmd_last_error(), "fake says no");
+                assert_ptr_equal(b, (gmd_buffer *)0x1);
+        }
+        /* The connection is still fine after error replies. */
+        fake_set_mode(&st->fake, FAKE_NORMAL, 0);
+        {
+                gmd_buffer *b = NULL;
+
+                assert_int_equal(gmd_alloc(st->client, 4096, 0, 0, 0, &b), 0);
+                assert_int_equal(gmd_free(st->client, b), 0);
+        }
+        assert_int_equal(gmd_alloc(st->client, 0, 0, 0, 0,
+                                   &(gmd_buffer *){ NULL }), -EINVAL);
+}
+
+static void test_daemon_hangup(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *status = NULL;
+        gmd_buffer *kept = NULL, *b = NULL;
+
+        assert_int_equal(connect_fake(st), 0);
+        assert_int_equal(gmd_alloc(st->client, 4096, 0, 0, 0, &kept), 0);
+        fake_set_mode(&st->fake, FAKE_HANGUP_ON_ALLOC, 0);
+        assert_int_equal(gmd_alloc(st->client, 4096, 0, 0, GMD_WAIT_FOREVER,
+                                   &b), GMD_ECONN);
+        assert_null(b);
+        assert_string_equal(gmd_last_error(), "gpu-memd closed the connection");
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), GMD_ECONN);
+        assert_null(status);
+        /* The handle of a buffer is still freed (the daemon dropped it). */
+        assert_int_equal(gmd_free(st->client, kept), GMD_ECONN);
+}
+
+static void test_reply_to_unknown_request(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *status = NULL;
+
+        assert_int_equal(connect_fake(st), 0);
+        fake_set_mode(&st->fake, FAKE_WRONG_ID, 0);
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), GMD_EPROTO);
+        assert_non_null(strstr(gmd_last_error(), "no request is waiting"));
+        /* Later calls fail the same way; nothing crashed. */
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), GMD_EPROTO);
+        assert_null(status);
+}
+
+static void test_garbage_reply(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *status = NULL;
+
+        assert_int_equal(connect_fake(st), 0);
+        fake_set_mode(&st->fake, FAKE_GARBAGE, 0);
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), GMD_EPROTO);
+        assert_non_null(strstr(gmd_last_error(), "does not decode"));
+}
+
+static void test_map_failure_frees(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL;
+
+        assert_int_equal(connect_fake(st), 0);
+        fake_set_mode(&st->fake, FAKE_SHORT_MEMFD, 0);
+        assert_int_equal(gmd_alloc(st->client, 1 << 20, 0, 0, 0, &b), -EINVAL);
+        assert_null(b);
+        assert_non_null(strstr(gmd_last_error(), "cannot map buffer 100"));
+        /* The library gave the daemon's buffer back. */
+        assert_int_equal(st->fake.n_frees, 1);
+        assert_int_equal(st->fake.last_freed, 100);
+}
+
+static void test_status(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *s = NULL;
+
+        assert_int_equal(connect_fake(st), 0);
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_BUFFERS, 0,
+                                          &s), 0);
+        assert_string_equal(s->daemon_version, "9.9.9-fake");
+        assert_string_equal(s->backend, "sim");
+        assert_int_equal(s->uptime_ms, 123456);
+        assert_int_equal(s->n_pools, 1);
+        assert_int_equal(s->pools[0].tier, GMD_TIER_HOST);
+        assert_int_equal(s->pools[0].capacity, 1 << 30);
+        assert_int_equal(s->n_clients, 1);
+        assert_int_equal(s->clients[0].pid, 4242);
+        assert_int_equal(s->clients[0].waiting, 2);
+        assert_int_equal(strlen(s->clients[0].name), 64);
+        assert_int_equal(s->n_buffers, 1);
+        assert_int_equal(s->buffers[0].buffer_id, 99);
+        assert_int_equal(s->buffers[0].state, GMD_STATE_MOVING_IN);
+        assert_int_equal(s->buffers[0].flags, GMD_ALLOC_SPILLABLE);
+        assert_true(s->buffers[0].acquired);
+        assert_int_equal(s->total_clients, 1);
+        assert_null(gmd_status_free(s));
+        assert_null(gmd_status_free(NULL));
+        assert_int_equal(gmd_query_status(st->client, (gmd_status_what)7, 0,
+                                          &s), -EINVAL);
+}
+
+typedef struct worker {
+        gmd_client *client;
+        size_t size;
+        int result;
+        size_t got_size;
+        bool data_ok;
+} worker;
+
+static void *worker_main(void *arg)
+{
+        worker *w = arg;
+        gmd_buffer *b = NULL;
+        uint8_t *p;
+
+        w->result = gmd_alloc(w->client, w->size, 0, 0, GMD_WAIT_FOREVER, &b);
+        if (w->result < 0)
+                return NULL;
+        w->got_size = gmd_buffer_size(b);
+        p = gmd_buffer_ptr(b);
+        memset(p, (int)(w->size >> 12), w->got_size);
+        w->data_ok = p[0] == (uint8_t)(w->size >> 12) &&
+                     p[w->got_size - 1] == (uint8_t)(w->size >> 12);
+        w->result = gmd_free(w->client, b);
+        return NULL;
+}
+
+static void test_concurrent_allocs(void **ctx)
+{
+        state *st = *ctx;
+        pthread_t threads[4];
+        worker workers[4];
+
+        assert_int_equal(connect_fake(st), 0);
+        /* The fake holds all four and answers the last one first. */
+        fake_set_mode(&st->fake, FAKE_BATCH, 4);
+        for (int i = 0; i < 4; i++) {
+                workers[i] = (worker){ .client = st->client,
+                                       .size = (size_t)(i + 1) * 4096 * 3 };
+                assert_int_equal(pthread_create(&threads[i], NULL, worker_main,
+                                                &workers[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+                pthread_join(threads[i], NULL);
+                assert_int_equal(workers[i].result, 0);
+                assert_int_equal(workers[i].got_size, workers[i].size);
+                assert_true(workers[i].data_ok);
+        }
+        assert_int_equal(st->fake.n_frees, 4);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+        const struct CMUnitTest tests[] = {
+                T(test_hello),
+                T(test_hello_version_mismatch),
+                T(test_hello_unknown_backend),
+                T(test_hello_cuda_without_cuda),
+                T(test_connect_errors),
+                T(test_alloc_write_remap),
+                T(test_remap_unknown_buffer),
+                T(test_revoke),
+                T(test_error_replies),
+                T(test_daemon_hangup),
+                T(test_reply_to_unknown_request),
+                T(test_garbage_reply),
+                T(test_map_failure_frees),
+                T(test_status),
+                T(test_concurrent_allocs),
+        };
+#undef T
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

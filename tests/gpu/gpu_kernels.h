@@ -1,0 +1,51 @@
+/*
+ * gpu_kernels — the few GPU-side helpers the GPU tests and the benchmark
+ * need, compiled with nvcc (gpu_kernels.cu) behind a C interface so the
+ * tests themselves stay C. Patterns are a hash of (word index, seed), so a
+ * reader can check what another process wrote without the writer sending
+ * the data; seed 0 means "all zero".
+ */
+#ifndef GMD_GPU_KERNELS_H
+#define GMD_GPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPU_TEST_SKIP 77   /* ctest's SKIP_RETURN_CODE */
+
+/* 0 when a CUDA device is usable by the runtime; else -1 with `reason`. */
+int gpu_probe(char *reason, size_t len);
+
+/* Write the pattern for words [first, first + bytes/4) of `seed` at `ptr`
+ * (a device pointer, or host-located VMM mapped for the device), on the
+ * legacy default stream, then synchronize. 0 or -1 (reason in
+ * gpu_last_error()). */
+int gpu_fill(void *ptr, size_t bytes, uint64_t first, uint32_t seed);
+
+/* Count the words that differ from the pattern; -1 on a CUDA error. */
+long long gpu_check(const void *ptr, size_t bytes, uint64_t first,
+                    uint32_t seed);
+
+/* cudaMalloc + cudaFree of `bytes`, for the benchmark's baseline. */
+int gpu_malloc_free(size_t bytes);
+
+/* Make the legacy default stream wait on a CUevent and synchronize. */
+int gpu_wait_event(void *event);
+
+/* cudaMemGetInfo on the current device (creates this process's context). */
+int gpu_mem_info(uint64_t *ret_free, uint64_t *ret_total);
+
+/* The device a pointer belongs to, or -1. */
+int gpu_pointer_device(const void *ptr);
+
+/* The last CUDA runtime error of this thread, as text. */
+const char *gpu_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,240 @@
+/*
+ * gpu_proc — see gpu_proc.h.
+ */
+#include "gpu_proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+int gpu_proc_spawn(const char *name, gpu_proc *ret_proc)
+{
+        char fd_arg[16], exe[4096];
+        char *argv[4];
+        ssize_t n;
+        int sv[2], r;
+        pid_t pid;
+
+        n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n < 0)
+                return -errno;
+        exe[n] = 0;
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+        /* The worker's end must survive exec. */
+        fcntl(sv[1], F_SETFD, 0);
+        snprintf(fd_arg, sizeof(fd_arg), "%d", sv[1]);
+        argv[0] = (char *)name;
+        argv[1] = (char *)"worker";
+        argv[2] = fd_arg;
+        argv[3] = NULL;
+        r = posix_spawn(&pid, exe, NULL, NULL, argv, environ);
+        close(sv[1]);
+        if (r != 0) {
+                close(sv[0]);
+                return -r;
+        }
+        ret_proc->pid = pid;
+        ret_proc->sock = sv[0];
+        return 0;
+}
+
+int gpu_proc_worker_sock(int argc, char **argv)
+{
+        if (argc == 3 && strcmp(argv[1], "worker") == 0)
+                return atoi(argv[2]);
+        return -1;
+}
+
+int gpu_proc_send(int sock, const void *msg, size_t len, const int *fds,
+                  unsigned n_fds)
+{
+        char control[CMSG_SPACE(sizeof(int) * GPU_PROC_MAX_FDS)];
+        struct iovec iov = { (void *)msg, len };
+        struct msghdr mh = { 0 };
+
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        if (n_fds > 0) {
+                struct cmsghdr *c;
+
+                memset(control, 0, sizeof(control));
+                mh.msg_control = control;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+                c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+                memcpy(CMSG_DATA(c), fds, sizeof(int) * n_fds);
+        }
+        return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -EIO;
+}
+
+int gpu_proc_recv(int sock, void *msg, size_t len, int *fds)
+{
+        char control[CMSG_SPACE(sizeof(int) * GPU_PROC_MAX_FDS)];
+        struct iovec iov = { msg, len };
+        struct msghdr mh = { 0 };
+        struct cmsghdr *c;
+        ssize_t n;
+        unsigned i;
+
+        for (i = 0; i < GPU_PROC_MAX_FDS; i++)
+                fds[i] = -1;
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = control;
+        mh.msg_controllen = sizeof(control);
+        do
+                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+        while (n < 0 && errno == EINTR);
+        if (n == 0)
+                return -EPIPE;
+        if (n < 0)
+                return -errno;
+        for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                        memcpy(fds, CMSG_DATA(c),
+                               c->cmsg_len - CMSG_LEN(0));
+        }
+        return n == (ssize_t)len ? 0 : -EPROTO;
+}
+
+int gpu_proc_wait(gpu_proc *proc)
+{
+        int status;
+
+        if (proc->sock >= 0)
+                close(proc->sock);
+        proc->sock = -1;
+        if (waitpid(proc->pid, &status, 0) < 0)
+                return -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+double gpu_now_us(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int daemon_path(char *buf, size_t len)
+{
+        const char *env = getenv("GMD_DAEMON");
+        char exe[4000];
+        ssize_t n;
+
+        if (env) {
+                snprintf(buf, len, "%s", env);
+                return 0;
+        }
+        n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n < 0)
+                return -errno;
+        exe[n] = 0;
+        *strrchr(exe, '/') = 0;
+        snprintf(buf, len, "%s/../../daemon/gpu-memd", exe);
+        return 0;
+}
+
+static int daemon_accepts(const char *path)
+{
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int fd, ok;
+
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return 0;
+        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+        ok = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+        close(fd);
+        return ok;
+}
+
+int gpu_daemon_start(const char *const *extra, gpu_daemon *ret_daemon)
+{
+        gpu_daemon *d = ret_daemon;
+        char exe[4096];
+        const char *argv[32];
+        posix_spawn_file_actions_t fa;
+        int argc = 0, r, status;
+
+        memset(d, 0, sizeof(*d));
+        r = daemon_path(exe, sizeof(exe));
+        if (r < 0)
+                return r;
+        snprintf(d->dir, sizeof(d->dir), "/tmp/gmd-gpu-XXXXXX");
+        if (!mkdtemp(d->dir))
+                return -errno;
+        snprintf(d->socket_path, sizeof(d->socket_path), "%s/sock", d->dir);
+        snprintf(d->log_path, sizeof(d->log_path), "%s/log", d->dir);
+        argv[argc++] = exe;
+        argv[argc++] = "--backend";
+        argv[argc++] = "cuda";
+        argv[argc++] = "--socket";
+        argv[argc++] = d->socket_path;
+        while (extra && *extra && argc < 30)
+                argv[argc++] = *extra++;
+        argv[argc] = NULL;
+
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, d->log_path,
+                                         O_WRONLY | O_CREAT | O_APPEND, 0600);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        r = posix_spawn(&d->pid, exe, &fa, NULL, (char **)argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        if (r != 0)
+                return -r;
+        for (int i = 0; i < 1000; i++) {
+                if (daemon_accepts(d->socket_path)) {
+                        setenv("GPU_MEMD_SOCKET", d->socket_path, 1);
+                        return 0;
+                }
+                if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+                        d->pid = 0;
+                        gpu_daemon_stop(d, stdout);
+                        return -ECHILD;
+                }
+                usleep(10000);
+        }
+        gpu_daemon_stop(d, stdout);
+        return -ETIMEDOUT;
+}
+
+int gpu_daemon_stop(gpu_daemon *d, FILE *log_out)
+{
+        char line[512];
+        int status = -1;
+        FILE *f;
+
+        if (d->pid > 0) {
+                kill(d->pid, SIGTERM);
+                if (waitpid(d->pid, &status, 0) == d->pid)
+                        status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+                d->pid = 0;
+        }
+        f = log_out ? fopen(d->log_path, "r") : NULL;
+        if (f) {
+                fprintf(log_out, "---- gpu-memd log (%s)\n", d->socket_path);
+                while (fgets(line, sizeof(line), f))
+                        fprintf(log_out, "  | %s", line);
+                fclose(f);
+        }
+        unlink(d->log_path);
+        unlink(d->socket_path);
+        rmdir(d->dir);
+        return status;
+}

@@ -1,0 +1,66 @@
+/*
+ * gpu_proc — helper processes for the GPU tests. CUDA cannot be used in a
+ * child forked after the parent initialized it, so a test re-executes its
+ * own binary (/proc/self/exe) as a "worker" that owns its own context and
+ * talks with the parent over a SOCK_SEQPACKET socketpair: fixed-size
+ * commands with fds attached (SCM_RIGHTS), fixed-size replies.
+ */
+#ifndef GMD_GPU_PROC_H
+#define GMD_GPU_PROC_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define GPU_PROC_MAX_FDS 8
+
+typedef struct gpu_proc {
+        pid_t pid;
+        int sock;
+} gpu_proc;
+
+/* Start `argv0 worker <fd>`; the worker finds its socket with
+ * gpu_proc_worker_sock(). 0 or -errno. */
+int gpu_proc_spawn(const char *name, gpu_proc *ret_proc);
+
+/* In a worker: the socket from argv, or -1 if argv is not a worker's. */
+int gpu_proc_worker_sock(int argc, char **argv);
+
+/* One packet: `len` bytes of `msg` and up to GPU_PROC_MAX_FDS fds (kept by
+ * the caller). */
+int gpu_proc_send(int sock, const void *msg, size_t len, const int *fds,
+                  unsigned n_fds);
+
+/* Receive one packet of exactly `len` bytes; received fds into `fds`
+ * (-1 where none). 0, or -errno (-EPIPE at end of stream). */
+int gpu_proc_recv(int sock, void *msg, size_t len, int *fds);
+
+/* Close the socket and wait for the worker; its exit status or -1. */
+int gpu_proc_wait(gpu_proc *proc);
+
+/* Microseconds on the monotonic clock. */
+double gpu_now_us(void);
+
+#endif
+
+/* ---- a gpu-memd for one test ------------------------------------------- */
+
+typedef struct gpu_daemon {
+        pid_t pid;
+        char dir[64];
+        char socket_path[96];
+        char log_path[96];
+} gpu_daemon;
+
+/*
+ * Start gpu-memd --backend cuda on a socket in a fresh temporary folder,
+ * with `extra` options (NULL-terminated, may be NULL), and wait until it
+ * accepts (10 s at most). The binary is $GMD_DAEMON, else
+ * ../../daemon/gpu-memd from this program's folder. Sets $GPU_MEMD_SOCKET
+ * so workers spawned afterwards connect to it. 0 or -errno.
+ */
+int gpu_daemon_start(const char *const *extra, gpu_daemon *ret_daemon);
+
+/* SIGTERM, wait, copy the daemon's log to `log_out` (NULL: drop it),
+ * remove the folder. The daemon's exit status (0 after a clean stop) or -1. */
+int gpu_daemon_stop(gpu_daemon *daemon, FILE *log_out);

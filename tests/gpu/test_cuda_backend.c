@@ -1,0 +1,391 @@
+/*
+ * test_cuda_backend — the cuda backend and the cuda mapper across processes,
+ * without the daemon: this process plays the daemon (backend_cuda), two
+ * worker processes play clients (mapper_cuda + kernels) and receive the
+ * exported fds over a socketpair, as gpu-memd's clients do.
+ *
+ * Checks: data written through one process's mapping is read by another;
+ * several segments map into one range with one access call; unmap and map
+ * again at the same address; mem_zero; reserve hits and refill; HOST-tier
+ * chunks used by kernels; legacy IPC buffers; IPC events and their cache;
+ * the driver's free memory moves with allocations; a too-large request
+ * fails. Prints timings of the steps (not assertions) for BENCHMARKS.md.
+ * Exits 77 with one "SKIP:" line when there is no usable GPU.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend_cuda.h"
+#include "config.h"
+#include "gpu_kernels.h"
+#include "gpu_proc.h"
+#include "log.h"
+#include "mapper.h"
+
+enum { OP_MAP = 1, OP_FILL, OP_CHECK, OP_UNMAP, OP_FREE, OP_IPC_OPEN,
+       OP_IPC_CLOSE, OP_EVENT_OPEN, OP_EVENT_CREATE, OP_QUIT };
+
+#define SLOTS 8
+
+typedef struct cmd {
+        int op, slot, nseg;
+        unsigned device;
+        uint64_t size, offset, bytes, first;
+        uint32_t seed;
+        uint64_t seg_offset[4], seg_size[4];
+        uint8_t handle[64];
+} cmd;
+
+typedef struct reply {
+        int r;
+        long long value;
+        double us;
+        uint8_t handle[64];
+} reply;
+
+static int failures;
+
+#define CHECK(cond, ...) do {                                           \
+        if (!(cond)) {                                                  \
+                failures++;                                             \
+                printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
+                printf(__VA_ARGS__);                                    \
+                printf("\n");                                           \
+        }                                                               \
+} while (0)
+
+/* ---- worker ------------------------------------------------------------- */
+
+static int worker(int sock)
+{
+        struct { void *addr; uint64_t size; } slots[SLOTS] = { 0 };
+        gmd_mapper *mapper;
+        void *event = NULL;
+        int fds[GPU_PROC_MAX_FDS];
+        cmd c;
+
+        if (mapper_cuda_new(&mapper) < 0)
+                return 2;
+        while (gpu_proc_recv(sock, &c, sizeof(c), fds) == 0) {
+                reply rep = { 0 };
+                void **addr = &slots[c.slot].addr;
+                double t0 = gpu_now_us();
+
+                switch (c.op) {
+                case OP_MAP: {
+                        gmd_map_segment seg[4];
+
+                        for (int i = 0; i < c.nseg; i++) {
+                                seg[i].fd = fds[i];
+                                seg[i].offset = c.seg_offset[i];
+                                seg[i].size = c.seg_size[i];
+                        }
+                        if (!*addr) {
+                                rep.r = mapper->ops->reserve(mapper, c.size,
+                                                             addr);
+                                slots[c.slot].size = c.size;
+                        }
+                        if (rep.r == 0)
+                                rep.r = mapper->ops->map(mapper, *addr,
+                                                         c.device, seg,
+                                                         (unsigned)c.nseg);
+                        rep.value = (long long)(uintptr_t)*addr;
+                        break;
+                }
+                case OP_FILL:
+                        rep.r = gpu_fill((char *)*addr + c.offset, c.bytes,
+                                         c.first, c.seed);
+                        break;
+                case OP_CHECK:
+                        rep.value = gpu_check((char *)*addr + c.offset,
+                                              c.bytes, c.first, c.seed);
+                        rep.r = rep.value < 0 ? -EIO : 0;
+                        break;
+                case OP_UNMAP:
+                        rep.r = mapper->ops->unmap(mapper, *addr,
+                                                   slots[c.slot].size);
+                        break;
+                case OP_FREE:
+                        mapper->ops->unreserve(mapper, *addr,
+                                               slots[c.slot].size);
+                        *addr = NULL;
+                        break;
+                case OP_IPC_OPEN:
+                        rep.r = mapper->ops->ipc_open(mapper, c.device,
+                                                      c.handle, addr);
+                        break;
+                case OP_IPC_CLOSE:
+                        rep.r = mapper->ops->ipc_close(mapper, c.device,
+                                                       *addr);
+                        *addr = NULL;
+                        break;
+                case OP_EVENT_OPEN: {
+                        void *e1 = NULL, *e2 = NULL;
+
+                        rep.r = mapper->ops->event_open(mapper, c.device,
+                                                        c.handle, &e1);
+                        rep.us = gpu_now_us() - t0;
+                        if (rep.r == 0)
+                                rep.r = mapper->ops->event_open(mapper,
+                                                c.device, c.handle, &e2);
+                        if (rep.r == 0 && e1 != e2)
+                                rep.r = -EINVAL;   /* cache missed */
+                        if (rep.r == 0)
+                                rep.r = gpu_wait_event(e1);
+                        break;
+                }
+                case OP_EVENT_CREATE:
+                        rep.r = mapper->ops->event_create(mapper, c.device,
+                                                          &event, rep.handle);
+                        break;
+                case OP_QUIT:
+                        mapper->ops->destroy(mapper);
+                        return 0;
+                }
+                if (c.op != OP_EVENT_OPEN)
+                        rep.us = gpu_now_us() - t0;
+                if (rep.r < 0 && c.op != OP_MAP)
+                        fprintf(stderr, "worker op %d: %d %s\n", c.op, rep.r,
+                                gpu_last_error());
+                gpu_proc_send(sock, &rep, sizeof(rep), NULL, 0);
+        }
+        return 1;
+}
+
+/* ---- the "daemon" side --------------------------------------------------- */
+
+static reply ask(gpu_proc *w, cmd *c, gmd_mem **mems, int n_mems)
+{
+        int fds[GPU_PROC_MAX_FDS];
+        reply rep = { .r = -EIO };
+
+        for (int i = 0; i < n_mems; i++)
+                fds[i] = mems[i]->fd;
+        if (gpu_proc_send(w->sock, c, sizeof(*c), fds, (unsigned)n_mems) < 0 ||
+            gpu_proc_recv(w->sock, &rep, sizeof(rep), fds) < 0)
+                rep.r = -EIO;
+        return rep;
+}
+
+/* Map `mems` back to back into slot `slot` of worker `w`. */
+static reply map_mems(gpu_proc *w, int slot, gmd_mem **mems, int n)
+{
+        cmd c = { .op = OP_MAP, .slot = slot, .nseg = n };
+
+        for (int i = 0; i < n; i++) {
+                c.seg_offset[i] = c.size;
+                c.seg_size[i] = mems[i]->size;
+                c.size += mems[i]->size;
+        }
+        return ask(w, &c, mems, n);
+}
+
+static reply simple(gpu_proc *w, int op, int slot, uint64_t bytes,
+                    uint64_t first, uint32_t seed)
+{
+        cmd c = { .op = op, .slot = slot, .bytes = bytes, .first = first,
+                  .seed = seed };
+
+        return ask(w, &c, NULL, 0);
+}
+
+static void run(gmd_backend *be, gpu_proc *w, gpu_proc *rd)
+{
+        const gmd_backend_ops *ops = be->ops;
+        gmd_device_info info, info2;
+        gmd_mem *a, *x, *y, *h, *ipc, *big, *segs[2];
+        gmd_event *ev, *ev2, *ev3;
+        double t0, t_hit, t_miss;
+        reply rep;
+        cmd c;
+        int r;
+
+        CHECK(ops->device_info(be, 0, &info) == 0, "device_info");
+        printf("device 0: %s, total %llu MiB, free %llu MiB, granularity "
+               "%llu KiB, reserve %llu MiB\n", info.name,
+               (unsigned long long)(info.total >> 20),
+               (unsigned long long)(info.free >> 20),
+               (unsigned long long)(info.granularity >> 10),
+               (unsigned long long)(info.reserved >> 20));
+        CHECK(info.reserved == CUDA_RESERVE_CHUNKS * info.granularity,
+              "reserve full at open");
+
+        t0 = gpu_now_us();
+        r = ops->mem_create(be, GMD_TIER_VRAM, 0, info.granularity, &x);
+        t_hit = gpu_now_us() - t0;
+        CHECK(r == 0, "reserve hit: %d", r);
+        t0 = gpu_now_us();
+        r = ops->mem_create(be, GMD_TIER_VRAM, 0, 64u << 20, &a);
+        t_miss = gpu_now_us() - t0;
+        CHECK(r == 0, "create 64 MiB: %d", r);
+        printf("backend mem_create: 2 MiB reserve hit %.1f us, 64 MiB "
+               "(create+export+map+zero) %.1f us\n", t_hit, t_miss);
+
+        /* Cross-process data: W writes, R reads. */
+        rep = map_mems(w, 0, &a, 1);
+        CHECK(rep.r == 0, "W map A: %d", rep.r);
+        printf("client import+map+access, 64 MiB, 1 segment: %.1f us\n",
+               rep.us);
+        CHECK(simple(w, OP_FILL, 0, a->size, 0, 7).r == 0, "W fill");
+        CHECK(map_mems(rd, 0, &a, 1).r == 0, "R map A");
+        rep = simple(rd, OP_CHECK, 0, a->size, 0, 7);
+        CHECK(rep.r == 0 && rep.value == 0, "R reads W's pattern: %lld bad",
+              rep.value);
+
+        /* mem_zero, seen through R's live mapping. */
+        CHECK(ops->mem_zero(be, a) == 0, "mem_zero");
+        rep = simple(rd, OP_CHECK, 0, a->size, 0, 0);
+        CHECK(rep.value == 0, "zeroed: %lld nonzero words", rep.value);
+
+        /* Unmap and map again at the same address (a remap's shape). */
+        CHECK(simple(w, OP_UNMAP, 0, 0, 0, 0).r == 0, "W unmap");
+        rep = map_mems(w, 0, &a, 1);
+        CHECK(rep.r == 0, "W map again at the same address: %d", rep.r);
+        CHECK(simple(w, OP_CHECK, 0, a->size, 0, 0).value == 0, "W zeros");
+
+        /* Two segments in one range, one cuMemSetAccess. */
+        CHECK(ops->mem_create(be, GMD_TIER_VRAM, 0, 4u << 20, &y) == 0, "y");
+        segs[0] = x;
+        segs[1] = y;
+        rep = map_mems(w, 1, segs, 2);
+        CHECK(rep.r == 0, "W map x+y: %d", rep.r);
+        printf("client import+map+access, 6 MiB, 2 segments: %.1f us\n",
+               rep.us);
+        CHECK(simple(w, OP_FILL, 1, 6u << 20, 0, 9).r == 0, "W fill x+y");
+        CHECK(map_mems(rd, 1, &y, 1).r == 0, "R map y");
+        rep = simple(rd, OP_CHECK, 1, 4u << 20, (2u << 20) / 4, 9);
+        CHECK(rep.value == 0, "R reads y: %lld bad", rep.value);
+        CHECK(simple(w, OP_FREE, 1, 0, 0, 0).r == 0, "W unreserve x+y");
+        CHECK(simple(rd, OP_FREE, 1, 0, 0, 0).r == 0, "R unreserve y");
+
+        /* HOST tier (host-located VMM), used by kernels. */
+        r = ops->mem_create(be, GMD_TIER_HOST, 0, 2u << 20, &h);
+        if (r == -EOPNOTSUPP) {
+                printf("host tier: not supported here (skipped)\n");
+        } else {
+                CHECK(r == 0, "create host chunk: %d", r);
+                CHECK(map_mems(w, 2, &h, 1).r == 0, "W map host");
+                CHECK(simple(w, OP_FILL, 2, h->size, 0, 11).r == 0, "fill h");
+                CHECK(map_mems(rd, 2, &h, 1).r == 0, "R map host");
+                rep = simple(rd, OP_CHECK, 2, h->size, 0, 11);
+                CHECK(rep.value == 0, "R reads host chunk: %lld", rep.value);
+                simple(w, OP_FREE, 2, 0, 0, 0);
+                simple(rd, OP_FREE, 2, 0, 0, 0);
+                ops->mem_destroy(be, h);
+        }
+
+        /* Legacy IPC. */
+        CHECK(ops->mem_create_ipc(be, 0, 4u << 20, &ipc) == 0, "ipc alloc");
+        memset(&c, 0, sizeof(c));
+        c.op = OP_IPC_OPEN;
+        c.slot = 3;
+        memcpy(c.handle, ipc->ipc_handle, 64);
+        rep = ask(w, &c, NULL, 0);
+        CHECK(rep.r == 0, "W ipc open: %d", rep.r);
+        printf("client cuIpcOpenMemHandle 4 MiB: %.1f us\n", rep.us);
+        CHECK(simple(w, OP_FILL, 3, 4u << 20, 0, 13).r == 0, "W ipc fill");
+        CHECK(ask(rd, &c, NULL, 0).r == 0, "R ipc open");
+        rep = simple(rd, OP_CHECK, 3, 4u << 20, 0, 13);
+        CHECK(rep.value == 0, "R reads ipc: %lld", rep.value);
+        c.op = OP_IPC_CLOSE;
+        CHECK(ask(w, &c, NULL, 0).r == 0, "W ipc close");
+        CHECK(ask(rd, &c, NULL, 0).r == 0, "R ipc close");
+        ops->mem_destroy(be, ipc);
+
+        /* IPC events: daemon -> client (cached open), client -> daemon. */
+        CHECK(ops->event_create(be, 0, &ev) == 0, "event_create");
+        CHECK(ops->event_record(be, ev) == 0, "event_record");
+        memset(&c, 0, sizeof(c));
+        c.op = OP_EVENT_OPEN;
+        memcpy(c.handle, ev->ipc_handle, 64);
+        rep = ask(w, &c, NULL, 0);
+        CHECK(rep.r == 0, "client opens, caches and waits: %d", rep.r);
+        printf("client cuIpcOpenEventHandle (first open): %.1f us\n", rep.us);
+        c.op = OP_EVENT_CREATE;
+        rep = ask(w, &c, NULL, 0);
+        CHECK(rep.r == 0, "client event create");
+        t0 = gpu_now_us();
+        CHECK(ops->event_open(be, 0, rep.handle, &ev2) == 0, "daemon opens");
+        printf("daemon event_open: first %.1f us", gpu_now_us() - t0);
+        t0 = gpu_now_us();
+        CHECK(ops->event_open(be, 0, rep.handle, &ev3) == 0 && ev3 == ev2,
+              "cached");
+        printf(", cached %.1f us\n", gpu_now_us() - t0);
+        CHECK(ops->event_wait(be, ev2) == 0, "daemon waits");
+        ops->event_unref(be, ev3);
+        ops->event_unref(be, ev2);
+        ops->event_unref(be, ev);
+
+        /* The driver's free memory follows allocations. */
+        CHECK(ops->device_info(be, 0, &info) == 0, "info");
+        CHECK(ops->mem_create(be, GMD_TIER_VRAM, 0, 256u << 20, &big) == 0,
+              "256 MiB");
+        CHECK(ops->device_info(be, 0, &info2) == 0, "info");
+        printf("driver free: -%lld MiB after a 256 MiB create\n",
+               (long long)(info.free - info2.free) >> 20);
+        CHECK(info.free - info2.free >= (254u << 20) &&
+              info.free - info2.free <= (260u << 20), "free moved by 256 MiB");
+        ops->mem_destroy(be, big);
+
+        /* Too large fails cleanly; the reserve refills off the path. */
+        r = ops->mem_create(be, GMD_TIER_VRAM, 0,
+                            (info.total + (4ull << 30)) & ~((2ull << 20) - 1),
+                            &big);
+        CHECK(r == -ENOMEM, "too large: %d", r);
+        while (ops->maintain(be) > 0)
+                ;
+        CHECK(ops->device_info(be, 0, &info) == 0 &&
+              info.reserved == CUDA_RESERVE_CHUNKS * info.granularity,
+              "reserve refilled");
+
+        simple(w, OP_FREE, 0, 0, 0, 0);
+        simple(rd, OP_FREE, 0, 0, 0, 0);
+        ops->mem_destroy(be, a);
+        ops->mem_destroy(be, x);
+        ops->mem_destroy(be, y);
+}
+
+int main(int argc, char **argv)
+{
+        const gmd_cuda_driver *cu;
+        const char *reason;
+        gmd_backend *be;
+        gmd_config config;
+        gpu_proc w, rd;
+        cmd quit = { .op = OP_QUIT };
+        int sock, r;
+
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        sock = gpu_proc_worker_sock(argc, argv);
+        if (sock >= 0)
+                return worker(sock);
+
+        r = cuda_driver_load(&cu, &reason);
+        if (r == 0 && cuda_driver_device_count(cu) <= 0) {
+                r = -ENODEV;
+                reason = "no CUDA device visible";
+        }
+        if (r < 0) {
+                printf("SKIP: no usable GPU (%s)\n", reason);
+                return GPU_TEST_SKIP;
+        }
+        log_setup(GMD_LOG_INFO);
+        config_init_defaults(&config);
+        if (gpu_proc_spawn("writer", &w) < 0 || gpu_proc_spawn("reader", &rd) < 0)
+                return 1;
+        r = backend_cuda_open(&config, &be);
+        CHECK(r == 0, "backend_cuda_open: %d", r);
+        if (r == 0) {
+                run(be, &w, &rd);
+                be->ops->destroy(be);
+        }
+        gpu_proc_send(w.sock, &quit, sizeof(quit), NULL, 0);
+        gpu_proc_send(rd.sock, &quit, sizeof(quit), NULL, 0);
+        CHECK(gpu_proc_wait(&w) == 0, "writer exit");
+        CHECK(gpu_proc_wait(&rd) == 0, "reader exit");
+        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+        return failures ? 1 : 0;
+}

@@ -1,0 +1,344 @@
+/*
+ * test_gpu_daemon — the real gpu-memd on the cuda backend with real client
+ * processes (libgpumem) running kernels through their buffer pointers.
+ *
+ * Each client is a worker process (gpu_proc.h) that this program drives
+ * over a socketpair; this process keeps its own libgpumem connection for
+ * status queries and its own CUDA context for cudaMemGetInfo.
+ *
+ * Sections: two processes write and check patterns at once; the daemon's
+ * pool accounting moves with the driver's free memory; a client never
+ * reads bytes another client wrote (zero on reuse, large and reserve-sized
+ * buffers); a SIGKILLed client's memory returns to the pool and the GPU;
+ * legacy IPC buffers; a second GPU where there is one; the VRAM limit with
+ * its error messages (a second daemon started with --vram-limit 256M).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cuda_driver.h"
+#include "gpu_kernels.h"
+#include "gpu_proc.h"
+#include "gpumem.h"
+
+#define MiB (1ull << 20)
+#define SLOTS 8
+
+enum { W_ALLOC = 1, W_FILL, W_CHECK, W_FREE, W_DEVICE, W_QUIT };
+
+typedef struct wcmd {
+        int op, slot;
+        unsigned device, flags;
+        uint64_t size;
+        int64_t timeout_ms;
+        uint32_t seed;
+} wcmd;
+
+typedef struct wreply {
+        int r;
+        long long value;
+        char msg[256];
+} wreply;
+
+static int failures;
+
+#define CHECK(cond, ...) do {                                           \
+        if (!(cond)) {                                                  \
+                failures++;                                             \
+                printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
+                printf(__VA_ARGS__);                                    \
+                printf("\n");                                           \
+        }                                                               \
+} while (0)
+
+static int worker(int sock)
+{
+        gmd_buffer *slots[SLOTS] = { 0 };
+        int fds[GPU_PROC_MAX_FDS];
+        gmd_client *client;
+        uint64_t f, t;
+        wcmd c;
+        int r;
+
+        /* Context first, so later driver figures do not include it. */
+        if (gpu_mem_info(&f, &t) < 0)
+                return 2;
+        r = gmd_connect(NULL, "gpu-test-worker", &client);
+        if (r < 0) {
+                fprintf(stderr, "worker: connect: %s\n", gmd_last_error());
+                return 3;
+        }
+        while (gpu_proc_recv(sock, &c, sizeof(c), fds) == 0) {
+                wreply rep = { 0 };
+                gmd_buffer *b = slots[c.slot];
+
+                switch (c.op) {
+                case W_ALLOC:
+                        rep.r = gmd_alloc(client, c.size, c.device, c.flags,
+                                          c.timeout_ms, &slots[c.slot]);
+                        if (rep.r < 0)
+                                snprintf(rep.msg, sizeof(rep.msg), "%s",
+                                         gmd_last_error());
+                        break;
+                case W_FILL:
+                        rep.r = gpu_fill(gmd_buffer_ptr(b), gmd_buffer_size(b),
+                                         0, c.seed);
+                        break;
+                case W_CHECK:
+                        rep.value = gpu_check(gmd_buffer_ptr(b),
+                                              gmd_buffer_size(b), 0, c.seed);
+                        rep.r = rep.value < 0 ? -EIO : 0;
+                        break;
+                case W_FREE:
+                        rep.r = gmd_free(client, b);
+                        slots[c.slot] = NULL;
+                        break;
+                case W_DEVICE:
+                        rep.value = gpu_pointer_device(gmd_buffer_ptr(b));
+                        break;
+                case W_QUIT:
+                        gmd_disconnect(client);
+                        return 0;
+                }
+                if (rep.r < 0 && !rep.msg[0])
+                        snprintf(rep.msg, sizeof(rep.msg), "%s",
+                                 gpu_last_error());
+                gpu_proc_send(sock, &rep, sizeof(rep), NULL, 0);
+        }
+        return 1;
+}
+
+static wreply ask(gpu_proc *w, int op, int slot, uint64_t size,
+                  uint32_t seed)
+{
+        wcmd c = { .op = op, .slot = slot, .size = size, .seed = seed,
+                   .timeout_ms = GMD_NO_WAIT };
+        int fds[GPU_PROC_MAX_FDS];
+        wreply rep = { .r = -EIO };
+
+        if (gpu_proc_send(w->sock, &c, sizeof(c), NULL, 0) < 0 ||
+            gpu_proc_recv(w->sock, &rep, sizeof(rep), fds) < 0)
+                rep.r = -EIO;
+        return rep;
+}
+
+static wreply ask_alloc(gpu_proc *w, int slot, uint64_t size,
+                        unsigned device, unsigned flags)
+{
+        wcmd c = { .op = W_ALLOC, .slot = slot, .size = size,
+                   .device = device, .flags = flags,
+                   .timeout_ms = GMD_NO_WAIT };
+        int fds[GPU_PROC_MAX_FDS];
+        wreply rep = { .r = -EIO };
+
+        if (gpu_proc_send(w->sock, &c, sizeof(c), NULL, 0) < 0 ||
+            gpu_proc_recv(w->sock, &rep, sizeof(rep), fds) < 0)
+                rep.r = -EIO;
+        return rep;
+}
+
+static void quit(gpu_proc *w)
+{
+        wcmd c = { .op = W_QUIT };
+
+        gpu_proc_send(w->sock, &c, sizeof(c), NULL, 0);
+        CHECK(gpu_proc_wait(w) == 0, "worker exit");
+}
+
+static uint64_t pool_used(gmd_client *me, unsigned device)
+{
+        gmd_status *st = NULL;
+        uint64_t used = UINT64_MAX;
+
+        if (gmd_query_status(me, GMD_STATUS_POOLS, 0, &st) < 0)
+                return used;
+        for (size_t i = 0; i < st->n_pools; i++)
+                if (st->pools[i].device == device &&
+                    st->pools[i].tier == GMD_TIER_VRAM)
+                        used = st->pools[i].used;
+        gmd_status_free(st);
+        return used;
+}
+
+static uint64_t driver_free(void)
+{
+        uint64_t f = 0, t;
+
+        gpu_mem_info(&f, &t);
+        return f;
+}
+
+static long long mib_diff(uint64_t a, uint64_t b)
+{
+        return ((long long)a - (long long)b) / (long long)MiB;
+}
+
+static void run_main_daemon(gmd_client *me, gpu_proc *a, gpu_proc *b)
+{
+        uint64_t used0, used1, free0, free1;
+        wreply rep;
+        gpu_proc c;
+
+        /* Two processes at once, each through its own pointers. */
+        CHECK(ask_alloc(a, 0, 256 * MiB, 0, 0).r == 0, "A alloc");
+        CHECK(ask_alloc(b, 0, 256 * MiB, 0, 0).r == 0, "B alloc");
+        CHECK(ask(a, W_FILL, 0, 0, 101).r == 0, "A fill");
+        CHECK(ask(b, W_FILL, 0, 0, 202).r == 0, "B fill");
+        rep = ask(a, W_CHECK, 0, 0, 101);
+        CHECK(rep.r == 0 && rep.value == 0, "A reads its pattern: %lld bad",
+              rep.value);
+        rep = ask(b, W_CHECK, 0, 0, 202);
+        CHECK(rep.r == 0 && rep.value == 0, "B reads its pattern: %lld bad",
+              rep.value);
+        printf("two processes: patterns intact\n");
+        CHECK(ask(a, W_FREE, 0, 0, 0).r == 0, "A free");
+        CHECK(ask(b, W_FREE, 0, 0, 0).r == 0, "B free");
+
+        /* Accounting: pool used vs the driver's free memory. */
+        used0 = pool_used(me, 0);
+        free0 = driver_free();
+        CHECK(ask_alloc(a, 1, 1024 * MiB, 0, 0).r == 0, "A alloc 1 GiB");
+        used1 = pool_used(me, 0);
+        free1 = driver_free();
+        printf("accounting: pool used +%lld MiB, driver free -%lld MiB\n",
+               mib_diff(used1, used0), mib_diff(free0, free1));
+        CHECK(used1 - used0 == 1024 * MiB, "pool moved by 1 GiB");
+        CHECK(free0 - free1 >= 1020 * MiB && free0 - free1 <= 1028 * MiB,
+              "driver free moved by 1 GiB");
+
+        /* Zero on reuse: A writes and frees, B allocates the same size. */
+        CHECK(ask(a, W_FILL, 1, 0, 303).r == 0, "A fill 1 GiB");
+        CHECK(ask(a, W_FREE, 1, 0, 0).r == 0, "A free 1 GiB");
+        CHECK(ask_alloc(b, 1, 1024 * MiB, 0, 0).r == 0, "B alloc 1 GiB");
+        rep = ask(b, W_CHECK, 1, 0, 0);
+        CHECK(rep.r == 0 && rep.value == 0,
+              "B reads zeros where A wrote: %lld nonzero words", rep.value);
+        CHECK(ask(b, W_FREE, 1, 0, 0).r == 0, "B free");
+        for (int i = 0; i < 4; i++) {   /* reserve-sized chunks */
+                CHECK(ask_alloc(a, 2, 2 * MiB, 0, 0).r == 0, "A 2 MiB");
+                CHECK(ask(a, W_FILL, 2, 0, 404).r == 0, "A fill 2 MiB");
+                CHECK(ask(a, W_FREE, 2, 0, 0).r == 0, "A free 2 MiB");
+                CHECK(ask_alloc(b, 2, 2 * MiB, 0, 0).r == 0, "B 2 MiB");
+                rep = ask(b, W_CHECK, 2, 0, 0);
+                CHECK(rep.value == 0, "B 2 MiB zero: %lld", rep.value);
+                CHECK(ask(b, W_FREE, 2, 0, 0).r == 0, "B free 2 MiB");
+        }
+        printf("zero on reuse: client B read only zeros\n");
+
+        /* A SIGKILLed client's memory returns. */
+        used0 = pool_used(me, 0);
+        free0 = driver_free();
+        CHECK(gpu_proc_spawn("victim", &c) == 0, "spawn victim");
+        CHECK(ask_alloc(&c, 0, 2048 * MiB, 0, 0).r == 0, "victim alloc");
+        CHECK(ask(&c, W_FILL, 0, 0, 505).r == 0, "victim fill");
+        CHECK(pool_used(me, 0) - used0 == 2048 * MiB, "victim counted");
+        kill(c.pid, SIGKILL);
+        gpu_proc_wait(&c);
+        for (int i = 0; i < 500 && (pool_used(me, 0) != used0 ||
+                                    driver_free() + 16 * MiB < free0); i++)
+                usleep(10000);
+        used1 = pool_used(me, 0);
+        free1 = driver_free();
+        printf("SIGKILL: pool used %+lld MiB, driver free %+lld MiB vs "
+               "before the victim\n", mib_diff(used1, used0),
+               mib_diff(free1, free0));
+        CHECK(used1 == used0, "victim's pool bytes returned");
+        CHECK(free1 + 16 * MiB >= free0, "victim's VRAM returned");
+
+        /* Legacy IPC. */
+        rep = ask_alloc(a, 3, 4 * MiB, 0, GMD_ALLOC_LEGACY_IPC);
+        if (rep.r == GMD_ENOTSUP) {
+                printf("legacy IPC: PENDING, daemon/client not wired: %s\n",
+                       rep.msg);
+        } else {
+                CHECK(rep.r == 0, "legacy IPC alloc: %d %s", rep.r, rep.msg);
+                CHECK(ask(a, W_FILL, 3, 0, 606).r == 0, "ipc fill");
+                rep = ask(a, W_CHECK, 3, 0, 606);
+                CHECK(rep.value == 0, "ipc check: %lld", rep.value);
+                CHECK(ask(a, W_FREE, 3, 0, 0).r == 0, "ipc free");
+                printf("legacy IPC: buffer written and read\n");
+        }
+
+        /* A second GPU. */
+        if (gmd_client_device_count(me) < 2) {
+                printf("two GPUs: one GPU here, section skipped\n");
+                return;
+        }
+        CHECK(ask_alloc(a, 4, 64 * MiB, 1, 0).r == 0, "alloc on device 1");
+        rep = ask(a, W_DEVICE, 4, 0, 0);
+        CHECK(rep.value == 1, "pointer on device 1: %lld", rep.value);
+        CHECK(ask(a, W_FILL, 4, 0, 707).r == 0, "fill device 1");
+        CHECK(ask(a, W_CHECK, 4, 0, 707).value == 0, "check device 1");
+        CHECK(ask(a, W_FREE, 4, 0, 0).r == 0, "free device 1");
+        printf("two GPUs: buffer on device 1 works\n");
+}
+
+static void run_limit(void)
+{
+        static const char *const args[] = { "--vram-limit", "256M", NULL };
+        gpu_daemon d;
+        gpu_proc e;
+        wreply rep;
+
+        CHECK(gpu_daemon_start(args, &d) == 0, "start limited daemon");
+        CHECK(gpu_proc_spawn("limited", &e) == 0, "spawn");
+        CHECK(ask_alloc(&e, 0, 200 * MiB, 0, 0).r == 0, "200 MiB fits");
+        rep = ask_alloc(&e, 1, 100 * MiB, 0, 0);
+        printf("limit: 100 MiB more -> %d: %s\n", rep.r, rep.msg);
+        CHECK(rep.r == GMD_ENOMEM && rep.msg[0], "over the limit: ENOMEM");
+        rep = ask_alloc(&e, 1, 1024 * MiB, 0, 0);
+        printf("limit: 1 GiB -> %d: %s\n", rep.r, rep.msg);
+        CHECK(rep.r == GMD_ETOOLARGE && rep.msg[0], "larger than the pool");
+        quit(&e);
+        CHECK(gpu_daemon_stop(&d, stdout) == 0, "limited daemon stops cleanly");
+}
+
+int main(int argc, char **argv)
+{
+        const gmd_cuda_driver *cu;
+        const char *reason;
+        gmd_client *me = NULL;
+        gpu_daemon d;
+        gpu_proc a, b;
+        int sock, r;
+
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        sock = gpu_proc_worker_sock(argc, argv);
+        if (sock >= 0)
+                return worker(sock);
+        r = cuda_driver_load(&cu, &reason);
+        if (r == 0 && cuda_driver_device_count(cu) <= 0) {
+                r = -ENODEV;
+                reason = "no CUDA device visible";
+        }
+        if (r < 0) {
+                printf("SKIP: no usable GPU (%s)\n", reason);
+                return GPU_TEST_SKIP;
+        }
+
+        r = gpu_daemon_start(NULL, &d);
+        CHECK(r == 0, "start gpu-memd: %s", strerror(-r));
+        if (r < 0)
+                return 1;
+        r = gmd_connect(NULL, "gpu-test", &me);
+        CHECK(r == 0, "connect: %s", gmd_last_error());
+        if (r == 0) {
+                CHECK(strcmp(gmd_client_backend(me), "cuda") == 0, "backend");
+                CHECK(gpu_proc_spawn("A", &a) == 0, "spawn A");
+                CHECK(gpu_proc_spawn("B", &b) == 0, "spawn B");
+                driver_free();   /* this process's context, before figures */
+                run_main_daemon(me, &a, &b);
+                quit(&a);
+                quit(&b);
+                gmd_disconnect(me);
+        }
+        CHECK(gpu_daemon_stop(&d, stdout) == 0, "gpu-memd stops cleanly");
+        run_limit();
+        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+        return failures ? 1 : 0;
+}

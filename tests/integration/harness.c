@@ -1,0 +1,656 @@
+/*
+ * harness — see harness.h. Processes are started with fork + execve and an
+ * environment built before the fork: the test process may run libgpumem's
+ * I/O thread, so the child does nothing but dup2/exec between the two.
+ * Children get PR_SET_PDEATHSIG so a test that dies takes its daemon and
+ * clients with it instead of leaving them running.
+ */
+#include "harness.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gpumem.h"
+
+extern char **environ;
+
+uint64_t harness_now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void harness_sleep_ms(int ms)
+{
+        struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+static void write_text(const char *path, const char *text)
+{
+        FILE *f = fopen(path, "w");
+
+        if (!f)
+                fail_msg("cannot write %s: %s", path, strerror(errno));
+        fputs(text, f);
+        if (fclose(f) != 0)
+                fail_msg("cannot write %s: %s", path, strerror(errno));
+}
+
+void harness_init(harness *h, const char *config)
+{
+        memset(h, 0, sizeof(*h));
+        snprintf(h->dir, sizeof(h->dir), "/tmp/gmd-it-XXXXXX");
+        if (!mkdtemp(h->dir))
+                fail_msg("mkdtemp: %s", strerror(errno));
+        snprintf(h->socket_path, sizeof(h->socket_path), "%s/gpu-memd.sock",
+                 h->dir);
+        snprintf(h->config_path, sizeof(h->config_path), "%s/gpu-memd.conf",
+                 h->dir);
+        snprintf(h->log_path, sizeof(h->log_path), "%s/gpu-memd.log", h->dir);
+        write_text(h->config_path, config ? config : "");
+}
+
+char *harness_read_log(const harness *h)
+{
+        FILE *f = fopen(h->log_path, "r");
+        char *text = NULL;
+        size_t size = 0;
+        FILE *out;
+        char chunk[4096];
+        size_t n;
+
+        out = open_memstream(&text, &size);
+        assert_non_null(out);
+        if (f) {
+                while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+                        fwrite(chunk, 1, n, out);
+                fclose(f);
+        }
+        fclose(out);
+        return text;
+}
+
+int harness_log_count(const harness *h, const char *needle)
+{
+        char *log = harness_read_log(h);
+        int n = 0;
+
+        for (char *line = log; line && *line;) {
+                char *end = strchr(line, '\n');
+
+                if (end)
+                        *end = '\0';
+                if (strstr(line, needle))
+                        n++;
+                line = end ? end + 1 : line + strlen(line);
+        }
+        free(log);
+        return n;
+}
+
+char *harness_wait_log(const harness *h, const char *needle, int timeout_ms)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+
+        for (;;) {
+                char *log = harness_read_log(h);
+                char *hit = strstr(log, needle);
+
+                if (hit) {
+                        char *start = hit, *end = strchr(hit, '\n');
+                        char *line;
+
+                        while (start > log && start[-1] != '\n')
+                                start--;
+                        line = strndup(start, end ? (size_t)(end - start)
+                                                  : strlen(start));
+                        free(log);
+                        return line;
+                }
+                free(log);
+                if (harness_now_ms() >= deadline)
+                        return NULL;
+                harness_sleep_ms(10);
+        }
+}
+
+static int count_dir_entries(const char *path)
+{
+        DIR *dir = opendir(path);
+        struct dirent *entry;
+        int n = 0;
+
+        if (!dir)
+                return -1;
+        while ((entry = readdir(dir)))
+                if (entry->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+int harness_count_fds(pid_t pid)
+{
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+        return count_dir_entries(path);
+}
+
+int harness_count_own_fds(void)
+{
+        /* opendir's own fd is counted every time, so counts compare. */
+        return count_dir_entries("/proc/self/fd");
+}
+
+int harness_connect_raw(const harness *h)
+{
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+        if (fd < 0)
+                return -1;
+        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", h->socket_path);
+        if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+/* Build "GPU_MEMD_SOCKET=path" plus the current environment (without any
+ * GPU_MEMD_SOCKET of its own). Returns a malloc'd array; the strings other
+ * than the first belong to environ. */
+static char **make_env(const char *socket_path, char **ret_var)
+{
+        size_t n = 0, j = 1;
+        char **env;
+
+        while (environ[n])
+                n++;
+        env = calloc(n + 2, sizeof(*env));
+        assert_non_null(env);
+        if (asprintf(ret_var, "GPU_MEMD_SOCKET=%s", socket_path) < 0)
+                fail_msg("asprintf");
+        env[0] = *ret_var;
+        for (size_t i = 0; i < n; i++)
+                if (strncmp(environ[i], "GPU_MEMD_SOCKET=", 16) != 0)
+                        env[j++] = environ[i];
+        env[j] = NULL;
+        return env;
+}
+
+/* fork + exec with stdin /dev/null, stdout to out_fd, stderr to err_fd. */
+static pid_t spawn(const char *const *argv, char **env, int out_fd,
+                   int err_fd)
+{
+        pid_t parent = getpid();
+        int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        pid_t pid;
+
+        assert_true(null_fd >= 0);
+        pid = fork();
+        if (pid < 0)
+                fail_msg("fork: %s", strerror(errno));
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() != parent)
+                        _exit(127);
+                if (dup2(null_fd, 0) < 0 || dup2(out_fd, 1) < 0 ||
+                    dup2(err_fd, 2) < 0)
+                        _exit(127);
+                execve(argv[0], (char *const *)argv, env);
+                _exit(127);
+        }
+        close(null_fd);
+        return pid;
+}
+
+static int wait_exit(pid_t pid, int timeout_ms, int *ret_status)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+
+        for (;;) {
+                pid_t r = waitpid(pid, ret_status, WNOHANG);
+
+                if (r == pid)
+                        return 0;
+                if (r < 0 && errno != EINTR)
+                        return -errno;
+                if (harness_now_ms() >= deadline)
+                        return -ETIMEDOUT;
+                harness_sleep_ms(2);
+        }
+}
+
+/* The readiness probe's connection is accepted and closed by the daemon a
+ * moment after we close our end; wait for its fd count to stop moving so
+ * tests can take it as the idle baseline. */
+static void wait_fds_settled(pid_t pid)
+{
+        int last = harness_count_fds(pid), same = 0;
+
+        for (int i = 0; i < 200 && same < 3; i++) {
+                int n;
+
+                harness_sleep_ms(10);
+                n = harness_count_fds(pid);
+                same = n == last ? same + 1 : 0;
+                last = n;
+        }
+}
+
+void harness_start(harness *h, const char *const *extra_args)
+{
+        const char *argv[32] = {
+                GMD_DAEMON_PATH, "--backend", "sim",
+                "--socket", h->socket_path, "--config", h->config_path,
+        };
+        size_t n = 7;
+        uint64_t deadline;
+        char *var;
+        char **env;
+        int log_fd, status;
+
+        for (; extra_args && *extra_args; extra_args++) {
+                assert_true(n + 1 < sizeof(argv) / sizeof(argv[0]));
+                argv[n++] = *extra_args;
+        }
+        argv[n] = NULL;
+
+        log_fd = open(h->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                      0644);
+        assert_true(log_fd >= 0);
+        env = make_env(h->socket_path, &var);
+        h->pid = spawn(argv, env, log_fd, log_fd);
+        free(env);
+        free(var);
+        close(log_fd);
+
+        deadline = harness_now_ms() + 5000;
+        for (;;) {
+                int fd = harness_connect_raw(h);
+
+                if (fd >= 0) {
+                        close(fd);
+                        wait_fds_settled(h->pid);
+                        return;
+                }
+                if (waitpid(h->pid, &status, WNOHANG) == h->pid) {
+                        char *log = harness_read_log(h);
+
+                        h->pid = 0;
+                        fail_msg("gpu-memd exited during start-up (status "
+                                 "%#x); log:\n%s", status, log);
+                }
+                if (harness_now_ms() >= deadline) {
+                        char *log = harness_read_log(h);
+
+                        fail_msg("gpu-memd's socket %s did not accept within "
+                                 "5 s; log:\n%s", h->socket_path, log);
+                }
+                harness_sleep_ms(5);
+        }
+}
+
+void harness_start_small(harness *h, const char *extra_config)
+{
+        char *config;
+
+        if (asprintf(&config, "%s%s", HARNESS_SMALL_CONFIG,
+                     extra_config ? extra_config : "") < 0)
+                fail_msg("asprintf");
+        harness_init(h, config);
+        free(config);
+        harness_start(h, NULL);
+}
+
+void harness_stop(harness *h)
+{
+        struct stat st;
+        int status = 0, r;
+
+        assert_true(h->pid > 0);
+        assert_int_equal(kill(h->pid, SIGTERM), 0);
+        r = wait_exit(h->pid, 5000, &status);
+        if (r < 0) {
+                kill(h->pid, SIGKILL);
+                waitpid(h->pid, &status, 0);
+                h->pid = 0;
+                fail_msg("gpu-memd did not exit within 5 s of SIGTERM; log:\n%s",
+                         harness_read_log(h));
+        }
+        h->pid = 0;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                fail_msg("gpu-memd did not exit 0 after SIGTERM (%s %d); log:\n%s",
+                         WIFEXITED(status) ? "exit" : "signal",
+                         WIFEXITED(status) ? WEXITSTATUS(status)
+                                           : WTERMSIG(status),
+                         harness_read_log(h));
+        if (lstat(h->socket_path, &st) == 0)
+                fail_msg("gpu-memd left its socket %s behind", h->socket_path);
+}
+
+static void remove_dir(const char *path)
+{
+        DIR *dir = opendir(path);
+        struct dirent *entry;
+
+        if (!dir)
+                return;
+        while ((entry = readdir(dir))) {
+                char *p;
+
+                if (!strcmp(entry->d_name, ".") || !strcmp(entry->d_name, ".."))
+                        continue;
+                if (asprintf(&p, "%s/%s", path, entry->d_name) >= 0) {
+                        unlink(p);
+                        free(p);
+                }
+        }
+        closedir(dir);
+        rmdir(path);
+}
+
+void harness_cleanup(harness *h)
+{
+        if (h->pid > 0) {
+                kill(h->pid, SIGKILL);
+                waitpid(h->pid, NULL, 0);
+                h->pid = 0;
+        }
+        if (h->dir[0] && !getenv("GMD_TEST_KEEP"))
+                remove_dir(h->dir);
+        h->dir[0] = '\0';
+}
+
+harness_proc harness_spawn(const harness *h, const char *socket_override,
+                           const char *const *argv)
+{
+        harness_proc p = { .pid = -1, .out_fd = -1 };
+        char err_path[160];
+        int pipefd[2], err_fd;
+        char *var;
+        char **env;
+
+        snprintf(err_path, sizeof(err_path), "%s/clients.log", h->dir);
+        err_fd = open(err_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                      0644);
+        assert_true(err_fd >= 0);
+        assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
+        env = make_env(socket_override ? socket_override : h->socket_path,
+                       &var);
+        p.pid = spawn(argv, env, pipefd[1], err_fd);
+        free(env);
+        free(var);
+        close(pipefd[1]);
+        close(err_fd);
+        p.out_fd = pipefd[0];
+        return p;
+}
+
+harness_proc harness_spawn_client(const harness *h, const char *const *args)
+{
+        const char *argv[16] = { GMD_TEST_CLIENT_PATH };
+        size_t n = 1;
+
+        for (; args && *args; args++) {
+                assert_true(n + 1 < sizeof(argv) / sizeof(argv[0]));
+                argv[n++] = *args;
+        }
+        argv[n] = NULL;
+        return harness_spawn(h, NULL, argv);
+}
+
+char *harness_read_line(harness_proc *p, const char *prefix, int timeout_ms)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+        char line[1024];
+        size_t len = 0;
+
+        for (;;) {
+                struct pollfd pfd = { .fd = p->out_fd, .events = POLLIN };
+                uint64_t now = harness_now_ms();
+                char c;
+                ssize_t n;
+
+                if (now >= deadline)
+                        return NULL;
+                if (poll(&pfd, 1, (int)(deadline - now)) <= 0)
+                        continue;
+                n = read(p->out_fd, &c, 1);
+                if (n <= 0)
+                        return NULL;   /* EOF: the process ended */
+                if (c != '\n') {
+                        if (len + 1 < sizeof(line))
+                                line[len++] = c;
+                        continue;
+                }
+                line[len] = '\0';
+                if (strncmp(line, prefix, strlen(prefix)) == 0)
+                        return strdup(line);
+                len = 0;
+        }
+}
+
+int harness_wait_proc(harness_proc *p, int timeout_ms)
+{
+        int status = 0;
+
+        if (wait_exit(p->pid, timeout_ms, &status) < 0) {
+                kill(p->pid, SIGKILL);
+                waitpid(p->pid, &status, 0);
+                p->pid = -1;
+                fail_msg("client process did not end within %d ms", timeout_ms);
+        }
+        p->pid = -1;
+        if (p->out_fd >= 0)
+                close(p->out_fd);
+        p->out_fd = -1;
+        return status;
+}
+
+/* Read fds until EOF on both (or the deadline). */
+static void drain(int *fds, FILE **outs, int n, uint64_t deadline)
+{
+        for (;;) {
+                struct pollfd pfd[2];
+                int open_fds = 0;
+                uint64_t now = harness_now_ms();
+
+                for (int i = 0; i < n; i++) {
+                        pfd[i].fd = fds[i];
+                        pfd[i].events = POLLIN;
+                        if (fds[i] >= 0)
+                                open_fds++;
+                }
+                if (!open_fds || now >= deadline)
+                        return;
+                if (poll(pfd, (nfds_t)n, (int)(deadline - now)) <= 0)
+                        continue;
+                for (int i = 0; i < n; i++) {
+                        char buf[4096];
+                        ssize_t r;
+
+                        if (fds[i] < 0 || !(pfd[i].revents & (POLLIN | POLLHUP)))
+                                continue;
+                        r = read(fds[i], buf, sizeof(buf));
+                        if (r <= 0) {
+                                close(fds[i]);
+                                fds[i] = -1;
+                        } else {
+                                fwrite(buf, 1, (size_t)r, outs[i]);
+                        }
+                }
+        }
+}
+
+int harness_finish(harness_proc *p, char **ret_output, int timeout_ms)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+        char *text = NULL;
+        size_t size = 0;
+        FILE *out = open_memstream(&text, &size);
+        int fds[1] = { p->out_fd };
+        uint64_t now;
+
+        assert_non_null(out);
+        drain(fds, &out, 1, deadline);
+        if (fds[0] >= 0)
+                close(fds[0]);
+        p->out_fd = -1;
+        fclose(out);
+        now = harness_now_ms();
+        if (ret_output)
+                *ret_output = text;
+        else
+                free(text);
+        return harness_wait_proc(p, now < deadline ? (int)(deadline - now) : 1);
+}
+
+int harness_run(const harness *h, const char *socket_override,
+                const char *const *argv, char **ret_out, char **ret_err,
+                int timeout_ms)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+        char *texts[2] = { NULL, NULL };
+        size_t sizes[2] = { 0, 0 };
+        FILE *outs[2];
+        int out_pipe[2], err_pipe[2], fds[2];
+        harness_proc p = { .pid = -1, .out_fd = -1 };
+        char *var;
+        char **env;
+        uint64_t now;
+
+        assert_int_equal(pipe2(out_pipe, O_CLOEXEC), 0);
+        assert_int_equal(pipe2(err_pipe, O_CLOEXEC), 0);
+        env = make_env(socket_override ? socket_override : h->socket_path,
+                       &var);
+        p.pid = spawn(argv, env, out_pipe[1], err_pipe[1]);
+        free(env);
+        free(var);
+        close(out_pipe[1]);
+        close(err_pipe[1]);
+
+        outs[0] = open_memstream(&texts[0], &sizes[0]);
+        outs[1] = open_memstream(&texts[1], &sizes[1]);
+        fds[0] = out_pipe[0];
+        fds[1] = err_pipe[0];
+        drain(fds, outs, 2, deadline);
+        for (int i = 0; i < 2; i++) {
+                if (fds[i] >= 0)
+                        close(fds[i]);
+                fclose(outs[i]);
+        }
+        if (ret_out)
+                *ret_out = texts[0];
+        else
+                free(texts[0]);
+        if (ret_err)
+                *ret_err = texts[1];
+        else
+                free(texts[1]);
+        now = harness_now_ms();
+        return harness_wait_proc(&p, now < deadline ? (int)(deadline - now) : 1);
+}
+
+gmd_client *harness_client(const harness *h, const char *name)
+{
+        gmd_client *client = NULL;
+        int r = gmd_connect(h->socket_path, name, &client);
+
+        if (r < 0)
+                fail_msg("gmd_connect(%s): %d %s", h->socket_path, r,
+                         gmd_last_error());
+        return client;
+}
+
+gmd_status *harness_status(gmd_client *client)
+{
+        gmd_status *status = NULL;
+        int r = gmd_query_status(client, GMD_STATUS_CLIENTS, 0, &status);
+
+        if (r < 0)
+                fail_msg("gmd_query_status: %d %s", r, gmd_last_error());
+        return status;
+}
+
+uint64_t harness_vram_used(gmd_client *client, unsigned device)
+{
+        gmd_status *status = harness_status(client);
+        uint64_t used = 0;
+        int found = 0;
+
+        for (size_t i = 0; i < status->n_pools; i++) {
+                if (status->pools[i].device == device &&
+                    status->pools[i].tier == GMD_TIER_VRAM) {
+                        used = status->pools[i].used;
+                        found = 1;
+                }
+        }
+        gmd_status_free(status);
+        if (!found)
+                fail_msg("status has no VRAM pool for device %u", device);
+        return used;
+}
+
+uint64_t harness_wait_vram_used(gmd_client *client, unsigned device,
+                                uint64_t want, int timeout_ms)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+        uint64_t used;
+
+        while ((used = harness_vram_used(client, device)) != want &&
+               harness_now_ms() < deadline)
+                harness_sleep_ms(10);
+        return used;
+}
+
+unsigned harness_wait_clients(gmd_client *client, unsigned want,
+                              int timeout_ms)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+
+        for (;;) {
+                gmd_status *status = harness_status(client);
+                unsigned n = status->total_clients;
+
+                gmd_status_free(status);
+                if (n == want || harness_now_ms() >= deadline)
+                        return n;
+                harness_sleep_ms(10);
+        }
+}
+
+int harness_wait_fds(pid_t pid, int want, int timeout_ms)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+        int n;
+
+        while ((n = harness_count_fds(pid)) != want &&
+               harness_now_ms() < deadline)
+                harness_sleep_ms(10);
+        return n;
+}

@@ -1,0 +1,134 @@
+/*
+ * harness — runs the real gpu-memd for an integration test: a temporary
+ * directory with a config file, the daemon's socket and its log; the daemon
+ * started from the build tree with stderr to that log; client programs run
+ * as real processes against it.
+ *
+ * Every helper that can fail fails the running cmocka test itself (with the
+ * reason and the daemon's log), so tests read as a list of steps.
+ */
+#ifndef GMD_TEST_HARNESS_H
+#define GMD_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MiB (UINT64_C(1) << 20)
+
+typedef struct harness {
+        char dir[64];            /* mkdtemp'd; removed by harness_cleanup */
+        char socket_path[108];
+        char config_path[128];
+        char log_path[128];
+        pid_t pid;               /* the daemon; 0 when not running */
+} harness;
+
+/* A config for small, fast tests: sim backend, one 64 MiB device, 2 MiB
+ * granularity. `extra` (may be NULL) is appended: more INI lines. */
+#define HARNESS_SMALL_CONFIG \
+        "[daemon]\nbackend = sim\n" \
+        "[sim]\ndevices = 1\nvram = 64M\ngranularity = 2M\n"
+
+/* Make the temp dir and write `config` (INI text) to it. */
+void harness_init(harness *h, const char *config);
+
+/* Start gpu-memd with --backend sim --socket --config and `extra_args`
+ * (NULL-terminated, may be NULL); wait up to 5 s until the socket accepts. */
+void harness_start(harness *h, const char *const *extra_args);
+
+/* init + start with HARNESS_SMALL_CONFIG followed by `extra_config`. */
+void harness_start_small(harness *h, const char *extra_config);
+
+/* SIGTERM the daemon, wait (5 s at most), check exit status 0 and that
+ * the socket file is gone. */
+void harness_stop(harness *h);
+
+/* Kill a daemon still running (SIGKILL), remove the temp dir. */
+void harness_cleanup(harness *h);
+
+/* The daemon's log so far; free() it. */
+char *harness_read_log(const harness *h);
+
+/* How many log lines contain `needle`. */
+int harness_log_count(const harness *h, const char *needle);
+
+/* Wait up to `timeout_ms` until the log has a line containing `needle`;
+ * returns that line (free() it) or NULL. */
+char *harness_wait_log(const harness *h, const char *needle, int timeout_ms);
+
+/* Entries of /proc/<pid>/fd. */
+int harness_count_fds(pid_t pid);
+
+/* Count fds of the test process itself. */
+int harness_count_own_fds(void);
+
+/* A running client program: its pid and the read end of its stdout. */
+typedef struct harness_proc {
+        pid_t pid;
+        int out_fd;
+} harness_proc;
+
+/* Start `argv` (argv[0] a path) with GPU_MEMD_SOCKET set to the daemon's
+ * socket (or to `socket_override` if not NULL), stdout piped back,
+ * stderr into the temp dir's client log. */
+harness_proc harness_spawn(const harness *h, const char *socket_override,
+                           const char *const *argv);
+
+/* Start the test client helper with these arguments (NULL-terminated). */
+harness_proc harness_spawn_client(const harness *h, const char *const *args);
+
+/* Read the process's stdout until a line starting with `prefix` appears
+ * (within timeout_ms); returns the line without "\n" (free() it) or NULL. */
+char *harness_read_line(harness_proc *p, const char *prefix, int timeout_ms);
+
+/* Wait up to timeout_ms for the process to end; returns its wait status,
+ * or fails the test (after killing it) on timeout. */
+int harness_wait_proc(harness_proc *p, int timeout_ms);
+
+/* Everything left on stdout until EOF, then wait for exit (timeout_ms in
+ * all). *ret_output gets the text (free() it); returns the wait status. */
+int harness_finish(harness_proc *p, char **ret_output, int timeout_ms);
+
+/* Run to completion: returns the wait status; output as above. `err`, if
+ * not NULL, receives stderr instead of the client log. */
+int harness_run(const harness *h, const char *socket_override,
+                const char *const *argv, char **ret_out, char **ret_err,
+                int timeout_ms);
+
+/* Monotonic milliseconds. */
+uint64_t harness_now_ms(void);
+
+/* Sleep. */
+void harness_sleep_ms(int ms);
+
+/* Connect a raw SOCK_SEQPACKET socket to the daemon; -1 on failure. */
+int harness_connect_raw(const harness *h);
+
+/* ---- through libgpumem ---------------------------------------------------- */
+
+typedef struct gmd_client gmd_client;
+typedef struct gmd_status gmd_status;
+
+/* gmd_connect to the daemon, failing the test if it cannot. */
+gmd_client *harness_client(const harness *h, const char *name);
+
+/* Query status (GMD_STATUS_CLIENTS), failing the test on error. */
+gmd_status *harness_status(gmd_client *client);
+
+/* `used` of a device's VRAM pool; fails the test if there is no such pool. */
+uint64_t harness_vram_used(gmd_client *client, unsigned device);
+
+/* Poll until the VRAM pool's `used` equals `want` (timeout_ms at most);
+ * returns the last value seen. */
+uint64_t harness_wait_vram_used(gmd_client *client, unsigned device,
+                                uint64_t want, int timeout_ms);
+
+/* Poll until `total_clients` equals `want`; returns the last value seen. */
+unsigned harness_wait_clients(gmd_client *client, unsigned want,
+                              int timeout_ms);
+
+/* Poll until the daemon's fd count equals `want`; returns the last count. */
+int harness_wait_fds(pid_t pid, int want, int timeout_ms);
+
+#endif

@@ -1,0 +1,339 @@
+/*
+ * fuzz_wire_driver — runs fuzz_wire.c's LLVMFuzzerTestOneInput over a fixed
+ * corpus, so the decoder's malformed cases run in ctest under any compiler
+ * (libFuzzer needs clang). The corpus is built here, in code: good messages
+ * of every request type, then each of them broken the ways a client could
+ * break them (header, length, truncation, bad varints, huge length prefixes).
+ *
+ *   fuzz_wire_driver                  run the built-in corpus
+ *   fuzz_wire_driver FILE...          run these inputs (crash reproducers)
+ *   fuzz_wire_driver --write-corpus DIR
+ *                                     write the corpus as seed files for
+ *                                     libFuzzer
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpumem.pb-c.h"
+#include "wire.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+typedef struct input {
+        char name[48];
+        size_t size;
+        uint8_t *data;
+} input;
+
+static input corpus[256];
+static size_t n_corpus;
+
+static void add(const char *name, const void *data, size_t size)
+{
+        input *in;
+
+        if (n_corpus == sizeof(corpus) / sizeof(corpus[0])) {
+                fprintf(stderr, "corpus full\n");
+                exit(1);
+        }
+        in = &corpus[n_corpus++];
+        snprintf(in->name, sizeof(in->name), "%s", name);
+        in->size = size;
+        in->data = malloc(size ? size : 1);
+        if (!in->data)
+                exit(1);
+        memcpy(in->data, data, size);
+}
+
+/* Header + payload, with the header fields given. */
+static void add_packet(const char *name, uint32_t magic, uint16_t version,
+                       uint16_t type, uint32_t length, const void *payload,
+                       size_t payload_size)
+{
+        gmd_wire_header h = {
+                .magic = magic, .version = version, .type = type,
+                .length = length, .request_id = 1,
+        };
+        uint8_t pkt[GMD_WIRE_HEADER_SIZE + 512];
+
+        if (payload_size > sizeof(pkt) - sizeof(h))
+                exit(1);
+        memcpy(pkt, &h, sizeof(h));
+        if (payload_size)
+                memcpy(pkt + sizeof(h), payload, payload_size);
+        add(name, pkt, sizeof(h) + payload_size);
+}
+
+static void add_good(const char *name, uint16_t type, const void *payload,
+                     size_t len)
+{
+        char n[48];
+
+        add_packet(name, GMD_WIRE_MAGIC, GMD_WIRE_VERSION, type,
+                   (uint32_t)len, payload, len);
+        /* The same message cut short, with the header telling the truth. */
+        if (len > 1) {
+                snprintf(n, sizeof(n), "%s-truncated", name);
+                add_packet(n, GMD_WIRE_MAGIC, GMD_WIRE_VERSION, type,
+                           (uint32_t)(len - 1), payload, len - 1);
+        }
+        /* ... and with the header lying about it. */
+        snprintf(n, sizeof(n), "%s-length-lies", name);
+        add_packet(n, GMD_WIRE_MAGIC, GMD_WIRE_VERSION, type,
+                   (uint32_t)len + 1, payload, len);
+        /* Under the wrong type. */
+        snprintf(n, sizeof(n), "%s-wrong-type", name);
+        add_packet(n, GMD_WIRE_MAGIC, GMD_WIRE_VERSION, 999, (uint32_t)len,
+                   payload, len);
+}
+
+static void build_corpus(void)
+{
+        uint8_t out[512];
+        size_t len;
+
+        /* Good messages of every request type. */
+        {
+                Gmd__Hello m = GMD__HELLO__INIT;
+
+                m.min_version = 1;
+                m.max_version = 1;
+                m.client_name = "fuzz";
+                len = gmd__hello__pack(&m, out);
+                add_good("hello", GMD__MSG_TYPE__MSG_HELLO, out, len);
+        }
+        {
+                Gmd__AllocRequest m = GMD__ALLOC_REQUEST__INIT;
+
+                m.size = 4u << 20;
+                m.timeout_ms = -1;
+                m.flags = 2;
+                len = gmd__alloc_request__pack(&m, out);
+                add_good("alloc", GMD__MSG_TYPE__MSG_ALLOC, out, len);
+        }
+        {
+                Gmd__BufferRequest m = GMD__BUFFER_REQUEST__INIT;
+
+                m.buffer_id = 12345;
+                len = gmd__buffer_request__pack(&m, out);
+                add_good("free", GMD__MSG_TYPE__MSG_FREE, out, len);
+        }
+        {
+                Gmd__AcquireRequest m = GMD__ACQUIRE_REQUEST__INIT;
+
+                m.buffer_id = 7;
+                m.timeout_ms = 1000;
+                len = gmd__acquire_request__pack(&m, out);
+                add_good("acquire", GMD__MSG_TYPE__MSG_ACQUIRE, out, len);
+        }
+        {
+                Gmd__StatusRequest m = GMD__STATUS_REQUEST__INIT;
+
+                m.what = GMD__STATUS_WHAT__STATUS_BUFFERS;
+                m.pid = 42;
+                len = gmd__status_request__pack(&m, out);
+                add_good("status", GMD__MSG_TYPE__MSG_STATUS, out, len);
+        }
+        {
+                Gmd__RemapAck m = GMD__REMAP_ACK__INIT;
+
+                m.buffer_id = 7;
+                m.sequence = 3;
+                m.result = -5;
+                len = gmd__remap_ack__pack(&m, out);
+                add_good("remap-ack", GMD__MSG_TYPE__MSG_REMAP_ACK, out, len);
+        }
+        add_good("empty-status", GMD__MSG_TYPE__MSG_STATUS, "", 0);
+
+        /* Header-level breakage. */
+        add("empty", "", 0);
+        add("one-byte", "G", 1);
+        {
+                gmd_wire_header h = {
+                        .magic = GMD_WIRE_MAGIC, .version = 1,
+                        .type = GMD__MSG_TYPE__MSG_STATUS,
+                };
+
+                add("header-minus-one", &h, sizeof(h) - 1);
+        }
+        add_packet("bad-magic", 0x31444d48u, 1, GMD__MSG_TYPE__MSG_STATUS,
+                   0, NULL, 0);
+        add_packet("swapped-magic", 0x474d4431u, 1, GMD__MSG_TYPE__MSG_STATUS,
+                   0, NULL, 0);
+        add_packet("version-0", GMD_WIRE_MAGIC, 0, GMD__MSG_TYPE__MSG_STATUS,
+                   0, NULL, 0);
+        add_packet("version-2", GMD_WIRE_MAGIC, 2, GMD__MSG_TYPE__MSG_STATUS,
+                   0, NULL, 0);
+        add_packet("version-ffff", GMD_WIRE_MAGIC, 0xffff,
+                   GMD__MSG_TYPE__MSG_STATUS, 0, NULL, 0);
+        add_packet("length-max", GMD_WIRE_MAGIC, 1, GMD__MSG_TYPE__MSG_ALLOC,
+                   UINT32_MAX, "abc", 3);
+        add_packet("length-wraps", GMD_WIRE_MAGIC, 1, GMD__MSG_TYPE__MSG_ALLOC,
+                   UINT32_MAX - GMD_WIRE_HEADER_SIZE + 4, "abcd", 4);
+        add_packet("type-0", GMD_WIRE_MAGIC, 1, 0, 0, NULL, 0);
+        add_packet("type-ffff", GMD_WIRE_MAGIC, 1, 0xffff, 0, NULL, 0);
+
+        /* Payload-level breakage, under a request type. */
+        {
+                static const struct {
+                        const char *name;
+                        const char *bytes;
+                        size_t len;
+                } bad[] = {
+                        /* field 1, wire type 7: no such wire type */
+                        { "bad-wire-type", "\x0f\x01", 2 },
+                        /* varint that never ends */
+                        { "endless-varint", "\x08\xff\xff\xff\xff\xff", 6 },
+                        /* varint longer than 10 bytes */
+                        { "long-varint",
+                          "\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12 },
+                        /* string with a length past the end */
+                        { "string-past-end", "\x1a\x7f" "abc", 5 },
+                        /* string with a 2^63 length */
+                        { "string-huge-len",
+                          "\x1a\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 10 },
+                        /* field number 0 */
+                        { "field-zero", "\x00\x01", 2 },
+                        /* fixed64 cut short */
+                        { "fixed64-short", "\x09\x01\x02\x03", 4 },
+                        /* deprecated group start without end */
+                        { "group-start", "\x0b\x08\x01", 3 },
+                        /* unknown field 99, length-delimited, fine */
+                        { "unknown-field", "\x9a\x06\x02hi", 5 },
+                        /* repeated message with a broken element */
+                        { "repeated-broken", "\x22\x03\x08\xff\xff", 5 },
+                        /* invalid UTF-8 in the client name */
+                        { "bad-utf8", "\x1a\x02\xc3\x28", 4 },
+                        /* enum out of range */
+                        { "enum-range", "\x08\xe7\x07", 3 },
+                        /* negative as uint32 */
+                        { "neg-uint32", "\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11 },
+                };
+                static const uint16_t types[] = {
+                        GMD__MSG_TYPE__MSG_HELLO, GMD__MSG_TYPE__MSG_ALLOC,
+                        GMD__MSG_TYPE__MSG_STATUS,
+                };
+
+                for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                        for (size_t t = 0; t < 3; t++) {
+                                char n[48];
+
+                                snprintf(n, sizeof(n), "%s-%u", bad[i].name,
+                                         types[t]);
+                                add_packet(n, GMD_WIRE_MAGIC, 1, types[t],
+                                           (uint32_t)bad[i].len, bad[i].bytes,
+                                           bad[i].len);
+                        }
+        }
+
+        /* Largest and one-too-large packets. */
+        {
+                static uint8_t big[GMD_WIRE_MAX_PACKET + 1];
+                gmd_wire_header h = {
+                        .magic = GMD_WIRE_MAGIC, .version = 1,
+                        .type = GMD__MSG_TYPE__MSG_STATUS,
+                        .length = GMD_WIRE_MAX_PAYLOAD,
+                };
+
+                memset(big, 0x08, sizeof(big));
+                memcpy(big, &h, sizeof(h));
+                add("max-packet", big, GMD_WIRE_MAX_PACKET);
+                h.length++;
+                memcpy(big, &h, sizeof(h));
+                add("too-large", big, GMD_WIRE_MAX_PACKET + 1);
+        }
+}
+
+static int count_open_fds(void)
+{
+        DIR *dir = opendir("/proc/self/fd");
+        struct dirent *entry;
+        int n = 0;
+
+        if (!dir)
+                return -1;
+        while ((entry = readdir(dir)))
+                if (entry->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+static int run_file(const char *path)
+{
+        FILE *f = fopen(path, "rb");
+        uint8_t *data = malloc(GMD_WIRE_MAX_PACKET + 2);
+        size_t n;
+
+        if (!f || !data) {
+                fprintf(stderr, "%s: %s\n", path, strerror(errno));
+                free(data);
+                if (f)
+                        fclose(f);
+                return 1;
+        }
+        n = fread(data, 1, GMD_WIRE_MAX_PACKET + 2, f);
+        fclose(f);
+        LLVMFuzzerTestOneInput(data, n);
+        free(data);
+        return 0;
+}
+
+static int write_corpus(const char *dir)
+{
+        for (size_t i = 0; i < n_corpus; i++) {
+                char *path = NULL;
+                FILE *f;
+
+                if (asprintf(&path, "%s/%s", dir, corpus[i].name) < 0)
+                        return 1;
+                f = fopen(path, "wb");
+                if (!f || fwrite(corpus[i].data, 1, corpus[i].size, f) !=
+                    corpus[i].size) {
+                        fprintf(stderr, "%s: %s\n", path, strerror(errno));
+                        if (f)
+                                fclose(f);
+                        free(path);
+                        return 1;
+                }
+                fclose(f);
+                free(path);
+        }
+        printf("%zu inputs written to %s\n", n_corpus, dir);
+        return 0;
+}
+
+int main(int argc, char **argv)
+{
+        int fds_before, fds_after, r = 0;
+
+        build_corpus();
+        if (argc == 3 && strcmp(argv[1], "--write-corpus") == 0)
+                return write_corpus(argv[2]);
+        if (argc > 1) {
+                for (int i = 1; i < argc; i++)
+                        r |= run_file(argv[i]);
+                return r;
+        }
+
+        /* The first input opens the socketpair the target keeps. */
+        LLVMFuzzerTestOneInput(corpus[0].data, corpus[0].size);
+        fds_before = count_open_fds();
+        for (int round = 0; round < 2; round++)
+                for (size_t i = 0; i < n_corpus; i++)
+                        LLVMFuzzerTestOneInput(corpus[i].data, corpus[i].size);
+        fds_after = count_open_fds();
+        if (fds_before != fds_after) {
+                fprintf(stderr, "fd leak: %d fds before the corpus, %d after\n",
+                        fds_before, fds_after);
+                return 1;
+        }
+        printf("%zu inputs decoded twice, no crash, no fd leak\n", n_corpus);
+        for (size_t i = 0; i < n_corpus; i++)
+                free(corpus[i].data);
+        return 0;
+}

@@ -1,0 +1,558 @@
+/*
+ * test_config — daemon/config.c: embedded defaults, the INI file, and single
+ * keys set the way command-line options set them.
+ *
+ * An operator meets this code when a line is wrong, so most cases here are
+ * bad lines, and each checks that the one message names the file, the line
+ * number and the key — enough to fix the line without reading the source.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "gpumem.h"
+
+#define MiB (UINT64_C(1) << 20)
+#define GiB (UINT64_C(1) << 30)
+
+typedef struct fixture {
+        char dir[64];
+        char path[128];
+        FILE *err;          /* messages go here */
+        char *err_text;
+        size_t err_size;
+} fixture;
+
+static int setup(void **state)
+{
+        fixture *f = calloc(1, sizeof(*f));
+
+        if (!f)
+                return -1;
+        snprintf(f->dir, sizeof(f->dir), "/tmp/gmd-test-config-XXXXXX");
+        if (!mkdtemp(f->dir))
+                return -1;
+        snprintf(f->path, sizeof(f->path), "%s/gpu-memd.conf", f->dir);
+        f->err = open_memstream(&f->err_text, &f->err_size);
+        if (!f->err)
+                return -1;
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        fixture *f = *state;
+
+        fclose(f->err);
+        free(f->err_text);
+        unlink(f->path);
+        rmdir(f->dir);
+        free(f);
+        return 0;
+}
+
+static void write_file(fixture *f, const char *text)
+{
+        FILE *file = fopen(f->path, "w");
+
+        assert_non_null(file);
+        assert_int_equal(fputs(text, file) >= 0, 1);
+        assert_int_equal(fclose(file), 0);
+}
+
+/* What was written to the error stream so far. */
+static const char *messages(fixture *f)
+{
+        fflush(f->err);
+        return f->err_text ? f->err_text : "";
+}
+
+static void assert_mentions(fixture *f, const char *part)
+{
+        if (!strstr(messages(f), part))
+                fail_msg("message \"%s\" does not mention \"%s\"",
+                         messages(f), part);
+}
+
+static int count_lines(const char *text)
+{
+        int n = 0;
+
+        for (; *text; text++)
+                if (*text == '\n')
+                        n++;
+        return n;
+}
+
+/* Field by field: padding bytes of two structs need not match. */
+static void assert_config_equal(const gmd_config *a, const gmd_config *b)
+{
+        assert_string_equal(a->socket_path, b->socket_path);
+        assert_int_equal(a->socket_mode, b->socket_mode);
+        assert_string_equal(a->backend, b->backend);
+        assert_int_equal(a->log_level, b->log_level);
+        assert_true(a->vram_limit.percent == b->vram_limit.percent);
+        assert_int_equal(a->vram_limit.bytes, b->vram_limit.bytes);
+        assert_int_equal(a->vram_reserve, b->vram_reserve);
+        assert_int_equal(a->host_limit.bytes, b->host_limit.bytes);
+        assert_true(a->host_limit.percent == b->host_limit.percent);
+        assert_int_equal(a->max_clients, b->max_clients);
+        assert_int_equal(a->max_buffers_per_client, b->max_buffers_per_client);
+        assert_int_equal(a->max_waiting_per_client, b->max_waiting_per_client);
+        assert_int_equal(a->max_send_queue, b->max_send_queue);
+        assert_int_equal(a->sim_devices, b->sim_devices);
+        assert_int_equal(a->sim_vram, b->sim_vram);
+        assert_int_equal(a->sim_granularity, b->sim_granularity);
+}
+
+/* ---- defaults ------------------------------------------------------------- */
+
+static void test_defaults(void **state)
+{
+        gmd_config c;
+
+        memset(&c, 0xa5, sizeof(c));
+        config_init_defaults(&c);
+        assert_string_equal(c.socket_path, GMD_DEFAULT_SOCKET);
+        assert_int_equal(c.socket_mode, 0660);
+        assert_string_equal(c.backend, "auto");
+        /* vram_limit automatic: neither bytes nor a percentage. */
+        assert_int_equal(c.vram_limit.bytes, 0);
+        assert_true(c.vram_limit.percent == 0);
+        assert_int_equal(c.sim_devices, 1);
+        assert_int_equal(c.sim_vram, GiB);
+        assert_int_equal(c.sim_granularity, 2 * MiB);
+        assert_true(c.max_clients > 0);
+        assert_true(c.max_buffers_per_client > 0);
+        assert_true(c.max_waiting_per_client > 0);
+        assert_true(c.max_send_queue > 0);
+        assert_true(c.log_level >= GMD_LOG_ERR && c.log_level <= GMD_LOG_DEBUG);
+        assert_non_null(config_log_level_name(c.log_level));
+}
+
+static void test_log_level_names(void **state)
+{
+        assert_string_equal(config_log_level_name(GMD_LOG_ERR), "error");
+        assert_string_equal(config_log_level_name(GMD_LOG_WARNING), "warning");
+        assert_string_equal(config_log_level_name(GMD_LOG_NOTICE), "notice");
+        assert_string_equal(config_log_level_name(GMD_LOG_INFO), "info");
+        assert_string_equal(config_log_level_name(GMD_LOG_DEBUG), "debug");
+}
+
+/* ---- a good file ---------------------------------------------------------- */
+
+static void test_load_good_file(void **state)
+{
+        fixture *f = *state;
+        gmd_config c;
+
+        write_file(f,
+                   "; gpu-memd test configuration\n"
+                   "# both comment styles\n"
+                   "[daemon]\n"
+                   "socket = /tmp/gmd-test.sock\n"
+                   "socket_mode = 0600\n"
+                   "backend = sim\n"
+                   "log_level = debug\n"
+                   "\n"
+                   "[pools]\n"
+                   "vram_limit = 80%\n"
+                   "vram_reserve = 512M\n"
+                   "host_limit = 2G\n"
+                   "\n"
+                   "[limits]\n"
+                   "max_clients = 17\n"
+                   "max_buffers_per_client = 1000\n"
+                   "max_waiting_per_client = 3\n"
+                   "max_send_queue = 9\n"
+                   "\n"
+                   "[sim]\n"
+                   "devices = 2\n"
+                   "vram = 64M\n"
+                   "granularity = 4M\n");
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_string_equal(messages(f), "");
+
+        assert_string_equal(c.socket_path, "/tmp/gmd-test.sock");
+        assert_int_equal(c.socket_mode, 0600);
+        assert_string_equal(c.backend, "sim");
+        assert_int_equal(c.log_level, GMD_LOG_DEBUG);
+        assert_true(c.vram_limit.percent == 80.0);
+        assert_int_equal(c.vram_reserve, 512 * MiB);
+        assert_int_equal(c.host_limit.bytes, 2 * GiB);
+        assert_true(c.host_limit.percent == 0);
+        assert_int_equal(c.max_clients, 17);
+        assert_int_equal(c.max_buffers_per_client, 1000);
+        assert_int_equal(c.max_waiting_per_client, 3);
+        assert_int_equal(c.max_send_queue, 9);
+        assert_int_equal(c.sim_devices, 2);
+        assert_int_equal(c.sim_vram, 64 * MiB);
+        assert_int_equal(c.sim_granularity, 4 * MiB);
+}
+
+/* Keys not in the file keep the values they had before. */
+static void test_load_partial_file(void **state)
+{
+        fixture *f = *state;
+        gmd_config c, defaults;
+
+        write_file(f, "[sim]\nvram = 128M\n");
+        config_init_defaults(&defaults);
+        config_init_defaults(&c);
+        c.max_clients = 5;
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(c.sim_vram, 128 * MiB);
+        assert_int_equal(c.max_clients, 5);
+        assert_int_equal(c.sim_granularity, defaults.sim_granularity);
+        assert_string_equal(c.socket_path, defaults.socket_path);
+}
+
+static void test_load_empty_file(void **state)
+{
+        fixture *f = *state;
+        gmd_config c, defaults;
+
+        write_file(f, "");
+        config_init_defaults(&c);
+        config_init_defaults(&defaults);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_config_equal(&c, &defaults);
+}
+
+static void test_log_levels_in_file(void **state)
+{
+        fixture *f = *state;
+        static const struct {
+                const char *name;
+                gmd_log_level level;
+        } levels[] = {
+                { "error", GMD_LOG_ERR },    { "warning", GMD_LOG_WARNING },
+                { "notice", GMD_LOG_NOTICE }, { "info", GMD_LOG_INFO },
+                { "debug", GMD_LOG_DEBUG },
+        };
+
+        for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+                gmd_config c;
+                char text[64];
+
+                snprintf(text, sizeof(text), "[daemon]\nlog_level = %s\n",
+                         levels[i].name);
+                write_file(f, text);
+                config_init_defaults(&c);
+                assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+                assert_int_equal(c.log_level, levels[i].level);
+        }
+}
+
+/* ---- bad files: -EINVAL and one message naming file:line and key ---------- */
+
+static void expect_bad_line(fixture *f, const char *text, int line,
+                            const char *key)
+{
+        gmd_config c;
+        char where[192];
+        int r;
+
+        write_file(f, text);
+        config_init_defaults(&c);
+        r = config_load_file(&c, f->path, f->err);
+        if (r != -EINVAL)
+                fail_msg("config_load_file = %d for:\n%s", r, text);
+        snprintf(where, sizeof(where), "%s:%d", f->path, line);
+        assert_mentions(f, where);
+        assert_mentions(f, key);
+        if (count_lines(messages(f)) != 1)
+                fail_msg("expected one message line, got:\n%s", messages(f));
+}
+
+static void test_unknown_key(void **state)
+{
+        expect_bad_line(*state,
+                        "[daemon]\nsocket = /tmp/x.sock\nsokcet_mode = 0660\n",
+                        3, "sokcet_mode");
+}
+
+static void test_key_in_wrong_section(void **state)
+{
+        expect_bad_line(*state, "[pools]\n\nmax_clients = 4\n", 3,
+                        "max_clients");
+}
+
+static void test_unknown_section(void **state)
+{
+        expect_bad_line(*state, "[daemon]\nbackend = sim\n[pool]\nvram_limit = 1G\n",
+                        4, "pool");
+}
+
+static void test_key_before_any_section(void **state)
+{
+        expect_bad_line(*state, "backend = sim\n", 1, "backend");
+}
+
+static void test_bad_size(void **state)
+{
+        expect_bad_line(*state, "[sim]\nvram = lots\n", 2, "vram");
+}
+
+static void test_bad_size_overflow(void **state)
+{
+        expect_bad_line(*state, "[pools]\nvram_reserve = 16E\n", 2,
+                        "vram_reserve");
+}
+
+static void test_bad_percent(void **state)
+{
+        expect_bad_line(*state, "[pools]\n; comment\nvram_limit = 150%\n", 3,
+                        "vram_limit");
+}
+
+static void test_percent_where_bytes_needed(void **state)
+{
+        /* vram_reserve is bytes only. */
+        expect_bad_line(*state, "[pools]\nvram_reserve = 10%\n", 2,
+                        "vram_reserve");
+}
+
+static void test_bad_number(void **state)
+{
+        expect_bad_line(*state, "[limits]\nmax_clients = ten\n", 2,
+                        "max_clients");
+}
+
+static void test_bad_number_trailing(void **state)
+{
+        expect_bad_line(*state, "[limits]\nmax_send_queue = 12abc\n", 2,
+                        "max_send_queue");
+}
+
+static void test_bad_number_negative(void **state)
+{
+        expect_bad_line(*state, "[sim]\ndevices = -1\n", 2, "devices");
+}
+
+static void test_bad_number_overflow(void **state)
+{
+        expect_bad_line(*state, "[limits]\nmax_clients = 99999999999999999999\n",
+                        2, "max_clients");
+}
+
+static void test_bad_number_empty(void **state)
+{
+        expect_bad_line(*state, "[limits]\nmax_clients =\n", 2, "max_clients");
+}
+
+static void test_bad_socket_mode(void **state)
+{
+        expect_bad_line(*state, "[daemon]\nsocket_mode = 0999\n", 2,
+                        "socket_mode");
+}
+
+static void test_bad_log_level(void **state)
+{
+        expect_bad_line(*state, "[daemon]\nlog_level = loud\n", 2, "log_level");
+}
+
+static void test_bad_backend(void **state)
+{
+        expect_bad_line(*state, "[daemon]\nbackend = opencl\n", 2, "backend");
+}
+
+static void test_socket_path_too_long(void **state)
+{
+        char text[512];
+        char path[200];
+
+        memset(path, 'a', sizeof(path) - 1);
+        path[0] = '/';
+        path[sizeof(path) - 1] = '\0';
+        snprintf(text, sizeof(text), "[daemon]\nsocket = %s\n", path);
+        expect_bad_line(*state, text, 2, "socket");
+}
+
+static void test_line_without_equals(void **state)
+{
+        expect_bad_line(*state, "[sim]\ndevices = 1\nvram 64M\n", 3, ":3");
+}
+
+static void test_missing_file(void **state)
+{
+        fixture *f = *state;
+        gmd_config c;
+        char path[160];
+
+        snprintf(path, sizeof(path), "%s/no-such.conf", f->dir);
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, path, f->err), -ENOENT);
+        assert_mentions(f, path);
+}
+
+/* ---- config_set, as the command line uses it ------------------------------ */
+
+static void test_set_good(void **state)
+{
+        fixture *f = *state;
+        gmd_config c;
+
+        config_init_defaults(&c);
+        assert_int_equal(config_set(&c, "pools", "vram_limit", "80%",
+                                    "--vram-limit", f->err), 0);
+        assert_true(c.vram_limit.percent == 80.0);
+        assert_int_equal(config_set(&c, "pools", "vram_limit", "64M",
+                                    "--vram-limit", f->err), 0);
+        assert_int_equal(c.vram_limit.bytes, 64 * MiB);
+        assert_true(c.vram_limit.percent == 0);
+        assert_int_equal(config_set(&c, "pools", "host_limit", "25%",
+                                    "--host-limit", f->err), 0);
+        assert_true(c.host_limit.percent == 25.0);
+        assert_int_equal(config_set(&c, "daemon", "socket", "/tmp/s.sock",
+                                    "--socket", f->err), 0);
+        assert_string_equal(c.socket_path, "/tmp/s.sock");
+        assert_int_equal(config_set(&c, "daemon", "backend", "sim",
+                                    "--backend", f->err), 0);
+        assert_string_equal(c.backend, "sim");
+        assert_int_equal(config_set(&c, "daemon", "log_level", "error",
+                                    "--log-level", f->err), 0);
+        assert_int_equal(c.log_level, GMD_LOG_ERR);
+        assert_string_equal(messages(f), "");
+}
+
+/* A refused value names its source and the key, and leaves the old value. */
+static void test_set_bad(void **state)
+{
+        fixture *f = *state;
+        gmd_config c, before;
+
+        config_init_defaults(&c);
+        memcpy(&before, &c, sizeof(c));
+        assert_int_equal(config_set(&c, "pools", "vram_limit", "lots",
+                                    "--vram-limit", f->err), -EINVAL);
+        assert_mentions(f, "--vram-limit");
+        assert_mentions(f, "lots");
+        assert_memory_equal(&c, &before, sizeof(c));
+
+        assert_int_equal(config_set(&c, "daemon", "log_level", "loud",
+                                    "--log-level", f->err), -EINVAL);
+        assert_memory_equal(&c, &before, sizeof(c));
+
+        assert_int_equal(config_set(&c, "pools", "no_such_key", "1",
+                                    "test", f->err), -EINVAL);
+        assert_mentions(f, "no_such_key");
+        assert_int_equal(config_set(&c, "nowhere", "socket", "/x",
+                                    "test", f->err), -EINVAL);
+        assert_memory_equal(&c, &before, sizeof(c));
+}
+
+/* The file is read over the current values, and options come after it. */
+static void test_set_after_file_wins(void **state)
+{
+        fixture *f = *state;
+        gmd_config c;
+
+        write_file(f, "[pools]\nvram_limit = 1G\n");
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(c.vram_limit.bytes, GiB);
+        assert_int_equal(config_set(&c, "pools", "vram_limit", "64M",
+                                    "--vram-limit", f->err), 0);
+        assert_int_equal(c.vram_limit.bytes, 64 * MiB);
+}
+
+/* ---- dump ------------------------------------------------------------------ */
+
+/* What config_dump writes reads back to the same config. */
+static void test_dump_round_trip(void **state)
+{
+        fixture *f = *state;
+        gmd_config c, back;
+        FILE *out;
+
+        write_file(f,
+                   "[daemon]\nsocket = /tmp/rt.sock\nsocket_mode = 0640\n"
+                   "backend = sim\nlog_level = notice\n"
+                   "[pools]\nvram_limit = 75%\nvram_reserve = 1234M\n"
+                   "host_limit = 3G\n"
+                   "[limits]\nmax_clients = 12\nmax_buffers_per_client = 34\n"
+                   "max_waiting_per_client = 5\nmax_send_queue = 67\n"
+                   "[sim]\ndevices = 3\nvram = 96M\ngranularity = 1M\n");
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+
+        out = fopen(f->path, "w");
+        assert_non_null(out);
+        config_dump(&c, out);
+        assert_int_equal(fclose(out), 0);
+
+        config_init_defaults(&back);
+        if (config_load_file(&back, f->path, f->err) != 0)
+                fail_msg("config_dump output does not load: %s", messages(f));
+        assert_config_equal(&back, &c);
+}
+
+/* The defaults dump and load too (the shipped config file is such a dump). */
+static void test_dump_defaults_loads(void **state)
+{
+        fixture *f = *state;
+        gmd_config c, back;
+        FILE *out;
+
+        config_init_defaults(&c);
+        out = fopen(f->path, "w");
+        assert_non_null(out);
+        config_dump(&c, out);
+        assert_int_equal(fclose(out), 0);
+        config_init_defaults(&back);
+        if (config_load_file(&back, f->path, f->err) != 0)
+                fail_msg("defaults dump does not load: %s", messages(f));
+        assert_config_equal(&back, &c);
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                T(test_defaults),
+                T(test_log_level_names),
+                T(test_load_good_file),
+                T(test_load_partial_file),
+                T(test_load_empty_file),
+                T(test_log_levels_in_file),
+                T(test_unknown_key),
+                T(test_key_in_wrong_section),
+                T(test_unknown_section),
+                T(test_key_before_any_section),
+                T(test_bad_size),
+                T(test_bad_size_overflow),
+                T(test_bad_percent),
+                T(test_percent_where_bytes_needed),
+                T(test_bad_number),
+                T(test_bad_number_trailing),
+                T(test_bad_number_negative),
+                T(test_bad_number_overflow),
+                T(test_bad_number_empty),
+                T(test_bad_socket_mode),
+                T(test_bad_log_level),
+                T(test_bad_backend),
+                T(test_socket_path_too_long),
+                T(test_line_without_equals),
+                T(test_missing_file),
+                T(test_set_good),
+                T(test_set_bad),
+                T(test_set_after_file_wins),
+                T(test_dump_round_trip),
+                T(test_dump_defaults_loads),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
