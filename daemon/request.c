@@ -29,6 +29,7 @@ static void protocol_error(gmd_session *s, const char *what, uint16_t type)
 {
         char why[128];
 
+        s->server->stats.disconnects_protocol++;
         snprintf(why, sizeof(why), "protocol error: %s (%s)", what,
                  gmd_wire_type_name(type));
         session_close(s, why);
@@ -99,7 +100,7 @@ static void handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m)
 }
 
 int request_alloc_now(gmd_session *s, uint32_t id, uint64_t size,
-                      unsigned device, unsigned flags)
+                      unsigned device, unsigned flags, uint64_t since_us)
 {
         gmd_server *server = s->server;
         Gmd__AllocReply reply = GMD__ALLOC_REPLY__INIT;
@@ -129,6 +130,8 @@ int request_alloc_now(gmd_session *s, uint32_t id, uint64_t size,
         reply.segments = segments;
         session_send(s, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base,
                      &b->mem->fd, 1);
+        server->stats.allocations++;
+        stats_alloc_latency(&server->stats, now_us() - since_us);
         return 0;
 }
 
@@ -186,7 +189,7 @@ static void handle_alloc(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                                    s->n_buffers);
                 return;
         }
-        r = request_alloc_now(s, id, size, m->device, m->flags);
+        r = request_alloc_now(s, id, size, m->device, m->flags, now_us());
         if (r != -ENOSPC)
                 return;
         if (m->timeout_ms == 0) {
@@ -204,7 +207,7 @@ static void handle_alloc(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                 return;
         }
         r = waitq_add(server, s, id, m->size, size, m->device, m->flags,
-                      m->timeout_ms);
+                      m->timeout_ms, now_us());
         if (r < 0)
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
                                    "cannot queue the allocation: %s", strerror(-r));
@@ -228,6 +231,7 @@ static void handle_free(gmd_session *s, uint32_t id, const Gmd__BufferRequest *m
         if (!b)
                 return;
         buffer_free(s->server, b);
+        s->server->stats.frees++;
         reply_ok(s, id);
         waitq_run(s->server);
 }

@@ -143,6 +143,7 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                         close(fd);
                         continue;
                 }
+                server->stats.connections++;
                 r = session_new(server, fd, &s);
                 if (r < 0) {
                         log_error("cannot take a new client: %s", strerror(-r));

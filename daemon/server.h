@@ -16,6 +16,7 @@
 #include "idmap.h"
 #include "list.h"
 #include "pool.h"
+#include "stats.h"
 #include "wire.h"
 
 typedef struct gmd_server {
@@ -42,6 +43,9 @@ typedef struct gmd_server {
         uint64_t next_buffer_id;
 
         gmd_list waiters;             /* allocations waiting, in arrival order */
+
+        gmd_stats stats;
+        struct gmd_metrics *metrics;  /* the metrics endpoint, or NULL */
 
         bool stopping;
         /* Receive and encode scratch: one loop thread, so one of each. */

@@ -233,6 +233,7 @@ int session_send_error(gmd_session *s, uint32_t request_id, int code,
         va_start(ap, fmt);
         vsnprintf(message, sizeof(message), fmt, ap);
         va_end(ap);
+        stats_error(&s->server->stats, code);
         reply.code = code;
         reply.message = message;
         return session_send(s, GMD__MSG_TYPE__MSG_ERROR_REPLY, request_id,
@@ -283,6 +284,7 @@ static void session_read(gmd_session *s)
                                 session_close(s, NULL);
                                 return;
                         }
+                        s->server->stats.disconnects_protocol++;
                         snprintf(why, sizeof(why), "protocol error: %s",
                                  reason ? reason : strerror(-r));
                         session_close(s, why);

@@ -54,7 +54,7 @@ static void waiter_on_deadline(uv_timer_t *timer)
 
 int waitq_add(gmd_server *server, gmd_session *session, uint32_t request_id,
               uint64_t asked, uint64_t size, unsigned device, unsigned flags,
-              int64_t timeout_ms)
+              int64_t timeout_ms, uint64_t since_us)
 {
         gmd_waiter *w = calloc(1, sizeof(*w));
         int r;
@@ -68,7 +68,7 @@ int waitq_add(gmd_server *server, gmd_session *session, uint32_t request_id,
         w->size = size;
         w->device = device;
         w->flags = flags;
-        w->since_ms = now_ms();
+        w->since_us = since_us;
         w->timeout_ms = timeout_ms;
         r = uv_timer_init(server->loop, &w->timer);
         if (r < 0) {
@@ -96,15 +96,17 @@ void waitq_run(gmd_server *server)
                 if (blocked & bit)
                         continue;
                 r = request_alloc_now(w->session, w->request_id, w->size,
-                                      w->device, w->flags);
+                                      w->device, w->flags, w->since_us);
                 if (r == -ENOSPC) {
                         blocked |= bit;
                         continue;
                 }
+                if (r == 0)
+                        w->server->stats.alloc_waited++;
                 log_debug("client %llu: allocation of %llu bytes served after %llu ms",
                           (unsigned long long)w->session->id,
                           (unsigned long long)w->size,
-                          (unsigned long long)(now_ms() - w->since_ms));
+                          (unsigned long long)((now_us() - w->since_us) / 1000));
                 /* tmp may have been freed if serving closed a session that
                  * had waiters behind this one; restart from the head. */
                 waiter_drop(w);

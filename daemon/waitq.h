@@ -26,7 +26,7 @@ typedef struct gmd_waiter {
         uint64_t asked;             /* as the client asked */
         unsigned device;
         unsigned flags;
-        uint64_t since_ms;
+        uint64_t since_us;          /* when the request came */
         int64_t timeout_ms;         /* < 0: no deadline */
         bool dropped;               /* left the queue; freed on timer close */
         uv_timer_t timer;
@@ -35,7 +35,7 @@ typedef struct gmd_waiter {
 /* Queue an allocation; its deadline timer starts now. */
 int waitq_add(gmd_server *server, gmd_session *session, uint32_t request_id,
               uint64_t asked, uint64_t size, unsigned device, unsigned flags,
-              int64_t timeout_ms);
+              int64_t timeout_ms, uint64_t since_us);
 
 /* Serve every waiter that fits now, in order. Call after memory is freed. */
 void waitq_run(gmd_server *server);
