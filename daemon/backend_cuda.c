@@ -233,7 +233,8 @@ static int cuda_ops_device_info(gmd_backend *backend, unsigned device,
         ret_info->total = d->total;
         ret_info->free = free_b;
         ret_info->granularity = d->granularity;
-        ret_info->reserved = (uint64_t)d->n_reserve * d->granularity;
+        ret_info->reserved = (uint64_t)(d->n_reserve + (d->anchor != NULL)) *
+                             d->granularity;
         return 0;
 }
 
@@ -282,12 +283,11 @@ static int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier,
 static void cuda_ops_mem_destroy(gmd_backend *backend, gmd_mem *mem)
 {
         cuda_backend *b = (cuda_backend *)backend;
+        double t0 = cuda_now_us();
         cuda_mem *m;
 
         if (!mem)
                 return;
-        double t0 = cuda_now_us();
-
         m = (cuda_mem *)((char *)mem - offsetof(cuda_mem, mem));
         if (mem->device < b->n_devices)
                 (void)cuda_device_enter(b, &b->devices[mem->device]);
@@ -387,6 +387,7 @@ static void cuda_ops_destroy(gmd_backend *backend)
                         continue;
                 (void)cuda_device_enter(b, d);
                 cuda_reserve_drain(b, d);
+                cuda_mem_free(b, d->anchor);
                 if (d->stream)
                         b->cu->cuStreamDestroy(d->stream);
                 b->cu->cuDevicePrimaryCtxRelease(d->dev);
@@ -480,6 +481,10 @@ static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
                                 CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS)
                         d->host_granularity = gran;
         }
+        r = cuda_mem_new(b, d, index, GMD_TIER_VRAM, d->granularity,
+                         &d->anchor);
+        if (r < 0)
+                return r;
         cuda_reserve_fill(b, d, index, b->reserve_target);
         log_info("cuda: device %u: %s, %llu MiB, granularity %llu KiB, "
                  "host tier %s, reserve %u chunks", index, d->name,

@@ -41,6 +41,10 @@ typedef struct cuda_device {
         uint64_t granularity;
         uint64_t host_granularity;   /* 0: HOST tier not supported */
         int host_numa_id;
+        /* One chunk never handed out: with no allocation left alive in
+         * the process, the driver makes the next export and the last
+         * release cost ~0.6 ms each instead of ~0.1 (measured on H200). */
+        cuda_mem *anchor;
         cuda_mem *reserve;       /* clean chunks, zeroed and exported */
         unsigned n_reserve;
 } cuda_device;

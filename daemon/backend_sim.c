@@ -25,6 +25,7 @@ typedef struct sim_backend {
         unsigned n_devices;
         uint64_t vram;
         uint64_t granularity;
+        uint64_t created[16];   /* bytes alive per device, as a driver counts */
 } sim_backend;
 
 static sim_backend *to_sim(gmd_backend *b)
@@ -47,7 +48,8 @@ static int sim_device_info(gmd_backend *b, unsigned device,
         memset(ret_info, 0, sizeof(*ret_info));
         snprintf(ret_info->name, sizeof(ret_info->name), "sim%u", device);
         ret_info->total = sim->vram;
-        ret_info->free = sim->vram;
+        ret_info->free = sim->vram > sim->created[device] ?
+                         sim->vram - sim->created[device] : 0;
         ret_info->granularity = sim->granularity;
         return 0;
 }
@@ -79,6 +81,8 @@ static int sim_mem_create(gmd_backend *b, gmd_tier tier, unsigned device,
                 free(mem);
                 return r;
         }
+        if (tier == GMD_TIER_VRAM)
+                sim->created[device] += size;
         mem->fd = fd;
         mem->size = size;
         mem->tier = tier;
@@ -91,6 +95,8 @@ static void sim_mem_destroy(gmd_backend *b, gmd_mem *mem)
 {
         if (!mem)
                 return;
+        if (mem->tier == GMD_TIER_VRAM)
+                to_sim(b)->created[mem->device] -= mem->size;
         close(mem->fd);
         free(mem);
 }

@@ -53,6 +53,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         list_add_tail(&server->buffers, &b->server_link);
         owner->n_buffers++;
         owner->bytes += size;
+        owner->tier_bytes[b->tier] += size;
         *ret_buffer = b;
         return 0;
 
@@ -75,6 +76,7 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         list_remove(&b->server_link);
         b->owner->n_buffers--;
         b->owner->bytes -= b->size;
+        b->owner->tier_bytes[b->tier] -= b->size;
         server->backend->ops->mem_destroy(server->backend, b->mem);
         pool_give(pool, b->size);
         free(b);

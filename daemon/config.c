@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
 #include <limits.h>
 #include <stddef.h>
@@ -40,6 +41,8 @@ typedef struct config_key {
 static const config_key config_keys[] = {
         KEY("daemon", "socket", KEY_STRING, socket_path, 0),
         KEY("daemon", "socket_mode", KEY_MODE, socket_mode, 0),
+        KEY("daemon", "socket_group", KEY_STRING, socket_group, 0),
+        KEY("daemon", "admin_group", KEY_STRING, admin_group, 0),
         KEY("daemon", "backend", KEY_BACKEND, backend, 0),
         KEY("daemon", "log_level", KEY_LOG_LEVEL, log_level, 0),
         KEY("pools", "vram_limit", KEY_SIZE_SPEC, vram_limit, 0),
@@ -52,6 +55,7 @@ static const config_key config_keys[] = {
         KEY("sim", "devices", KEY_UINT, sim_devices, 16),
         KEY("sim", "vram", KEY_SIZE, sim_vram, 0),
         KEY("sim", "granularity", KEY_SIZE, sim_granularity, 0),
+        KEY("metrics", "listen", KEY_STRING, metrics_listen, 0),
 };
 
 static const char *const level_names[] = {
@@ -68,6 +72,9 @@ void config_init_defaults(gmd_config *config)
         strcpy(config->socket_path, "/run/gpu-memd/gpu-memd.sock");
         config->socket_mode = 0660;
         strcpy(config->backend, "auto");
+        strcpy(config->metrics_listen, "off");
+        config->socket_gid = (gid_t)-1;
+        config->admin_gid = (gid_t)-1;
         config->log_level = GMD_LOG_INFO;
         config->vram_limit = (gmd_size_spec){ 0, 0 };   /* automatic */
         config->vram_reserve = 512ull << 20;
@@ -123,8 +130,6 @@ static const char *key_parse(const config_key *key, const char *value,
         case KEY_STRING:
                 if (strlen(value) >= key->size)
                         return "value too long";
-                if (!*value)
-                        return "value is empty";
                 strcpy(field, value);
                 return NULL;
         case KEY_BACKEND:
@@ -181,6 +186,9 @@ int config_set(gmd_config *config, const char *section, const char *key,
         const char *hint;
         int section_known;
 
+        if (quota_is_section(section))
+                return quota_set(config->quota_rules, &config->n_quota_rules,
+                                 section, key, value, where, err);
         k = key_find(section, key, &section_known);
         if (!k) {
                 if (!section_known)
@@ -200,9 +208,38 @@ int config_set(gmd_config *config, const char *section, const char *key,
         return 0;
 }
 
-int config_validate(const gmd_config *config, FILE *err)
+static int resolve_group(const char *key, const char *name, gid_t *ret_gid,
+                         FILE *err)
+{
+        struct group *gr;
+
+        *ret_gid = (gid_t)-1;
+        if (!*name)
+                return 0;
+        gr = getgrnam(name);
+        if (!gr) {
+                fprintf(err, "config: [daemon] %s: no group named '%s' on this machine\n",
+                        key, name);
+                return -EINVAL;
+        }
+        *ret_gid = gr->gr_gid;
+        return 0;
+}
+
+int config_validate(gmd_config *config, FILE *err)
 {
         uint64_t g = config->sim_granularity;
+
+        if (resolve_group("socket_group", config->socket_group,
+                          &config->socket_gid, err) < 0 ||
+            resolve_group("admin_group", config->admin_group,
+                          &config->admin_gid, err) < 0)
+                return -EINVAL;
+        if (!config->socket_path[0] || !config->metrics_listen[0]) {
+                fprintf(err, "config: [daemon] socket and [metrics] listen must "
+                        "not be empty\n");
+                return -EINVAL;
+        }
 
         if (g < 4096 || (g & (g - 1)) != 0) {
                 fprintf(err, "config: [sim] granularity must be a power of two of at least 4K\n");
@@ -339,4 +376,5 @@ void config_dump(const gmd_config *config, FILE *out)
                 key_print(k, (const char *)config + k->offset, out);
                 fputc('\n', out);
         }
+        quota_dump(config->quota_rules, config->n_quota_rules, out);
 }

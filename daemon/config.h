@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "quota.h"
 #include "size.h"
 
 typedef enum gmd_log_level {
@@ -24,8 +25,16 @@ typedef struct gmd_config {
         /* [daemon] */
         char socket_path[108];        /* sun_path's size */
         unsigned socket_mode;         /* permission bits of the socket */
+        char socket_group[64];        /* group of the socket; "" = the daemon's */
+        char admin_group[64];         /* members may send admin requests */
         char backend[8];              /* "auto", "cuda", "sim" */
         gmd_log_level log_level;
+        /* Resolved by config_validate: */
+        gid_t socket_gid;             /* (gid_t)-1 when socket_group is "" */
+        gid_t admin_gid;              /* (gid_t)-1 when admin_group is "" */
+
+        /* [metrics] */
+        char metrics_listen[108];     /* "off", "127.0.0.1:PORT", "unix:PATH" */
 
         /* [pools] */
         gmd_size_spec vram_limit;     /* per device; 0 and 0% = automatic */
@@ -42,6 +51,10 @@ typedef struct gmd_config {
         unsigned sim_devices;
         uint64_t sim_vram;            /* bytes each simulated device has */
         uint64_t sim_granularity;
+
+        /* [users], [group NAME], [user NAME] */
+        gmd_quota_rule quota_rules[GMD_MAX_QUOTA_RULES];
+        unsigned n_quota_rules;
 } gmd_config;
 
 /* Fill with the embedded defaults. */
@@ -59,9 +72,9 @@ int config_load_file(gmd_config *config, const char *path, FILE *err);
 int config_set(gmd_config *config, const char *section, const char *key,
                const char *value, const char *where, FILE *err);
 
-/* Checks across keys, after every layer is applied. 0 or -EINVAL with a
- * message on `err`. */
-int config_validate(const gmd_config *config, FILE *err);
+/* Checks across keys, after every layer is applied, and resolves group
+ * names. 0 or -EINVAL with a message on `err`. */
+int config_validate(gmd_config *config, FILE *err);
 
 /* Write every key with its current value, as a config file would. */
 void config_dump(const gmd_config *config, FILE *out);

@@ -1,7 +1,9 @@
 /*
  * gpu-memd — the daemon's entry point: settings, backend, pools, socket,
- * then the libuv loop until SIGTERM or SIGINT. Everything here happens
- * once; the work is in server.c and session.c.
+ * then the libuv loop until SIGTERM or SIGINT. SIGHUP re-reads the settings
+ * (argv again, over fresh defaults, so the file and the options layer as at
+ * start). A one-second tick keeps systemd's STATUS= line current and feeds
+ * the watchdog when the unit asks for one.
  */
 #include <errno.h>
 #include <signal.h>
@@ -17,29 +19,89 @@
 #include "server.h"
 #include "systemd.h"
 
-typedef struct daemon_signals {
-        uv_signal_t term, intr;
+typedef struct daemon_state {
+        int argc;
+        char **argv;
         gmd_server *server;
-} daemon_signals;
+        uv_signal_t term, intr, hup;
+        uv_timer_t tick;
+        char status[160];
+} daemon_state;
 
-static void on_signal(uv_signal_t *handle, int signum)
+static void on_stop_signal(uv_signal_t *handle, int signum)
 {
-        daemon_signals *sig = handle->data;
+        daemon_state *d = handle->data;
 
         log_info("%s: stopping", strsignal(signum));
         systemd_notify_stopping();
-        server_stop(sig->server);
-        uv_close((uv_handle_t *)&sig->term, NULL);
-        uv_close((uv_handle_t *)&sig->intr, NULL);
+        server_stop(d->server);
+        uv_close((uv_handle_t *)&d->term, NULL);
+        uv_close((uv_handle_t *)&d->intr, NULL);
+        uv_close((uv_handle_t *)&d->hup, NULL);
+        uv_close((uv_handle_t *)&d->tick, NULL);
 }
 
-static int run(const gmd_config *config)
+static void on_reload_signal(uv_signal_t *handle, int signum)
 {
-        daemon_signals sig;
+        daemon_state *d = handle->data;
+        options_action action;
+        gmd_config *config;
+
+        systemd_notify_reloading();
+        config = malloc(sizeof(*config));
+        if (!config) {
+                log_error("reload: out of memory; keeping the running settings");
+                systemd_notify_ready(d->status);
+                return;
+        }
+        config_init_defaults(config);
+        /* options_parse reports a bad line on stderr, which is our log. */
+        if (options_parse(d->argc, d->argv, config, &action, stderr) < 0)
+                log_error("reload: the new settings are not valid (see above); "
+                          "keeping the running ones");
+        else
+                server_reload(d->server, config);
+        free(config);
+        systemd_notify_ready(d->status);
+}
+
+static void on_tick(uv_timer_t *handle)
+{
+        daemon_state *d = handle->data;
+        char status[sizeof(d->status)];
+
+        server_summary(d->server, status, sizeof(status));
+        if (strcmp(status, d->status) != 0) {
+                strcpy(d->status, status);
+                systemd_notify_status(status);
+        }
+        systemd_notify_watchdog();
+}
+
+static void handles_start(daemon_state *d, uv_loop_t *loop)
+{
+        uint64_t watchdog_us = systemd_watchdog_usec(), tick_ms = 1000;
+
+        uv_signal_init(loop, &d->term);
+        uv_signal_init(loop, &d->intr);
+        uv_signal_init(loop, &d->hup);
+        uv_timer_init(loop, &d->tick);
+        d->term.data = d->intr.data = d->hup.data = d->tick.data = d;
+        uv_signal_start(&d->term, on_stop_signal, SIGTERM);
+        uv_signal_start(&d->intr, on_stop_signal, SIGINT);
+        uv_signal_start(&d->hup, on_reload_signal, SIGHUP);
+        /* Twice per watchdog interval, as sd_watchdog_enabled(3) advises. */
+        if (watchdog_us && watchdog_us / 2000 < tick_ms)
+                tick_ms = watchdog_us / 2000 ? watchdog_us / 2000 : 1;
+        uv_timer_start(&d->tick, on_tick, tick_ms, tick_ms);
+        signal(SIGPIPE, SIG_IGN);
+}
+
+static int run(daemon_state *d, const gmd_config *config)
+{
         gmd_backend *backend = NULL;
-        gmd_server *server = NULL;
         uv_loop_t loop;
-        char status[160], cap[32];
+        char ready[400];
         int fd, r;
 
         r = uv_loop_init(&loop);
@@ -53,40 +115,33 @@ static int run(const gmd_config *config)
                           strerror(-r));
                 return 1;
         }
-        r = server_new(&loop, config, backend, &server);
+        r = server_new(&loop, config, backend, &d->server);
         if (r < 0) {
                 backend_close(backend);
                 return 1;
         }
         r = systemd_listen_fd(&fd);
         if (r >= 0)
-                r = server_listen(server, fd);
+                r = server_listen(d->server, fd);
         if (r < 0) {
                 log_error("cannot listen: %s", strerror(-r));
-                server_free(server);
+                server_stop(d->server);
+                uv_run(&loop, UV_RUN_DEFAULT);  /* let closed handles finish */
+                d->server = server_free(d->server);
                 return 1;
         }
+        handles_start(d, &loop);
 
-        sig.server = server;
-        uv_signal_init(&loop, &sig.term);
-        uv_signal_init(&loop, &sig.intr);
-        sig.term.data = sig.intr.data = &sig;
-        uv_signal_start(&sig.term, on_signal, SIGTERM);
-        uv_signal_start(&sig.intr, on_signal, SIGINT);
-        signal(SIGPIPE, SIG_IGN);
-
-        snprintf(status, sizeof(status), "serving %s: %s backend, %u device%s, %s VRAM",
-                 fd >= 0 ? "the socket systemd passed" : server->config.socket_path,
-                 backend->ops->name, server->n_devices,
-                 server->n_devices == 1 ? "" : "s",
-                 size_format(server->n_devices ? server->vram_pools[0].capacity : 0,
-                             cap, sizeof(cap)));
-        log_info("ready: %s", status);
-        systemd_notify_ready(status);
+        server_summary(d->server, d->status, sizeof(d->status));
+        snprintf(ready, sizeof(ready), "serving %s with the %s backend: %s",
+                 fd >= 0 ? "the socket systemd passed" : config->socket_path,
+                 backend->ops->name, d->status);
+        log_info("ready: %s", ready);
+        systemd_notify_ready(d->status);
 
         uv_run(&loop, UV_RUN_DEFAULT);
 
-        server_free(server);
+        d->server = server_free(d->server);
         r = uv_loop_close(&loop);
         if (r < 0)
                 log_warning("event loop closed with handles open: %s", uv_strerror(r));
@@ -96,8 +151,9 @@ static int run(const gmd_config *config)
 
 int main(int argc, char **argv)
 {
+        daemon_state d = { .argc = argc, .argv = argv };
         options_action action;
-        gmd_config config;
+        static gmd_config config;   /* large (quota rules): not on the stack */
 
         config_init_defaults(&config);
         if (options_parse(argc, argv, &config, &action, stderr) < 0)
@@ -116,5 +172,5 @@ int main(int argc, char **argv)
                 break;
         }
         log_setup(config.log_level);
-        return run(&config);
+        return run(&d, &config);
 }

@@ -1,7 +1,8 @@
 /*
- * pool — see pool.h. The invariant `used <= capacity` is kept here and
- * nowhere else; a give of more than was taken is a daemon bug and is
- * clamped with a log line rather than wrapping around.
+ * pool — see pool.h. pool_take never lets `used` pass the capacity; only a
+ * reload that shrinks the pool can leave it above, until clients free. A
+ * give of more than was taken is a daemon bug and is clamped with a log
+ * line rather than wrapping around.
  */
 #include "pool.h"
 
@@ -19,6 +20,11 @@ void pool_init(gmd_pool *pool, unsigned device, gmd_tier tier,
         /* Whole granules only: a partial one could never be handed out. */
         pool->capacity = capacity - capacity % granularity;
         pool->used = 0;
+}
+
+void pool_resize(gmd_pool *pool, uint64_t capacity)
+{
+        pool->capacity = capacity - capacity % pool->granularity;
 }
 
 uint64_t pool_round(const gmd_pool *pool, uint64_t size)

@@ -22,6 +22,10 @@ typedef struct gmd_pool {
 void pool_init(gmd_pool *pool, unsigned device, gmd_tier tier,
                uint64_t capacity, uint64_t granularity);
 
+/* Change the capacity (a reload); what is in use stays in use, even if it
+ * is now more than the capacity. */
+void pool_resize(gmd_pool *pool, uint64_t capacity);
+
 /* Round `size` up to the pool's granularity; 0 on overflow. */
 uint64_t pool_round(const gmd_pool *pool, uint64_t size);
 
@@ -33,7 +37,7 @@ void pool_give(gmd_pool *pool, uint64_t bytes);
 
 static inline uint64_t pool_free(const gmd_pool *pool)
 {
-        return pool->capacity - pool->used;
+        return pool->used < pool->capacity ? pool->capacity - pool->used : 0;
 }
 
 /* "device 0 VRAM" / "host" — for messages. */

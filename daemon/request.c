@@ -78,6 +78,16 @@ static void handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m)
         }
         copy_name(s->name, sizeof(s->name), m->client_name);
         s->version = version;
+        if (m->priority != 0) {
+                int want = m->priority;
+
+                if (want < GMD_PRIORITY_MIN)
+                        want = GMD_PRIORITY_MIN;
+                /* Asking for more than allowed is not an error: the client
+                 * runs at its maximum, visible in gpu-memctl. */
+                s->priority = want < s->limits.max_priority ? want :
+                              s->limits.max_priority;
+        }
         s->hello_done = true;
 
         for (unsigned i = 0; i < n; i++) {
@@ -99,6 +109,39 @@ static void handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m)
         session_send(s, GMD__MSG_TYPE__MSG_HELLO_REPLY, id, &reply.base, NULL, 0);
 }
 
+/* Would `size` more bytes of VRAM pass the quota of the client's user? If
+ * so, answer with an error naming the quota and where it was set. */
+static bool quota_refuses(gmd_session *s, uint32_t id, uint64_t size)
+{
+        const gmd_limits *l = &s->limits;
+        uint64_t bytes[2];
+        unsigned buffers;
+        char held[32], asked[32], quota[32];
+
+        if (!l->vram_quota && !l->max_buffers)
+                return false;
+        server_user_usage(s->server, s->uid, bytes, &buffers);
+        if (l->vram_quota && bytes[GMD_TIER_VRAM] + size > l->vram_quota) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_QUOTA,
+                                   "uid %u holds %s of VRAM; %s more would pass "
+                                   "its vram_quota of %s set in %s",
+                                   (unsigned)s->uid,
+                                   size_format(bytes[GMD_TIER_VRAM], held, sizeof(held)),
+                                   size_format(size, asked, sizeof(asked)),
+                                   size_format(l->vram_quota, quota, sizeof(quota)),
+                                   l->vram_from);
+                return true;
+        }
+        if (l->max_buffers && buffers + 1 > l->max_buffers) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_QUOTA,
+                                   "uid %u holds %u buffers, the max_buffers quota "
+                                   "set in %s", (unsigned)s->uid, buffers,
+                                   l->buffers_from);
+                return true;
+        }
+        return false;
+}
+
 int request_alloc_now(gmd_session *s, uint32_t id, uint64_t size,
                       unsigned device, unsigned flags, uint64_t since_us)
 {
@@ -108,6 +151,10 @@ int request_alloc_now(gmd_session *s, uint32_t id, uint64_t size,
         gmd_dbuffer *b;
         int r;
 
+        /* Checked again when a waiter is served: the user's other clients
+         * may have allocated meanwhile, or a reload lowered the quota. */
+        if (quota_refuses(s, id, size))
+                return -EDQUOT;
         r = buffer_new(server, s, device, size, flags, &b);
         if (r == -ENOSPC)
                 return r;
@@ -189,6 +236,8 @@ static void handle_alloc(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                                    s->n_buffers);
                 return;
         }
+        if (quota_refuses(s, id, size))
+                return;
         r = request_alloc_now(s, id, size, m->device, m->flags, now_us());
         if (r != -ENOSPC)
                 return;
@@ -271,6 +320,103 @@ static void handle_release(gmd_session *s, uint32_t id, const Gmd__BufferRequest
         reply_ok(s, id);
 }
 
+static void admin_apply(gmd_session *target, const Gmd__AdminRequest *m,
+                        const char *by)
+{
+        gmd_server *server = target->server;
+        gmd_list *pos, *tmp;
+        char who[128];
+        unsigned n = 0;
+
+        session_describe(target, who, sizeof(who));
+        switch (m->op) {
+        case GMD__ADMIN_OP__ADMIN_PRIORITY:
+                log_info("%s: priority %d -> %d by %s", who, target->priority,
+                         m->priority, by);
+                target->priority = m->priority;
+                target->priority_by_admin = true;
+                return;
+        case GMD__ADMIN_OP__ADMIN_DRAIN:
+                list_for_each_safe(pos, tmp, &target->buffers) {
+                        gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
+                        Gmd__RevokeNotify note = GMD__REVOKE_NOTIFY__INIT;
+
+                        note.buffer_id = b->id;
+                        note.reason = GMD__ERROR_CODE__ERR_PERMISSION;
+                        note.message = "drained by an administrator";
+                        session_send(target, GMD__MSG_TYPE__MSG_REVOKE, 0,
+                                     &note.base, NULL, 0);
+                        buffer_free(server, b);
+                        n++;
+                }
+                log_info("%s: drained by %s (%u buffers revoked)", who, by, n);
+                session_close(target, "drained by an administrator");
+                return;
+        default:
+                return;
+        }
+}
+
+static void handle_admin(gmd_session *s, uint32_t id, const Gmd__AdminRequest *m)
+{
+        gmd_server *server = s->server;
+        gmd_list *pos, *tmp;
+        char by[128];
+        unsigned n = 0;
+
+        if (!s->admin) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_PERMISSION,
+                                   "administrative requests need root or membership "
+                                   "in the admin group%s%s%s",
+                                   server->config.admin_group[0] ? " '" : "",
+                                   server->config.admin_group,
+                                   server->config.admin_group[0] ? "'" :
+                                   " ([daemon] admin_group is not set)");
+                return;
+        }
+        if (m->op == GMD__ADMIN_OP__ADMIN_EVICT) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                                   "evict moves a client's idle buffers to host "
+                                   "memory, which needs the swap engine; this "
+                                   "gpu-memd does not have it yet");
+                return;
+        }
+        if (m->op != GMD__ADMIN_OP__ADMIN_DRAIN &&
+            m->op != GMD__ADMIN_OP__ADMIN_PRIORITY) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
+                                   "unknown administrative operation %d", (int)m->op);
+                return;
+        }
+        if (m->op == GMD__ADMIN_OP__ADMIN_PRIORITY &&
+            (m->priority < GMD_PRIORITY_MIN || m->priority > GMD_PRIORITY_MAX)) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
+                                   "priority must be from %d to %d",
+                                   GMD_PRIORITY_MIN, GMD_PRIORITY_MAX);
+                return;
+        }
+        session_describe(s, by, sizeof(by));
+        list_for_each_safe(pos, tmp, &server->sessions) {
+                gmd_session *t = container_of(pos, gmd_session, link);
+
+                if (!t->hello_done || t->closing || (uint32_t)t->pid != m->pid)
+                        continue;
+                n++;
+                /* Draining yourself: answer first, the connection closes. */
+                if (t == s && m->op == GMD__ADMIN_OP__ADMIN_DRAIN)
+                        reply_ok(s, id);
+                admin_apply(t, m, by);
+        }
+        if (n == 0) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_NOT_FOUND,
+                                   "no client of gpu-memd has pid %u", m->pid);
+                return;
+        }
+        if (!s->closing)
+                reply_ok(s, id);
+        if (m->op == GMD__ADMIN_OP__ADMIN_DRAIN)
+                waitq_run(server);
+}
+
 /* One row per request type: how to decode it and what to do with it. */
 typedef void (*handler_fn)(gmd_session *s, uint32_t id, const void *msg);
 
@@ -306,6 +452,7 @@ static const request_type request_types[] = {
         ROW(MSG_RELEASE, gmd__buffer_request__descriptor, handle_release, true, true),
         ROW(MSG_STATUS, gmd__status_request__descriptor, handle_status, true, true),
         ROW(MSG_REMAP_ACK, gmd__remap_ack__descriptor, handle_remap_ack, true, false),
+        ROW(MSG_ADMIN, gmd__admin_request__descriptor, handle_admin, true, true),
 };
 
 void request_handle(gmd_session *s, gmd_wire_packet *packet)

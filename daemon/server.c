@@ -6,6 +6,8 @@
 #include "server.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -16,6 +18,7 @@
 #include "buffer.h"
 #include "gpumem.pb-c.h"
 #include "log.h"
+#include "metrics.h"
 #include "session.h"
 #include "timeutil.h"
 #include "waitq.h"
@@ -27,6 +30,24 @@ gmd_pool *server_vram_pool(gmd_server *server, unsigned device)
         return device < server->n_devices ? &server->vram_pools[device] : NULL;
 }
 
+void server_user_usage(gmd_server *server, uid_t uid, uint64_t ret_bytes[2],
+                       unsigned *ret_buffers)
+{
+        gmd_list *pos;
+
+        ret_bytes[GMD_TIER_VRAM] = ret_bytes[GMD_TIER_HOST] = 0;
+        *ret_buffers = 0;
+        list_for_each(pos, &server->sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (s->uid != uid)
+                        continue;
+                ret_bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM];
+                ret_bytes[GMD_TIER_HOST] += s->tier_bytes[GMD_TIER_HOST];
+                *ret_buffers += s->n_buffers;
+        }
+}
+
 static uint64_t physical_memory(void)
 {
         long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
@@ -34,17 +55,21 @@ static uint64_t physical_memory(void)
         return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
 }
 
-static uint64_t vram_capacity(const gmd_server *server, unsigned device)
+/* The devices' free memory is read again: what other programs use now
+ * matters for an automatic pool after a reload too. */
+static uint64_t vram_capacity(gmd_server *server, unsigned device)
 {
-        const gmd_device_info *info = &server->devices[device];
+        gmd_device_info *info = &server->devices[device];
         const gmd_size_spec *limit = &server->config.vram_limit;
         uint64_t want;
 
         if (limit->bytes == 0 && limit->percent == 0) {
                 uint64_t reserve = server->backend->ops->shares_device ?
                                    server->config.vram_reserve : 0;
+                uint64_t mine = server->vram_pools[device].used;
 
-                return info->free > reserve ? info->free - reserve : 0;
+                /* What this daemon already handed out counts as free here. */
+                return info->free + mine > reserve ? info->free + mine - reserve : 0;
         }
         want = size_spec_resolve(limit, info->total);
         if (want > info->free) {
@@ -180,8 +205,20 @@ static int socket_claim_path(const struct sockaddr_un *addr)
         return 0;
 }
 
-static int socket_create(const char *path, unsigned mode, int *ret_fd)
+/* Mode and group of the socket file; a failure is logged, not fatal. */
+static void socket_set_access(const gmd_config *config)
 {
+        if (chmod(config->socket_path, config->socket_mode) < 0)
+                log_warning("chmod %s: %s", config->socket_path, strerror(errno));
+        if (config->socket_gid != (gid_t)-1 &&
+            chown(config->socket_path, (uid_t)-1, config->socket_gid) < 0)
+                log_warning("cannot give %s to group '%s': %s", config->socket_path,
+                            config->socket_group, strerror(errno));
+}
+
+static int socket_create(const gmd_config *config, int *ret_fd)
+{
+        const char *path = config->socket_path;
         struct sockaddr_un addr = { .sun_family = AF_UNIX };
         int fd, r;
 
@@ -197,8 +234,16 @@ static int socket_create(const char *path, unsigned mode, int *ret_fd)
         fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return -errno;
-        if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
-            chmod(path, mode) < 0 || listen(fd, 128) < 0) {
+        /* Not connectable before listen(), so setting the mode after bind
+         * leaves no window in which the wrong people can connect. */
+        if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+                r = -errno;
+                log_error("cannot bind %s: %s", path, strerror(errno));
+                close(fd);
+                return r;
+        }
+        socket_set_access(config);
+        if (listen(fd, 128) < 0) {
                 r = -errno;
                 log_error("cannot listen on %s: %s", path, strerror(errno));
                 close(fd);
@@ -216,8 +261,7 @@ int server_listen(gmd_server *server, int fd)
                 server->listen_fd = fd;
                 server->listen_fd_owned = false;
         } else {
-                r = socket_create(server->config.socket_path,
-                                  server->config.socket_mode, &server->listen_fd);
+                r = socket_create(&server->config, &server->listen_fd);
                 if (r < 0)
                         return r;
                 server->listen_fd_owned = true;
@@ -225,23 +269,115 @@ int server_listen(gmd_server *server, int fd)
         r = uv_poll_init(server->loop, &server->listen_poll, server->listen_fd);
         if (r < 0)
                 return r;
+        server->listening = true;
         server->listen_poll.data = server;
-        return uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
+        r = uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
+        if (r < 0)
+                return r;
+        return metrics_start(server, server->config.metrics_listen, &server->metrics);
 }
 
 void server_stop(gmd_server *server)
 {
+        Gmd__ShutdownNotify note = GMD__SHUTDOWN_NOTIFY__INIT;
         gmd_list *pos, *tmp;
 
         if (server->stopping)
                 return;
         server->stopping = true;
-        if (server->listen_fd >= 0)
+        if (server->listening)
                 uv_close((uv_handle_t *)&server->listen_poll, NULL);
+        server->metrics = metrics_stop(server->metrics);
         waitq_fail_all(server, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
                        "gpu-memd is stopping");
-        list_for_each_safe(pos, tmp, &server->sessions)
-                session_close(container_of(pos, gmd_session, link), NULL);
+        note.message = "gpu-memd is stopping (SIGTERM); buffers are freed";
+        list_for_each_safe(pos, tmp, &server->sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+
+                session_send(s, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &note.base, NULL, 0);
+                session_close(s, NULL);
+        }
+}
+
+void server_summary(const gmd_server *server, char *buf, size_t len)
+{
+        uint64_t used = 0, capacity = 0;
+        unsigned waiting = 0;
+        char u[32], c[32];
+        gmd_list *pos;
+
+        for (unsigned i = 0; i < server->n_devices; i++) {
+                used += server->vram_pools[i].used;
+                capacity += server->vram_pools[i].capacity;
+        }
+        list_for_each(pos, &server->waiters)
+                waiting++;
+        snprintf(buf, len, "%u client%s, %s of %s VRAM in use, %u waiting",
+                 server->n_sessions, server->n_sessions == 1 ? "" : "s",
+                 size_format(used, u, sizeof(u)),
+                 size_format(capacity, c, sizeof(c)), waiting);
+}
+
+static void warn_fixed(const char *key, bool changed)
+{
+        if (changed)
+                log_warning("reload: %s cannot change while gpu-memd runs; "
+                            "restart it to apply the new value", key);
+}
+
+void server_reload(gmd_server *server, const gmd_config *config)
+{
+        gmd_config *old = &server->config;
+        gmd_list *pos;
+        int r;
+
+        warn_fixed("[daemon] socket", strcmp(old->socket_path, config->socket_path) != 0);
+        warn_fixed("[daemon] backend", strcmp(old->backend, config->backend) != 0);
+        warn_fixed("[sim] devices", old->sim_devices != config->sim_devices);
+        warn_fixed("[sim] vram", old->sim_vram != config->sim_vram);
+        warn_fixed("[sim] granularity", old->sim_granularity != config->sim_granularity);
+
+        gmd_config next = *config;
+        strcpy(next.socket_path, old->socket_path);
+        strcpy(next.backend, old->backend);
+        next.sim_devices = old->sim_devices;
+        next.sim_vram = old->sim_vram;
+        next.sim_granularity = old->sim_granularity;
+        bool metrics_changed = strcmp(old->metrics_listen, next.metrics_listen) != 0;
+        *old = next;
+
+        log_set_level(old->log_level);
+        for (unsigned i = 0; i < server->n_devices; i++) {
+                gmd_pool *p = &server->vram_pools[i];
+
+                r = server->backend->ops->device_info(server->backend, i,
+                                                      &server->devices[i]);
+                if (r < 0) {
+                        log_error("reload: device %u: cannot read its memory: %s; "
+                                  "pool unchanged", i, strerror(-r));
+                        continue;
+                }
+
+                pool_resize(p, vram_capacity(server, i));
+                if (p->used > p->capacity)
+                        log_warning("device %u: the new VRAM pool is smaller than what "
+                                    "clients hold; no allocation fits until they free",
+                                    i);
+        }
+        pool_resize(&server->host_pool,
+                    size_spec_resolve(&old->host_limit, physical_memory()));
+        if (server->listen_fd_owned)
+                socket_set_access(old);
+        if (metrics_changed) {
+                server->metrics = metrics_stop(server->metrics);
+                r = metrics_start(server, old->metrics_listen, &server->metrics);
+                if (r < 0)
+                        log_error("reload: metrics endpoint not restarted");
+        }
+        list_for_each(pos, &server->sessions)
+                session_apply_config(container_of(pos, gmd_session, link));
+        waitq_run(server);
+        log_info("reloaded the configuration");
 }
 
 gmd_server *server_free(gmd_server *server)

@@ -32,6 +32,7 @@ typedef struct gmd_server {
 
         int listen_fd;
         bool listen_fd_owned;         /* false when systemd passed it */
+        bool listening;               /* listen_poll is initialised */
         uv_poll_t listen_poll;
 
         gmd_list sessions;
@@ -63,12 +64,27 @@ int server_new(uv_loop_t *loop, const gmd_config *config,
 /* Listen on config.socket_path, or on `fd` when >= 0 (socket activation). */
 int server_listen(gmd_server *server, int fd);
 
-/* Stop accepting, close every session (freeing their buffers). The loop
- * ends once the handles have closed. */
+/*
+ * Apply a re-read config: limits, quotas, priorities, pool sizes, log
+ * level, socket permissions and the metrics endpoint change now; settings
+ * that cannot change while running (socket path, backend, [sim]) are named
+ * in the log and keep their old values.
+ */
+void server_reload(gmd_server *server, const gmd_config *config);
+
+/* One line for systemd's STATUS= and the log: clients, use, waiters. */
+void server_summary(const gmd_server *server, char *buf, size_t len);
+
+/* Stop accepting, tell every client, close every session (freeing their
+ * buffers). The loop ends once the handles have closed. */
 void server_stop(gmd_server *server);
 
 /* Free what is left after the loop ended. Accepts NULL, returns NULL. */
 gmd_server *server_free(gmd_server *server);
+
+/* What all clients of `uid` hold together: bytes per tier and buffers. */
+void server_user_usage(gmd_server *server, uid_t uid, uint64_t ret_bytes[2],
+                       unsigned *ret_buffers);
 
 /* The VRAM pool of `device`, or NULL. */
 gmd_pool *server_vram_pool(gmd_server *server, unsigned device);

@@ -49,6 +49,36 @@ const char *session_describe(const gmd_session *session, char *buf, size_t len)
         return buf;
 }
 
+/* Supplementary groups of the peer as the kernel saw them at connect
+ * (SO_PEERGROUPS), so group rules need no lookups by name. */
+static void session_read_groups(gmd_session *s)
+{
+        gid_t groups[31];
+        socklen_t len = sizeof(groups);
+
+        s->groups[0] = s->gid;
+        s->n_groups = 1;
+        if (getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+                return;   /* ERANGE past 31 groups: the primary still counts */
+        for (unsigned i = 0; i < len / sizeof(gid_t); i++)
+                if (groups[i] != s->gid)
+                        s->groups[s->n_groups++] = groups[i];
+}
+
+void session_apply_config(gmd_session *s)
+{
+        const gmd_config *c = &s->server->config;
+
+        quota_resolve(c->quota_rules, c->n_quota_rules, s->uid, s->groups,
+                      s->n_groups, &s->limits);
+        s->admin = s->uid == 0;
+        for (unsigned i = 0; i < s->n_groups && c->admin_gid != (gid_t)-1; i++)
+                if (s->groups[i] == c->admin_gid)
+                        s->admin = true;
+        if (s->priority > s->limits.max_priority && !s->priority_by_admin)
+                s->priority = s->limits.max_priority;
+}
+
 int session_new(gmd_server *server, int fd, gmd_session **ret_session)
 {
         struct ucred cred;
@@ -68,6 +98,9 @@ int session_new(gmd_server *server, int fd, gmd_session **ret_session)
         s->pid = cred.pid;
         s->uid = cred.uid;
         s->gid = cred.gid;
+        session_read_groups(s);
+        session_apply_config(s);
+        s->priority = s->limits.priority;
         list_init(&s->buffers);
         list_init(&s->sendq);
         list_init(&s->link);

@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "list.h"
+#include "quota.h"
 
 typedef struct gmd_server gmd_server;
 
@@ -30,6 +31,12 @@ typedef struct gmd_session {
         pid_t pid;
         uid_t uid;
         gid_t gid;
+        gid_t groups[32];           /* primary first, then supplementary */
+        unsigned n_groups;
+        bool admin;                 /* root or in [daemon] admin_group */
+        gmd_limits limits;          /* from the quota rules; redone on reload */
+        int priority;
+        bool priority_by_admin;     /* set with gpu-memctl priority */
         char name[65];
         bool hello_done;
         unsigned version;
@@ -37,6 +44,7 @@ typedef struct gmd_session {
         gmd_list buffers;           /* owned buffers */
         unsigned n_buffers;
         uint64_t bytes;
+        uint64_t tier_bytes[2];     /* by gmd_tier */
         unsigned n_waiting;
 
         gmd_list sendq;             /* packets the socket could not take */
@@ -64,6 +72,11 @@ int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
 __attribute__((format(printf, 4, 5)))
 int session_send_error(gmd_session *session, uint32_t request_id, int code,
                        const char *fmt, ...);
+
+/* Resolve the session's limits and admin right from the server's config
+ * (at connect and after a reload). Keeps the priority within the new
+ * maximum unless an admin set it. */
+void session_apply_config(gmd_session *session);
 
 /* "client 3 (pid 1234, uid 1000, trainer)" for log lines. */
 const char *session_describe(const gmd_session *session, char *buf, size_t len);

@@ -4,10 +4,16 @@
  * the row arrays), packed by session_send, and forgotten. A buffer list too
  * long for one packet is cut where the packed size would pass the limit,
  * and the reply says so (more_buffers) so the client asks for the rest.
+ *
+ * Who sees what: everyone sees the pools and every client's pid, uid and
+ * bytes (what is using the GPU is no secret on a shared machine); only root,
+ * the admin group and the client's own user see its name, buffer counts and
+ * buffers.
  */
 #include "status.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "buffer.h"
@@ -19,6 +25,11 @@
 /* Room kept in the packet for everything but the buffer rows. */
 #define STATUS_BUFFER_BUDGET (GMD_WIRE_MAX_PAYLOAD / 2)
 #define STATUS_MAX_CLIENTS 1024
+
+static bool may_see_details(const gmd_session *viewer, const gmd_session *c)
+{
+        return viewer->admin || viewer->uid == c->uid;
+}
 
 int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
 {
@@ -72,10 +83,17 @@ int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
                 clients[n].client_id = c->id;
                 clients[n].pid = (uint32_t)c->pid;
                 clients[n].uid = c->uid;
-                clients[n].name = c->name;
+                clients[n].gid = c->gid;
                 clients[n].bytes = c->bytes;
-                clients[n].buffers = c->n_buffers;
+                clients[n].priority = c->priority;
                 clients[n].waiting = c->n_waiting;
+                if (may_see_details(s, c)) {
+                        clients[n].name = c->name;
+                        clients[n].buffers = c->n_buffers;
+                } else {
+                        clients[n].name = "";
+                        clients[n].details_hidden = true;
+                }
                 client_ptrs[n] = &clients[n];
                 n++;
         }
@@ -97,6 +115,8 @@ int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
                         if (b->id <= req->after_buffer_id)
                                 continue;
                         if (req->pid && (uint32_t)b->owner->pid != req->pid)
+                                continue;
+                        if (!may_see_details(s, b->owner))
                                 continue;
                         if (n == max_buffers) {
                                 reply.more_buffers = true;

@@ -42,6 +42,28 @@ void systemd_notify_ready(const char *status)
         sd_notifyf(0, "READY=1\nSTATUS=%s", status);
 }
 
+void systemd_notify_status(const char *status)
+{
+        sd_notifyf(0, "STATUS=%s", status);
+}
+
+uint64_t systemd_watchdog_usec(void)
+{
+        uint64_t usec = 0;
+
+        return sd_watchdog_enabled(0, &usec) > 0 ? usec : 0;
+}
+
+void systemd_notify_watchdog(void)
+{
+        sd_notify(0, "WATCHDOG=1");
+}
+
+void systemd_notify_reloading(void)
+{
+        sd_notify(0, "RELOADING=1");
+}
+
 void systemd_notify_stopping(void)
 {
         sd_notify(0, "STOPPING=1\nSTATUS=stopping");

@@ -7,12 +7,26 @@
 #ifndef GMD_SYSTEMD_H
 #define GMD_SYSTEMD_H
 
+#include <stdint.h>
+
 /* The socket systemd passed (one SOCK_SEQPACKET AF_UNIX listener), -1 when
  * none was passed, or a negative errno when what was passed is unusable. */
 int systemd_listen_fd(int *ret_fd);
 
 /* READY=1 with a STATUS= line. */
 void systemd_notify_ready(const char *status);
+
+/* STATUS= alone, for the one-line summary `systemctl status` shows. */
+void systemd_notify_status(const char *status);
+
+/* The watchdog interval the unit asked for (WatchdogSec=), 0 if none. */
+uint64_t systemd_watchdog_usec(void);
+
+/* WATCHDOG=1. */
+void systemd_notify_watchdog(void);
+
+/* RELOADING=1 and, once done, READY=1 again. */
+void systemd_notify_reloading(void);
 
 /* STOPPING=1. */
 void systemd_notify_stopping(void);

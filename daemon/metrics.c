@@ -1,0 +1,751 @@
+/*
+ * metrics — see metrics.h. A deliberately small HTTP/1.0 server: one
+ * request per connection, answered from the daemon's state on the loop
+ * thread the moment its head has arrived, then closed. Everything a
+ * scraper sends is untrusted: the head is bounded (METRICS_HEAD_MAX), a
+ * connection lives at most METRICS_DEADLINE_MS, at most METRICS_MAX_CONNS
+ * are open at once, and anything that is not a plain GET or HEAD gets a
+ * 4xx status and the door.
+ *
+ * After the answer is written the connection is shut down for writing and
+ * read (and discarded) until the peer closes: closing with unread input
+ * would make the kernel send a reset, which can destroy the answer before
+ * the peer has read it.
+ *
+ * Each connection embeds its stream and a timer and is freed only from the
+ * close callback of the last of them; the gmd_metrics itself is freed once
+ * metrics_stop() was called and the listener and every connection have
+ * closed.
+ */
+#include "metrics.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "log.h"
+#include "promtext.h"
+#include "server.h"
+#include "session.h"
+#include "timeutil.h"
+
+#define METRICS_HEAD_MAX    8192      /* bytes of request line and headers */
+#define METRICS_DEADLINE_MS 5000      /* a connection's whole life */
+#define METRICS_MAX_CONNS   16
+
+/* Either kind of stream the endpoint listens on or talks over. */
+typedef union metrics_stream {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+} metrics_stream;
+
+struct gmd_metrics {
+        gmd_server *server;
+        bool is_unix;
+        char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+        metrics_stream listener;
+        bool listener_open;           /* until its close callback */
+        gmd_list conns;               /* open connections */
+        unsigned n_conns;             /* allocated, closing ones too */
+        bool stopping;
+};
+
+typedef struct metrics_conn {
+        gmd_metrics *metrics;
+        gmd_list link;                /* in metrics->conns while open */
+        metrics_stream stream;
+        uv_timer_t timer;
+        unsigned open_handles;        /* freed when it reaches 0 */
+        bool closing;
+        bool answered;                /* input is discarded from now on */
+        bool written;                 /* the answer is with the kernel */
+        bool peer_done;               /* the peer shut down its side */
+        uv_write_t write_req;
+        uv_shutdown_t shutdown_req;
+        char status[192];             /* status line and headers */
+        promtext body;
+        size_t len;
+        char head[METRICS_HEAD_MAX];
+} metrics_conn;
+
+/* ---- rendering ----------------------------------------------------- */
+
+static void render_pools(promtext *t, const gmd_server *server)
+{
+        static const char *const names[2] = {
+                "gpumemd_pool_capacity_bytes", "gpumemd_pool_used_bytes",
+        };
+        static const char *const helps[2] = {
+                "Bytes the pool may hand out.",
+                "Bytes of the pool held by buffers.",
+        };
+
+        for (unsigned k = 0; k < 2; k++) {
+                promtext_family(t, names[k], "gauge", helps[k]);
+                for (unsigned i = 0; i <= server->n_devices; i++) {
+                        const gmd_pool *p = i < server->n_devices ?
+                                &server->vram_pools[i] : &server->host_pool;
+
+                        promtext_printf(t, "%s{device=\"%u\",tier=\"%s\"} %" PRIu64 "\n",
+                                        names[k], p->device,
+                                        p->tier == GMD_TIER_VRAM ? "vram" : "host",
+                                        k == 0 ? p->capacity : p->used);
+                }
+        }
+}
+
+static void render_clients(promtext *t, const gmd_server *server)
+{
+        unsigned n_clients = 0, n_buffers = 0, n_waiting = 0;
+        const gmd_list *pos;
+
+        /* One process may connect more than once: the client id keeps the
+         * series apart. */
+        promtext_family(t, "gpumemd_client_bytes", "gauge",
+                        "Bytes held by one client connection.");
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (!s->hello_done)
+                        continue;
+                n_clients++;
+                n_buffers += s->n_buffers;
+                promtext_printf(t, "gpumemd_client_bytes{client=\"%" PRIu64
+                                "\",pid=\"%ld\",uid=\"%lu\",name=\"", s->id,
+                                (long)s->pid, (unsigned long)s->uid);
+                promtext_label_value(t, s->name);
+                promtext_printf(t, "\"} %" PRIu64 "\n", s->bytes);
+        }
+        list_for_each(pos, &server->waiters)
+                n_waiting++;
+
+        promtext_family(t, "gpumemd_clients", "gauge",
+                        "Clients connected (after the hello).");
+        promtext_printf(t, "gpumemd_clients %u\n", n_clients);
+        promtext_family(t, "gpumemd_buffers", "gauge", "Buffers alive.");
+        promtext_printf(t, "gpumemd_buffers %u\n", n_buffers);
+        promtext_family(t, "gpumemd_waiting_allocations", "gauge",
+                        "Allocations waiting for room (queue depth).");
+        promtext_printf(t, "gpumemd_waiting_allocations %u\n", n_waiting);
+}
+
+static void render_moves(promtext *t, const gmd_stats *st)
+{
+        promtext_family(t, "gpumemd_bytes_moved_total", "counter",
+                        "Bytes copied between tiers, by direction "
+                        "(out: VRAM to host, in: host to VRAM).");
+        promtext_printf(t, "gpumemd_bytes_moved_total{direction=\"out\"} %"
+                        PRIu64 "\n", st->bytes_out);
+        promtext_printf(t, "gpumemd_bytes_moved_total{direction=\"in\"} %"
+                        PRIu64 "\n", st->bytes_in);
+        promtext_family(t, "gpumemd_copy_seconds_total", "counter",
+                        "Time spent copying between tiers, by direction.");
+        promtext_printf(t, "gpumemd_copy_seconds_total{direction=\"out\"} ");
+        promtext_seconds(t, st->copy_us_out);
+        promtext_printf(t, "\ngpumemd_copy_seconds_total{direction=\"in\"} ");
+        promtext_seconds(t, st->copy_us_in);
+        promtext_append(t, "\n", 1);
+}
+
+static void render_latency(promtext *t, const gmd_stats *st)
+{
+        uint64_t cumulative = 0;
+
+        promtext_family(t, "gpumemd_allocation_latency_seconds", "histogram",
+                        "Time from an allocation request to its reply, "
+                        "waiting included.");
+        for (unsigned i = 0; i < GMD_STATS_LATENCY_BUCKETS; i++) {
+                cumulative += st->latency_count[i];
+                promtext_printf(t, "gpumemd_allocation_latency_seconds_bucket{le=\"");
+                promtext_seconds(t, gmd_stats_latency_bounds_us[i]);
+                promtext_printf(t, "\"} %" PRIu64 "\n", cumulative);
+        }
+        cumulative += st->latency_count[GMD_STATS_LATENCY_BUCKETS];
+        promtext_printf(t, "gpumemd_allocation_latency_seconds_bucket{le=\"+Inf\"} %"
+                        PRIu64 "\n", cumulative);
+        promtext_printf(t, "gpumemd_allocation_latency_seconds_sum ");
+        promtext_seconds(t, st->latency_sum_us);
+        promtext_printf(t, "\ngpumemd_allocation_latency_seconds_count %" PRIu64
+                        "\n", cumulative);
+}
+
+static void render_counters(promtext *t, const gmd_stats *st)
+{
+        uint64_t other = 0;
+
+        promtext_family(t, "gpumemd_allocations_total", "counter",
+                        "Allocations that succeeded.");
+        promtext_printf(t, "gpumemd_allocations_total %" PRIu64 "\n",
+                        st->allocations);
+        promtext_family(t, "gpumemd_frees_total", "counter", "Buffers freed.");
+        promtext_printf(t, "gpumemd_frees_total %" PRIu64 "\n", st->frees);
+
+        promtext_family(t, "gpumemd_errors_total", "counter",
+                        "Error replies sent, by kind.");
+        for (int code = 1; code < GMD_STATS_ERROR_CODES; code++) {
+                const char *name = stats_error_name(code);
+
+                if (strcmp(name, "other") == 0) {
+                        other += st->errors[code];
+                        continue;
+                }
+                promtext_printf(t, "gpumemd_errors_total{kind=\"%s\"} %" PRIu64
+                                "\n", name, st->errors[code]);
+        }
+        promtext_printf(t, "gpumemd_errors_total{kind=\"other\"} %" PRIu64 "\n",
+                        other);
+
+        promtext_family(t, "gpumemd_protocol_disconnects_total", "counter",
+                        "Clients disconnected for breaking the protocol.");
+        promtext_printf(t, "gpumemd_protocol_disconnects_total %" PRIu64 "\n",
+                        st->disconnects_protocol);
+        promtext_family(t, "gpumemd_connections_total", "counter",
+                        "Client connections accepted.");
+        promtext_printf(t, "gpumemd_connections_total %" PRIu64 "\n",
+                        st->connections);
+}
+
+static void render(promtext *t, const gmd_server *server)
+{
+        render_pools(t, server);
+        render_clients(t, server);
+        render_moves(t, &server->stats);
+        render_latency(t, &server->stats);
+        render_counters(t, &server->stats);
+        promtext_family(t, "gpumemd_uptime_seconds", "gauge",
+                        "Seconds since the daemon started.");
+        promtext_printf(t, "gpumemd_uptime_seconds ");
+        promtext_seconds(t, (now_ms() - server->start_ms) * 1000);
+        promtext_append(t, "\n", 1);
+        promtext_family(t, "gpumemd_info", "gauge",
+                        "The daemon's version and backend; always 1.");
+        promtext_printf(t, "gpumemd_info{version=\"%s\",backend=\"",
+                        GMD_VERSION_STRING);
+        promtext_label_value(t, server->backend->ops->name);
+        promtext_printf(t, "\"} 1\n");
+}
+
+/* ---- connections ---------------------------------------------------- */
+
+static void metrics_maybe_free(gmd_metrics *m)
+{
+        if (m->stopping && !m->listener_open && m->n_conns == 0)
+                free(m);
+}
+
+static void conn_on_close(uv_handle_t *handle)
+{
+        metrics_conn *conn = handle->data;
+        gmd_metrics *m = conn->metrics;
+
+        if (--conn->open_handles > 0)
+                return;
+        promtext_clear(&conn->body);
+        free(conn);
+        m->n_conns--;
+        metrics_maybe_free(m);
+}
+
+static void conn_close(metrics_conn *conn)
+{
+        if (conn->closing)
+                return;
+        conn->closing = true;
+        list_remove(&conn->link);
+        uv_close(&conn->stream.handle, conn_on_close);
+        uv_close((uv_handle_t *)&conn->timer, conn_on_close);
+}
+
+static void conn_on_timeout(uv_timer_t *timer)
+{
+        metrics_conn *conn = timer->data;
+
+        log_debug("metrics: closing a connection after %d s", METRICS_DEADLINE_MS / 1000);
+        conn_close(conn);
+}
+
+static void conn_on_shutdown(uv_shutdown_t *req, int status)
+{
+        metrics_conn *conn = req->data;
+
+        /* On success keep reading until the peer closes (or the deadline). */
+        if (status < 0)
+                conn_close(conn);
+}
+
+static void conn_on_written(uv_write_t *req, int status)
+{
+        metrics_conn *conn = req->data;
+
+        if (conn->closing)
+                return;
+        conn->written = true;
+        if (status < 0 || conn->peer_done ||
+            uv_shutdown(&conn->shutdown_req, &conn->stream.stream,
+                        conn_on_shutdown) < 0)
+                conn_close(conn);
+}
+
+static const char *status_reason(int code)
+{
+        switch (code) {
+        case 200: return "OK";
+        case 400: return "Bad Request";
+        case 404: return "Not Found";
+        case 405: return "Method Not Allowed";
+        case 431: return "Request Header Fields Too Large";
+        default:  return "Internal Server Error";
+        }
+}
+
+static void conn_answer(metrics_conn *conn, int code, bool head_only)
+{
+        uv_buf_t bufs[2];
+
+        conn->answered = true;
+        if (code == 200) {
+                render(&conn->body, conn->metrics->server);
+                if (conn->body.failed) {
+                        log_error("metrics: out of memory rendering a scrape");
+                        promtext_clear(&conn->body);
+                        code = 500;
+                }
+        }
+        if (code != 200)
+                promtext_printf(&conn->body, "%d %s\n", code, status_reason(code));
+        if (conn->body.failed) {
+                conn_close(conn);
+                return;
+        }
+        snprintf(conn->status, sizeof(conn->status),
+                 "HTTP/1.0 %d %s\r\n"
+                 "Content-Type: %s\r\n"
+                 "Content-Length: %zu\r\n"
+                 "%s"
+                 "Connection: close\r\n\r\n",
+                 code, status_reason(code),
+                 code == 200 ? "text/plain; version=0.0.4; charset=utf-8" :
+                 "text/plain; charset=utf-8", conn->body.len,
+                 code == 405 ? "Allow: GET, HEAD\r\n" : "");
+        bufs[0] = uv_buf_init(conn->status, (unsigned)strlen(conn->status));
+        bufs[1] = uv_buf_init(conn->body.data, (unsigned)conn->body.len);
+        if (uv_write(&conn->write_req, &conn->stream.stream, bufs,
+                     head_only ? 1 : 2, conn_on_written) < 0)
+                conn_close(conn);
+}
+
+static bool is_token_char(char c)
+{
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+               (c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c);
+}
+
+/*
+ * Judge the request line "METHOD SP TARGET SP HTTP/1.x" (without its line
+ * end): the status to answer, or 0 when it asks for the metrics. Sets
+ * *ret_head_only for HEAD.
+ */
+static int request_line_status(const char *line, size_t len, bool *ret_head_only)
+{
+        const char *sp1, *sp2, *target;
+        size_t method_len, target_len, path_len;
+
+        for (size_t i = 0; i < len; i++)
+                if ((unsigned char)line[i] < 0x20 || (unsigned char)line[i] >= 0x7f)
+                        return 400;
+        sp1 = memchr(line, ' ', len);
+        if (!sp1 || sp1 == line)
+                return 400;
+        method_len = (size_t)(sp1 - line);
+        for (size_t i = 0; i < method_len; i++)
+                if (!is_token_char(line[i]))
+                        return 400;
+        target = sp1 + 1;
+        sp2 = memchr(target, ' ', len - method_len - 1);
+        if (!sp2 || sp2 == target || *target != '/')
+                return 400;
+        target_len = (size_t)(sp2 - target);
+        if (len - (size_t)(sp2 + 1 - line) != 8 ||
+            (memcmp(sp2 + 1, "HTTP/1.0", 8) != 0 &&
+             memcmp(sp2 + 1, "HTTP/1.1", 8) != 0))
+                return 400;
+
+        *ret_head_only = method_len == 4 && memcmp(line, "HEAD", 4) == 0;
+        if (!*ret_head_only && !(method_len == 3 && memcmp(line, "GET", 3) == 0))
+                return 405;
+        path_len = strcspn(target, "? ");       /* the query is ignored */
+        if (path_len > target_len)
+                path_len = target_len;
+        if ((path_len == 1) ||
+            (path_len == 8 && memcmp(target, "/metrics", 8) == 0))
+                return 0;
+        return 404;
+}
+
+/* Look at what has arrived: answer as soon as the request line is bad or
+ * the whole head is in. */
+static void conn_parse(metrics_conn *conn)
+{
+        const char *eol = memchr(conn->head, '\n', conn->len);
+        bool head_only = false;
+        size_t line_len;
+        int code;
+
+        if (!eol) {
+                if (conn->len == sizeof(conn->head))
+                        conn_answer(conn, 400, false);
+                return;
+        }
+        line_len = (size_t)(eol - conn->head);
+        if (line_len > 0 && conn->head[line_len - 1] == '\r')
+                line_len--;
+        code = request_line_status(conn->head, line_len, &head_only);
+        if (code == 400) {
+                conn_answer(conn, 400, false);
+                return;
+        }
+        /* The head ends with an empty line. */
+        for (size_t i = (size_t)(eol - conn->head); i < conn->len; i++) {
+                if (conn->head[i] != '\n')
+                        continue;
+                if ((i + 1 < conn->len && conn->head[i + 1] == '\n') ||
+                    (i + 2 < conn->len && conn->head[i + 1] == '\r' &&
+                     conn->head[i + 2] == '\n')) {
+                        conn_answer(conn, code ? code : 200, head_only);
+                        return;
+                }
+        }
+        if (conn->len == sizeof(conn->head))
+                conn_answer(conn, 431, false);
+}
+
+static void conn_on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+        metrics_conn *conn = handle->data;
+
+        /* Once answered, the head buffer is scratch for discarded input. */
+        if (conn->answered)
+                conn->len = 0;
+        *buf = uv_buf_init(conn->head + conn->len,
+                           (unsigned)(sizeof(conn->head) - conn->len));
+}
+
+static void conn_on_read(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf)
+{
+        metrics_conn *conn = stream->data;
+
+        if (n == UV_EOF && conn->answered && !conn->written) {
+                /* A peer that half-closed after its request still gets
+                 * the answer: closing now would cancel the write. */
+                conn->peer_done = true;
+                uv_read_stop(stream);
+                return;
+        }
+        if (n < 0) {
+                /* EOF or error: nothing more to say either way. */
+                conn_close(conn);
+                return;
+        }
+        if (conn->answered || n == 0)
+                return;
+        conn->len += (size_t)n;
+        conn_parse(conn);
+}
+
+static void free_handle(uv_handle_t *handle)
+{
+        free(handle);
+}
+
+/* Accept and drop one connection: the cap is reached. */
+static void metrics_refuse(gmd_metrics *m)
+{
+        metrics_stream *s = malloc(sizeof(*s));
+        int r;
+
+        if (!s)
+                return;
+        r = m->is_unix ? uv_pipe_init(m->server->loop, &s->pipe, 0) :
+                         uv_tcp_init(m->server->loop, &s->tcp);
+        if (r < 0) {
+                free(s);
+                return;
+        }
+        uv_accept(&m->listener.stream, &s->stream);
+        uv_close(&s->handle, free_handle);
+}
+
+static void metrics_on_connection(uv_stream_t *listener, int status)
+{
+        gmd_metrics *m = listener->data;
+        metrics_conn *conn;
+        int r;
+
+        if (status < 0) {
+                log_warning("metrics: accept: %s", uv_strerror(status));
+                return;
+        }
+        if (m->n_conns >= METRICS_MAX_CONNS) {
+                log_warning("metrics: refusing a connection: %d open already",
+                            METRICS_MAX_CONNS);
+                metrics_refuse(m);
+                return;
+        }
+        conn = calloc(1, sizeof(*conn));
+        if (!conn) {
+                log_error("metrics: out of memory for a connection");
+                metrics_refuse(m);
+                return;
+        }
+        conn->metrics = m;
+        promtext_init(&conn->body);
+        list_init(&conn->link);
+        r = m->is_unix ? uv_pipe_init(m->server->loop, &conn->stream.pipe, 0) :
+                         uv_tcp_init(m->server->loop, &conn->stream.tcp);
+        if (r < 0) {
+                free(conn);
+                metrics_refuse(m);
+                return;
+        }
+        conn->stream.handle.data = conn;
+        conn->write_req.data = conn;
+        conn->shutdown_req.data = conn;
+        uv_timer_init(m->server->loop, &conn->timer);  /* cannot fail */
+        conn->timer.data = conn;
+        conn->open_handles = 2;
+        m->n_conns++;
+        list_add_tail(&m->conns, &conn->link);
+
+        r = uv_accept(listener, &conn->stream.stream);
+        if (r == 0)
+                r = uv_read_start(&conn->stream.stream, conn_on_alloc, conn_on_read);
+        if (r == 0)
+                r = uv_timer_start(&conn->timer, conn_on_timeout,
+                                   METRICS_DEADLINE_MS, 0);
+        if (r < 0) {
+                log_warning("metrics: cannot take a connection: %s", uv_strerror(r));
+                conn_close(conn);
+        }
+}
+
+/* ---- listening ------------------------------------------------------ */
+
+/* Parse "HOST:PORT" with HOST 127.x.y.z, [::1] or localhost. */
+static int parse_tcp(const char *listen, struct sockaddr_storage *ret_addr)
+{
+        const char *colon = strrchr(listen, ':');
+        char host[64], *end;
+        unsigned long port;
+        size_t host_len;
+
+        if (!colon || colon == listen || !colon[1])
+                return -EINVAL;
+        errno = 0;
+        port = strtoul(colon + 1, &end, 10);
+        if (errno || *end || port > 65535 || colon[1] == '-' || colon[1] == '+')
+                return -EINVAL;
+        host_len = (size_t)(colon - listen);
+        if (host_len >= sizeof(host))
+                return -EINVAL;
+        memcpy(host, listen, host_len);
+        host[host_len] = '\0';
+
+        memset(ret_addr, 0, sizeof(*ret_addr));
+        if (strcmp(host, "localhost") == 0)
+                strcpy(host, "127.0.0.1");
+        if (host[0] == '[' && host[host_len - 1] == ']') {
+                struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ret_addr;
+
+                host[host_len - 1] = '\0';
+                if (uv_ip6_addr(host + 1, (int)port, a6) < 0)
+                        return -EINVAL;
+                if (!IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr))
+                        return -EPERM;
+                return 0;
+        }
+        {
+                struct sockaddr_in *a4 = (struct sockaddr_in *)ret_addr;
+
+                if (uv_ip4_addr(host, (int)port, a4) < 0)
+                        return -EINVAL;
+                if ((ntohl(a4->sin_addr.s_addr) >> 24) != 127)
+                        return -EPERM;
+        }
+        return 0;
+}
+
+static int listen_tcp(gmd_metrics *m, const char *listen)
+{
+        struct sockaddr_storage addr;
+        int len = sizeof(addr), r;
+        char host[64];
+
+        r = parse_tcp(listen, &addr);
+        if (r == -EPERM) {
+                log_error("metrics: refusing to listen on %s: only loopback "
+                          "addresses (127.0.0.1, [::1], localhost) are allowed; "
+                          "use a reverse proxy to publish metrics further",
+                          listen);
+                return r;
+        }
+        if (r < 0) {
+                log_error("metrics: cannot parse listen address '%s' (expected "
+                          "off, 127.0.0.1:PORT, [::1]:PORT, localhost:PORT or "
+                          "unix:PATH)", listen);
+                return r;
+        }
+        uv_tcp_init(m->server->loop, &m->listener.tcp);
+        m->listener_open = true;
+        m->listener.handle.data = m;
+        r = uv_tcp_bind(&m->listener.tcp, (const struct sockaddr *)&addr,
+                        addr.ss_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0);
+        if (r == 0)
+                r = uv_listen(&m->listener.stream, 16, metrics_on_connection);
+        if (r == 0)
+                r = uv_tcp_getsockname(&m->listener.tcp, (struct sockaddr *)&addr,
+                                       &len);
+        if (r < 0) {
+                log_error("metrics: cannot listen on %s: %s", listen, uv_strerror(r));
+                return r;
+        }
+        if (addr.ss_family == AF_INET6) {
+                uv_ip6_name((struct sockaddr_in6 *)&addr, host, sizeof(host));
+                log_info("metrics: serving http://[%s]:%u/metrics", host,
+                         ntohs(((struct sockaddr_in6 *)&addr)->sin6_port));
+        } else {
+                uv_ip4_name((struct sockaddr_in *)&addr, host, sizeof(host));
+                log_info("metrics: serving http://%s:%u/metrics", host,
+                         ntohs(((struct sockaddr_in *)&addr)->sin_port));
+        }
+        return 0;
+}
+
+/* Remove a socket file left by a daemon that died; refuse a live one or
+ * a file that is not a socket. */
+static int unix_claim_path(const char *path)
+{
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        struct stat st;
+        int fd, r;
+
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (!S_ISSOCK(st.st_mode)) {
+                log_error("metrics: %s exists and is not a socket", path);
+                return -EEXIST;
+        }
+        strcpy(addr.sun_path, path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        r = connect(fd, (const struct sockaddr *)&addr, sizeof(addr));
+        close(fd);
+        if (r == 0) {
+                log_error("metrics: another process is serving %s", path);
+                return -EADDRINUSE;
+        }
+        if (unlink(path) < 0) {
+                r = -errno;
+                log_error("metrics: cannot remove the stale socket %s: %s", path,
+                          strerror(-r));
+                return r;
+        }
+        return 0;
+}
+
+static int listen_unix(gmd_metrics *m, const char *path)
+{
+        int r;
+
+        if (!*path || strlen(path) >= sizeof(m->path)) {
+                log_error("metrics: unix socket path '%s' is empty or longer "
+                          "than %zu bytes", path, sizeof(m->path) - 1);
+                return -EINVAL;
+        }
+        r = unix_claim_path(path);
+        if (r < 0)
+                return r;
+        uv_pipe_init(m->server->loop, &m->listener.pipe, 0);
+        m->listener_open = true;
+        m->listener.handle.data = m;
+        r = uv_pipe_bind(&m->listener.pipe, path);
+        if (r == 0) {
+                strcpy(m->path, path);  /* ours to remove from now on */
+                m->is_unix = true;
+                r = uv_listen(&m->listener.stream, 16, metrics_on_connection);
+        }
+        if (r < 0) {
+                log_error("metrics: cannot listen on unix:%s: %s", path,
+                          uv_strerror(r));
+                return r;
+        }
+        log_info("metrics: serving unix:%s", path);
+        return 0;
+}
+
+static void metrics_on_listener_close(uv_handle_t *handle)
+{
+        gmd_metrics *m = handle->data;
+
+        m->listener_open = false;
+        metrics_maybe_free(m);
+}
+
+int metrics_start(gmd_server *server, const char *listen,
+                  gmd_metrics **ret_metrics)
+{
+        gmd_metrics *m;
+        int r;
+
+        if (!listen || !*listen || strcmp(listen, "off") == 0) {
+                *ret_metrics = NULL;
+                return 0;
+        }
+        m = calloc(1, sizeof(*m));
+        if (!m) {
+                log_error("metrics: out of memory");
+                return -ENOMEM;
+        }
+        m->server = server;
+        list_init(&m->conns);
+        if (strncmp(listen, "unix:", 5) == 0) {
+                m->is_unix = true;
+                r = listen_unix(m, listen + 5);
+        } else {
+                r = listen_tcp(m, listen);
+        }
+        if (r < 0) {
+                metrics_stop(m);
+                return r;
+        }
+        *ret_metrics = m;
+        return 0;
+}
+
+gmd_metrics *metrics_stop(gmd_metrics *metrics)
+{
+        gmd_list *pos, *tmp;
+
+        if (!metrics || metrics->stopping)
+                return NULL;
+        metrics->stopping = true;
+        list_for_each_safe(pos, tmp, &metrics->conns)
+                conn_close(container_of(pos, metrics_conn, link));
+        if (metrics->path[0])
+                unlink(metrics->path);
+        if (metrics->listener_open)
+                uv_close(&metrics->listener.handle, metrics_on_listener_close);
+        else
+                metrics_maybe_free(metrics);
+        return NULL;
+}
