@@ -32,8 +32,12 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                 r = -ENOMEM;
                 goto fail_pool;
         }
-        r = server->backend->ops->mem_create(server->backend, GMD_TIER_VRAM,
-                                             device, size, &b->mem);
+        if (flags & GMD_ALLOC_LEGACY_IPC)
+                r = server->backend->ops->mem_create_ipc(server->backend, device,
+                                                         size, &b->mem);
+        else
+                r = server->backend->ops->mem_create(server->backend, GMD_TIER_VRAM,
+                                                     device, size, &b->mem);
         if (r < 0)
                 goto fail_free;
 
@@ -66,11 +70,28 @@ fail_pool:
         return r;
 }
 
+void buffer_park(gmd_dbuffer *b, bool parked)
+{
+        if (b->parked == parked)
+                return;
+        b->parked = parked;
+        b->acquired = !parked;    /* an allocation hands it out acquired */
+        if (parked) {
+                b->owner->parked_bytes += b->size;
+                b->owner->n_parked++;
+                b->released_ms = now_ms();
+        } else {
+                b->owner->parked_bytes -= b->size;
+                b->owner->n_parked--;
+        }
+}
+
 void buffer_free(gmd_server *server, gmd_dbuffer *b)
 {
         gmd_pool *pool = b->tier == GMD_TIER_HOST ? &server->host_pool :
                          server_vram_pool(server, b->device);
 
+        buffer_park(b, false);
         idmap_remove(&server->buffers_by_id, b->id);
         list_remove(&b->owner_link);
         list_remove(&b->server_link);

@@ -29,6 +29,7 @@ typedef struct gmd_dbuffer {
         gmd_tier tier;
         gmd_buffer_state state;
         bool acquired;
+        bool parked;                /* idle in the client's mapping cache */
         uint64_t released_ms;       /* when the lease was last released */
 
         gmd_mem *mem;               /* backing */
@@ -46,6 +47,10 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
 /* Release the backing, give its bytes back to the pool, forget the buffer.
  * Does not wake waiters: the caller runs waitq_run() once it is done. */
 void buffer_free(gmd_server *server, gmd_dbuffer *buffer);
+
+/* Mark a buffer parked in (or taken back out of) its client's cache of
+ * idle mappings, keeping the owner's parked_bytes right. */
+void buffer_park(gmd_dbuffer *buffer, bool parked);
 
 /* The buffer `id` if `session` owns it, else NULL. */
 gmd_dbuffer *buffer_find(gmd_server *server, gmd_session *session, uint64_t id);

@@ -21,6 +21,7 @@ typedef enum key_kind {
         KEY_LOG_LEVEL,
         KEY_MODE,         /* octal permission bits */
         KEY_UINT,         /* unsigned, 1..max */
+        KEY_COUNT,        /* unsigned, 0..max */
         KEY_SIZE,         /* uint64_t bytes */
         KEY_SIZE_SPEC,    /* bytes or percent */
 } key_kind;
@@ -48,6 +49,7 @@ static const config_key config_keys[] = {
         KEY("pools", "vram_limit", KEY_SIZE_SPEC, vram_limit, 0),
         KEY("pools", "vram_reserve", KEY_SIZE, vram_reserve, 0),
         KEY("pools", "host_limit", KEY_SIZE_SPEC, host_limit, 0),
+        KEY("pools", "cuda_reserve_chunks", KEY_COUNT, cuda_reserve_chunks, 4096),
         KEY("limits", "max_clients", KEY_UINT, max_clients, 65536),
         KEY("limits", "max_buffers_per_client", KEY_UINT, max_buffers_per_client, 1u << 24),
         KEY("limits", "max_waiting_per_client", KEY_UINT, max_waiting_per_client, 4096),
@@ -79,6 +81,7 @@ void config_init_defaults(gmd_config *config)
         config->vram_limit = (gmd_size_spec){ 0, 0 };   /* automatic */
         config->vram_reserve = 512ull << 20;
         config->host_limit = (gmd_size_spec){ 0, 25.0 };
+        config->cuda_reserve_chunks = 16;
         config->max_clients = 256;
         config->max_buffers_per_client = 65536;
         config->max_waiting_per_client = 64;
@@ -152,13 +155,14 @@ static const char *key_parse(const config_key *key, const char *value,
                 *(unsigned *)field = (unsigned)mode;
                 return NULL;
         }
-        case KEY_UINT: {
+        case KEY_UINT:
+        case KEY_COUNT: {
                 unsigned long n;
 
                 errno = 0;
                 n = strtoul(value, &end, 10);
-                if (errno || end == value || *end || *value == '-' || n < 1 ||
-                    n > key->max)
+                if (errno || end == value || *end || *value == '-' ||
+                    n < (key->kind == KEY_UINT ? 1u : 0u) || n > key->max)
                         return "expected a whole number in range";
                 *(unsigned *)field = (unsigned)n;
                 return NULL;
@@ -342,6 +346,7 @@ static void key_print(const config_key *key, const void *field, FILE *out)
                 fprintf(out, "%04o", *(const unsigned *)field);
                 break;
         case KEY_UINT:
+        case KEY_COUNT:
                 fprintf(out, "%u", *(const unsigned *)field);
                 break;
         case KEY_SIZE:

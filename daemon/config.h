@@ -40,6 +40,7 @@ typedef struct gmd_config {
         gmd_size_spec vram_limit;     /* per device; 0 and 0% = automatic */
         uint64_t vram_reserve;        /* automatic: free memory minus this */
         gmd_size_spec host_limit;     /* % of physical RAM or bytes */
+        unsigned cuda_reserve_chunks; /* ready chunks per device (cuda) */
 
         /* [limits] */
         unsigned max_clients;

@@ -57,6 +57,7 @@ struct gmd_metrics {
         bool listener_open;           /* until its close callback */
         gmd_list conns;               /* open connections */
         unsigned n_conns;             /* allocated, closing ones too */
+        bool refusing;                /* at the cap; logged once per spell */
         bool stopping;
 };
 
@@ -496,11 +497,14 @@ static void metrics_on_connection(uv_stream_t *listener, int status)
                 return;
         }
         if (m->n_conns >= METRICS_MAX_CONNS) {
-                log_warning("metrics: refusing a connection: %d open already",
-                            METRICS_MAX_CONNS);
+                if (!m->refusing)
+                        log_warning("metrics: %d connections open; refusing "
+                                    "more until some close", METRICS_MAX_CONNS);
+                m->refusing = true;
                 metrics_refuse(m);
                 return;
         }
+        m->refusing = false;
         conn = calloc(1, sizeof(*conn));
         if (!conn) {
                 log_error("metrics: out of memory for a connection");

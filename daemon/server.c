@@ -42,9 +42,10 @@ void server_user_usage(gmd_server *server, uid_t uid, uint64_t ret_bytes[2],
 
                 if (s->uid != uid)
                         continue;
-                ret_bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM];
+                /* Parked buffers are all on VRAM: they are idle, never moved. */
+                ret_bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM] - s->parked_bytes;
                 ret_bytes[GMD_TIER_HOST] += s->tier_bytes[GMD_TIER_HOST];
-                *ret_buffers += s->n_buffers;
+                *ret_buffers += s->n_buffers - s->n_parked;
         }
 }
 
@@ -69,7 +70,9 @@ static uint64_t vram_capacity(gmd_server *server, unsigned device)
                 uint64_t mine = server->vram_pools[device].used;
 
                 /* What this daemon already handed out counts as free here. */
-                return info->free + mine > reserve ? info->free + mine - reserve : 0;
+                uint64_t avail = info->free + info->reserved + mine;
+
+                return avail > reserve ? avail - reserve : 0;
         }
         want = size_spec_resolve(limit, info->total);
         if (want > info->free) {
@@ -139,6 +142,17 @@ fail:
         server->backend = NULL;   /* still the caller's on failure */
         server_free(server);
         return r;
+}
+
+/* Top up the backend's reserve: every 10 ms while it has work left, every
+ * 250 ms otherwise. Each call does a bounded amount, so the loop stays
+ * responsive. */
+static void server_on_maintain(uv_timer_t *timer)
+{
+        gmd_server *server = timer->data;
+        int left = server->backend->ops->maintain(server->backend);
+
+        uv_timer_start(timer, server_on_maintain, left > 0 ? 10 : 250, 0);
 }
 
 static void server_on_accept(uv_poll_t *handle, int status, int events)
@@ -274,6 +288,12 @@ int server_listen(gmd_server *server, int fd)
         r = uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
         if (r < 0)
                 return r;
+        if (server->backend->ops->maintain &&
+            uv_timer_init(server->loop, &server->maintain_timer) == 0) {
+                server->maintaining = true;
+                server->maintain_timer.data = server;
+                uv_timer_start(&server->maintain_timer, server_on_maintain, 0, 0);
+        }
         return metrics_start(server, server->config.metrics_listen, &server->metrics);
 }
 
@@ -287,6 +307,8 @@ void server_stop(gmd_server *server)
         server->stopping = true;
         if (server->listening)
                 uv_close((uv_handle_t *)&server->listen_poll, NULL);
+        if (server->maintaining)
+                uv_close((uv_handle_t *)&server->maintain_timer, NULL);
         server->metrics = metrics_stop(server->metrics);
         waitq_fail_all(server, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
                        "gpu-memd is stopping");

@@ -45,6 +45,10 @@ typedef struct gmd_server {
 
         gmd_list waiters;             /* allocations waiting, in arrival order */
 
+        /* Backend upkeep off the request path (the cuda reserve). */
+        uv_timer_t maintain_timer;
+        bool maintaining;
+
         gmd_stats stats;
         struct gmd_metrics *metrics;  /* the metrics endpoint, or NULL */
 
@@ -82,7 +86,9 @@ void server_stop(gmd_server *server);
 /* Free what is left after the loop ended. Accepts NULL, returns NULL. */
 gmd_server *server_free(gmd_server *server);
 
-/* What all clients of `uid` hold together: bytes per tier and buffers. */
+/* What all clients of `uid` hold together: bytes per tier and buffers, not
+ * counting buffers parked in their mapping caches (the daemon takes those
+ * back when it needs room, so they do not count against quotas). */
 void server_user_usage(gmd_server *server, uid_t uid, uint64_t ret_bytes[2],
                        unsigned *ret_buffers);
 

@@ -273,6 +273,23 @@ int session_send_error(gmd_session *s, uint32_t request_id, int code,
                             &reply.base, NULL, 0);
 }
 
+void session_reply_ok(gmd_session *s, uint32_t request_id)
+{
+        Gmd__OkReply ok = GMD__OK_REPLY__INIT;
+
+        session_send(s, GMD__MSG_TYPE__MSG_OK_REPLY, request_id, &ok.base, NULL, 0);
+}
+
+void session_protocol_error(gmd_session *s, const char *what, uint16_t type)
+{
+        char why[128];
+
+        s->server->stats.disconnects_protocol++;
+        snprintf(why, sizeof(why), "protocol error: %s (%s)", what,
+                 gmd_wire_type_name(type));
+        session_close(s, why);
+}
+
 static void session_flush(gmd_session *s)
 {
         gmd_list *pos, *tmp;

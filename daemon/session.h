@@ -45,6 +45,8 @@ typedef struct gmd_session {
         unsigned n_buffers;
         uint64_t bytes;
         uint64_t tier_bytes[2];     /* by gmd_tier */
+        uint64_t parked_bytes;      /* of `bytes`, parked in its mapping cache */
+        unsigned n_parked;
         unsigned n_waiting;
 
         gmd_list sendq;             /* packets the socket could not take */
@@ -67,6 +69,13 @@ void session_close(gmd_session *session, const char *reason);
  */
 int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
                  const ProtobufCMessage *msg, const int *fds, unsigned n_fds);
+
+/* Send an empty OkReply. */
+void session_reply_ok(gmd_session *session, uint32_t request_id);
+
+/* Close the session for a protocol error in a message of `type`. */
+void session_protocol_error(gmd_session *session, const char *what,
+                            uint16_t type);
 
 /* Send an ErrorReply with a printf-formatted message. */
 __attribute__((format(printf, 4, 5)))

@@ -87,6 +87,7 @@ int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
                 clients[n].bytes = c->bytes;
                 clients[n].priority = c->priority;
                 clients[n].waiting = c->n_waiting;
+                clients[n].parked_bytes = c->parked_bytes;
                 if (may_see_details(s, c)) {
                         clients[n].name = c->name;
                         clients[n].buffers = c->n_buffers;
@@ -132,6 +133,7 @@ int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
                         row->state = (Gmd__BufferState)b->state;
                         row->flags = b->flags;
                         row->acquired = b->acquired;
+                        row->parked = b->parked;
                         budget += gmd__buffer_info__get_packed_size(row) + 4;
                         buffer_ptrs[n++] = row;
                         if (budget > STATUS_BUFFER_BUDGET) {

@@ -11,7 +11,7 @@
 
 #include "gpumem.pb-c.h"
 #include "log.h"
-#include "request.h"
+#include "alloc.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
@@ -95,8 +95,8 @@ void waitq_run(gmd_server *server)
 
                 if (blocked & bit)
                         continue;
-                r = request_alloc_now(w->session, w->request_id, w->size,
-                                      w->device, w->flags, w->since_us);
+                r = alloc_now(w->session, w->request_id, w->size,
+                              w->device, w->flags, w->since_us);
                 if (r == -ENOSPC) {
                         blocked |= bit;
                         continue;

@@ -1,0 +1,111 @@
+/*
+ * admin — see admin.h. A drain revokes each buffer (so the client library
+ * knows why its pointers died) before the connection closes; a priority
+ * set by an admin sticks across reloads.
+ */
+#include "admin.h"
+
+#include <stdio.h>
+
+#include "buffer.h"
+#include "log.h"
+#include "server.h"
+#include "session.h"
+#include "waitq.h"
+
+static void admin_apply(gmd_session *target, const Gmd__AdminRequest *m,
+                        const char *by)
+{
+        gmd_server *server = target->server;
+        gmd_list *pos, *tmp;
+        char who[128];
+        unsigned n = 0;
+
+        session_describe(target, who, sizeof(who));
+        switch (m->op) {
+        case GMD__ADMIN_OP__ADMIN_PRIORITY:
+                log_info("%s: priority %d -> %d by %s", who, target->priority,
+                         m->priority, by);
+                target->priority = m->priority;
+                target->priority_by_admin = true;
+                return;
+        case GMD__ADMIN_OP__ADMIN_DRAIN:
+                list_for_each_safe(pos, tmp, &target->buffers) {
+                        gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
+                        Gmd__RevokeNotify note = GMD__REVOKE_NOTIFY__INIT;
+
+                        note.buffer_id = b->id;
+                        note.reason = GMD__ERROR_CODE__ERR_PERMISSION;
+                        note.message = "drained by an administrator";
+                        session_send(target, GMD__MSG_TYPE__MSG_REVOKE, 0,
+                                     &note.base, NULL, 0);
+                        buffer_free(server, b);
+                        n++;
+                }
+                log_info("%s: drained by %s (%u buffers revoked)", who, by, n);
+                session_close(target, "drained by an administrator");
+                return;
+        default:
+                return;
+        }
+}
+
+void admin_handle(gmd_session *s, uint32_t id, const Gmd__AdminRequest *m)
+{
+        gmd_server *server = s->server;
+        gmd_list *pos, *tmp;
+        char by[128];
+        unsigned n = 0;
+
+        if (!s->admin) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_PERMISSION,
+                                   "administrative requests need root or membership "
+                                   "in the admin group%s%s%s",
+                                   server->config.admin_group[0] ? " '" : "",
+                                   server->config.admin_group,
+                                   server->config.admin_group[0] ? "'" :
+                                   " ([daemon] admin_group is not set)");
+                return;
+        }
+        if (m->op == GMD__ADMIN_OP__ADMIN_EVICT) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                                   "evict moves a client's idle buffers to host "
+                                   "memory, which needs the swap engine; this "
+                                   "gpu-memd does not have it yet");
+                return;
+        }
+        if (m->op != GMD__ADMIN_OP__ADMIN_DRAIN &&
+            m->op != GMD__ADMIN_OP__ADMIN_PRIORITY) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
+                                   "unknown administrative operation %d", (int)m->op);
+                return;
+        }
+        if (m->op == GMD__ADMIN_OP__ADMIN_PRIORITY &&
+            (m->priority < GMD_PRIORITY_MIN || m->priority > GMD_PRIORITY_MAX)) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
+                                   "priority must be from %d to %d",
+                                   GMD_PRIORITY_MIN, GMD_PRIORITY_MAX);
+                return;
+        }
+        session_describe(s, by, sizeof(by));
+        list_for_each_safe(pos, tmp, &server->sessions) {
+                gmd_session *t = container_of(pos, gmd_session, link);
+
+                if (!t->hello_done || t->closing || (uint32_t)t->pid != m->pid)
+                        continue;
+                n++;
+                /* Draining yourself: answer first, the connection closes. */
+                if (t == s && m->op == GMD__ADMIN_OP__ADMIN_DRAIN)
+                        session_reply_ok(s, id);
+                admin_apply(t, m, by);
+        }
+        if (n == 0) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_NOT_FOUND,
+                                   "no client of gpu-memd has pid %u", m->pid);
+                return;
+        }
+        if (!s->closing)
+                session_reply_ok(s, id);
+        if (m->op == GMD__ADMIN_OP__ADMIN_DRAIN)
+                waitq_run(server);
+}

@@ -1,0 +1,198 @@
+/*
+ * alloc — see alloc.h. Checks run cheapest first and each failure says
+ * what to do about it; the pool is only touched once the request is known
+ * to be valid and within the client's limits.
+ */
+#include "alloc.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "buffer.h"
+#include "log.h"
+#include "parking.h"
+#include "server.h"
+#include "session.h"
+#include "timeutil.h"
+#include "waitq.h"
+
+#define KNOWN_ALLOC_FLAGS (GMD_ALLOC_PIN_VRAM | GMD_ALLOC_SPILLABLE | \
+                           GMD_ALLOC_LEGACY_IPC)
+#define LEGACY_IPC_ALIGN (2ull << 20)
+
+/* Would `size` more bytes of VRAM pass the quota of the client's user? If
+ * so, answer with an error naming the quota and where it was set. */
+static bool quota_refuses(gmd_session *s, uint32_t id, uint64_t size)
+{
+        const gmd_limits *l = &s->limits;
+        uint64_t bytes[2];
+        unsigned buffers;
+        char held[32], asked[32], quota[32];
+
+        if (!l->vram_quota && !l->max_buffers)
+                return false;
+        server_user_usage(s->server, s->uid, bytes, &buffers);
+        if (l->vram_quota && bytes[GMD_TIER_VRAM] + size > l->vram_quota) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_QUOTA,
+                                   "uid %u holds %s of VRAM; %s more would pass "
+                                   "its vram_quota of %s set in %s",
+                                   (unsigned)s->uid,
+                                   size_format(bytes[GMD_TIER_VRAM], held, sizeof(held)),
+                                   size_format(size, asked, sizeof(asked)),
+                                   size_format(l->vram_quota, quota, sizeof(quota)),
+                                   l->vram_from);
+                return true;
+        }
+        if (l->max_buffers && buffers + 1 > l->max_buffers) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_QUOTA,
+                                   "uid %u holds %u buffers, the max_buffers quota "
+                                   "set in %s", (unsigned)s->uid, buffers,
+                                   l->buffers_from);
+                return true;
+        }
+        return false;
+}
+
+int alloc_now(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
+              unsigned flags, uint64_t since_us)
+{
+        gmd_server *server = s->server;
+        Gmd__AllocReply reply = GMD__ALLOC_REPLY__INIT;
+        Gmd__Segment segment = GMD__SEGMENT__INIT, *segments[1] = { &segment };
+        gmd_dbuffer *b;
+        int r;
+
+        /* Checked again when a waiter is served: the user's other clients
+         * may have allocated meanwhile, or a reload lowered the quota. */
+        if (quota_refuses(s, id, size))
+                return -EDQUOT;
+        r = buffer_new(server, s, device, size, flags, &b);
+        if (r == -ENOSPC)
+                return r;
+        if (r < 0) {
+                log_error("creating %llu bytes on device %u failed: %s",
+                          (unsigned long long)size, device, strerror(-r));
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
+                                   "the %s backend could not create %llu bytes on "
+                                   "device %u: %s", server->backend->ops->name,
+                                   (unsigned long long)size, device, strerror(-r));
+                return r;
+        }
+        reply.buffer_id = b->id;
+        reply.size = b->size;
+        reply.tier = (Gmd__Tier)b->tier;
+        if (b->mem->fd < 0) {
+                /* Legacy IPC: the handle instead of segments and an fd. */
+                reply.ipc_handle.len = sizeof(b->mem->ipc_handle);
+                reply.ipc_handle.data = b->mem->ipc_handle;
+                session_send(s, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base,
+                             NULL, 0);
+        } else {
+                segment.fd_index = 0;
+                segment.offset = 0;
+                segment.size = b->mem->size;
+                reply.n_segments = 1;
+                reply.segments = segments;
+                session_send(s, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base,
+                             &b->mem->fd, 1);
+        }
+        server->stats.allocations++;
+        stats_alloc_latency(&server->stats, now_us() - since_us);
+        return 0;
+}
+
+void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
+{
+        gmd_server *server = s->server;
+        gmd_pool *pool = server_vram_pool(server, m->device);
+        char name[32], asked[32], cap[32], free_b[32];
+        int64_t timeout_ms;
+        uint64_t size;
+        int r;
+
+        if (!pool) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
+                                   "no device %u: this daemon serves %u device%s",
+                                   m->device, server->n_devices,
+                                   server->n_devices == 1 ? "" : "s");
+                return;
+        }
+        if (m->flags & ~KNOWN_ALLOC_FLAGS) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
+                                   "unknown allocation flags 0x%x", m->flags);
+                return;
+        }
+        if ((m->flags & GMD_ALLOC_PIN_VRAM) && (m->flags & GMD_ALLOC_SPILLABLE)) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
+                                   "PIN_VRAM and SPILLABLE exclude each other");
+                return;
+        }
+        if ((m->flags & GMD_ALLOC_LEGACY_IPC) && !server->backend->ops->mem_create_ipc) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                                   "legacy CUDA IPC handles need the cuda backend; "
+                                   "this daemon runs %s", server->backend->ops->name);
+                return;
+        }
+        size = pool_round(pool, m->size);
+        /* cudaMalloc'd IPC buffers come in 2 MiB steps whatever the VMM
+         * granularity. */
+        if (m->flags & GMD_ALLOC_LEGACY_IPC)
+                size = size ? (size + LEGACY_IPC_ALIGN - 1) / LEGACY_IPC_ALIGN *
+                              LEGACY_IPC_ALIGN : 0;
+        if (m->size == 0 || size == 0) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
+                                   "size must be between 1 byte and the pool's capacity");
+                return;
+        }
+        pool_describe(pool, name, sizeof(name));
+        size_format(m->size, asked, sizeof(asked));
+        size_format(pool->capacity, cap, sizeof(cap));
+        if (size > pool->capacity) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_TOO_LARGE,
+                                   "%s is larger than the whole %s pool (%s); "
+                                   "ask for less or raise --vram-limit",
+                                   asked, name, cap);
+                return;
+        }
+        if (s->n_buffers >= server->config.max_buffers_per_client) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_LIMIT,
+                                   "this client already holds %u buffers, the most "
+                                   "[limits] max_buffers_per_client allows",
+                                   s->n_buffers);
+                return;
+        }
+        if (quota_refuses(s, id, size))
+                return;
+        r = alloc_now(s, id, size, m->device, m->flags, now_us());
+        if (r != -ENOSPC)
+                return;
+        timeout_ms = m->timeout_ms;
+        /* Room held in clients' caches of idle mappings is as good as free:
+         * ask for it back and wait for it, even with no-wait (briefly). */
+        if (pool_free(pool) + parking_reclaimable(server, m->device) >= size) {
+                parking_reclaim(server, m->device, size - pool_free(pool));
+                if (timeout_ms == 0)
+                        timeout_ms = GMD_RECLAIM_GRACE_MS;
+        }
+        if (timeout_ms == 0) {
+                size_format(pool_free(pool), free_b, sizeof(free_b));
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_NO_MEMORY,
+                                   "%s has %s free of %s, not enough for %s; "
+                                   "not waiting (timeout 0)", name, free_b, cap, asked);
+                return;
+        }
+        if (s->n_waiting >= server->config.max_waiting_per_client) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_LIMIT,
+                                   "this client already has %u allocations waiting, "
+                                   "the most [limits] max_waiting_per_client allows",
+                                   s->n_waiting);
+                return;
+        }
+        r = waitq_add(server, s, id, m->size, size, m->device, m->flags,
+                      timeout_ms, now_us());
+        if (r < 0)
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
+                                   "cannot queue the allocation: %s", strerror(-r));
+}

@@ -1,0 +1,32 @@
+/*
+ * alloc — the allocation request: validation, quotas, creating the buffer
+ * and its reply, and what happens when the pool has no room (reclaim idle
+ * mappings from clients' caches, then wait with the client's deadline).
+ */
+#ifndef GMD_ALLOC_H
+#define GMD_ALLOC_H
+
+#include <stdint.h>
+
+#include "gpumem.pb-c.h"
+
+typedef struct gmd_session gmd_session;
+
+/* How long a no-wait allocation may wait for clients to hand back parked
+ * mappings, when that is where the room is. */
+#define GMD_RECLAIM_GRACE_MS 1000
+
+/* Handle MSG_ALLOC. */
+void alloc_handle(gmd_session *session, uint32_t request_id,
+                  const Gmd__AllocRequest *request);
+
+/*
+ * Create the buffer of an allocation and send its AllocReply. Used both for
+ * allocations that fit at once and for waiters served later. Returns 0,
+ * -ENOSPC (no room; nothing sent) or another error (an error reply sent).
+ * `since_us` (now_us() when the request came) feeds the latency histogram.
+ */
+int alloc_now(gmd_session *session, uint32_t request_id, uint64_t size,
+              unsigned device, unsigned flags, uint64_t since_us);
+
+#endif

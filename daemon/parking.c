@@ -1,0 +1,177 @@
+/*
+ * parking — see parking.h. Messages name buffers by id; an id that is not
+ * the client's or not in the state the message expects is ignored with a
+ * debug line rather than treated as an attack: a drain or a reclaim may
+ * cross a park in flight, and both sides then agree once each has read the
+ * other's message.
+ */
+#include "parking.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "buffer.h"
+#include "log.h"
+#include "server.h"
+#include "session.h"
+#include "waitq.h"
+
+/* A client may list at most this many buffers in one message; more is a
+ * protocol error (the packet bound keeps it far lower anyway). */
+#define PARKING_MAX_IDS 8192
+
+static bool list_ok(gmd_session *s, const Gmd__BufferList *list, uint16_t type)
+{
+        if (list->n_buffer_ids > PARKING_MAX_IDS) {
+                session_protocol_error(s, "too many buffer ids", type);
+                return false;
+        }
+        return true;
+}
+
+static uint64_t waiting_on(gmd_server *server, unsigned device)
+{
+        uint64_t bytes = 0;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->waiters) {
+                gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->device == device)
+                        bytes += w->size;
+        }
+        return bytes;
+}
+
+void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *list)
+{
+        gmd_server *server = s->server;
+        uint64_t parked_on[64] = { 0 };
+
+        if (!list_ok(s, list, GMD__MSG_TYPE__MSG_PARK))
+                return;
+        for (size_t i = 0; i < list->n_buffer_ids; i++) {
+                gmd_dbuffer *b = buffer_find(server, s, list->buffer_ids[i]);
+
+                /* Legacy IPC buffers cannot be parked: the client closes
+                 * them, and they are never in its cache. */
+                if (!b || b->parked || b->mem->fd < 0) {
+                        log_debug("client %llu: park of buffer %llu ignored",
+                                  (unsigned long long)s->id,
+                                  (unsigned long long)list->buffer_ids[i]);
+                        continue;
+                }
+                buffer_park(b, true);
+                if (b->device < 64)
+                        parked_on[b->device] += b->size;
+        }
+        /* Someone already waits for room on that device: ask at once. */
+        for (unsigned d = 0; d < server->n_devices && d < 64; d++) {
+                uint64_t want = waiting_on(server, d);
+
+                if (parked_on[d] && want)
+                        parking_reclaim(server, d, want);
+        }
+}
+
+void parking_handle_unpark(gmd_session *s, uint32_t id, const Gmd__BufferList *list)
+{
+        if (!list_ok(s, list, GMD__MSG_TYPE__MSG_UNPARK))
+                return;
+        for (size_t i = 0; i < list->n_buffer_ids; i++) {
+                gmd_dbuffer *b = buffer_find(s->server, s, list->buffer_ids[i]);
+
+                if (!b || !b->parked) {
+                        log_debug("client %llu: unpark of buffer %llu ignored",
+                                  (unsigned long long)s->id,
+                                  (unsigned long long)list->buffer_ids[i]);
+                        continue;
+                }
+                buffer_park(b, false);
+        }
+}
+
+void parking_handle_return(gmd_session *s, uint32_t id, const Gmd__BufferList *list)
+{
+        unsigned n = 0;
+
+        if (!list_ok(s, list, GMD__MSG_TYPE__MSG_RETURN))
+                return;
+        for (size_t i = 0; i < list->n_buffer_ids; i++) {
+                gmd_dbuffer *b = buffer_find(s->server, s, list->buffer_ids[i]);
+
+                /* Only parked buffers come back this way: the client has
+                 * unmapped them. */
+                if (!b || !b->parked)
+                        continue;
+                buffer_free(s->server, b);
+                n++;
+        }
+        if (n) {
+                log_debug("client %llu returned %u parked buffers",
+                          (unsigned long long)s->id, n);
+                waitq_run(s->server);
+        }
+}
+
+uint64_t parking_reclaimable(gmd_server *server, unsigned device)
+{
+        uint64_t bytes = 0;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->buffers) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
+
+                if (b->parked && b->device == device)
+                        bytes += b->size;
+        }
+        return bytes;
+}
+
+static int by_priority(const void *a, const void *b)
+{
+        const gmd_session *x = *(gmd_session *const *)a, *y = *(gmd_session *const *)b;
+
+        return (x->priority > y->priority) - (x->priority < y->priority);
+}
+
+void parking_reclaim(gmd_server *server, unsigned device, uint64_t bytes)
+{
+        gmd_session **order;
+        unsigned n = 0;
+        gmd_list *pos;
+
+        order = calloc(server->n_sessions ? server->n_sessions : 1, sizeof(*order));
+        if (!order)
+                return;
+        list_for_each(pos, &server->sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (s->parked_bytes && !s->closing && n < server->n_sessions)
+                        order[n++] = s;
+        }
+        qsort(order, n, sizeof(*order), by_priority);
+        for (unsigned i = 0; i < n && bytes > 0; i++) {
+                Gmd__ReclaimNotify note = GMD__RECLAIM_NOTIFY__INIT;
+                uint64_t here = 0;
+                gmd_list *bp;
+
+                list_for_each(bp, &order[i]->buffers) {
+                        gmd_dbuffer *b = container_of(bp, gmd_dbuffer, owner_link);
+
+                        if (b->parked && b->device == device)
+                                here += b->size;
+                }
+                if (!here)
+                        continue;
+                note.device = device;
+                note.bytes = here < bytes ? here : bytes;
+                bytes -= note.bytes;
+                log_debug("asking client %llu for %llu parked bytes on device %u",
+                          (unsigned long long)order[i]->id,
+                          (unsigned long long)note.bytes, device);
+                session_send(order[i], GMD__MSG_TYPE__MSG_RECLAIM, 0, &note.base,
+                             NULL, 0);
+        }
+        free(order);
+}
