@@ -83,8 +83,13 @@ void client_fail(gmd_client *client, int error, const char *reason)
         if (!client->dead) {
                 client->dead = true;
                 client->dead_error = error;
-                snprintf(client->dead_reason, sizeof(client->dead_reason),
-                         "%s", reason);
+                if (error == GMD_ECONN && client->shutdown_notice[0])
+                        snprintf(client->dead_reason, sizeof(client->dead_reason),
+                                 "gpu-memd is stopping: %s",
+                                 client->shutdown_notice);
+                else
+                        snprintf(client->dead_reason, sizeof(client->dead_reason),
+                                 "%s", reason);
         }
         list_for_each_safe(pos, tmp, &client->pending) {
                 gmd_request *req = container_of(pos, gmd_request, node);
@@ -100,6 +105,14 @@ void client_fail(gmd_client *client, int error, const char *reason)
          * itself is closed only by gmd_disconnect, so it cannot be reused
          * under a thread still holding the number. */
         shutdown(client->sock, SHUT_RDWR);
+}
+
+void client_note_shutdown(gmd_client *client, const char *message)
+{
+        pthread_mutex_lock(&client->lock);
+        snprintf(client->shutdown_notice, sizeof(client->shutdown_notice),
+                 "%s", message && *message ? message : "no reason given");
+        pthread_mutex_unlock(&client->lock);
 }
 
 static uint16_t reply_type_of(uint16_t type)
@@ -264,6 +277,27 @@ static void client_name_prepare(const char *name, char out[CLIENT_NAME_MAX + 1])
         out[n] = '\0';
 }
 
+/* $GPU_MEMD_PRIORITY: unset or empty is 0 (the daemon's default). */
+static int priority_from_env(int32_t *ret_priority)
+{
+        const char *text = secure_getenv(GMD_PRIORITY_ENV);
+        char *end;
+        long v;
+
+        *ret_priority = 0;
+        if (!text || !*text)
+                return 0;
+        errno = 0;
+        v = strtol(text, &end, 10);
+        if (errno || end == text || *end || v < INT32_MIN || v > INT32_MAX) {
+                error_set("%s='%.32s' is not a priority (an integer; unset "
+                          "for the default)", GMD_PRIORITY_ENV, text);
+                return -EINVAL;
+        }
+        *ret_priority = (int32_t)v;
+        return 0;
+}
+
 static int hello(gmd_client *client, const char *client_name)
 {
         Gmd__Hello msg = GMD__HELLO__INIT;
@@ -274,6 +308,9 @@ static int hello(gmd_client *client, const char *client_name)
         uint32_t id;
         int r;
 
+        r = priority_from_env(&msg.priority);
+        if (r < 0)
+                return r;
         client_name_prepare(client_name, name);
         msg.min_version = GMD_WIRE_MIN_VERSION;
         msg.max_version = GMD_WIRE_VERSION;

@@ -48,6 +48,7 @@ struct gmd_client {
         bool dead;                      /* no more requests can succeed */
         int dead_error;                 /* GMD_ECONN or GMD_EPROTO */
         char dead_reason[256];
+        char shutdown_notice[192];      /* ShutdownNotify's words, or "" */
 
         pthread_mutex_t buffers_lock;
         gmd_list buffers;               /* gmd_buffer.node */
@@ -94,12 +95,16 @@ void request_clear(gmd_request *req);
 int client_send(gmd_client *client, uint16_t type,
                 const ProtobufCMessage *msg);
 
+/* Remember the daemon's shutdown notice for client_fail. */
+void client_note_shutdown(gmd_client *client, const char *message);
+
 /* The I/O thread (io.c): reads until the connection dies or wake_fd
  * fires. */
 void *client_io_main(void *arg);
 
 /* Mark the connection dead with `error` and `reason`; fail every waiting
- * call. Idempotent: the first reason wins. */
+ * call. Idempotent: the first reason wins. After a shutdown notice a lost
+ * connection (GMD_ECONN) is explained by the notice instead. */
 void client_fail(gmd_client *client, int error, const char *reason);
 
 #endif

@@ -3,13 +3,13 @@
  *
  * It reads packets until the connection dies or gmd_disconnect wakes it,
  * and for each one: checks the framing (wire.c) and the payload, hands a
- * reply to the request waiting for it, or applies a notification. The
- * daemon is trusted with memory but not with well-formedness: an unknown
- * request id, an unexpected message type, a payload that does not decode
- * or segments that do not fit close the connection with a reason that
- * every waiting call and every later call reports. Every fd a packet
- * brings is taken by whatever it belongs to, or closed when the packet is
- * done.
+ * reply to the request waiting for it, or applies a notification (remap,
+ * revoke, shutdown notice). The daemon is trusted with memory but not with
+ * well-formedness: an unknown request id, an unexpected message type, a
+ * payload that does not decode or segments that do not fit close the
+ * connection with a reason that every waiting call and every later call
+ * reports. Every fd a packet brings is taken by whatever it belongs to, or
+ * closed when the packet is done.
  *
  * Alloc replies are mapped here rather than in the calling thread so the
  * buffer is in the table before the next packet, which may be a remap of
@@ -201,6 +201,23 @@ static int handle_revoke(gmd_client *client, gmd_wire_packet *packet)
         return 0;
 }
 
+/* The daemon is stopping and will close the connection: keep reading
+ * until it does (replies may still come), then explain the loss with its
+ * words. */
+static int handle_shutdown(gmd_client *client, gmd_wire_packet *packet)
+{
+        Gmd__ShutdownNotify *notify;
+
+        notify = gmd__shutdown_notify__unpack(NULL, packet->header.length,
+                                              packet->payload);
+        if (!notify)
+                return protocol_error(client, NULL, &packet->header,
+                                      "payload does not decode");
+        client_note_shutdown(client, notify->message);
+        gmd__shutdown_notify__free_unpacked(notify, NULL);
+        return 0;
+}
+
 static int handle_packet(gmd_client *client, gmd_wire_packet *packet)
 {
         if (packet->header.request_id != 0)
@@ -210,6 +227,8 @@ static int handle_packet(gmd_client *client, gmd_wire_packet *packet)
                 return handle_remap(client, packet);
         case GMD__MSG_TYPE__MSG_REVOKE:
                 return handle_revoke(client, packet);
+        case GMD__MSG_TYPE__MSG_SHUTDOWN:
+                return handle_shutdown(client, packet);
         default:
                 return protocol_error(client, NULL, &packet->header,
                                       "not a notification");

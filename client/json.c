@@ -157,6 +157,12 @@ void json_uint(json_writer *w, const char *key, uint64_t value)
         fprintf(w->out, "%" PRIu64, value);
 }
 
+void json_int(json_writer *w, const char *key, int64_t value)
+{
+        member_start(w, key);
+        fprintf(w->out, "%" PRId64, value);
+}
+
 void json_bool(json_writer *w, const char *key, bool value)
 {
         member_start(w, key);

@@ -1,6 +1,6 @@
 /*
  * json — the little JSON writer gpu-memctl's --json output needs: nested
- * objects and arrays, strings, unsigned integers and booleans, written to
+ * objects and arrays, strings, integers and booleans, written to
  * a FILE as they come, two spaces of indent per level. Strings are escaped
  * per RFC 8259, and bytes that are not valid UTF-8 (client names come from
  * other processes) become U+FFFD, so the output always parses.
@@ -33,6 +33,7 @@ void json_begin_array(json_writer *w, const char *key);
 void json_end_array(json_writer *w);
 void json_string(json_writer *w, const char *key, const char *value);
 void json_uint(json_writer *w, const char *key, uint64_t value);
+void json_int(json_writer *w, const char *key, int64_t value);
 void json_bool(json_writer *w, const char *key, bool value);
 
 #endif

@@ -89,8 +89,9 @@ static int cuda_reserve(gmd_mapper *mapper, uint64_t size, void **ret_addr)
         CUdeviceptr va = 0;
         CUresult res;
 
-        /* VA reservation needs no context of its own: the range is in the
-         * unified address space of the whole process. */
+        /* VA reservation needs no context (verified on driver 580): the
+         * range is in the process's unified address space. Should a driver
+         * want one, device 0's primary context is used. */
         res = m->cu->cuMemAddressReserve(&va, size, m->alignment, 0, 0);
         if (res == CUDA_ERROR_INVALID_CONTEXT && cuda_enter(m, 0) == 0) {
                 res = m->cu->cuMemAddressReserve(&va, size, m->alignment, 0, 0);

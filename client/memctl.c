@@ -1,15 +1,16 @@
 /*
- * gpu-memctl — shows what gpu-memd holds: pools, clients, buffers.
+ * gpu-memctl — shows what gpu-memd holds (pools, clients, buffers, a live
+ * view) and sends the administrator's requests (drain, priority, evict).
  *
  * A thin user of the public libgpumem API and nothing else, shaped like
- * OpenBSD's ikectl: a table of commands, each naming the status it needs
- * and the function that prints it; options may come before or after the
- * command (GNU getopt permutes). Output is a table for people that fits 80
- * columns, or with --json one JSON object with stable key names (sizes in
- * bytes) for scripts.
+ * OpenBSD's ikectl: a table of commands, each naming its arguments and the
+ * function that runs it; options may come before or after the command (GNU
+ * getopt permutes). Output is a table for people that fits 80 columns, or
+ * with --json one JSON object with stable key names (sizes in bytes) for
+ * scripts. The live view is in memctl_top.c.
  *
- * Exit status: 0 done, 1 the daemon could not be reached or failed, 2 the
- * command line was wrong.
+ * Exit status: 0 done, 1 the daemon could not be reached, refused or
+ * failed, 2 the command line was wrong.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -21,44 +22,51 @@
 
 #include "gpumem.h"
 #include "json.h"
+#include "memctl.h"
 
-#define EXIT_USAGE 2
+typedef struct command command;
 
-typedef struct ctl {
-        const char *socket;
-        bool json;
-        bool pid_given;
-        uint32_t pid;
-} ctl;
-
-typedef struct command {
+struct command {
         const char *name;
         const char *args;
         const char *help;
-        bool query;                     /* talks to the daemon */
-        gmd_status_what what;
+        unsigned n_args;                /* words after the command's name */
+        /* Talks to the daemon over `client`; NULL: prints the help. */
+        int (*run)(const ctl *c, const command *cmd, gmd_client *client);
+        gmd_status_what what;           /* status commands: what to ask */
         void (*show)(const gmd_status *status);
-} command;
+};
 
+static int run_show(const ctl *c, const command *cmd, gmd_client *client);
+static int run_top(const ctl *c, const command *cmd, gmd_client *client);
+static int run_admin(const ctl *c, const command *cmd, gmd_client *client);
 static void show_status(const gmd_status *status);
 static void show_clients(const gmd_status *status);
 static void show_buffers(const gmd_status *status);
 
 static const command commands[] = {
-        { "status",  "",          "pools, clients and totals",
-          true,  GMD_STATUS_CLIENTS, show_status },
-        { "clients", "",          "the connected clients",
-          true,  GMD_STATUS_CLIENTS, show_clients },
-        { "buffers", "[--pid N]", "every buffer, or one process's",
-          true,  GMD_STATUS_BUFFERS, show_buffers },
-        { "help",    "",          "this text",
-          false, GMD_STATUS_POOLS,   NULL },
+        { "status",   "",          "pools, clients and totals",
+          0, run_show,  GMD_STATUS_CLIENTS, show_status },
+        { "clients",  "",          "the connected clients",
+          0, run_show,  GMD_STATUS_CLIENTS, show_clients },
+        { "buffers",  "[--pid N]", "every buffer, or one process's",
+          0, run_show,  GMD_STATUS_BUFFERS, show_buffers },
+        { "top",      "[--once]",  "live view, each second; q quits",
+          0, run_top,   GMD_STATUS_CLIENTS, NULL },
+        { "drain",    "PID",       "free process PID's buffers, disconnect it",
+          1, run_admin, GMD_STATUS_POOLS,   NULL },
+        { "priority", "PID N",     "set process PID's priority to N",
+          2, run_admin, GMD_STATUS_POOLS,   NULL },
+        { "evict",    "PID",       "free process PID's released buffers",
+          1, run_admin, GMD_STATUS_POOLS,   NULL },
+        { "help",     "",          "this text",
+          0, NULL,      GMD_STATUS_POOLS,   NULL },
 };
 
 static void usage(FILE *out)
 {
         fprintf(out,
-                "usage: gpu-memctl [--socket PATH] [--json] COMMAND\n"
+                "usage: gpu-memctl [--socket PATH] [--json] COMMAND [ARGS]\n"
                 "\n"
                 "Commands:\n");
         for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
@@ -73,10 +81,19 @@ static void usage(FILE *out)
                 "Options:\n"
                 "  -s, --socket PATH    the daemon's socket (default: $%s,\n"
                 "                       else %s)\n"
-                "  -j, --json           print JSON, sizes in bytes\n"
+                "  -j, --json           print JSON, sizes in bytes (top: one\n"
+                "                       object a second)\n"
                 "  -p, --pid N          buffers: only those of process N\n"
+                "      --once           top: print one frame and exit (also\n"
+                "                       when stdout is not a terminal)\n"
                 "  -h, --help           this text\n"
-                "      --version        print the version\n",
+                "      --version        print the version\n"
+                "\n"
+                "drain, priority and evict act on every client of process PID\n"
+                "and need root or gpu-memd's admin group.\n"
+                "\n"
+                "Exit status: 0 done, 1 the daemon could not be reached,\n"
+                "refused or failed, 2 the command line was wrong.\n",
                 GMD_SOCKET_ENV, GMD_DEFAULT_SOCKET);
 }
 
@@ -90,14 +107,12 @@ static int usage_error(const char *fmt, const char *arg)
 
 /* ---- tables for people ---------------------------------------------- */
 
-static const char *size_text(uint64_t bytes, char *buf, size_t len)
+const char *ctl_size_text(uint64_t bytes, char *buf, size_t len)
 {
         return gmd_format_size(bytes, buf, len);
 }
 
-/* Client names come from other processes: show control characters as '?'
- * so they cannot move the terminal's cursor, and cut them to `width`. */
-static const char *name_text(const char *name, char *buf, size_t width)
+const char *ctl_name_text(const char *name, char *buf, size_t width)
 {
         size_t i;
 
@@ -110,26 +125,29 @@ static const char *name_text(const char *name, char *buf, size_t width)
         return buf;
 }
 
-static void print_uptime(uint64_t ms)
+const char *ctl_uptime_text(uint64_t ms, char *buf, size_t len)
 {
         uint64_t s = ms / 1000;
 
         if (s >= 86400)
-                printf("%" PRIu64 "d %02" PRIu64 "h", s / 86400, s % 86400 / 3600);
+                snprintf(buf, len, "%" PRIu64 "d %02" PRIu64 "h", s / 86400,
+                         s % 86400 / 3600);
         else if (s >= 3600)
-                printf("%" PRIu64 "h %02" PRIu64 "m", s / 3600, s % 3600 / 60);
+                snprintf(buf, len, "%" PRIu64 "h %02" PRIu64 "m", s / 3600,
+                         s % 3600 / 60);
         else if (s >= 60)
-                printf("%" PRIu64 "m %02" PRIu64 "s", s / 60, s % 60);
+                snprintf(buf, len, "%" PRIu64 "m %02" PRIu64 "s", s / 60, s % 60);
         else
-                printf("%" PRIu64 "s", s);
+                snprintf(buf, len, "%" PRIu64 "s", s);
+        return buf;
 }
 
 static void print_header(const gmd_status *status)
 {
-        printf("gpu-memd %s, %s backend, up ", status->daemon_version,
-               status->backend);
-        print_uptime(status->uptime_ms);
-        printf("\n\n");
+        char up[32];
+
+        printf("gpu-memd %s, %s backend, up %s\n\n", status->daemon_version,
+               status->backend, ctl_uptime_text(status->uptime_ms, up, sizeof(up)));
 }
 
 static void print_pools(const gmd_status *status)
@@ -145,28 +163,33 @@ static void print_pools(const gmd_status *status)
 
                 printf("%-6u %-5s %12s %12s %12s %4u%%\n", p->device,
                        gmd_tier_name(p->tier),
-                       size_text(p->capacity, cap, sizeof(cap)),
-                       size_text(p->used, used, sizeof(used)),
-                       size_text(p->free, free_, sizeof(free_)), pct);
+                       ctl_size_text(p->capacity, cap, sizeof(cap)),
+                       ctl_size_text(p->used, used, sizeof(used)),
+                       ctl_size_text(p->free, free_, sizeof(free_)), pct);
         }
 }
 
+/* Another user's client seen by a non-admin: its name and buffer count
+ * are withheld and show as "-". */
 static void print_clients(const gmd_status *status, bool waiting)
 {
-        char name[25], bytes[16];
+        char name[20], bytes[16], buffers[12];
 
-        printf("%-8s %8s %8s  %-24s %11s %7s", "CLIENT", "PID", "UID", "NAME",
-               "BYTES", "BUFFERS");
+        printf("%-8s %8s %8s  %-19s %4s %11s %7s", "CLIENT", "PID", "UID",
+               "NAME", "PRIO", "BYTES", "BUFFERS");
         printf(waiting ? " %7s\n" : "\n", "WAITING");
         if (status->n_clients == 0)
                 printf("(no clients)\n");
         for (size_t i = 0; i < status->n_clients; i++) {
                 const gmd_client_status *c = &status->clients[i];
 
-                printf("%-8" PRIu64 " %8" PRIu32 " %8" PRIu32 "  %-24s %11s %7" PRIu32,
-                       c->client_id, c->pid, c->uid,
-                       name_text(c->name, name, sizeof(name) - 1),
-                       size_text(c->bytes, bytes, sizeof(bytes)), c->buffers);
+                snprintf(buffers, sizeof(buffers), "%" PRIu32, c->buffers);
+                printf("%-8" PRIu64 " %8" PRIu32 " %8" PRIu32 "  %-19s %4" PRId32
+                       " %11s %7s", c->client_id, c->pid, c->uid,
+                       c->details_hidden ? "-" :
+                       ctl_name_text(c->name, name, sizeof(name) - 1),
+                       c->priority, ctl_size_text(c->bytes, bytes, sizeof(bytes)),
+                       c->details_hidden ? "-" : buffers);
                 if (waiting)
                         printf(" %7" PRIu32, c->waiting);
                 printf("\n");
@@ -179,8 +202,8 @@ static void print_totals(const gmd_status *status)
 
         printf("\ntotal: %s used of %s, %" PRIu32 " client%s, %" PRIu32
                " buffer%s\n",
-               size_text(status->total_used, used, sizeof(used)),
-               size_text(status->total_capacity, cap, sizeof(cap)),
+               ctl_size_text(status->total_used, used, sizeof(used)),
+               ctl_size_text(status->total_capacity, cap, sizeof(cap)),
                status->total_clients, status->total_clients == 1 ? "" : "s",
                status->total_buffers, status->total_buffers == 1 ? "" : "s");
 }
@@ -224,7 +247,7 @@ static void show_buffers(const gmd_status *status)
                 printf("%-10" PRIu64 " %-8" PRIu64 " %8" PRIu32 " %4u %11s "
                        "%-5s %-11s %-10s %s\n",
                        b->buffer_id, b->client_id, b->pid, b->device,
-                       size_text(b->size, size, sizeof(size)),
+                       ctl_size_text(b->size, size, sizeof(size)),
                        gmd_tier_name(b->tier), gmd_state_name(b->state),
                        flags_text(b->flags, flags, sizeof(flags)),
                        b->acquired ? "yes" : "no");
@@ -233,7 +256,7 @@ static void show_buffers(const gmd_status *status)
 
 /* ---- JSON ----------------------------------------------------------- */
 
-static void print_json(const gmd_status *status, gmd_status_what what)
+void ctl_print_json(const gmd_status *status, gmd_status_what what)
 {
         json_writer w;
 
@@ -275,6 +298,9 @@ static void print_json(const gmd_status *status, gmd_status_what what)
                 json_uint(&w, "bytes", c->bytes);
                 json_uint(&w, "buffers", c->buffers);
                 json_uint(&w, "waiting", c->waiting);
+                json_uint(&w, "gid", c->gid);
+                json_int(&w, "priority", c->priority);
+                json_bool(&w, "details_hidden", c->details_hidden);
                 json_end_object(&w);
         }
         json_end_array(&w);
@@ -303,6 +329,76 @@ static void print_json(const gmd_status *status, gmd_status_what what)
         json_end_object(&w);
 }
 
+/* ---- commands ------------------------------------------------------- */
+
+static int run_show(const ctl *c, const command *cmd, gmd_client *client)
+{
+        gmd_status *status = NULL;
+        int r;
+
+        r = gmd_query_status(client, cmd->what, c->pid, &status);
+        if (r < 0) {
+                fprintf(stderr, "gpu-memctl: %s: %s\n", cmd->name,
+                        gmd_last_error());
+                return EXIT_FAILURE;
+        }
+        if (c->json)
+                ctl_print_json(status, cmd->what);
+        else
+                cmd->show(status);
+        gmd_status_free(status);
+        return EXIT_SUCCESS;
+}
+
+static int run_top(const ctl *c, const command *cmd, gmd_client *client)
+{
+        return ctl_top(c, client);
+}
+
+/* Send the admin request `cmd` names and say what happened. */
+static int run_admin(const ctl *c, const command *cmd, gmd_client *client)
+{
+        json_writer w;
+        int r;
+
+        if (strcmp(cmd->name, "drain") == 0)
+                r = gmd_admin_drain(client, c->pid);
+        else if (strcmp(cmd->name, "priority") == 0)
+                r = gmd_admin_set_priority(client, c->pid, c->priority);
+        else
+                r = gmd_admin_evict(client, c->pid);
+
+        if (r == GMD_EPERM) {
+                fprintf(stderr, "gpu-memctl: not allowed: %s\n", gmd_last_error());
+                return EXIT_FAILURE;
+        }
+        if (r < 0) {
+                fprintf(stderr, "gpu-memctl: %s %" PRIu32 ": %s\n", cmd->name,
+                        c->pid, gmd_last_error());
+                return EXIT_FAILURE;
+        }
+        if (c->json) {
+                json_init(&w, stdout);
+                json_begin_object(&w, NULL);
+                json_string(&w, "command", cmd->name);
+                json_uint(&w, "pid", c->pid);
+                if (cmd->n_args == 2)
+                        json_int(&w, "priority", c->priority);
+                json_bool(&w, "ok", true);
+                json_end_object(&w);
+        } else if (strcmp(cmd->name, "drain") == 0) {
+                printf("process %" PRIu32 " drained: its buffers are freed and "
+                       "its connections closed\n", c->pid);
+        } else if (cmd->n_args == 2) {
+                printf("process %" PRIu32 ": priority set to %" PRId32 "\n",
+                       c->pid, c->priority);
+        } else {
+                printf("process %" PRIu32 ": its released buffers are evicted\n",
+                       c->pid);
+        }
+        return EXIT_SUCCESS;
+}
+
 /* ---- running a command ---------------------------------------------- */
 
 static int connect_error(const char *path, int r)
@@ -318,34 +414,22 @@ static int connect_error(const char *path, int r)
         return EXIT_FAILURE;
 }
 
-static int run_query(const ctl *c, const command *cmd)
+static int run_command(const ctl *c, const command *cmd)
 {
         gmd_client *client = NULL;
-        gmd_status *status = NULL;
-        int r;
+        int r, status;
 
         r = gmd_connect(c->socket, "gpu-memctl", &client);
         if (r < 0)
                 return connect_error(c->socket, r);
-        r = gmd_query_status(client, cmd->what, c->pid, &status);
-        if (r < 0) {
-                fprintf(stderr, "gpu-memctl: %s: %s\n", cmd->name,
-                        gmd_last_error());
-                gmd_disconnect(client);
-                return EXIT_FAILURE;
-        }
-        if (c->json)
-                print_json(status, cmd->what);
-        else
-                cmd->show(status);
-        gmd_status_free(status);
+        status = cmd->run(c, cmd, client);
         gmd_disconnect(client);
         if (fflush(stdout) != 0 || ferror(stdout)) {
                 fprintf(stderr, "gpu-memctl: cannot write output: %s\n",
                         strerror(errno));
                 return EXIT_FAILURE;
         }
-        return EXIT_SUCCESS;
+        return status;
 }
 
 static const command *command_find(const char *name)
@@ -356,11 +440,13 @@ static const command *command_find(const char *name)
         return NULL;
 }
 
+/* Leading blanks are allowed: args_protect_negatives() adds one. */
 static int parse_pid(const char *text, uint32_t *ret_pid)
 {
         unsigned long v;
         char *end;
 
+        text += strspn(text, " ");
         errno = 0;
         v = strtoul(text, &end, 10);
         if (errno || end == text || *end || v == 0 || v > UINT32_MAX ||
@@ -370,19 +456,123 @@ static int parse_pid(const char *text, uint32_t *ret_pid)
         return 0;
 }
 
-int main(int argc, char **argv)
+static int parse_priority(const char *text, int32_t *ret_priority)
+{
+        char *end;
+        long v;
+
+        errno = 0;
+        v = strtol(text, &end, 10);
+        if (errno || end == text || *end || v < INT32_MIN || v > INT32_MAX)
+                return -EINVAL;
+        *ret_priority = (int32_t)v;
+        return 0;
+}
+
+static void args_free(char **args, int argc)
+{
+        for (char **copy = args + argc + 1; *copy; copy++)
+                free(*copy);
+        free(args);
+}
+
+/* Does option word `a` take the next word as its value (--socket PATH,
+ * -p N, -js PATH, --sock PATH)? */
+static bool option_takes_next(const char *a)
+{
+        if (a[0] != '-' || !a[1])
+                return false;
+        if (a[1] == '-') {
+                size_t n = strlen(a + 2);
+
+                return n > 0 && !strchr(a, '=') &&
+                       (strncmp("socket", a + 2, n) == 0 ||
+                        strncmp("pid", a + 2, n) == 0);
+        }
+        for (const char *p = a + 1; *p; p++)
+                if (*p == 's' || *p == 'p')
+                        return p[1] == '\0';
+        return false;
+}
+
+/*
+ * "priority PID -5": getopt would take "-5" for options. Every argument
+ * that is a negative number, and not an option's value, gets a leading
+ * space in a copy of argv: getopt then sees a word, and strtol skips the
+ * space. The copies are listed after the argv copy's NULL (getopt
+ * reorders the words before it) so args_free finds them. NULL when out
+ * of memory.
+ */
+static char **args_protect_negatives(int argc, char **argv)
+{
+        char **args = calloc(2 * ((size_t)argc + 1), sizeof(*args));
+        char **copies = args + argc + 1;
+        bool value_next = false, rest = false;
+
+        if (!args)
+                return NULL;
+        for (int i = 0; i < argc; i++) {
+                const char *a = argv[i];
+
+                args[i] = argv[i];
+                if (i == 0 || rest)
+                        continue;
+                if (value_next) {
+                        value_next = false;
+                } else if (strcmp(a, "--") == 0) {
+                        rest = true;
+                } else if (a[0] == '-' && a[1] &&
+                           strspn(a + 1, "0123456789") == strlen(a + 1)) {
+                        if (asprintf(copies, " %s", a) < 0) {
+                                *copies = NULL;
+                                args_free(args, argc);
+                                return NULL;
+                        }
+                        args[i] = *copies++;
+                } else {
+                        value_next = option_takes_next(a);
+                }
+        }
+        return args;
+}
+
+/* The words after the command: its PID and N. */
+static int parse_command_args(ctl *c, const command *cmd, char **words,
+                              int n_words)
+{
+        char what[64];
+
+        if ((unsigned)n_words < cmd->n_args) {
+                snprintf(what, sizeof(what), "'%s' needs %s", cmd->name,
+                         cmd->args);
+                return usage_error("%s", what);
+        }
+        if ((unsigned)n_words > cmd->n_args)
+                return usage_error("unexpected argument '%s'",
+                                   words[cmd->n_args] + strspn(words[cmd->n_args], " "));
+        if (cmd->n_args >= 1 && parse_pid(words[0], &c->pid) < 0)
+                return usage_error("'%s' is not a process id",
+                                   words[0] + strspn(words[0], " "));
+        if (cmd->n_args >= 2 && parse_priority(words[1], &c->priority) < 0)
+                return usage_error("'%s' is not a priority (an integer)",
+                                   words[1] + strspn(words[1], " "));
+        return 0;
+}
+
+static int ctl_main(int argc, char **argv)
 {
         static const struct option options[] = {
                 { "socket",  required_argument, NULL, 's' },
                 { "json",    no_argument,       NULL, 'j' },
                 { "pid",     required_argument, NULL, 'p' },
+                { "once",    no_argument,       NULL, 'o' },
                 { "help",    no_argument,       NULL, 'h' },
                 { "version", no_argument,       NULL, 'V' },
                 { NULL, 0, NULL, 0 },
         };
         ctl c = { .socket = NULL };
         const command *cmd;
-        int opt;
+        int opt, r;
 
         opterr = 0;
         while ((opt = getopt_long(argc, argv, ":s:jp:h", options, NULL)) != -1) {
@@ -398,6 +588,9 @@ int main(int argc, char **argv)
                                 return usage_error("'%s' is not a process id",
                                                    optarg);
                         c.pid_given = true;
+                        break;
+                case 'o':
+                        c.once = true;
                         break;
                 case 'h':
                         usage(stdout);
@@ -415,14 +608,18 @@ int main(int argc, char **argv)
         }
         if (optind >= argc)
                 return usage_error("%s", "no command given");
-        if (argc - optind > 1)
-                return usage_error("unexpected argument '%s'", argv[optind + 1]);
         cmd = command_find(argv[optind]);
         if (!cmd)
-                return usage_error("unknown command '%s'", argv[optind]);
+                return usage_error("unknown command '%s'",
+                                   argv[optind] + strspn(argv[optind], " "));
+        r = parse_command_args(&c, cmd, argv + optind + 1, argc - optind - 1);
+        if (r != 0)
+                return r;
         if (c.pid_given && cmd->what != GMD_STATUS_BUFFERS)
                 return usage_error("--pid only goes with '%s'", "buffers");
-        if (!cmd->query) {
+        if (c.once && cmd->run != run_top)
+                return usage_error("--once only goes with '%s'", "top");
+        if (!cmd->run) {
                 usage(stdout);
                 return EXIT_SUCCESS;
         }
@@ -431,5 +628,19 @@ int main(int argc, char **argv)
                 c.socket = getenv(GMD_SOCKET_ENV);
         if (!c.socket || !*c.socket)
                 c.socket = GMD_DEFAULT_SOCKET;
-        return run_query(&c, cmd);
+        return run_command(&c, cmd);
+}
+
+int main(int argc, char **argv)
+{
+        char **args = args_protect_negatives(argc, argv);
+        int r;
+
+        if (!args) {
+                fprintf(stderr, "gpu-memctl: out of memory\n");
+                return EXIT_FAILURE;
+        }
+        r = ctl_main(argc, args);
+        args_free(args, argc);
+        return r;
 }

@@ -74,6 +74,9 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 c->bytes = w->bytes;
                 c->buffers = w->buffers;
                 c->waiting = w->waiting;
+                c->priority = w->priority;
+                c->gid = w->gid;
+                c->details_hidden = w->details_hidden ? 1 : 0;
         }
         s->n_buffers = reply->n_buffers;
         for (size_t i = 0; i < reply->n_buffers; i++) {

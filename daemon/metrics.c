@@ -75,6 +75,10 @@ typedef struct metrics_conn {
         uv_shutdown_t shutdown_req;
         char status[192];             /* status line and headers */
         promtext body;
+        bool line_done;               /* the request line was judged: */
+        int code;                     /* ... 0 (metrics) or a 4xx status */
+        bool head_only;               /* ... HEAD */
+        size_t scanned;               /* bytes of head[] looked at */
         size_t len;
         char head[METRICS_HEAD_MAX];
 } metrics_conn;
@@ -393,39 +397,54 @@ static int request_line_status(const char *line, size_t len, bool *ret_head_only
         return 404;
 }
 
-/* Look at what has arrived: answer as soon as the request line is bad or
- * the whole head is in. */
+/*
+ * Look at what has arrived: answer as soon as the request line is bad or
+ * the whole head is in. Each byte is looked at a bounded number of times
+ * (`scanned` remembers how far), so a peer that sends one byte at a time
+ * costs linear work, not quadratic.
+ */
 static void conn_parse(metrics_conn *conn)
 {
-        const char *eol = memchr(conn->head, '\n', conn->len);
-        bool head_only = false;
-        size_t line_len;
-        int code;
+        size_t i;
 
-        if (!eol) {
-                if (conn->len == sizeof(conn->head))
+        if (!conn->line_done) {
+                const char *eol = memchr(conn->head + conn->scanned, '\n',
+                                         conn->len - conn->scanned);
+                size_t line_len;
+
+                if (!eol) {
+                        conn->scanned = conn->len;
+                        if (conn->len == sizeof(conn->head))
+                                conn_answer(conn, 400, false);
+                        return;
+                }
+                line_len = (size_t)(eol - conn->head);
+                conn->scanned = line_len;       /* the blank line may follow */
+                if (line_len > 0 && conn->head[line_len - 1] == '\r')
+                        line_len--;
+                conn->line_done = true;
+                conn->code = request_line_status(conn->head, line_len,
+                                                 &conn->head_only);
+                if (conn->code == 400) {
                         conn_answer(conn, 400, false);
-                return;
-        }
-        line_len = (size_t)(eol - conn->head);
-        if (line_len > 0 && conn->head[line_len - 1] == '\r')
-                line_len--;
-        code = request_line_status(conn->head, line_len, &head_only);
-        if (code == 400) {
-                conn_answer(conn, 400, false);
-                return;
+                        return;
+                }
         }
         /* The head ends with an empty line. */
-        for (size_t i = (size_t)(eol - conn->head); i < conn->len; i++) {
+        for (i = conn->scanned; i < conn->len; i++) {
                 if (conn->head[i] != '\n')
                         continue;
                 if ((i + 1 < conn->len && conn->head[i + 1] == '\n') ||
                     (i + 2 < conn->len && conn->head[i + 1] == '\r' &&
                      conn->head[i + 2] == '\n')) {
-                        conn_answer(conn, code ? code : 200, head_only);
+                        conn_answer(conn, conn->code ? conn->code : 200,
+                                    conn->head_only);
                         return;
                 }
         }
+        /* A line end in the last two bytes may yet start the blank line. */
+        if (conn->len >= 2 && conn->len - 2 > conn->scanned)
+                conn->scanned = conn->len - 2;
         if (conn->len == sizeof(conn->head))
                 conn_answer(conn, 431, false);
 }
@@ -685,7 +704,6 @@ static int listen_unix(gmd_metrics *m, const char *path)
         r = uv_pipe_bind(&m->listener.pipe, path);
         if (r == 0) {
                 strcpy(m->path, path);  /* ours to remove from now on */
-                m->is_unix = true;
                 r = uv_listen(&m->listener.stream, 16, metrics_on_connection);
         }
         if (r < 0) {

@@ -312,7 +312,7 @@ void server_stop(gmd_server *server)
         server->metrics = metrics_stop(server->metrics);
         waitq_fail_all(server, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
                        "gpu-memd is stopping");
-        note.message = "gpu-memd is stopping (SIGTERM); buffers are freed";
+        note.message = "the daemon was told to stop; every buffer is freed";
         list_for_each_safe(pos, tmp, &server->sessions) {
                 gmd_session *s = container_of(pos, gmd_session, link);
 

@@ -19,7 +19,8 @@
  *   - The library never prints and never exits.
  *
  * The socket: gmd_connect(NULL, ...) uses $GPU_MEMD_SOCKET, else
- * GMD_DEFAULT_SOCKET.
+ * GMD_DEFAULT_SOCKET. The client's priority: $GPU_MEMD_PRIORITY (see
+ * gmd_connect).
  */
 #ifndef GPUMEM_H
 #define GPUMEM_H
@@ -34,6 +35,7 @@ extern "C" {
 #define GMD_VERSION_STRING  "0.1.0"
 #define GMD_DEFAULT_SOCKET  "/run/gpu-memd/gpu-memd.sock"
 #define GMD_SOCKET_ENV      "GPU_MEMD_SOCKET"
+#define GMD_PRIORITY_ENV    "GPU_MEMD_PRIORITY"
 
 /* Marks the library's exported functions: libgpumem.so is built with
  * -fvisibility=hidden, so everything else stays internal. */
@@ -89,6 +91,17 @@ typedef enum gmd_buffer_state {
  * Connect to gpu-memd at `socket_path` (NULL: $GPU_MEMD_SOCKET, else
  * GMD_DEFAULT_SOCKET) and introduce this process as `client_name` (NULL:
  * the program's name). Starts the library's I/O thread.
+ *
+ * The priority the client asks for comes from $GPU_MEMD_PRIORITY, a
+ * decimal integer (unset, empty or 0: the daemon's configured default).
+ * Under memory pressure the daemon takes memory from lower priorities
+ * first; it caps the value at the maximum configured for the user, and an
+ * administrator may change it later (gmd_admin_set_priority). A value that
+ * is not an integer fails with -EINVAL rather than being ignored.
+ *
+ * If the daemon stops while the client is connected, calls fail with
+ * GMD_ECONN and gmd_last_error() says "gpu-memd is stopping: " followed by
+ * the daemon's notice.
  */
 GMD_EXPORT
 int gmd_connect(const char *socket_path, const char *client_name,
@@ -185,6 +198,10 @@ typedef struct gmd_client_status {
         uint64_t bytes;
         uint32_t buffers;
         uint32_t waiting;
+        int32_t priority;
+        uint32_t gid;
+        int details_hidden;     /* another user's client seen by a
+                                 * non-admin: name and buffers withheld */
 } gmd_client_status;
 
 typedef struct gmd_buffer_status {
@@ -228,6 +245,27 @@ int gmd_query_status(gmd_client *client, gmd_status_what what, uint32_t pid,
                      gmd_status **ret_status);
 GMD_EXPORT
 gmd_status *gmd_status_free(gmd_status *status);
+
+/* ---- administration ----------------------------------------------------- */
+
+/*
+ * Act on every client of process `pid`. Only root and members of the
+ * daemon's configured admin group may; others get GMD_EPERM, and a `pid`
+ * with no client gives GMD_ENOENT. gmd_last_error() has the daemon's words.
+ *
+ * gmd_admin_drain: revoke and free every buffer of the process's clients,
+ * then disconnect them.
+ * gmd_admin_set_priority: set their priority (see gmd_connect); -EINVAL
+ * when the daemon's range does not hold `priority`.
+ * gmd_admin_evict: revoke and free their released buffers; GMD_ENOTSUP
+ * from a daemon that cannot yet.
+ */
+GMD_EXPORT
+int gmd_admin_drain(gmd_client *client, uint32_t pid);
+GMD_EXPORT
+int gmd_admin_set_priority(gmd_client *client, uint32_t pid, int32_t priority);
+GMD_EXPORT
+int gmd_admin_evict(gmd_client *client, uint32_t pid);
 
 /* ---- errors and names --------------------------------------------------- */
 

@@ -3,10 +3,12 @@
 # As root: install the missing ones with apt-get. Otherwise: print the exact
 # command to run and fail. The CUDA toolkit is optional and never installed
 # here: when /usr/local/cuda is present the cuda backend is built too.
+# systemd is listed for systemd-socket-activate, which the socket
+# activation test runs; the build itself needs only libsystemd.
 set -eu
 
 PACKAGES="build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev \
-protobuf-c-compiler libsystemd-dev libinih-dev libcmocka-dev"
+protobuf-c-compiler libsystemd-dev libinih-dev libcmocka-dev systemd"
 
 missing=""
 for p in $PACKAGES; do

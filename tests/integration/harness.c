@@ -301,13 +301,16 @@ void harness_start(harness *h, const char *const *extra_args)
                 if (waitpid(h->pid, &status, WNOHANG) == h->pid) {
                         char *log = harness_read_log(h);
 
+                        /* A failing setup gets no teardown: clean up here. */
                         h->pid = 0;
+                        harness_cleanup(h);
                         fail_msg("gpu-memd exited during start-up (status "
                                  "%#x); log:\n%s", status, log);
                 }
                 if (harness_now_ms() >= deadline) {
                         char *log = harness_read_log(h);
 
+                        harness_cleanup(h);
                         fail_msg("gpu-memd's socket %s did not accept within "
                                  "5 s; log:\n%s", h->socket_path, log);
                 }

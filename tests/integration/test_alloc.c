@@ -232,6 +232,51 @@ static void test_in_process_buffer(void **state)
         harness_stop(&f->h);
 }
 
+static int count_maps(void)
+{
+        FILE *f = fopen("/proc/self/maps", "r");
+        int n = 0, c;
+
+        assert_non_null(f);
+        while ((c = fgetc(f)) != EOF)
+                if (c == '\n')
+                        n++;
+        fclose(f);
+        return n;
+}
+
+/* Allocating and freeing in a loop leaks neither fds nor mappings in the
+ * client (a cache may keep some, but it must not grow per cycle). */
+static void test_client_does_not_leak(void **state)
+{
+        fixture *f = *state;
+        int fds_warm = 0, maps_warm = 0;
+
+        harness_start_small(&f->h, NULL);
+        f->client = harness_client(&f->h, "cycler");
+        for (int i = 0; i < 40; i++) {
+                gmd_buffer *b[3] = { 0 };
+
+                for (int j = 0; j < 3; j++) {
+                        assert_int_equal(gmd_alloc(f->client, (j + 1) * 2 * MiB,
+                                                   0, 0, GMD_NO_WAIT, &b[j]), 0);
+                        memset(gmd_buffer_ptr(b[j]), i, gmd_buffer_size(b[j]));
+                }
+                for (int j = 0; j < 3; j++)
+                        assert_int_equal(gmd_free(f->client, b[j]), 0);
+                if (i == 4) {
+                        fds_warm = harness_count_own_fds();
+                        maps_warm = count_maps();
+                }
+        }
+        assert_int_equal(harness_count_own_fds(), fds_warm);
+        if (count_maps() > maps_warm)
+                fail_msg("/proc/self/maps grew from %d to %d lines over 35 "
+                         "alloc/free cycles", maps_warm, count_maps());
+        assert_int_equal(harness_vram_used(f->client, 0), 0);
+        harness_stop(&f->h);
+}
+
 static void test_invalid_requests(void **state)
 {
         fixture *f = *state;
@@ -622,6 +667,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 T(test_concurrent_patterns),
                 T(test_in_process_buffer),
+                T(test_client_does_not_leak),
                 T(test_invalid_requests),
                 T(test_status_pools),
                 T(test_status_two_devices),

@@ -219,6 +219,8 @@ static void test_ctl_status_json(void **state)
                          exit_code(status), err);
         if (!json_valid(out))
                 fail_msg("not valid JSON:\n%s", out);
+        /* Text output ends its last line, so line-based tools see it. */
+        assert_int_equal(out[strlen(out) - 1], '\n');
         assert_non_null(strstr(out, "\"pools\""));
         assert_non_null(strstr(out, "\"capacity\""));
         assert_non_null(strstr(out, "\"used\""));
@@ -455,6 +457,29 @@ static void test_stale_socket(void **state)
         harness_stop(&f->h);
 }
 
+/* A live daemon's socket is not stale: a second daemon on the same path
+ * must refuse to start and leave the first one reachable. */
+static void test_second_daemon_refused(void **state)
+{
+        fixture *f = *state;
+        char *out = NULL, *err = NULL;
+        int code;
+
+        harness_start_small(&f->h, NULL);
+        code = exit_code(run_daemon(f, (const char *[]){
+                "--backend", "sim", "--socket", f->h.socket_path,
+                "--config", f->h.config_path, NULL }, &out, &err));
+        if (code == 0 || code >= 128)
+                fail_msg("second gpu-memd on a live socket: exit %d, stderr:\n%s",
+                         code, err);
+        assert_non_null(strstr(err, f->h.socket_path));
+        free(out);
+        free(err);
+        f->client = harness_client(&f->h, "first-still-there");
+        assert_int_equal(harness_vram_used(f->client, 0), 0);
+        harness_stop(&f->h);
+}
+
 static void test_sigint_stops_cleanly(void **state)
 {
         fixture *f = *state;
@@ -505,6 +530,7 @@ int main(void)
                 T(test_daemon_missing_config),
                 T(test_socket_mode),
                 T(test_stale_socket),
+                T(test_second_daemon_refused),
                 T(test_sigint_stops_cleanly),
                 T(test_stop_with_clients),
         };

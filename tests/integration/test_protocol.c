@@ -69,10 +69,19 @@ static int setup(void **state)
         f->own_fds = harness_count_own_fds();
         *state = f;
 
+        /* cmocka runs no teardown after a failed setup, so a failure here
+         * cleans up before it returns. */
         harness_start_small(&f->h, "[limits]\nmax_send_queue = 16\n");
         f->good = harness_client(&f->h, "good");
-        if (gmd_alloc(f->good, GOOD_SIZE, 0, 0, GMD_NO_WAIT, &f->good_buf) < 0)
+        if (gmd_alloc(f->good, GOOD_SIZE, 0, 0, GMD_NO_WAIT, &f->good_buf) < 0) {
+                print_error("good client cannot allocate: %s\n",
+                            gmd_last_error());
+                gmd_disconnect(f->good);
+                harness_cleanup(&f->h);
+                free(f);
+                *state = NULL;
                 return -1;
+        }
         fill(f->good_buf, 3);
         f->daemon_fds = harness_count_fds(f->h.pid);
         return 0;

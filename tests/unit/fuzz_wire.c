@@ -71,6 +71,7 @@ static void decode_payload(const uint8_t *payload, size_t len)
         TRY_UNPACK(gmd__acquire_request, len, payload);
         TRY_UNPACK(gmd__status_request, len, payload);
         TRY_UNPACK(gmd__remap_ack, len, payload);
+        TRY_UNPACK(gmd__admin_request, len, payload);
         /* And what libgpumem decodes from the daemon. */
         TRY_UNPACK(gmd__hello_reply, len, payload);
         TRY_UNPACK(gmd__error_reply, len, payload);
@@ -78,6 +79,7 @@ static void decode_payload(const uint8_t *payload, size_t len)
         TRY_UNPACK(gmd__status_reply, len, payload);
         TRY_UNPACK(gmd__remap_notify, len, payload);
         TRY_UNPACK(gmd__revoke_notify, len, payload);
+        TRY_UNPACK(gmd__shutdown_notify, len, payload);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -103,6 +103,7 @@ static void build_corpus(void)
                 m.min_version = 1;
                 m.max_version = 1;
                 m.client_name = "fuzz";
+                m.priority = 5;
                 len = gmd__hello__pack(&m, out);
                 add_good("hello", GMD__MSG_TYPE__MSG_HELLO, out, len);
         }
@@ -146,6 +147,15 @@ static void build_corpus(void)
                 m.result = -5;
                 len = gmd__remap_ack__pack(&m, out);
                 add_good("remap-ack", GMD__MSG_TYPE__MSG_REMAP_ACK, out, len);
+        }
+        {
+                Gmd__AdminRequest m = GMD__ADMIN_REQUEST__INIT;
+
+                m.op = GMD__ADMIN_OP__ADMIN_PRIORITY;
+                m.pid = 4242;
+                m.priority = -3;
+                len = gmd__admin_request__pack(&m, out);
+                add_good("admin", GMD__MSG_TYPE__MSG_ADMIN, out, len);
         }
         add_good("empty-status", GMD__MSG_TYPE__MSG_STATUS, "", 0);
 

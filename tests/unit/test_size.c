@@ -298,6 +298,59 @@ static void test_format_small_buffer(void **state)
         assert_non_null(strstr(buf, "EiB"));
 }
 
+static void assert_formats_exact(uint64_t bytes, const char *expected)
+{
+        char buf[32];
+
+        size_format_exact(bytes, buf, sizeof(buf));
+        if (strcmp(buf, expected) != 0)
+                fail_msg("size_format_exact(%llu) = \"%s\"; expected \"%s\"",
+                         (unsigned long long)bytes, buf, expected);
+}
+
+static void test_format_exact(void **state)
+{
+        assert_formats_exact(0, "0");
+        assert_formats_exact(17, "17");
+        assert_formats_exact(1023, "1023");
+        assert_formats_exact(KiB, "1K");
+        assert_formats_exact(1536, "1536");
+        assert_formats_exact(1536 * KiB, "1536K");
+        assert_formats_exact(512 * MiB, "512M");
+        assert_formats_exact(1234 * MiB, "1234M");
+        assert_formats_exact(3 * GiB, "3G");
+        assert_formats_exact(2 * TiB, "2T");
+        assert_formats_exact(UINT64_C(1) << 60, "1E");
+        assert_formats_exact(UINT64_MAX, "18446744073709551615");
+}
+
+/* Whatever the value, the exact form parses back to it: config dumps
+ * depend on that. */
+static void test_format_exact_round_trip(void **state)
+{
+        uint64_t x = 0x243f6a8885a308d3ull;
+        char buf[32];
+
+        for (int i = 0; i < 2000; i++) {
+                uint64_t value, back = 0;
+
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                /* Mostly sizes with low zero bits, as configs have, below
+                 * 8 PiB: size_parse reads through a double, so a byte
+                 * count needing more than 53 bits cannot come back. */
+                value = (x >> (i % 50)) << ((i * 7) % 40);
+                value &= (UINT64_C(1) << 53) - 1;
+                size_format_exact(value, buf, sizeof(buf));
+                if (size_parse(buf, &back) != 0 || back != value) {
+                        fail_msg("%llu -> \"%s\" -> %llu",
+                                 (unsigned long long)value, buf,
+                                 (unsigned long long)back);
+                }
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -317,6 +370,8 @@ int main(void)
                 cmocka_unit_test(test_format_never_1024),
                 cmocka_unit_test(test_format_round_trip),
                 cmocka_unit_test(test_format_small_buffer),
+                cmocka_unit_test(test_format_exact),
+                cmocka_unit_test(test_format_exact_round_trip),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -248,10 +248,8 @@ static void test_round_trip_protobuf(void **state)
         gmd__alloc_request__free_unpacked(back, NULL);
 }
 
-/* The largest payload the protocol allows arrives whole. The kernel refuses
- * a SEQPACKET datagram larger than the sender's SO_SNDBUF (default 208 KiB,
- * below GMD_WIRE_MAX_PACKET), so a sender must raise it first — as the
- * daemon and libgpumem must on their sockets. */
+/* The largest payload the protocol allows arrives whole, also on a socket
+ * whose SO_SNDBUF was raised. */
 static void test_round_trip_max_payload(void **state)
 {
         fixture *f = *state;
@@ -271,6 +269,31 @@ static void test_round_trip_max_payload(void **state)
         assert_int_equal(gmd_wire_recv(f->sv[1], f->buf, &packet, &reason), 1);
         assert_int_equal(packet.header.length, GMD_WIRE_MAX_PAYLOAD);
         assert_memory_equal(packet.payload, payload, GMD_WIRE_MAX_PAYLOAD);
+        free(payload);
+}
+
+/* The same on sockets as socket()/accept() make them. The kernel refuses a
+ * SEQPACKET datagram larger than the sender's SO_SNDBUF less 32 bytes
+ * (default 208 KiB), and neither the daemon nor libgpumem raises it, so
+ * GMD_WIRE_MAX_PAYLOAD must stay below that. */
+static void test_max_payload_default_sndbuf(void **state)
+{
+        fixture *f = *state;
+        uint8_t *payload = calloc(1, GMD_WIRE_MAX_PAYLOAD);
+        gmd_wire_packet packet;
+        const char *reason;
+        int r;
+
+        assert_non_null(payload);
+        payload[GMD_WIRE_MAX_PAYLOAD - 1] = 0x5a;
+        r = gmd_wire_send(f->sv[0], GMD__MSG_TYPE__MSG_STATUS_REPLY, 1,
+                          payload, GMD_WIRE_MAX_PAYLOAD, NULL, 0);
+        if (r != 0)
+                fail_msg("gmd_wire_send of %u payload bytes on a default "
+                         "socket: %s", GMD_WIRE_MAX_PAYLOAD, strerror(-r));
+        assert_int_equal(gmd_wire_recv(f->sv[1], f->buf, &packet, &reason), 1);
+        assert_int_equal(packet.header.length, GMD_WIRE_MAX_PAYLOAD);
+        assert_int_equal(packet.payload[GMD_WIRE_MAX_PAYLOAD - 1], 0x5a);
         free(payload);
 }
 
@@ -611,6 +634,7 @@ int main(void)
                 T(test_round_trip_empty_payload),
                 T(test_round_trip_protobuf),
                 T(test_round_trip_max_payload),
+                T(test_max_payload_default_sndbuf),
                 T(test_max_fds_accepted),
                 T(test_recv_nothing_waiting),
                 T(test_recv_end_of_stream),

@@ -1,0 +1,49 @@
+/*
+ * memctl — what gpu-memctl's files share: the settings of one run, the
+ * helpers that print for people and for scripts, and the live view. Only
+ * gpu-memctl includes it; it uses the public libgpumem API and nothing
+ * else.
+ */
+#ifndef GMD_MEMCTL_H
+#define GMD_MEMCTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpumem.h"
+
+#define EXIT_USAGE 2
+
+/* One run's settings, from the command line. */
+typedef struct ctl {
+        const char *socket;
+        bool json;
+        bool once;                      /* top: one frame, then exit */
+        bool pid_given;
+        uint32_t pid;                   /* --pid, or the admin verbs' PID */
+        int32_t priority;               /* priority PID N */
+} ctl;
+
+/* "1.5 GiB" into buf. */
+const char *ctl_size_text(uint64_t bytes, char *buf, size_t len);
+
+/* Client names come from other processes: control characters become '?'
+ * so they cannot move the terminal's cursor; cut to `width` bytes. */
+const char *ctl_name_text(const char *name, char *buf, size_t width);
+
+/* "3m 02s" into buf. */
+const char *ctl_uptime_text(uint64_t ms, char *buf, size_t len);
+
+/* The status as one JSON object on stdout; the buffer list only with
+ * GMD_STATUS_BUFFERS. */
+void ctl_print_json(const gmd_status *status, gmd_status_what what);
+
+/*
+ * The live view: a frame each second until 'q', SIGINT or SIGTERM; one
+ * frame with c->once or when stdout is not a terminal (--json streams one
+ * object a second instead, unless c->once). Returns the exit status.
+ */
+int ctl_top(const ctl *c, gmd_client *client);
+
+#endif

@@ -1,0 +1,506 @@
+/*
+ * test_admin — gpu-memctl's live view and admin verbs against the real
+ * gpu-memd: `top --once` (a frame for people and one JSON object), `top
+ * --json` streaming until SIGTERM, `priority` and `drain` by root changing
+ * what status shows, the same verbs refused to an unprivileged user (a
+ * child that drops to uid 65534 "nobody" before exec; skipped unless the
+ * test runs as root), $GPU_MEMD_PRIORITY, and the daemon's shutdown notice
+ * reaching gmd_last_error().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gpumem.h"
+#include "harness.h"
+
+#define NOBODY 65534
+
+/* Root may give any priority; a client may ask for up to 50 itself. */
+#define ADMIN_CONFIG "[users]\nmax_priority = 50\n"
+
+typedef struct fixture {
+        harness h;
+        int own_fds;
+        gmd_client *client;
+        harness_proc proc;
+} fixture;
+
+static int setup(void **state)
+{
+        fixture *f = calloc(1, sizeof(*f));
+
+        if (!f)
+                return -1;
+        f->own_fds = harness_count_own_fds();
+        f->proc.pid = -1;
+        f->proc.out_fd = -1;
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        fixture *f = *state;
+        int fds, own_fds = f->own_fds;
+
+        if (f->proc.pid > 0) {
+                kill(f->proc.pid, SIGKILL);
+                waitpid(f->proc.pid, NULL, 0);
+        }
+        if (f->proc.out_fd >= 0)
+                close(f->proc.out_fd);
+        gmd_disconnect(f->client);
+        harness_cleanup(&f->h);
+        fds = harness_count_own_fds();
+        free(f);
+        *state = NULL;
+        if (fds != own_fds) {
+                print_error("fd leak in the test process: %d fds, %d before\n",
+                            fds, own_fds);
+                return -1;
+        }
+        return 0;
+}
+
+static int exit_code(int status)
+{
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* gpu-memctl with `args` (NULL-terminated) as the test's user. */
+static int ctl(const fixture *f, const char *const *args, char **ret_out,
+               char **ret_err)
+{
+        const char *argv[16] = { GMD_CTL_PATH };
+        size_t n = 1;
+
+        for (; args[n - 1]; n++) {
+                assert_true(n < 15);
+                argv[n] = args[n - 1];
+        }
+        argv[n] = NULL;
+        return exit_code(harness_run(&f->h, NULL, argv, ret_out, ret_err, 10000));
+}
+
+static const gmd_client_status *find_client(const gmd_status *s, uint32_t pid)
+{
+        for (size_t i = 0; i < s->n_clients; i++)
+                if (s->clients[i].pid == pid)
+                        return &s->clients[i];
+        return NULL;
+}
+
+static int32_t priority_of(gmd_client *client, uint32_t pid)
+{
+        gmd_status *s = harness_status(client);
+        const gmd_client_status *c = find_client(s, pid);
+        int32_t priority;
+
+        assert_non_null(c);
+        priority = c->priority;
+        gmd_status_free(s);
+        return priority;
+}
+
+static size_t count(const char *text, const char *needle)
+{
+        size_t n = 0;
+
+        for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+                n++;
+        return n;
+}
+
+static void pid_text(char *buf, size_t len, pid_t pid)
+{
+        snprintf(buf, len, "%d", (int)pid);
+}
+
+/* ---- running as nobody ------------------------------------------------------ */
+
+static bool skip_unless_root(void)
+{
+        if (geteuid() == 0)
+                return false;
+        print_message("skipped: dropping to an unprivileged user needs root\n");
+        skip();
+        return true;
+}
+
+/* Let "nobody" reach the daemon's socket: the temp dir is 0700. */
+static void open_to_nobody(const fixture *f)
+{
+        assert_int_equal(chmod(f->h.dir, 0711), 0);
+        assert_int_equal(chmod(f->h.socket_path, 0666), 0);
+}
+
+static char *read_pipe(int fd)
+{
+        size_t len = 0, cap = 1 << 16;
+        char *text = malloc(cap);
+        ssize_t n;
+
+        assert_non_null(text);
+        while ((n = read(fd, text + len, cap - len - 1)) > 0)
+                len += (size_t)n;
+        text[len] = '\0';
+        close(fd);
+        return text;
+}
+
+/* gpu-memctl as uid/gid 65534 with no supplementary groups. */
+static int ctl_as_nobody(const fixture *f, const char *const *args,
+                         char **ret_out, char **ret_err)
+{
+        const char *argv[16] = { GMD_CTL_PATH };
+        char env_socket[160];
+        static char path_env[] = "PATH=/usr/bin:/bin";
+        char *envp[] = { env_socket, path_env, NULL };
+        int out[2], err[2], status = 0;
+        uint64_t deadline;
+        pid_t pid;
+        size_t n = 1;
+
+        for (; args[n - 1]; n++) {
+                assert_true(n < 15);
+                argv[n] = args[n - 1];
+        }
+        argv[n] = NULL;
+        snprintf(env_socket, sizeof(env_socket), "GPU_MEMD_SOCKET=%s",
+                 f->h.socket_path);
+        assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+        assert_int_equal(pipe2(err, O_CLOEXEC), 0);
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0 ||
+                    setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 ||
+                    setuid(NOBODY) < 0 || getuid() != NOBODY)
+                        _exit(126);
+                execve(argv[0], (char *const *)argv, envp);
+                _exit(127);
+        }
+        close(out[1]);
+        close(err[1]);
+        /* Its output is small: the pipes hold it until it exits. */
+        deadline = harness_now_ms() + 10000;
+        while (waitpid(pid, &status, WNOHANG) == 0) {
+                if (harness_now_ms() > deadline) {
+                        kill(pid, SIGKILL);
+                        waitpid(pid, &status, 0);
+                        close(out[0]);
+                        close(err[0]);
+                        fail_msg("gpu-memctl as nobody did not finish in 10 s");
+                }
+                harness_sleep_ms(10);
+        }
+        *ret_out = read_pipe(out[0]);
+        *ret_err = read_pipe(err[0]);
+        return exit_code(status);
+}
+
+/* ---- top -------------------------------------------------------------------- */
+
+static void test_top_once(void **state)
+{
+        fixture *f = *state;
+        const char *args[] = { "top", "--once", NULL };
+        const char *plain[] = { "top", NULL };
+        gmd_buffer *b = NULL;
+        char *out = NULL, *err = NULL, pid[16];
+
+        harness_start_small(&f->h, NULL);
+        f->client = harness_client(&f->h, "toptest");
+        assert_int_equal(gmd_alloc(f->client, 4 * MiB, 0, 0, GMD_NO_WAIT, &b), 0);
+        pid_text(pid, sizeof(pid), getpid());
+
+        assert_int_equal(ctl(f, args, &out, &err), 0);
+        assert_string_equal(err, "");
+        assert_non_null(strstr(out, "POOL"));
+        assert_non_null(strstr(out, "gpu0 vram"));
+        assert_non_null(strstr(out, "PRIO"));
+        assert_non_null(strstr(out, "toptest"));
+        assert_non_null(strstr(out, pid));
+        assert_non_null(strstr(out, "4 MiB"));
+        /* Not a terminal: no escape sequences. */
+        assert_null(strchr(out, '\033'));
+        for (char *line = out; *line;) {
+                char *end = strchr(line, '\n');
+
+                assert_non_null(end);
+                if (end - line > 80) {
+                        print_error("line wider than 80 columns: '%.*s'\n",
+                                    (int)(end - line), line);
+                        fail();
+                }
+                line = end + 1;
+        }
+        free(out);
+        free(err);
+
+        /* Without --once, a pipe on stdout still gets one frame. */
+        assert_int_equal(ctl(f, plain, &out, &err), 0);
+        assert_int_equal(count(out, "POOL"), 1);
+        free(out);
+        free(err);
+        harness_stop(&f->h);
+}
+
+static void test_top_json(void **state)
+{
+        fixture *f = *state;
+        const char *args[] = { "top", "--once", "--json", NULL };
+        const char *stream[] = { GMD_CTL_PATH, "top", "--json", NULL };
+        char *out = NULL, *err = NULL;
+        int status;
+
+        harness_start_small(&f->h, NULL);
+        f->client = harness_client(&f->h, "jsontop");
+
+        assert_int_equal(ctl(f, args, &out, &err), 0);
+        assert_int_equal(count(out, "\"daemon_version\""), 1);
+        assert_int_equal(out[0], '{');
+        assert_string_equal(out + strlen(out) - 2, "}\n");
+        assert_non_null(strstr(out, "\"jsontop\""));
+        assert_non_null(strstr(out, "\"priority\""));
+        assert_non_null(strstr(out, "\"details_hidden\": false"));
+        free(out);
+        free(err);
+
+        /* Streaming: one object a second until SIGTERM, then exit 0. */
+        f->proc = harness_spawn(&f->h, NULL, stream);
+        harness_sleep_ms(2300);
+        kill(f->proc.pid, SIGTERM);
+        status = harness_finish(&f->proc, &out, 5000);
+        f->proc.pid = -1;
+        assert_int_equal(exit_code(status), 0);
+        assert_true(count(out, "\"daemon_version\"") >= 2);
+        free(out);
+        harness_stop(&f->h);
+}
+
+/* ---- admin verbs as root ---------------------------------------------------- */
+
+static void test_priority_by_root(void **state)
+{
+        fixture *f = *state;
+        char pid[16], *out = NULL, *err = NULL;
+
+        if (skip_unless_root())
+                return;
+        harness_start_small(&f->h, ADMIN_CONFIG);
+        f->client = harness_client(&f->h, "prio");
+        pid_text(pid, sizeof(pid), getpid());
+
+        {
+                const char *args[] = { "priority", pid, "7", NULL };
+
+                assert_int_equal(ctl(f, args, &out, &err), 0);
+                assert_non_null(strstr(out, "priority set to 7"));
+                assert_int_equal(priority_of(f->client, (uint32_t)getpid()), 7);
+                free(out);
+                free(err);
+        }
+        {
+                /* A negative number is the priority, not an option. */
+                const char *args[] = { "priority", pid, "-3", NULL };
+
+                assert_int_equal(ctl(f, args, &out, &err), 0);
+                assert_int_equal(priority_of(f->client, (uint32_t)getpid()), -3);
+                free(out);
+                free(err);
+        }
+        {
+                const char *args[] = { "--json", "priority", pid, "12", NULL };
+
+                assert_int_equal(ctl(f, args, &out, &err), 0);
+                assert_non_null(strstr(out, "\"ok\": true"));
+                assert_non_null(strstr(out, "\"priority\": 12"));
+                assert_int_equal(priority_of(f->client, (uint32_t)getpid()), 12);
+                free(out);
+                free(err);
+        }
+        {
+                /* Pid 1 has no client: refused, exit 1, the pid named. */
+                const char *args[] = { "priority", "1", "5", NULL };
+
+                assert_int_equal(ctl(f, args, &out, &err), 1);
+                assert_non_null(strstr(err, "priority 1:"));
+                free(out);
+                free(err);
+        }
+        {
+                const char *args[] = { "priority", pid, NULL };
+
+                assert_int_equal(ctl(f, args, &out, &err), 2);
+                free(out);
+                free(err);
+        }
+        harness_stop(&f->h);
+}
+
+static void test_drain_by_root(void **state)
+{
+        fixture *f = *state;
+        const char *hold[] = { "hold", "4M", NULL };
+        char pid[16], *out = NULL, *err = NULL, *line;
+
+        if (skip_unless_root())
+                return;
+        harness_start_small(&f->h, NULL);
+        f->client = harness_client(&f->h, "watcher");
+        f->proc = harness_spawn_client(&f->h, hold);
+        line = harness_read_line(&f->proc, "ready", 5000);
+        assert_non_null(line);
+        free(line);
+        assert_int_equal(harness_vram_used(f->client, 0), 4 * MiB);
+        pid_text(pid, sizeof(pid), f->proc.pid);
+
+        {
+                const char *args[] = { "drain", pid, NULL };
+
+                assert_int_equal(ctl(f, args, &out, &err), 0);
+                assert_non_null(strstr(out, "drained"));
+                free(out);
+                free(err);
+        }
+        assert_int_equal(harness_wait_vram_used(f->client, 0, 0, 5000), 0);
+        assert_int_equal(harness_wait_clients(f->client, 1, 5000), 1);
+        harness_stop(&f->h);
+}
+
+/* ---- the same verbs as nobody ----------------------------------------------- */
+
+static void test_unprivileged_refused(void **state)
+{
+        fixture *f = *state;
+        const char *top[] = { "top", "--once", NULL };
+        gmd_buffer *b = NULL;
+        char pid[16], *out = NULL, *err = NULL;
+
+        if (skip_unless_root())
+                return;
+        harness_start_small(&f->h, NULL);
+        open_to_nobody(f);
+        f->client = harness_client(&f->h, "victim");
+        assert_int_equal(gmd_alloc(f->client, 2 * MiB, 0, 0, GMD_NO_WAIT, &b), 0);
+        pid_text(pid, sizeof(pid), getpid());
+
+        {
+                const char *args[] = { "drain", pid, NULL };
+
+                assert_int_equal(ctl_as_nobody(f, args, &out, &err), 1);
+                if (!strstr(err, "not allowed")) {
+                        print_error("stderr: %s\n", err);
+                        fail();
+                }
+                free(out);
+                free(err);
+        }
+        {
+                const char *args[] = { "priority", pid, "9", NULL };
+
+                assert_int_equal(ctl_as_nobody(f, args, &out, &err), 1);
+                assert_non_null(strstr(err, "not allowed"));
+                free(out);
+                free(err);
+        }
+        {
+                const char *args[] = { "evict", pid, NULL };
+
+                assert_int_equal(ctl_as_nobody(f, args, &out, &err), 1);
+                assert_non_null(strstr(err, "not allowed"));
+                free(out);
+                free(err);
+        }
+        /* Nothing happened to the client. */
+        assert_int_equal(harness_vram_used(f->client, 0), 2 * MiB);
+        assert_int_not_equal(priority_of(f->client, (uint32_t)getpid()), 9);
+
+        /* nobody may look, but not at root's client's details. */
+        assert_int_equal(ctl_as_nobody(f, top, &out, &err), 0);
+        assert_non_null(strstr(out, pid));
+        assert_null(strstr(out, "victim"));
+        free(out);
+        free(err);
+        harness_stop(&f->h);
+}
+
+/* ---- library: priority from the environment, the shutdown notice ------------- */
+
+static void test_priority_env(void **state)
+{
+        fixture *f = *state;
+        gmd_client *c = NULL;
+
+        harness_start_small(&f->h, ADMIN_CONFIG);
+        setenv(GMD_PRIORITY_ENV, "5", 1);
+        f->client = harness_client(&f->h, "envprio");
+        assert_int_equal(priority_of(f->client, (uint32_t)getpid()), 5);
+
+        setenv(GMD_PRIORITY_ENV, "high", 1);
+        assert_int_equal(gmd_connect(f->h.socket_path, "bad", &c), -EINVAL);
+        assert_null(c);
+        assert_non_null(strstr(gmd_last_error(), GMD_PRIORITY_ENV));
+        unsetenv(GMD_PRIORITY_ENV);
+        harness_stop(&f->h);
+}
+
+static void test_shutdown_notice(void **state)
+{
+        fixture *f = *state;
+        gmd_status *s = NULL;
+        int r = 0;
+
+        harness_start_small(&f->h, NULL);
+        f->client = harness_client(&f->h, "bystander");
+        harness_stop(&f->h);
+        /* The notice and the close are in the socket; the library's
+         * thread reads them soon. */
+        for (int i = 0; i < 100; i++) {
+                r = gmd_query_status(f->client, GMD_STATUS_POOLS, 0, &s);
+                if (r < 0 && strstr(gmd_last_error(), "stopping"))
+                        break;
+                s = gmd_status_free(s);
+                harness_sleep_ms(20);
+        }
+        assert_int_equal(r, GMD_ECONN);
+        if (strncmp(gmd_last_error(), "gpu-memd is stopping: ", 22) != 0) {
+                print_error("last error: %s\n", gmd_last_error());
+                fail();
+        }
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_top_once, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_top_json, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_priority_by_root, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_drain_by_root, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_unprivileged_refused, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_priority_env, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_shutdown_notice, setup, teardown),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

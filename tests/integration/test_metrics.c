@@ -1,0 +1,590 @@
+/*
+ * test_metrics — the Prometheus endpoint of the real gpu-memd, scraped over
+ * real sockets: a loopback TCP port and a Unix socket. After a client
+ * allocates a known size the scrape must say so (pool use, the client's
+ * bytes, the allocation counter and the latency histogram); every line
+ * must be well-formed exposition text; bad requests get 4xx answers and
+ * leave the endpoint working; an idle connection is closed; addresses that
+ * are not loopback are refused at start.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gpumem.h"
+#include "harness.h"
+
+typedef struct fixture {
+        harness h;
+        int own_fds;
+        gmd_client *clients[2];
+        int port;
+        char metrics_path[128];
+} fixture;
+
+static int setup(void **state)
+{
+        fixture *f = calloc(1, sizeof(*f));
+
+        if (!f)
+                return -1;
+        f->own_fds = harness_count_own_fds();
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        fixture *f = *state;
+        int fds, own_fds = f->own_fds;
+
+        for (size_t i = 0; i < 2; i++)
+                gmd_disconnect(f->clients[i]);
+        harness_cleanup(&f->h);
+        fds = harness_count_own_fds();
+        free(f);
+        *state = NULL;
+        if (fds != own_fds) {
+                print_error("fd leak in the test process: %d fds, %d before\n",
+                            fds, own_fds);
+                return -1;
+        }
+        return 0;
+}
+
+/* A loopback port nobody listens on now: bind port 0 and let it go. Another
+ * process could take it before the daemon does; on a test machine that
+ * is rare enough. */
+static int free_port(void)
+{
+        struct sockaddr_in a = { .sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof(a);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        assert_true(fd >= 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+        close(fd);
+        return ntohs(a.sin_port);
+}
+
+static int connect_tcp(int port)
+{
+        struct sockaddr_in a = { .sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        assert_true(fd >= 0);
+        if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+                print_error("connect 127.0.0.1:%d: %s\n", port, strerror(errno));
+                close(fd);
+                fail();
+        }
+        return fd;
+}
+
+static int connect_unix(const char *path)
+{
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        assert_true(fd >= 0);
+        assert_true(strlen(path) < sizeof(a.sun_path));
+        strcpy(a.sun_path, path);
+        if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+                print_error("connect %s: %s\n", path, strerror(errno));
+                close(fd);
+                fail();
+        }
+        return fd;
+}
+
+/* Everything the peer sends until it closes (timeout_ms at most); -1 in
+ * *ret_ms if it did not close in time, else how long it took. */
+static char *read_all(int fd, int timeout_ms, int *ret_ms)
+{
+        uint64_t start = harness_now_ms(), deadline = start + (uint64_t)timeout_ms;
+        size_t len = 0, cap = 1 << 16;
+        char *text = malloc(cap);
+
+        assert_non_null(text);
+        for (;;) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                uint64_t now = harness_now_ms();
+                ssize_t n;
+
+                if (now >= deadline) {
+                        *ret_ms = -1;
+                        break;
+                }
+                if (poll(&p, 1, (int)(deadline - now)) <= 0)
+                        continue;
+                if (len + 4096 > cap) {
+                        cap *= 2;
+                        text = realloc(text, cap);
+                        assert_non_null(text);
+                }
+                n = read(fd, text + len, cap - len - 1);
+                if (n <= 0) {
+                        *ret_ms = (int)(harness_now_ms() - start);
+                        break;
+                }
+                len += (size_t)n;
+        }
+        text[len] = '\0';
+        return text;
+}
+
+/* Send `request` on a fresh connection (fd from connect_*), return the
+ * whole answer. */
+static char *exchange(int fd, const char *request)
+{
+        size_t len = strlen(request);
+        char *answer;
+        int ms;
+
+        assert_int_equal(write(fd, request, len), (ssize_t)len);
+        answer = read_all(fd, 5000, &ms);
+        close(fd);
+        if (ms < 0) {
+                print_error("the endpoint did not close within 5 s; got: %.200s\n",
+                            answer);
+                free(answer);
+                fail();
+        }
+        return answer;
+}
+
+static int status_code(const char *answer)
+{
+        int code = 0;
+
+        if (sscanf(answer, "HTTP/1.%*1[01] %d ", &code) != 1)
+                return -1;
+        return code;
+}
+
+/* The body after the head, checked against Content-Length. */
+static const char *body_of(const char *answer)
+{
+        const char *body = strstr(answer, "\r\n\r\n");
+        const char *cl = strstr(answer, "\r\nContent-Length: ");
+
+        assert_non_null(body);
+        assert_non_null(cl);
+        assert_true(cl < body);
+        body += 4;
+        assert_int_equal(strtoul(cl + 18, NULL, 10), strlen(body));
+        return body;
+}
+
+/* The value of the sample line that starts with `series` (name and labels
+ * exactly as written), or fail. */
+static double sample(const char *body, const char *series)
+{
+        size_t n = strlen(series);
+
+        for (const char *line = body; line && *line;
+             line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+                if (strncmp(line, series, n) == 0 && line[n] == ' ')
+                        return strtod(line + n + 1, NULL);
+        }
+        print_error("no sample '%s' in:\n%s\n", series, body);
+        fail();
+        return 0;
+}
+
+/* Every line is a HELP or TYPE comment or "name{labels} value", names are
+ * Prometheus names, and each sample's family was typed before it. */
+static void check_exposition(const char *body)
+{
+        const char *line = body;
+        char typed[64][64];
+        unsigned n_typed = 0;
+
+        assert_true(strlen(body) > 0 && body[strlen(body) - 1] == '\n');
+        while (*line) {
+                const char *end = strchr(line, '\n');
+                char text[512], name[64];
+                size_t len = (size_t)(end - line), nlen;
+                bool known = false;
+
+                assert_true(len < sizeof(text));
+                memcpy(text, line, len);
+                text[len] = '\0';
+                line = end + 1;
+                if (strncmp(text, "# HELP ", 7) == 0)
+                        continue;
+                if (strncmp(text, "# TYPE ", 7) == 0) {
+                        char type[32];
+
+                        assert_int_equal(sscanf(text + 7, "%63s %31s", name, type), 2);
+                        assert_true(strcmp(type, "gauge") == 0 ||
+                                    strcmp(type, "counter") == 0 ||
+                                    strcmp(type, "histogram") == 0);
+                        assert_true(n_typed < 64);
+                        strcpy(typed[n_typed++], name);
+                        continue;
+                }
+                nlen = strspn(text, "abcdefghijklmnopqrstuvwxyz"
+                              "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:");
+                if (nlen == 0 || nlen >= sizeof(name)) {
+                        print_error("bad line: '%s'\n", text);
+                        fail();
+                }
+                memcpy(name, text, nlen);
+                name[nlen] = '\0';
+                for (unsigned i = 0; i < n_typed; i++) {
+                        size_t tl = strlen(typed[i]);
+
+                        if (strncmp(name, typed[i], tl) == 0 &&
+                            (name[tl] == '\0' || strcmp(name + tl, "_bucket") == 0 ||
+                             strcmp(name + tl, "_sum") == 0 ||
+                             strcmp(name + tl, "_count") == 0))
+                                known = true;
+                }
+                if (!known) {
+                        print_error("sample of an untyped family: '%s'\n", text);
+                        fail();
+                }
+                /* The value after the last space must be a number. */
+                {
+                        const char *v = strrchr(text, ' ');
+                        char *vend;
+
+                        assert_non_null(v);
+                        strtod(v + 1, &vend);
+                        assert_true(vend != v + 1 && *vend == '\0');
+                }
+        }
+}
+
+static char *scrape_tcp(int port)
+{
+        return exchange(connect_tcp(port),
+                        "GET /metrics HTTP/1.1\r\nHost: localhost\r\n"
+                        "User-Agent: test_metrics\r\nAccept: text/plain\r\n\r\n");
+}
+
+/* The daemon's socket accepts a moment before the endpoint listens. */
+static void wait_serving(fixture *f)
+{
+        char *line = harness_wait_log(&f->h, "metrics: serving", 5000);
+
+        if (!line) {
+                char *log = harness_read_log(&f->h);
+
+                print_error("the endpoint did not start; log:\n%s\n", log);
+                free(log);
+                fail();
+        }
+        free(line);
+}
+
+static void start_tcp(fixture *f, const char *extra)
+{
+        char config[256];
+
+        f->port = free_port();
+        snprintf(config, sizeof(config), "[metrics]\nlisten = 127.0.0.1:%d\n%s",
+                 f->port, extra ? extra : "");
+        harness_start_small(&f->h, config);
+        wait_serving(f);
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+static void test_scrape_after_alloc(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        const char *body;
+        char *answer;
+
+        start_tcp(f, NULL);
+        f->clients[0] = harness_client(&f->h, "scraped");
+        assert_int_equal(gmd_alloc(f->clients[0], 6 * MiB, 0, GMD_ALLOC_SWAPPABLE,
+                                   GMD_NO_WAIT, &b), 0);
+        /* A second client whose name needs escaping, holding nothing. */
+        f->clients[1] = harness_client(&f->h, "we\"ird\\name");
+
+        answer = scrape_tcp(f->port);
+        assert_int_equal(status_code(answer), 200);
+        assert_non_null(strstr(answer, "\r\nContent-Type: text/plain; version=0.0.4"));
+        body = body_of(answer);
+        check_exposition(body);
+
+        assert_true(sample(body, "gpumemd_pool_used_bytes{device=\"0\",tier=\"vram\"}")
+                    == 6.0 * MiB);
+        assert_true(sample(body, "gpumemd_pool_capacity_bytes{device=\"0\",tier=\"vram\"}")
+                    == 64.0 * MiB);
+        /* The client id is the daemon's: find the line by pid and name. */
+        {
+                char needle[128];
+                const char *line;
+
+                snprintf(needle, sizeof(needle), "\",pid=\"%d\",uid=\"%u\",name=\"scraped\"} ",
+                         (int)getpid(), (unsigned)getuid());
+                line = strstr(body, needle);
+                if (!line) {
+                        print_error("no client line with '%s' in:\n%s\n", needle, body);
+                        fail();
+                }
+                assert_true(strtod(line + strlen(needle), NULL) == 6.0 * MiB);
+        }
+        assert_non_null(strstr(body, ",name=\"we\\\"ird\\\\name\"} 0\n"));
+        assert_true(sample(body, "gpumemd_clients") == 2);
+        assert_true(sample(body, "gpumemd_buffers") == 1);
+        assert_true(sample(body, "gpumemd_waiting_allocations") == 0);
+        assert_true(sample(body, "gpumemd_allocations_total") == 1);
+        assert_true(sample(body, "gpumemd_frees_total") == 0);
+        assert_true(sample(body, "gpumemd_allocation_latency_seconds_count") == 1);
+        assert_true(sample(body,
+                "gpumemd_allocation_latency_seconds_bucket{le=\"+Inf\"}") == 1);
+        assert_true(sample(body, "gpumemd_allocation_latency_seconds_sum") > 0);
+        assert_true(sample(body, "gpumemd_connections_total") >= 2);
+        assert_true(sample(body, "gpumemd_bytes_moved_total{direction=\"out\"}") >= 0);
+        assert_true(sample(body, "gpumemd_errors_total{kind=\"no_memory\"}") == 0);
+        assert_true(sample(body, "gpumemd_uptime_seconds") >= 0);
+        assert_true(sample(body, "gpumemd_info{version=\"" GMD_VERSION_STRING
+                           "\",backend=\"sim\"}") == 1);
+        free(answer);
+
+        /* A request that fails is counted by kind; a free is counted. */
+        {
+                gmd_buffer *big = NULL;
+
+                assert_int_equal(gmd_alloc(f->clients[0], 128 * MiB, 0, 0,
+                                           GMD_NO_WAIT, &big), GMD_ETOOLARGE);
+        }
+        assert_int_equal(gmd_free(f->clients[0], b), 0);
+        answer = scrape_tcp(f->port);
+        body = body_of(answer);
+        check_exposition(body);
+        assert_true(sample(body, "gpumemd_pool_used_bytes{device=\"0\",tier=\"vram\"}") == 0);
+        assert_true(sample(body, "gpumemd_frees_total") == 1);
+        assert_true(sample(body, "gpumemd_buffers") == 0);
+        assert_true(sample(body, "gpumemd_errors_total{kind=\"too_large\"}") == 1);
+        free(answer);
+        harness_stop(&f->h);
+}
+
+static void test_bad_requests(void **state)
+{
+        fixture *f = *state;
+        char *answer;
+        int fd, ms;
+
+        start_tcp(f, NULL);
+
+        answer = exchange(connect_tcp(f->port), "GET /nope HTTP/1.0\r\n\r\n");
+        assert_int_equal(status_code(answer), 404);
+        body_of(answer);
+        free(answer);
+
+        answer = exchange(connect_tcp(f->port), "\x16\x03\x01 garbage\r\n\r\n");
+        assert_int_equal(status_code(answer), 400);
+        free(answer);
+
+        /* Garbage without the blank line is answered at once too. */
+        answer = exchange(connect_tcp(f->port), "HELLO THERE\n");
+        assert_int_equal(status_code(answer), 400);
+        free(answer);
+
+        answer = exchange(connect_tcp(f->port), "POST /metrics HTTP/1.1\r\n"
+                          "Content-Length: 3\r\n\r\nabc");
+        assert_int_equal(status_code(answer), 405);
+        free(answer);
+
+        /* A head that arrives a few bytes at a time. */
+        {
+                static const char slow[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+
+                fd = connect_tcp(f->port);
+                for (size_t i = 0; i < sizeof(slow) - 1; i += 3) {
+                        size_t n = sizeof(slow) - 1 - i < 3 ? sizeof(slow) - 1 - i : 3;
+
+                        assert_int_equal(write(fd, slow + i, n), (ssize_t)n);
+                        harness_sleep_ms(5);
+                }
+                answer = read_all(fd, 5000, &ms);
+                close(fd);
+                assert_int_equal(status_code(answer), 200);
+                check_exposition(body_of(answer));
+                free(answer);
+        }
+
+        /* HEAD: the headers alone. The query string is ignored. */
+        answer = exchange(connect_tcp(f->port), "HEAD /metrics?x=1 HTTP/1.0\r\n\r\n");
+        assert_int_equal(status_code(answer), 200);
+        assert_non_null(strstr(answer, "\r\n\r\n"));
+        assert_string_equal(strstr(answer, "\r\n\r\n"), "\r\n\r\n");
+        free(answer);
+
+        /* A head longer than the endpoint reads. */
+        {
+                static char big[20000];
+                size_t n = sizeof(big) - 5;
+
+                memset(big, 'a', sizeof(big));
+                memcpy(big, "GET /metrics HTTP/1.0\r\nX-Long: ", 31);
+                memcpy(big + n, "\r\n\r\n", 5);
+                fd = connect_tcp(f->port);
+                /* The daemon may answer and close before reading it all. */
+                (void)!write(fd, big, strlen(big));
+                answer = read_all(fd, 5000, &ms);
+                close(fd);
+                assert_true(ms >= 0);
+                assert_int_equal(status_code(answer), 431);
+                free(answer);
+        }
+
+        /* A connection that says nothing is closed after a few seconds. */
+        fd = connect_tcp(f->port);
+        answer = read_all(fd, 10000, &ms);
+        close(fd);
+        assert_string_equal(answer, "");
+        assert_true(ms >= 1000 && ms <= 9000);
+        free(answer);
+
+        /* The endpoint still serves, and the daemon's clients saw nothing. */
+        answer = scrape_tcp(f->port);
+        assert_int_equal(status_code(answer), 200);
+        check_exposition(body_of(answer));
+        free(answer);
+
+        /* Stopping with connections open (one silent, one halfway through
+         * its head) closes them and exits cleanly (sanitizer builds check
+         * that nothing leaks). */
+        fd = connect_tcp(f->port);
+        {
+                int half = connect_tcp(f->port);
+
+                assert_int_equal(write(half, "GET /met", 8), 8);
+                harness_sleep_ms(100);
+                harness_stop(&f->h);
+                close(half);
+        }
+        close(fd);
+}
+
+/* More connections than the cap at once: the endpoint refuses the extra
+ * ones and serves again once they close. */
+static void test_connection_cap(void **state)
+{
+        fixture *f = *state;
+        int fds[40];
+        char *answer;
+
+        start_tcp(f, NULL);
+        for (size_t i = 0; i < 40; i++)
+                fds[i] = connect_tcp(f->port);
+        harness_sleep_ms(200);
+        for (size_t i = 0; i < 40; i++)
+                close(fds[i]);
+        harness_sleep_ms(200);
+        answer = scrape_tcp(f->port);
+        assert_int_equal(status_code(answer), 200);
+        free(answer);
+        assert_true(harness_log_count(&f->h, "refusing more") >= 1);
+        harness_stop(&f->h);
+}
+
+static void test_unix_socket(void **state)
+{
+        fixture *f = *state;
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        char line[256], *answer;
+        struct stat st;
+        FILE *config;
+        int fd;
+
+        harness_init(&f->h, HARNESS_SMALL_CONFIG);
+        snprintf(f->metrics_path, sizeof(f->metrics_path), "%s/metrics.sock",
+                 f->h.dir);
+        /* A stale socket file, as a daemon that died leaves it. */
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        strcpy(a.sun_path, f->metrics_path);
+        assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+        close(fd);
+        assert_int_equal(stat(f->metrics_path, &st), 0);
+
+        config = fopen(f->h.config_path, "a");
+        assert_non_null(config);
+        snprintf(line, sizeof(line), "[metrics]\nlisten = unix:%s\n", f->metrics_path);
+        fputs(line, config);
+        fclose(config);
+        harness_start(&f->h, NULL);
+        wait_serving(f);
+
+        f->clients[0] = harness_client(&f->h, "unixscrape");
+        answer = exchange(connect_unix(f->metrics_path),
+                          "GET /metrics HTTP/1.0\r\n\r\n");
+        assert_int_equal(status_code(answer), 200);
+        check_exposition(body_of(answer));
+        assert_true(sample(body_of(answer), "gpumemd_clients") == 1);
+        free(answer);
+
+        answer = exchange(connect_unix(f->metrics_path), "GET /x HTTP/1.0\r\n\r\n");
+        assert_int_equal(status_code(answer), 404);
+        free(answer);
+
+        f->clients[0] = gmd_disconnect(f->clients[0]);
+        harness_stop(&f->h);
+        assert_int_equal(stat(f->metrics_path, &st), -1);
+        assert_int_equal(errno, ENOENT);
+}
+
+/* Only loopback: anything else stops the daemon at start, saying why. */
+static void test_refuses_non_loopback(void **state)
+{
+        fixture *f = *state;
+        const char *argv[] = { GMD_DAEMON_PATH, "--socket", NULL, "--config", NULL,
+                               NULL };
+        char *err = NULL;
+        int status;
+
+        harness_init(&f->h, HARNESS_SMALL_CONFIG
+                     "[metrics]\nlisten = 192.0.2.1:9100\n");
+        argv[2] = f->h.socket_path;
+        argv[4] = f->h.config_path;
+        status = harness_run(&f->h, NULL, argv, NULL, &err, 10000);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+        if (!strstr(err, "loopback")) {
+                print_error("stderr does not mention loopback:\n%s\n", err);
+                fail();
+        }
+        free(err);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_scrape_after_alloc, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_unix_socket, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_refuses_non_loopback, setup,
+                                                teardown),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
