@@ -1,0 +1,172 @@
+/*
+ * metrics_render — the exposition text of the metrics endpoint: one
+ * family per gpu-memd quantity, HELP and TYPE lines first, labels escaped
+ * by promtext. Read from daemon state on the loop thread; nothing here
+ * does I/O.
+ */
+#include "metrics_render.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "gpumem.h"
+#include "server.h"
+#include "session.h"
+#include "timeutil.h"
+#include "waitq.h"
+
+static void render_pools(promtext *t, const gmd_server *server)
+{
+        static const char *const names[2] = {
+                "gpumemd_pool_capacity_bytes", "gpumemd_pool_used_bytes",
+        };
+        static const char *const helps[2] = {
+                "Bytes the pool may hand out.",
+                "Bytes of the pool held by buffers.",
+        };
+
+        for (unsigned k = 0; k < 2; k++) {
+                promtext_family(t, names[k], "gauge", helps[k]);
+                for (unsigned i = 0; i <= server->n_devices; i++) {
+                        const gmd_pool *p = i < server->n_devices ?
+                                &server->vram_pools[i] : &server->host_pool;
+
+                        promtext_printf(t, "%s{device=\"%u\",tier=\"%s\"} %" PRIu64 "\n",
+                                        names[k], p->device,
+                                        p->tier == GMD_TIER_VRAM ? "vram" : "host",
+                                        k == 0 ? p->capacity : p->used);
+                }
+        }
+}
+
+static void render_clients(promtext *t, const gmd_server *server)
+{
+        unsigned n_clients = 0, n_buffers = 0, n_waiting = 0;
+        const gmd_list *pos;
+
+        /* One process may connect more than once: the client id keeps the
+         * series apart. */
+        promtext_family(t, "gpumemd_client_bytes", "gauge",
+                        "Bytes held by one client connection.");
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (!s->hello_done)
+                        continue;
+                n_clients++;
+                n_buffers += s->n_buffers;
+                promtext_printf(t, "gpumemd_client_bytes{client=\"%" PRIu64
+                                "\",pid=\"%ld\",uid=\"%lu\",name=\"", s->id,
+                                (long)s->pid, (unsigned long)s->uid);
+                promtext_label_value(t, s->name);
+                promtext_printf(t, "\"} %" PRIu64 "\n", s->bytes);
+        }
+        list_for_each(pos, &server->waiters)
+                n_waiting++;
+
+        promtext_family(t, "gpumemd_clients", "gauge",
+                        "Clients connected (after the hello).");
+        promtext_printf(t, "gpumemd_clients %u\n", n_clients);
+        promtext_family(t, "gpumemd_buffers", "gauge", "Buffers alive.");
+        promtext_printf(t, "gpumemd_buffers %u\n", n_buffers);
+        promtext_family(t, "gpumemd_waiting_allocations", "gauge",
+                        "Allocations waiting for room (queue depth).");
+        promtext_printf(t, "gpumemd_waiting_allocations %u\n", n_waiting);
+}
+
+static void render_moves(promtext *t, const gmd_stats *st)
+{
+        promtext_family(t, "gpumemd_bytes_moved_total", "counter",
+                        "Bytes copied between tiers, by direction "
+                        "(out: VRAM to host, in: host to VRAM).");
+        promtext_printf(t, "gpumemd_bytes_moved_total{direction=\"out\"} %"
+                        PRIu64 "\n", st->bytes_out);
+        promtext_printf(t, "gpumemd_bytes_moved_total{direction=\"in\"} %"
+                        PRIu64 "\n", st->bytes_in);
+        promtext_family(t, "gpumemd_copy_seconds_total", "counter",
+                        "Time spent copying between tiers, by direction.");
+        promtext_printf(t, "gpumemd_copy_seconds_total{direction=\"out\"} ");
+        promtext_seconds(t, st->copy_us_out);
+        promtext_printf(t, "\ngpumemd_copy_seconds_total{direction=\"in\"} ");
+        promtext_seconds(t, st->copy_us_in);
+        promtext_append(t, "\n", 1);
+}
+
+static void render_latency(promtext *t, const gmd_stats *st)
+{
+        uint64_t cumulative = 0;
+
+        promtext_family(t, "gpumemd_allocation_latency_seconds", "histogram",
+                        "Time from an allocation request to its reply, "
+                        "waiting included.");
+        for (unsigned i = 0; i < GMD_STATS_LATENCY_BUCKETS; i++) {
+                cumulative += st->latency_count[i];
+                promtext_printf(t, "gpumemd_allocation_latency_seconds_bucket{le=\"");
+                promtext_seconds(t, gmd_stats_latency_bounds_us[i]);
+                promtext_printf(t, "\"} %" PRIu64 "\n", cumulative);
+        }
+        cumulative += st->latency_count[GMD_STATS_LATENCY_BUCKETS];
+        promtext_printf(t, "gpumemd_allocation_latency_seconds_bucket{le=\"+Inf\"} %"
+                        PRIu64 "\n", cumulative);
+        promtext_printf(t, "gpumemd_allocation_latency_seconds_sum ");
+        promtext_seconds(t, st->latency_sum_us);
+        promtext_printf(t, "\ngpumemd_allocation_latency_seconds_count %" PRIu64
+                        "\n", cumulative);
+}
+
+static void render_counters(promtext *t, const gmd_stats *st)
+{
+        uint64_t other = 0;
+
+        promtext_family(t, "gpumemd_allocations_total", "counter",
+                        "Allocations that succeeded.");
+        promtext_printf(t, "gpumemd_allocations_total %" PRIu64 "\n",
+                        st->allocations);
+        promtext_family(t, "gpumemd_frees_total", "counter", "Buffers freed.");
+        promtext_printf(t, "gpumemd_frees_total %" PRIu64 "\n", st->frees);
+
+        promtext_family(t, "gpumemd_errors_total", "counter",
+                        "Error replies sent, by kind.");
+        for (int code = 1; code < GMD_STATS_ERROR_CODES; code++) {
+                const char *name = stats_error_name(code);
+
+                if (strcmp(name, "other") == 0) {
+                        other += st->errors[code];
+                        continue;
+                }
+                promtext_printf(t, "gpumemd_errors_total{kind=\"%s\"} %" PRIu64
+                                "\n", name, st->errors[code]);
+        }
+        promtext_printf(t, "gpumemd_errors_total{kind=\"other\"} %" PRIu64 "\n",
+                        other);
+
+        promtext_family(t, "gpumemd_protocol_disconnects_total", "counter",
+                        "Clients disconnected for breaking the protocol.");
+        promtext_printf(t, "gpumemd_protocol_disconnects_total %" PRIu64 "\n",
+                        st->disconnects_protocol);
+        promtext_family(t, "gpumemd_connections_total", "counter",
+                        "Client connections accepted.");
+        promtext_printf(t, "gpumemd_connections_total %" PRIu64 "\n",
+                        st->connections);
+}
+
+void metrics_render(promtext *t, const gmd_server *server)
+{
+        render_pools(t, server);
+        render_clients(t, server);
+        render_moves(t, &server->stats);
+        render_latency(t, &server->stats);
+        render_counters(t, &server->stats);
+        promtext_family(t, "gpumemd_uptime_seconds", "gauge",
+                        "Seconds since the daemon started.");
+        promtext_printf(t, "gpumemd_uptime_seconds ");
+        promtext_seconds(t, (now_ms() - server->start_ms) * 1000);
+        promtext_append(t, "\n", 1);
+        promtext_family(t, "gpumemd_info", "gauge",
+                        "The daemon's version and backend; always 1.");
+        promtext_printf(t, "gpumemd_info{version=\"%s\",backend=\"",
+                        GMD_VERSION_STRING);
+        promtext_label_value(t, server->backend->ops->name);
+        promtext_printf(t, "\"} 1\n");
+}
