@@ -1,42 +1,27 @@
 /*
- * backend_cuda — GPU memory for gpu-memd: CUDA VMM physical allocations
- * (cuMemCreate, handle type POSIX fd), each exported to an fd once and kept
- * for its life, and mapped into the daemon's own address space so the
- * daemon can zero it (and, with the swap engine, copy it).
+ * backend_cuda — GPU memory for gpu-memd: the driver, the devices and the
+ * ops table. What the buffers are made of lives in the files beside this one
+ * (backend_cuda.h lists them); this one opens and closes the backend.
  *
- * One primary context per visible device (the driver applies
- * CUDA_VISIBLE_DEVICES), retained for the backend's life, and one
- * non-blocking stream per device for zeroing.
- *
- * Creating and exporting a chunk costs ~10 + 75..590 µs (DESIGN.md), so a
- * reserve of zeroed, exported, granularity-sized chunks is kept per device
- * and refilled by maintain(), off the request path. Freed allocations are
- * never put back into the reserve: an fd once sent to a client is a
- * capability the client may keep (a dup, an import), so recycling the
- * memory to another client would let the first one read it. Every chunk is
- * zeroed once, when created, before anyone receives it.
- *
- * The reserve holds CUDA_RESERVE_CHUNKS chunks per device, or
- * $GPU_MEMD_CUDA_RESERVE (0 turns it off; the benchmark's miss case).
+ * The driver is loaded at run time (common/cuda_driver.c), so the daemon
+ * starts on machines without one and "auto" falls back to sim. Every
+ * visible device (the driver applies CUDA_VISIBLE_DEVICES) must offer VMM
+ * with POSIX fd handles, or the backend does not open: a daemon that serves
+ * some devices and silently not others would be harder to reason about than
+ * one that says which device is lacking. Each device gets its primary
+ * context, retained for the backend's life (it is the one the daemon's
+ * allocations live in), and one non-blocking stream for zeroing and, later,
+ * copies.
  */
 #include "backend_cuda.h"
 
 #include <errno.h>
-#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "config.h"
 #include "log.h"
-
-static double cuda_now_us(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
 
 int cuda_check(cuda_backend *b, CUresult res, const char *what)
 {
@@ -54,156 +39,9 @@ int cuda_device_enter(cuda_backend *b, cuda_device *d)
         return cuda_check(b, b->cu->cuCtxSetCurrent(d->ctx), "cuCtxSetCurrent");
 }
 
-static cuda_device *cuda_device_get(cuda_backend *b, unsigned device)
+cuda_device *cuda_device_get(cuda_backend *b, unsigned device)
 {
         return device < b->n_devices ? &b->devices[device] : NULL;
-}
-
-static int cuda_fill_zero(cuda_backend *b, cuda_device *d, CUdeviceptr va,
-                          uint64_t size)
-{
-        int r;
-
-        r = cuda_check(b, b->cu->cuMemsetD8Async(va, 0, size, d->stream),
-                       "cuMemsetD8Async");
-        if (r < 0)
-                return r;
-        return cuda_check(b, b->cu->cuStreamSynchronize(d->stream),
-                          "cuStreamSynchronize");
-}
-
-/* Undo what cuda_mem_new did, in reverse; every step tolerates "not done". */
-static void cuda_mem_free(cuda_backend *b, cuda_mem *m)
-{
-        const gmd_cuda_driver *cu = b->cu;
-
-        if (!m)
-                return;
-        if (m->ipc) {
-                if (m->va)
-                        cu->cuMemFree(m->va);
-        } else {
-                if (m->va) {
-                        cu->cuMemUnmap(m->va, m->mem.size);
-                        cu->cuMemAddressFree(m->va, m->mem.size);
-                }
-                if (m->mem.handle)
-                        cu->cuMemRelease(m->mem.handle);
-        }
-        if (m->mem.fd >= 0)
-                close(m->mem.fd);
-        free(m);
-}
-
-/* Create, export, map into the daemon and zero one VMM allocation. */
-static int cuda_mem_new(cuda_backend *b, cuda_device *d, unsigned device,
-                        gmd_tier tier, uint64_t size, cuda_mem **ret_mem)
-{
-        const gmd_cuda_driver *cu = b->cu;
-        CUmemAllocationProp prop = { 0 };
-        CUmemAccessDesc access = { 0 };
-        CUmemGenericAllocationHandle h = 0;
-        double t0 = cuda_now_us(), t1, t2, t3;
-        cuda_mem *m;
-        int fd = -1, r;
-
-        m = calloc(1, sizeof(*m));
-        if (!m)
-                return -ENOMEM;
-        m->mem.fd = -1;
-        m->mem.size = size;
-        m->mem.tier = tier;
-        m->mem.device = device;
-
-        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-        if (tier == GMD_TIER_HOST) {
-                prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-                prop.location.id = d->host_numa_id;
-        } else {
-                prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-                prop.location.id = d->dev;
-        }
-        r = cuda_check(b, cu->cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
-        if (r < 0)
-                goto fail;
-        m->mem.handle = h;
-        t1 = cuda_now_us();
-
-        r = cuda_check(b, cu->cuMemExportToShareableHandle(&fd, h,
-                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                       "cuMemExportToShareableHandle");
-        if (r < 0)
-                goto fail;
-        m->mem.fd = fd;
-        /* The driver's fd has no CLOEXEC; the daemon's fds all do. */
-        (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-        t2 = cuda_now_us();
-
-        r = cuda_check(b, cu->cuMemAddressReserve(&m->va, size, d->granularity,
-                                                  0, 0),
-                       "cuMemAddressReserve");
-        if (r < 0)
-                goto fail;
-        r = cuda_check(b, cu->cuMemMap(m->va, size, 0, h, 0), "cuMemMap");
-        if (r < 0) {
-                cu->cuMemAddressFree(m->va, size);
-                m->va = 0;
-                goto fail;
-        }
-        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        access.location.id = d->dev;
-        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        r = cuda_check(b, cu->cuMemSetAccess(m->va, size, &access, 1),
-                       "cuMemSetAccess");
-        if (r < 0)
-                goto fail;
-        t3 = cuda_now_us();
-        r = cuda_fill_zero(b, d, m->va, size);
-        if (r < 0)
-                goto fail;
-        log_debug("cuda: created %llu KiB on device %u: cuMemCreate %.0f, "
-                  "export %.0f, map+access %.0f, zero %.0f us",
-                  (unsigned long long)(size >> 10), device, t1 - t0, t2 - t1,
-                  t3 - t2, cuda_now_us() - t3);
-        *ret_mem = m;
-        return 0;
-fail:
-        cuda_mem_free(b, m);
-        return r;
-}
-
-/* Give the reserve's chunks back to the driver (on OOM, at teardown). */
-static unsigned cuda_reserve_drain(cuda_backend *b, cuda_device *d)
-{
-        unsigned n = d->n_reserve;
-
-        while (d->reserve) {
-                cuda_mem *m = d->reserve;
-
-                d->reserve = m->next;
-                cuda_mem_free(b, m);
-        }
-        d->n_reserve = 0;
-        return n;
-}
-
-static int cuda_reserve_fill(cuda_backend *b, cuda_device *d, unsigned device,
-                             unsigned max)
-{
-        unsigned made = 0;
-        cuda_mem *m;
-
-        while (d->n_reserve < b->reserve_target && made < max) {
-                if (cuda_mem_new(b, d, device, GMD_TIER_VRAM, d->granularity,
-                                 &m) < 0)
-                        break;   /* logged; try again on the next call */
-                m->next = d->reserve;
-                d->reserve = m;
-                d->n_reserve++;
-                made++;
-        }
-        return (int)(b->reserve_target - d->n_reserve);
 }
 
 static unsigned cuda_ops_device_count(gmd_backend *backend)
@@ -233,143 +71,8 @@ static int cuda_ops_device_info(gmd_backend *backend, unsigned device,
         ret_info->total = d->total;
         ret_info->free = free_b;
         ret_info->granularity = d->granularity;
-        ret_info->reserved = (uint64_t)(d->n_reserve + (d->anchor != NULL)) *
-                             d->granularity;
+        ret_info->reserved = cuda_reserve_bytes(d);
         return 0;
-}
-
-static int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier,
-                               unsigned device, uint64_t size,
-                               gmd_mem **ret_mem)
-{
-        cuda_backend *b = (cuda_backend *)backend;
-        cuda_device *d = cuda_device_get(b, device);
-        uint64_t gran;
-        cuda_mem *m;
-        int r;
-
-        if (!d || size == 0)
-                return -EINVAL;
-        gran = tier == GMD_TIER_HOST ? d->host_granularity : d->granularity;
-        if (gran == 0)
-                return -EOPNOTSUPP;   /* no HOST_NUMA VMM on this machine */
-        if (size % gran)
-                return -EINVAL;
-
-        if (tier == GMD_TIER_VRAM && size == d->granularity && d->reserve) {
-                m = d->reserve;        /* the fast path: a reserve hit */
-                d->reserve = m->next;
-                d->n_reserve--;
-                m->next = NULL;
-                *ret_mem = &m->mem;
-                return 0;
-        }
-        r = cuda_device_enter(b, d);
-        if (r < 0)
-                return r;
-        r = cuda_mem_new(b, d, device, tier, size, &m);
-        if (r == -ENOMEM && tier == GMD_TIER_VRAM &&
-            cuda_reserve_drain(b, d) > 0) {
-                log_info("cuda: device %u: reserve released to make room",
-                         device);
-                r = cuda_mem_new(b, d, device, tier, size, &m);
-        }
-        if (r < 0)
-                return r;
-        *ret_mem = &m->mem;
-        return 0;
-}
-
-static void cuda_ops_mem_destroy(gmd_backend *backend, gmd_mem *mem)
-{
-        cuda_backend *b = (cuda_backend *)backend;
-        double t0 = cuda_now_us();
-        cuda_mem *m;
-
-        if (!mem)
-                return;
-        m = (cuda_mem *)((char *)mem - offsetof(cuda_mem, mem));
-        if (mem->device < b->n_devices)
-                (void)cuda_device_enter(b, &b->devices[mem->device]);
-        cuda_mem_free(b, m);
-        log_debug("cuda: destroyed an allocation in %.0f us",
-                  cuda_now_us() - t0);
-}
-
-static int cuda_ops_mem_zero(gmd_backend *backend, gmd_mem *mem)
-{
-        cuda_backend *b = (cuda_backend *)backend;
-        cuda_mem *m = (cuda_mem *)((char *)mem - offsetof(cuda_mem, mem));
-        cuda_device *d = cuda_device_get(b, mem->device);
-        int r;
-
-        if (!d)
-                return -EINVAL;
-        r = cuda_device_enter(b, d);
-        if (r < 0)
-                return r;
-        return cuda_fill_zero(b, d, m->va, mem->size);
-}
-
-static int cuda_ops_mem_create_ipc(gmd_backend *backend, unsigned device,
-                                   uint64_t size, gmd_mem **ret_mem)
-{
-        cuda_backend *b = (cuda_backend *)backend;
-        cuda_device *d = cuda_device_get(b, device);
-        CUipcMemHandle handle;
-        cuda_mem *m;
-        int r;
-
-        if (!d || size == 0 || size % (2u << 20))
-                return -EINVAL;
-        r = cuda_device_enter(b, d);
-        if (r < 0)
-                return r;
-        m = calloc(1, sizeof(*m));
-        if (!m)
-                return -ENOMEM;
-        m->ipc = true;
-        m->mem.fd = -1;
-        m->mem.size = size;
-        m->mem.tier = GMD_TIER_VRAM;
-        m->mem.device = device;
-        r = cuda_check(b, b->cu->cuMemAlloc(&m->va, size), "cuMemAlloc");
-        if (r == -ENOMEM && cuda_reserve_drain(b, d) > 0)
-                r = cuda_check(b, b->cu->cuMemAlloc(&m->va, size),
-                               "cuMemAlloc");
-        if (r < 0)
-                goto fail;
-        m->mem.handle = m->va;
-        r = cuda_fill_zero(b, d, m->va, size);
-        if (r < 0)
-                goto fail;
-        r = cuda_check(b, b->cu->cuIpcGetMemHandle(&handle, m->va),
-                       "cuIpcGetMemHandle");
-        if (r < 0)
-                goto fail;
-        memcpy(m->mem.ipc_handle, handle.reserved, GMD_IPC_HANDLE_SIZE);
-        *ret_mem = &m->mem;
-        return 0;
-fail:
-        cuda_mem_free(b, m);
-        return r;
-}
-
-static int cuda_ops_maintain(gmd_backend *backend)
-{
-        cuda_backend *b = (cuda_backend *)backend;
-        int want = 0;
-        unsigned i;
-
-        for (i = 0; i < b->n_devices; i++) {
-                cuda_device *d = &b->devices[i];
-
-                if (d->n_reserve >= b->reserve_target ||
-                    cuda_device_enter(b, d) < 0)
-                        continue;
-                want += cuda_reserve_fill(b, d, i, CUDA_MAINTAIN_BATCH);
-        }
-        return want;
 }
 
 static void cuda_ops_destroy(gmd_backend *backend)
@@ -386,8 +89,7 @@ static void cuda_ops_destroy(gmd_backend *backend)
                 if (!d->ctx)
                         continue;
                 (void)cuda_device_enter(b, d);
-                cuda_reserve_drain(b, d);
-                cuda_mem_free(b, d->anchor);
+                cuda_reserve_close(b, d);
                 if (d->stream)
                         b->cu->cuStreamDestroy(d->stream);
                 b->cu->cuDevicePrimaryCtxRelease(d->dev);
@@ -414,13 +116,32 @@ static const gmd_backend_ops cuda_ops = {
         .event_unref = cuda_event_unref,
 };
 
+/* The minimum granularity of exportable VMM memory at a location. */
+static CUresult cuda_granularity(cuda_backend *b, CUmemLocationType type,
+                                 int id, uint64_t *ret_gran)
+{
+        CUmemAllocationProp prop = { 0 };
+        size_t gran = 0;
+        CUresult res;
+
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        prop.location.type = type;
+        prop.location.id = id;
+        res = b->cu->cuMemGetAllocationGranularity(&gran, &prop,
+                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (res == CUDA_SUCCESS)
+                *ret_gran = gran;
+        return res;
+}
+
 /* Set up one device: context, stream, granularities, the reserve. */
 static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
 {
         const gmd_cuda_driver *cu = b->cu;
-        CUmemAllocationProp prop = { 0 };
-        size_t gran = 0;
+        size_t total = 0;
         int vmm = 0, posix = 0, host = 0, r;
+        uint64_t gran = 0;
 
         r = cuda_check(b, cu->cuDeviceGet(&d->dev, (int)index), "cuDeviceGet");
         if (r < 0)
@@ -436,11 +157,11 @@ static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
                           "handles", index, d->name);
                 return -ENODEV;
         }
-        r = cuda_check(b, cu->cuDeviceTotalMem(&gran, d->dev),
+        r = cuda_check(b, cu->cuDeviceTotalMem(&total, d->dev),
                        "cuDeviceTotalMem");
         if (r < 0)
                 return r;
-        d->total = gran;
+        d->total = total;
         r = cuda_check(b, cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev),
                        "cuDevicePrimaryCtxRetain");
         if (r < 0)
@@ -454,17 +175,15 @@ static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
         if (r < 0)
                 return r;
 
-        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        prop.location.id = d->dev;
-        r = cuda_check(b, cu->cuMemGetAllocationGranularity(&gran, &prop,
-                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        r = cuda_check(b, cuda_granularity(b, CU_MEM_LOCATION_TYPE_DEVICE,
+                                           d->dev, &gran),
                        "cuMemGetAllocationGranularity");
         if (r < 0)
                 return r;
         d->granularity = gran;
 
+        /* The HOST tier is optional: without HOST_NUMA VMM the daemon
+         * still serves VRAM, and mem_create says -EOPNOTSUPP for HOST. */
         cu->cuDeviceGetAttribute(&host,
                 CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
                 d->dev);
@@ -475,22 +194,19 @@ static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
                 cu->cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID,
                                          d->dev);
                 d->host_numa_id = numa < 0 ? 0 : numa;
-                prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-                prop.location.id = d->host_numa_id;
-                if (cu->cuMemGetAllocationGranularity(&gran, &prop,
-                                CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS)
+                if (cuda_granularity(b, CU_MEM_LOCATION_TYPE_HOST_NUMA,
+                                     d->host_numa_id, &gran) == CUDA_SUCCESS)
                         d->host_granularity = gran;
         }
-        r = cuda_mem_new(b, d, index, GMD_TIER_VRAM, d->granularity,
-                         &d->anchor);
+        r = cuda_reserve_open(b, d, index);
         if (r < 0)
                 return r;
-        cuda_reserve_fill(b, d, index, b->reserve_target);
         log_info("cuda: device %u: %s, %llu MiB, granularity %llu KiB, "
-                 "host tier %s, reserve %u chunks", index, d->name,
+                 "host tier %s, reserve %u of %u chunks", index, d->name,
                  (unsigned long long)(d->total >> 20),
                  (unsigned long long)(d->granularity >> 10),
-                 d->host_granularity ? "yes" : "no", d->n_reserve);
+                 d->host_granularity ? "yes" : "no", d->n_reserve,
+                 b->reserve_target);
         return 0;
 }
 
@@ -521,12 +237,9 @@ int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
                 return -ENOMEM;
         b->base.ops = &cuda_ops;
         b->cu = cu;
-        b->reserve_target = CUDA_RESERVE_CHUNKS;
-        /* Until the config has a key for it: the benchmark measures misses
-         * with GPU_MEMD_CUDA_RESERVE=0. */
-        if (getenv("GPU_MEMD_CUDA_RESERVE"))
-                b->reserve_target = (unsigned)strtoul(
-                                getenv("GPU_MEMD_CUDA_RESERVE"), NULL, 10);
+        /* Read once: a reload (SIGHUP) does not resize the reserve. */
+        b->reserve_target = config->cuda_reserve_chunks;
+        b->free_floor = config->vram_reserve;
         b->n_devices = (unsigned)n;
         for (i = 0; i < b->n_devices; i++) {
                 r = cuda_device_open(b, &b->devices[i], i);

@@ -1,21 +1,34 @@
 /*
- * backend_cuda — internals shared by the cuda backend's files
- * (backend_cuda.c: devices, allocations, the reserve; backend_cuda_event.c:
- * IPC events). Nothing outside daemon/backend_cuda*.c includes this; the
- * daemon sees only daemon/backend.h.
+ * backend_cuda — internals shared by the cuda backend's files. Nothing
+ * outside daemon/backend_cuda*.c (and the GPU test of the backend) includes
+ * this; the daemon sees only daemon/backend.h.
+ *
+ * The backend is split by job, one file each:
+ *   backend_cuda.c          driver, devices and their contexts, the ops
+ *                           table, open and close
+ *   backend_cuda_mem.c      VMM allocations: create, export, map into the
+ *                           daemon, zero, destroy
+ *   backend_cuda_reserve.c  the per-device reserve of pre-created chunks and
+ *                           its upkeep (maintain)
+ *   backend_cuda_ipc.c      legacy CUDA IPC buffers (cuMemAlloc +
+ *                           cuIpcGetMemHandle)
+ *   backend_cuda_event.c    CUDA IPC events and their cache
+ * All of them run on the daemon's loop thread only: nothing here locks.
  */
 #ifndef GMD_BACKEND_CUDA_H
 #define GMD_BACKEND_CUDA_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "backend.h"
 #include "cuda_driver.h"
 
-/* Pre-created chunks kept ready per device (each one granularity). */
-#define CUDA_RESERVE_CHUNKS 16u
-/* Chunks maintain() makes per call, so one call stays around a millisecond. */
-#define CUDA_MAINTAIN_BATCH 4u
+/* Legacy IPC buffers are cuMemAlloc'd in whole 2 MiB steps: below that
+ * the driver may sub-allocate, and a handle names the whole underlying
+ * allocation, neighbours included. */
+#define CUDA_IPC_ALIGN (2ull << 20)
 
 typedef struct cuda_mem {
         gmd_mem mem;
@@ -43,29 +56,100 @@ typedef struct cuda_device {
         int host_numa_id;
         /* One chunk never handed out: with no allocation left alive in
          * the process, the driver makes the next export and the last
-         * release cost ~0.6 ms each instead of ~0.1 (measured on H200). */
+         * release cost ~0.6 ms each instead of ~0.1 (measured on H200).
+         * Kept even with the reserve off. */
         cuda_mem *anchor;
         cuda_mem *reserve;       /* clean chunks, zeroed and exported */
         unsigned n_reserve;
+        /* After a failed top-up, maintain leaves the device alone until
+         * then (now_us clock), so a full GPU does not log 100 errors a
+         * second. */
+        uint64_t refill_after_us;
 } cuda_device;
 
 typedef struct cuda_backend {
         gmd_backend base;
         const gmd_cuda_driver *cu;
-        unsigned reserve_target;
+        unsigned reserve_target; /* [pools] cuda_reserve_chunks */
+        /* [pools] vram_reserve: the reserve is topped up only while the
+         * driver's free memory stays above this, so it never takes what
+         * the daemon leaves to other programs. */
+        uint64_t free_floor;
         cuda_event *events;      /* imported events, by handle */
         unsigned n_devices;
         cuda_device devices[];
 } cuda_backend;
 
+/* ---- backend_cuda.c ----------------------------------------------------- */
+
 /* Make `d`'s context current on the calling thread; 0 or -errno. */
 int cuda_device_enter(cuda_backend *b, cuda_device *d);
 
+/* The device of that index, or NULL when there is none. */
+cuda_device *cuda_device_get(cuda_backend *b, unsigned device);
+
 /* Log a failed driver call ("what: CUDA_ERROR_... (text)") and return it
- * as a negative errno. */
+ * as a negative errno; 0 for CUDA_SUCCESS. */
 int cuda_check(cuda_backend *b, CUresult res, const char *what);
 
-/* IPC event ops, backend_cuda_event.c. */
+/* ---- backend_cuda_mem.c ------------------------------------------------- */
+
+static inline cuda_mem *cuda_mem_of(gmd_mem *mem)
+{
+        return (cuda_mem *)((char *)mem - offsetof(cuda_mem, mem));
+}
+
+/* Create, export, map into the daemon and zero one VMM allocation of
+ * `size` on `tier`. The device's context must be current. 0 or -errno
+ * (logged). */
+int cuda_mem_new(cuda_backend *b, cuda_device *d, unsigned device,
+                 gmd_tier tier, uint64_t size, cuda_mem **ret_mem);
+
+/* Undo cuda_mem_new, every step tolerating "not done". Accepts NULL. */
+void cuda_mem_free(cuda_backend *b, cuda_mem *m);
+
+/* Zero `size` bytes at `va` on the device's stream and wait for it. */
+int cuda_fill_zero(cuda_backend *b, cuda_device *d, CUdeviceptr va,
+                   uint64_t size);
+
+/* The ops. */
+int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
+                        uint64_t size, gmd_mem **ret_mem);
+void cuda_ops_mem_destroy(gmd_backend *backend, gmd_mem *mem);
+int cuda_ops_mem_zero(gmd_backend *backend, gmd_mem *mem);
+
+/* ---- backend_cuda_reserve.c --------------------------------------------- */
+
+/* Create the device's anchor chunk and fill its reserve (backend open).
+ * 0, or -errno when not even the anchor could be made. */
+int cuda_reserve_open(cuda_backend *b, cuda_device *d, unsigned device);
+
+/* A ready chunk of exactly one granule, or NULL when the reserve is
+ * empty. The fast path of mem_create. */
+cuda_mem *cuda_reserve_take(cuda_device *d);
+
+/* Give every reserve chunk back to the driver (on out-of-memory); returns
+ * how many there were. The anchor stays. */
+unsigned cuda_reserve_drain(cuda_backend *b, cuda_device *d);
+
+/* Drain, and free the anchor too (backend teardown). */
+void cuda_reserve_close(cuda_backend *b, cuda_device *d);
+
+/* Bytes the backend holds created but not handed out on `d`. */
+uint64_t cuda_reserve_bytes(const cuda_device *d);
+
+int cuda_ops_maintain(gmd_backend *backend);
+
+/* ---- backend_cuda_ipc.c ------------------------------------------------- */
+
+int cuda_ops_mem_create_ipc(gmd_backend *backend, unsigned device,
+                            uint64_t size, gmd_mem **ret_mem);
+
+/* Free a legacy IPC buffer (mem_destroy of one with m->ipc set). */
+void cuda_ipc_free(cuda_backend *b, cuda_mem *m);
+
+/* ---- backend_cuda_event.c ----------------------------------------------- */
+
 int cuda_event_create(gmd_backend *backend, unsigned device,
                       gmd_event **ret_event);
 int cuda_event_open(gmd_backend *backend, unsigned device,

@@ -358,6 +358,8 @@ void server_reload(gmd_server *server, const gmd_config *config)
         warn_fixed("[sim] devices", old->sim_devices != config->sim_devices);
         warn_fixed("[sim] vram", old->sim_vram != config->sim_vram);
         warn_fixed("[sim] granularity", old->sim_granularity != config->sim_granularity);
+        warn_fixed("[pools] cuda_reserve_chunks",
+                   old->cuda_reserve_chunks != config->cuda_reserve_chunks);
 
         gmd_config next = *config;
         strcpy(next.socket_path, old->socket_path);
@@ -365,6 +367,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
         next.sim_devices = old->sim_devices;
         next.sim_vram = old->sim_vram;
         next.sim_granularity = old->sim_granularity;
+        next.cuda_reserve_chunks = old->cuda_reserve_chunks;
         bool metrics_changed = strcmp(old->metrics_listen, next.metrics_listen) != 0;
         *old = next;
 

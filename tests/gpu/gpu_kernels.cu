@@ -129,6 +129,13 @@ extern "C" int gpu_mem_info(uint64_t *ret_free, uint64_t *ret_total)
         return 0;
 }
 
+extern "C" int gpu_set_device(int device)
+{
+        cudaError_t err = cudaSetDevice(device);
+
+        return err == cudaSuccess ? 0 : fail(err, "cudaSetDevice");
+}
+
 extern "C" int gpu_pointer_device(const void *ptr)
 {
         cudaPointerAttributes attr;

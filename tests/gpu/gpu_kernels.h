@@ -39,6 +39,9 @@ int gpu_wait_event(void *event);
 /* cudaMemGetInfo on the current device (creates this process's context). */
 int gpu_mem_info(uint64_t *ret_free, uint64_t *ret_total);
 
+/* cudaSetDevice: kernels of this thread run on `device` from now on. */
+int gpu_set_device(int device);
+
 /* The device a pointer belongs to, or -1. */
 int gpu_pointer_device(const void *ptr);
 

@@ -194,6 +194,8 @@ int gpu_daemon_start(const char *const *extra, gpu_daemon *ret_daemon)
         posix_spawn_file_actions_addopen(&fa, 1, d->log_path,
                                          O_WRONLY | O_CREAT | O_APPEND, 0600);
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        /* Not this process's CUDA device fds, sockets or workers' ends. */
+        posix_spawn_file_actions_addclosefrom_np(&fa, 3);
         r = posix_spawn(&d->pid, exe, &fa, NULL, (char **)argv, environ);
         posix_spawn_file_actions_destroy(&fa);
         if (r != 0)

@@ -6,8 +6,9 @@
  *
  * Checks: data written through one process's mapping is read by another;
  * several segments map into one range with one access call; unmap and map
- * again at the same address; mem_zero; reserve hits and refill; HOST-tier
- * chunks used by kernels; legacy IPC buffers; IPC events and their cache;
+ * again at the same address; mem_zero; reserve hits and refill, the
+ * reserve off and held back by the free-memory floor; HOST-tier chunks
+ * used by kernels; legacy IPC buffers; IPC events and their cache;
  * the driver's free memory moves with allocations; a too-large request
  * fails. Prints timings of the steps (not assertions) for BENCHMARKS.md.
  * Exits 77 with one "SKIP:" line when there is no usable GPU.
@@ -192,7 +193,69 @@ static reply simple(gpu_proc *w, int op, int slot, uint64_t bytes,
         return ask(w, &c, NULL, 0);
 }
 
-static void run(gmd_backend *be, gpu_proc *w, gpu_proc *rd)
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+
+        return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+        qsort(v, (size_t)n, sizeof(double), cmp_double);
+        return v[n / 2];
+}
+
+/* Where a round trip's time goes, step by step, 4 MiB (never the reserve):
+ * daemon create, client map, client unmap+unreserve, daemon destroy. */
+static void steps(gmd_backend *be, gpu_proc *w)
+{
+        enum { N = 50 };
+        double create[N], map[N], unmap[N], destroy[N], t0;
+        gmd_mem *m;
+        reply rep;
+
+        for (int i = 0; i < N; i++) {
+                t0 = gpu_now_us();
+                CHECK(be->ops->mem_create(be, GMD_TIER_VRAM, 0, 4u << 20,
+                                          &m) == 0, "steps: create");
+                create[i] = gpu_now_us() - t0;
+                rep = map_mems(w, 5, &m, 1);
+                map[i] = rep.us;
+                rep = simple(w, OP_FREE, 5, 0, 0, 0);
+                unmap[i] = rep.us;
+                t0 = gpu_now_us();
+                be->ops->mem_destroy(be, m);
+                destroy[i] = gpu_now_us() - t0;
+        }
+        printf("steps, 4 MiB, median of %d: daemon create+export+map+zero "
+               "%.1f us, client import+map+access %.1f us, client "
+               "unmap+unreserve %.1f us, daemon destroy %.1f us\n", N,
+               median(create, N), median(map, N), median(unmap, N),
+               median(destroy, N));
+        /* gpu-memd answers a FREE before it destroys the memory, so the
+         * daemon's destroy and the client's unmap overlap and either may
+         * finish first: measure destroy while the client still maps too. */
+        for (int i = 0; i < N; i++) {
+                t0 = gpu_now_us();
+                be->ops->mem_create(be, GMD_TIER_VRAM, 0, 4u << 20, &m);
+                create[i] = gpu_now_us() - t0;
+                rep = map_mems(w, 5, &m, 1);
+                map[i] = rep.us;
+                t0 = gpu_now_us();
+                be->ops->mem_destroy(be, m);
+                destroy[i] = gpu_now_us() - t0;
+                rep = simple(w, OP_FREE, 5, 0, 0, 0);
+                unmap[i] = rep.us;
+        }
+        printf("steps, destroy before client unmap: create %.1f us, map "
+               "%.1f us, destroy %.1f us, client unmap+unreserve %.1f us\n",
+               median(create, N), median(map, N), median(destroy, N),
+               median(unmap, N));
+}
+
+/* `chunks`: the [pools] cuda_reserve_chunks the backend was opened with. */
+static void run(gmd_backend *be, gpu_proc *w, gpu_proc *rd, unsigned chunks)
 {
         const gmd_backend_ops *ops = be->ops;
         gmd_device_info info, info2;
@@ -210,7 +273,8 @@ static void run(gmd_backend *be, gpu_proc *w, gpu_proc *rd)
                (unsigned long long)(info.free >> 20),
                (unsigned long long)(info.granularity >> 10),
                (unsigned long long)(info.reserved >> 20));
-        CHECK(info.reserved == CUDA_RESERVE_CHUNKS * info.granularity,
+        /* The reserve plus the anchor chunk. */
+        CHECK(info.reserved == (chunks + 1) * info.granularity,
               "reserve full at open");
 
         t0 = gpu_now_us();
@@ -277,8 +341,12 @@ static void run(gmd_backend *be, gpu_proc *w, gpu_proc *rd)
                 ops->mem_destroy(be, h);
         }
 
-        /* Legacy IPC. */
+        /* Legacy IPC: 2 MiB steps only (the daemon rounds), no fd, zeroed. */
+        CHECK(ops->mem_create_ipc(be, 0, 3u << 20, &ipc) == -EINVAL,
+              "ipc size not a 2 MiB multiple");
         CHECK(ops->mem_create_ipc(be, 0, 4u << 20, &ipc) == 0, "ipc alloc");
+        CHECK(ipc->fd == -1 && ipc->size == (4u << 20) &&
+              ipc->tier == GMD_TIER_VRAM, "ipc mem: fd %d", ipc->fd);
         memset(&c, 0, sizeof(c));
         c.op = OP_IPC_OPEN;
         c.slot = 3;
@@ -286,6 +354,8 @@ static void run(gmd_backend *be, gpu_proc *w, gpu_proc *rd)
         rep = ask(w, &c, NULL, 0);
         CHECK(rep.r == 0, "W ipc open: %d", rep.r);
         printf("client cuIpcOpenMemHandle 4 MiB: %.1f us\n", rep.us);
+        rep = simple(w, OP_CHECK, 3, 4u << 20, 0, 0);
+        CHECK(rep.value == 0, "ipc buffer zeroed: %lld", rep.value);
         CHECK(simple(w, OP_FILL, 3, 4u << 20, 0, 13).r == 0, "W ipc fill");
         CHECK(ask(rd, &c, NULL, 0).r == 0, "R ipc open");
         rep = simple(rd, OP_CHECK, 3, 4u << 20, 0, 13);
@@ -338,14 +408,58 @@ static void run(gmd_backend *be, gpu_proc *w, gpu_proc *rd)
         while (ops->maintain(be) > 0)
                 ;
         CHECK(ops->device_info(be, 0, &info) == 0 &&
-              info.reserved == CUDA_RESERVE_CHUNKS * info.granularity,
+              info.reserved == (chunks + 1) * info.granularity,
               "reserve refilled");
+
+        steps(be, w);
 
         simple(w, OP_FREE, 0, 0, 0, 0);
         simple(rd, OP_FREE, 0, 0, 0, 0);
         ops->mem_destroy(be, a);
         ops->mem_destroy(be, x);
         ops->mem_destroy(be, y);
+}
+
+/* With the reserve off ([pools] cuda_reserve_chunks = 0), and with it on
+ * but the driver's free memory below [pools] vram_reserve, the backend
+ * holds only its anchor chunk, creates granules on demand and maintain has
+ * nothing to do. */
+static void run_reserve_limits(const gmd_config *defaults)
+{
+        static const struct { unsigned chunks; bool floor_high;
+                              const char *what; } cases[] = {
+                { 0, false, "reserve off" },
+                { 4, true, "free memory below vram_reserve" },
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                gmd_config config = *defaults;
+                gmd_device_info info;
+                gmd_backend *be;
+                gmd_mem *m;
+                int r;
+
+                config.cuda_reserve_chunks = cases[i].chunks;
+                if (cases[i].floor_high)
+                        config.vram_reserve = UINT64_MAX / 2;
+                r = backend_cuda_open(&config, &be);
+                CHECK(r == 0, "%s: open: %d", cases[i].what, r);
+                if (r < 0)
+                        continue;
+                CHECK(be->ops->device_info(be, 0, &info) == 0 &&
+                      info.reserved == info.granularity,
+                      "%s: only the anchor is held", cases[i].what);
+                r = be->ops->mem_create(be, GMD_TIER_VRAM, 0, info.granularity,
+                                        &m);
+                CHECK(r == 0, "%s: a granule on demand: %d", cases[i].what, r);
+                CHECK(be->ops->maintain(be) == 0, "%s: maintain idle",
+                      cases[i].what);
+                if (r == 0)
+                        be->ops->mem_destroy(be, m);
+                be->ops->destroy(be);
+                printf("%s: anchor only, granules made on demand\n",
+                       cases[i].what);
+        }
 }
 
 int main(int argc, char **argv)
@@ -374,13 +488,15 @@ int main(int argc, char **argv)
         }
         log_setup(GMD_LOG_INFO);
         config_init_defaults(&config);
+        config.cuda_reserve_chunks = 16;   /* the shipped default, explicitly */
         if (gpu_proc_spawn("writer", &w) < 0 || gpu_proc_spawn("reader", &rd) < 0)
                 return 1;
         r = backend_cuda_open(&config, &be);
         CHECK(r == 0, "backend_cuda_open: %d", r);
         if (r == 0) {
-                run(be, &w, &rd);
+                run(be, &w, &rd, config.cuda_reserve_chunks);
                 be->ops->destroy(be);
+                run_reserve_limits(&config);
         }
         gpu_proc_send(w.sock, &quit, sizeof(quit), NULL, 0);
         gpu_proc_send(rd.sock, &quit, sizeof(quit), NULL, 0);

@@ -29,7 +29,7 @@
 #define MiB (1ull << 20)
 #define SLOTS 8
 
-enum { W_ALLOC = 1, W_FILL, W_CHECK, W_FREE, W_DEVICE, W_QUIT };
+enum { W_ALLOC = 1, W_FILL, W_CHECK, W_FREE, W_DEVICE, W_SIZE, W_QUIT };
 
 typedef struct wcmd {
         int op, slot;
@@ -86,10 +86,15 @@ static int worker(int sock)
                                          gmd_last_error());
                         break;
                 case W_FILL:
-                        rep.r = gpu_fill(gmd_buffer_ptr(b), gmd_buffer_size(b),
-                                         0, c.seed);
+                        /* A buffer is usable by the device it was asked on. */
+                        rep.r = gpu_set_device((int)gmd_buffer_device(b));
+                        if (rep.r == 0)
+                                rep.r = gpu_fill(gmd_buffer_ptr(b),
+                                                 gmd_buffer_size(b), 0,
+                                                 c.seed);
                         break;
                 case W_CHECK:
+                        gpu_set_device((int)gmd_buffer_device(b));
                         rep.value = gpu_check(gmd_buffer_ptr(b),
                                               gmd_buffer_size(b), 0, c.seed);
                         rep.r = rep.value < 0 ? -EIO : 0;
@@ -100,6 +105,9 @@ static int worker(int sock)
                         break;
                 case W_DEVICE:
                         rep.value = gpu_pointer_device(gmd_buffer_ptr(b));
+                        break;
+                case W_SIZE:
+                        rep.value = (long long)gmd_buffer_size(b);
                         break;
                 case W_QUIT:
                         gmd_disconnect(client);
@@ -178,6 +186,53 @@ static long long mib_diff(uint64_t a, uint64_t b)
         return ((long long)a - (long long)b) / (long long)MiB;
 }
 
+/* Legacy IPC buffers (GMD_ALLOC_LEGACY_IPC): the daemon cuMemAllocs in
+ * 2 MiB steps and replies with a cudaIpcMemHandle, no fd; libgpumem opens
+ * it with cudaIpcOpenMemHandle and closes it before it sends FREE. */
+static void run_legacy_ipc(gmd_client *me, gpu_proc *a)
+{
+        uint64_t used0 = pool_used(me, 0);
+        wreply rep;
+        gpu_proc c;
+
+        /* 3 MiB asks for rounding up to the next 2 MiB step. */
+        rep = ask_alloc(a, 3, 3 * MiB, 0, GMD_ALLOC_LEGACY_IPC);
+        CHECK(rep.r == 0, "legacy IPC alloc: %d %s", rep.r, rep.msg);
+        if (rep.r < 0)
+                return;
+        rep = ask(a, W_SIZE, 3, 0, 0);
+        CHECK(rep.value == (long long)(4 * MiB), "ipc size 4 MiB: %lld",
+              rep.value);
+        CHECK(pool_used(me, 0) - used0 == 4 * MiB, "ipc counted in the pool");
+        rep = ask(a, W_DEVICE, 3, 0, 0);
+        CHECK(rep.value == 0, "ipc pointer on device 0: %lld", rep.value);
+        rep = ask(a, W_CHECK, 3, 0, 0);
+        CHECK(rep.r == 0 && rep.value == 0, "ipc buffer starts zeroed: %lld %s",
+              rep.value, rep.msg);
+        rep = ask(a, W_FILL, 3, 0, 606);
+        CHECK(rep.r == 0, "ipc fill: %s", rep.msg);
+        rep = ask(a, W_CHECK, 3, 0, 606);
+        CHECK(rep.r == 0 && rep.value == 0, "ipc check: %lld %s", rep.value,
+              rep.msg);
+        rep = ask(a, W_FREE, 3, 0, 0);
+        CHECK(rep.r == 0, "ipc free: %d %s", rep.r, rep.msg);
+        CHECK(pool_used(me, 0) == used0, "ipc bytes back in the pool");
+
+        /* A client killed while it has the handle open: the daemon frees
+         * the buffer without the client's close. */
+        CHECK(gpu_proc_spawn("ipc-victim", &c) == 0, "spawn ipc victim");
+        rep = ask_alloc(&c, 0, 64 * MiB, 0, GMD_ALLOC_LEGACY_IPC);
+        CHECK(rep.r == 0, "ipc victim alloc: %d %s", rep.r, rep.msg);
+        CHECK(ask(&c, W_FILL, 0, 0, 616).r == 0, "ipc victim fill");
+        kill(c.pid, SIGKILL);
+        gpu_proc_wait(&c);
+        for (int i = 0; i < 500 && pool_used(me, 0) != used0; i++)
+                usleep(10000);
+        CHECK(pool_used(me, 0) == used0, "ipc victim's bytes returned");
+        printf("legacy IPC: 3 MiB -> 4 MiB, zeroed, written and read, freed; "
+               "a killed holder's buffer returned\n");
+}
+
 static void run_main_daemon(gmd_client *me, gpu_proc *a, gpu_proc *b)
 {
         uint64_t used0, used1, free0, free1;
@@ -250,19 +305,7 @@ static void run_main_daemon(gmd_client *me, gpu_proc *a, gpu_proc *b)
         CHECK(used1 == used0, "victim's pool bytes returned");
         CHECK(free1 + 16 * MiB >= free0, "victim's VRAM returned");
 
-        /* Legacy IPC. */
-        rep = ask_alloc(a, 3, 4 * MiB, 0, GMD_ALLOC_LEGACY_IPC);
-        if (rep.r == GMD_ENOTSUP) {
-                printf("legacy IPC: PENDING, daemon/client not wired: %s\n",
-                       rep.msg);
-        } else {
-                CHECK(rep.r == 0, "legacy IPC alloc: %d %s", rep.r, rep.msg);
-                CHECK(ask(a, W_FILL, 3, 0, 606).r == 0, "ipc fill");
-                rep = ask(a, W_CHECK, 3, 0, 606);
-                CHECK(rep.value == 0, "ipc check: %lld", rep.value);
-                CHECK(ask(a, W_FREE, 3, 0, 0).r == 0, "ipc free");
-                printf("legacy IPC: buffer written and read\n");
-        }
+        run_legacy_ipc(me, a);
 
         /* A second GPU. */
         if (gmd_client_device_count(me) < 2) {
@@ -272,10 +315,14 @@ static void run_main_daemon(gmd_client *me, gpu_proc *a, gpu_proc *b)
         CHECK(ask_alloc(a, 4, 64 * MiB, 1, 0).r == 0, "alloc on device 1");
         rep = ask(a, W_DEVICE, 4, 0, 0);
         CHECK(rep.value == 1, "pointer on device 1: %lld", rep.value);
-        CHECK(ask(a, W_FILL, 4, 0, 707).r == 0, "fill device 1");
-        CHECK(ask(a, W_CHECK, 4, 0, 707).value == 0, "check device 1");
+        rep = ask(a, W_FILL, 4, 0, 707);
+        CHECK(rep.r == 0, "fill device 1: %s", rep.msg);
+        rep = ask(a, W_CHECK, 4, 0, 707);
+        CHECK(rep.r == 0 && rep.value == 0, "check device 1: %lld %s",
+              rep.value, rep.msg);
         CHECK(ask(a, W_FREE, 4, 0, 0).r == 0, "free device 1");
-        printf("two GPUs: buffer on device 1 works\n");
+        printf("two GPUs: buffer on device 1 %s\n",
+               failures ? "FAILED" : "written and read by a device-1 kernel");
 }
 
 static void run_limit(void)

@@ -1,0 +1,228 @@
+/*
+ * backend_cuda_mem — the cuda backend's buffers: CUDA VMM physical
+ * allocations (cuMemCreate, handle type POSIX fd), each exported to an fd
+ * once and kept for its life, and mapped into the daemon's own address
+ * space so the daemon can zero it (and, with the swap engine, copy it).
+ *
+ * Exporting is the costly step (75..590 µs, DESIGN.md), which is why a
+ * granule-sized request is served from the reserve (backend_cuda_reserve.c)
+ * and only other sizes, or an empty reserve, reach cuda_mem_new on the
+ * request path. Freed allocations are destroyed, never recycled: an fd once
+ * sent to a client is a capability the client may keep (a dup, an import),
+ * so handing the memory to another client would let the first one read it.
+ * Every allocation is zeroed once, when created, before anyone receives it.
+ *
+ * mem_destroy serves legacy IPC buffers too (backend_cuda_ipc.c frees
+ * those): the daemon holds only a gmd_mem and does not know which kind.
+ */
+#include "backend_cuda.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "timeutil.h"
+
+int cuda_fill_zero(cuda_backend *b, cuda_device *d, CUdeviceptr va,
+                   uint64_t size)
+{
+        int r;
+
+        r = cuda_check(b, b->cu->cuMemsetD8Async(va, 0, size, d->stream),
+                       "cuMemsetD8Async");
+        if (r < 0)
+                return r;
+        return cuda_check(b, b->cu->cuStreamSynchronize(d->stream),
+                          "cuStreamSynchronize");
+}
+
+void cuda_mem_free(cuda_backend *b, cuda_mem *m)
+{
+        const gmd_cuda_driver *cu = b->cu;
+
+        if (!m)
+                return;
+        if (m->va) {
+                cu->cuMemUnmap(m->va, m->mem.size);
+                cu->cuMemAddressFree(m->va, m->mem.size);
+        }
+        if (m->mem.handle)
+                cu->cuMemRelease(m->mem.handle);
+        if (m->mem.fd >= 0)
+                close(m->mem.fd);
+        free(m);
+}
+
+/* Reserve a VA range in the daemon, map the allocation there and let the
+ * device read and write it. On failure nothing is left mapped. */
+static int cuda_mem_map(cuda_backend *b, cuda_device *d, cuda_mem *m)
+{
+        const gmd_cuda_driver *cu = b->cu;
+        CUmemAccessDesc access = { 0 };
+        uint64_t size = m->mem.size;
+        int r;
+
+        r = cuda_check(b, cu->cuMemAddressReserve(&m->va, size, d->granularity,
+                                                  0, 0),
+                       "cuMemAddressReserve");
+        if (r < 0)
+                return r;
+        r = cuda_check(b, cu->cuMemMap(m->va, size, 0, m->mem.handle, 0),
+                       "cuMemMap");
+        if (r < 0)
+                goto fail_va;
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = d->dev;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        r = cuda_check(b, cu->cuMemSetAccess(m->va, size, &access, 1),
+                       "cuMemSetAccess");
+        if (r < 0)
+                goto fail_map;
+        return 0;
+fail_map:
+        cu->cuMemUnmap(m->va, size);
+fail_va:
+        cu->cuMemAddressFree(m->va, size);
+        m->va = 0;
+        return r;
+}
+
+int cuda_mem_new(cuda_backend *b, cuda_device *d, unsigned device,
+                 gmd_tier tier, uint64_t size, cuda_mem **ret_mem)
+{
+        const gmd_cuda_driver *cu = b->cu;
+        CUmemAllocationProp prop = { 0 };
+        CUmemGenericAllocationHandle h = 0;
+        uint64_t t0 = now_us(), t1, t2, t3;
+        cuda_mem *m;
+        int fd = -1, r;
+
+        m = calloc(1, sizeof(*m));
+        if (!m)
+                return -ENOMEM;
+        m->mem.fd = -1;
+        m->mem.size = size;
+        m->mem.tier = tier;
+        m->mem.device = device;
+
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        if (tier == GMD_TIER_HOST) {
+                prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+                prop.location.id = d->host_numa_id;
+        } else {
+                prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+                prop.location.id = d->dev;
+        }
+        r = cuda_check(b, cu->cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
+        if (r < 0)
+                goto fail;
+        m->mem.handle = h;
+        t1 = now_us();
+
+        r = cuda_check(b, cu->cuMemExportToShareableHandle(&fd, h,
+                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                       "cuMemExportToShareableHandle");
+        if (r < 0)
+                goto fail;
+        m->mem.fd = fd;
+        /* The driver's fd has no CLOEXEC; the daemon's fds all do. */
+        (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+        t2 = now_us();
+
+        r = cuda_mem_map(b, d, m);
+        if (r < 0)
+                goto fail;
+        t3 = now_us();
+        r = cuda_fill_zero(b, d, m->va, size);
+        if (r < 0)
+                goto fail;
+        log_debug("cuda: created %llu KiB on device %u: cuMemCreate %llu, "
+                  "export %llu, map+access %llu, zero %llu us",
+                  (unsigned long long)(size >> 10), device,
+                  (unsigned long long)(t1 - t0), (unsigned long long)(t2 - t1),
+                  (unsigned long long)(t3 - t2),
+                  (unsigned long long)(now_us() - t3));
+        *ret_mem = m;
+        return 0;
+fail:
+        cuda_mem_free(b, m);
+        return r;
+}
+
+int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
+                        uint64_t size, gmd_mem **ret_mem)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+        cuda_device *d = cuda_device_get(b, device);
+        uint64_t gran;
+        cuda_mem *m;
+        int r;
+
+        if (!d || size == 0)
+                return -EINVAL;
+        gran = tier == GMD_TIER_HOST ? d->host_granularity : d->granularity;
+        if (gran == 0)
+                return -EOPNOTSUPP;   /* no HOST_NUMA VMM on this machine */
+        if (size % gran)
+                return -EINVAL;
+
+        if (tier == GMD_TIER_VRAM && size == d->granularity) {
+                m = cuda_reserve_take(d);     /* the fast path */
+                if (m) {
+                        *ret_mem = &m->mem;
+                        return 0;
+                }
+        }
+        r = cuda_device_enter(b, d);
+        if (r < 0)
+                return r;
+        r = cuda_mem_new(b, d, device, tier, size, &m);
+        if (r == -ENOMEM && tier == GMD_TIER_VRAM &&
+            cuda_reserve_drain(b, d) > 0) {
+                log_info("cuda: device %u: reserve released to make room",
+                         device);
+                r = cuda_mem_new(b, d, device, tier, size, &m);
+        }
+        if (r < 0)
+                return r;
+        *ret_mem = &m->mem;
+        return 0;
+}
+
+void cuda_ops_mem_destroy(gmd_backend *backend, gmd_mem *mem)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+        cuda_device *d;
+        uint64_t t0 = now_us();
+        cuda_mem *m;
+
+        if (!mem)
+                return;
+        m = cuda_mem_of(mem);
+        d = cuda_device_get(b, mem->device);
+        if (d)
+                (void)cuda_device_enter(b, d);
+        if (m->ipc)
+                cuda_ipc_free(b, m);
+        else
+                cuda_mem_free(b, m);
+        log_debug("cuda: destroyed an allocation in %llu us",
+                  (unsigned long long)(now_us() - t0));
+}
+
+int cuda_ops_mem_zero(gmd_backend *backend, gmd_mem *mem)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+        cuda_device *d = cuda_device_get(b, mem->device);
+        int r;
+
+        if (!d)
+                return -EINVAL;
+        r = cuda_device_enter(b, d);
+        if (r < 0)
+                return r;
+        return cuda_fill_zero(b, d, cuda_mem_of(mem)->va, mem->size);
+}
