@@ -11,6 +11,7 @@
 #include "log.h"
 #include "server.h"
 #include "session.h"
+#include "tiering.h"
 #include "waitq.h"
 
 static void admin_apply(gmd_session *target, const Gmd__AdminRequest *m,
@@ -45,6 +46,17 @@ static void admin_apply(gmd_session *target, const Gmd__AdminRequest *m,
                 log_info("%s: drained by %s (%u buffers revoked)", who, by, n);
                 session_close(target, "drained by an administrator");
                 return;
+        case GMD__ADMIN_OP__ADMIN_EVICT: {
+                int r = tiering_pageout_all(target, MOVE_EVICT);
+
+                if (r < 0)
+                        log_warning("%s: evict by %s stopped: the host pool is full",
+                                    who, by);
+                else
+                        log_info("%s: evicted by %s (%d idle buffers moving to host "
+                                 "memory)", who, by, r);
+                return;
+        }
         default:
                 return;
         }
@@ -67,15 +79,16 @@ void admin_handle(gmd_session *s, uint32_t id, const Gmd__AdminRequest *m)
                                    " ([daemon] admin_group is not set)");
                 return;
         }
-        if (m->op == GMD__ADMIN_OP__ADMIN_EVICT) {
+        if (m->op == GMD__ADMIN_OP__ADMIN_EVICT && !server_can_move(server)) {
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_UNSUPPORTED,
                                    "evict moves a client's idle buffers to host "
-                                   "memory, which needs the swap engine; this "
-                                   "gpu-memd does not have it yet");
+                                   "memory; the %s backend cannot move buffers yet",
+                                   server->backend->ops->name);
                 return;
         }
         if (m->op != GMD__ADMIN_OP__ADMIN_DRAIN &&
-            m->op != GMD__ADMIN_OP__ADMIN_PRIORITY) {
+            m->op != GMD__ADMIN_OP__ADMIN_PRIORITY &&
+            m->op != GMD__ADMIN_OP__ADMIN_EVICT) {
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
                                    "unknown administrative operation %d", (int)m->op);
                 return;

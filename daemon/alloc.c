@@ -12,6 +12,7 @@
 
 #include "buffer.h"
 #include "log.h"
+#include "evict.h"
 #include "parking.h"
 #include "server.h"
 #include "session.h"
@@ -55,8 +56,8 @@ static bool quota_refuses(gmd_session *s, uint32_t id, uint64_t size)
         return false;
 }
 
-int alloc_now(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
-              unsigned flags, uint64_t since_us)
+int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
+                 unsigned flags, gmd_tier tier, uint64_t since_us)
 {
         gmd_server *server = s->server;
         Gmd__AllocReply reply = GMD__ALLOC_REPLY__INIT;
@@ -68,7 +69,7 @@ int alloc_now(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
          * may have allocated meanwhile, or a reload lowered the quota. */
         if (quota_refuses(s, id, size))
                 return -EDQUOT;
-        r = buffer_new(server, s, device, size, flags, &b);
+        r = buffer_new(server, s, device, tier, size, flags, &b);
         if (r == -ENOSPC)
                 return r;
         if (r < 0) {
@@ -165,17 +166,28 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
         }
         if (quota_refuses(s, id, size))
                 return;
-        r = alloc_now(s, id, size, m->device, m->flags, now_us());
-        if (r != -ENOSPC)
-                return;
-        timeout_ms = m->timeout_ms;
-        /* Room held in clients' caches of idle mappings is as good as free:
-         * ask for it back and wait for it, even with no-wait (briefly). */
-        if (pool_free(pool) + parking_reclaimable(server, m->device) >= size) {
-                parking_reclaim(server, m->device, size - pool_free(pool));
-                if (timeout_ms == 0)
-                        timeout_ms = GMD_RECLAIM_GRACE_MS;
+        /* Behind requests already waiting on this device, never past them. */
+        if (waitq_demand(server, m->device) == 0) {
+                r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_VRAM,
+                                 now_us());
+                if (r != -ENOSPC)
+                        return;
         }
+        timeout_ms = m->timeout_ms;
+        if (timeout_ms == 0 && (m->flags & GMD_ALLOC_SPILLABLE)) {
+                /* No wait and no VRAM: VRAM first, then host. */
+                r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_HOST,
+                                 now_us());
+                if (r != -ENOSPC)
+                        return;
+        }
+        /* Room that idle buffers and clients' caches of idle mappings hold
+         * is as good as free: it takes a copy or a message to get it, so
+         * even a no-wait request waits for that, briefly. */
+        if (timeout_ms == 0 &&
+            pool_free(pool) + parking_reclaimable(server, m->device) +
+            evict_evictable(server, m->device) >= size + waitq_demand(server, m->device))
+                timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {
                 size_format(pool_free(pool), free_b, sizeof(free_b));
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_NO_MEMORY,

@@ -8,12 +8,13 @@
 
 #include <stdint.h>
 
+#include "gpumem.h"
 #include "gpumem.pb-c.h"
 
 typedef struct gmd_session gmd_session;
 
-/* How long a no-wait allocation may wait for clients to hand back parked
- * mappings, when that is where the room is. */
+/* How long a no-wait allocation may wait for room that idle buffers hold
+ * (moved to host memory) or clients' caches hold (handed back). */
 #define GMD_RECLAIM_GRACE_MS 1000
 
 /* Handle MSG_ALLOC. */
@@ -21,12 +22,14 @@ void alloc_handle(gmd_session *session, uint32_t request_id,
                   const Gmd__AllocRequest *request);
 
 /*
- * Create the buffer of an allocation and send its AllocReply. Used both for
- * allocations that fit at once and for waiters served later. Returns 0,
- * -ENOSPC (no room; nothing sent) or another error (an error reply sent).
- * `since_us` (now_us() when the request came) feeds the latency histogram.
+ * Create the buffer of an allocation on `tier` and send its AllocReply.
+ * Used for allocations that fit at once, for waiters served later and for
+ * SPILLABLE ones placed on the host tier. Returns 0, -ENOSPC (no room;
+ * nothing sent) or another error (an error reply sent). `since_us`
+ * (now_us() when the request came) feeds the latency histogram.
  */
-int alloc_now(gmd_session *session, uint32_t request_id, uint64_t size,
-              unsigned device, unsigned flags, uint64_t since_us);
+int alloc_now_on(gmd_session *session, uint32_t request_id, uint64_t size,
+                 unsigned device, unsigned flags, gmd_tier tier,
+                 uint64_t since_us);
 
 #endif

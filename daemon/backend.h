@@ -10,9 +10,11 @@
  * fd for the allocation's life and sends duplicates of it (SCM_RIGHTS does
  * the duplicating) to the owner.
  *
- * All calls are made from the loop thread. Slow work (copies, zeroing of
- * large ranges) will move to worker threads with the swap engine; the
- * interface returns results synchronously until then.
+ * All calls are made from the loop thread. Copies between tiers are
+ * asynchronous: copy_submit starts one and returns; the backend finishes it
+ * on its own threads or streams, then calls the wake function the daemon
+ * gave it (from any thread), and the daemon collects what finished with
+ * copy_reap on the loop thread.
  */
 #ifndef GMD_BACKEND_H
 #define GMD_BACKEND_H
@@ -48,6 +50,16 @@ typedef struct gmd_event {
         uint8_t ipc_handle[GMD_IPC_HANDLE_SIZE];  /* what the peer opens */
 } gmd_event;
 
+/* Direction of a copy between tiers. */
+typedef enum gmd_copy_dir {
+        GMD_COPY_OUT = 0,   /* VRAM -> host (swap-out, eviction) */
+        GMD_COPY_IN = 1,    /* host -> VRAM (swap-in, prefetch) */
+} gmd_copy_dir;
+
+/* Called by copy_reap for each finished copy: `status` is 0 or a negative
+ * errno. */
+typedef void (*gmd_copy_done_fn)(void *ctx, void *cookie, int status);
+
 typedef struct gmd_device_info {
         char name[64];
         uint64_t total;        /* bytes the device has */
@@ -77,6 +89,23 @@ typedef struct gmd_backend_ops {
         /* Fill with zeros (before memory is handed to another client). */
         int (*mem_zero)(gmd_backend *backend, gmd_mem *mem);
         void (*destroy)(gmd_backend *backend);
+
+        /* ---- tiering ------------------------------------------------ */
+
+        /* The function to call, from any thread, when copies finished. */
+        void (*set_wake)(gmd_backend *backend, void (*wake)(void *ctx),
+                         void *ctx);
+        /* Copy `len` bytes from `src` at `src_off` to `dst` at `dst_off` on
+         * `device`'s queue for `dir`, asynchronously. Both mems stay alive
+         * until the copy is reaped. Copies of one direction on one device
+         * finish in the order submitted. */
+        int (*copy_submit)(gmd_backend *backend, unsigned device,
+                           gmd_copy_dir dir, gmd_mem *dst, uint64_t dst_off,
+                           gmd_mem *src, uint64_t src_off, uint64_t len,
+                           void *cookie);
+        /* Hand every finished copy to `done`. Loop thread only. */
+        void (*copy_reap)(gmd_backend *backend, gmd_copy_done_fn done,
+                          void *ctx);
 
         /* ---- optional: NULL where a backend has none ---------------- */
 

@@ -7,6 +7,10 @@
  * one client to another with its old contents; mem_zero exists for reuse.
  * Pages are committed as they are touched, so a large simulated device
  * costs nothing until used.
+ *
+ * The daemon maps every memfd too (the address is kept in gmd_mem.handle),
+ * so copies between tiers are plain memcpy, run by sim_copier's worker
+ * threads: one per device and direction, like the cuda backend's streams.
  */
 #include "backend.h"
 
@@ -19,6 +23,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "sim_copier.h"
 
 typedef struct sim_backend {
         gmd_backend base;
@@ -26,6 +31,7 @@ typedef struct sim_backend {
         uint64_t vram;
         uint64_t granularity;
         uint64_t created[16];   /* bytes alive per device, as a driver counts */
+        sim_copier *copier;     /* queue 2 * device + direction */
 } sim_backend;
 
 static sim_backend *to_sim(gmd_backend *b)
@@ -75,12 +81,22 @@ static int sim_mem_create(gmd_backend *b, gmd_tier tier, unsigned device,
                 free(mem);
                 return r;
         }
+        void *addr;
+
         if (ftruncate(fd, (off_t)size) < 0) {
                 r = -errno;
                 close(fd);
                 free(mem);
                 return r;
         }
+        addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (addr == MAP_FAILED) {
+                r = -errno;
+                close(fd);
+                free(mem);
+                return r;
+        }
+        mem->handle = (uint64_t)(uintptr_t)addr;
         if (tier == GMD_TIER_VRAM)
                 sim->created[device] += size;
         mem->fd = fd;
@@ -97,6 +113,7 @@ static void sim_mem_destroy(gmd_backend *b, gmd_mem *mem)
                 return;
         if (mem->tier == GMD_TIER_VRAM)
                 to_sim(b)->created[mem->device] -= mem->size;
+        munmap((void *)(uintptr_t)mem->handle, mem->size);
         close(mem->fd);
         free(mem);
 }
@@ -111,8 +128,34 @@ static int sim_mem_zero(gmd_backend *b, gmd_mem *mem)
         return 0;
 }
 
+static void sim_set_wake(gmd_backend *b, void (*wake)(void *ctx), void *ctx)
+{
+        sim_copier_set_wake(to_sim(b)->copier, wake, ctx);
+}
+
+static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
+                           gmd_mem *dst, uint64_t dst_off, gmd_mem *src,
+                           uint64_t src_off, uint64_t len, void *cookie)
+{
+        sim_backend *sim = to_sim(b);
+
+        if (device >= sim->n_devices || dst_off + len > dst->size ||
+            src_off + len > src->size)
+                return -EINVAL;
+        return sim_copier_submit(sim->copier, 2 * device + dir,
+                                 (char *)(uintptr_t)dst->handle + dst_off,
+                                 (const char *)(uintptr_t)src->handle + src_off,
+                                 len, cookie);
+}
+
+static void sim_copy_reap(gmd_backend *b, gmd_copy_done_fn done, void *ctx)
+{
+        sim_copier_reap(to_sim(b)->copier, done, ctx);
+}
+
 static void sim_destroy(gmd_backend *b)
 {
+        sim_copier_free(to_sim(b)->copier);
         free(b);
 }
 
@@ -125,11 +168,15 @@ static const gmd_backend_ops sim_ops = {
         .mem_destroy = sim_mem_destroy,
         .mem_zero = sim_mem_zero,
         .destroy = sim_destroy,
+        .set_wake = sim_set_wake,
+        .copy_submit = sim_copy_submit,
+        .copy_reap = sim_copy_reap,
 };
 
 int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
 {
         sim_backend *sim = calloc(1, sizeof(*sim));
+        int r;
 
         if (!sim)
                 return -ENOMEM;
@@ -137,6 +184,11 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
         sim->n_devices = config->sim_devices;
         sim->vram = config->sim_vram;
         sim->granularity = config->sim_granularity;
+        r = sim_copier_new(2 * sim->n_devices, &sim->copier);
+        if (r < 0) {
+                free(sim);
+                return r;
+        }
         *ret_backend = &sim->base;
         return 0;
 }

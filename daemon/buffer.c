@@ -10,14 +10,22 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "move.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
 
-int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
-               uint64_t size, unsigned flags, gmd_dbuffer **ret_buffer)
+gmd_pool *buffer_pool(gmd_server *server, gmd_tier tier, unsigned device)
 {
-        gmd_pool *pool = server_vram_pool(server, device);
+        return tier == GMD_TIER_HOST ? &server->host_pool :
+               server_vram_pool(server, device);
+}
+
+int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
+               gmd_tier tier, uint64_t size, unsigned flags,
+               gmd_dbuffer **ret_buffer)
+{
+        gmd_pool *pool = buffer_pool(server, tier, device);
         gmd_dbuffer *b;
         int r;
 
@@ -36,7 +44,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                 r = server->backend->ops->mem_create_ipc(server->backend, device,
                                                          size, &b->mem);
         else
-                r = server->backend->ops->mem_create(server->backend, GMD_TIER_VRAM,
+                r = server->backend->ops->mem_create(server->backend, tier,
                                                      device, size, &b->mem);
         if (r < 0)
                 goto fail_free;
@@ -50,7 +58,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         b->size = size;
         b->device = device;
         b->flags = flags;
-        b->tier = GMD_TIER_VRAM;
+        b->tier = tier;
         b->state = GMD_STATE_RESIDENT;
         b->acquired = true;
         list_add_tail(&owner->buffers, &b->owner_link);
@@ -88,18 +96,22 @@ void buffer_park(gmd_dbuffer *b, bool parked)
 
 void buffer_free(gmd_server *server, gmd_dbuffer *b)
 {
-        gmd_pool *pool = b->tier == GMD_TIER_HOST ? &server->host_pool :
-                         server_vram_pool(server, b->device);
+        gmd_pool *pool = buffer_pool(server, b->tier, b->device);
 
         buffer_park(b, false);
+        /* A move under way may keep the backing alive until its copies
+         * end; it then frees it (and sets b->mem to NULL). */
+        move_buffer_freed(server, b);
         idmap_remove(&server->buffers_by_id, b->id);
         list_remove(&b->owner_link);
         list_remove(&b->server_link);
         b->owner->n_buffers--;
         b->owner->bytes -= b->size;
         b->owner->tier_bytes[b->tier] -= b->size;
-        server->backend->ops->mem_destroy(server->backend, b->mem);
-        pool_give(pool, b->size);
+        if (b->mem) {
+                server->backend->ops->mem_destroy(server->backend, b->mem);
+                pool_give(pool, b->size);
+        }
         free(b);
 }
 

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "gpumem.h"
 #include "list.h"
+#include "pool.h"
 
 typedef struct gmd_server gmd_server;
 typedef struct gmd_session gmd_session;
@@ -33,16 +34,24 @@ typedef struct gmd_dbuffer {
         uint64_t released_ms;       /* when the lease was last released */
 
         gmd_mem *mem;               /* backing */
+        struct gmd_move *move;      /* the move under way, or NULL */
+        struct gmd_waiter *move_waiter;  /* a swap-in waiting for VRAM */
+        struct gmd_acquirer *acquirer;   /* an acquire waiting for it */
 } gmd_dbuffer;
 
 /*
  * Create a buffer of `size` bytes (already rounded) for `owner` on `device`,
- * taking the bytes from the device's VRAM pool and the backing from the
- * backend. -ENOSPC when the pool lacks room (nothing taken), another
- * negative errno when the backend failed. The buffer starts acquired.
+ * on `tier`: the bytes come from that tier's pool (the device's VRAM, or
+ * the host pool) and the backing from the backend. -ENOSPC when the pool
+ * lacks room (nothing taken), another negative errno when the backend
+ * failed. The buffer starts acquired.
  */
 int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
-               uint64_t size, unsigned flags, gmd_dbuffer **ret_buffer);
+               gmd_tier tier, uint64_t size, unsigned flags,
+               gmd_dbuffer **ret_buffer);
+
+/* The pool a tier of `device` draws from. */
+gmd_pool *buffer_pool(gmd_server *server, gmd_tier tier, unsigned device);
 
 /* Release the backing, give its bytes back to the pool, forget the buffer.
  * Does not wake waiters: the caller runs waitq_run() once it is done. */

@@ -54,6 +54,8 @@ static const config_key config_keys[] = {
         KEY("limits", "max_buffers_per_client", KEY_UINT, max_buffers_per_client, 1u << 24),
         KEY("limits", "max_waiting_per_client", KEY_UINT, max_waiting_per_client, 4096),
         KEY("limits", "max_send_queue", KEY_UINT, max_send_queue, 1u << 20),
+        KEY("swap", "chunk_size", KEY_SIZE, swap_chunk_size, 0),
+        KEY("swap", "copies_in_flight", KEY_UINT, swap_copies_in_flight, 64),
         KEY("sim", "devices", KEY_UINT, sim_devices, 16),
         KEY("sim", "vram", KEY_SIZE, sim_vram, 0),
         KEY("sim", "granularity", KEY_SIZE, sim_granularity, 0),
@@ -86,6 +88,8 @@ void config_init_defaults(gmd_config *config)
         config->max_buffers_per_client = 65536;
         config->max_waiting_per_client = 64;
         config->max_send_queue = 1024;
+        config->swap_chunk_size = 64ull << 20;
+        config->swap_copies_in_flight = 2;
         config->sim_devices = 1;
         config->sim_vram = 1ull << 30;
         config->sim_granularity = 2ull << 20;
@@ -247,6 +251,10 @@ int config_validate(gmd_config *config, FILE *err)
 
         if (g < 4096 || (g & (g - 1)) != 0) {
                 fprintf(err, "config: [sim] granularity must be a power of two of at least 4K\n");
+                return -EINVAL;
+        }
+        if (config->swap_chunk_size < (1u << 20)) {
+                fprintf(err, "config: [swap] chunk_size must be at least 1M\n");
                 return -EINVAL;
         }
         if (config->sim_vram < g) {

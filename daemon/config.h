@@ -48,6 +48,10 @@ typedef struct gmd_config {
         unsigned max_waiting_per_client;  /* allocations waiting for room */
         unsigned max_send_queue;          /* replies queued to a slow reader */
 
+        /* [swap] */
+        uint64_t swap_chunk_size;         /* bytes per copy handed to the backend */
+        unsigned swap_copies_in_flight;   /* chunks per direction at once */
+
         /* [sim] */
         unsigned sim_devices;
         uint64_t sim_vram;            /* bytes each simulated device has */

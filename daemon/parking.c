@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "buffer.h"
+#include "evict.h"
 #include "log.h"
 #include "server.h"
 #include "session.h"
@@ -29,24 +30,10 @@ static bool list_ok(gmd_session *s, const Gmd__BufferList *list, uint16_t type)
         return true;
 }
 
-static uint64_t waiting_on(gmd_server *server, unsigned device)
-{
-        uint64_t bytes = 0;
-        gmd_list *pos;
-
-        list_for_each(pos, &server->waiters) {
-                gmd_waiter *w = container_of(pos, gmd_waiter, link);
-
-                if (w->device == device)
-                        bytes += w->size;
-        }
-        return bytes;
-}
-
 void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *list)
 {
         gmd_server *server = s->server;
-        uint64_t parked_on[64] = { 0 };
+        bool parked_any = false;
 
         if (!list_ok(s, list, GMD__MSG_TYPE__MSG_PARK))
                 return;
@@ -62,16 +49,12 @@ void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *lis
                         continue;
                 }
                 buffer_park(b, true);
-                if (b->device < 64)
-                        parked_on[b->device] += b->size;
+                parked_any = true;
         }
-        /* Someone already waits for room on that device: ask at once. */
-        for (unsigned d = 0; d < server->n_devices && d < 64; d++) {
-                uint64_t want = waiting_on(server, d);
-
-                if (parked_on[d] && want)
-                        parking_reclaim(server, d, want);
-        }
+        /* Someone may already wait for the room this holds: let the
+         * evictor ask for it back at once. */
+        if (parked_any && !list_empty(&server->waiters))
+                evict_balance(server);
 }
 
 void parking_handle_unpark(gmd_session *s, uint32_t id, const Gmd__BufferList *list)

@@ -16,12 +16,15 @@
 #include "admin.h"
 #include "alloc.h"
 #include "buffer.h"
+#include "evict.h"
 #include "gpumem.pb-c.h"
 #include "log.h"
+#include "move.h"
 #include "parking.h"
 #include "server.h"
 #include "session.h"
 #include "status.h"
+#include "tiering.h"
 #include "timeutil.h"
 #include "waitq.h"
 
@@ -118,24 +121,6 @@ static void handle_free(gmd_session *s, uint32_t id, const Gmd__BufferRequest *m
         waitq_run(s->server);
 }
 
-static void handle_acquire(gmd_session *s, uint32_t id, const Gmd__AcquireRequest *m)
-{
-        gmd_dbuffer *b = find_or_reply(s, id, m->buffer_id);
-
-        if (!b)
-                return;
-        if (b->acquired) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_BUSY,
-                                   "buffer %llu is already acquired",
-                                   (unsigned long long)b->id);
-                return;
-        }
-        /* Resident on its tier: usable at once. The swap engine makes this
-         * wait for a buffer that is out or moving. */
-        b->acquired = true;
-        session_reply_ok(s, id);
-}
-
 static void handle_release(gmd_session *s, uint32_t id, const Gmd__BufferRequest *m)
 {
         gmd_dbuffer *b = find_or_reply(s, id, m->buffer_id);
@@ -151,6 +136,9 @@ static void handle_release(gmd_session *s, uint32_t id, const Gmd__BufferRequest
         b->acquired = false;
         b->released_ms = now_ms();
         session_reply_ok(s, id);
+        /* An idle buffer is room for whoever waits for VRAM. */
+        if (!list_empty(&s->server->waiters))
+                evict_balance(s->server);
 }
 
 /* One row per request type: how to decode it and what to do with it. */
@@ -169,14 +157,6 @@ static void handle_status(gmd_session *s, uint32_t id, const Gmd__StatusRequest 
         status_reply(s, id, m);
 }
 
-static void handle_remap_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *m)
-{
-        /* No remaps are sent before the swap engine; an ack now answers
-         * nothing and is ignored. */
-        log_debug("client %llu: remap ack for buffer %llu ignored",
-                  (unsigned long long)s->id, (unsigned long long)m->buffer_id);
-}
-
 #define ROW(t, desc, fn, hello, reply) \
         { GMD__MSG_TYPE__##t, &desc, (handler_fn)(fn), hello, reply }
 
@@ -184,10 +164,13 @@ static const request_type request_types[] = {
         ROW(MSG_HELLO, gmd__hello__descriptor, handle_hello, false, true),
         ROW(MSG_ALLOC, gmd__alloc_request__descriptor, alloc_handle, true, true),
         ROW(MSG_FREE, gmd__buffer_request__descriptor, handle_free, true, true),
-        ROW(MSG_ACQUIRE, gmd__acquire_request__descriptor, handle_acquire, true, true),
+        ROW(MSG_ACQUIRE, gmd__acquire_request__descriptor, tiering_handle_acquire, true, true),
         ROW(MSG_RELEASE, gmd__buffer_request__descriptor, handle_release, true, true),
         ROW(MSG_STATUS, gmd__status_request__descriptor, handle_status, true, true),
-        ROW(MSG_REMAP_ACK, gmd__remap_ack__descriptor, handle_remap_ack, true, false),
+        ROW(MSG_REMAP_ACK, gmd__remap_ack__descriptor, move_handle_ack, true, false),
+        ROW(MSG_PAGEOUT, gmd__move_request__descriptor, tiering_handle_pageout, true, true),
+        ROW(MSG_PREFETCH, gmd__move_request__descriptor, tiering_handle_prefetch, true, true),
+        ROW(MSG_WAIT, gmd__wait_request__descriptor, tiering_handle_wait, true, true),
         ROW(MSG_ADMIN, gmd__admin_request__descriptor, admin_handle, true, true),
         ROW(MSG_PARK, gmd__buffer_list__descriptor, parking_handle_park, true, false),
         ROW(MSG_UNPARK, gmd__buffer_list__descriptor, parking_handle_unpark, true, false),

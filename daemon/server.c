@@ -110,7 +110,9 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
                                  sizeof(*server->devices));
         server->vram_pools = calloc(server->n_devices ? server->n_devices : 1,
                                     sizeof(*server->vram_pools));
-        if (!server->devices || !server->vram_pools) {
+        server->copyqs = calloc(server->n_devices ? server->n_devices : 1,
+                                sizeof(*server->copyqs));
+        if (!server->devices || !server->vram_pools || !server->copyqs) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -126,6 +128,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
                 }
                 pool_init(&server->vram_pools[i], i, GMD_TIER_VRAM,
                           vram_capacity(server, i), info->granularity);
+                copyq_init(&server->copyqs[i], i);
                 log_info("device %u (%s): VRAM pool %s of %s, granularity %llu KiB",
                          i, info->name,
                          size_format(server->vram_pools[i].capacity, cap, sizeof(cap)),
@@ -142,6 +145,34 @@ fail:
         server->backend = NULL;   /* still the caller's on failure */
         server_free(server);
         return r;
+}
+
+/* Any thread: the backend finished copies. */
+static void server_wake(void *ctx)
+{
+        gmd_server *server = ctx;
+
+        uv_async_send(&server->copy_async);
+}
+
+static bool copies_in_flight(const gmd_server *server)
+{
+        for (unsigned i = 0; i < server->n_devices; i++)
+                if (server->copyqs[i].inflight[0] || server->copyqs[i].inflight[1])
+                        return true;
+        return false;
+}
+
+static void server_on_copies(uv_async_t *async)
+{
+        gmd_server *server = async->data;
+
+        server->backend->ops->copy_reap(server->backend, copyq_on_done, server);
+        /* Stopping: the handle closes once the last copy is reaped. */
+        if (server->stopping && !copies_in_flight(server) && server->copy_async_open) {
+                server->copy_async_open = false;
+                uv_close((uv_handle_t *)&server->copy_async, NULL);
+        }
 }
 
 /* Top up the backend's reserve: every 10 ms while it has work left, every
@@ -288,6 +319,13 @@ int server_listen(gmd_server *server, int fd)
         r = uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
         if (r < 0)
                 return r;
+        r = uv_async_init(server->loop, &server->copy_async, server_on_copies);
+        if (r < 0)
+                return r;
+        server->copy_async.data = server;
+        server->copy_async_open = true;
+        if (server_can_move(server))
+                server->backend->ops->set_wake(server->backend, server_wake, server);
         if (server->backend->ops->maintain &&
             uv_timer_init(server->loop, &server->maintain_timer) == 0) {
                 server->maintaining = true;
@@ -318,6 +356,12 @@ void server_stop(gmd_server *server)
 
                 session_send(s, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &note.base, NULL, 0);
                 session_close(s, NULL);
+        }
+        /* Copies still running finish on their own; their orphaned moves
+         * free the memory when reaped (server_on_copies). */
+        if (server->copy_async_open && !copies_in_flight(server)) {
+                server->copy_async_open = false;
+                uv_close((uv_handle_t *)&server->copy_async, NULL);
         }
 }
 
@@ -417,6 +461,7 @@ gmd_server *server_free(gmd_server *server)
         idmap_clear(&server->buffers_by_id);
         free(server->devices);
         free(server->vram_pools);
+        free(server->copyqs);
         backend_close(server->backend);
         free(server);
         return NULL;

@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "copyq.h"
 #include "idmap.h"
 #include "list.h"
 #include "pool.h"
@@ -43,7 +44,12 @@ typedef struct gmd_server {
         gmd_idmap buffers_by_id;
         uint64_t next_buffer_id;
 
-        gmd_list waiters;             /* allocations waiting, in arrival order */
+        gmd_list waiters;             /* VRAM requests waiting, in rank order */
+
+        gmd_copyq *copyqs;            /* one per device */
+        uv_async_t copy_async;        /* the backend finished copies */
+        bool copy_async_open;
+        uint64_t next_remap_seq;
 
         /* Backend upkeep off the request path (the cuda reserve). */
         uv_timer_t maintain_timer;
@@ -91,6 +97,12 @@ gmd_server *server_free(gmd_server *server);
  * back when it needs room, so they do not count against quotas). */
 void server_user_usage(gmd_server *server, uid_t uid, uint64_t ret_bytes[2],
                        unsigned *ret_buffers);
+
+/* Can this backend move buffers between tiers? */
+static inline bool server_can_move(const gmd_server *server)
+{
+        return server->backend->ops->copy_submit != NULL;
+}
 
 /* The VRAM pool of `device`, or NULL. */
 gmd_pool *server_vram_pool(gmd_server *server, unsigned device);

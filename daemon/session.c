@@ -22,6 +22,7 @@
 #include "log.h"
 #include "request.h"
 #include "server.h"
+#include "tiering.h"
 #include "waitq.h"
 
 /* Packets read per poll wake-up before yielding to other clients. */
@@ -102,6 +103,7 @@ int session_new(gmd_server *server, int fd, gmd_session **ret_session)
         session_apply_config(s);
         s->priority = s->limits.priority;
         list_init(&s->buffers);
+        list_init(&s->waits);
         list_init(&s->sendq);
         list_init(&s->link);
 
@@ -151,6 +153,7 @@ void session_close(gmd_session *s, const char *reason)
                 log_warning("%s: %s — disconnecting", who, reason);
 
         waitq_cancel_session(server, s);
+        tiering_session_closed(s);
         list_for_each_safe(pos, tmp, &s->buffers)
                 buffer_free(server, container_of(pos, gmd_dbuffer, owner_link));
         list_for_each_safe(pos, tmp, &s->sendq) {

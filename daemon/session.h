@@ -49,6 +49,8 @@ typedef struct gmd_session {
         unsigned n_parked;
         unsigned n_waiting;
 
+        gmd_list waits;             /* MSG_WAITs waiting for moves (tiering.c) */
+
         gmd_list sendq;             /* packets the socket could not take */
         unsigned sendq_len;
         bool closing;

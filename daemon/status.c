@@ -57,6 +57,16 @@ int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
                 pools[i].capacity = p->capacity;
                 pools[i].used = p->used;
                 pools[i].free = pool_free(p);
+                if (i < server->n_devices) {
+                        const gmd_copyq *q = &server->copyqs[i];
+
+                        pools[i].queued_out = q->moves[GMD_COPY_OUT];
+                        pools[i].queued_in = q->moves[GMD_COPY_IN];
+                        pools[i].bytes_out = q->bytes[GMD_COPY_OUT];
+                        pools[i].bytes_in = q->bytes[GMD_COPY_IN];
+                        pools[i].copy_us_out = q->busy_us[GMD_COPY_OUT];
+                        pools[i].copy_us_in = q->busy_us[GMD_COPY_IN];
+                }
                 pool_ptrs[i] = &pools[i];
                 reply.total_capacity += p->capacity;
                 reply.total_used += p->used;

@@ -1,0 +1,52 @@
+/*
+ * copyq — the copy engine of one device: a queue per direction (VRAM to
+ * host, host to VRAM), each holding moves in three classes served in order
+ * — urgent (an acquire waits), eviction (an allocation waits), bulk
+ * (pageout, prefetch). Moves are cut into chunks ([swap] chunk_size) and at
+ * most [swap] copies_in_flight chunks per direction are with the backend at
+ * once, so an urgent move overtakes a bulk one within a chunk or two, and
+ * both directions run at the same time.
+ */
+#ifndef GMD_COPYQ_H
+#define GMD_COPYQ_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "list.h"
+
+typedef struct gmd_server gmd_server;
+typedef struct gmd_move gmd_move;
+
+typedef enum move_class {
+        MOVE_URGENT = 0,
+        MOVE_EVICT = 1,
+        MOVE_BULK = 2,
+} move_class;
+
+typedef struct gmd_copyq {
+        unsigned device;
+        gmd_list queued[2][3];      /* [dir][class]: moves with bytes to issue */
+        unsigned inflight[2];       /* chunks with the backend */
+        unsigned moves[2];          /* moves not finished, queued or copying */
+        uint64_t bytes[2];          /* copied since start */
+        uint64_t busy_us[2];        /* time with at least one chunk in flight */
+        uint64_t busy_since[2];
+} gmd_copyq;
+
+void copyq_init(gmd_copyq *q, unsigned device);
+
+/* Queue a move's bytes and start what the limits allow. */
+void copyq_push(gmd_server *server, gmd_move *move);
+
+/* Serve a queued move in another class (an acquire now waits for it). */
+void copyq_reclass(gmd_server *server, gmd_move *move, move_class cls);
+
+/* Issue no more of the move's bytes. What is in flight still finishes;
+ * the move is handed back (move_copied) once nothing is. */
+void copyq_cancel(gmd_server *server, gmd_move *move);
+
+/* The reap callback: one chunk finished. */
+void copyq_on_done(void *ctx, void *cookie, int status);
+
+#endif

@@ -1,0 +1,119 @@
+/*
+ * evict — see evict.h. Victims are chosen fresh on every call from the
+ * buffer list (no index to keep in step with every lease change); the list
+ * is walked once per device with waiters, which is cheap next to the copy
+ * each choice starts.
+ */
+#include "evict.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer.h"
+#include "log.h"
+#include "move.h"
+#include "parking.h"
+#include "server.h"
+#include "session.h"
+#include "timeutil.h"
+#include "waitq.h"
+
+bool evict_candidate(const gmd_dbuffer *b)
+{
+        return b->tier == GMD_TIER_VRAM && b->state == GMD_STATE_RESIDENT &&
+               !b->move && !b->acquired && !b->parked && b->mem && b->mem->fd >= 0 &&
+               !(b->flags & (GMD_ALLOC_PIN_VRAM | GMD_ALLOC_LEGACY_IPC));
+}
+
+uint64_t evict_evictable(gmd_server *server, unsigned device)
+{
+        uint64_t bytes = 0;
+        gmd_list *pos;
+
+        if (!server_can_move(server))
+                return 0;
+        list_for_each(pos, &server->buffers) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
+
+                if (b->device == device && evict_candidate(b))
+                        bytes += b->size;
+        }
+        return bytes < pool_free(&server->host_pool) ? bytes :
+               pool_free(&server->host_pool);
+}
+
+static int by_victim_order(const void *x, const void *y)
+{
+        const gmd_dbuffer *a = *(gmd_dbuffer *const *)x, *b = *(gmd_dbuffer *const *)y;
+
+        if (a->owner->priority != b->owner->priority)
+                return a->owner->priority < b->owner->priority ? -1 : 1;
+        return (a->released_ms > b->released_ms) - (a->released_ms < b->released_ms);
+}
+
+static void evict_device(gmd_server *server, unsigned device, uint64_t need)
+{
+        gmd_dbuffer **victims;
+        unsigned n = 0, cap = 0;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->buffers)
+                cap++;
+        if (!cap)
+                return;
+        victims = calloc(cap, sizeof(*victims));
+        if (!victims)
+                return;
+        list_for_each(pos, &server->buffers) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
+
+                if (b->device == device && evict_candidate(b))
+                        victims[n++] = b;
+        }
+        qsort(victims, n, sizeof(*victims), by_victim_order);
+        for (unsigned i = 0; i < n && need > 0; i++) {
+                gmd_dbuffer *b = victims[i];
+                char who[128];
+                int r;
+
+                r = move_out_start(server, b, MOVE_EVICT);
+                if (r < 0) {
+                        log_info("cannot evict buffer %llu of %s: %s",
+                                 (unsigned long long)b->id,
+                                 session_describe(b->owner, who, sizeof(who)),
+                                 r == -ENOSPC ? "the host pool is full" :
+                                 strerror(-r));
+                        break;
+                }
+                log_info("evicting buffer %llu (%llu bytes, released %llu ms ago) "
+                         "of %s, priority %d, to host memory",
+                         (unsigned long long)b->id, (unsigned long long)b->size,
+                         (unsigned long long)(now_ms() - b->released_ms),
+                         session_describe(b->owner, who, sizeof(who)),
+                         b->owner->priority);
+                need = need > b->size ? need - b->size : 0;
+        }
+        free(victims);
+}
+
+void evict_balance(gmd_server *server)
+{
+        for (unsigned d = 0; d < server->n_devices; d++) {
+                uint64_t demand = waitq_demand(server, d), room, parked;
+                gmd_pool *pool = server_vram_pool(server, d);
+
+                if (!demand)
+                        continue;
+                room = pool_free(pool) + move_leaving_bytes(server, d);
+                if (room >= demand)
+                        continue;
+                parked = parking_reclaimable(server, d);
+                if (parked) {
+                        parking_reclaim(server, d, demand - room);
+                        room += parked;
+                }
+                if (room < demand && server_can_move(server))
+                        evict_device(server, d, demand - room);
+        }
+}

@@ -1,0 +1,417 @@
+/*
+ * move — see move.h. Pool bytes follow the memory: the destination's tier
+ * pays when its backing is created, the source's tier is paid back when
+ * its backing is destroyed (after the ack, or when an orphaned copy ends),
+ * so a pool never hands out memory that is still allocated.
+ */
+#include "move.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer.h"
+#include "log.h"
+#include "server.h"
+#include "session.h"
+#include "tiering.h"
+#include "timeutil.h"
+
+static void mem_release(gmd_server *server, gmd_mem *mem, gmd_tier tier,
+                        unsigned device)
+{
+        uint64_t size = mem->size;
+
+        server->backend->ops->mem_destroy(server->backend, mem);
+        pool_give(buffer_pool(server, tier, device), size);
+}
+
+bool move_busy(const gmd_dbuffer *b)
+{
+        return b->move || b->move_waiter;
+}
+
+/* ---- acquirers ------------------------------------------------------- */
+
+static void acquirer_on_closed(uv_handle_t *handle)
+{
+        free(handle->data);
+}
+
+static void acquirer_done(gmd_acquirer *a)
+{
+        a->buffer->acquirer = NULL;
+        uv_timer_stop(&a->timer);
+        uv_close((uv_handle_t *)&a->timer, acquirer_on_closed);
+}
+
+/* The buffer is usable: the lease is the client's. */
+static void acquirer_grant(gmd_acquirer *a)
+{
+        a->buffer->acquired = true;
+        session_reply_ok(a->session, a->request_id);
+        acquirer_done(a);
+}
+
+static void acquirer_fail(gmd_acquirer *a, int code, const char *why)
+{
+        session_send_error(a->session, a->request_id, code,
+                           "buffer %llu: %s", (unsigned long long)a->buffer->id, why);
+        acquirer_done(a);
+}
+
+static void acquirer_on_deadline(uv_timer_t *timer)
+{
+        gmd_acquirer *a = timer->data;
+        gmd_dbuffer *b = a->buffer;
+        gmd_server *server = b->owner->server;
+        char why[160];
+
+        /* VRAM first, then host: a SPILLABLE buffer is used where it is.
+         * Its swap-in stops, since a buffer in use must not move. */
+        if ((b->flags & GMD_ALLOC_SPILLABLE) && b->tier == GMD_TIER_HOST &&
+            !(b->move && b->move->dir == GMD_COPY_OUT)) {
+                move_cancel(server, b);
+                acquirer_grant(a);
+                return;
+        }
+        snprintf(why, sizeof(why), "not back in VRAM after %lld ms; its swap-in "
+                 "goes on as a prefetch (see gpu-memctl status)",
+                 (long long)a->timeout_ms);
+        if (b->move && b->move->dir == GMD_COPY_IN && !b->move->finished)
+                copyq_reclass(server, b->move, MOVE_BULK);
+        if (b->move_waiter)
+                waitq_set_rank(server, b->move_waiter, WAITQ_PREFETCH);
+        acquirer_fail(a, GMD__ERROR_CODE__ERR_TIMED_OUT, why);
+}
+
+/* ---- moving out -------------------------------------------------------- */
+
+static gmd_move *move_new(gmd_dbuffer *b, gmd_copy_dir dir, move_class cls,
+                          gmd_mem *dst)
+{
+        gmd_move *m = calloc(1, sizeof(*m));
+
+        if (!m)
+                return NULL;
+        m->buffer = b;
+        m->device = b->device;
+        m->dir = dir;
+        m->cls = cls;
+        m->src = b->mem;
+        m->src_tier = b->tier;
+        m->dst = dst;
+        m->dst_tier = dir == GMD_COPY_OUT ? GMD_TIER_HOST : GMD_TIER_VRAM;
+        m->size = b->size;
+        m->start_us = now_us();
+        list_init(&m->qlink);
+        return m;
+}
+
+int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
+{
+        gmd_mem *dst;
+        gmd_move *m;
+        int r;
+
+        if (!server_can_move(server))
+                return -EOPNOTSUPP;
+        r = pool_take(&server->host_pool, b->size);
+        if (r < 0)
+                return r;
+        r = server->backend->ops->mem_create(server->backend, GMD_TIER_HOST,
+                                             b->device, b->size, &dst);
+        if (r < 0) {
+                pool_give(&server->host_pool, b->size);
+                return r;
+        }
+        m = move_new(b, GMD_COPY_OUT, cls, dst);
+        if (!m) {
+                mem_release(server, dst, GMD_TIER_HOST, b->device);
+                return -ENOMEM;
+        }
+        b->move = m;
+        b->state = GMD_STATE_MOVING_OUT;
+        copyq_push(server, m);
+        return 0;
+}
+
+/* ---- moving in --------------------------------------------------------- */
+
+int move_in_request(gmd_server *server, gmd_dbuffer *b, waitq_rank rank)
+{
+        int r;
+
+        r = waitq_add_move_in(server, b, rank, &b->move_waiter);
+        if (r < 0)
+                return r;
+        b->state = GMD_STATE_MOVING_IN;
+        waitq_run(server);
+        return 0;
+}
+
+int move_in_begin(gmd_server *server, gmd_dbuffer *b)
+{
+        gmd_pool *pool = server_vram_pool(server, b->device);
+        move_class cls = b->move_waiter->rank == WAITQ_SWAP_IN ? MOVE_URGENT :
+                         MOVE_BULK;
+        gmd_mem *dst;
+        gmd_move *m;
+        int r;
+
+        r = pool_take(pool, b->size);
+        if (r < 0)
+                return r;
+        b->move_waiter = NULL;   /* the waitq drops it once we return */
+        r = server->backend->ops->mem_create(server->backend, GMD_TIER_VRAM,
+                                             b->device, b->size, &dst);
+        m = r < 0 ? NULL : move_new(b, GMD_COPY_IN, cls, dst);
+        if (!m) {
+                log_error("buffer %llu: cannot create VRAM to bring it back: %s",
+                          (unsigned long long)b->id, strerror(r < 0 ? -r : ENOMEM));
+                if (r == 0)
+                        server->backend->ops->mem_destroy(server->backend, dst);
+                pool_give(pool, b->size);
+                b->state = GMD_STATE_RESIDENT;
+                if (b->acquirer)
+                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
+                                      "the backend could not create VRAM for it");
+                tiering_moves_changed(b->owner);
+                return 0;
+        }
+        b->move = m;
+        copyq_push(server, m);
+        return 0;
+}
+
+void move_in_cancelled(gmd_dbuffer *b)
+{
+        b->move_waiter = NULL;
+        b->state = GMD_STATE_RESIDENT;
+}
+
+void move_cancel(gmd_server *server, gmd_dbuffer *b)
+{
+        if (b->move_waiter) {
+                waitq_drop(b->move_waiter);
+                move_in_cancelled(b);
+                tiering_moves_changed(b->owner);
+                return;
+        }
+        if (b->move && !b->move->finished)
+                copyq_cancel(server, b->move);
+}
+
+/* ---- end of the copy, the remap, the ack ------------------------------- */
+
+static void move_free_orphan(gmd_server *server, gmd_move *m)
+{
+        mem_release(server, m->dst, m->dst_tier, m->device);
+        if (m->owns_src)
+                mem_release(server, m->src, m->src_tier, m->device);
+        free(m);
+        waitq_run(server);
+}
+
+static void move_send_remap(gmd_server *server, gmd_move *m)
+{
+        Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
+        Gmd__Segment segment = GMD__SEGMENT__INIT, *segments[1] = { &segment };
+
+        m->seq = ++server->next_remap_seq;
+        m->awaiting_ack = true;
+        segment.fd_index = 0;
+        segment.offset = 0;
+        segment.size = m->dst->size;
+        note.buffer_id = m->buffer->id;
+        note.sequence = m->seq;
+        note.tier = (Gmd__Tier)m->dst_tier;
+        note.n_segments = 1;
+        note.segments = segments;
+        session_send(m->buffer->owner, GMD__MSG_TYPE__MSG_REMAP, 0, &note.base,
+                     &m->dst->fd, 1);
+}
+
+void move_copied(gmd_server *server, gmd_move *m)
+{
+        gmd_dbuffer *b = m->buffer;
+
+        if (!b) {
+                move_free_orphan(server, m);
+                return;
+        }
+        if (!m->cancelled) {
+                move_send_remap(server, m);
+                return;
+        }
+        /* Cancelled or failed: the buffer stays on its old backing. */
+        mem_release(server, m->dst, m->dst_tier, m->device);
+        b->move = NULL;
+        b->state = GMD_STATE_RESIDENT;
+        if (b->acquirer) {
+                if (m->status < 0)
+                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
+                                      "copying it back to VRAM failed");
+                else if (b->tier == GMD_TIER_VRAM)
+                        acquirer_grant(b->acquirer);
+        }
+        free(m);
+        tiering_moves_changed(b->owner);
+        waitq_run(server);
+}
+
+static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
+{
+        uint64_t us = now_us() - m->start_us;
+
+        log_debug("buffer %llu: %s %llu bytes in %llu us",
+                  (unsigned long long)b->id,
+                  m->dir == GMD_COPY_OUT ? "moved out" : "moved in",
+                  (unsigned long long)m->size, (unsigned long long)us);
+        mem_release(server, m->src, m->src_tier, m->device);
+        b->mem = m->dst;
+        b->tier = m->dst_tier;
+        b->state = GMD_STATE_RESIDENT;
+        b->move = NULL;
+        free(m);
+        if (b->acquirer) {
+                if (b->tier == GMD_TIER_VRAM)
+                        acquirer_grant(b->acquirer);
+                else if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
+                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
+                                      "cannot queue its swap-in");
+        }
+        tiering_moves_changed(b->owner);
+        waitq_run(server);
+}
+
+void move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ack)
+{
+        gmd_dbuffer *b = buffer_find(s->server, s, ack->buffer_id);
+        gmd_move *m = b ? b->move : NULL;
+
+        if (!m || !m->awaiting_ack || m->seq != ack->sequence) {
+                log_debug("client %llu: stale remap ack for buffer %llu ignored",
+                          (unsigned long long)s->id,
+                          (unsigned long long)ack->buffer_id);
+                return;
+        }
+        if (ack->result < 0) {
+                char who[128];
+
+                /* The client could not map the new backing and gave the
+                 * buffer up (its library marks it revoked): so do we. */
+                log_warning("%s could not map buffer %llu after its move (%s); "
+                            "freeing it", session_describe(s, who, sizeof(who)),
+                            (unsigned long long)b->id, strerror(-ack->result));
+                buffer_free(s->server, b);
+                waitq_run(s->server);
+                return;
+        }
+        move_finish(s->server, b, m);
+}
+
+void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
+{
+        gmd_move *m = b->move;
+
+        if (b->acquirer)
+                acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_NOT_FOUND,
+                              "freed while an acquire waited for it");
+        if (b->move_waiter) {
+                waitq_drop(b->move_waiter);
+                b->move_waiter = NULL;
+        }
+        if (!m)
+                return;
+        b->move = NULL;
+        if (m->finished) {
+                /* Remap sent or not, no copy touches the memory any more. */
+                mem_release(server, m->dst, m->dst_tier, m->device);
+                free(m);
+                return;
+        }
+        /* Copies still run on both backings: the move frees them after. */
+        m->buffer = NULL;
+        m->owns_src = true;
+        b->mem = NULL;
+        copyq_cancel(server, m);
+}
+
+uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
+{
+        uint64_t bytes = 0;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->buffers) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
+
+                if (b->device == device && b->move && b->move->dir == GMD_COPY_OUT &&
+                    !b->move->cancelled)
+                        bytes += b->size;
+        }
+        return bytes;
+}
+
+/* ---- acquire ------------------------------------------------------------ */
+
+void move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b, int64_t timeout_ms)
+{
+        gmd_server *server = s->server;
+        gmd_acquirer *a;
+
+        if (b->acquired || b->acquirer) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_BUSY,
+                                   "buffer %llu is already acquired%s",
+                                   (unsigned long long)b->id,
+                                   b->acquirer ? " (an acquire waits for it)" : "");
+                return;
+        }
+        /* Usable now: in VRAM and staying, or SPILLABLE anywhere it rests. */
+        if ((b->tier == GMD_TIER_VRAM && !b->move) ||
+            ((b->flags & GMD_ALLOC_SPILLABLE) && timeout_ms == 0 && !b->move &&
+             !b->move_waiter)) {
+                b->acquired = true;
+                session_reply_ok(s, id);
+                return;
+        }
+        a = calloc(1, sizeof(*a));
+        if (!a || uv_timer_init(server->loop, &a->timer) < 0) {
+                free(a);
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
+                                   "out of memory");
+                return;
+        }
+        a->buffer = b;
+        a->session = s;
+        a->request_id = id;
+        a->timeout_ms = timeout_ms;
+        a->since_us = now_us();
+        a->timer.data = a;
+        b->acquirer = a;
+
+        if (b->move && b->move->dir == GMD_COPY_OUT && !b->move->finished) {
+                /* Still copying out: stop, it never left. */
+                copyq_cancel(server, b->move);
+        } else if (b->move && b->move->dir == GMD_COPY_IN) {
+                if (!b->move->finished)
+                        copyq_reclass(server, b->move, MOVE_URGENT);
+        } else if (b->move_waiter) {
+                waitq_set_rank(server, b->move_waiter, WAITQ_SWAP_IN);
+                waitq_run(server);
+        } else if (!b->move && b->tier == GMD_TIER_HOST) {
+                if (move_in_request(server, b, WAITQ_SWAP_IN) < 0) {
+                        acquirer_fail(a, GMD__ERROR_CODE__ERR_INTERNAL,
+                                      "cannot queue its swap-in");
+                        return;
+                }
+        }
+        /* else: a move out awaits its ack; move_finish swaps it back in. */
+
+        if (b->acquirer != a)
+                return;   /* granted or failed already */
+        if (timeout_ms == 0)
+                acquirer_on_deadline(&a->timer);
+        else if (timeout_ms > 0)
+                uv_timer_start(&a->timer, acquirer_on_deadline, (uint64_t)timeout_ms, 0);
+}

@@ -1,0 +1,98 @@
+/*
+ * move — moving a buffer's backing between VRAM and host memory without
+ * changing the address its owner holds (DESIGN.md decision 2).
+ *
+ * A move creates the new backing, copies into it (copyq), then sends the
+ * owner a remap naming it; the owner maps it at the same address and acks,
+ * and only then is the old backing freed — the daemon never frees backing
+ * its owner may still have mapped. A buffer moves out only while released
+ * (or SPILLABLE); an acquire on a buffer that is out brings it back first,
+ * ahead of every other move. A buffer freed while its copy runs leaves an
+ * orphaned move that frees both backings once the copy is over.
+ */
+#ifndef GMD_MOVE_H
+#define GMD_MOVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "copyq.h"
+#include "gpumem.pb-c.h"
+#include "list.h"
+#include "waitq.h"
+
+typedef struct gmd_dbuffer gmd_dbuffer;
+typedef struct gmd_session gmd_session;
+
+typedef struct gmd_move {
+        gmd_dbuffer *buffer;        /* NULL once the buffer was freed */
+        unsigned device;
+        gmd_copy_dir dir;
+        move_class cls;
+        gmd_mem *src, *dst;
+        gmd_tier src_tier, dst_tier;
+        uint64_t size;
+        uint64_t issued, done;      /* bytes handed to the backend, copied */
+        unsigned inflight;          /* chunks with the backend */
+        int status;                 /* first copy error */
+        bool queued;                /* in a copyq list (bytes left to issue) */
+        bool cancelled;
+        bool finished;              /* copies over; move_copied ran */
+        bool awaiting_ack;          /* remap sent, old backing still mapped */
+        bool owns_src;              /* orphaned: frees src too */
+        uint64_t seq;               /* of the remap */
+        uint64_t start_us;
+        gmd_list qlink;
+} gmd_move;
+
+/* An acquire waiting for its buffer to be usable. */
+typedef struct gmd_acquirer {
+        gmd_dbuffer *buffer;
+        gmd_session *session;
+        uint32_t request_id;
+        int64_t timeout_ms;
+        uint64_t since_us;
+        uv_timer_t timer;
+} gmd_acquirer;
+
+/* Start moving a VRAM-resident buffer to host memory. -ENOSPC when the
+ * host pool has no room (nothing changed). */
+int move_out_start(gmd_server *server, gmd_dbuffer *buffer, move_class cls);
+
+/* Ask for a host-resident buffer to come back to VRAM: it waits in the
+ * waitq with `rank` until VRAM is free, then copies. */
+int move_in_request(gmd_server *server, gmd_dbuffer *buffer, waitq_rank rank);
+
+/* The waitq found VRAM for a swap-in: take it and start the copy. 0, or
+ * -ENOSPC when the room is not there yet. */
+int move_in_begin(gmd_server *server, gmd_dbuffer *buffer);
+
+/* The waitq dropped a buffer's swap-in without serving it. */
+void move_in_cancelled(gmd_dbuffer *buffer);
+
+/* Stop a move whose copy has not ended (prefetch over pageout, acquire
+ * over eviction): the buffer stays where it was. */
+void move_cancel(gmd_server *server, gmd_dbuffer *buffer);
+
+/* copyq: every chunk of the move is over (or it was cancelled). */
+void move_copied(gmd_server *server, gmd_move *move);
+
+/* MSG_REMAP_ACK. */
+void move_handle_ack(gmd_session *session, uint32_t request_id,
+                     const Gmd__RemapAck *ack);
+
+/* buffer_free is about to free `buffer`: settle its move and acquirer. */
+void move_buffer_freed(gmd_server *server, gmd_dbuffer *buffer);
+
+/* VRAM bytes on `device` that moves under way will free. */
+uint64_t move_leaving_bytes(gmd_server *server, unsigned device);
+
+/* Is the buffer moving, or waiting to? */
+bool move_busy(const gmd_dbuffer *buffer);
+
+/* MSG_ACQUIRE. */
+void move_acquire(gmd_session *session, uint32_t request_id,
+                  gmd_dbuffer *buffer, int64_t timeout_ms);
+
+#endif

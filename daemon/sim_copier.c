@@ -1,0 +1,194 @@
+/*
+ * sim_copier — see sim_copier.h. A job moves from its queue's pending list
+ * to the shared finished list under one mutex; memcpy runs outside it.
+ * The wake function is called once per batch that made the finished list
+ * non-empty, so a burst of small copies costs one wake-up of the loop.
+ */
+#include "sim_copier.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct copy_job {
+        struct copy_job *next;
+        void *dst;
+        const void *src;
+        size_t len;
+        void *cookie;
+} copy_job;
+
+typedef struct copy_queue {
+        sim_copier *copier;
+        pthread_t thread;
+        bool started;
+        copy_job *head, *tail;      /* pending, oldest first */
+        pthread_cond_t cond;
+} copy_queue;
+
+struct sim_copier {
+        pthread_mutex_t lock;
+        bool stopping;
+        unsigned n_queues;
+        copy_queue *queues;
+        copy_job *done_head, *done_tail;
+        void (*wake)(void *ctx);
+        void *wake_ctx;
+};
+
+static void *queue_run(void *arg)
+{
+        copy_queue *q = arg;
+        sim_copier *c = q->copier;
+
+        pthread_mutex_lock(&c->lock);
+        for (;;) {
+                copy_job *job;
+                bool was_empty;
+
+                while (!q->head && !c->stopping)
+                        pthread_cond_wait(&q->cond, &c->lock);
+                if (!q->head)
+                        break;   /* stopping, nothing left */
+                job = q->head;
+                pthread_mutex_unlock(&c->lock);
+
+                memcpy(job->dst, job->src, job->len);
+
+                pthread_mutex_lock(&c->lock);
+                q->head = job->next;
+                if (!q->head)
+                        q->tail = NULL;
+                job->next = NULL;
+                was_empty = !c->done_head;
+                if (c->done_tail)
+                        c->done_tail->next = job;
+                else
+                        c->done_head = job;
+                c->done_tail = job;
+                if (was_empty && c->wake)
+                        c->wake(c->wake_ctx);
+        }
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+}
+
+int sim_copier_new(unsigned n_queues, sim_copier **ret_copier)
+{
+        sim_copier *c = calloc(1, sizeof(*c));
+        int r = 0;
+
+        if (!c)
+                return -ENOMEM;
+        c->queues = calloc(n_queues ? n_queues : 1, sizeof(*c->queues));
+        if (!c->queues) {
+                free(c);
+                return -ENOMEM;
+        }
+        c->n_queues = n_queues;
+        pthread_mutex_init(&c->lock, NULL);
+        for (unsigned i = 0; i < n_queues; i++) {
+                copy_queue *q = &c->queues[i];
+
+                q->copier = c;
+                pthread_cond_init(&q->cond, NULL);
+                r = -pthread_create(&q->thread, NULL, queue_run, q);
+                if (r < 0)
+                        break;
+                q->started = true;
+        }
+        if (r < 0) {
+                sim_copier_free(c);
+                return r;
+        }
+        *ret_copier = c;
+        return 0;
+}
+
+static void jobs_free(copy_job *job)
+{
+        while (job) {
+                copy_job *next = job->next;
+
+                free(job);
+                job = next;
+        }
+}
+
+sim_copier *sim_copier_free(sim_copier *c)
+{
+        if (!c)
+                return NULL;
+        pthread_mutex_lock(&c->lock);
+        c->stopping = true;
+        for (unsigned i = 0; i < c->n_queues; i++)
+                pthread_cond_signal(&c->queues[i].cond);
+        pthread_mutex_unlock(&c->lock);
+        for (unsigned i = 0; i < c->n_queues; i++) {
+                copy_queue *q = &c->queues[i];
+
+                if (q->started)
+                        pthread_join(q->thread, NULL);
+                jobs_free(q->head);
+                pthread_cond_destroy(&q->cond);
+        }
+        jobs_free(c->done_head);
+        pthread_mutex_destroy(&c->lock);
+        free(c->queues);
+        free(c);
+        return NULL;
+}
+
+void sim_copier_set_wake(sim_copier *c, void (*wake)(void *ctx), void *ctx)
+{
+        pthread_mutex_lock(&c->lock);
+        c->wake = wake;
+        c->wake_ctx = ctx;
+        pthread_mutex_unlock(&c->lock);
+}
+
+int sim_copier_submit(sim_copier *c, unsigned queue, void *dst, const void *src,
+                      size_t len, void *cookie)
+{
+        copy_job *job;
+        copy_queue *q;
+
+        if (queue >= c->n_queues)
+                return -EINVAL;
+        job = calloc(1, sizeof(*job));
+        if (!job)
+                return -ENOMEM;
+        job->dst = dst;
+        job->src = src;
+        job->len = len;
+        job->cookie = cookie;
+        q = &c->queues[queue];
+        pthread_mutex_lock(&c->lock);
+        if (q->tail)
+                q->tail->next = job;
+        else
+                q->head = job;
+        q->tail = job;
+        pthread_cond_signal(&q->cond);
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+}
+
+void sim_copier_reap(sim_copier *c, gmd_copy_done_fn done, void *ctx)
+{
+        copy_job *job;
+
+        pthread_mutex_lock(&c->lock);
+        job = c->done_head;
+        c->done_head = c->done_tail = NULL;
+        pthread_mutex_unlock(&c->lock);
+        while (job) {
+                copy_job *next = job->next;
+
+                done(ctx, job->cookie, 0);
+                free(job);
+                job = next;
+        }
+}

@@ -1,0 +1,33 @@
+/*
+ * sim_copier — the sim backend's copy engine: one worker thread per queue
+ * (a device and a direction), each running memcpy on the jobs submitted to
+ * it in order, the way a CUDA stream runs its copies. Finished jobs wait in
+ * one list until the loop thread reaps them; the wake function tells it
+ * there is something to reap. Threads and locks stay inside this file.
+ */
+#ifndef GMD_SIM_COPIER_H
+#define GMD_SIM_COPIER_H
+
+#include <stddef.h>
+
+#include "backend.h"
+
+typedef struct sim_copier sim_copier;
+
+/* Start `n_queues` worker threads. */
+int sim_copier_new(unsigned n_queues, sim_copier **ret_copier);
+
+/* Stop the threads (after the jobs already queued) and free everything;
+ * jobs not reaped are dropped. Accepts NULL, returns NULL. */
+sim_copier *sim_copier_free(sim_copier *copier);
+
+void sim_copier_set_wake(sim_copier *copier, void (*wake)(void *ctx), void *ctx);
+
+/* Queue a copy of `len` bytes on `queue`. 0 or -ENOMEM / -EINVAL. */
+int sim_copier_submit(sim_copier *copier, unsigned queue, void *dst,
+                      const void *src, size_t len, void *cookie);
+
+/* Hand every finished job to `done`, in the order they finished. */
+void sim_copier_reap(sim_copier *copier, gmd_copy_done_fn done, void *ctx);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * tiering — the client's requests about where its buffers live: acquire
+ * (a passive swap-in when the buffer is out), pageout and prefetch (queued
+ * moves, answered at once) and wait (for moves to end). The moves
+ * themselves are move.c's.
+ */
+#ifndef GMD_TIERING_H
+#define GMD_TIERING_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "copyq.h"
+#include "gpumem.pb-c.h"
+#include "list.h"
+
+typedef struct gmd_session gmd_session;
+
+/* A MSG_WAIT waiting for moves to end. */
+typedef struct gmd_move_wait {
+        gmd_session *session;
+        gmd_list link;              /* in session->waits */
+        uint32_t request_id;
+        uint64_t *ids;              /* NULL: every buffer of the client */
+        size_t n_ids;
+        int64_t timeout_ms;
+        uv_timer_t timer;
+} gmd_move_wait;
+
+void tiering_handle_acquire(gmd_session *session, uint32_t request_id,
+                            const Gmd__AcquireRequest *request);
+void tiering_handle_pageout(gmd_session *session, uint32_t request_id,
+                            const Gmd__MoveRequest *request);
+void tiering_handle_prefetch(gmd_session *session, uint32_t request_id,
+                             const Gmd__MoveRequest *request);
+void tiering_handle_wait(gmd_session *session, uint32_t request_id,
+                         const Gmd__WaitRequest *request);
+
+/* Move every released buffer of the session to host memory (admin evict,
+ * whole-client pageout). Returns how many moves started, or -ENOSPC when
+ * the host pool stopped it first. */
+int tiering_pageout_all(gmd_session *session, move_class cls);
+
+/* A move of the session's ended or was cancelled: answer waits now met. */
+void tiering_moves_changed(gmd_session *session);
+
+/* The session is closing: drop its waits without answering. */
+void tiering_session_closed(gmd_session *session);
+
+#endif
