@@ -6,7 +6,12 @@
  * A buffer's address range is reserved when it is created and given back
  * only when its handle is freed, so the pointer the application holds
  * stays valid through remaps and never points at someone else's mapping
- * after a revoke: a revoked range stays reserved and inaccessible.
+ * after a revoke: a revoked range stays reserved and inaccessible. Legacy
+ * IPC buffers are the exception the daemon's CUDA IPC handle forces: the
+ * driver places them, and a revoke closes them outright.
+ *
+ * gmd_free parks the buffer in the mapping cache when it can, and gmd_alloc
+ * looks there first (mapcache.c).
  */
 #include "buffer.h"
 
@@ -18,6 +23,7 @@
 #include <unistd.h>
 
 #include "errors.h"
+#include "mapcache.h"
 
 /* Under buffers_lock. */
 static gmd_buffer *buffer_find_locked(gmd_client *client, uint64_t id)
@@ -90,12 +96,62 @@ static bool tier_valid(int tier)
         return tier == GMD__TIER__TIER_VRAM || tier == GMD__TIER__TIER_HOST;
 }
 
-int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
-               unsigned device, gmd_wire_packet *packet,
-               const char **ret_reason, gmd_buffer **ret_buffer)
+/* A legacy IPC reply: the daemon's 64-byte CUDA IPC handle instead of
+ * segments and fds. -EPROTO with *ret_reason when malformed, GMD_ENOTSUP
+ * when this mapper cannot open one (the daemon's buffer must be freed). */
+static int buffer_open_ipc(gmd_client *client, const Gmd__AllocReply *reply,
+                           gmd_buffer *buffer, unsigned device,
+                           const char **ret_reason)
+{
+        const gmd_mapper_ops *ops = client->mapper->ops;
+
+        if (reply->ipc_handle.len != 64) {
+                *ret_reason = "alloc reply's ipc_handle is not 64 bytes";
+                return -EPROTO;
+        }
+        if (reply->n_segments > 0) {
+                *ret_reason = "alloc reply has both an ipc_handle and segments";
+                return -EPROTO;
+        }
+        if (!ops->ipc_open)
+                return GMD_ENOTSUP;
+        buffer->ipc = true;
+        return ops->ipc_open(client->mapper, device, reply->ipc_handle.data,
+                             &buffer->addr);
+}
+
+/* Reserve the buffer's range and map the reply's segments into it. */
+static int buffer_map_segments(gmd_client *client, const Gmd__AllocReply *reply,
+                               gmd_buffer *buffer, unsigned device,
+                               gmd_wire_packet *packet, const char **ret_reason)
 {
         const gmd_mapper_ops *ops = client->mapper->ops;
         gmd_map_segment *segments = NULL;
+        int r;
+
+        r = segments_from_wire(reply->size, reply->segments,
+                               reply->n_segments, packet, &segments,
+                               ret_reason);
+        if (r < 0)
+                return r;
+        r = ops->reserve(client->mapper, reply->size, &buffer->addr);
+        if (r < 0) {
+                segments_close(segments, reply->n_segments);
+                goto out;
+        }
+        r = ops->map(client->mapper, buffer->addr, device, segments,
+                     (unsigned)reply->n_segments);
+        if (r < 0)
+                ops->unreserve(client->mapper, buffer->addr, reply->size);
+out:
+        free(segments);
+        return r;
+}
+
+int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
+               unsigned device, unsigned flags, gmd_wire_packet *packet,
+               const char **ret_reason, gmd_buffer **ret_buffer)
+{
         gmd_buffer *buffer;
         bool known;
         int r;
@@ -116,34 +172,24 @@ int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
                 *ret_reason = "alloc reply names a buffer id already in use";
                 return -EPROTO;
         }
-        r = segments_from_wire(reply->size, reply->segments,
-                               reply->n_segments, packet, &segments,
-                               ret_reason);
-        if (r < 0)
-                return r;
 
         buffer = calloc(1, sizeof(*buffer));
-        if (!buffer) {
-                r = -ENOMEM;
-                segments_close(segments, reply->n_segments);
-                goto out;
-        }
-        r = ops->reserve(client->mapper, reply->size, &buffer->addr);
+        if (!buffer)
+                return -ENOMEM;
+        if (reply->ipc_handle.len > 0)
+                r = buffer_open_ipc(client, reply, buffer, device, ret_reason);
+        else
+                r = buffer_map_segments(client, reply, buffer, device, packet,
+                                        ret_reason);
         if (r < 0) {
-                segments_close(segments, reply->n_segments);
                 free(buffer);
-                goto out;
-        }
-        r = ops->map(client->mapper, buffer->addr, device, segments,
-                     (unsigned)reply->n_segments);
-        if (r < 0) {
-                ops->unreserve(client->mapper, buffer->addr, reply->size);
-                free(buffer);
-                goto out;
+                return r;
         }
         buffer->id = reply->buffer_id;
         buffer->size = reply->size;
         buffer->device = device;
+        buffer->flags = flags;
+        list_init(&buffer->cache_node);
         atomic_init(&buffer->tier, reply->tier);
         atomic_init(&buffer->revoked, false);
 
@@ -151,9 +197,7 @@ int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
         list_add_tail(&client->buffers, &buffer->node);
         pthread_mutex_unlock(&client->buffers_lock);
         *ret_buffer = buffer;
-out:
-        free(segments);
-        return r;
+        return 0;
 }
 
 void buffer_unlink(gmd_client *client, gmd_buffer *buffer)
@@ -165,12 +209,27 @@ void buffer_unlink(gmd_client *client, gmd_buffer *buffer)
 
 gmd_buffer *buffer_destroy(gmd_client *client, gmd_buffer *buffer)
 {
+        const gmd_mapper_ops *ops;
+
         if (!buffer)
                 return NULL;
-        client->mapper->ops->unreserve(client->mapper, buffer->addr,
-                                       buffer->size);
+        ops = client->mapper->ops;
+        if (!buffer->ipc)
+                ops->unreserve(client->mapper, buffer->addr, buffer->size);
+        else if (!buffer->ipc_closed)
+                ops->ipc_close(client->mapper, buffer->device, buffer->addr);
         free(buffer);
         return NULL;
+}
+
+/* Under buffers_lock: close a legacy IPC buffer's mapping, once. */
+static void buffer_ipc_close_locked(gmd_client *client, gmd_buffer *buffer)
+{
+        if (buffer->ipc && !buffer->ipc_closed) {
+                client->mapper->ops->ipc_close(client->mapper, buffer->device,
+                                               buffer->addr);
+                buffer->ipc_closed = true;
+        }
 }
 
 /* Under buffers_lock: the range is unmapped; no call may use it again. */
@@ -200,6 +259,12 @@ int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
         buffer = buffer_find_locked(client, notify->buffer_id);
         if (!buffer || atomic_load(&buffer->revoked)) {
                 r = -ENOENT;            /* the packet closes the fds */
+                goto out;
+        }
+        if (buffer->ipc) {
+                /* The daemon cannot move a cudaMalloc'd buffer; say so
+                 * rather than tear down a mapping that still works. */
+                r = -EOPNOTSUPP;
                 goto out;
         }
         r = segments_from_wire(buffer->size, notify->segments,
@@ -237,17 +302,26 @@ out:
 
 void buffer_revoke(gmd_client *client, uint64_t buffer_id, const char *message)
 {
-        gmd_buffer *buffer;
+        const gmd_mapper_ops *ops = client->mapper->ops;
+        gmd_buffer *buffer, *dropped = NULL;
 
         pthread_mutex_lock(&client->buffers_lock);
         buffer = buffer_find_locked(client, buffer_id);
-        if (buffer && !atomic_load(&buffer->revoked)) {
-                client->mapper->ops->unmap(client->mapper, buffer->addr,
-                                           buffer->size);
+        if (buffer && buffer->parked) {
+                /* Nobody holds the handle: forget it altogether. */
+                mapcache_forget_locked(&client->cache, buffer);
+                list_remove(&buffer->node);
+                dropped = buffer;
+        } else if (buffer && !atomic_load(&buffer->revoked)) {
+                if (buffer->ipc)
+                        buffer_ipc_close_locked(client, buffer);
+                else
+                        ops->unmap(client->mapper, buffer->addr, buffer->size);
                 buffer_mark_revoked(buffer, *message ? message :
                                     "revoked by gpu-memd");
         }
         pthread_mutex_unlock(&client->buffers_lock);
+        buffer_destroy(client, dropped);        /* unmaps, unreserves */
 }
 
 static int buffer_revoked_error(const gmd_buffer *buffer)
@@ -262,7 +336,8 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
               unsigned flags, int64_t timeout_ms, gmd_buffer **ret_buffer)
 {
         Gmd__AllocRequest msg = GMD__ALLOC_REQUEST__INIT;
-        gmd_request req = { .device = device };
+        gmd_request req = { .device = device, .flags = flags };
+        gmd_buffer *cached = NULL;
         int r;
 
         if (!client || !ret_buffer) {
@@ -273,6 +348,20 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
                 error_set("cannot allocate 0 bytes");
                 return -EINVAL;
         }
+        if ((flags & GMD_ALLOC_LEGACY_IPC) && !client->mapper->ops->ipc_open) {
+                error_set("legacy CUDA IPC buffers need the cuda backend; "
+                          "gpu-memd runs %s", client->backend);
+                return GMD_ENOTSUP;
+        }
+        /* The fast path: a mapping this client parked. */
+        r = mapcache_take(client, device, size, flags, &cached);
+        if (r < 0)
+                return r;
+        if (r > 0) {
+                *ret_buffer = cached;
+                return 0;
+        }
+
         msg.size = size;
         msg.device = device;
         msg.flags = flags;
@@ -326,6 +415,19 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
         if (!client) {
                 error_set("gmd_free: no client");
                 return -EINVAL;
+        }
+        if (mapcache_park(client, buffer))
+                return 0;
+        if (buffer->ipc) {
+                /* Close our mapping before the daemon cudaFrees it. From
+                 * here on the buffer is unusable, whatever FREE says. */
+                pthread_mutex_lock(&client->buffers_lock);
+                if (!atomic_load(&buffer->revoked)) {
+                        buffer_ipc_close_locked(client, buffer);
+                        buffer_mark_revoked(buffer, "gmd_free closed its "
+                                            "CUDA IPC mapping");
+                }
+                pthread_mutex_unlock(&client->buffers_lock);
         }
         msg.buffer_id = buffer->id;
         r = client_call(client, &req, GMD__MSG_TYPE__MSG_FREE, &msg.base);

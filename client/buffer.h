@@ -5,7 +5,10 @@
  *
  * The I/O thread creates buffers (while it handles the alloc reply, so a
  * remap that follows at once finds the buffer in the table), remaps and
- * revokes them; application threads read their fields and free them. The
+ * revokes them; application threads read their fields and free them (or
+ * park them in the mapping cache, mapcache.h). A legacy IPC buffer
+ * (GMD_ALLOC_LEGACY_IPC) has no reservation: the driver picks its address
+ * when the daemon's CUDA IPC handle is opened, and it is never parked. The
  * table is a list: lookups happen only for notifications, which come at
  * most as fast as the daemon can copy memory, and a process holds few
  * buffers.
@@ -27,6 +30,12 @@ struct gmd_buffer {
         void *addr;
         uint64_t size;
         unsigned device;
+        unsigned flags;                 /* GMD_ALLOC_* it was allocated with */
+        bool ipc;                       /* opened from a CUDA IPC handle */
+        bool ipc_closed;                /* ... and closed (buffers_lock) */
+        /* The mapping cache's, under buffers_lock: */
+        bool parked;                    /* idle in the cache, not the app's */
+        gmd_list cache_node;            /* client->cache.lru while parked */
         _Atomic int tier;               /* gmd_tier; a remap changes it */
         _Atomic bool revoked;           /* backing gone, range reserved */
         char revoke_reason[160];        /* written once, before `revoked` */
@@ -40,14 +49,15 @@ struct gmd_buffer {
  * must be freed).
  */
 int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
-               unsigned device, gmd_wire_packet *packet,
+               unsigned device, unsigned flags, gmd_wire_packet *packet,
                const char **ret_reason, gmd_buffer **ret_buffer);
 
 /* Take the buffer out of the client's table. */
 void buffer_unlink(gmd_client *client, gmd_buffer *buffer);
 
-/* Give back the buffer's address range and free the handle (already out
- * of the table, or the table is going away). Accepts NULL; returns NULL. */
+/* Give back the buffer's address range (close a legacy IPC mapping) and
+ * free the handle (already out of the table, or the table is going away).
+ * Accepts NULL; returns NULL. */
 gmd_buffer *buffer_destroy(gmd_client *client, gmd_buffer *buffer);
 
 /*
@@ -59,7 +69,9 @@ int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
                  gmd_wire_packet *packet, const char **ret_reason);
 
 /* Apply a revoke notification: unmap, keep the range, mark revoked with
- * the daemon's `message`. An unknown id is ignored (already freed). */
+ * the daemon's `message`. An unknown id is ignored (already freed). A
+ * parked buffer, which the application no longer holds, is dropped from
+ * the cache and its handle freed. */
 void buffer_revoke(gmd_client *client, uint64_t buffer_id,
                    const char *message);
 

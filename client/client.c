@@ -40,13 +40,12 @@ static uint32_t next_request_id_locked(gmd_client *client)
         return id;
 }
 
-/* Pack and send one message; waits for room in the socket if it is full. */
-static int send_message(gmd_client *client, uint16_t type, uint32_t id,
-                        const ProtobufCMessage *msg)
+/* Pack `msg` into a new buffer. */
+static int message_pack(const ProtobufCMessage *msg, uint8_t **ret_buf,
+                        size_t *ret_len)
 {
         size_t len = protobuf_c_message_get_packed_size(msg);
         uint8_t *buf;
-        int r;
 
         if (len > GMD_WIRE_MAX_PAYLOAD)
                 return -EMSGSIZE;
@@ -54,8 +53,18 @@ static int send_message(gmd_client *client, uint16_t type, uint32_t id,
         if (!buf)
                 return -ENOMEM;
         protobuf_c_message_pack(msg, buf);
+        *ret_buf = buf;
+        *ret_len = len;
+        return 0;
+}
 
-        pthread_mutex_lock(&client->send_lock);
+/* Under send_lock: send one packed message; waits for room in the socket
+ * if it is full. */
+static int send_packed_locked(gmd_client *client, uint16_t type, uint32_t id,
+                              const uint8_t *buf, size_t len)
+{
+        int r;
+
         for (;;) {
                 struct pollfd p = { .fd = client->sock, .events = POLLOUT };
 
@@ -70,6 +79,22 @@ static int send_message(gmd_client *client, uint16_t type, uint32_t id,
                         break;
                 }
         }
+        return r;
+}
+
+/* Pack and send one message; waits for room in the socket if it is full. */
+static int send_message(gmd_client *client, uint16_t type, uint32_t id,
+                        const ProtobufCMessage *msg)
+{
+        uint8_t *buf;
+        size_t len;
+        int r;
+
+        r = message_pack(msg, &buf, &len);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&client->send_lock);
+        r = send_packed_locked(client, type, id, buf, len);
         pthread_mutex_unlock(&client->send_lock);
         free(buf);
         return r;
@@ -198,6 +223,54 @@ int client_send(gmd_client *client, uint16_t type, const ProtobufCMessage *msg)
         return send_message(client, type, id, msg);
 }
 
+int client_send_after(gmd_client *client, pthread_mutex_t *held,
+                      uint16_t type, const ProtobufCMessage *msg)
+{
+        uint8_t small[64], *buf = small, *heap = NULL;
+        size_t len = protobuf_c_message_get_packed_size(msg);
+        uint32_t id = 0;
+        int r = 0;
+
+        /* The cache's messages name one buffer: packed on the stack they
+         * cannot fail for want of memory, so "parked" never goes unsaid. */
+        if (len > sizeof(small)) {
+                r = message_pack(msg, &heap, &len);
+                if (r < 0) {
+                        pthread_mutex_unlock(held);
+                        return r;
+                }
+                buf = heap;
+        } else {
+                protobuf_c_message_pack(msg, small);
+        }
+        pthread_mutex_lock(&client->send_lock);
+        pthread_mutex_unlock(held);
+        pthread_mutex_lock(&client->lock);
+        if (client->dead)
+                r = client->dead_error;
+        else
+                id = next_request_id_locked(client);
+        pthread_mutex_unlock(&client->lock);
+        if (r == 0)
+                r = send_packed_locked(client, type, id, buf, len);
+        pthread_mutex_unlock(&client->send_lock);
+        free(heap);
+        return r;
+}
+
+int client_dead_error(gmd_client *client)
+{
+        int r = 0;
+
+        pthread_mutex_lock(&client->lock);
+        if (client->dead) {
+                r = client->dead_error;
+                error_set("%s", client->dead_reason);
+        }
+        pthread_mutex_unlock(&client->lock);
+        return r;
+}
+
 /* Wait up to the deadline for the one packet that answers the hello. */
 static int hello_receive(gmd_client *client, uint8_t *buf,
                          gmd_wire_packet *ret_packet)
@@ -250,6 +323,20 @@ static int hello_accept(gmd_client *client, const Gmd__HelloReply *reply)
         client->version = reply->version;
         client->client_id = reply->client_id;
         client->n_devices = (unsigned)reply->n_devices;
+        client->granularity = calloc(reply->n_devices ? reply->n_devices : 1,
+                                     sizeof(*client->granularity));
+        if (!client->granularity) {
+                error_set("out of memory");
+                return -ENOMEM;
+        }
+        /* Devices are named by index; one the reply does not describe
+         * keeps granularity 0, which the mapping cache never matches. */
+        for (size_t i = 0; i < reply->n_devices; i++) {
+                const Gmd__DeviceInfo *d = reply->devices[i];
+
+                if (d->index < client->n_devices)
+                        client->granularity[d->index] = d->granularity;
+        }
         client->backend = strdup(reply->backend ? reply->backend : "");
         client->daemon_version = strdup(reply->daemon_version ?
                                         reply->daemon_version : "");
@@ -444,6 +531,9 @@ int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
         pthread_mutex_init(&client->lock, NULL);
         pthread_mutex_init(&client->buffers_lock, NULL);
 
+        r = mapcache_init(&client->cache);
+        if (r < 0)
+                goto fail;
         r = hello(client, client_name);
         if (r < 0)
                 goto fail;
@@ -529,6 +619,7 @@ gmd_client *gmd_disconnect(gmd_client *client)
         }
         if (client->mapper)
                 client->mapper->ops->destroy(client->mapper);
+        free(client->granularity);
         free(client->backend);
         free(client->daemon_version);
         pthread_mutex_destroy(&client->send_lock);

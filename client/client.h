@@ -11,9 +11,13 @@
  * the daemon sends is checked here before it is trusted; anything malformed
  * closes the connection and fails every waiting call, never the process.
  *
- * Locks, never nested: `lock` (pending requests, connection state),
- * `buffers_lock` (the buffer table, held across a remap so a buffer cannot
- * be freed under the I/O thread), `send_lock` (one writer on the socket).
+ * Locks: `lock` (pending requests, connection state), `buffers_lock` (the
+ * buffer table and the mapping cache, held across a remap so a buffer
+ * cannot be freed under the I/O thread), `send_lock` (one writer on the
+ * socket). Only two orders nest: buffers_lock is held while send_lock is
+ * taken (client_send_after: the cache's messages leave in the order its
+ * changes were made), and `lock` is a leaf taken under either for a moment.
+ * Nothing takes buffers_lock while holding send_lock or `lock`.
  */
 #ifndef GMD_CLIENT_H
 #define GMD_CLIENT_H
@@ -25,6 +29,7 @@
 
 #include "gpumem.h"
 #include "list.h"
+#include "mapcache.h"
 #include "mapper.h"
 
 struct gmd_client {
@@ -38,6 +43,7 @@ struct gmd_client {
         char *daemon_version;
         unsigned version;
         unsigned n_devices;
+        uint64_t *granularity;          /* per device, from the hello */
         uint64_t client_id;
 
         pthread_mutex_t send_lock;
@@ -51,7 +57,8 @@ struct gmd_client {
         char shutdown_notice[192];      /* ShutdownNotify's words, or "" */
 
         pthread_mutex_t buffers_lock;
-        gmd_list buffers;               /* gmd_buffer.node */
+        gmd_list buffers;               /* gmd_buffer.node, parked ones too */
+        gmd_mapcache cache;             /* idle mappings, buffers_lock */
 };
 
 /* One call waiting for its reply. Owned by the calling thread; the I/O
@@ -61,6 +68,7 @@ typedef struct gmd_request {
         uint32_t id;
         uint16_t expect;                /* reply type that answers it */
         unsigned device;                /* MSG_ALLOC: device of the buffer */
+        unsigned flags;                 /* MSG_ALLOC: flags asked for */
         pthread_cond_t cond;
         bool done;
         int error;                      /* 0 or why the call failed */
@@ -94,6 +102,19 @@ void request_clear(gmd_request *req);
 /* Send a packet that expects no answer (remap acks), from any thread. */
 int client_send(gmd_client *client, uint16_t type,
                 const ProtobufCMessage *msg);
+
+/*
+ * Send a packet that expects no answer while `held` is locked by the
+ * caller: take send_lock, unlock `held`, send, unlock send_lock. Packets of
+ * changes made under `held` thus leave in the order the changes were made,
+ * and `held` is not kept across a send that may wait for room. `held` is
+ * unlocked in every case.
+ */
+int client_send_after(gmd_client *client, pthread_mutex_t *held,
+                      uint16_t type, const ProtobufCMessage *msg);
+
+/* The connection's error if it is dead (gmd_last_error explains), else 0. */
+int client_dead_error(gmd_client *client);
 
 /* Remember the daemon's shutdown notice for client_fail. */
 void client_note_shutdown(gmd_client *client, const char *message);

@@ -4,12 +4,12 @@
  * It reads packets until the connection dies or gmd_disconnect wakes it,
  * and for each one: checks the framing (wire.c) and the payload, hands a
  * reply to the request waiting for it, or applies a notification (remap,
- * revoke, shutdown notice). The daemon is trusted with memory but not with
- * well-formedness: an unknown request id, an unexpected message type, a
- * payload that does not decode or segments that do not fit close the
- * connection with a reason that every waiting call and every later call
- * reports. Every fd a packet brings is taken by whatever it belongs to, or
- * closed when the packet is done.
+ * revoke, reclaim of cached mappings, shutdown notice). The daemon is
+ * trusted with memory but not with well-formedness: an unknown request id,
+ * an unexpected message type, a payload that does not decode or segments
+ * that do not fit close the connection with a reason that every waiting
+ * call and every later call reports. Every fd a packet brings is taken by
+ * whatever it belongs to, or closed when the packet is done.
  *
  * Alloc replies are mapped here rather than in the calling thread so the
  * buffer is in the table before the next packet, which may be a remap of
@@ -25,6 +25,7 @@
 #include "buffer.h"
 #include "client.h"
 #include "errors.h"
+#include "mapcache.h"
 #include "gpumem.pb-c.h"
 #include "wire.h"
 
@@ -100,7 +101,8 @@ static int handle_alloc_reply(gmd_client *client, gmd_request *req,
         char message[160];
         int r;
 
-        r = buffer_new(client, reply, req->device, packet, &reason, &buffer);
+        r = buffer_new(client, reply, req->device, req->flags, packet, &reason,
+                       &buffer);
         if (r < 0 && reason)
                 return protocol_error(client, req, header, reason);
         if (r < 0) {
@@ -201,6 +203,25 @@ static int handle_revoke(gmd_client *client, gmd_wire_packet *packet)
         return 0;
 }
 
+/* The daemon needs room on a device: hand back what the mapping cache has
+ * parked there. Only buffers still parked now go back; one that gmd_alloc
+ * took meanwhile stays taken, and its UNPARK is already on the socket ahead
+ * of our RETURN. Returning nothing sends nothing. A failed send means the
+ * connection is going; the next read says why. */
+static int handle_reclaim(gmd_client *client, gmd_wire_packet *packet)
+{
+        Gmd__ReclaimNotify *notify;
+
+        notify = gmd__reclaim_notify__unpack(NULL, packet->header.length,
+                                             packet->payload);
+        if (!notify)
+                return protocol_error(client, NULL, &packet->header,
+                                      "payload does not decode");
+        mapcache_return(client, false, notify->device, notify->bytes);
+        gmd__reclaim_notify__free_unpacked(notify, NULL);
+        return 0;
+}
+
 /* The daemon is stopping and will close the connection: keep reading
  * until it does (replies may still come), then explain the loss with its
  * words. */
@@ -227,6 +248,8 @@ static int handle_packet(gmd_client *client, gmd_wire_packet *packet)
                 return handle_remap(client, packet);
         case GMD__MSG_TYPE__MSG_REVOKE:
                 return handle_revoke(client, packet);
+        case GMD__MSG_TYPE__MSG_RECLAIM:
+                return handle_reclaim(client, packet);
         case GMD__MSG_TYPE__MSG_SHUTDOWN:
                 return handle_shutdown(client, packet);
         default:

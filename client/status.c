@@ -77,6 +77,7 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 c->priority = w->priority;
                 c->gid = w->gid;
                 c->details_hidden = w->details_hidden ? 1 : 0;
+                c->parked_bytes = w->parked_bytes;
         }
         s->n_buffers = reply->n_buffers;
         for (size_t i = 0; i < reply->n_buffers; i++) {
@@ -92,6 +93,7 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 b->state = (gmd_buffer_state)w->state;
                 b->flags = w->flags;
                 b->acquired = w->acquired ? 1 : 0;
+                b->parked = w->parked ? 1 : 0;
         }
         *ret_status = s;
         return 0;

@@ -142,6 +142,8 @@ int move_in_request(gmd_server *server, gmd_dbuffer *b, waitq_rank rank)
 {
         int r;
 
+        if (!server_can_move(server))
+                return -EOPNOTSUPP;
         r = waitq_add_move_in(server, b, rank, &b->move_waiter);
         if (r < 0)
                 return r;
@@ -369,8 +371,8 @@ void move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b, int64_t timeout_m
         }
         /* Usable now: in VRAM and staying, or SPILLABLE anywhere it rests. */
         if ((b->tier == GMD_TIER_VRAM && !b->move) ||
-            ((b->flags & GMD_ALLOC_SPILLABLE) && timeout_ms == 0 && !b->move &&
-             !b->move_waiter)) {
+            ((b->flags & GMD_ALLOC_SPILLABLE) && !b->move && !b->move_waiter &&
+             (timeout_ms == 0 || !server_can_move(server)))) {
                 b->acquired = true;
                 session_reply_ok(s, id);
                 return;

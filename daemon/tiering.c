@@ -83,6 +83,17 @@ static gmd_dbuffer **named_buffers(gmd_session *s, uint32_t id, const uint64_t *
         return out;
 }
 
+/* Answer and return false when this backend cannot move buffers. */
+static bool can_move_or_reply(gmd_session *s, uint32_t id)
+{
+        if (server_can_move(s->server))
+                return true;
+        session_send_error(s, id, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                           "the %s backend cannot move buffers between VRAM and "
+                           "host memory yet", s->server->backend->ops->name);
+        return false;
+}
+
 static int pageout_one(gmd_server *server, gmd_dbuffer *b, move_class cls)
 {
         if (b->tier == GMD_TIER_HOST) {
@@ -130,6 +141,8 @@ void tiering_handle_pageout(gmd_session *s, uint32_t id, const Gmd__MoveRequest 
         gmd_dbuffer **bufs;
         int r = 0;
 
+        if (!can_move_or_reply(s, id))
+                return;
         if (m->n_buffer_ids == 0) {
                 r = tiering_pageout_all(s, MOVE_BULK);
                 if (r == -ENOSPC)
@@ -170,6 +183,8 @@ void tiering_handle_prefetch(gmd_session *s, uint32_t id, const Gmd__MoveRequest
         gmd_list *pos, *tmp;
         int r = 0;
 
+        if (!can_move_or_reply(s, id))
+                return;
         if (m->n_buffer_ids == 0) {
                 list_for_each_safe(pos, tmp, &s->buffers) {
                         gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);

@@ -20,7 +20,8 @@
  *
  * The socket: gmd_connect(NULL, ...) uses $GPU_MEMD_SOCKET, else
  * GMD_DEFAULT_SOCKET. The client's priority: $GPU_MEMD_PRIORITY (see
- * gmd_connect).
+ * gmd_connect). The cache of idle mappings: $GPU_MEMD_CACHE and
+ * $GPU_MEMD_CACHE_LIMIT (see gmd_connect and gmd_free).
  */
 #ifndef GPUMEM_H
 #define GPUMEM_H
@@ -36,6 +37,8 @@ extern "C" {
 #define GMD_DEFAULT_SOCKET  "/run/gpu-memd/gpu-memd.sock"
 #define GMD_SOCKET_ENV      "GPU_MEMD_SOCKET"
 #define GMD_PRIORITY_ENV    "GPU_MEMD_PRIORITY"
+#define GMD_CACHE_ENV       "GPU_MEMD_CACHE"        /* "0": no mapping cache */
+#define GMD_CACHE_LIMIT_ENV "GPU_MEMD_CACHE_LIMIT"  /* bytes parked at most */
 
 /* Marks the library's exported functions: libgpumem.so is built with
  * -fvisibility=hidden, so everything else stays internal. */
@@ -99,6 +102,12 @@ typedef enum gmd_buffer_state {
  * administrator may change it later (gmd_admin_set_priority). A value that
  * is not an integer fails with -EINVAL rather than being ignored.
  *
+ * The cache of idle mappings (see gmd_free): $GPU_MEMD_CACHE is "0" to turn
+ * it off (gmd_free then frees at once) or "1" (the default, also when
+ * unset or empty); $GPU_MEMD_CACHE_LIMIT bounds the bytes one client keeps
+ * parked, a size with an optional K/M/G/T suffix ("512M"; default 1G; 0
+ * parks nothing). Either one set to something else fails with -EINVAL.
+ *
  * If the daemon stops while the client is connected, calls fail with
  * GMD_ECONN and gmd_last_error() says "gpu-memd is stopping: " followed by
  * the daemon's notice.
@@ -134,21 +143,56 @@ unsigned gmd_client_device_count(const gmd_client *client);
  * `timeout_ms` for others to free memory (GMD_NO_WAIT, GMD_WAIT_FOREVER,
  * or milliseconds). The buffer starts acquired by the caller.
  *
+ * A buffer this client freed earlier with the same device, rounded size and
+ * flags is reused from the client's cache without asking the daemon (see
+ * gmd_free); `timeout_ms` does not matter then. Memory is zero-filled when
+ * it is new; a buffer reused from this client's own cache holds what it
+ * held, like memory from cudaMalloc. Memory that was another client's is
+ * always zeroed before this one sees it.
+ *
  * Errors: GMD_ETOOLARGE at once when the pool could never hold it,
  * GMD_ENOMEM / GMD_ETIMEDOUT when no room appeared in time, GMD_EQUOTA,
- * -EINVAL (size 0, unknown device or flags), GMD_ENOTSUP.
+ * -EINVAL (size 0, unknown device or flags), GMD_ENOTSUP (for instance
+ * GMD_ALLOC_LEGACY_IPC from a daemon without the cuda backend).
+ *
+ * GMD_ALLOC_LEGACY_IPC buffers are opened from a plain CUDA IPC handle:
+ * their address is the driver's choice, the daemon cannot move them, and
+ * they die with the daemon (DESIGN.md decision 1).
  */
 GMD_EXPORT
 int gmd_alloc(gmd_client *client, size_t size, unsigned device,
               unsigned flags, int64_t timeout_ms, gmd_buffer **ret_buffer);
 
-/* Free a buffer and its handle. Its address becomes invalid. A revoked
- * buffer frees with 0. On GMD_ECONN and GMD_EPROTO the handle is freed too
- * (the daemon dropped the memory with the connection), likewise on
- * GMD_ENOENT; on any other error the buffer and its handle stay as they
- * were. */
+/*
+ * Free a buffer and its handle. Its address becomes invalid to the caller.
+ *
+ * Unless the cache is off ($GPU_MEMD_CACHE=0), an ordinary buffer is not
+ * given back at once: the library keeps its mapping "parked" for the next
+ * gmd_alloc of the same shape (a fresh import and map costs more than
+ * cudaMalloc) and returns 0 without waiting for the daemon. Parked memory
+ * still counts as this client's in gpu-memctl (shown as cached), but not
+ * against quotas; when the daemon needs it for someone else it asks, and
+ * the library's I/O thread unmaps and returns it. At most
+ * $GPU_MEMD_CACHE_LIMIT bytes stay parked; past that the oldest go back.
+ * Revoked and GMD_ALLOC_LEGACY_IPC buffers are never parked.
+ *
+ * A revoked buffer frees with 0. On GMD_ECONN and GMD_EPROTO the handle is
+ * freed too (the daemon dropped the memory with the connection), likewise
+ * on GMD_ENOENT; on any other error the buffer and its handle stay as they
+ * were (a legacy IPC buffer's mapping is closed before the daemon is asked,
+ * so such a buffer stays, revoked).
+ */
 GMD_EXPORT
 int gmd_free(gmd_client *client, gmd_buffer *buffer);
+
+/*
+ * Return every buffer parked in this client's cache (see gmd_free) to the
+ * daemon now: unmap them and tell it, without waiting for an answer.
+ * Returns how many went back (0 with the cache off), or a negative error
+ * (GMD_ECONN when the connection is gone).
+ */
+GMD_EXPORT
+int gmd_trim_cache(gmd_client *client);
 
 /* The buffer's address: a device pointer (cuda) or host pointer (sim).
  * Stable for the buffer's whole life. */
@@ -170,15 +214,43 @@ gmd_tier gmd_buffer_tier(const gmd_buffer *buffer);
 
 /*
  * Take the buffer's lease before using it: the daemon will not move it
- * away while it is acquired (SWAPPABLE). Returns when the buffer is usable,
- * waiting up to `timeout_ms` if it must come back first. Release it when
- * idle so the daemon may reclaim its memory under pressure. Acquire on an
- * acquired buffer is -EBUSY.
+ * away while it is acquired (SWAPPABLE). Release it when idle so the
+ * daemon may move it to host memory when VRAM runs short.
+ *
+ * A buffer that was moved to host memory is brought back first, ahead of
+ * every other move (a passive swap-in); the call returns when it is usable
+ * again, at the same address. `timeout_ms` bounds the wait
+ * (GMD_WAIT_FOREVER: no bound; 0: succeed only if usable now — otherwise
+ * GMD_ETIMEDOUT, and the swap-in goes on as a prefetch). A SPILLABLE buffer
+ * that gets no VRAM by the deadline is acquired where it is, on the host
+ * tier, where kernels still reach it (gmd_buffer_tier tells). Acquire on
+ * an acquired buffer is GMD_EBUSY.
  */
 GMD_EXPORT
 int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms);
 GMD_EXPORT
 int gmd_release(gmd_client *client, gmd_buffer *buffer);
+
+/*
+ * Tiering (sim backend; the cuda backend answers GMD_ENOTSUP until its
+ * copy engine lands). With `buffer` NULL each acts on every buffer of the
+ * client.
+ *
+ * gmd_pageout: move released buffers to host memory, asynchronously: it
+ *   returns once the moves are queued. GMD_EBUSY for an acquired buffer
+ *   that is not SPILLABLE; -EINVAL for PIN_VRAM or legacy IPC buffers;
+ *   GMD_ENOMEM when the host pool is full. Cancels a prefetch under way.
+ * gmd_prefetch: bring buffers back to VRAM, queued behind every other
+ *   move; returns at once. Cancels a pageout whose copy has not ended.
+ * gmd_wait: wait until the buffer (or all of the client's) is not moving,
+ *   up to `timeout_ms` (GMD_ETIMEDOUT after it).
+ */
+GMD_EXPORT
+int gmd_pageout(gmd_client *client, gmd_buffer *buffer);
+GMD_EXPORT
+int gmd_prefetch(gmd_client *client, gmd_buffer *buffer);
+GMD_EXPORT
+int gmd_wait(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms);
 
 /* ---- status ------------------------------------------------------------- */
 
@@ -202,6 +274,7 @@ typedef struct gmd_client_status {
         uint32_t gid;
         int details_hidden;     /* another user's client seen by a
                                  * non-admin: name and buffers withheld */
+        uint64_t parked_bytes;  /* of `bytes`, idle in its mapping cache */
 } gmd_client_status;
 
 typedef struct gmd_buffer_status {
@@ -214,6 +287,7 @@ typedef struct gmd_buffer_status {
         gmd_buffer_state state;
         unsigned flags;
         int acquired;
+        int parked;             /* idle in its client's mapping cache */
 } gmd_buffer_status;
 
 typedef struct gmd_status {
@@ -257,8 +331,9 @@ gmd_status *gmd_status_free(gmd_status *status);
  * then disconnect them.
  * gmd_admin_set_priority: set their priority (see gmd_connect); -EINVAL
  * when the daemon's range does not hold `priority`.
- * gmd_admin_evict: revoke and free their released buffers; GMD_ENOTSUP
- * from a daemon that cannot yet.
+ * gmd_admin_evict: move their released buffers to host memory (their
+ * addresses stay valid; the next acquire brings them back); GMD_ENOTSUP
+ * from a backend that cannot move buffers yet.
  */
 GMD_EXPORT
 int gmd_admin_drain(gmd_client *client, uint32_t pid);

@@ -63,6 +63,35 @@ static int new_memfd(uint64_t size)
         return fd;
 }
 
+/* Under lock. The legacy IPC modes: a made-up handle of 64 bytes (63 for
+ * FAKE_IPC_BAD_LENGTH), with a segment too for FAKE_IPC_AND_SEGMENTS. */
+static void answer_alloc_ipc(fake_daemon *f, uint32_t id, fake_buffer *b,
+                             int fd)
+{
+        Gmd__AllocReply reply = GMD__ALLOC_REPLY__INIT;
+        Gmd__Segment seg = GMD__SEGMENT__INIT;
+        Gmd__Segment *segs[1] = { &seg };
+        uint8_t handle[64];
+
+        for (unsigned i = 0; i < sizeof(handle); i++)
+                handle[i] = (uint8_t)(i + 1);
+        b->ipc = true;
+        reply.buffer_id = b->id;
+        reply.size = b->size;
+        reply.tier = GMD__TIER__TIER_VRAM;
+        reply.ipc_handle.data = handle;
+        reply.ipc_handle.len = f->mode == FAKE_IPC_BAD_LENGTH ? 63 : 64;
+        if (f->mode == FAKE_IPC_AND_SEGMENTS) {
+                seg.size = b->size;
+                reply.n_segments = 1;
+                reply.segments = segs;
+                send_msg(f, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base,
+                         &fd, 1);
+                return;
+        }
+        send_msg(f, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base, NULL, 0);
+}
+
 /* Under lock. */
 static void answer_alloc(fake_daemon *f, uint32_t id, uint64_t size)
 {
@@ -87,6 +116,13 @@ static void answer_alloc(fake_daemon *f, uint32_t id, uint64_t size)
         b->fd = fd;
         b->size = size;
         b->revoked = false;
+        b->parked = false;
+        b->ipc = false;
+        if (f->mode == FAKE_IPC || f->mode == FAKE_IPC_BAD_LENGTH ||
+            f->mode == FAKE_IPC_AND_SEGMENTS) {
+                answer_alloc_ipc(f, id, b, fd);
+                return;
+        }
 
         seg.fd_index = 0;
         seg.offset = 0;
@@ -142,6 +178,8 @@ static void handle_free(fake_daemon *f, const gmd_wire_packet *p)
         if (!req)
                 return;
         b = find(f, req->buffer_id);
+        if (b && b->parked)
+                f->n_bad_cache++;       /* parked ones come back by RETURN */
         f->n_frees++;
         f->last_freed = req->buffer_id;
         if (!b || b->revoked) {
@@ -192,6 +230,7 @@ static void handle_status(fake_daemon *f, const gmd_wire_packet *p)
         client.name = "a-very-long-client-name-that-goes-on-and-on-and-on-"
                       "beyond-sixty-four-bytes-xyz";
         client.bytes = 1 << 20;
+        client.parked_bytes = 1 << 19;
         client.buffers = 1;
         client.waiting = 2;
         reply.n_clients = 1;
@@ -204,6 +243,7 @@ static void handle_status(fake_daemon *f, const gmd_wire_packet *p)
         buffer.state = GMD__BUFFER_STATE__STATE_MOVING_IN;
         buffer.flags = GMD_ALLOC_SPILLABLE;
         buffer.acquired = true;
+        buffer.parked = true;
         reply.n_buffers = 1;
         reply.buffers = buffers;
         reply.total_capacity = 1 << 30;
@@ -248,10 +288,57 @@ static void handle_ack(fake_daemon *f, const gmd_wire_packet *p)
         gmd__remap_ack__free_unpacked(ack, NULL);
 }
 
+/* Under lock. PARK, UNPARK and RETURN: keep the parked state the way the
+ * real daemon does, and count every message that does not fit it (the
+ * library promises they never happen). */
+static void handle_cache(fake_daemon *f, const gmd_wire_packet *p)
+{
+        Gmd__BufferList *list;
+
+        list = gmd__buffer_list__unpack(NULL, p->header.length, p->payload);
+        if (!list) {
+                f->n_bad_cache++;
+                return;
+        }
+        if (p->header.type == GMD__MSG_TYPE__MSG_RETURN)
+                f->last_return_ids = (unsigned)list->n_buffer_ids;
+        for (size_t i = 0; i < list->n_buffer_ids; i++) {
+                fake_buffer *b = find(f, list->buffer_ids[i]);
+
+                switch (p->header.type) {
+                case GMD__MSG_TYPE__MSG_PARK:
+                        if (!b || b->parked || b->ipc)
+                                f->n_bad_cache++;
+                        else
+                                b->parked = true;
+                        break;
+                case GMD__MSG_TYPE__MSG_UNPARK:
+                        if (!b || !b->parked)
+                                f->n_bad_cache++;
+                        else
+                                b->parked = false;
+                        break;
+                default:        /* RETURN */
+                        if (!b || !b->parked) {
+                                f->n_bad_cache++;
+                                break;
+                        }
+                        if (f->n_returned < FAKE_MAX_RETURNED)
+                                f->returned[f->n_returned++] = b->id;
+                        close(b->fd);
+                        b->fd = -1;
+                        break;
+                }
+        }
+        gmd__buffer_list__free_unpacked(list, NULL);
+}
+
 static void handle(fake_daemon *f, gmd_wire_packet *p)
 {
         pthread_mutex_lock(&f->lock);
         f->n_requests++;
+        if (p->header.type < FAKE_MAX_TYPES)
+                f->n_by_type[p->header.type]++;
         switch (p->header.type) {
         case GMD__MSG_TYPE__MSG_HELLO:     handle_hello(f, p); break;
         case GMD__MSG_TYPE__MSG_ALLOC:     handle_alloc(f, p); break;
@@ -260,8 +347,12 @@ static void handle(fake_daemon *f, gmd_wire_packet *p)
         case GMD__MSG_TYPE__MSG_REMAP_ACK: handle_ack(f, p); break;
         case GMD__MSG_TYPE__MSG_ACQUIRE:
         case GMD__MSG_TYPE__MSG_RELEASE:   send_ok(f, p->header.request_id); break;
+        case GMD__MSG_TYPE__MSG_PARK:
+        case GMD__MSG_TYPE__MSG_UNPARK:
+        case GMD__MSG_TYPE__MSG_RETURN:    handle_cache(f, p); break;
         default: break;
         }
+        pthread_cond_broadcast(&f->cond);
         pthread_mutex_unlock(&f->lock);
 }
 
@@ -466,4 +557,55 @@ bool fake_wait_acks(fake_daemon *f, unsigned n)
         ok = f->n_acks >= n;
         pthread_mutex_unlock(&f->lock);
         return ok;
+}
+
+bool fake_wait_type(fake_daemon *f, unsigned type, unsigned n)
+{
+        struct timespec deadline;
+        bool ok;
+
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 5;
+        pthread_mutex_lock(&f->lock);
+        while (f->n_by_type[type] < n &&
+               pthread_cond_timedwait(&f->cond, &f->lock, &deadline) == 0)
+                ;
+        ok = f->n_by_type[type] >= n;
+        pthread_mutex_unlock(&f->lock);
+        return ok;
+}
+
+unsigned fake_count(fake_daemon *f, unsigned type)
+{
+        unsigned n;
+
+        pthread_mutex_lock(&f->lock);
+        n = f->n_by_type[type];
+        pthread_mutex_unlock(&f->lock);
+        return n;
+}
+
+int fake_reclaim(fake_daemon *f, unsigned device, uint64_t bytes)
+{
+        Gmd__ReclaimNotify n = GMD__RECLAIM_NOTIFY__INIT;
+        int r;
+
+        n.device = device;
+        n.bytes = bytes;
+        pthread_mutex_lock(&f->lock);
+        r = send_msg(f, GMD__MSG_TYPE__MSG_RECLAIM, 0, &n.base, NULL, 0);
+        pthread_mutex_unlock(&f->lock);
+        return r;
+}
+
+int fake_parked(fake_daemon *f, uint64_t id)
+{
+        fake_buffer *b;
+        int r;
+
+        pthread_mutex_lock(&f->lock);
+        b = find(f, id);
+        r = b ? b->parked : -1;
+        pthread_mutex_unlock(&f->lock);
+        return r;
 }

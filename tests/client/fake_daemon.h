@@ -26,15 +26,22 @@ typedef enum fake_mode {
         FAKE_SHORT_MEMFD,       /* alloc -> memfd smaller than the segment */
         FAKE_BATCH,             /* allocs held until batch_size, answered
                                  * in reverse order */
+        FAKE_IPC,               /* alloc -> a 64-byte ipc_handle, no fds */
+        FAKE_IPC_BAD_LENGTH,    /* alloc -> a 63-byte ipc_handle */
+        FAKE_IPC_AND_SEGMENTS,  /* alloc -> ipc_handle and a segment */
 } fake_mode;
 
-#define FAKE_MAX_BUFFERS 32
+#define FAKE_MAX_BUFFERS 64
+#define FAKE_MAX_TYPES   32     /* message types counted in n_by_type */
+#define FAKE_MAX_RETURNED 256
 
 typedef struct fake_buffer {
         uint64_t id;
         int fd;
         uint64_t size;
         bool revoked;
+        bool parked;            /* the client said PARK and not UNPARK */
+        bool ipc;               /* FAKE_IPC: no fd the client holds */
 } fake_buffer;
 
 typedef struct fake_daemon {
@@ -64,6 +71,13 @@ typedef struct fake_daemon {
         uint32_t held_ids[16];          /* FAKE_BATCH */
         uint64_t held_sizes[16];
         unsigned n_held;
+        /* the mapping cache's messages */
+        unsigned n_by_type[FAKE_MAX_TYPES];     /* every packet, by type */
+        unsigned n_bad_cache;           /* PARK of a parked buffer, UNPARK
+                                         * or RETURN of one not parked */
+        uint64_t returned[FAKE_MAX_RETURNED];   /* ids, in RETURN order */
+        unsigned n_returned;
+        unsigned last_return_ids;       /* ids in the last RETURN */
 } fake_daemon;
 
 /* Create the socketpair and start the thread; f->client_fd is the end for
@@ -92,5 +106,17 @@ int fake_revoke(fake_daemon *f, uint64_t id, const char *message);
 
 /* Wait (up to 5 s) until `n` remap acks arrived. */
 bool fake_wait_acks(fake_daemon *f, unsigned n);
+
+/* Wait (up to 5 s) until `n` packets of `type` arrived. */
+bool fake_wait_type(fake_daemon *f, unsigned type, unsigned n);
+
+/* Packets of `type` seen so far. */
+unsigned fake_count(fake_daemon *f, unsigned type);
+
+/* Send MSG_RECLAIM {device, bytes}. */
+int fake_reclaim(fake_daemon *f, unsigned device, uint64_t bytes);
+
+/* Is buffer `id` parked as the fake sees it? -1 if it does not exist. */
+int fake_parked(fake_daemon *f, uint64_t id);
 
 #endif

@@ -2,8 +2,11 @@
  * test_client — libgpumem against the fake daemon (fake_daemon.c) on a
  * socketpair: hello, alloc with a real memfd, remap at the same address
  * with the data intact, revoke, error codes and words, a daemon that hangs
- * up or talks nonsense, concurrent callers, and no fd left behind (every
- * test's teardown counts /proc/self/fd).
+ * up or talks nonsense, concurrent callers, legacy IPC buffers (through a
+ * stand-in for the cuda mapper's ipc_open/ipc_close), and no fd left behind
+ * (every test's teardown counts /proc/self/fd). Tests that count FREEs run
+ * with the mapping cache off (GPU_MEMD_CACHE=0), as the library did before
+ * it had one; test_mapcache.c covers the cache.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -14,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -58,11 +62,19 @@ static int setup(void **ctx)
         return 0;
 }
 
+/* The same with the mapping cache off: gmd_free sends FREE. */
+static int setup_nocache(void **ctx)
+{
+        setenv(GMD_CACHE_ENV, "0", 1);
+        return setup(ctx);
+}
+
 static int teardown(void **ctx)
 {
         state *st = *ctx;
         int fds_after;
 
+        unsetenv(GMD_CACHE_ENV);
         st->client = gmd_disconnect(st->client);
         if (st->fake.client_fd >= 0)
                 close(st->fake.client_fd);
@@ -360,6 +372,8 @@ static void test_status(void **ctx)
         assert_int_equal(s->buffers[0].state, GMD_STATE_MOVING_IN);
         assert_int_equal(s->buffers[0].flags, GMD_ALLOC_SPILLABLE);
         assert_true(s->buffers[0].acquired);
+        assert_true(s->buffers[0].parked);
+        assert_int_equal(s->clients[0].parked_bytes, 1 << 19);
         assert_int_equal(s->total_clients, 1);
         assert_null(gmd_status_free(s));
         assert_null(gmd_status_free(NULL));
@@ -417,16 +431,164 @@ static void test_concurrent_allocs(void **ctx)
         assert_int_equal(st->fake.n_frees, 4);
 }
 
+/* ---- legacy IPC buffers ------------------------------------------------ */
+
+/* A stand-in for the cuda mapper's IPC calls on top of the sim mapper:
+ * opening maps 2 MiB of anonymous memory, and each call notes how many
+ * FREEs the fake had seen, to show the close comes first. */
+static struct {
+        fake_daemon *fake;
+        gmd_mapper_ops ops;
+        unsigned opens, closes;
+        uint8_t handle[64];
+        unsigned open_device;
+        void *addr;
+        unsigned frees_at_close;
+} ipc_mock;
+
+static int mock_ipc_open(gmd_mapper *mapper, unsigned device,
+                         const uint8_t handle[64], void **ret_addr)
+{
+        void *p = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+        if (p == MAP_FAILED)
+                return -errno;
+        ipc_mock.opens++;
+        memcpy(ipc_mock.handle, handle, 64);
+        ipc_mock.open_device = device;
+        ipc_mock.addr = p;
+        *ret_addr = p;
+        return 0;
+}
+
+static int mock_ipc_close(gmd_mapper *mapper, unsigned device, void *addr)
+{
+        pthread_mutex_lock(&ipc_mock.fake->lock);
+        ipc_mock.frees_at_close = ipc_mock.fake->n_frees;
+        pthread_mutex_unlock(&ipc_mock.fake->lock);
+        ipc_mock.closes++;
+        return munmap(addr, 2 << 20) < 0 ? -errno : 0;
+}
+
+/* Connect and give the client's sim mapper the mock IPC calls. */
+static void connect_with_ipc(state *st)
+{
+        assert_int_equal(connect_fake(st), 0);
+        memset(&ipc_mock, 0, sizeof(ipc_mock));
+        ipc_mock.fake = &st->fake;
+        ipc_mock.ops = *st->client->mapper->ops;
+        ipc_mock.ops.ipc_open = mock_ipc_open;
+        ipc_mock.ops.ipc_close = mock_ipc_close;
+        st->client->mapper->ops = &ipc_mock.ops;
+}
+
+static void test_ipc_alloc_free(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL;
+
+        connect_with_ipc(st);
+        fake_set_mode(&st->fake, FAKE_IPC, 0);
+        assert_int_equal(gmd_alloc(st->client, 2 << 20, 0, GMD_ALLOC_LEGACY_IPC,
+                                   0, &b), 0);
+        assert_int_equal(ipc_mock.opens, 1);
+        assert_int_equal(ipc_mock.handle[0], 1);
+        assert_int_equal(ipc_mock.handle[63], 64);
+        assert_ptr_equal(gmd_buffer_ptr(b), ipc_mock.addr);
+        memset(gmd_buffer_ptr(b), 1, 2 << 20);
+        /* Freed, not parked, and closed before the FREE left. */
+        assert_int_equal(gmd_free(st->client, b), 0);
+        assert_int_equal(ipc_mock.closes, 1);
+        assert_int_equal(ipc_mock.frees_at_close, 0);
+        assert_int_equal(st->fake.n_frees, 1);
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_PARK), 0);
+}
+
+static void test_ipc_revoke(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *status = NULL;
+        gmd_buffer *b = NULL;
+
+        connect_with_ipc(st);
+        fake_set_mode(&st->fake, FAKE_IPC, 0);
+        assert_int_equal(gmd_alloc(st->client, 2 << 20, 0, GMD_ALLOC_LEGACY_IPC,
+                                   0, &b), 0);
+        /* The daemon cannot move it: a remap is refused, not applied. */
+        assert_int_equal(fake_remap(&st->fake, gmd_buffer_id(b), 1,
+                                    GMD_TIER_HOST), 0);
+        assert_true(fake_wait_acks(&st->fake, 1));
+        assert_int_equal(st->fake.ack_result, -EOPNOTSUPP);
+        assert_int_equal(fake_revoke(&st->fake, gmd_buffer_id(b), "gone"), 0);
+        /* Packets are handled in order: the revoke is applied. */
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), 0);
+        gmd_status_free(status);
+        assert_int_equal(ipc_mock.closes, 1);
+        assert_int_equal(gmd_acquire(st->client, b, 0), GMD_EREVOKED);
+        assert_int_equal(gmd_free(st->client, b), 0);
+        assert_int_equal(ipc_mock.closes, 1);
+}
+
+static void test_ipc_malformed(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL;
+
+        connect_with_ipc(st);
+        fake_set_mode(&st->fake, FAKE_IPC_BAD_LENGTH, 0);
+        assert_int_equal(gmd_alloc(st->client, 2 << 20, 0, GMD_ALLOC_LEGACY_IPC,
+                                   0, &b), GMD_EPROTO);
+        assert_non_null(strstr(gmd_last_error(), "not 64 bytes"));
+        assert_null(b);
+        assert_int_equal(ipc_mock.opens, 0);
+}
+
+static void test_ipc_and_segments(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL;
+
+        connect_with_ipc(st);
+        fake_set_mode(&st->fake, FAKE_IPC_AND_SEGMENTS, 0);
+        assert_int_equal(gmd_alloc(st->client, 2 << 20, 0, GMD_ALLOC_LEGACY_IPC,
+                                   0, &b), GMD_EPROTO);
+        assert_non_null(strstr(gmd_last_error(),
+                               "both an ipc_handle and segments"));
+        assert_int_equal(ipc_mock.opens, 0);
+}
+
+static void test_ipc_without_ipc_mapper(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL;
+
+        assert_int_equal(connect_fake(st), 0);
+        /* Asked for: refused before anything is sent. */
+        assert_int_equal(gmd_alloc(st->client, 2 << 20, 0, GMD_ALLOC_LEGACY_IPC,
+                                   0, &b), GMD_ENOTSUP);
+        assert_non_null(strstr(gmd_last_error(), "cuda backend"));
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_ALLOC), 0);
+        /* Sent anyway by the daemon: the buffer goes back with FREE. */
+        fake_set_mode(&st->fake, FAKE_IPC, 0);
+        assert_int_equal(gmd_alloc(st->client, 2 << 20, 0, 0, 0, &b),
+                         GMD_ENOTSUP);
+        assert_null(b);
+        assert_int_equal(st->fake.n_frees, 1);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T_NOCACHE(f) cmocka_unit_test_setup_teardown(f, setup_nocache, teardown)
         const struct CMUnitTest tests[] = {
                 T(test_hello),
                 T(test_hello_version_mismatch),
                 T(test_hello_unknown_backend),
                 T(test_hello_cuda_without_cuda),
                 T(test_connect_errors),
-                T(test_alloc_write_remap),
+                T_NOCACHE(test_alloc_write_remap),
                 T(test_remap_unknown_buffer),
                 T(test_revoke),
                 T(test_error_replies),
@@ -435,8 +597,14 @@ int main(void)
                 T(test_garbage_reply),
                 T(test_map_failure_frees),
                 T(test_status),
-                T(test_concurrent_allocs),
+                T_NOCACHE(test_concurrent_allocs),
+                T(test_ipc_alloc_free),
+                T(test_ipc_revoke),
+                T(test_ipc_malformed),
+                T(test_ipc_and_segments),
+                T(test_ipc_without_ipc_mapper),
         };
 #undef T
+#undef T_NOCACHE
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
