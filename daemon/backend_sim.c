@@ -184,7 +184,7 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
         sim->n_devices = config->sim_devices;
         sim->vram = config->sim_vram;
         sim->granularity = config->sim_granularity;
-        r = sim_copier_new(2 * sim->n_devices, &sim->copier);
+        r = sim_copier_new(2 * sim->n_devices, config->sim_copy_rate, &sim->copier);
         if (r < 0) {
                 free(sim);
                 return r;

@@ -59,6 +59,7 @@ static const config_key config_keys[] = {
         KEY("sim", "devices", KEY_UINT, sim_devices, 16),
         KEY("sim", "vram", KEY_SIZE, sim_vram, 0),
         KEY("sim", "granularity", KEY_SIZE, sim_granularity, 0),
+        KEY("sim", "copy_rate", KEY_SIZE, sim_copy_rate, 0),
         KEY("metrics", "listen", KEY_STRING, metrics_listen, 0),
 };
 

@@ -56,6 +56,7 @@ typedef struct gmd_config {
         unsigned sim_devices;
         uint64_t sim_vram;            /* bytes each simulated device has */
         uint64_t sim_granularity;
+        uint64_t sim_copy_rate;       /* bytes/s per copy queue; 0 = memcpy speed */
 
         /* [users], [group NAME], [user NAME] */
         gmd_quota_rule quota_rules[GMD_MAX_QUOTA_RULES];

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct copy_job {
         struct copy_job *next;
@@ -36,7 +37,34 @@ struct sim_copier {
         copy_job *done_head, *done_tail;
         void (*wake)(void *ctx);
         void *wake_ctx;
+        uint64_t rate;              /* bytes per second, 0 = unlimited */
 };
+
+/* Stretch a copy that took `spent_ns` to what `rate` allows. */
+static void copy_throttle(uint64_t rate, size_t len, uint64_t spent_ns)
+{
+        uint64_t want_ns;
+        struct timespec ts;
+
+        if (!rate)
+                return;
+        want_ns = (uint64_t)((double)len * 1e9 / (double)rate);
+        if (want_ns <= spent_ns)
+                return;
+        want_ns -= spent_ns;
+        ts.tv_sec = (time_t)(want_ns / 1000000000u);
+        ts.tv_nsec = (long)(want_ns % 1000000000u);
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+static uint64_t mono_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void *queue_run(void *arg)
 {
@@ -55,7 +83,10 @@ static void *queue_run(void *arg)
                 job = q->head;
                 pthread_mutex_unlock(&c->lock);
 
+                uint64_t t0 = mono_ns();
+
                 memcpy(job->dst, job->src, job->len);
+                copy_throttle(c->rate, job->len, mono_ns() - t0);
 
                 pthread_mutex_lock(&c->lock);
                 q->head = job->next;
@@ -75,13 +106,14 @@ static void *queue_run(void *arg)
         return NULL;
 }
 
-int sim_copier_new(unsigned n_queues, sim_copier **ret_copier)
+int sim_copier_new(unsigned n_queues, uint64_t rate, sim_copier **ret_copier)
 {
         sim_copier *c = calloc(1, sizeof(*c));
         int r = 0;
 
         if (!c)
                 return -ENOMEM;
+        c->rate = rate;
         c->queues = calloc(n_queues ? n_queues : 1, sizeof(*c->queues));
         if (!c->queues) {
                 free(c);

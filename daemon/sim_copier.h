@@ -9,13 +9,15 @@
 #define GMD_SIM_COPIER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend.h"
 
 typedef struct sim_copier sim_copier;
 
-/* Start `n_queues` worker threads. */
-int sim_copier_new(unsigned n_queues, sim_copier **ret_copier);
+/* Start `n_queues` worker threads, each copying at most `rate` bytes per
+ * second (0: as fast as memcpy goes). */
+int sim_copier_new(unsigned n_queues, uint64_t rate, sim_copier **ret_copier);
 
 /* Stop the threads (after the jobs already queued) and free everything;
  * jobs not reaped are dropped. Accepts NULL, returns NULL. */
