@@ -156,6 +156,7 @@ static bool may_park(gmd_client *client, const gmd_buffer *buffer)
         return client->cache.enabled && !buffer->ipc &&
                !(buffer->flags & GMD_ALLOC_LEGACY_IPC) &&
                buffer->size <= client->cache.limit &&
+               atomic_load(&buffer->tier) == GMD_TIER_VRAM &&
                !atomic_load(&buffer->revoked);
 }
 

@@ -23,37 +23,52 @@
                            GMD_ALLOC_LEGACY_IPC)
 #define LEGACY_IPC_ALIGN (2ull << 20)
 
-/* Would `size` more bytes of VRAM pass the quota of the client's user? If
- * so, answer with an error naming the quota and where it was set. */
-static bool quota_refuses(gmd_session *s, uint32_t id, uint64_t size)
+typedef enum quota_verdict {
+        QUOTA_OK,
+        QUOTA_REFUSED,      /* an error reply was sent */
+        QUOTA_PARKED,       /* over only by what the user's caches hold */
+} quota_verdict;
+
+/* Would `size` more bytes on `tier` pass the quota of the client's user?
+ * Parked buffers count (an unpark cannot be refused), but when they are
+ * all that is in the way the caller asks for them back and waits. */
+static quota_verdict quota_check(gmd_session *s, uint32_t id, uint64_t size,
+                                 gmd_tier tier)
 {
         const gmd_limits *l = &s->limits;
-        uint64_t bytes[2];
-        unsigned buffers;
-        char held[32], asked[32], quota[32];
+        uint64_t quota = tier == GMD_TIER_HOST ? l->host_quota : l->vram_quota;
+        const char *from = tier == GMD_TIER_HOST ? l->host_from : l->vram_from;
+        char held[32], asked[32], limit[32];
+        gmd_usage u;
 
-        if (!l->vram_quota && !l->max_buffers)
-                return false;
-        server_user_usage(s->server, s->uid, bytes, &buffers);
-        if (l->vram_quota && bytes[GMD_TIER_VRAM] + size > l->vram_quota) {
+        if (!quota && !l->max_buffers)
+                return QUOTA_OK;
+        server_user_usage(s->server, s->uid, &u);
+        if (quota && u.bytes[tier] + size > quota) {
+                uint64_t parked = tier == GMD_TIER_VRAM ? u.parked : 0;
+
+                if (u.bytes[tier] - parked + size <= quota)
+                        return QUOTA_PARKED;
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_QUOTA,
-                                   "uid %u holds %s of VRAM; %s more would pass "
-                                   "its vram_quota of %s set in %s",
-                                   (unsigned)s->uid,
-                                   size_format(bytes[GMD_TIER_VRAM], held, sizeof(held)),
+                                   "uid %u holds %s of %s; %s more would pass its "
+                                   "%s_quota of %s set in %s", (unsigned)s->uid,
+                                   size_format(u.bytes[tier] - parked, held, sizeof(held)),
+                                   tier == GMD_TIER_HOST ? "host memory" : "VRAM",
                                    size_format(size, asked, sizeof(asked)),
-                                   size_format(l->vram_quota, quota, sizeof(quota)),
-                                   l->vram_from);
-                return true;
+                                   tier == GMD_TIER_HOST ? "host" : "vram",
+                                   size_format(quota, limit, sizeof(limit)), from);
+                return QUOTA_REFUSED;
         }
-        if (l->max_buffers && buffers + 1 > l->max_buffers) {
+        if (l->max_buffers && u.buffers + 1 > l->max_buffers) {
+                if (u.buffers - u.parked_buffers + 1 <= l->max_buffers)
+                        return QUOTA_PARKED;
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_QUOTA,
                                    "uid %u holds %u buffers, the max_buffers quota "
-                                   "set in %s", (unsigned)s->uid, buffers,
-                                   l->buffers_from);
-                return true;
+                                   "set in %s", (unsigned)s->uid,
+                                   u.buffers - u.parked_buffers, l->buffers_from);
+                return QUOTA_REFUSED;
         }
-        return false;
+        return QUOTA_OK;
 }
 
 int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
@@ -66,9 +81,17 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
         int r;
 
         /* Checked again when a waiter is served: the user's other clients
-         * may have allocated meanwhile, or a reload lowered the quota. */
-        if (quota_refuses(s, id, size))
+         * may have allocated meanwhile, or a reload lowered the quota. A
+         * quota full of parked buffers waits for them to come back. */
+        switch (quota_check(s, id, size, tier)) {
+        case QUOTA_REFUSED:
                 return -EDQUOT;
+        case QUOTA_PARKED:
+                parking_reclaim_user(server, s->uid);
+                return -ENOSPC;
+        case QUOTA_OK:
+                break;
+        }
         r = buffer_new(server, s, device, tier, size, flags, &b);
         if (r == -ENOSPC)
                 return r;
@@ -109,6 +132,7 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
         gmd_server *server = s->server;
         gmd_pool *pool = server_vram_pool(server, m->device);
         char name[32], asked[32], cap[32], free_b[32];
+        quota_verdict verdict;
         int64_t timeout_ms;
         uint64_t size;
         int r;
@@ -157,17 +181,20 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
                                    asked, name, cap);
                 return;
         }
-        if (s->n_buffers >= server->config.max_buffers_per_client) {
+        if (s->n_buffers - s->n_parked >= server->config.max_buffers_per_client) {
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_LIMIT,
                                    "this client already holds %u buffers, the most "
                                    "[limits] max_buffers_per_client allows",
-                                   s->n_buffers);
+                                   s->n_buffers - s->n_parked);
                 return;
         }
-        if (quota_refuses(s, id, size))
+        verdict = quota_check(s, id, size, GMD_TIER_VRAM);
+        if (verdict == QUOTA_REFUSED)
                 return;
+        if (verdict == QUOTA_PARKED)
+                parking_reclaim_user(server, s->uid);
         /* Behind requests already waiting on this device, never past them. */
-        if (waitq_demand(server, m->device) == 0) {
+        if (verdict == QUOTA_OK && waitq_demand(server, m->device) == 0) {
                 r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_VRAM,
                                  now_us());
                 if (r != -ENOSPC)
@@ -185,8 +212,9 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
          * is as good as free: it takes a copy or a message to get it, so
          * even a no-wait request waits for that, briefly. */
         if (timeout_ms == 0 &&
-            pool_free(pool) + parking_reclaimable(server, m->device) +
-            evict_evictable(server, m->device) >= size + waitq_demand(server, m->device))
+            (verdict == QUOTA_PARKED ||
+             pool_free(pool) + parking_reclaimable(server, m->device) +
+             evict_evictable(server, m->device) >= size + waitq_demand(server, m->device)))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {
                 size_format(pool_free(pool), free_b, sizeof(free_b));

@@ -86,11 +86,18 @@ void buffer_park(gmd_dbuffer *b, bool parked)
         b->acquired = !parked;    /* an allocation hands it out acquired */
         if (parked) {
                 b->owner->parked_bytes += b->size;
+                b->owner->parked_on[b->device] += b->size;
                 b->owner->n_parked++;
                 b->released_ms = now_ms();
         } else {
-                b->owner->parked_bytes -= b->size;
-                b->owner->n_parked--;
+                gmd_session *o = b->owner;
+
+                o->parked_bytes -= b->size;
+                o->parked_on[b->device] -= b->size;
+                o->n_parked--;
+                /* What was asked back cannot be more than what is parked. */
+                if (o->reclaim_asked[b->device] > o->parked_on[b->device])
+                        o->reclaim_asked[b->device] = o->parked_on[b->device];
         }
 }
 

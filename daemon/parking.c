@@ -13,6 +13,7 @@
 #include "buffer.h"
 #include "evict.h"
 #include "log.h"
+#include "move.h"
 #include "server.h"
 #include "session.h"
 #include "waitq.h"
@@ -20,6 +21,8 @@
 /* A client may list at most this many buffers in one message; more is a
  * protocol error (the packet bound keeps it far lower anyway). */
 #define PARKING_MAX_IDS 8192
+
+static void parking_revoke_and_free(gmd_session *s, gmd_dbuffer *b);
 
 static bool list_ok(gmd_session *s, const Gmd__BufferList *list, uint16_t type)
 {
@@ -42,10 +45,17 @@ void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *lis
 
                 /* Legacy IPC buffers cannot be parked: the client closes
                  * them, and they are never in its cache. */
-                if (!b || b->parked || b->mem->fd < 0) {
+                if (!b || b->parked || !b->mem || b->mem->fd < 0) {
                         log_debug("client %llu: park of buffer %llu ignored",
                                   (unsigned long long)s->id,
                                   (unsigned long long)list->buffer_ids[i]);
+                        continue;
+                }
+                /* Only a buffer resting in VRAM is worth keeping mapped: one
+                 * on host memory or on the move is freed instead, and the
+                 * client told, so its cache drops it. */
+                if (b->tier != GMD_TIER_VRAM || move_busy(b)) {
+                        parking_revoke_and_free(s, b);
                         continue;
                 }
                 buffer_park(b, true);
@@ -55,6 +65,18 @@ void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *lis
          * evictor ask for it back at once. */
         if (parked_any && !list_empty(&server->waiters))
                 evict_balance(server);
+}
+
+static void parking_revoke_and_free(gmd_session *s, gmd_dbuffer *b)
+{
+        Gmd__RevokeNotify note = GMD__REVOKE_NOTIFY__INIT;
+
+        note.buffer_id = b->id;
+        note.reason = GMD__ERROR_CODE__ERR_NOT_FOUND;
+        note.message = "freed: it was not resting in VRAM when the client parked it";
+        session_send(s, GMD__MSG_TYPE__MSG_REVOKE, 0, &note.base, NULL, 0);
+        buffer_free(s->server, b);
+        waitq_run(s->server);
 }
 
 void parking_handle_unpark(gmd_session *s, uint32_t id, const Gmd__BufferList *list)
@@ -87,6 +109,8 @@ void parking_handle_return(gmd_session *s, uint32_t id, const Gmd__BufferList *l
                  * unmapped them. */
                 if (!b || !b->parked)
                         continue;
+                s->reclaim_asked[b->device] = s->reclaim_asked[b->device] > b->size ?
+                                              s->reclaim_asked[b->device] - b->size : 0;
                 buffer_free(s->server, b);
                 n++;
         }
@@ -102,13 +126,41 @@ uint64_t parking_reclaimable(gmd_server *server, unsigned device)
         uint64_t bytes = 0;
         gmd_list *pos;
 
-        list_for_each(pos, &server->buffers) {
-                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
-
-                if (b->parked && b->device == device)
-                        bytes += b->size;
-        }
+        list_for_each(pos, &server->sessions)
+                bytes += container_of(pos, gmd_session, link)->parked_on[device];
         return bytes;
+}
+
+/* Ask one session for up to `bytes` of what it has parked on `device` and
+ * was not asked for yet. Returns what was asked. */
+static uint64_t reclaim_from(gmd_session *s, unsigned device, uint64_t bytes)
+{
+        Gmd__ReclaimNotify note = GMD__RECLAIM_NOTIFY__INIT;
+        uint64_t open = s->parked_on[device] - s->reclaim_asked[device];
+
+        if (s->closing || !open)
+                return 0;
+        note.device = device;
+        note.bytes = bytes && bytes < open ? bytes : open;
+        s->reclaim_asked[device] += note.bytes;
+        log_debug("asking client %llu for %llu parked bytes on device %u",
+                  (unsigned long long)s->id, (unsigned long long)note.bytes, device);
+        session_send(s, GMD__MSG_TYPE__MSG_RECLAIM, 0, &note.base, NULL, 0);
+        return note.bytes;
+}
+
+void parking_reclaim_user(gmd_server *server, uid_t uid)
+{
+        gmd_list *pos;
+
+        list_for_each(pos, &server->sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (s->uid != uid || !s->parked_bytes)
+                        continue;
+                for (unsigned d = 0; d < server->n_devices; d++)
+                        reclaim_from(s, d, 0);
+        }
 }
 
 static int by_priority(const void *a, const void *b)
@@ -130,31 +182,15 @@ void parking_reclaim(gmd_server *server, unsigned device, uint64_t bytes)
         list_for_each(pos, &server->sessions) {
                 gmd_session *s = container_of(pos, gmd_session, link);
 
-                if (s->parked_bytes && !s->closing && n < server->n_sessions)
+                if (s->parked_on[device] > s->reclaim_asked[device] &&
+                    n < server->n_sessions)
                         order[n++] = s;
         }
         qsort(order, n, sizeof(*order), by_priority);
         for (unsigned i = 0; i < n && bytes > 0; i++) {
-                Gmd__ReclaimNotify note = GMD__RECLAIM_NOTIFY__INIT;
-                uint64_t here = 0;
-                gmd_list *bp;
+                uint64_t asked = reclaim_from(order[i], device, bytes);
 
-                list_for_each(bp, &order[i]->buffers) {
-                        gmd_dbuffer *b = container_of(bp, gmd_dbuffer, owner_link);
-
-                        if (b->parked && b->device == device)
-                                here += b->size;
-                }
-                if (!here)
-                        continue;
-                note.device = device;
-                note.bytes = here < bytes ? here : bytes;
-                bytes -= note.bytes;
-                log_debug("asking client %llu for %llu parked bytes on device %u",
-                          (unsigned long long)order[i]->id,
-                          (unsigned long long)note.bytes, device);
-                session_send(order[i], GMD__MSG_TYPE__MSG_RECLAIM, 0, &note.base,
-                             NULL, 0);
+                bytes = bytes > asked ? bytes - asked : 0;
         }
         free(order);
 }

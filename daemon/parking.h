@@ -10,6 +10,7 @@
 #define GMD_PARKING_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "gpumem.pb-c.h"
 
@@ -27,7 +28,12 @@ void parking_handle_return(gmd_session *session, uint32_t request_id,
 /* Bytes parked on `device` by all clients. */
 uint64_t parking_reclaimable(gmd_server *server, unsigned device);
 
-/* Ask clients for at least `bytes` of parked memory on `device`. */
+/* Ask every client of `uid` for all it has parked (its quota is full). */
+void parking_reclaim_user(gmd_server *server, uid_t uid);
+
+/* Ask clients for at least `bytes` of parked memory on `device`, lowest
+ * priority first, not counting what was asked already and is on its way
+ * back. */
 void parking_reclaim(gmd_server *server, unsigned device, uint64_t bytes);
 
 #endif

@@ -30,23 +30,24 @@ gmd_pool *server_vram_pool(gmd_server *server, unsigned device)
         return device < server->n_devices ? &server->vram_pools[device] : NULL;
 }
 
-void server_user_usage(gmd_server *server, uid_t uid, uint64_t ret_bytes[2],
-                       unsigned *ret_buffers)
+void server_user_usage(gmd_server *server, uid_t uid, gmd_usage *ret_usage)
 {
+        gmd_usage u = { { 0, 0 }, 0, 0, 0 };
         gmd_list *pos;
 
-        ret_bytes[GMD_TIER_VRAM] = ret_bytes[GMD_TIER_HOST] = 0;
-        *ret_buffers = 0;
         list_for_each(pos, &server->sessions) {
                 gmd_session *s = container_of(pos, gmd_session, link);
 
                 if (s->uid != uid)
                         continue;
-                /* Parked buffers are all on VRAM: they are idle, never moved. */
-                ret_bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM] - s->parked_bytes;
-                ret_bytes[GMD_TIER_HOST] += s->tier_bytes[GMD_TIER_HOST];
-                *ret_buffers += s->n_buffers - s->n_parked;
+                u.bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM];
+                u.bytes[GMD_TIER_HOST] += s->tier_bytes[GMD_TIER_HOST];
+                /* Only VRAM-resident buffers are ever parked (parking.c). */
+                u.parked += s->parked_bytes;
+                u.buffers += s->n_buffers;
+                u.parked_buffers += s->n_parked;
         }
+        *ret_usage = u;
 }
 
 static uint64_t physical_memory(void)
@@ -106,6 +107,11 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         idmap_init(&server->buffers_by_id);
 
         server->n_devices = backend->ops->device_count(backend);
+        if (server->n_devices > GMD_MAX_DEVICES) {
+                log_warning("%u devices: serving the first %d", server->n_devices,
+                            GMD_MAX_DEVICES);
+                server->n_devices = GMD_MAX_DEVICES;
+        }
         server->devices = calloc(server->n_devices ? server->n_devices : 1,
                                  sizeof(*server->devices));
         server->vram_pools = calloc(server->n_devices ? server->n_devices : 1,

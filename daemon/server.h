@@ -17,6 +17,7 @@
 #include "idmap.h"
 #include "list.h"
 #include "pool.h"
+#include "server_limits.h"
 #include "stats.h"
 #include "wire.h"
 
@@ -92,11 +93,15 @@ void server_stop(gmd_server *server);
 /* Free what is left after the loop ended. Accepts NULL, returns NULL. */
 gmd_server *server_free(gmd_server *server);
 
-/* What all clients of `uid` hold together: bytes per tier and buffers, not
- * counting buffers parked in their mapping caches (the daemon takes those
- * back when it needs room, so they do not count against quotas). */
-void server_user_usage(gmd_server *server, uid_t uid, uint64_t ret_bytes[2],
-                       unsigned *ret_buffers);
+/* What all clients of one user hold together. */
+typedef struct gmd_usage {
+        uint64_t bytes[2];          /* by tier, parked buffers included */
+        uint64_t parked;            /* of bytes[GMD_TIER_VRAM], parked */
+        unsigned buffers;           /* parked included */
+        unsigned parked_buffers;
+} gmd_usage;
+
+void server_user_usage(gmd_server *server, uid_t uid, gmd_usage *ret_usage);
 
 /* Can this backend move buffers between tiers? */
 static inline bool server_can_move(const gmd_server *server)

@@ -17,6 +17,7 @@
 
 #include "list.h"
 #include "quota.h"
+#include "server_limits.h"
 
 typedef struct gmd_server gmd_server;
 
@@ -47,6 +48,8 @@ typedef struct gmd_session {
         uint64_t tier_bytes[2];     /* by gmd_tier */
         uint64_t parked_bytes;      /* of `bytes`, parked in its mapping cache */
         unsigned n_parked;
+        uint64_t parked_on[GMD_MAX_DEVICES];      /* parked bytes per device */
+        uint64_t reclaim_asked[GMD_MAX_DEVICES];  /* asked back, not returned */
         unsigned n_waiting;
 
         gmd_list waits;             /* MSG_WAITs waiting for moves (tiering.c) */
