@@ -33,8 +33,11 @@ run: build
 	@mkdir -p run
 	$(BUILD)/daemon/gpu-memd --socket $(CURDIR)/run/gpu-memd.sock
 
+# Skipped tests (the GPU suite without a GPU) say why in one line each.
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	@status=0; ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) || status=$$?; \
+	grep -h '^SKIP:' $(BUILD)/Testing/Temporary/LastTest.log 2>/dev/null | sort -u; \
+	exit $$status
 
 install: build
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
