@@ -272,7 +272,24 @@ int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
                                ret_reason);
         if (r < 0)
                 goto out;
-        if (ops->remap) {
+        if (notify->tier == GMD__TIER__TIER_HOST && !(buffer->flags & GMD_ALLOC_SPILLABLE)) {
+                /* A SWAPPABLE buffer on host memory is never touched here:
+                 * the daemon brings it back to VRAM before any acquire
+                 * succeeds. So the VRAM backing goes, and the host backing
+                 * is not mapped at all (mapping host-located memory costs
+                 * far more than the copy that moved it). The range stays
+                 * reserved for the way back. */
+                segments_close(segments, notify->n_segments);
+                r = buffer->unmapped ? 0 :
+                    ops->unmap(client->mapper, buffer->addr, buffer->size);
+                if (r == 0)
+                        buffer->unmapped = true;
+        } else if (buffer->unmapped) {
+                r = ops->map(client->mapper, buffer->addr, buffer->device,
+                             segments, (unsigned)notify->n_segments);
+                if (r == 0)
+                        buffer->unmapped = false;
+        } else if (ops->remap) {
                 r = ops->remap(client->mapper, buffer->addr, buffer->size,
                                buffer->device, segments,
                                (unsigned)notify->n_segments);
@@ -315,7 +332,7 @@ void buffer_revoke(gmd_client *client, uint64_t buffer_id, const char *message)
         } else if (buffer && !atomic_load(&buffer->revoked)) {
                 if (buffer->ipc)
                         buffer_ipc_close_locked(client, buffer);
-                else
+                else if (!buffer->unmapped)
                         ops->unmap(client->mapper, buffer->addr, buffer->size);
                 buffer_mark_revoked(buffer, *message ? message :
                                     "revoked by gpu-memd");

@@ -35,6 +35,8 @@ struct gmd_buffer {
         bool ipc_closed;                /* ... and closed (buffers_lock) */
         /* The mapping cache's, under buffers_lock: */
         bool parked;                    /* idle in the cache, not the app's */
+        bool unmapped;                  /* out on host memory, not mapped
+                                         * here (buffers_lock) */
         gmd_list cache_node;            /* client->cache.lru while parked */
         _Atomic int tier;               /* gmd_tier; a remap changes it */
         _Atomic bool revoked;           /* backing gone, range reserved */

@@ -1,5 +1,6 @@
 /*
- * gpu-memctl — shows what gpu-memd holds (pools, clients, buffers, a live
+ * gpu-memctl — shows what gpu-memd holds (pools, each device's copies,
+ * clients and their bytes by tier, buffers with tier and state, a live
  * view) and sends the administrator's requests (drain, priority, evict).
  *
  * A thin user of the public libgpumem API and nothing else, shaped like
@@ -45,7 +46,7 @@ static void show_clients(const gmd_status *status);
 static void show_buffers(const gmd_status *status);
 
 static const command commands[] = {
-        { "status",   "",          "pools, clients and totals",
+        { "status",   "",          "pools, copies, clients and totals",
           0, run_show,  GMD_STATUS_CLIENTS, show_status },
         { "clients",  "",          "the connected clients",
           0, run_show,  GMD_STATUS_CLIENTS, show_clients },
@@ -57,7 +58,7 @@ static const command commands[] = {
           1, run_admin, GMD_STATUS_POOLS,   NULL },
         { "priority", "PID N",     "set process PID's priority to N",
           2, run_admin, GMD_STATUS_POOLS,   NULL },
-        { "evict",    "PID",       "free process PID's released buffers",
+        { "evict",    "PID",       "move process PID's released buffers out",
           1, run_admin, GMD_STATUS_POOLS,   NULL },
         { "help",     "",          "this text",
           0, NULL,      GMD_STATUS_POOLS,   NULL },
@@ -125,6 +126,20 @@ const char *ctl_name_text(const char *name, char *buf, size_t width)
         return buf;
 }
 
+const char *ctl_rate_text(uint64_t bytes, uint64_t us, char *buf, size_t len)
+{
+        char size[16];
+
+        if (us == 0) {
+                snprintf(buf, len, "-");
+                return buf;
+        }
+        snprintf(buf, len, "%s/s",
+                 ctl_size_text((uint64_t)((double)bytes * 1e6 / (double)us),
+                               size, sizeof(size)));
+        return buf;
+}
+
 const char *ctl_uptime_text(uint64_t ms, char *buf, size_t len)
 {
         uint64_t s = ms / 1000;
@@ -169,29 +184,59 @@ static void print_pools(const gmd_status *status)
         }
 }
 
+/* The copy engine of each device: moves queued or copying each way, the
+ * bytes moved since the daemon started, and the average rate while
+ * copying (bytes over the time a copy was running). */
+static void print_copies(const gmd_status *status)
+{
+        char dev[16], out[16], in[16], rate_out[24], rate_in[24];
+
+        printf("%-6s %10s %10s %11s %11s %12s %12s\n", "COPIES",
+               "QUEUED OUT", "QUEUED IN", "MOVED OUT", "MOVED IN", "AVG OUT",
+               "AVG IN");
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+
+                if (p->tier != GMD_TIER_VRAM)
+                        continue;
+                snprintf(dev, sizeof(dev), "gpu%u", p->device);
+                printf("%-6s %10" PRIu32 " %10" PRIu32 " %11s %11s %12s %12s\n",
+                       dev, p->queued_out, p->queued_in,
+                       ctl_size_text(p->bytes_out, out, sizeof(out)),
+                       ctl_size_text(p->bytes_in, in, sizeof(in)),
+                       ctl_rate_text(p->bytes_out, p->copy_us_out, rate_out,
+                                     sizeof(rate_out)),
+                       ctl_rate_text(p->bytes_in, p->copy_us_in, rate_in,
+                                     sizeof(rate_in)));
+        }
+}
+
 /* Another user's client seen by a non-admin: its name and buffer count
- * are withheld and show as "-". */
+ * are withheld and show as "-". VRAM and HOST split the client's bytes by
+ * tier; VRAM includes what it keeps cached. */
 static void print_clients(const gmd_status *status, bool waiting)
 {
-        char name[20], bytes[16], buffers[12];
+        char name[17], vram[16], host[16], buffers[12];
 
-        printf("%-8s %8s %8s  %-19s %4s %11s %7s", "CLIENT", "PID", "UID",
-               "NAME", "PRIO", "BYTES", "BUFFERS");
-        printf(waiting ? " %7s\n" : "\n", "WAITING");
+        printf("%-6s %7s %7s  %-16s %4s %10s %10s %5s", "CLIENT", "PID", "UID",
+               "NAME", "PRIO", "VRAM", "HOST", "BUFS");
+        printf(waiting ? " %4s\n" : "\n", "WAIT");
         if (status->n_clients == 0)
                 printf("(no clients)\n");
         for (size_t i = 0; i < status->n_clients; i++) {
                 const gmd_client_status *c = &status->clients[i];
 
                 snprintf(buffers, sizeof(buffers), "%" PRIu32, c->buffers);
-                printf("%-8" PRIu64 " %8" PRIu32 " %8" PRIu32 "  %-19s %4" PRId32
-                       " %11s %7s", c->client_id, c->pid, c->uid,
+                printf("%-6" PRIu64 " %7" PRIu32 " %7" PRIu32 "  %-16s %4" PRId32
+                       " %10s %10s %5s", c->client_id, c->pid, c->uid,
                        c->details_hidden ? "-" :
                        ctl_name_text(c->name, name, sizeof(name) - 1),
-                       c->priority, ctl_size_text(c->bytes, bytes, sizeof(bytes)),
+                       c->priority,
+                       ctl_size_text(c->vram_bytes, vram, sizeof(vram)),
+                       ctl_size_text(c->host_bytes, host, sizeof(host)),
                        c->details_hidden ? "-" : buffers);
                 if (waiting)
-                        printf(" %7" PRIu32, c->waiting);
+                        printf(" %4" PRIu32, c->waiting);
                 printf("\n");
         }
 }
@@ -218,6 +263,8 @@ static void show_status(const gmd_status *status)
 {
         print_header(status);
         print_pools(status);
+        printf("\n");
+        print_copies(status);
         printf("\n");
         print_clients(status, false);
         print_totals(status);
@@ -291,6 +338,12 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                 json_uint(&w, "capacity", p->capacity);
                 json_uint(&w, "used", p->used);
                 json_uint(&w, "free", p->free);
+                json_uint(&w, "queued_out", p->queued_out);
+                json_uint(&w, "queued_in", p->queued_in);
+                json_uint(&w, "bytes_out", p->bytes_out);
+                json_uint(&w, "bytes_in", p->bytes_in);
+                json_uint(&w, "copy_us_out", p->copy_us_out);
+                json_uint(&w, "copy_us_in", p->copy_us_in);
                 json_end_object(&w);
         }
         json_end_array(&w);
@@ -311,6 +364,8 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                 json_int(&w, "priority", c->priority);
                 json_bool(&w, "details_hidden", c->details_hidden);
                 json_uint(&w, "parked_bytes", c->parked_bytes);
+                json_uint(&w, "vram_bytes", c->vram_bytes);
+                json_uint(&w, "host_bytes", c->host_bytes);
                 json_end_object(&w);
         }
         json_end_array(&w);

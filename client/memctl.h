@@ -32,6 +32,10 @@ const char *ctl_size_text(uint64_t bytes, char *buf, size_t len);
  * so they cannot move the terminal's cursor; cut to `width` bytes. */
 const char *ctl_name_text(const char *name, char *buf, size_t width);
 
+/* A copy rate, bytes over microseconds, as "1.5 GiB/s" into buf; "-"
+ * when `us` is 0 (nothing was copied). */
+const char *ctl_rate_text(uint64_t bytes, uint64_t us, char *buf, size_t len);
+
 /* "3m 02s" into buf. */
 const char *ctl_uptime_text(uint64_t ms, char *buf, size_t len);
 

@@ -1,7 +1,13 @@
 /*
  * memctl_top — `gpu-memctl top`, the live view: every second it asks the
  * daemon for its status and redraws one screen of pools (capacity, use, a
- * bar) and clients (largest first).
+ * bar), each device's copy engine (moves queued each way and the rate of
+ * the last interval: the growth of the bytes-moved counters between two
+ * frames over the daemon's uptime between them) and clients (largest
+ * first, their bytes on VRAM and on host). The first frame, and the one
+ * --once prints, has no earlier sample: it shows the average rate since
+ * the daemon started instead (bytes over the time copies ran), and says
+ * so in its header.
  *
  * It runs in any plain terminal: ANSI "home", "clear to end of line" and
  * "clear to end of screen" sequences only, so a frame overwrites the last
@@ -29,6 +35,7 @@
 
 #define TOP_INTERVAL_MS 1000
 #define TOP_BAR_WIDTH   24
+#define TOP_MAX_DEVICES 64              /* copy counters remembered */
 
 /* Set by SIGINT/SIGTERM: the loop leaves at its next turn. A signal
  * handler can reach nothing else. */
@@ -41,6 +48,10 @@ typedef struct top_view {
         struct sigaction old_int, old_term;
         bool signals;                   /* handlers installed */
         unsigned rows, rows_left;       /* terminal height; lines free */
+        /* The last frame's copy counters, for the rate of the interval. */
+        bool have_prev;
+        uint64_t prev_ms;               /* the daemon's uptime then */
+        uint64_t prev_out[TOP_MAX_DEVICES], prev_in[TOP_MAX_DEVICES];
 } top_view;
 
 static void top_on_signal(int sig)
@@ -138,6 +149,65 @@ static void top_pools(top_view *v, const gmd_status *s)
         }
 }
 
+/* The rate of one direction: over the last interval when there is an
+ * earlier sample, else the average while copying. A counter that went
+ * backwards (another daemon on the socket) shows "-". */
+static const char *top_rate(const top_view *v, uint64_t ms, uint64_t bytes,
+                            uint64_t prev, uint64_t copy_us, char *buf,
+                            size_t len)
+{
+        if (!v->have_prev)
+                return ctl_rate_text(bytes, copy_us, buf, len);
+        if (bytes < prev || ms <= v->prev_ms)
+                return ctl_rate_text(0, 0, buf, len);
+        return ctl_rate_text(bytes - prev, (ms - v->prev_ms) * 1000, buf, len);
+}
+
+static void top_copies(top_view *v, const gmd_status *s)
+{
+        char name[16], rate_out[24], rate_in[24], out[16], in[16];
+        bool recent = v->have_prev;
+
+        top_line(v, "%-8s %10s %9s %12s %12s %11s %11s", "COPIES",
+                 "QUEUED OUT", "QUEUED IN", recent ? "RATE OUT" : "AVG OUT",
+                 recent ? "RATE IN" : "AVG IN", "MOVED OUT", "MOVED IN");
+        for (size_t i = 0; i < s->n_pools; i++) {
+                const gmd_pool_status *p = &s->pools[i];
+                uint64_t prev_out = 0, prev_in = 0;
+
+                if (p->tier != GMD_TIER_VRAM)
+                        continue;
+                if (p->device < TOP_MAX_DEVICES) {
+                        prev_out = v->prev_out[p->device];
+                        prev_in = v->prev_in[p->device];
+                }
+                snprintf(name, sizeof(name), "gpu%u", p->device);
+                top_line(v, "%-8s %10" PRIu32 " %9" PRIu32 " %12s %12s %11s %11s",
+                         name, p->queued_out, p->queued_in,
+                         top_rate(v, s->uptime_ms, p->bytes_out, prev_out,
+                                  p->copy_us_out, rate_out, sizeof(rate_out)),
+                         top_rate(v, s->uptime_ms, p->bytes_in, prev_in,
+                                  p->copy_us_in, rate_in, sizeof(rate_in)),
+                         ctl_size_text(p->bytes_out, out, sizeof(out)),
+                         ctl_size_text(p->bytes_in, in, sizeof(in)));
+        }
+}
+
+/* Remember this frame's counters for the next frame's rates. */
+static void top_remember(top_view *v, const gmd_status *s)
+{
+        for (size_t i = 0; i < s->n_pools; i++) {
+                const gmd_pool_status *p = &s->pools[i];
+
+                if (p->tier != GMD_TIER_VRAM || p->device >= TOP_MAX_DEVICES)
+                        continue;
+                v->prev_out[p->device] = p->bytes_out;
+                v->prev_in[p->device] = p->bytes_in;
+        }
+        v->prev_ms = s->uptime_ms;
+        v->have_prev = true;
+}
+
 /* Largest first; the pid breaks ties so rows do not jump between frames. */
 static int client_cmp(const void *a, const void *b)
 {
@@ -152,11 +222,11 @@ static int client_cmp(const void *a, const void *b)
 
 static void top_clients(top_view *v, gmd_status *s)
 {
-        char name[21], bytes[16], buffers[12];
+        char name[19], vram[16], host[16], buffers[12];
 
         qsort(s->clients, s->n_clients, sizeof(*s->clients), client_cmp);
-        top_line(v, "%8s %8s  %-20s %5s %11s %8s %8s", "PID", "UID", "NAME",
-                 "PRIO", "BYTES", "BUFFERS", "WAITING");
+        top_line(v, "%7s %7s  %-18s %4s %10s %10s %7s %7s", "PID", "UID",
+                 "NAME", "PRIO", "VRAM", "HOST", "BUFFERS", "WAITING");
         if (s->n_clients == 0)
                 top_line(v, "(no clients)");
         for (size_t i = 0; i < s->n_clients; i++) {
@@ -167,11 +237,13 @@ static void top_clients(top_view *v, gmd_status *s)
                         break;
                 }
                 snprintf(buffers, sizeof(buffers), "%" PRIu32, c->buffers);
-                top_line(v, "%8" PRIu32 " %8" PRIu32 "  %-20s %5" PRId32
-                         " %11s %8s %8" PRIu32, c->pid, c->uid,
+                top_line(v, "%7" PRIu32 " %7" PRIu32 "  %-18s %4" PRId32
+                         " %10s %10s %7s %7" PRIu32, c->pid, c->uid,
                          c->details_hidden ? "-" :
                          ctl_name_text(c->name, name, sizeof(name) - 1),
-                         c->priority, ctl_size_text(c->bytes, bytes, sizeof(bytes)),
+                         c->priority,
+                         ctl_size_text(c->vram_bytes, vram, sizeof(vram)),
+                         ctl_size_text(c->host_bytes, host, sizeof(host)),
                          c->details_hidden ? "-" : buffers, c->waiting);
         }
 }
@@ -201,6 +273,9 @@ static void top_frame(top_view *v, gmd_status *s)
                 top_line(v, "%s", title);
         top_line(v, "%s", "");
         top_pools(v, s);
+        top_line(v, "%s", "");
+        top_copies(v, s);
+        top_remember(v, s);
         top_line(v, "%s", "");
         top_line(v, "total: %s used of %s, %" PRIu32 " client%s, %" PRIu32
                  " buffer%s, %" PRIu32 " waiting",

@@ -61,6 +61,12 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 p->capacity = w->capacity;
                 p->used = w->used;
                 p->free = w->free;
+                p->queued_out = w->queued_out;
+                p->queued_in = w->queued_in;
+                p->bytes_out = w->bytes_out;
+                p->bytes_in = w->bytes_in;
+                p->copy_us_out = w->copy_us_out;
+                p->copy_us_in = w->copy_us_in;
         }
         s->n_clients = reply->n_clients;
         for (size_t i = 0; i < reply->n_clients; i++) {
@@ -78,6 +84,8 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 c->gid = w->gid;
                 c->details_hidden = w->details_hidden ? 1 : 0;
                 c->parked_bytes = w->parked_bytes;
+                c->vram_bytes = w->vram_bytes;
+                c->host_bytes = w->host_bytes;
         }
         s->n_buffers = reply->n_buffers;
         for (size_t i = 0; i < reply->n_buffers; i++) {

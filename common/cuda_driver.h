@@ -37,15 +37,17 @@
         X(cuCtxPopCurrent) X(cuCtxSynchronize)                          \
         X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree)                      \
         X(cuMemsetD8Async) X(cuMemcpyDtoH) X(cuMemcpyHtoD)              \
+        X(cuMemcpyAsync) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)      \
+        X(cuMemHostAlloc) X(cuMemFreeHost)                              \
         X(cuMemCreate) X(cuMemRelease) X(cuMemGetAllocationGranularity) \
         X(cuMemExportToShareableHandle)                                 \
         X(cuMemImportFromShareableHandle)                               \
         X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap)          \
         X(cuMemUnmap) X(cuMemSetAccess)                                 \
         X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)     \
-        X(cuStreamWaitEvent)                                            \
+        X(cuStreamWaitEvent) X(cuStreamQuery) X(cuLaunchHostFunc)       \
         X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
-        X(cuEventSynchronize)                                           \
+        X(cuEventSynchronize) X(cuEventQuery)                           \
         X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)                      \
         X(cuIpcCloseMemHandle) X(cuIpcGetEventHandle)                   \
         X(cuIpcOpenEventHandle)

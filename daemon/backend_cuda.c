@@ -10,8 +10,8 @@
  * some devices and silently not others would be harder to reason about than
  * one that says which device is lacking. Each device gets its primary
  * context, retained for the backend's life (it is the one the daemon's
- * allocations live in), and one non-blocking stream for zeroing and, later,
- * copies.
+ * allocations live in), one non-blocking stream for zeroing and events, and
+ * two for copies, one per direction (backend_cuda_copy.c).
  */
 #include "backend_cuda.h"
 
@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "log.h"
@@ -82,7 +83,21 @@ static void cuda_ops_destroy(gmd_backend *backend)
 
         if (!b)
                 return;
+        if (b->copy_lock_ready)
+                cuda_ops_set_wake(backend, NULL, NULL);
         cuda_events_clear(b);
+        for (i = 0; i < b->n_devices; i++) {
+                cuda_device *d = &b->devices[i];
+
+                if (!d->ctx)
+                        continue;
+                (void)cuda_device_enter(b, d);
+                cuda_copy_close(b, d);
+        }
+        /* After the copies: they may still read host allocations. */
+        cuda_host_close(b);
+        cuda_copy_list_free(b, b->zombies);
+        b->zombies = NULL;
         for (i = 0; i < b->n_devices; i++) {
                 cuda_device *d = &b->devices[i];
 
@@ -95,6 +110,8 @@ static void cuda_ops_destroy(gmd_backend *backend)
                 b->cu->cuDevicePrimaryCtxRelease(d->dev);
         }
         b->cu->cuCtxSetCurrent(NULL);
+        if (b->copy_lock_ready)
+                pthread_mutex_destroy(&b->copy_lock);
         free(b);
 }
 
@@ -107,6 +124,9 @@ static const gmd_backend_ops cuda_ops = {
         .mem_destroy = cuda_ops_mem_destroy,
         .mem_zero = cuda_ops_mem_zero,
         .destroy = cuda_ops_destroy,
+        .set_wake = cuda_ops_set_wake,
+        .copy_submit = cuda_ops_copy_submit,
+        .copy_reap = cuda_ops_copy_reap,
         .maintain = cuda_ops_maintain,
         .mem_create_ipc = cuda_ops_mem_create_ipc,
         .event_create = cuda_event_create,
@@ -115,6 +135,21 @@ static const gmd_backend_ops cuda_ops = {
         .event_wait = cuda_event_wait,
         .event_unref = cuda_event_unref,
 };
+
+/* Bytes the host stock may hold (backend_cuda_host.c): a quarter of
+ * [pools] host_limit, at most CUDA_HOST_STOCK_MAX. Pinned memory held
+ * idle is memory the machine's other programs lack, so it stays a modest
+ * share. */
+#define CUDA_HOST_STOCK_MAX (8ull << 30)
+
+static uint64_t cuda_host_budget(const gmd_config *config)
+{
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+        uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+        uint64_t limit = size_spec_resolve(&config->host_limit, phys) / 4;
+
+        return limit < CUDA_HOST_STOCK_MAX ? limit : CUDA_HOST_STOCK_MAX;
+}
 
 /* The minimum granularity of exportable VMM memory at a location. */
 static CUresult cuda_granularity(cuda_backend *b, CUmemLocationType type,
@@ -174,6 +209,9 @@ static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
                        "cuStreamCreate");
         if (r < 0)
                 return r;
+        r = cuda_copy_open(b, d);
+        if (r < 0)
+                return r;
 
         r = cuda_check(b, cuda_granularity(b, CU_MEM_LOCATION_TYPE_DEVICE,
                                            d->dev, &gran),
@@ -202,11 +240,11 @@ static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
         if (r < 0)
                 return r;
         log_info("cuda: device %u: %s, %llu MiB, granularity %llu KiB, "
-                 "host tier %s, reserve %u of %u chunks", index, d->name,
-                 (unsigned long long)(d->total >> 20),
+                 "host tier %s (NUMA node %d), reserve %u of %u chunks",
+                 index, d->name, (unsigned long long)(d->total >> 20),
                  (unsigned long long)(d->granularity >> 10),
-                 d->host_granularity ? "yes" : "no", d->n_reserve,
-                 b->reserve_target);
+                 d->host_granularity ? "yes" : "no", d->host_numa_id,
+                 d->n_reserve, b->reserve_target);
         return 0;
 }
 
@@ -241,12 +279,19 @@ int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
         b->reserve_target = config->cuda_reserve_chunks;
         b->free_floor = config->vram_reserve;
         b->n_devices = (unsigned)n;
+        pthread_mutex_init(&b->copy_lock, NULL);
+        b->copy_lock_ready = true;
         for (i = 0; i < b->n_devices; i++) {
                 r = cuda_device_open(b, &b->devices[i], i);
                 if (r < 0) {
                         cuda_ops_destroy(&b->base);
                         return r == -ENOMEM ? r : -ENODEV;
                 }
+        }
+        r = cuda_host_open(b, cuda_host_budget(config));
+        if (r < 0) {
+                cuda_ops_destroy(&b->base);
+                return r;
         }
         *ret_backend = &b->base;
         return 0;

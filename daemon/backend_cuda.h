@@ -13,11 +13,19 @@
  *   backend_cuda_ipc.c      legacy CUDA IPC buffers (cuMemAlloc +
  *                           cuIpcGetMemHandle)
  *   backend_cuda_event.c    CUDA IPC events and their cache
- * All of them run on the daemon's loop thread only: nothing here locks.
+ *   backend_cuda_copy.c     the copy engine: a stream per device and
+ *                           direction, completions through host functions
+ *   backend_cuda_host.c     the HOST tier's stock of ready allocations and
+ *                           the worker thread that makes and frees them
+ * Everything runs on the daemon's loop thread except two things, each
+ * behind its own mutex: the copy engine's host functions (driver threads
+ * mark copies finished) and the host worker (it creates and releases
+ * pinned host allocations, which take milliseconds to seconds).
  */
 #ifndef GMD_BACKEND_CUDA_H
 #define GMD_BACKEND_CUDA_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,8 +42,48 @@ typedef struct cuda_mem {
         gmd_mem mem;
         CUdeviceptr va;          /* the daemon's own mapping (or cuMemAlloc) */
         bool ipc;                /* legacy: cuMemAlloc'd, freed by cuMemFree */
-        struct cuda_mem *next;   /* reserve stack link */
+        struct cuda_mem *next;   /* reserve stack / host stock link */
 } cuda_mem;
+
+typedef struct cuda_backend cuda_backend;
+
+/* One copy handed to a stream: `done` is recorded after it on the copy
+ * stream, and the notify stream's host function marks it fired. Records
+ * are recycled with their event (loop thread only). */
+typedef struct cuda_copy {
+        struct cuda_copy *next;  /* in-flight list, or the free list */
+        cuda_backend *backend;
+        CUevent done;
+        void *cookie;
+        bool fired;              /* under cuda_backend.copy_lock */
+} cuda_copy;
+
+/* One direction of one device: the stream copies run on, the stream
+ * their host functions run on (waiting on each copy's event, so a host
+ * function never holds the next copy back), and what is in flight,
+ * oldest first. The list is the loop thread's; only `fired` flags change
+ * elsewhere. */
+typedef struct cuda_queue {
+        CUstream stream;
+        CUstream notify;
+        cuda_copy *head, *tail;
+        cuda_copy *spare;        /* reaped records, events kept (an event
+                                  * belongs to its device's context) */
+        unsigned n_inflight;
+        int error;               /* the stream failed: every copy fails */
+} cuda_queue;
+
+/* The HOST tier's stock of one size (backend_cuda_host.c). */
+typedef struct cuda_host_class {
+        uint64_t size;           /* 0: slot unused */
+        cuda_mem *ready;         /* made, zeroed, exported, mapped */
+        unsigned n_ready;
+        unsigned n_making;       /* with the worker */
+        unsigned target;         /* how many to keep ready */
+        uint64_t last_use_us;
+} cuda_host_class;
+
+#define CUDA_HOST_CLASSES 8
 
 typedef struct cuda_event {
         gmd_event event;
@@ -48,7 +96,8 @@ typedef struct cuda_event {
 typedef struct cuda_device {
         CUdevice dev;
         CUcontext ctx;           /* primary context, retained */
-        CUstream stream;         /* non-blocking: zeroing, later copies */
+        CUstream stream;         /* non-blocking: zeroing, events */
+        cuda_queue queues[2];    /* copies, by gmd_copy_dir */
         char name[64];
         uint64_t total;
         uint64_t granularity;
@@ -65,9 +114,24 @@ typedef struct cuda_device {
          * then (now_us clock), so a full GPU does not log 100 errors a
          * second. */
         uint64_t refill_after_us;
+        /* HOST tier stock, under cuda_host.lock. */
+        cuda_host_class host_classes[CUDA_HOST_CLASSES];
+        uint64_t host_refill_after_us;
 } cuda_device;
 
-typedef struct cuda_backend {
+/* The worker that makes and frees pinned host allocations. */
+typedef struct cuda_host {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        pthread_t thread;
+        bool started, stopping;
+        uint64_t budget;         /* bytes the stock may hold, ready + making */
+        uint64_t stock_bytes;    /* ready + making, all devices */
+        cuda_mem *to_free;       /* allocations to release */
+        unsigned hits, misses;   /* mem_create(HOST) from stock or not */
+} cuda_host;
+
+struct cuda_backend {
         gmd_backend base;
         const gmd_cuda_driver *cu;
         unsigned reserve_target; /* [pools] cuda_reserve_chunks */
@@ -76,9 +140,18 @@ typedef struct cuda_backend {
          * the daemon leaves to other programs. */
         uint64_t free_floor;
         cuda_event *events;      /* imported events, by handle */
+        /* Copy engine: host functions mark copies fired and wake the
+         * loop. */
+        pthread_mutex_t copy_lock;
+        bool copy_lock_ready;
+        void (*wake)(void *ctx);
+        void *wake_ctx;
+        cuda_copy *zombies;      /* failed copies whose host function
+                                  * never ran: freed at close */
+        cuda_host host;
         unsigned n_devices;
         cuda_device devices[];
-} cuda_backend;
+};
 
 /* ---- backend_cuda.c ----------------------------------------------------- */
 
@@ -108,8 +181,14 @@ int cuda_mem_new(cuda_backend *b, cuda_device *d, unsigned device,
 /* Undo cuda_mem_new, every step tolerating "not done". Accepts NULL. */
 void cuda_mem_free(cuda_backend *b, cuda_mem *m);
 
-/* Zero `size` bytes at `va` on the device's stream and wait for it. */
-int cuda_fill_zero(cuda_backend *b, cuda_device *d, CUdeviceptr va,
+/* The same, zeroing on `stream` (any thread with the context current;
+ * the host worker passes its own). */
+int cuda_mem_make(cuda_backend *b, cuda_device *d, unsigned device,
+                  gmd_tier tier, uint64_t size, CUstream stream,
+                  cuda_mem **ret_mem);
+
+/* Zero `size` bytes at `va` on `stream` and wait for it. */
+int cuda_fill_zero(cuda_backend *b, CUstream stream, CUdeviceptr va,
                    uint64_t size);
 
 /* The ops. */
@@ -147,6 +226,47 @@ int cuda_ops_mem_create_ipc(gmd_backend *backend, unsigned device,
 
 /* Free a legacy IPC buffer (mem_destroy of one with m->ipc set). */
 void cuda_ipc_free(cuda_backend *b, cuda_mem *m);
+
+/* ---- backend_cuda_copy.c ------------------------------------------------ */
+
+/* Streams of `d` (context current) and the lock; 0 or -errno. */
+int cuda_copy_open(cuda_backend *b, cuda_device *d);
+/* Free records and destroy their events (context current). */
+void cuda_copy_list_free(cuda_backend *b, cuda_copy *list);
+/* Wait for what is in flight, destroy the streams, drop unreaped copies. */
+void cuda_copy_close(cuda_backend *b, cuda_device *d);
+/* Loop thread, from maintain: notice a stream that failed without its host
+ * functions running; wakes the loop so reap reports it. */
+void cuda_copy_poll(cuda_backend *b);
+
+void cuda_ops_set_wake(gmd_backend *backend, void (*wake)(void *ctx),
+                       void *ctx);
+int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
+                         gmd_copy_dir dir, gmd_mem *dst, uint64_t dst_off,
+                         gmd_mem *src, uint64_t src_off, uint64_t len,
+                         void *cookie);
+void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
+                        void *ctx);
+
+/* ---- backend_cuda_host.c ------------------------------------------------ */
+
+/* Start the worker; `budget` bytes of stock at most (0: no stock, the
+ * worker still frees). 0 or -errno. */
+int cuda_host_open(cuda_backend *b, uint64_t budget);
+/* Stop the worker after it released what it was given; free the stock. */
+void cuda_host_close(cuda_backend *b);
+/* mem_create(HOST): from stock when one of that size is ready, else made
+ * here; either way the size's demand is noted for the worker. */
+int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
+                     uint64_t size, cuda_mem **ret_mem);
+/* mem_destroy(HOST): the worker releases it (unpinning takes time). */
+void cuda_host_destroy(cuda_backend *b, cuda_mem *m);
+/* From maintain: return sizes idle too long; wake the worker. */
+void cuda_host_maintain(cuda_backend *b);
+/* Bytes ready in `device`'s stock; hits and misses of mem_create(HOST)
+ * since open (tests, the benchmark). */
+void cuda_host_stock(cuda_backend *b, unsigned device, uint64_t *ret_bytes,
+                     unsigned *ret_hits, unsigned *ret_misses);
 
 /* ---- backend_cuda_event.c ----------------------------------------------- */
 

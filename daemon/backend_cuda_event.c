@@ -132,6 +132,15 @@ int cuda_event_wait(gmd_backend *backend, gmd_event *event)
         r = cuda_device_enter(b, d);
         if (r < 0)
                 return r;
+        /* The interface names no direction yet: every stream that may
+         * touch the owner's memory waits (copies in both directions and
+         * zeroing). */
+        for (int dir = 0; dir < 2 && r == 0; dir++)
+                r = cuda_check(b, b->cu->cuStreamWaitEvent(d->queues[dir].stream,
+                                                           e->handle, 0),
+                               "cuStreamWaitEvent");
+        if (r < 0)
+                return r;
         return cuda_check(b, b->cu->cuStreamWaitEvent(d->stream, e->handle, 0),
                           "cuStreamWaitEvent");
 }

@@ -72,7 +72,7 @@ int cuda_ops_mem_create_ipc(gmd_backend *backend, unsigned device,
         r = cuda_ipc_alloc(b, d, device, size, &m->va);
         if (r < 0)
                 goto fail;
-        r = cuda_fill_zero(b, d, m->va, size);
+        r = cuda_fill_zero(b, d->stream, m->va, size);
         if (r < 0)
                 goto fail;
         r = cuda_check(b, b->cu->cuIpcGetMemHandle(&handle, m->va),

@@ -14,6 +14,14 @@
  *
  * mem_destroy serves legacy IPC buffers too (backend_cuda_ipc.c frees
  * those): the daemon holds only a gmd_mem and does not know which kind.
+ *
+ * HOST-tier allocations (location HOST_NUMA, the GPU's NUMA node) are made
+ * the same way and mapped into the daemon with access for the device, so
+ * the copy engine (backend_cuda_copy.c) copies between two device
+ * addresses and the GPU's copy engines move the bytes. Creating one pins
+ * its pages (235 ms per GiB, DESIGN.md), so those go through the host
+ * stock (backend_cuda_host.c), which keeps sizes in demand ready and
+ * releases freed ones on its own thread.
  */
 #include "backend_cuda.h"
 
@@ -25,16 +33,16 @@
 #include "log.h"
 #include "timeutil.h"
 
-int cuda_fill_zero(cuda_backend *b, cuda_device *d, CUdeviceptr va,
+int cuda_fill_zero(cuda_backend *b, CUstream stream, CUdeviceptr va,
                    uint64_t size)
 {
         int r;
 
-        r = cuda_check(b, b->cu->cuMemsetD8Async(va, 0, size, d->stream),
+        r = cuda_check(b, b->cu->cuMemsetD8Async(va, 0, size, stream),
                        "cuMemsetD8Async");
         if (r < 0)
                 return r;
-        return cuda_check(b, b->cu->cuStreamSynchronize(d->stream),
+        return cuda_check(b, b->cu->cuStreamSynchronize(stream),
                           "cuStreamSynchronize");
 }
 
@@ -61,11 +69,12 @@ static int cuda_mem_map(cuda_backend *b, cuda_device *d, cuda_mem *m)
 {
         const gmd_cuda_driver *cu = b->cu;
         CUmemAccessDesc access = { 0 };
-        uint64_t size = m->mem.size;
+        uint64_t size = m->mem.size, align = d->granularity;
         int r;
 
-        r = cuda_check(b, cu->cuMemAddressReserve(&m->va, size, d->granularity,
-                                                  0, 0),
+        if (d->host_granularity > align)
+                align = d->host_granularity;
+        r = cuda_check(b, cu->cuMemAddressReserve(&m->va, size, align, 0, 0),
                        "cuMemAddressReserve");
         if (r < 0)
                 return r;
@@ -91,6 +100,13 @@ fail_va:
 
 int cuda_mem_new(cuda_backend *b, cuda_device *d, unsigned device,
                  gmd_tier tier, uint64_t size, cuda_mem **ret_mem)
+{
+        return cuda_mem_make(b, d, device, tier, size, d->stream, ret_mem);
+}
+
+int cuda_mem_make(cuda_backend *b, cuda_device *d, unsigned device,
+                  gmd_tier tier, uint64_t size, CUstream stream,
+                  cuda_mem **ret_mem)
 {
         const gmd_cuda_driver *cu = b->cu;
         CUmemAllocationProp prop = { 0 };
@@ -136,12 +152,13 @@ int cuda_mem_new(cuda_backend *b, cuda_device *d, unsigned device,
         if (r < 0)
                 goto fail;
         t3 = now_us();
-        r = cuda_fill_zero(b, d, m->va, size);
+        r = cuda_fill_zero(b, stream, m->va, size);
         if (r < 0)
                 goto fail;
-        log_debug("cuda: created %llu KiB on device %u: cuMemCreate %llu, "
+        log_debug("cuda: created %llu KiB %s on device %u: cuMemCreate %llu, "
                   "export %llu, map+access %llu, zero %llu us",
-                  (unsigned long long)(size >> 10), device,
+                  (unsigned long long)(size >> 10),
+                  tier == GMD_TIER_HOST ? "host" : "VRAM", device,
                   (unsigned long long)(t1 - t0), (unsigned long long)(t2 - t1),
                   (unsigned long long)(t3 - t2),
                   (unsigned long long)(now_us() - t3));
@@ -169,7 +186,14 @@ int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
         if (size % gran)
                 return -EINVAL;
 
-        if (tier == GMD_TIER_VRAM && size == d->granularity) {
+        if (tier == GMD_TIER_HOST) {
+                r = cuda_host_create(b, d, device, size, &m);
+                if (r < 0)
+                        return r;
+                *ret_mem = &m->mem;
+                return 0;
+        }
+        if (size == d->granularity) {
                 m = cuda_reserve_take(d);     /* the fast path */
                 if (m) {
                         *ret_mem = &m->mem;
@@ -180,8 +204,7 @@ int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
         if (r < 0)
                 return r;
         r = cuda_mem_new(b, d, device, tier, size, &m);
-        if (r == -ENOMEM && tier == GMD_TIER_VRAM &&
-            cuda_reserve_drain(b, d) > 0) {
+        if (r == -ENOMEM && cuda_reserve_drain(b, d) > 0) {
                 log_info("cuda: device %u: reserve released to make room",
                          device);
                 r = cuda_mem_new(b, d, device, tier, size, &m);
@@ -202,6 +225,10 @@ void cuda_ops_mem_destroy(gmd_backend *backend, gmd_mem *mem)
         if (!mem)
                 return;
         m = cuda_mem_of(mem);
+        if (mem->tier == GMD_TIER_HOST && !m->ipc) {
+                cuda_host_destroy(b, m);   /* unpinning: on the worker */
+                return;
+        }
         d = cuda_device_get(b, mem->device);
         if (d)
                 (void)cuda_device_enter(b, d);
@@ -224,5 +251,5 @@ int cuda_ops_mem_zero(gmd_backend *backend, gmd_mem *mem)
         r = cuda_device_enter(b, d);
         if (r < 0)
                 return r;
-        return cuda_fill_zero(b, d, cuda_mem_of(mem)->va, mem->size);
+        return cuda_fill_zero(b, d->stream, cuda_mem_of(mem)->va, mem->size);
 }

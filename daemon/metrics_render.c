@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "copyq.h"
 #include "gpumem.h"
 #include "server.h"
 #include "session.h"
@@ -40,6 +41,16 @@ static void render_pools(promtext *t, const gmd_server *server)
         }
 }
 
+/* The labels that name one client, without the braces:
+ * `client="7",pid="123",uid="1000",name="train"`. */
+static void client_labels(promtext *t, const gmd_session *s)
+{
+        promtext_printf(t, "client=\"%" PRIu64 "\",pid=\"%ld\",uid=\"%lu\","
+                        "name=\"", s->id, (long)s->pid, (unsigned long)s->uid);
+        promtext_label_value(t, s->name);
+        promtext_append(t, "\"", 1);
+}
+
 static void render_clients(promtext *t, const gmd_server *server)
 {
         unsigned n_clients = 0, n_buffers = 0, n_waiting = 0;
@@ -56,11 +67,26 @@ static void render_clients(promtext *t, const gmd_server *server)
                         continue;
                 n_clients++;
                 n_buffers += s->n_buffers;
-                promtext_printf(t, "gpumemd_client_bytes{client=\"%" PRIu64
-                                "\",pid=\"%ld\",uid=\"%lu\",name=\"", s->id,
-                                (long)s->pid, (unsigned long)s->uid);
-                promtext_label_value(t, s->name);
-                promtext_printf(t, "\"} %" PRIu64 "\n", s->bytes);
+                promtext_printf(t, "gpumemd_client_bytes{");
+                client_labels(t, s);
+                promtext_printf(t, "} %" PRIu64 "\n", s->bytes);
+        }
+        /* The same bytes by tier: VRAM (parked buffers included) and
+         * what was moved out to host memory. */
+        promtext_family(t, "gpumemd_client_tier_bytes", "gauge",
+                        "Bytes held by one client connection, by tier.");
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (!s->hello_done)
+                        continue;
+                for (unsigned tier = GMD_TIER_VRAM; tier <= GMD_TIER_HOST; tier++) {
+                        promtext_printf(t, "gpumemd_client_tier_bytes{");
+                        client_labels(t, s);
+                        promtext_printf(t, ",tier=\"%s\"} %" PRIu64 "\n",
+                                        tier == GMD_TIER_VRAM ? "vram" : "host",
+                                        s->tier_bytes[tier]);
+                }
         }
         list_for_each(pos, &server->waiters)
                 n_waiting++;
@@ -91,6 +117,46 @@ static void render_moves(promtext *t, const gmd_stats *st)
         promtext_printf(t, "\ngpumemd_copy_seconds_total{direction=\"in\"} ");
         promtext_seconds(t, st->copy_us_in);
         promtext_append(t, "\n", 1);
+}
+
+static const char *const direction_names[2] = {
+        [GMD_COPY_OUT] = "out", [GMD_COPY_IN] = "in",
+};
+
+/* The copy engine of each device: what its queues hold now, what they
+ * moved and how long they were busy. The sums over devices are the
+ * global families above. */
+static void render_copyqs(promtext *t, const gmd_server *server)
+{
+        promtext_family(t, "gpumemd_copy_queue_depth", "gauge",
+                        "Moves queued or copying on a device, by direction.");
+        for (unsigned i = 0; i < server->n_devices; i++)
+                for (unsigned d = 0; d < 2; d++)
+                        promtext_printf(t, "gpumemd_copy_queue_depth{device=\"%u\","
+                                        "direction=\"%s\"} %u\n",
+                                        server->copyqs[i].device,
+                                        direction_names[d],
+                                        server->copyqs[i].moves[d]);
+        promtext_family(t, "gpumemd_device_bytes_moved_total", "counter",
+                        "Bytes one device copied between tiers, by direction.");
+        for (unsigned i = 0; i < server->n_devices; i++)
+                for (unsigned d = 0; d < 2; d++)
+                        promtext_printf(t, "gpumemd_device_bytes_moved_total{"
+                                        "device=\"%u\",direction=\"%s\"} %"
+                                        PRIu64 "\n", server->copyqs[i].device,
+                                        direction_names[d],
+                                        server->copyqs[i].bytes[d]);
+        promtext_family(t, "gpumemd_device_copy_seconds_total", "counter",
+                        "Time one device had a copy running, by direction.");
+        for (unsigned i = 0; i < server->n_devices; i++)
+                for (unsigned d = 0; d < 2; d++) {
+                        promtext_printf(t, "gpumemd_device_copy_seconds_total{"
+                                        "device=\"%u\",direction=\"%s\"} ",
+                                        server->copyqs[i].device,
+                                        direction_names[d]);
+                        promtext_seconds(t, server->copyqs[i].busy_us[d]);
+                        promtext_append(t, "\n", 1);
+                }
 }
 
 static void render_latency(promtext *t, const gmd_stats *st)
@@ -156,6 +222,7 @@ void metrics_render(promtext *t, const gmd_server *server)
         render_pools(t, server);
         render_clients(t, server);
         render_moves(t, &server->stats);
+        render_copyqs(t, server);
         render_latency(t, &server->stats);
         render_counters(t, &server->stats);
         promtext_family(t, "gpumemd_uptime_seconds", "gauge",

@@ -222,6 +222,7 @@ static void move_send_remap(gmd_server *server, gmd_move *m)
 
         m->seq = ++server->next_remap_seq;
         m->awaiting_ack = true;
+        m->copied_us = now_us();
         segment.fd_index = 0;
         segment.offset = 0;
         segment.size = m->dst->size;
@@ -264,13 +265,22 @@ void move_copied(gmd_server *server, gmd_move *m)
 
 static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
 {
-        uint64_t us = now_us() - m->start_us;
+        uint64_t acked_us = now_us(), released_us;
 
-        log_debug("buffer %llu: %s %llu bytes in %llu us",
-                  (unsigned long long)b->id,
-                  m->dir == GMD_COPY_OUT ? "moved out" : "moved in",
-                  (unsigned long long)m->size, (unsigned long long)us);
         mem_release(server, m->src, m->src_tier, m->device);
+        released_us = now_us();
+        /* Where a move's time goes: queue and copy, the owner's remap, and
+         * releasing the old backing. */
+        log_debug("buffer %llu: %s %llu bytes in %llu us (copy %llu, remap and "
+                  "ack %llu, release %llu)", (unsigned long long)b->id,
+                  m->dir == GMD_COPY_OUT ? "moved out" : "moved in",
+                  (unsigned long long)m->size,
+                  (unsigned long long)(released_us - m->start_us),
+                  (unsigned long long)(m->copied_us - m->start_us),
+                  (unsigned long long)(acked_us - m->copied_us),
+                  (unsigned long long)(released_us - acked_us));
+        b->owner->tier_bytes[m->src_tier] -= b->size;
+        b->owner->tier_bytes[m->dst_tier] += b->size;
         b->mem = m->dst;
         b->tier = m->dst_tier;
         b->state = GMD_STATE_RESIDENT;

@@ -42,7 +42,8 @@ typedef struct gmd_move {
         bool awaiting_ack;          /* remap sent, old backing still mapped */
         bool owns_src;              /* orphaned: frees src too */
         uint64_t seq;               /* of the remap */
-        uint64_t start_us;
+        uint64_t start_us;          /* queued */
+        uint64_t copied_us;         /* copies over, remap sent */
         gmd_list qlink;
 } gmd_move;
 

@@ -98,6 +98,8 @@ int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
                 clients[n].priority = c->priority;
                 clients[n].waiting = c->n_waiting;
                 clients[n].parked_bytes = c->parked_bytes;
+                clients[n].vram_bytes = c->tier_bytes[GMD_TIER_VRAM];
+                clients[n].host_bytes = c->tier_bytes[GMD_TIER_HOST];
                 if (may_see_details(s, c)) {
                         clients[n].name = c->name;
                         clients[n].buffers = c->n_buffers;

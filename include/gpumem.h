@@ -254,12 +254,25 @@ int gmd_wait(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms);
 
 /* ---- status ------------------------------------------------------------- */
 
+/*
+ * One pool. The copy engine's figures belong to a device and are given on
+ * its VRAM pool; they are 0 on the host pool. "out" is VRAM to host
+ * (pageout, eviction), "in" host to VRAM (prefetch, swap-in). The average
+ * rate of a direction is bytes_* / copy_us_*: bytes over the time at least
+ * one copy was running, not over the uptime.
+ */
 typedef struct gmd_pool_status {
         unsigned device;
         gmd_tier tier;
         uint64_t capacity;
         uint64_t used;
         uint64_t free;
+        uint32_t queued_out;    /* moves queued or copying, VRAM -> host */
+        uint32_t queued_in;     /* moves queued or copying, host -> VRAM */
+        uint64_t bytes_out;     /* copied since the daemon started */
+        uint64_t bytes_in;
+        uint64_t copy_us_out;   /* microseconds spent copying */
+        uint64_t copy_us_in;
 } gmd_pool_status;
 
 typedef struct gmd_client_status {
@@ -275,6 +288,8 @@ typedef struct gmd_client_status {
         int details_hidden;     /* another user's client seen by a
                                  * non-admin: name and buffers withheld */
         uint64_t parked_bytes;  /* of `bytes`, idle in its mapping cache */
+        uint64_t vram_bytes;    /* of `bytes`, on VRAM (parked ones too) */
+        uint64_t host_bytes;    /* of `bytes`, moved out to host memory */
 } gmd_client_status;
 
 typedef struct gmd_buffer_status {

@@ -12,17 +12,22 @@
 # the unit tests, protobuf-c for libgpumem.so users) into BUILD/lib; gpu-memd
 # and the test programs link libuv, protobuf-c and inih statically already.
 # `run` needs neither cmake nor ctest: it runs the test binaries directly
-# (tests/gpu/test_*), then the allocation benchmark (bench/alloc_bench), and
-# writes under $OUT (default ./gpu-suite-out):
+# (tests/gpu/test_*), then the benchmarks (bench/alloc_bench,
+# bench/swap_bench), and writes under $OUT (default ./gpu-suite-out):
 #   gpu-suite.log    every test's output, the daemon logs, in order
 #   gpu-suite.json   {"tests": [{"name", "result", "rc", "seconds"}], ...}
-#   alloc_bench.json / alloc_bench.txt   the benchmark's results
+#   alloc_bench.json / alloc_bench.txt   the allocation benchmark's results
+#   swap_bench.json / swap_bench.txt     the swap benchmark's results
+# `run BUILD TEST...` runs only the named tests (test_gpu_swap ...), and
+# GMD_BENCH="alloc swap" (the default) picks the benchmarks; "" runs none.
 #   nvidia-smi.txt   the machine
 # Exit status: 0 when no test failed (skips are not failures).
 set -u
 
 mode=${1:-run}
 build=${2:-build-cuda}
+shift 2 2>/dev/null || shift $#
+only=("$@")
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "no build folder ${2:-build-cuda}" >&2; exit 2; }
 
 if [ "$mode" = prepare ]; then
@@ -53,6 +58,9 @@ entries=()
 for t in "$build"/tests/gpu/test_*; do
         [ -x "$t" ] && [ -f "$t" ] || continue
         name=$(basename "$t")
+        if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then
+                continue
+        fi
         echo "=== $name" | tee -a "$log"
         start=$(date +%s.%N)
         timeout 300 "$t" >>"$log" 2>&1
@@ -67,21 +75,25 @@ for t in "$build"/tests/gpu/test_*; do
         entries+=("{\"name\": \"$name\", \"result\": \"$result\", \"rc\": $rc, \"seconds\": $secs}")
 done
 
-bench="$build/bench/alloc_bench"
+benches=${GMD_BENCH-alloc swap}
 bench_rc=null
-if [ -x "$bench" ]; then
-        echo "=== alloc_bench" | tee -a "$log"
-        timeout 300 "$bench" --json "$OUT/alloc_bench.json" >"$OUT/alloc_bench.txt" 2>>"$log"
-        bench_rc=$?
-        cat "$OUT/alloc_bench.txt" >>"$log"
-        echo "=== alloc_bench: rc $bench_rc" | tee -a "$log"
-fi
+swap_rc=null
+for b in $benches; do
+        bench="$build/bench/${b}_bench"
+        [ -x "$bench" ] || continue
+        echo "=== ${b}_bench" | tee -a "$log"
+        timeout 300 "$bench" --json "$OUT/${b}_bench.json" >"$OUT/${b}_bench.txt" 2>>"$log"
+        rc=$?
+        cat "$OUT/${b}_bench.txt" >>"$log"
+        echo "=== ${b}_bench: rc $rc" | tee -a "$log"
+        if [ "$b" = alloc ]; then bench_rc=$rc; else swap_rc=$rc; fi
+done
 
 {
         printf '{"gpu": "%s",\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)"
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
-        printf '],\n "failed": %d,\n "alloc_bench_rc": %s}\n' "$failed" "$bench_rc"
+        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s}\n' "$failed" "$bench_rc" "$swap_rc"
 } >"$json"
 cat "$json"
 exit $((failed > 0))

@@ -6,7 +6,9 @@
 #include "fake_daemon.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -221,6 +223,12 @@ static void handle_status(fake_daemon *f, const gmd_wire_packet *p)
         pool.capacity = 1 << 30;
         pool.used = 1 << 20;
         pool.free = (1 << 30) - (1 << 20);
+        pool.queued_out = 3;
+        pool.queued_in = 4;
+        pool.bytes_out = UINT64_C(5) << 32;
+        pool.bytes_in = 6;
+        pool.copy_us_out = 7;
+        pool.copy_us_in = UINT64_C(8) << 32;
         reply.n_pools = 1;
         reply.pools = pools;
         client.client_id = 7;
@@ -231,6 +239,8 @@ static void handle_status(fake_daemon *f, const gmd_wire_packet *p)
                       "beyond-sixty-four-bytes-xyz";
         client.bytes = 1 << 20;
         client.parked_bytes = 1 << 19;
+        client.vram_bytes = 1 << 19;
+        client.host_bytes = UINT64_C(9) << 32;
         client.buffers = 1;
         client.waiting = 2;
         reply.n_clients = 1;
@@ -608,4 +618,26 @@ int fake_parked(fake_daemon *f, uint64_t id)
         r = b ? b->parked : -1;
         pthread_mutex_unlock(&f->lock);
         return r;
+}
+
+/* Mappings of the fake's memfds that overlap [addr, addr + size). */
+unsigned fake_maps_at(const void *addr, size_t size)
+{
+        uintptr_t lo = (uintptr_t)addr, hi = lo + size;
+        FILE *maps = fopen("/proc/self/maps", "re");
+        char line[512];
+        unsigned n = 0;
+
+        if (!maps)
+                return 0;
+        while (fgets(line, sizeof(line), maps)) {
+                uintptr_t start, end;
+
+                if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &start, &end) != 2)
+                        continue;
+                if (start < hi && end > lo && strstr(line, "fake-gpu-memd"))
+                        n++;
+        }
+        fclose(maps);
+        return n;
 }

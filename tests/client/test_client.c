@@ -164,6 +164,8 @@ static void test_connect_errors(void **ctx)
         assert_null(c);
 }
 
+/* A SPILLABLE buffer moved to host memory stays mapped there: kernels
+ * read it in place. */
 static void test_alloc_write_remap(void **ctx)
 {
         state *st = *ctx;
@@ -172,7 +174,7 @@ static void test_alloc_write_remap(void **ctx)
         uint8_t *p;
 
         assert_int_equal(connect_fake(st), 0);
-        assert_int_equal(gmd_alloc(st->client, size - 100, 0, 0,
+        assert_int_equal(gmd_alloc(st->client, size - 100, 0, GMD_ALLOC_SPILLABLE,
                                    GMD_WAIT_FOREVER, &b), 0);
         assert_non_null(b);
         assert_int_equal(gmd_buffer_size(b), size);
@@ -203,6 +205,46 @@ static void test_alloc_write_remap(void **ctx)
         assert_int_equal(gmd_acquire(st->client, b, 1000), 0);
         assert_int_equal(gmd_free(st->client, b), 0);
         assert_int_equal(st->fake.n_frees, 1);
+}
+
+/* A SWAPPABLE buffer moved to host memory is not mapped while it is out
+ * (nobody may touch it before an acquire brings it back); its address
+ * stays reserved, and the way back maps the new VRAM backing there. */
+static void test_swappable_out_unmapped_then_back(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL;
+        const size_t size = 1 << 20;
+        uint8_t *p;
+        unsigned char vec;
+
+        assert_int_equal(connect_fake(st), 0);
+        assert_int_equal(gmd_alloc(st->client, size, 0, 0, GMD_WAIT_FOREVER, &b), 0);
+        p = gmd_buffer_ptr(b);
+        memset(p, 0x5a, size);
+        assert_int_equal(gmd_release(st->client, b), 0);
+
+        assert_int_equal(fake_remap(&st->fake, gmd_buffer_id(b), 51,
+                                    GMD_TIER_HOST), 0);
+        assert_true(fake_wait_acks(&st->fake, 1));
+        assert_int_equal(st->fake.ack_result, 0);
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+        /* Reserved but not backed: mincore finds no mapping of a file. */
+        assert_int_equal(mincore(p, 4096, &vec), 0);
+        assert_int_equal(fake_maps_at(p, size), 0);
+
+        /* Back to VRAM: a fresh backing holding the bytes, same address. */
+        assert_int_equal(fake_remap(&st->fake, gmd_buffer_id(b), 52,
+                                    GMD_TIER_VRAM), 0);
+        assert_true(fake_wait_acks(&st->fake, 2));
+        assert_int_equal(st->fake.ack_result, 0);
+        assert_int_equal(fake_fill(&st->fake, gmd_buffer_id(b), 0x5a), 0);
+        assert_ptr_equal(gmd_buffer_ptr(b), p);
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
+        assert_int_equal(p[0], 0x5a);
+        assert_int_equal(p[size - 1], 0x5a);
+        assert_int_equal(fake_maps_at(p, size), 1);
+        assert_int_equal(gmd_free(st->client, b), 0);
 }
 
 static void test_remap_unknown_buffer(void **ctx)
@@ -363,6 +405,12 @@ static void test_status(void **ctx)
         assert_int_equal(s->n_pools, 1);
         assert_int_equal(s->pools[0].tier, GMD_TIER_HOST);
         assert_int_equal(s->pools[0].capacity, 1 << 30);
+        assert_int_equal(s->pools[0].queued_out, 3);
+        assert_int_equal(s->pools[0].queued_in, 4);
+        assert_int_equal(s->pools[0].bytes_out, UINT64_C(5) << 32);
+        assert_int_equal(s->pools[0].bytes_in, 6);
+        assert_int_equal(s->pools[0].copy_us_out, 7);
+        assert_int_equal(s->pools[0].copy_us_in, UINT64_C(8) << 32);
         assert_int_equal(s->n_clients, 1);
         assert_int_equal(s->clients[0].pid, 4242);
         assert_int_equal(s->clients[0].waiting, 2);
@@ -374,6 +422,8 @@ static void test_status(void **ctx)
         assert_true(s->buffers[0].acquired);
         assert_true(s->buffers[0].parked);
         assert_int_equal(s->clients[0].parked_bytes, 1 << 19);
+        assert_int_equal(s->clients[0].vram_bytes, 1 << 19);
+        assert_int_equal(s->clients[0].host_bytes, UINT64_C(9) << 32);
         assert_int_equal(s->total_clients, 1);
         assert_null(gmd_status_free(s));
         assert_null(gmd_status_free(NULL));
@@ -589,6 +639,7 @@ int main(void)
                 T(test_hello_cuda_without_cuda),
                 T(test_connect_errors),
                 T_NOCACHE(test_alloc_write_remap),
+                T(test_swappable_out_unmapped_then_back),
                 T(test_remap_unknown_buffer),
                 T(test_revoke),
                 T(test_error_replies),

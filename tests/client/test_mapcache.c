@@ -111,27 +111,6 @@ static unsigned count(state *st, unsigned type)
         return fake_count(&st->fake, type);
 }
 
-/* Mappings of the fake's memfds that overlap [addr, addr + size). */
-static unsigned memfd_maps_at(const void *addr, size_t size)
-{
-        uintptr_t lo = (uintptr_t)addr, hi = lo + size;
-        FILE *maps = fopen("/proc/self/maps", "re");
-        char line[512];
-        unsigned n = 0;
-
-        assert_non_null(maps);
-        while (fgets(line, sizeof(line), maps)) {
-                uintptr_t start, end;
-
-                if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &start, &end) != 2)
-                        continue;
-                if (start < hi && end > lo && strstr(line, "fake-gpu-memd"))
-                        n++;
-        }
-        fclose(maps);
-        return n;
-}
-
 /* Bytes and buffers parked in the client's cache now. */
 static uint64_t cache_bytes(state *st, unsigned *ret_count)
 {
@@ -175,7 +154,7 @@ static void test_free_parks_alloc_reuses(void **ctx)
         assert_int_equal(st->fake.n_frees, 0);
         assert_int_equal(cache_bytes(st, NULL), MiB);
         /* Still mapped: the mapping is what the cache keeps. */
-        assert_int_equal(memfd_maps_at(p, MiB), 1);
+        assert_int_equal(fake_maps_at(p, MiB), 1);
 
         /* A hit: the same mapping, the bytes it held, and one UNPARK the
          * client does not wait for -- nothing else reaches the daemon. */
@@ -245,8 +224,8 @@ static void test_limit_returns_oldest(void **ctx)
         assert_int_equal(st->fake.returned[0], ids[0]);
         assert_int_equal(cache_bytes(st, &n), 3 * MiB);
         assert_int_equal(n, 3);
-        assert_int_equal(memfd_maps_at(ptrs[0], MiB), 0);
-        assert_int_equal(memfd_maps_at(ptrs[1], MiB), 1);
+        assert_int_equal(fake_maps_at(ptrs[0], MiB), 0);
+        assert_int_equal(fake_maps_at(ptrs[1], MiB), 1);
 
         /* Larger than the whole bound: freed, not parked. */
         big = alloc_ok(st, 4 * MiB, 0);
@@ -284,9 +263,9 @@ static void test_reclaim(void **ctx)
         pthread_mutex_unlock(&st->fake.lock);
         assert_int_equal(fake_parked(&st->fake, ids[0]), -1);
         assert_int_equal(fake_parked(&st->fake, ids[2]), 1);
-        assert_int_equal(memfd_maps_at(ptrs[0], MiB), 0);
-        assert_int_equal(memfd_maps_at(ptrs[1], MiB), 0);
-        assert_int_equal(memfd_maps_at(ptrs[2], MiB), 1);
+        assert_int_equal(fake_maps_at(ptrs[0], MiB), 0);
+        assert_int_equal(fake_maps_at(ptrs[1], MiB), 0);
+        assert_int_equal(fake_maps_at(ptrs[2], MiB), 1);
         assert_int_equal(cache_bytes(st, NULL), MiB);
 
         /* Another device, or nothing parked: nothing is sent. */
@@ -311,7 +290,7 @@ static void test_reclaim(void **ctx)
         assert_true(fake_wait_type(&st->fake, GMD__MSG_TYPE__MSG_RETURN, 2));
         assert_int_equal(st->fake.last_return_ids, 2);
         assert_int_equal(cache_bytes(st, NULL), 0);
-        assert_int_equal(memfd_maps_at(ptrs[2], MiB), 0);
+        assert_int_equal(fake_maps_at(ptrs[2], MiB), 0);
         assert_int_equal(st->fake.n_frees, 0);
 }
 
@@ -327,7 +306,7 @@ static void test_cache_off(void **ctx)
         p = gmd_buffer_ptr(b);
         assert_int_equal(gmd_free(st->client, b), 0);
         assert_int_equal(st->fake.n_frees, 1);
-        assert_int_equal(memfd_maps_at(p, MiB), 0);
+        assert_int_equal(fake_maps_at(p, MiB), 0);
         b = alloc_ok(st, MiB, 0);
         assert_int_equal(count(st, GMD__MSG_TYPE__MSG_ALLOC), 2);
         assert_int_equal(gmd_free(st->client, b), 0);
@@ -391,7 +370,7 @@ static void test_trim(void **ctx)
         assert_int_equal(gmd_trim_cache(st->client), 3);
         assert_true(fake_wait_type(&st->fake, GMD__MSG_TYPE__MSG_RETURN, 1));
         assert_int_equal(st->fake.n_returned, 3);
-        assert_int_equal(memfd_maps_at(p0, MiB), 0);
+        assert_int_equal(fake_maps_at(p0, MiB), 0);
         assert_int_equal(cache_bytes(st, NULL), 0);
         assert_int_equal(gmd_trim_cache(st->client), 0);
         assert_int_equal(gmd_trim_cache(NULL), -EINVAL);
@@ -412,13 +391,13 @@ static void test_parked_buffer_remapped_and_revoked(void **ctx)
         assert_int_equal(gmd_free(st->client, b), 0);
 
         /* A parked buffer still follows its backing. */
-        assert_int_equal(fake_remap(&st->fake, id, 7, GMD_TIER_HOST), 0);
+        assert_int_equal(fake_remap(&st->fake, id, 7, GMD_TIER_VRAM), 0);
         assert_true(fake_wait_acks(&st->fake, 1));
         assert_int_equal(st->fake.ack_result, 0);
         assert_int_equal(fake_fill(&st->fake, id, 0x77), 0);
         again = alloc_ok(st, MiB, 0);
         assert_ptr_equal(gmd_buffer_ptr(again), p);
-        assert_int_equal(gmd_buffer_tier(again), GMD_TIER_HOST);
+        assert_int_equal(gmd_buffer_tier(again), GMD_TIER_VRAM);
         assert_int_equal(p[12345], 0x77);
 
         /* A revoked parked buffer is dropped: the next alloc misses. */
@@ -426,7 +405,7 @@ static void test_parked_buffer_remapped_and_revoked(void **ctx)
         assert_int_equal(fake_revoke(&st->fake, id, "drained"), 0);
         round_trip(st);
         assert_int_equal(cache_bytes(st, NULL), 0);
-        assert_int_equal(memfd_maps_at(p, MiB), 0);
+        assert_int_equal(fake_maps_at(p, MiB), 0);
         b = alloc_ok(st, MiB, 0);
         assert_true(gmd_buffer_id(b) != id);
         assert_int_equal(count(st, GMD__MSG_TYPE__MSG_ALLOC), 2);

@@ -160,7 +160,7 @@ static int worker(int sock)
 
 static reply ask(gpu_proc *w, cmd *c, gmd_mem **mems, int n_mems)
 {
-        int fds[GPU_PROC_MAX_FDS];
+        int fds[GPU_PROC_MAX_FDS] = { 0 };
         reply rep = { .r = -EIO };
 
         for (int i = 0; i < n_mems; i++)

@@ -1,6 +1,9 @@
 /*
  * test_admin — gpu-memctl's live view and admin verbs against the real
- * gpu-memd: `top --once` (a frame for people and one JSON object), `top
+ * gpu-memd: `top --once` (a frame for people and one JSON object; after
+ * a pageout, the copy engine's row and the client's bytes by tier), `top`
+ * live on a pseudo-terminal while a throttled pageout runs (the rate of
+ * the last second, 'q' quits and gives the cursor back), `top
  * --json` streaming until SIGTERM, `priority` and `drain` by root changing
  * what status shows, the same verbs refused to an unprivileged user (a
  * child that drops to uid 65534 "nobody" before exec; skipped unless the
@@ -11,6 +14,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <pty.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -264,6 +269,219 @@ static void test_top_once(void **state)
         harness_stop(&f->h);
 }
 
+/* Every line of `out` fits 80 columns. */
+static void assert_narrow(const char *out)
+{
+        for (const char *line = out; *line;) {
+                const char *end = strchr(line, '\n');
+
+                assert_non_null(end);
+                if (end - line > 80)
+                        fail_msg("line wider than 80 columns: '%.*s'",
+                                 (int)(end - line), line);
+                line = end + 1;
+        }
+}
+
+/* The line of `text` that starts with `prefix` (a copy; free() it). */
+static char *line_starting(const char *text, const char *prefix)
+{
+        for (const char *line = text; *line;) {
+                const char *end = strchr(line, '\n');
+
+                if (strncmp(line, prefix, strlen(prefix)) == 0)
+                        return strndup(line, end ? (size_t)(end - line) :
+                                       strlen(line));
+                if (!end)
+                        break;
+                line = end + 1;
+        }
+        fail_msg("no line starting with '%s' in:\n%s", prefix, text);
+        abort();        /* not reached: fail_msg jumps out of the test */
+}
+
+/* After 8 MiB went out: the copies row of gpu0 says so (nothing queued,
+ * an average rate out, none in: --once has no earlier frame), and the
+ * client's 8 MiB are on host. */
+static void test_top_once_after_pageout(void **state)
+{
+        fixture *f = *state;
+        const char *args[] = { "top", "--once", NULL };
+        gmd_buffer *b = NULL;
+        char *out = NULL, *err = NULL, *line, name[16], rate_unit[16];
+        unsigned q_out = 9, q_in = 9;
+        double rate = 0;
+
+        /* Freed buffers go back at once (ctest sets this for every
+         * integration test; a run by hand needs it too). */
+        setenv(GMD_CACHE_ENV, "0", 1);
+        harness_start_small(&f->h, "[pools]\nhost_limit = 64M\n");
+        f->client = harness_client(&f->h, "toppager");
+        assert_int_equal(gmd_alloc(f->client, 8 * MiB, 0, 0, GMD_NO_WAIT, &b), 0);
+        assert_int_equal(gmd_release(f->client, b), 0);
+        assert_int_equal(gmd_pageout(f->client, b), 0);
+        assert_int_equal(gmd_wait(f->client, b, 5000), 0);
+
+        assert_int_equal(ctl(f, args, &out, &err), 0);
+        assert_string_equal(err, "");
+        assert_narrow(out);
+        line = line_starting(out, "COPIES");
+        assert_non_null(strstr(line, "QUEUED OUT"));
+        assert_non_null(strstr(line, "AVG OUT"));
+        assert_null(strstr(line, "RATE OUT"));
+        free(line);
+        line = line_starting(out, "gpu0 ");     /* the pool line has "vram" */
+        if (strstr(line, "vram")) {
+                free(line);
+                line = line_starting(strstr(out, "COPIES"), "gpu0 ");
+        }
+        if (sscanf(line, "%15s %u %u %lf %15s", name, &q_out, &q_in, &rate,
+                   rate_unit) != 5 || q_out != 0 || q_in != 0 || rate <= 0 ||
+            !strstr(rate_unit, "/s") || !strstr(line, "      - ") ||
+            !strstr(line, "8 MiB         0 B"))
+                fail_msg("copies row: '%s'", line);
+        free(line);
+        line = line_starting(out, "    PID");
+        assert_non_null(strstr(line, "VRAM"));
+        assert_non_null(strstr(line, "HOST"));
+        free(line);
+        {
+                const char *row = strstr(out, "toppager ");
+                char vram_unit[8] = "", host_unit[8] = "";
+                double vram = -1, host = -1;
+                int prio = -1;
+
+                if (!row || sscanf(row, "toppager %d %lf %7s %lf %7s", &prio,
+                                   &vram, vram_unit, &host, host_unit) != 5 ||
+                    vram != 0 || strcmp(vram_unit, "B") != 0 || host != 8 ||
+                    strcmp(host_unit, "MiB") != 0)
+                        fail_msg("no client row with 0 B on VRAM and 8 MiB on "
+                                 "host:\n%s", out);
+        }
+        free(out);
+        free(err);
+        assert_int_equal(gmd_free(f->client, b), 0);
+        harness_stop(&f->h);
+}
+
+/* Read what the pseudo-terminal's master gives for `ms` milliseconds
+ * (or until the other side is gone) onto *text. */
+static void pty_read(int master, char **text, size_t *len, size_t *cap, int ms)
+{
+        uint64_t deadline = harness_now_ms() + (uint64_t)ms;
+
+        for (;;) {
+                struct pollfd p = { .fd = master, .events = POLLIN };
+                uint64_t now = harness_now_ms();
+                ssize_t n;
+
+                if (now >= deadline)
+                        return;
+                if (poll(&p, 1, (int)(deadline - now)) <= 0)
+                        continue;
+                if (*len + 4096 > *cap) {
+                        *cap *= 2;
+                        *text = realloc(*text, *cap);
+                        assert_non_null(*text);
+                }
+                n = read(master, *text + *len, *cap - *len - 1);
+                if (n <= 0)
+                        return;         /* EIO: the slave side is closed */
+                *len += (size_t)n;
+                (*text)[*len] = '\0';
+        }
+}
+
+/*
+ * `top` on a terminal while 32 MiB go out at 8 MiB/s (in 1 MiB chunks,
+ * so the counters move smoothly): frames after the first show the rate
+ * of the last interval, near 8 MiB/s, with the move queued; 'q' quits,
+ * exit 0, the cursor shown again.
+ */
+static void test_top_live_rate(void **state)
+{
+        fixture *f = *state;
+        struct winsize ws = { .ws_row = 40, .ws_col = 80 };
+        char sock_arg[160];
+        const char *argv[] = { GMD_CTL_PATH, "--socket", sock_arg, "top", NULL };
+        size_t len = 0, cap = 1 << 16;
+        char *text = calloc(1, cap), *frame;
+        gmd_buffer *b = NULL;
+        int master = -1, slave = -1, status = 0, rates = 0;
+        uint64_t deadline;
+
+        assert_non_null(text);
+        setenv(GMD_CACHE_ENV, "0", 1);
+        harness_start_small(&f->h, "[pools]\nhost_limit = 64M\n"
+                            "[sim]\ncopy_rate = 8M\n"
+                            "[swap]\nchunk_size = 1M\n");
+        f->client = harness_client(&f->h, "livepager");
+        assert_int_equal(gmd_alloc(f->client, 32 * MiB, 0, 0, GMD_NO_WAIT, &b), 0);
+        assert_int_equal(gmd_release(f->client, b), 0);
+        assert_int_equal(gmd_pageout(f->client, b), 0);
+
+        snprintf(sock_arg, sizeof(sock_arg), "%s", f->h.socket_path);
+        assert_int_equal(openpty(&master, &slave, NULL, NULL, &ws), 0);
+        f->proc.pid = fork();
+        assert_true(f->proc.pid >= 0);
+        if (f->proc.pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                setsid();
+                if (ioctl(slave, TIOCSCTTY, 0) < 0 || dup2(slave, 0) < 0 ||
+                    dup2(slave, 1) < 0 || dup2(slave, 2) < 0)
+                        _exit(126);
+                execv(argv[0], (char *const *)argv);
+                _exit(127);
+        }
+        close(slave);
+        pty_read(master, &text, &len, &cap, 2600);
+        assert_int_equal(write(master, "q", 1), 1);
+        pty_read(master, &text, &len, &cap, 3000);
+        deadline = harness_now_ms() + 5000;
+        while (waitpid(f->proc.pid, &status, WNOHANG) == 0) {
+                if (harness_now_ms() > deadline)
+                        fail_msg("top did not quit on 'q'; it wrote:\n%s", text);
+                harness_sleep_ms(10);
+        }
+        f->proc.pid = -1;
+        close(master);
+        assert_int_equal(exit_code(status), 0);
+        /* Hidden while it ran, shown again at the end. */
+        assert_non_null(strstr(text, "\033[?25l"));
+        assert_non_null(strstr(text + len - 16, "\033[?25h"));
+
+        /* Frames start at "home"; the first has no earlier sample. */
+        frame = strstr(text, "\033[H");
+        assert_non_null(frame);
+        assert_non_null(strstr(frame, "AVG OUT"));
+        for (frame = strstr(frame + 1, "\033[H"); frame;
+             frame = strstr(frame + 1, "\033[H")) {
+                char *end = strstr(frame + 1, "\033[H"), *row, unit[16];
+                unsigned q_out = 0, q_in = 9;
+                double rate = 0;
+
+                if (end)
+                        *end = '\0';
+                if (!strstr(frame, "RATE OUT"))
+                        fail_msg("a later frame without RATE OUT:\n%s", frame);
+                row = strstr(strstr(frame, "COPIES"), "\ngpu0 ");
+                assert_non_null(row);
+                if (sscanf(row + 1, "gpu0 %u %u %lf %15s", &q_out, &q_in, &rate,
+                           unit) != 4 || q_out != 1 || q_in != 0 ||
+                    strcmp(unit, "MiB/s") != 0 || rate < 5 || rate > 11)
+                        fail_msg("copies row of a live frame: '%.80s'", row + 1);
+                rates++;
+                if (end)
+                        *end = '\033';
+        }
+        if (rates < 1)
+                fail_msg("no second frame in 2.6 s:\n%s", text);
+        free(text);
+        assert_int_equal(gmd_wait(f->client, b, 10000), 0);
+        assert_int_equal(gmd_free(f->client, b), 0);
+        harness_stop(&f->h);
+}
+
 static void test_top_json(void **state)
 {
         fixture *f = *state;
@@ -493,6 +711,10 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_top_once, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_top_once_after_pageout, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_top_live_rate, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_top_json, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_priority_by_root, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_drain_by_root, setup, teardown),

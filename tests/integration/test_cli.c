@@ -1,7 +1,10 @@
 /*
  * test_cli — what operators touch: gpu-memd's options and config file
  * errors, its socket (mode, stale file, removal on stop), and gpu-memctl
- * against a running daemon and against none.
+ * against a running daemon and against none: after a real pageout and
+ * prefetch on the sim backend its tables and JSON must show where the
+ * bytes are (pools, copies, clients by tier, buffers' tier and state),
+ * and while a throttled move runs, that it is queued and moving.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -233,6 +236,296 @@ static void test_ctl_status_json(void **state)
         assert_non_null(strstr(out, "sim"));
         free(out);
         free(err);
+        assert_int_equal(gmd_free(f->client, b), 0);
+        harness_stop(&f->h);
+}
+
+/* ---- reading gpu-memctl's JSON ---------------------------------------------- */
+
+/*
+ * The flat object (no nested containers: pools, clients and buffers rows
+ * are) of the array `array` that contains `marker` ("\"tier\": \"host\""),
+ * as a malloc'd copy; fails the test if there is none.
+ */
+static char *json_row(const char *text, const char *array, const char *marker)
+{
+        char key[64];
+        const char *p, *end;
+        char *row;
+
+        snprintf(key, sizeof(key), "\"%s\": [", array);
+        p = strstr(text, key);
+        if (!p)
+                fail_msg("no array \"%s\" in:\n%s", array, text);
+        p += strlen(key);
+        for (;;) {
+                p += strspn(p, " \n");
+                if (*p != '{')
+                        break;
+                end = strchr(p, '}');
+                if (!end)
+                        break;
+                if (memmem(p, (size_t)(end - p), marker, strlen(marker))) {
+                        row = strndup(p, (size_t)(end - p + 1));
+                        if (!row)
+                                abort();        /* out of memory */
+                        return row;
+                }
+                p = end + 1;
+                p += strspn(p, " \n");
+                if (*p++ != ',')
+                        break;
+        }
+        fail_msg("no row of \"%s\" with %s in:\n%s", array, marker, text);
+        abort();        /* not reached: fail_msg jumps out of the test */
+}
+
+/* The unsigned integer member `key` of a row; fails if it is missing. */
+static uint64_t json_row_uint(const char *row, const char *key)
+{
+        char needle[64];
+        const char *p;
+
+        snprintf(needle, sizeof(needle), "\"%s\": ", key);
+        p = strstr(row, needle);
+        if (!p || p[strlen(needle)] < '0' || p[strlen(needle)] > '9')
+                fail_msg("no number \"%s\" in row:\n%s", key, row);
+        return strtoull(p + strlen(needle), NULL, 10);
+}
+
+static void assert_row_uint(const char *row, const char *key, uint64_t want)
+{
+        uint64_t got = json_row_uint(row, key);
+
+        if (got != want)
+                fail_msg("\"%s\" is %llu, expected %llu, in row:\n%s", key,
+                         (unsigned long long)got, (unsigned long long)want, row);
+}
+
+static void assert_row_has(const char *row, const char *text)
+{
+        /* "row ?": GCC with the sanitizers sees a NULL path here. */
+        if (!strstr(row, text))
+                fail_msg("no %s in row:\n%s", text, row ? row : "");
+}
+
+/* gpu-memctl ARGS... (NULL-terminated) must exit 0; its stdout, free() it.
+ * Every line of it must fit 80 columns. */
+static char *ctl_output(fixture *f, const char *const *args)
+{
+        const char *argv[8] = { GMD_CTL_PATH };
+        char *out = NULL, *err = NULL;
+        size_t n = 1;
+        int status;
+
+        for (; *args; args++) {
+                assert_true(n < 7);
+                argv[n++] = *args;
+        }
+        argv[n] = NULL;
+        status = harness_run(&f->h, NULL, argv, &out, &err, 5000);
+        if (exit_code(status) != 0)
+                fail_msg("gpu-memctl %s exited %d; stderr:\n%s", argv[1],
+                         exit_code(status), err);
+        free(err);
+        for (const char *line = out; *line;) {
+                const char *end = strchr(line, '\n');
+
+                assert_non_null(end);
+                if (end - line > 80)
+                        fail_msg("gpu-memctl %s: line wider than 80 columns: "
+                                 "'%.*s'", argv[1], (int)(end - line), line);
+                line = end + 1;
+        }
+        return out;
+}
+
+/* The line of `text` that starts with `prefix`, as a malloc'd copy. */
+static char *line_starting(const char *text, const char *prefix)
+{
+        for (const char *line = text; *line;) {
+                const char *end = strchr(line, '\n');
+
+                if (strncmp(line, prefix, strlen(prefix)) == 0)
+                        return strndup(line, end ? (size_t)(end - line) :
+                                       strlen(line));
+                if (!end)
+                        break;
+                line = end + 1;
+        }
+        fail_msg("no line starting with '%s' in:\n%s", prefix, text);
+        abort();        /* not reached: fail_msg jumps out of the test */
+}
+
+#define PAGED (8 * MiB)
+
+/*
+ * 8 MiB paged out and waited for: the host pool holds it, device 0's
+ * copy engine moved it out, the client's bytes are on host and the
+ * buffer's tier is host; brought back, the same figures the other way.
+ */
+static void test_ctl_after_pageout(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        char *out, *row, *line, pid[32], marker[64];
+
+        /* Freed buffers go back at once (ctest sets this for every
+         * integration test; a run by hand needs it too). */
+        setenv(GMD_CACHE_ENV, "0", 1);
+        harness_start_small(&f->h, "[pools]\nhost_limit = 64M\n");
+        f->client = harness_client(&f->h, "pager");
+        assert_int_equal(gmd_alloc(f->client, PAGED, 0, GMD_ALLOC_SWAPPABLE,
+                                   GMD_NO_WAIT, &b), 0);
+        memset(gmd_buffer_ptr(b), 0x5a, PAGED);
+        assert_int_equal(gmd_release(f->client, b), 0);
+        assert_int_equal(gmd_pageout(f->client, b), 0);
+        assert_int_equal(gmd_wait(f->client, b, 5000), 0);
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+        snprintf(pid, sizeof(pid), "\"pid\": %d,", (int)getpid());
+
+        out = ctl_output(f, (const char *[]){ "status", "--json", NULL });
+        if (!json_valid(out))
+                fail_msg("not valid JSON:\n%s", out);
+        row = json_row(out, "pools", "\"tier\": \"host\"");
+        assert_row_uint(row, "used", PAGED);
+        assert_row_uint(row, "bytes_out", 0);   /* copies belong to devices */
+        free(row);
+        row = json_row(out, "pools", "\"tier\": \"vram\"");
+        assert_row_uint(row, "device", 0);
+        assert_row_uint(row, "used", 0);
+        assert_row_uint(row, "queued_out", 0);
+        assert_row_uint(row, "queued_in", 0);
+        assert_row_uint(row, "bytes_out", PAGED);
+        assert_row_uint(row, "bytes_in", 0);
+        assert_true(json_row_uint(row, "copy_us_out") > 0);
+        assert_row_uint(row, "copy_us_in", 0);
+        free(row);
+        row = json_row(out, "clients", pid);
+        assert_row_has(row, "\"name\": \"pager\"");
+        assert_row_uint(row, "bytes", PAGED);
+        assert_row_uint(row, "vram_bytes", 0);
+        assert_row_uint(row, "host_bytes", PAGED);
+        free(row);
+        free(out);
+
+        out = ctl_output(f, (const char *[]){ "buffers", "--json", NULL });
+        snprintf(marker, sizeof(marker), "\"buffer_id\": %llu,",
+                 (unsigned long long)gmd_buffer_id(b));
+        row = json_row(out, "buffers", marker);
+        assert_row_has(row, "\"tier\": \"host\"");
+        assert_row_has(row, "\"state\": \"resident\"");
+        assert_row_uint(row, "size", PAGED);
+        free(row);
+        free(out);
+
+        /* The same for people. */
+        out = ctl_output(f, (const char *[]){ "status", NULL });
+        line = line_starting(out, "COPIES");
+        assert_non_null(strstr(line, "QUEUED OUT"));
+        assert_non_null(strstr(line, "MOVED OUT"));
+        assert_non_null(strstr(line, "AVG OUT"));
+        free(line);
+        line = line_starting(out, "gpu0 ");
+        /* queued 0 and 0, 8 MiB out, 0 B in, a rate out, none in. */
+        if (!strstr(line, " 0          0       8 MiB         0 B ") ||
+            !strstr(line, "/s") || line[strlen(line) - 1] != '-')
+                fail_msg("copies row: '%s'", line);
+        free(line);
+        line = line_starting(out, "CLIENT");
+        assert_non_null(strstr(line, "VRAM"));
+        assert_non_null(strstr(line, "HOST"));
+        free(line);
+        free(out);
+
+        out = ctl_output(f, (const char *[]){ "clients", NULL });
+        snprintf(marker, sizeof(marker), " %d ", (int)getpid());
+        line = strstr(out, marker);
+        if (!line || !strstr(line, "pager") ||
+            !strstr(line, "0 B      8 MiB"))
+                fail_msg("clients: no row for pager with 0 B on VRAM and 8 MiB "
+                         "on host:\n%s", out);
+        free(out);
+
+        out = ctl_output(f, (const char *[]){ "buffers", NULL });
+        if (!strstr(out, " host  resident "))
+                fail_msg("buffers: no host, resident row:\n%s", out);
+        free(out);
+
+        /* Back in: the other direction's counters. */
+        assert_int_equal(gmd_prefetch(f->client, b), 0);
+        assert_int_equal(gmd_wait(f->client, b, 5000), 0);
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
+        for (size_t i = 0; i < PAGED; i += 4096)
+                assert_int_equal(((unsigned char *)gmd_buffer_ptr(b))[i], 0x5a);
+        out = ctl_output(f, (const char *[]){ "status", "--json", NULL });
+        row = json_row(out, "pools", "\"tier\": \"host\"");
+        assert_row_uint(row, "used", 0);
+        free(row);
+        row = json_row(out, "pools", "\"tier\": \"vram\"");
+        assert_row_uint(row, "used", PAGED);
+        assert_row_uint(row, "bytes_out", PAGED);
+        assert_row_uint(row, "bytes_in", PAGED);
+        assert_true(json_row_uint(row, "copy_us_in") > 0);
+        free(row);
+        row = json_row(out, "clients", pid);
+        assert_row_uint(row, "vram_bytes", PAGED);
+        assert_row_uint(row, "host_bytes", 0);
+        free(row);
+        free(out);
+
+        assert_int_equal(gmd_free(f->client, b), 0);
+        harness_stop(&f->h);
+}
+
+/*
+ * A move caught in flight: the sim copies at 8 MiB/s here, so a 16 MiB
+ * pageout takes about two seconds, during which gpu-memctl shows it
+ * queued on device 0 and the buffer moving out.
+ */
+static void test_ctl_while_moving(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        char *out, *row, marker[64];
+
+        setenv(GMD_CACHE_ENV, "0", 1);
+        harness_start_small(&f->h, "[pools]\nhost_limit = 64M\n"
+                            "[sim]\ncopy_rate = 8M\n");
+        f->client = harness_client(&f->h, "slowpager");
+        assert_int_equal(gmd_alloc(f->client, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE,
+                                   GMD_NO_WAIT, &b), 0);
+        assert_int_equal(gmd_release(f->client, b), 0);
+        assert_int_equal(gmd_pageout(f->client, b), 0);
+
+        out = ctl_output(f, (const char *[]){ "buffers", "--json", NULL });
+        snprintf(marker, sizeof(marker), "\"buffer_id\": %llu,",
+                 (unsigned long long)gmd_buffer_id(b));
+        row = json_row(out, "buffers", marker);
+        assert_row_has(row, "\"tier\": \"vram\"");
+        assert_row_has(row, "\"state\": \"moving-out\"");
+        free(row);
+        row = json_row(out, "pools", "\"tier\": \"vram\"");
+        assert_row_uint(row, "queued_out", 1);
+        assert_row_uint(row, "queued_in", 0);
+        assert_true(json_row_uint(row, "bytes_out") < 16 * MiB);
+        free(row);
+        free(out);
+
+        out = ctl_output(f, (const char *[]){ "buffers", NULL });
+        if (!strstr(out, " vram  moving-out "))
+                fail_msg("buffers: no vram, moving-out row:\n%s", out);
+        free(out);
+
+        assert_int_equal(gmd_wait(f->client, b, 10000), 0);
+        out = ctl_output(f, (const char *[]){ "status", "--json", NULL });
+        row = json_row(out, "pools", "\"tier\": \"vram\"");
+        assert_row_uint(row, "queued_out", 0);
+        assert_row_uint(row, "bytes_out", 16 * MiB);
+        /* 16 MiB at 8 MiB/s: about two seconds of copying. */
+        assert_true(json_row_uint(row, "copy_us_out") > 1500000);
+        free(row);
+        free(out);
         assert_int_equal(gmd_free(f->client, b), 0);
         harness_stop(&f->h);
 }
@@ -523,6 +816,8 @@ int main(void)
                 cmocka_unit_test(test_json_checker),
                 T(test_ctl_status_json),
                 T(test_ctl_status_plain),
+                T(test_ctl_after_pageout),
+                T(test_ctl_while_moving),
                 T(test_ctl_no_daemon),
                 T(test_daemon_help_and_version),
                 T(test_daemon_bad_option),

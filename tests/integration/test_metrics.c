@@ -2,7 +2,9 @@
  * test_metrics — the Prometheus endpoint of the real gpu-memd, scraped over
  * real sockets: a loopback TCP port and a Unix socket. After a client
  * allocates a known size the scrape must say so (pool use, the client's
- * bytes, the allocation counter and the latency histogram); every line
+ * bytes, the allocation counter and the latency histogram); after a
+ * pageout and a prefetch, the copy engine's families per device and the
+ * client's bytes per tier must say where the bytes went; every line
  * must be well-formed exposition text; bad requests get 4xx answers and
  * leave the endpoint working; an idle connection is closed; addresses that
  * are not loopback are refused at start.
@@ -387,6 +389,132 @@ static void test_scrape_after_alloc(void **state)
         harness_stop(&f->h);
 }
 
+/* The line of client `name`'s sample of `family` with `extra` labels
+ * after the name ("" or ",tier=\"host\""): its value. */
+static double client_sample(const char *body, const char *family,
+                            const char *name, const char *extra)
+{
+        char needle[192];
+        const char *line;
+
+        snprintf(needle, sizeof(needle), "\",pid=\"%d\",uid=\"%u\",name=\"%s\"%s} ",
+                 (int)getpid(), (unsigned)getuid(), name, extra);
+        for (line = strstr(body, needle); line; line = strstr(line + 1, needle)) {
+                const char *start = line;
+
+                while (start > body && start[-1] != '\n')
+                        start--;
+                if (strncmp(start, family, strlen(family)) == 0 &&
+                    start[strlen(family)] == '{')
+                        return strtod(line + strlen(needle), NULL);
+        }
+        print_error("no %s line with '%s' in:\n%s\n", family, needle, body);
+        fail();
+        return 0;
+}
+
+/*
+ * 8 MiB paged out, then fetched back: device 0's queues are empty again,
+ * its counters moved 8 MiB each way and took time doing it, the global
+ * counters agree, and the client's bytes moved from tier to tier.
+ */
+static void test_scrape_after_pageout(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        const char *body;
+        char *answer;
+
+        /* Freed buffers go back at once (ctest sets this for every
+         * integration test; a run by hand needs it too). */
+        setenv(GMD_CACHE_ENV, "0", 1);
+        start_tcp(f, "[pools]\nhost_limit = 64M\n");
+        f->clients[0] = harness_client(&f->h, "mover");
+        assert_int_equal(gmd_alloc(f->clients[0], 8 * MiB, 0, GMD_ALLOC_SWAPPABLE,
+                                   GMD_NO_WAIT, &b), 0);
+        assert_int_equal(gmd_release(f->clients[0], b), 0);
+
+        answer = scrape_tcp(f->port);
+        body = body_of(answer);
+        check_exposition(body);
+        assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"out\"}") == 0);
+        assert_true(sample(body, "gpumemd_device_bytes_moved_total{device=\"0\",direction=\"out\"}") == 0);
+        assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",
+                                  ",tier=\"vram\"") == 8.0 * MiB);
+        assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",
+                                  ",tier=\"host\"") == 0);
+        free(answer);
+
+        assert_int_equal(gmd_pageout(f->clients[0], b), 0);
+        assert_int_equal(gmd_wait(f->clients[0], b, 5000), 0);
+        answer = scrape_tcp(f->port);
+        body = body_of(answer);
+        check_exposition(body);
+        assert_true(sample(body, "gpumemd_pool_used_bytes{device=\"0\",tier=\"host\"}")
+                    == 8.0 * MiB);
+        assert_true(sample(body, "gpumemd_pool_used_bytes{device=\"0\",tier=\"vram\"}") == 0);
+        assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"out\"}") == 0);
+        assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"in\"}") == 0);
+        assert_true(sample(body, "gpumemd_device_bytes_moved_total{device=\"0\",direction=\"out\"}")
+                    == 8.0 * MiB);
+        assert_true(sample(body, "gpumemd_device_bytes_moved_total{device=\"0\",direction=\"in\"}") == 0);
+        assert_true(sample(body, "gpumemd_device_copy_seconds_total{device=\"0\",direction=\"out\"}") > 0);
+        assert_true(sample(body, "gpumemd_device_copy_seconds_total{device=\"0\",direction=\"in\"}") == 0);
+        assert_true(sample(body, "gpumemd_bytes_moved_total{direction=\"out\"}") == 8.0 * MiB);
+        assert_true(client_sample(body, "gpumemd_client_bytes", "mover", "") == 8.0 * MiB);
+        assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",
+                                  ",tier=\"vram\"") == 0);
+        assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",
+                                  ",tier=\"host\"") == 8.0 * MiB);
+        free(answer);
+
+        assert_int_equal(gmd_prefetch(f->clients[0], b), 0);
+        assert_int_equal(gmd_wait(f->clients[0], b, 5000), 0);
+        answer = scrape_tcp(f->port);
+        body = body_of(answer);
+        check_exposition(body);
+        assert_true(sample(body, "gpumemd_device_bytes_moved_total{device=\"0\",direction=\"out\"}")
+                    == 8.0 * MiB);
+        assert_true(sample(body, "gpumemd_device_bytes_moved_total{device=\"0\",direction=\"in\"}")
+                    == 8.0 * MiB);
+        assert_true(sample(body, "gpumemd_device_copy_seconds_total{device=\"0\",direction=\"in\"}") > 0);
+        assert_true(sample(body, "gpumemd_bytes_moved_total{direction=\"in\"}") == 8.0 * MiB);
+        assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",
+                                  ",tier=\"vram\"") == 8.0 * MiB);
+        assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",
+                                  ",tier=\"host\"") == 0);
+        free(answer);
+
+        assert_int_equal(gmd_free(f->clients[0], b), 0);
+        harness_stop(&f->h);
+}
+
+/* While a throttled move runs, its queue holds it. */
+static void test_scrape_queue_depth(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        const char *body;
+        char *answer;
+
+        setenv(GMD_CACHE_ENV, "0", 1);
+        start_tcp(f, "[pools]\nhost_limit = 64M\n[sim]\ncopy_rate = 8M\n");
+        f->clients[0] = harness_client(&f->h, "slow");
+        assert_int_equal(gmd_alloc(f->clients[0], 16 * MiB, 0, GMD_ALLOC_SWAPPABLE,
+                                   GMD_NO_WAIT, &b), 0);
+        assert_int_equal(gmd_release(f->clients[0], b), 0);
+        assert_int_equal(gmd_pageout(f->clients[0], b), 0);
+        answer = scrape_tcp(f->port);
+        body = body_of(answer);
+        check_exposition(body);
+        assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"out\"}") == 1);
+        assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"in\"}") == 0);
+        free(answer);
+        assert_int_equal(gmd_wait(f->clients[0], b, 10000), 0);
+        assert_int_equal(gmd_free(f->clients[0], b), 0);
+        harness_stop(&f->h);
+}
+
 static void test_bad_requests(void **state)
 {
         fixture *f = *state;
@@ -579,6 +707,10 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_scrape_after_alloc, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_scrape_after_pageout, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_scrape_queue_depth, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unix_socket, setup, teardown),

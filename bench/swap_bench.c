@@ -1,0 +1,792 @@
+/*
+ * swap_bench — how fast gpu-memd moves buffers between VRAM and host
+ * memory, against the PCIe line rate measured in the same run.
+ *
+ * Three layers, each per buffer size (2 MiB .. 4 GiB, sizes that do not
+ * fit the card's free memory skipped):
+ *   baseline  cuMemcpyAsync between pinned host memory (cuMemHostAlloc)
+ *             and device memory: D2H, H2D, and both at once on two streams
+ *   backend   the cuda backend's copy engine alone, driven in this process
+ *             the way copyq drives it ([swap] defaults: 64 MiB chunks, 2 in
+ *             flight per direction, the next chunk submitted from the
+ *             completion): VRAM <-> host-located VMM, each way and both
+ *   daemon    a real gpu-memd and this process as its client: gmd_pageout
+ *             + gmd_wait (swap-out), gmd_prefetch + gmd_wait (swap-in), and
+ *             one buffer out while another comes in. The first round trip of
+ *             a size is reported apart ("cold"): its host backing is made
+ *             on the request path; later ones take it from the daemon's
+ *             host stock. Every buffer's pattern is checked by a kernel
+ *             after its round trips.
+ * Ratios are ours / baseline (medians). Also: creating host-tier memory
+ * (the cost the host stock hides), and the latency of an acquire (a
+ * passive swap-in) while a multi-GB prefetch is in flight, against the same
+ * acquire with the copy engine idle.
+ *
+ * Usage: swap_bench [--json FILE] [--max-mib N] [--reps N]. Exits 77 when
+ * there is no usable GPU.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend_cuda.h"
+#include "config.h"
+#include "cuda_driver.h"
+#include "gpu_kernels.h"
+#include "gpu_proc.h"
+#include "gpumem.h"
+#include "log.h"
+
+#define MiB (1ull << 20)
+#define MAX_REPS 32
+#define CHUNK (64 * MiB)      /* [swap] chunk_size default */
+#define IN_FLIGHT 2           /* [swap] copies_in_flight default */
+
+static const uint64_t sizes_mib[] = { 2, 16, 64, 256, 1024, 4096 };
+#define N_SIZES (sizeof(sizes_mib) / sizeof(sizes_mib[0]))
+
+typedef struct samples {
+        int n;
+        double v[MAX_REPS];
+} samples;
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+
+        return x < y ? -1 : x > y;
+}
+
+static double median(const samples *s)
+{
+        double tmp[MAX_REPS];
+
+        if (s->n == 0)
+                return 0;
+        memcpy(tmp, s->v, sizeof(double) * (size_t)s->n);
+        qsort(tmp, (size_t)s->n, sizeof(double), cmp_double);
+        return s->n % 2 ? tmp[s->n / 2] : (tmp[s->n / 2 - 1] + tmp[s->n / 2]) / 2;
+}
+
+static void add(samples *s, double v)
+{
+        if (s->n < MAX_REPS)
+                s->v[s->n++] = v;
+}
+
+static double gbs(uint64_t bytes, double us)
+{
+        return us > 0 ? bytes / us / 1e3 : 0;
+}
+
+typedef struct result {
+        uint64_t size;
+        bool done;
+        samples base_d2h, base_h2d, base_both;     /* GB/s */
+        samples be_out, be_in, be_both;
+        samples d_out, d_in, d_both;
+        samples d_out_call;                         /* ms in gmd_pageout */
+        double d_out_cold, d_in_cold;
+        double host_create_ms, host_hit_us;
+        bool checked_ok;
+} result;
+
+static result results[N_SIZES];
+static int failures;
+static const gmd_cuda_driver *cu;
+
+#define CU(call) do {                                                   \
+        CUresult res_ = (call);                                         \
+        if (res_ != CUDA_SUCCESS) {                                     \
+                char buf_[128];                                         \
+                fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__,  \
+                        #call, cuda_driver_error(cu, res_, buf_,        \
+                                                 sizeof(buf_)));        \
+                return -EIO;                                            \
+        }                                                               \
+} while (0)
+
+/* ---- baseline: pinned cuMemHostAlloc <-> cuMemAlloc ---------------------- */
+
+static int run_baseline(uint64_t max, int reps)
+{
+        CUdeviceptr dev[2] = { 0 };
+        void *host[2] = { 0 };
+        CUstream s[2];
+
+        for (int i = 0; i < 2; i++) {
+                CU(cu->cuMemAlloc(&dev[i], max));
+                CU(cu->cuMemHostAlloc(&host[i], max, 0));
+                CU(cu->cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING));
+                memset(host[i], 0x5a, max);   /* touched, like real data */
+        }
+        for (size_t k = 0; k < N_SIZES; k++) {
+                result *r = &results[k];
+                double t0;
+
+                if (r->size == 0)
+                        continue;
+                /* One warm-up each way. */
+                CU(cu->cuMemcpyDtoHAsync(host[0], dev[0], r->size, s[0]));
+                CU(cu->cuMemcpyHtoDAsync(dev[1], host[1], r->size, s[1]));
+                CU(cu->cuStreamSynchronize(s[0]));
+                CU(cu->cuStreamSynchronize(s[1]));
+                for (int i = 0; i < reps; i++) {
+                        t0 = gpu_now_us();
+                        CU(cu->cuMemcpyDtoHAsync(host[0], dev[0], r->size, s[0]));
+                        CU(cu->cuStreamSynchronize(s[0]));
+                        add(&r->base_d2h, gbs(r->size, gpu_now_us() - t0));
+                        t0 = gpu_now_us();
+                        CU(cu->cuMemcpyHtoDAsync(dev[1], host[1], r->size, s[1]));
+                        CU(cu->cuStreamSynchronize(s[1]));
+                        add(&r->base_h2d, gbs(r->size, gpu_now_us() - t0));
+                        t0 = gpu_now_us();
+                        CU(cu->cuMemcpyDtoHAsync(host[0], dev[0], r->size, s[0]));
+                        CU(cu->cuMemcpyHtoDAsync(dev[1], host[1], r->size, s[1]));
+                        CU(cu->cuStreamSynchronize(s[0]));
+                        CU(cu->cuStreamSynchronize(s[1]));
+                        add(&r->base_both, gbs(2 * r->size, gpu_now_us() - t0));
+                }
+        }
+        for (int i = 0; i < 2; i++) {
+                cu->cuStreamDestroy(s[i]);
+                cu->cuMemFree(dev[i]);
+                cu->cuMemFreeHost(host[i]);
+        }
+        return 0;
+}
+
+/* ---- backend: the copy engine alone, driven as copyq drives it ----------- */
+
+typedef struct lane {
+        gmd_backend *be;
+        gmd_copy_dir dir;
+        gmd_mem *dst, *src;
+        uint64_t size, issued, done;
+        unsigned inflight;
+        int status;
+} lane;
+
+typedef struct harness {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool woken;
+} harness;
+
+static void harness_wake(void *ctx)
+{
+        harness *h = ctx;
+
+        pthread_mutex_lock(&h->lock);
+        h->woken = true;
+        pthread_cond_signal(&h->cond);
+        pthread_mutex_unlock(&h->lock);
+}
+
+static void lane_issue(lane *l)
+{
+        while (l->inflight < IN_FLIGHT && l->issued < l->size && !l->status) {
+                uint64_t len = l->size - l->issued < CHUNK ? l->size - l->issued : CHUNK;
+                int r = l->be->ops->copy_submit(l->be, 0, l->dir, l->dst, l->issued,
+                                                l->src, l->issued, len, l);
+
+                if (r < 0) {
+                        l->status = r;
+                        return;
+                }
+                l->issued += len;
+                l->inflight++;
+        }
+}
+
+static void lane_done(void *ctx, void *cookie, int status)
+{
+        lane *l = cookie;
+        uint64_t len = l->size - l->done < CHUNK ? l->size - l->done : CHUNK;
+
+        (void)ctx;
+        l->inflight--;
+        l->done += len;
+        if (status < 0 && !l->status)
+                l->status = status;
+        lane_issue(l);
+}
+
+/* Run the lanes to the end; microseconds, or -1 on a failed copy. */
+static double lanes_run(harness *h, lane *lanes, int n)
+{
+        double t0 = gpu_now_us();
+        bool busy;
+
+        for (int i = 0; i < n; i++) {
+                lanes[i].issued = lanes[i].done = 0;
+                lanes[i].inflight = 0;
+                lanes[i].status = 0;
+                lane_issue(&lanes[i]);
+        }
+        do {
+                pthread_mutex_lock(&h->lock);
+                while (!h->woken)
+                        pthread_cond_wait(&h->cond, &h->lock);
+                h->woken = false;
+                pthread_mutex_unlock(&h->lock);
+                lanes[0].be->ops->copy_reap(lanes[0].be, lane_done, NULL);
+                busy = false;
+                for (int i = 0; i < n; i++)
+                        if (lanes[i].inflight || (lanes[i].done < lanes[i].size &&
+                                                  !lanes[i].status))
+                                busy = true;
+        } while (busy);
+        for (int i = 0; i < n; i++)
+                if (lanes[i].status < 0)
+                        return -1;
+        return gpu_now_us() - t0;
+}
+
+#define LANE(d, to, from) \
+        { .be = be, .dir = (d), .dst = (to), .src = (from), .size = res->size }
+
+static int run_backend(uint64_t max, int reps)
+{
+        harness h = { .lock = PTHREAD_MUTEX_INITIALIZER,
+                      .cond = PTHREAD_COND_INITIALIZER };
+        gmd_mem *vram[2] = { 0 }, *hostm[2] = { 0 };
+        gmd_backend *be = NULL;
+        const gmd_backend_ops *ops;
+        gmd_config config;
+        int r;
+
+        config_init_defaults(&config);
+        config.cuda_reserve_chunks = 0;
+        r = backend_cuda_open(&config, &be);
+        if (r < 0) {
+                fprintf(stderr, "backend_cuda_open: %s\n", strerror(-r));
+                return r;
+        }
+        ops = be->ops;
+        ops->set_wake(be, harness_wake, &h);
+
+        /* Host-tier creation: on the request path (a miss) and from the
+         * stock (a hit, once the worker has made one). */
+        for (size_t k = 0; k < N_SIZES; k++) {
+                result *res = &results[k];
+                gmd_mem *m = NULL;
+                double t0;
+
+                if (res->size == 0 || res->size > 1024 * MiB)
+                        continue;
+                t0 = gpu_now_us();
+                r = ops->mem_create(be, GMD_TIER_HOST, 0, res->size, &m);
+                res->host_create_ms = (gpu_now_us() - t0) / 1e3;
+                if (r < 0) {
+                        fprintf(stderr, "host mem_create %llu MiB: %s\n",
+                                (unsigned long long)(res->size / MiB), strerror(-r));
+                        failures++;
+                        continue;
+                }
+                ops->mem_destroy(be, m);
+                /* The worker makes one: pinning runs at a few GB/s. */
+                usleep((useconds_t)(50000 + res->size / MiB * 400));
+                t0 = gpu_now_us();
+                r = ops->mem_create(be, GMD_TIER_HOST, 0, res->size, &m);
+                res->host_hit_us = gpu_now_us() - t0;
+                if (r == 0)
+                        ops->mem_destroy(be, m);
+        }
+
+        r = 0;
+        for (int i = 0; i < 2 && r >= 0; i++) {
+                r = ops->mem_create(be, GMD_TIER_VRAM, 0, max, &vram[i]);
+                if (r == 0)
+                        r = ops->mem_create(be, GMD_TIER_HOST, 0, max, &hostm[i]);
+        }
+        if (r < 0) {
+                fprintf(stderr, "backend buffers of %llu MiB: %s\n",
+                        (unsigned long long)(max / MiB), strerror(-r));
+                goto out;
+        }
+        /* A pattern out and back, checked: the harness moves real bytes. */
+        if (gpu_fill((void *)(uintptr_t)cuda_mem_of(vram[0])->va, max, 0, 77) < 0) {
+                fprintf(stderr, "fill: %s\n", gpu_last_error());
+                r = -EIO;
+                goto out;
+        }
+        for (size_t k = 0; k < N_SIZES; k++) {
+                result *res = &results[k];
+                lane out = LANE(GMD_COPY_OUT, hostm[0], vram[0]);
+                lane in = LANE(GMD_COPY_IN, vram[1], hostm[0]);
+                lane both[2] = { LANE(GMD_COPY_OUT, hostm[1], vram[0]),
+                                 LANE(GMD_COPY_IN, vram[1], hostm[0]) };
+                double us;
+
+                if (res->size == 0)
+                        continue;
+                for (int i = 0; i < reps + 1; i++) {   /* first: warm-up */
+                        us = lanes_run(&h, &out, 1);
+                        if (us < 0)
+                                goto copy_failed;
+                        if (i)
+                                add(&res->be_out, gbs(res->size, us));
+                        us = lanes_run(&h, &in, 1);
+                        if (us < 0)
+                                goto copy_failed;
+                        if (i)
+                                add(&res->be_in, gbs(res->size, us));
+                        us = lanes_run(&h, both, 2);
+                        if (us < 0)
+                                goto copy_failed;
+                        if (i)
+                                add(&res->be_both, gbs(2 * res->size, us));
+                }
+                if (gpu_check((void *)(uintptr_t)cuda_mem_of(vram[1])->va,
+                              res->size, 0, 77) != 0) {
+                        fprintf(stderr, "backend: %llu MiB came back different\n",
+                                (unsigned long long)(res->size / MiB));
+                        failures++;
+                }
+                continue;
+copy_failed:
+                fprintf(stderr, "backend: a copy failed at %llu MiB\n",
+                        (unsigned long long)(res->size / MiB));
+                failures++;
+        }
+out:
+        for (int i = 0; i < 2; i++) {
+                ops->mem_destroy(be, vram[i]);
+                ops->mem_destroy(be, hostm[i]);
+        }
+        backend_close(be);
+        return r;
+}
+
+/* ---- daemon: gpu-memd and this process as its client --------------------- */
+
+static int wait_ok(gmd_client *c, gmd_buffer *b, const char *what)
+{
+        int r = gmd_wait(c, b, 120000);
+
+        if (r < 0) {
+                fprintf(stderr, "%s: gmd_wait: %s\n", what, gmd_last_error());
+                failures++;
+        }
+        return r;
+}
+
+/* Host backing for a pageout of `size` comes from the daemon's stock once
+ * its worker has pinned one: give it the time (pinning ~4.5 GB/s). */
+static void let_stock_refill(uint64_t size)
+{
+        usleep((useconds_t)(20000 + size / MiB * 400));
+}
+
+static samples *out_calls;   /* where timed_out notes gmd_pageout's time */
+
+static double timed_out(gmd_client *c, gmd_buffer *b)
+{
+        double t0 = gpu_now_us();
+
+        if (gmd_pageout(c, b) < 0) {
+                fprintf(stderr, "gmd_pageout: %s\n", gmd_last_error());
+                failures++;
+                return -1;
+        }
+        if (out_calls)
+                add(out_calls, (gpu_now_us() - t0) / 1e3);
+        if (wait_ok(c, b, "pageout") < 0)
+                return -1;
+        return gpu_now_us() - t0;
+}
+
+static double timed_in(gmd_client *c, gmd_buffer *b)
+{
+        double t0 = gpu_now_us();
+
+        if (gmd_prefetch(c, b) < 0) {
+                fprintf(stderr, "gmd_prefetch: %s\n", gmd_last_error());
+                failures++;
+                return -1;
+        }
+        if (wait_ok(c, b, "prefetch") < 0)
+                return -1;
+        return gpu_now_us() - t0;
+}
+
+static bool check_pattern(gmd_client *c, gmd_buffer *b, uint32_t seed)
+{
+        long long bad;
+
+        if (gmd_acquire(c, b, GMD_WAIT_FOREVER) < 0) {
+                fprintf(stderr, "gmd_acquire: %s\n", gmd_last_error());
+                return false;
+        }
+        bad = gpu_check(gmd_buffer_ptr(b), gmd_buffer_size(b), 0, seed);
+        gmd_release(c, b);
+        if (bad != 0)
+                fprintf(stderr, "buffer of %zu bytes: %lld words differ\n",
+                        gmd_buffer_size(b), bad);
+        return bad == 0;
+}
+
+static int new_filled(gmd_client *c, uint64_t size, uint32_t seed,
+                      gmd_buffer **ret)
+{
+        if (gmd_alloc(c, size, 0, GMD_ALLOC_SWAPPABLE, 10000, ret) < 0) {
+                fprintf(stderr, "gmd_alloc %llu MiB: %s\n",
+                        (unsigned long long)(size / MiB), gmd_last_error());
+                return -1;
+        }
+        if (gpu_fill(gmd_buffer_ptr(*ret), size, 0, seed) < 0) {
+                fprintf(stderr, "fill: %s\n", gpu_last_error());
+                return -1;
+        }
+        gmd_release(c, *ret);
+        return 0;
+}
+
+static void run_daemon_size(gmd_client *c, result *res, int reps)
+{
+        gmd_buffer *a = NULL, *b = NULL;
+        uint32_t seed_a = 1000 + (uint32_t)(res->size / MiB), seed_b = seed_a + 1;
+        bool ok = true;
+        double us;
+
+        if (new_filled(c, res->size, seed_a, &a) < 0 ||
+            new_filled(c, res->size, seed_b, &b) < 0) {
+                failures++;
+                goto out;
+        }
+        /* Cold: the host backing is created on the request path. */
+        res->d_out_cold = gbs(res->size, timed_out(c, a));
+        if (gmd_buffer_tier(a) != GMD_TIER_HOST) {
+                fprintf(stderr, "pageout: buffer not on the host tier\n");
+                failures++;
+                goto out;
+        }
+        res->d_in_cold = gbs(res->size, timed_in(c, a));
+        ok &= check_pattern(c, a, seed_a);
+        for (int i = 0; i < reps; i++) {
+                let_stock_refill(res->size);
+                out_calls = &res->d_out_call;
+                us = timed_out(c, a);
+                out_calls = NULL;
+                if (us < 0)
+                        goto out;
+                add(&res->d_out, gbs(res->size, us));
+                us = timed_in(c, a);
+                if (us < 0)
+                        goto out;
+                add(&res->d_in, gbs(res->size, us));
+        }
+        /* Both directions: b goes out first, then a out while b comes in,
+         * and the other way round. */
+        let_stock_refill(res->size);
+        if (timed_out(c, b) < 0)
+                goto out;
+        for (int i = 0; i < reps; i++) {
+                gmd_buffer *out = i % 2 ? b : a, *in = i % 2 ? a : b;
+                double t0;
+
+                let_stock_refill(res->size);
+                t0 = gpu_now_us();
+                if (gmd_pageout(c, out) < 0 || gmd_prefetch(c, in) < 0) {
+                        fprintf(stderr, "both: %s\n", gmd_last_error());
+                        failures++;
+                        goto out;
+                }
+                if (wait_ok(c, NULL, "both") < 0)
+                        goto out;
+                add(&res->d_both, gbs(2 * res->size, gpu_now_us() - t0));
+        }
+        ok &= check_pattern(c, a, seed_a);
+        ok &= check_pattern(c, b, seed_b);
+        res->checked_ok = ok;
+        if (!ok)
+                failures++;
+out:
+        if (a)
+                gmd_free(c, a);
+        if (b)
+                gmd_free(c, b);
+}
+
+typedef struct latency {
+        double idle_us, busy_us, big_prefetch_ms;
+        uint64_t small, big;
+        bool ran;
+} latency;
+
+/* An acquire of a small paged-out buffer, alone and while `big` bytes are
+ * being prefetched. */
+static void run_latency(gmd_client *c, uint64_t big, latency *lat)
+{
+        gmd_buffer *p = NULL, *s = NULL;
+        double t0, t1;
+
+        lat->small = 64 * MiB;
+        lat->big = big;
+        if (new_filled(c, big, 4242, &p) < 0 || new_filled(c, lat->small, 4343, &s) < 0) {
+                failures++;
+                goto out;
+        }
+        if (timed_out(c, s) < 0)
+                goto out;
+        t0 = gpu_now_us();
+        if (gmd_acquire(c, s, GMD_WAIT_FOREVER) < 0)
+                goto fail;
+        lat->idle_us = gpu_now_us() - t0;
+        gmd_release(c, s);
+        let_stock_refill(big);
+        if (timed_out(c, s) < 0 || timed_out(c, p) < 0)
+                goto out;
+        t0 = gpu_now_us();
+        if (gmd_prefetch(c, p) < 0)
+                goto fail;
+        usleep(2000);   /* the prefetch is under way */
+        t1 = gpu_now_us();
+        if (gmd_acquire(c, s, GMD_WAIT_FOREVER) < 0)
+                goto fail;
+        lat->busy_us = gpu_now_us() - t1;
+        gmd_release(c, s);
+        if (wait_ok(c, p, "big prefetch") < 0)
+                goto out;
+        lat->big_prefetch_ms = (gpu_now_us() - t0) / 1e3;
+        lat->ran = true;
+        if (!check_pattern(c, s, 4343) || !check_pattern(c, p, 4242))
+                failures++;
+        goto out;
+fail:
+        fprintf(stderr, "latency: %s\n", gmd_last_error());
+        failures++;
+out:
+        if (p)
+                gmd_free(c, p);
+        if (s)
+                gmd_free(c, s);
+}
+
+/* ---- output --------------------------------------------------------------- */
+
+static double ratio(const samples *a, const samples *b)
+{
+        return median(b) > 0 ? median(a) / median(b) : 0;
+}
+
+static void print_human(FILE *f, const char *gpu, const latency *lat)
+{
+        fprintf(f, "swap_bench on %s: GB/s, medians; ratio = ours / pinned "
+                "cuMemcpyAsync baseline\n", gpu);
+        fprintf(f, "%8s | %19s | %19s | %19s | %27s | %17s | %s\n", "size",
+                "baseline out/in/2way", "backend out/in/2way", "daemon out/in/2way",
+                "ratio daemon out/in/2way", "daemon cold out/in", "host create miss/hit");
+        for (size_t k = 0; k < N_SIZES; k++) {
+                const result *r = &results[k];
+
+                if (!r->done)
+                        continue;
+                fprintf(f, "%6llu M | %5.1f %5.1f %6.1f | %5.1f %5.1f %6.1f | "
+                        "%5.1f %5.1f %6.1f | %7.2f %7.2f %7.2f %s| %7.1f %7.1f | "
+                        "%.1f ms / %.0f us\n",
+                        (unsigned long long)(r->size / MiB),
+                        median(&r->base_d2h), median(&r->base_h2d), median(&r->base_both),
+                        median(&r->be_out), median(&r->be_in), median(&r->be_both),
+                        median(&r->d_out), median(&r->d_in), median(&r->d_both),
+                        ratio(&r->d_out, &r->base_d2h), ratio(&r->d_in, &r->base_h2d),
+                        ratio(&r->d_both, &r->base_both), r->checked_ok ? "  " : "! ",
+                        r->d_out_cold, r->d_in_cold, r->host_create_ms, r->host_hit_us);
+        }
+        fprintf(f, "backend/baseline: ");
+        for (size_t k = 0; k < N_SIZES; k++)
+                if (results[k].done)
+                        fprintf(f, "%llu M %.2f/%.2f/%.2f  ",
+                                (unsigned long long)(results[k].size / MiB),
+                                ratio(&results[k].be_out, &results[k].base_d2h),
+                                ratio(&results[k].be_in, &results[k].base_h2d),
+                                ratio(&results[k].be_both, &results[k].base_both));
+        fprintf(f, "\n");
+        if (lat->ran)
+                fprintf(f, "acquire of a paged-out %llu MiB buffer: %.0f us idle, "
+                        "%.0f us while %llu MiB are prefetched (that prefetch took "
+                        "%.1f ms)\n", (unsigned long long)(lat->small / MiB),
+                        lat->idle_us, lat->busy_us,
+                        (unsigned long long)(lat->big / MiB), lat->big_prefetch_ms);
+        fprintf(f, "time in gmd_pageout (the request; host backing made or "
+                "taken from stock), ms: ");
+        for (size_t k = 0; k < N_SIZES; k++)
+                if (results[k].done)
+                        fprintf(f, "%llu M %.2f  ", (unsigned long long)(results[k].size / MiB),
+                                median(&results[k].d_out_call));
+        fprintf(f, "\n%s: %d failure(s)\n", failures ? "FAIL" : "OK", failures);
+}
+
+static void json_samples(FILE *f, const char *name, const samples *s, bool last)
+{
+        fprintf(f, "\"%s\": {\"median\": %.2f, \"n\": %d, \"all\": [", name,
+                median(s), s->n);
+        for (int i = 0; i < s->n; i++)
+                fprintf(f, "%s%.2f", i ? ", " : "", s->v[i]);
+        fprintf(f, "]}%s", last ? "" : ", ");
+}
+
+static void print_json(FILE *f, const char *gpu, const latency *lat)
+{
+        bool first = true;
+
+        fprintf(f, "{\"gpu\": \"%s\", \"unit\": \"GB/s\", \"chunk_size\": %llu, "
+                "\"copies_in_flight\": %d,\n \"sizes\": [", gpu,
+                (unsigned long long)CHUNK, IN_FLIGHT);
+        for (size_t k = 0; k < N_SIZES; k++) {
+                const result *r = &results[k];
+
+                if (!r->done)
+                        continue;
+                fprintf(f, "%s\n  {\"size\": %llu, ", first ? "" : ",",
+                        (unsigned long long)r->size);
+                first = false;
+                fprintf(f, "\"baseline\": {");
+                json_samples(f, "d2h", &r->base_d2h, false);
+                json_samples(f, "h2d", &r->base_h2d, false);
+                json_samples(f, "both", &r->base_both, true);
+                fprintf(f, "},\n   \"backend\": {");
+                json_samples(f, "out", &r->be_out, false);
+                json_samples(f, "in", &r->be_in, false);
+                json_samples(f, "both", &r->be_both, true);
+                fprintf(f, "},\n   \"daemon\": {");
+                json_samples(f, "out", &r->d_out, false);
+                json_samples(f, "in", &r->d_in, false);
+                json_samples(f, "both", &r->d_both, false);
+                json_samples(f, "pageout_call_ms", &r->d_out_call, false);
+                fprintf(f, "\"out_cold\": %.2f, \"in_cold\": %.2f, \"checked\": %s},\n",
+                        r->d_out_cold, r->d_in_cold, r->checked_ok ? "true" : "false");
+                fprintf(f, "   \"ratio\": {\"out\": %.3f, \"in\": %.3f, \"both\": %.3f, "
+                        "\"backend_out\": %.3f, \"backend_in\": %.3f, \"backend_both\": %.3f},\n",
+                        ratio(&r->d_out, &r->base_d2h), ratio(&r->d_in, &r->base_h2d),
+                        ratio(&r->d_both, &r->base_both), ratio(&r->be_out, &r->base_d2h),
+                        ratio(&r->be_in, &r->base_h2d), ratio(&r->be_both, &r->base_both));
+                fprintf(f, "   \"host_create_miss_ms\": %.2f, \"host_create_hit_us\": %.1f}",
+                        r->host_create_ms, r->host_hit_us);
+        }
+        fprintf(f, "],\n \"acquire_latency\": {\"ran\": %s, \"small\": %llu, \"big\": %llu, "
+                "\"idle_us\": %.1f, \"during_prefetch_us\": %.1f, \"big_prefetch_ms\": %.2f},\n"
+                " \"failures\": %d}\n", lat->ran ? "true" : "false",
+                (unsigned long long)lat->small, (unsigned long long)lat->big,
+                lat->idle_us, lat->busy_us, lat->big_prefetch_ms, failures);
+}
+
+int main(int argc, char **argv)
+{
+        const char *json = NULL, *reason;
+        uint64_t free_b = 0, total_b = 0, max = 0, max_mib = 4096;
+        char gpu[64] = "?";
+        latency lat = { 0 };
+        gmd_client *c = NULL;
+        static const char *const debug_args[] = { "--log-level", "debug", NULL };
+        FILE *daemon_log = NULL;
+        gpu_daemon d;
+        int reps = 5, r;
+        CUdevice dev;
+
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        for (int i = 1; i < argc; i++) {
+                if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+                        json = argv[++i];
+                else if (strcmp(argv[i], "--max-mib") == 0 && i + 1 < argc)
+                        max_mib = strtoull(argv[++i], NULL, 10);
+                else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+                        reps = atoi(argv[++i]);
+        }
+        if (reps < 1 || reps > MAX_REPS - 1)
+                reps = 5;
+        r = cuda_driver_load(&cu, &reason);
+        if (r == 0 && cuda_driver_device_count(cu) <= 0) {
+                r = -ENODEV;
+                reason = "no CUDA device visible";
+        }
+        if (r < 0) {
+                printf("SKIP: no usable GPU (%s)\n", reason);
+                return GPU_TEST_SKIP;
+        }
+        log_setup(GMD_LOG_NOTICE);
+        /* The runtime's primary context is the driver's: one context. */
+        if (gpu_mem_info(&free_b, &total_b) < 0) {
+                fprintf(stderr, "%s\n", gpu_last_error());
+                return 1;
+        }
+        cu->cuDeviceGet(&dev, 0);
+        cu->cuDeviceGetName(gpu, sizeof(gpu), dev);
+        {
+                CUcontext ctx;
+
+                cu->cuDevicePrimaryCtxRetain(&ctx, dev);
+                cu->cuCtxSetCurrent(ctx);
+        }
+        /* Both-way cases hold two buffers of a size in VRAM at once, the
+         * baseline two more: 4x the size plus room for everything else. */
+        for (size_t k = 0; k < N_SIZES; k++) {
+                uint64_t size = sizes_mib[k] * MiB;
+
+                if (sizes_mib[k] > max_mib || 4 * size + (4096 * MiB) > free_b) {
+                        printf("size %llu MiB skipped: %llu MiB free\n",
+                               (unsigned long long)sizes_mib[k],
+                               (unsigned long long)(free_b / MiB));
+                        continue;
+                }
+                results[k].size = size;
+                max = size;
+        }
+        if (!max) {
+                printf("no size fits\n");
+                return 1;
+        }
+        printf("baseline (pinned cuMemHostAlloc <-> cuMemAlloc) ...\n");
+        if (run_baseline(max, reps) < 0)
+                failures++;
+        printf("backend copy engine ...\n");
+        if (run_backend(max, reps) < 0)
+                failures++;
+
+        printf("daemon ...\n");
+        setenv("GPU_MEMD_CACHE", "0", 1);
+        /* GMD_BENCH_DAEMON_LOG=FILE: the daemon logs at debug level (each
+         * move's copy, remap and release times) and its log goes there. */
+        r = gpu_daemon_start(getenv("GMD_BENCH_DAEMON_LOG") ? debug_args : NULL, &d);
+        if (r < 0) {
+                fprintf(stderr, "start gpu-memd: %s\n", strerror(-r));
+                return 1;
+        }
+        if (gmd_connect(NULL, "swap-bench", &c) < 0) {
+                fprintf(stderr, "connect: %s\n", gmd_last_error());
+                failures++;
+        } else {
+                for (size_t k = 0; k < N_SIZES; k++) {
+                        if (!results[k].size)
+                                continue;
+                        printf("  %llu MiB\n", (unsigned long long)(results[k].size / MiB));
+                        run_daemon_size(c, &results[k], reps);
+                        results[k].done = true;
+                }
+                run_latency(c, max >= 1024 * MiB ? max : 1024 * MiB, &lat);
+                gmd_disconnect(c);
+        }
+        if (getenv("GMD_BENCH_DAEMON_LOG"))
+                daemon_log = fopen(getenv("GMD_BENCH_DAEMON_LOG"), "we");
+        if (gpu_daemon_stop(&d, daemon_log ? daemon_log : failures ? stderr : NULL) != 0) {
+                fprintf(stderr, "gpu-memd did not stop cleanly\n");
+                failures++;
+        }
+        if (daemon_log)
+                fclose(daemon_log);
+        print_human(stdout, gpu, &lat);
+        if (json) {
+                FILE *f = fopen(json, "w");
+
+                if (f) {
+                        print_json(f, gpu, &lat);
+                        fclose(f);
+                }
+        }
+        return failures ? 1 : 0;
+}

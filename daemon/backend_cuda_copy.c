@@ -1,0 +1,316 @@
+/*
+ * backend_cuda_copy — the copy engine of the cuda backend (DESIGN.md
+ * decision 5): per device one non-blocking stream per direction, made at
+ * open in the device's primary context, so a swap-out and a swap-in run on
+ * the GPU's two copy engines at once.
+ *
+ * Both ends of every copy are mapped into the daemon (backend_cuda_mem.c:
+ * VRAM and host-located VMM alike, with access for the device), so a copy
+ * is one cuMemcpyAsync between two device addresses; the driver sees that
+ * one side lives in host memory and runs it on a copy engine over PCIe.
+ *
+ * Completion: after each copy an event is recorded on the copy stream; a
+ * second stream per queue (notify) waits on that event and then runs a
+ * host function (cuLaunchHostFunc) whose only job is to mark that copy's
+ * record fired under copy_lock and call the daemon's wake function — it
+ * runs on a driver thread and must not call CUDA. The host function sits
+ * on its own stream because a stream stalls while one runs: on the copy
+ * stream every chunk would wait for the driver's callback thread (the
+ * first GPU run measured 0.82..0.89 of the line rate that way, 64 MiB
+ * chunks; DESIGN.md / BENCHMARKS.md). copy_reap, on the loop thread, pops
+ * fired records from the head of each queue's in-flight list (the notify
+ * stream runs in order, so they fire in order) and hands them to the
+ * daemon. The list itself is touched by the loop thread only; records and
+ * their events are reused.
+ *
+ * Failures: a copy the driver refuses at submit time is a negative errno
+ * from copy_submit. A copy that fails on the GPU breaks the context
+ * (errors on a stream are sticky), so its host function, and every later
+ * one, never runs; maintain polls the streams that have copies in flight
+ * (cuStreamQuery, on the loop thread) and, when one reports an error,
+ * marks the queue failed and wakes the loop, and reap fails every copy of
+ * that queue with the error. Such records cannot be freed (a host function
+ * might still name them if the error was not sticky after all), so they go
+ * to a list freed when the backend closes.
+ */
+#include "backend_cuda.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+/* Driver thread: the copy before it is over. */
+static void CUDA_CB cuda_copy_fired(void *data)
+{
+        cuda_copy *c = data;
+        cuda_backend *b = c->backend;
+        void (*wake)(void *ctx);
+        void *ctx;
+
+        pthread_mutex_lock(&b->copy_lock);
+        c->fired = true;
+        wake = b->wake;
+        ctx = b->wake_ctx;
+        pthread_mutex_unlock(&b->copy_lock);
+        if (wake)
+                wake(ctx);
+}
+
+int cuda_copy_open(cuda_backend *b, cuda_device *d)
+{
+        for (int dir = 0; dir < 2; dir++) {
+                cuda_queue *q = &d->queues[dir];
+                int r;
+
+                r = cuda_check(b, b->cu->cuStreamCreate(&q->stream,
+                                                        CU_STREAM_NON_BLOCKING),
+                               "cuStreamCreate (copies)");
+                if (r == 0)
+                        r = cuda_check(b, b->cu->cuStreamCreate(&q->notify,
+                                                CU_STREAM_NON_BLOCKING),
+                                       "cuStreamCreate (notify)");
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+void cuda_copy_list_free(cuda_backend *b, cuda_copy *c)
+{
+        while (c) {
+                cuda_copy *next = c->next;
+
+                if (c->done)
+                        b->cu->cuEventDestroy(c->done);
+                free(c);
+                c = next;
+        }
+}
+
+/* A record with its event: a spare one, else a new one. */
+static cuda_copy *cuda_copy_get(cuda_backend *b, cuda_queue *q)
+{
+        cuda_copy *c = q->spare;
+
+        if (c) {
+                q->spare = c->next;
+                c->next = NULL;
+                c->fired = false;
+                return c;
+        }
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return NULL;
+        c->backend = b;
+        if (cuda_check(b, b->cu->cuEventCreate(&c->done, CU_EVENT_DISABLE_TIMING),
+                       "cuEventCreate (copy)") < 0) {
+                free(c);
+                return NULL;
+        }
+        return c;
+}
+
+static void cuda_copy_put(cuda_queue *q, cuda_copy *c)
+{
+        c->next = q->spare;
+        q->spare = c;
+}
+
+void cuda_copy_close(cuda_backend *b, cuda_device *d)
+{
+        for (int dir = 0; dir < 2; dir++) {
+                cuda_queue *q = &d->queues[dir];
+
+                if (!q->stream)
+                        continue;
+                /* Host functions name the records: let them run first. */
+                b->cu->cuStreamSynchronize(q->stream);
+                b->cu->cuStreamDestroy(q->stream);
+                q->stream = NULL;
+                if (q->notify) {
+                        b->cu->cuStreamSynchronize(q->notify);
+                        b->cu->cuStreamDestroy(q->notify);
+                        q->notify = NULL;
+                }
+                cuda_copy_list_free(b, q->head);
+                cuda_copy_list_free(b, q->spare);
+                q->spare = NULL;
+                q->head = q->tail = NULL;
+                q->n_inflight = 0;
+        }
+}
+
+void cuda_ops_set_wake(gmd_backend *backend, void (*wake)(void *ctx),
+                       void *ctx)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+
+        pthread_mutex_lock(&b->copy_lock);
+        b->wake = wake;
+        b->wake_ctx = ctx;
+        pthread_mutex_unlock(&b->copy_lock);
+}
+
+int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
+                         gmd_copy_dir dir, gmd_mem *dst, uint64_t dst_off,
+                         gmd_mem *src, uint64_t src_off, uint64_t len,
+                         void *cookie)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+        cuda_device *d = cuda_device_get(b, device);
+        CUdeviceptr to, from;
+        cuda_queue *q;
+        cuda_copy *c;
+        CUresult res;
+        bool fired;
+        int r;
+
+        if (!d || (dir != GMD_COPY_OUT && dir != GMD_COPY_IN) || len == 0 ||
+            dst_off > dst->size || len > dst->size - dst_off ||
+            src_off > src->size || len > src->size - src_off)
+                return -EINVAL;
+        to = cuda_mem_of(dst)->va;
+        from = cuda_mem_of(src)->va;
+        if (!to || !from)
+                return -EINVAL;
+        q = &d->queues[dir];
+        if (q->error)
+                return q->error;
+        r = cuda_device_enter(b, d);
+        if (r < 0)
+                return r;
+        c = cuda_copy_get(b, q);
+        if (!c)
+                return -ENOMEM;
+        c->cookie = cookie;
+
+        r = cuda_check(b, b->cu->cuMemcpyAsync(to + dst_off, from + src_off,
+                                                len, q->stream),
+                       "cuMemcpyAsync");
+        if (r < 0) {
+                cuda_copy_put(q, c);
+                return r;
+        }
+        res = b->cu->cuEventRecord(c->done, q->stream);
+        if (res == CUDA_SUCCESS)
+                res = b->cu->cuStreamWaitEvent(q->notify, c->done, 0);
+        if (res == CUDA_SUCCESS)
+                res = b->cu->cuLaunchHostFunc(q->notify, cuda_copy_fired, c);
+        if (res != CUDA_SUCCESS) {
+                /* The copy is queued but nothing will say when it ends:
+                 * wait for it here, once, rather than lose it. The notify
+                 * stream too: a host function may be queued there. */
+                cuda_check(b, res, "completion of a copy");
+                r = cuda_check(b, b->cu->cuStreamSynchronize(q->stream),
+                               "cuStreamSynchronize");
+                if (r == 0)
+                        r = cuda_check(b, b->cu->cuStreamSynchronize(q->notify),
+                                       "cuStreamSynchronize");
+                if (r < 0) {
+                        /* A host function may still name the record. */
+                        c->next = b->zombies;
+                        b->zombies = c;
+                        return r;
+                }
+                pthread_mutex_lock(&b->copy_lock);
+                fired = c->fired;
+                pthread_mutex_unlock(&b->copy_lock);
+                if (!fired)
+                        cuda_copy_fired(c);
+        }
+        if (q->tail)
+                q->tail->next = c;
+        else
+                q->head = c;
+        q->tail = c;
+        q->n_inflight++;
+        return 0;
+}
+
+/* Take the fired records off the head of `q` (lock held); with the queue
+ * failed, take all of them. */
+static cuda_copy *cuda_queue_take(cuda_queue *q)
+{
+        cuda_copy *list = NULL, **tail = &list;
+
+        while (q->head && (q->head->fired || q->error)) {
+                cuda_copy *c = q->head;
+
+                q->head = c->next;
+                if (!q->head)
+                        q->tail = NULL;
+                q->n_inflight--;
+                c->next = NULL;
+                *tail = c;
+                tail = &c->next;
+        }
+        return list;
+}
+
+void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
+                        void *ctx)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+
+        for (unsigned i = 0; i < 2 * b->n_devices; i++) {
+                cuda_queue *q = &b->devices[i / 2].queues[i % 2];
+                cuda_copy *c;
+
+                /* Detach under the lock, report without it: `done` submits
+                 * the next chunks, which append to this very queue. */
+                pthread_mutex_lock(&b->copy_lock);
+                c = cuda_queue_take(q);
+                pthread_mutex_unlock(&b->copy_lock);
+                while (c) {
+                        cuda_copy *next = c->next;
+                        bool fired;
+
+                        pthread_mutex_lock(&b->copy_lock);
+                        fired = c->fired;
+                        pthread_mutex_unlock(&b->copy_lock);
+                        /* A copy whose host function ran is complete,
+                         * even on a queue that failed after it. */
+                        done(ctx, c->cookie, fired ? 0 :
+                             q->error ? q->error : -EIO);
+                        if (fired) {
+                                cuda_copy_put(q, c);
+                        } else {
+                                /* Its host function may still run. */
+                                c->next = b->zombies;
+                                b->zombies = c;
+                        }
+                        c = next;
+                }
+        }
+}
+
+void cuda_copy_poll(cuda_backend *b)
+{
+        bool failed = false;
+
+        for (unsigned i = 0; i < b->n_devices; i++) {
+                cuda_device *d = &b->devices[i];
+
+                for (int dir = 0; dir < 2; dir++) {
+                        cuda_queue *q = &d->queues[dir];
+                        CUresult res;
+
+                        if (!q->head || q->error ||
+                            cuda_device_enter(b, d) < 0)
+                                continue;
+                        res = b->cu->cuStreamQuery(q->stream);
+                        if (res == CUDA_SUCCESS || res == CUDA_ERROR_NOT_READY)
+                                res = b->cu->cuStreamQuery(q->notify);
+                        if (res == CUDA_SUCCESS || res == CUDA_ERROR_NOT_READY)
+                                continue;
+                        q->error = cuda_check(b, res, dir == GMD_COPY_OUT ?
+                                              "copy stream (out)" :
+                                              "copy stream (in)");
+                        failed = true;
+                }
+        }
+        if (failed && b->wake)
+                b->wake(b->wake_ctx);
+}

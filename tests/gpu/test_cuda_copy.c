@@ -1,0 +1,293 @@
+/*
+ * test_cuda_copy — the cuda backend's copy engine and host tier, without
+ * the daemon: this process opens the backend and drives copy_submit /
+ * copy_reap the way copyq does, with kernels writing and checking the
+ * bytes through the backend's own mappings (the backend and the CUDA
+ * runtime share the device's primary context).
+ *
+ * Checks: HOST-tier memory is created zero-filled and mapped for the
+ * device; a buffer goes out to host memory in chunks and comes back
+ * bit-exact; completions of one direction arrive in submission order; both
+ * directions run at once; bad arguments are -EINVAL; the host stock serves
+ * a size it has seen once the worker has made one. Exits 77 with one
+ * "SKIP:" line when there is no usable GPU.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend_cuda.h"
+#include "config.h"
+#include "gpu_kernels.h"
+#include "gpu_proc.h"
+#include "log.h"
+
+#define MiB (1ull << 20)
+#define SIZE (256 * MiB)
+#define CHUNK (32 * MiB)
+#define MAX_DONE 64
+
+static int failures;
+
+#define CHECK(cond, ...) do {                                           \
+        if (!(cond)) {                                                  \
+                failures++;                                             \
+                printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
+                printf(__VA_ARGS__);                                    \
+                printf("\n");                                           \
+        }                                                               \
+} while (0)
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int wakes;
+
+/* Cookies are small integers: 100 * direction + chunk index. */
+static long done_order[MAX_DONE];
+static int done_status[MAX_DONE];
+static int n_done;
+
+static void on_wake(void *ctx)
+{
+        (void)ctx;
+        pthread_mutex_lock(&lock);
+        wakes++;
+        pthread_cond_signal(&cond);
+        pthread_mutex_unlock(&lock);
+}
+
+static void on_done(void *ctx, void *cookie, int status)
+{
+        (void)ctx;
+        if (n_done < MAX_DONE) {
+                done_order[n_done] = (long)(intptr_t)cookie;
+                done_status[n_done] = status;
+        }
+        n_done++;
+}
+
+/* Reap until `n` copies finished (10 s at most). */
+static int reap_until(gmd_backend *be, int n)
+{
+        for (int i = 0; i < 1000 && n_done < n; i++) {
+                pthread_mutex_lock(&lock);
+                if (!wakes) {
+                        struct timespec ts;
+
+                        clock_gettime(CLOCK_REALTIME, &ts);
+                        ts.tv_nsec += 10 * 1000000;
+                        if (ts.tv_nsec >= 1000000000) {
+                                ts.tv_sec++;
+                                ts.tv_nsec -= 1000000000;
+                        }
+                        pthread_cond_timedwait(&cond, &lock, &ts);
+                }
+                wakes = 0;
+                pthread_mutex_unlock(&lock);
+                be->ops->copy_reap(be, on_done, NULL);
+        }
+        return n_done >= n ? 0 : -ETIMEDOUT;
+}
+
+/* What a client pays to map an allocation (import, reserve, map, one
+ * access call), timed here in-process; -1 when a step fails. */
+static double import_map_us(const gmd_cuda_driver *cu, int fd, uint64_t size)
+{
+        CUmemGenericAllocationHandle h;
+        CUmemAccessDesc access = { 0 };
+        CUdeviceptr va = 0;
+        CUresult res;
+        double t0 = gpu_now_us(), us;
+
+        res = cu->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (res != CUDA_SUCCESS)
+                return -1;
+        res = cu->cuMemAddressReserve(&va, size, 0, 0, 0);
+        if (res == CUDA_SUCCESS)
+                res = cu->cuMemMap(va, size, 0, h, 0);
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = 0;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        if (res == CUDA_SUCCESS)
+                res = cu->cuMemSetAccess(va, size, &access, 1);
+        us = gpu_now_us() - t0;
+        if (va) {
+                cu->cuMemUnmap(va, size);
+                cu->cuMemAddressFree(va, size);
+        }
+        cu->cuMemRelease(h);
+        return res == CUDA_SUCCESS ? us : -1;
+}
+
+static void *va_of(gmd_mem *m)
+{
+        return (void *)(uintptr_t)cuda_mem_of(m)->va;
+}
+
+/* Copy all of `src` to `dst` in CHUNK pieces on `dir`; cookies start at
+ * 100 * dir. Returns submit's first error. */
+static int submit_all(gmd_backend *be, gmd_copy_dir dir, gmd_mem *dst,
+                      gmd_mem *src, int *count)
+{
+        for (uint64_t off = 0; off < SIZE; off += CHUNK) {
+                int r = be->ops->copy_submit(be, 0, dir, dst, off, src, off, CHUNK,
+                                             (void *)(intptr_t)(100 * dir + (*count)++));
+
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static void check_order(int first, int n, int base, const char *what)
+{
+        int next = base;
+
+        for (int i = first; i < first + n && i < MAX_DONE; i++) {
+                if (done_order[i] / 100 != base / 100)
+                        continue;
+                CHECK(done_order[i] == next, "%s: completion %d is chunk %ld, "
+                      "expected %d", what, i, done_order[i], next);
+                CHECK(done_status[i] == 0, "%s: chunk %ld status %d", what,
+                      done_order[i], done_status[i]);
+                next++;
+        }
+}
+
+int main(void)
+{
+        gmd_mem *vram = NULL, *vram2 = NULL, *host = NULL, *host2 = NULL, *m;
+        const gmd_backend_ops *ops;
+        gmd_backend *be = NULL;
+        gmd_config config;
+        unsigned hits0, hits1, misses;
+        uint64_t stock = 0;
+        char reason[160];
+        double t0;
+        int r, count;
+
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        if (gpu_probe(reason, sizeof(reason)) < 0) {
+                printf("SKIP: no usable GPU (%s)\n", reason);
+                return GPU_TEST_SKIP;
+        }
+        log_setup(GMD_LOG_INFO);
+        config_init_defaults(&config);
+        config.cuda_reserve_chunks = 0;
+        r = backend_cuda_open(&config, &be);
+        CHECK(r == 0, "backend_cuda_open: %s", strerror(-r));
+        if (r < 0)
+                return 1;
+        ops = be->ops;
+        CHECK(ops->copy_submit && ops->copy_reap && ops->set_wake,
+              "the cuda backend has a copy engine");
+        ops->set_wake(be, on_wake, NULL);
+
+        CHECK(ops->mem_create(be, GMD_TIER_VRAM, 0, SIZE, &vram) == 0, "vram");
+        CHECK(ops->mem_create(be, GMD_TIER_VRAM, 0, SIZE, &vram2) == 0, "vram2");
+        t0 = gpu_now_us();
+        r = ops->mem_create(be, GMD_TIER_HOST, 0, SIZE, &host);
+        printf("host tier: %llu MiB created in %.1f ms (on the request path: "
+               "the stock has not seen the size)\n",
+               (unsigned long long)(SIZE / MiB), (gpu_now_us() - t0) / 1e3);
+        CHECK(r == 0, "host mem_create: %s", strerror(-r));
+        CHECK(ops->mem_create(be, GMD_TIER_HOST, 0, SIZE, &host2) == 0, "host2");
+        if (!vram || !vram2 || !host || !host2)
+                goto out;
+        CHECK(host->fd >= 0 && host->tier == GMD_TIER_HOST, "host: fd and tier");
+        CHECK(gpu_check(va_of(host), SIZE, 0, 0) == 0, "host memory starts zeroed");
+
+        /* The client's side of a remap, VRAM vs host backing. */
+        {
+                const gmd_cuda_driver *cu = ((cuda_backend *)be)->cu;
+                double v = import_map_us(cu, vram->fd, SIZE);
+                double h = import_map_us(cu, host->fd, SIZE);
+
+                printf("import+map+access of %llu MiB (what a remap costs the "
+                       "client): VRAM %.0f us, host %.0f us\n",
+                       (unsigned long long)(SIZE / MiB), v, h);
+                CHECK(v >= 0 && h >= 0, "import and map both kinds");
+        }
+
+        /* Out in chunks, in order. */
+        CHECK(gpu_fill(va_of(vram), SIZE, 0, 4711) == 0, "fill: %s", gpu_last_error());
+        count = 0;
+        n_done = 0;
+        t0 = gpu_now_us();
+        CHECK(submit_all(be, GMD_COPY_OUT, host, vram, &count) == 0, "submit out");
+        CHECK(reap_until(be, count) == 0, "copies out finish");
+        printf("out: %d chunks, %.2f GB/s (all submitted at once)\n", count,
+               SIZE / (gpu_now_us() - t0) / 1e3);
+        check_order(0, count, 0, "out");
+        CHECK(gpu_check(va_of(host), SIZE, 0, 4711) == 0, "host copy exact");
+
+        /* Back into the other VRAM allocation. */
+        n_done = 0;
+        count = 0;
+        CHECK(submit_all(be, GMD_COPY_IN, vram2, host, &count) == 0, "submit in");
+        CHECK(reap_until(be, count) == 0, "copies in finish");
+        check_order(0, count, 100, "in");
+        CHECK(gpu_check(va_of(vram2), SIZE, 0, 4711) == 0, "round trip exact");
+
+        /* Both directions at once: vram2 -> host2 while host -> vram. */
+        CHECK(gpu_fill(va_of(vram2), SIZE, 0, 815) == 0, "fill 2");
+        CHECK(gpu_fill(va_of(vram), SIZE, 0, 1) == 0, "scribble");
+        n_done = 0;
+        count = 0;
+        {
+                int out_n = 0;
+
+                CHECK(submit_all(be, GMD_COPY_OUT, host2, vram2, &out_n) == 0,
+                      "submit both: out");
+                count = 0;
+                CHECK(submit_all(be, GMD_COPY_IN, vram, host, &count) == 0,
+                      "submit both: in");
+                CHECK(reap_until(be, out_n + count) == 0, "both finish");
+                check_order(0, out_n + count, 0, "both, out");
+                check_order(0, out_n + count, 100, "both, in");
+        }
+        CHECK(gpu_check(va_of(host2), SIZE, 0, 815) == 0, "both: out exact");
+        CHECK(gpu_check(va_of(vram), SIZE, 0, 4711) == 0, "both: in exact");
+
+        /* Bad arguments. */
+        CHECK(ops->copy_submit(be, 0, GMD_COPY_OUT, host, SIZE - MiB, vram, 0,
+                               2 * MiB, NULL) == -EINVAL, "past dst end");
+        CHECK(ops->copy_submit(be, 0, GMD_COPY_OUT, host, 0, vram, SIZE, 1,
+                               NULL) == -EINVAL, "past src end");
+        CHECK(ops->copy_submit(be, 7, GMD_COPY_OUT, host, 0, vram, 0, MiB,
+                               NULL) == -EINVAL, "no such device");
+        CHECK(ops->copy_submit(be, 0, GMD_COPY_OUT, host, 0, vram, 0, 0,
+                               NULL) == -EINVAL, "zero length");
+
+        /* The host stock: the size was asked for, so the worker makes one. */
+        cuda_host_stock((cuda_backend *)be, 0, &stock, &hits0, &misses);
+        for (int i = 0; i < 300 && stock < SIZE; i++) {
+                usleep(10000);
+                cuda_host_stock((cuda_backend *)be, 0, &stock, &hits0, &misses);
+        }
+        CHECK(stock >= SIZE, "host stock holds a %llu MiB allocation",
+              (unsigned long long)(SIZE / MiB));
+        t0 = gpu_now_us();
+        r = ops->mem_create(be, GMD_TIER_HOST, 0, SIZE, &m);
+        printf("host tier: %llu MiB from the stock in %.1f us\n",
+               (unsigned long long)(SIZE / MiB), gpu_now_us() - t0);
+        CHECK(r == 0, "host mem_create from stock");
+        cuda_host_stock((cuda_backend *)be, 0, &stock, &hits1, &misses);
+        CHECK(hits1 == hits0 + 1, "a stock hit: %u -> %u", hits0, hits1);
+        if (r == 0) {
+                CHECK(gpu_check(va_of(m), SIZE, 0, 0) == 0, "stock memory zeroed");
+                ops->mem_destroy(be, m);
+        }
+out:
+        ops->mem_destroy(be, vram);
+        ops->mem_destroy(be, vram2);
+        ops->mem_destroy(be, host);
+        ops->mem_destroy(be, host2);
+        backend_close(be);
+        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+        return failures ? 1 : 0;
+}
