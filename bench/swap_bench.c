@@ -683,7 +683,8 @@ int main(int argc, char **argv)
         char gpu[64] = "?";
         latency lat = { 0 };
         gmd_client *c = NULL;
-        static const char *const debug_args[] = { "--log-level", "debug", NULL };
+        /* GMD_BENCH_DAEMON_CONFIG=FILE adds --config FILE (with the log). */
+        const char *debug_args[] = { "--log-level", "debug", NULL, NULL, NULL };
         FILE *daemon_log = NULL;
         gpu_daemon d;
         int reps = 5, r;
@@ -752,6 +753,8 @@ int main(int argc, char **argv)
         setenv("GPU_MEMD_CACHE", "0", 1);
         /* GMD_BENCH_DAEMON_LOG=FILE: the daemon logs at debug level (each
          * move's copy, remap and release times) and its log goes there. */
+        if (getenv("GMD_BENCH_DAEMON_CONFIG"))
+                debug_args[2] = "--config", debug_args[3] = getenv("GMD_BENCH_DAEMON_CONFIG");
         r = gpu_daemon_start(getenv("GMD_BENCH_DAEMON_LOG") ? debug_args : NULL, &d);
         if (r < 0) {
                 fprintf(stderr, "start gpu-memd: %s\n", strerror(-r));

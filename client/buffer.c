@@ -267,24 +267,29 @@ int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
                 r = -EOPNOTSUPP;
                 goto out;
         }
+        if (notify->tier == GMD__TIER__TIER_HOST && notify->n_segments == 0) {
+                /* A SWAPPABLE buffer moved to host memory: nobody touches
+                 * it before an acquire brings it back to VRAM, so the
+                 * daemon keeps the host backing to itself and the VRAM
+                 * mapping just goes. The range stays reserved for the way
+                 * back. */
+                if (packet->n_fds) {
+                        *ret_reason = "fds with a remap that names no segment";
+                        r = -EPROTO;
+                        goto out;
+                }
+                r = buffer->unmapped ? 0 :
+                    ops->unmap(client->mapper, buffer->addr, buffer->size);
+                if (r == 0)
+                        buffer->unmapped = true;
+                goto mapped;
+        }
         r = segments_from_wire(buffer->size, notify->segments,
                                notify->n_segments, packet, &segments,
                                ret_reason);
         if (r < 0)
                 goto out;
-        if (notify->tier == GMD__TIER__TIER_HOST && !(buffer->flags & GMD_ALLOC_SPILLABLE)) {
-                /* A SWAPPABLE buffer on host memory is never touched here:
-                 * the daemon brings it back to VRAM before any acquire
-                 * succeeds. So the VRAM backing goes, and the host backing
-                 * is not mapped at all (mapping host-located memory costs
-                 * far more than the copy that moved it). The range stays
-                 * reserved for the way back. */
-                segments_close(segments, notify->n_segments);
-                r = buffer->unmapped ? 0 :
-                    ops->unmap(client->mapper, buffer->addr, buffer->size);
-                if (r == 0)
-                        buffer->unmapped = true;
-        } else if (buffer->unmapped) {
+        if (buffer->unmapped) {
                 r = ops->map(client->mapper, buffer->addr, buffer->device,
                              segments, (unsigned)notify->n_segments);
                 if (r == 0)
@@ -302,6 +307,7 @@ int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
                                      buffer->device, segments,
                                      (unsigned)notify->n_segments);
         }
+mapped:
         if (r < 0) {
                 /* The range may be inaccessible now: make later calls say
                  * so instead of letting the application fault. */

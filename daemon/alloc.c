@@ -119,6 +119,7 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
                 segment.size = b->mem->size;
                 reply.n_segments = 1;
                 reply.segments = segments;
+                b->mem->shared = true;
                 session_send(s, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base,
                              &b->mem->fd, 1);
         }

@@ -37,6 +37,8 @@ typedef struct gmd_mem {
         gmd_tier tier;
         unsigned device;
         uint64_t handle;   /* backend's own handle (CUmemGenericAllocationHandle) */
+        bool shared;       /* its fd went to a client: it may be mapped or
+                            * kept there, so it is never handed out again */
         /* Legacy IPC buffers only (mem_create_ipc): the CUipcMemHandle a
          * client opens with cudaIpcOpenMemHandle. */
         uint8_t ipc_handle[GMD_IPC_HANDLE_SIZE];
@@ -109,6 +111,13 @@ typedef struct gmd_backend_ops {
 
         /* ---- optional: NULL where a backend has none ---------------- */
 
+        /* As mem_create, for a buffer whose every byte the daemon writes
+         * (a copy's destination) before any client sees it: the backend
+         * may skip zeroing and hand out memory that it recycled — memory
+         * that was never shared. */
+        int (*mem_create_filled)(gmd_backend *backend, gmd_tier tier,
+                                 unsigned device, uint64_t size,
+                                 gmd_mem **ret_mem);
         /* Off the request path: zero freed chunks, top up the reserve of
          * pre-created chunks. The daemon calls it from an idle/timer
          * handler (every ~10 ms while it returns > 0 work left, else on a

@@ -121,6 +121,7 @@ static const gmd_backend_ops cuda_ops = {
         .device_count = cuda_ops_device_count,
         .device_info = cuda_ops_device_info,
         .mem_create = cuda_ops_mem_create,
+        .mem_create_filled = cuda_ops_mem_create_filled,
         .mem_destroy = cuda_ops_mem_destroy,
         .mem_zero = cuda_ops_mem_zero,
         .destroy = cuda_ops_destroy,
@@ -146,9 +147,13 @@ static uint64_t cuda_host_budget(const gmd_config *config)
 {
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
         uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-        uint64_t limit = size_spec_resolve(&config->host_limit, phys) / 4;
+        uint64_t limit = size_spec_resolve(&config->host_limit, phys);
+        uint64_t stock = size_spec_resolve(&config->host_stock, limit);
 
-        return limit < CUDA_HOST_STOCK_MAX ? limit : CUDA_HOST_STOCK_MAX;
+        /* A share of the host pool is capped; bytes given outright are not. */
+        if (config->host_stock.percent > 0 && stock > CUDA_HOST_STOCK_MAX)
+                stock = CUDA_HOST_STOCK_MAX;
+        return stock;
 }
 
 /* The minimum granularity of exportable VMM memory at a location. */

@@ -42,6 +42,7 @@ typedef struct cuda_mem {
         gmd_mem mem;
         CUdeviceptr va;          /* the daemon's own mapping (or cuMemAlloc) */
         bool ipc;                /* legacy: cuMemAlloc'd, freed by cuMemFree */
+        bool dirty;              /* host stock: recycled, holds old bytes */
         struct cuda_mem *next;   /* reserve stack / host stock link */
 } cuda_mem;
 
@@ -129,6 +130,7 @@ typedef struct cuda_host {
         uint64_t stock_bytes;    /* ready + making, all devices */
         cuda_mem *to_free;       /* allocations to release */
         unsigned hits, misses;   /* mem_create(HOST) from stock or not */
+        unsigned recycled;       /* host allocations back in stock unshared */
 } cuda_host;
 
 struct cuda_backend {
@@ -192,6 +194,8 @@ int cuda_fill_zero(cuda_backend *b, CUstream stream, CUdeviceptr va,
                    uint64_t size);
 
 /* The ops. */
+int cuda_ops_mem_create_filled(gmd_backend *backend, gmd_tier tier,
+                               unsigned device, uint64_t size, gmd_mem **ret_mem);
 int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
                         uint64_t size, gmd_mem **ret_mem);
 void cuda_ops_mem_destroy(gmd_backend *backend, gmd_mem *mem);
@@ -256,10 +260,12 @@ int cuda_host_open(cuda_backend *b, uint64_t budget);
 /* Stop the worker after it released what it was given; free the stock. */
 void cuda_host_close(cuda_backend *b);
 /* mem_create(HOST): from stock when one of that size is ready, else made
- * here; either way the size's demand is noted for the worker. */
+ * here; either way the size's demand is noted for the worker. `filled`:
+ * the caller overwrites every byte, so recycled memory needs no zeroing. */
 int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
-                     uint64_t size, cuda_mem **ret_mem);
-/* mem_destroy(HOST): the worker releases it (unpinning takes time). */
+                     uint64_t size, bool filled, cuda_mem **ret_mem);
+/* mem_destroy(HOST): back to the stock if never shared and there is
+ * room, else the worker releases it (unpinning takes time). */
 void cuda_host_destroy(cuda_backend *b, cuda_mem *m);
 /* From maintain: return sizes idle too long; wake the worker. */
 void cuda_host_maintain(cuda_backend *b);

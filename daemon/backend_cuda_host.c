@@ -22,9 +22,15 @@
  *
  * The budget comes from [pools] host_limit (backend_cuda.c); stock is
  * pinned memory the daemon holds besides what the host pool counts, which
- * is why it is a bounded fraction. Stock memory is never handed to two
- * clients: an allocation leaves the stock once and is destroyed when
- * freed, as every cuda_mem is (backend_cuda_mem.c says why).
+ * is why it is a bounded fraction ([pools] host_stock).
+ *
+ * Recycling: an allocation whose fd no client ever received (the host copy
+ * of a SWAPPABLE buffer, which its owner does not map) goes back to the
+ * stock when freed, still pinned — in steady state swap-outs then pin
+ * nothing, and pinning is what held them to ~4.5 GB/s (it stalls the
+ * driver for every process). It comes back marked dirty: handed out for a
+ * copy's destination as it is, zeroed first otherwise. An allocation a
+ * client received may still be mapped there, so it is released.
  *
  * Locking: cuda_host.lock guards the stock classes of every device and the
  * worker's lists; CUDA calls are made outside it.
@@ -253,14 +259,15 @@ void cuda_host_close(cuda_backend *b)
         h->to_free = NULL;
         host_free_list(b, list);
         if (h->hits + h->misses)
-                log_info("cuda: host stock served %u of %u host allocations",
-                         h->hits, h->hits + h->misses);
+                log_info("cuda: host stock served %u of %u host allocations "
+                         "(%u recycled)", h->hits, h->hits + h->misses,
+                         h->recycled);
         pthread_cond_destroy(&h->cond);
         pthread_mutex_destroy(&h->lock);
 }
 
 int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
-                     uint64_t size, cuda_mem **ret_mem)
+                     uint64_t size, bool filled, cuda_mem **ret_mem)
 {
         cuda_host *h = &b->host;
         cuda_host_class *c;
@@ -294,7 +301,19 @@ int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
                 }
                 pthread_mutex_unlock(&h->lock);
         }
+        if (m && m->dirty && !filled) {
+                /* Recycled, and this one will not be overwritten whole:
+                 * old bytes must not show. */
+                r = cuda_device_enter(b, d);
+                if (r == 0)
+                        r = cuda_fill_zero(b, d->stream, m->va, size);
+                if (r < 0) {
+                        cuda_host_destroy(b, m);
+                        return r;
+                }
+        }
         if (m) {
+                m->dirty = false;
                 *ret_mem = m;
                 return 0;
         }
@@ -308,15 +327,33 @@ int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
 void cuda_host_destroy(cuda_backend *b, cuda_mem *m)
 {
         cuda_host *h = &b->host;
+        cuda_device *d = cuda_device_get(b, m->mem.device);
+        cuda_host_class *c;
 
         if (!h->started) {
                 host_free_list(b, m);
                 return;
         }
         pthread_mutex_lock(&h->lock);
-        m->next = h->to_free;
-        h->to_free = m;
-        pthread_cond_signal(&h->cond);
+        /* Memory no client ever received (a SWAPPABLE buffer's host copy,
+         * which stays in the daemon) goes back to the stock as it is:
+         * pinning and unpinning it again would cost ten times its copy.
+         * Memory a client received may still be mapped there, so it is
+         * released. */
+        c = d && !m->mem.shared ? host_class_find(d, m->mem.size) : NULL;
+        if (c && c->n_ready < CUDA_HOST_MAX_TARGET &&
+            h->stock_bytes + m->mem.size <= h->budget) {
+                m->dirty = true;
+                m->next = c->ready;
+                c->ready = m;
+                c->n_ready++;
+                h->stock_bytes += m->mem.size;
+                h->recycled++;
+        } else {
+                m->next = h->to_free;
+                h->to_free = m;
+                pthread_cond_signal(&h->cond);
+        }
         pthread_mutex_unlock(&h->lock);
 }
 

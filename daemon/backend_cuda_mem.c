@@ -169,8 +169,8 @@ fail:
         return r;
 }
 
-int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
-                        uint64_t size, gmd_mem **ret_mem)
+static int mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
+                      uint64_t size, bool filled, gmd_mem **ret_mem)
 {
         cuda_backend *b = (cuda_backend *)backend;
         cuda_device *d = cuda_device_get(b, device);
@@ -187,7 +187,7 @@ int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
                 return -EINVAL;
 
         if (tier == GMD_TIER_HOST) {
-                r = cuda_host_create(b, d, device, size, &m);
+                r = cuda_host_create(b, d, device, size, filled, &m);
                 if (r < 0)
                         return r;
                 *ret_mem = &m->mem;
@@ -213,6 +213,18 @@ int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
                 return r;
         *ret_mem = &m->mem;
         return 0;
+}
+
+int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
+                        uint64_t size, gmd_mem **ret_mem)
+{
+        return mem_create(backend, tier, device, size, false, ret_mem);
+}
+
+int cuda_ops_mem_create_filled(gmd_backend *backend, gmd_tier tier,
+                               unsigned device, uint64_t size, gmd_mem **ret_mem)
+{
+        return mem_create(backend, tier, device, size, true, ret_mem);
 }
 
 void cuda_ops_mem_destroy(gmd_backend *backend, gmd_mem *mem)

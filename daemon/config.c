@@ -50,6 +50,7 @@ static const config_key config_keys[] = {
         KEY("pools", "vram_reserve", KEY_SIZE, vram_reserve, 0),
         KEY("pools", "host_limit", KEY_SIZE_SPEC, host_limit, 0),
         KEY("pools", "cuda_reserve_chunks", KEY_COUNT, cuda_reserve_chunks, 4096),
+        KEY("pools", "host_stock", KEY_SIZE_SPEC, host_stock, 0),
         KEY("limits", "max_clients", KEY_UINT, max_clients, 65536),
         KEY("limits", "max_buffers_per_client", KEY_UINT, max_buffers_per_client, 1u << 24),
         KEY("limits", "max_waiting_per_client", KEY_UINT, max_waiting_per_client, 4096),
@@ -85,6 +86,7 @@ void config_init_defaults(gmd_config *config)
         config->vram_reserve = 512ull << 20;
         config->host_limit = (gmd_size_spec){ 0, 25.0 };
         config->cuda_reserve_chunks = 16;
+        config->host_stock = (gmd_size_spec){ 0, 25.0 };
         config->max_clients = 256;
         config->max_buffers_per_client = 65536;
         config->max_waiting_per_client = 64;

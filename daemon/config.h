@@ -41,6 +41,8 @@ typedef struct gmd_config {
         uint64_t vram_reserve;        /* automatic: free memory minus this */
         gmd_size_spec host_limit;     /* % of physical RAM or bytes */
         unsigned cuda_reserve_chunks; /* ready chunks per device (cuda) */
+        gmd_size_spec host_stock;     /* pinned host memory kept ready (cuda):
+                                       * bytes, or % of host_limit */
 
         /* [limits] */
         unsigned max_clients;

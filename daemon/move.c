@@ -26,6 +26,18 @@ static void mem_release(gmd_server *server, gmd_mem *mem, gmd_tier tier,
         pool_give(buffer_pool(server, tier, device), size);
 }
 
+/* A move's destination: the copy writes every byte of it. */
+static int mem_create_filled(gmd_server *server, gmd_tier tier, unsigned device,
+                             uint64_t size, gmd_mem **ret_mem)
+{
+        const gmd_backend_ops *ops = server->backend->ops;
+
+        if (ops->mem_create_filled)
+                return ops->mem_create_filled(server->backend, tier, device, size,
+                                              ret_mem);
+        return ops->mem_create(server->backend, tier, device, size, ret_mem);
+}
+
 bool move_busy(const gmd_dbuffer *b)
 {
         return b->move || b->move_waiter;
@@ -119,8 +131,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         r = pool_take(&server->host_pool, b->size);
         if (r < 0)
                 return r;
-        r = server->backend->ops->mem_create(server->backend, GMD_TIER_HOST,
-                                             b->device, b->size, &dst);
+        r = mem_create_filled(server, GMD_TIER_HOST, b->device, b->size, &dst);
         if (r < 0) {
                 pool_give(&server->host_pool, b->size);
                 return r;
@@ -165,8 +176,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         if (r < 0)
                 return r;
         b->move_waiter = NULL;   /* the waitq drops it once we return */
-        r = server->backend->ops->mem_create(server->backend, GMD_TIER_VRAM,
-                                             b->device, b->size, &dst);
+        r = mem_create_filled(server, GMD_TIER_VRAM, b->device, b->size, &dst);
         m = r < 0 ? NULL : move_new(b, GMD_COPY_IN, cls, dst);
         if (!m) {
                 log_error("buffer %llu: cannot create VRAM to bring it back: %s",
@@ -215,24 +225,38 @@ static void move_free_orphan(gmd_server *server, gmd_move *m)
         waitq_run(server);
 }
 
+/* Whether the owner maps the new backing: always for VRAM; on host memory
+ * only a SPILLABLE buffer, which is used where it is. A SWAPPABLE one out
+ * on host is touched by nobody until it comes back, so its owner just
+ * unmaps, and its host memory never leaves the daemon. */
+static bool owner_maps(const gmd_move *m)
+{
+        return m->dst_tier == GMD_TIER_VRAM ||
+               (m->buffer->flags & GMD_ALLOC_SPILLABLE);
+}
+
 static void move_send_remap(gmd_server *server, gmd_move *m)
 {
         Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
         Gmd__Segment segment = GMD__SEGMENT__INIT, *segments[1] = { &segment };
+        bool maps = owner_maps(m);
 
         m->seq = ++server->next_remap_seq;
         m->awaiting_ack = true;
         m->copied_us = now_us();
-        segment.fd_index = 0;
-        segment.offset = 0;
-        segment.size = m->dst->size;
         note.buffer_id = m->buffer->id;
         note.sequence = m->seq;
         note.tier = (Gmd__Tier)m->dst_tier;
-        note.n_segments = 1;
-        note.segments = segments;
+        if (maps) {
+                segment.fd_index = 0;
+                segment.offset = 0;
+                segment.size = m->dst->size;
+                note.n_segments = 1;
+                note.segments = segments;
+                m->dst->shared = true;
+        }
         session_send(m->buffer->owner, GMD__MSG_TYPE__MSG_REMAP, 0, &note.base,
-                     &m->dst->fd, 1);
+                     maps ? &m->dst->fd : NULL, maps ? 1 : 0);
 }
 
 void move_copied(gmd_server *server, gmd_move *m)

@@ -409,6 +409,9 @@ void server_reload(gmd_server *server, const gmd_config *config)
         warn_fixed("[sim] vram", old->sim_vram != config->sim_vram);
         warn_fixed("[sim] granularity", old->sim_granularity != config->sim_granularity);
         warn_fixed("[sim] copy_rate", old->sim_copy_rate != config->sim_copy_rate);
+        warn_fixed("[pools] host_stock",
+                   old->host_stock.bytes != config->host_stock.bytes ||
+                   old->host_stock.percent != config->host_stock.percent);
         warn_fixed("[pools] cuda_reserve_chunks",
                    old->cuda_reserve_chunks != config->cuda_reserve_chunks);
 
@@ -420,6 +423,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
         next.sim_granularity = old->sim_granularity;
         next.sim_copy_rate = old->sim_copy_rate;
         next.cuda_reserve_chunks = old->cuda_reserve_chunks;
+        next.host_stock = old->host_stock;
         bool metrics_changed = strcmp(old->metrics_listen, next.metrics_listen) != 0;
         *old = next;
 

@@ -66,11 +66,18 @@ static gmd_dbuffer **named_buffers(gmd_session *s, uint32_t id, const uint64_t *
                         why = "does not belong to this client";
                 } else if (pinned(b)) {
                         why = "cannot move (PIN_VRAM or legacy IPC)";
+                } else if (b->acquirer) {
+                        code = GMD__ERROR_CODE__ERR_BUSY;
+                        why = "has an acquire waiting for it";
                 } else if (for_pageout && b->acquired &&
                            !(b->flags & GMD_ALLOC_SPILLABLE)) {
                         code = GMD__ERROR_CODE__ERR_BUSY;
                         why = "is acquired: release it first (only SPILLABLE "
                               "buffers move while in use)";
+                } else if (!for_pageout && b->acquired) {
+                        code = GMD__ERROR_CODE__ERR_BUSY;
+                        why = "is acquired where it is: release it, and the "
+                              "next acquire brings it to VRAM";
                 }
                 if (why) {
                         session_send_error(s, id, code, "buffer %llu %s",
@@ -125,8 +132,8 @@ int tiering_pageout_all(gmd_session *s, move_class cls)
         list_for_each_safe(pos, tmp, &s->buffers) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
 
-                if (pinned(b) || b->parked || b->acquired || b->tier != GMD_TIER_VRAM ||
-                    move_busy(b))
+                if (pinned(b) || b->parked || b->acquired || b->acquirer ||
+                    b->tier != GMD_TIER_VRAM || move_busy(b))
                         continue;
                 r = move_out_start(s->server, b, cls);
                 if (r < 0)
@@ -168,6 +175,8 @@ void tiering_handle_pageout(gmd_session *s, uint32_t id, const Gmd__MoveRequest 
 
 static int prefetch_one(gmd_server *server, gmd_dbuffer *b)
 {
+        if (b->acquired || b->acquirer)
+                return 0;       /* in use where it is, or on its way */
         if (b->move && b->move->dir == GMD_COPY_OUT && !b->move->finished) {
                 move_cancel(server, b);   /* still in VRAM: keep it there */
                 return 0;

@@ -463,6 +463,23 @@ out:
         return r;
 }
 
+int fake_remap_out(fake_daemon *f, uint64_t id, uint64_t sequence)
+{
+        Gmd__RemapNotify n = GMD__REMAP_NOTIFY__INIT;
+        int r;
+
+        /* The fake keeps the bytes in the buffer's memfd: that is its
+         * "host memory", which the client is not given. */
+        n.buffer_id = id;
+        n.sequence = sequence;
+        n.tier = GMD__TIER__TIER_HOST;
+        pthread_mutex_lock(&f->lock);
+        r = find(f, id) ? send_msg(f, GMD__MSG_TYPE__MSG_REMAP, 0, &n.base, NULL, 0) :
+                          -ENOENT;
+        pthread_mutex_unlock(&f->lock);
+        return r;
+}
+
 int fake_remap(fake_daemon *f, uint64_t id, uint64_t sequence, gmd_tier tier)
 {
         Gmd__RemapNotify n = GMD__REMAP_NOTIFY__INIT;

@@ -98,6 +98,10 @@ int fake_fill(fake_daemon *f, uint64_t id, uint8_t byte);
  * MSG_REMAP with `sequence` and `tier`. */
 int fake_remap(fake_daemon *f, uint64_t id, uint64_t sequence, gmd_tier tier);
 
+/* Send MSG_REMAP to the host tier with no segment, as the daemon does for
+ * a SWAPPABLE buffer: the client unmaps and keeps the range. */
+int fake_remap_out(fake_daemon *f, uint64_t id, uint64_t sequence);
+
 /* How many mappings of the fake's memfds overlap [addr, addr + size)
  * in this process (from /proc/self/maps). */
 unsigned fake_maps_at(const void *addr, size_t size);

@@ -208,8 +208,9 @@ static void test_alloc_write_remap(void **ctx)
 }
 
 /* A SWAPPABLE buffer moved to host memory is not mapped while it is out
- * (nobody may touch it before an acquire brings it back); its address
- * stays reserved, and the way back maps the new VRAM backing there. */
+ * (nobody may touch it before an acquire brings it back; the daemon sends
+ * no segment); its address stays reserved, and the way back maps the new
+ * VRAM backing there. */
 static void test_swappable_out_unmapped_then_back(void **ctx)
 {
         state *st = *ctx;
@@ -224,8 +225,7 @@ static void test_swappable_out_unmapped_then_back(void **ctx)
         memset(p, 0x5a, size);
         assert_int_equal(gmd_release(st->client, b), 0);
 
-        assert_int_equal(fake_remap(&st->fake, gmd_buffer_id(b), 51,
-                                    GMD_TIER_HOST), 0);
+        assert_int_equal(fake_remap_out(&st->fake, gmd_buffer_id(b), 51), 0);
         assert_true(fake_wait_acks(&st->fake, 1));
         assert_int_equal(st->fake.ack_result, 0);
         assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
