@@ -188,6 +188,11 @@ void cuda_mem_free(cuda_backend *b, cuda_mem *m);
 int cuda_mem_make(cuda_backend *b, cuda_device *d, unsigned device,
                   gmd_tier tier, uint64_t size, CUstream stream,
                   cuda_mem **ret_mem);
+/* cuda_mem_make, zeroing only when `zero` (a copy's destination needs
+ * none: the copy overwrites it whole before anyone sees it). */
+int cuda_mem_make_as(cuda_backend *b, cuda_device *d, unsigned device,
+                     gmd_tier tier, uint64_t size, CUstream stream, bool zero,
+                     cuda_mem **ret_mem);
 
 /* Zero `size` bytes at `va` on `stream` and wait for it. */
 int cuda_fill_zero(cuda_backend *b, CUstream stream, CUdeviceptr va,

@@ -108,6 +108,13 @@ int cuda_mem_make(cuda_backend *b, cuda_device *d, unsigned device,
                   gmd_tier tier, uint64_t size, CUstream stream,
                   cuda_mem **ret_mem)
 {
+        return cuda_mem_make_as(b, d, device, tier, size, stream, true, ret_mem);
+}
+
+int cuda_mem_make_as(cuda_backend *b, cuda_device *d, unsigned device,
+                     gmd_tier tier, uint64_t size, CUstream stream, bool zero,
+                     cuda_mem **ret_mem)
+{
         const gmd_cuda_driver *cu = b->cu;
         CUmemAllocationProp prop = { 0 };
         CUmemGenericAllocationHandle h = 0;
@@ -152,7 +159,7 @@ int cuda_mem_make(cuda_backend *b, cuda_device *d, unsigned device,
         if (r < 0)
                 goto fail;
         t3 = now_us();
-        r = cuda_fill_zero(b, stream, m->va, size);
+        r = zero ? cuda_fill_zero(b, stream, m->va, size) : 0;
         if (r < 0)
                 goto fail;
         log_debug("cuda: created %llu KiB %s on device %u: cuMemCreate %llu, "
@@ -203,11 +210,12 @@ static int mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
         r = cuda_device_enter(b, d);
         if (r < 0)
                 return r;
-        r = cuda_mem_new(b, d, device, tier, size, &m);
+        /* A copy's destination is overwritten whole: no zeroing. */
+        r = cuda_mem_make_as(b, d, device, tier, size, d->stream, !filled, &m);
         if (r == -ENOMEM && cuda_reserve_drain(b, d) > 0) {
                 log_info("cuda: device %u: reserve released to make room",
                          device);
-                r = cuda_mem_new(b, d, device, tier, size, &m);
+                r = cuda_mem_make_as(b, d, device, tier, size, d->stream, !filled, &m);
         }
         if (r < 0)
                 return r;

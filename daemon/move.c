@@ -290,8 +290,28 @@ void move_copied(gmd_server *server, gmd_move *m)
 static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
 {
         uint64_t acked_us = now_us(), released_us;
+        gmd_mem *old = m->src;
+        gmd_tier old_tier = m->src_tier;
+        gmd_session *owner = b->owner;
 
-        mem_release(server, m->src, m->src_tier, m->device);
+        owner->tier_bytes[m->src_tier] -= b->size;
+        owner->tier_bytes[m->dst_tier] += b->size;
+        b->mem = m->dst;
+        b->tier = m->dst_tier;
+        b->state = GMD_STATE_RESIDENT;
+        b->move = NULL;
+        /* Answer whoever waits for this move first: releasing the old
+         * backing is the driver's slow part, and nobody waits for it but
+         * the pool. */
+        if (b->acquirer) {
+                if (b->tier == GMD_TIER_VRAM)
+                        acquirer_grant(b->acquirer);
+                else if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
+                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
+                                      "cannot queue its swap-in");
+        }
+        tiering_moves_changed(owner);
+        mem_release(server, old, old_tier, m->device);
         released_us = now_us();
         /* Where a move's time goes: queue and copy, the owner's remap, and
          * releasing the old backing. */
@@ -303,21 +323,7 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                   (unsigned long long)(m->copied_us - m->start_us),
                   (unsigned long long)(acked_us - m->copied_us),
                   (unsigned long long)(released_us - acked_us));
-        b->owner->tier_bytes[m->src_tier] -= b->size;
-        b->owner->tier_bytes[m->dst_tier] += b->size;
-        b->mem = m->dst;
-        b->tier = m->dst_tier;
-        b->state = GMD_STATE_RESIDENT;
-        b->move = NULL;
         free(m);
-        if (b->acquirer) {
-                if (b->tier == GMD_TIER_VRAM)
-                        acquirer_grant(b->acquirer);
-                else if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
-                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
-                                      "cannot queue its swap-in");
-        }
-        tiering_moves_changed(b->owner);
         waitq_run(server);
 }
 

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 #define PROMTEXT_MIN_CAP 4096
 
 void promtext_init(promtext *t)
@@ -84,37 +86,6 @@ void promtext_family(promtext *t, const char *name, const char *type,
 {
         promtext_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
                         type);
-}
-
-/* Length of the valid UTF-8 sequence at `s` (which starts with a byte
- * >= 0x80), or 0 if it is not one. */
-static size_t utf8_valid_length(const unsigned char *s)
-{
-        unsigned char lo = 0x80, hi = 0xbf;
-        size_t n;
-
-        if (s[0] >= 0xc2 && s[0] <= 0xdf)
-                n = 2;
-        else if (s[0] >= 0xe0 && s[0] <= 0xef)
-                n = 3;
-        else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-                n = 4;
-        else
-                return 0;
-        if (s[0] == 0xe0)
-                lo = 0xa0;
-        else if (s[0] == 0xed)
-                hi = 0x9f;
-        else if (s[0] == 0xf0)
-                lo = 0x90;
-        else if (s[0] == 0xf4)
-                hi = 0x8f;
-        if (s[1] < lo || s[1] > hi)
-                return 0;
-        for (size_t i = 2; i < n; i++)
-                if (s[i] < 0x80 || s[i] > 0xbf)
-                        return 0;
-        return n;
 }
 
 void promtext_label_value(promtext *t, const char *value)
