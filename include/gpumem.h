@@ -232,9 +232,13 @@ GMD_EXPORT
 int gmd_release(gmd_client *client, gmd_buffer *buffer);
 
 /*
- * Tiering (sim backend; the cuda backend answers GMD_ENOTSUP until its
- * copy engine lands). With `buffer` NULL each acts on every buffer of the
- * client.
+ * Tiering. With `buffer` NULL each acts on every buffer of the client.
+ *
+ * A released SWAPPABLE buffer may be moved to host memory at any time (by
+ * gmd_pageout, or by the daemon when another allocation needs room). While
+ * it is there its address stays reserved but is NOT mapped: touching it
+ * faults. Acquire it first; the acquire brings it back. A SPILLABLE buffer
+ * on host memory stays mapped there and usable by kernels.
  *
  * gmd_pageout: move released buffers to host memory, asynchronously: it
  *   returns once the moves are queued. GMD_EBUSY for an acquired buffer
