@@ -513,6 +513,73 @@ out:
                 gmd_free(c, b);
 }
 
+/* Many buffers moving at once, as when the daemon evicts a client's
+ * working set: `n` buffers of `size`, all paged out with one
+ * gmd_pageout(NULL) and back with one gmd_prefetch(NULL). Per-move costs
+ * (creating the destination, the remap round trip) then overlap other
+ * moves' copies, so this is the engine's throughput; the single-buffer
+ * figures above are bounded by those costs. */
+typedef struct batch {
+        uint64_t size;
+        unsigned n;
+        samples out, in;            /* GB/s of all n buffers */
+        bool ran, checked_ok;
+} batch;
+
+#define N_BATCH 3
+static batch batches[N_BATCH];
+
+static void run_batch(gmd_client *c, batch *bt, int reps)
+{
+        gmd_buffer *bufs[64] = { 0 };
+        uint64_t total;
+        bool ok = true;
+        double t0;
+
+        total = (uint64_t)bt->n * bt->size;
+        for (unsigned i = 0; i < bt->n; i++)
+                if (new_filled(c, bt->size, 7000 + i, &bufs[i]) < 0) {
+                        failures++;
+                        goto out;
+                }
+        /* One round first so the host stock learns the size. */
+        if (gmd_pageout(c, NULL) < 0 || wait_ok(c, NULL, "batch out") < 0 ||
+            gmd_prefetch(c, NULL) < 0 || wait_ok(c, NULL, "batch in") < 0)
+                goto fail;
+        for (int r = 0; r < reps; r++) {
+                let_stock_refill(bt->size);
+                t0 = gpu_now_us();
+                if (gmd_pageout(c, NULL) < 0 || wait_ok(c, NULL, "batch out") < 0)
+                        goto fail;
+                add(&bt->out, gbs(total, gpu_now_us() - t0));
+                t0 = gpu_now_us();
+                if (gmd_prefetch(c, NULL) < 0 || wait_ok(c, NULL, "batch in") < 0)
+                        goto fail;
+                add(&bt->in, gbs(total, gpu_now_us() - t0));
+        }
+        for (unsigned i = 0; i < bt->n; i++) {
+                long long bad;
+
+                if (gmd_acquire(c, bufs[i], GMD_WAIT_FOREVER) < 0)
+                        goto fail;
+                bad = gpu_check(gmd_buffer_ptr(bufs[i]), bt->size, 0, 7000 + i);
+                gmd_release(c, bufs[i]);
+                ok &= bad == 0;
+        }
+        bt->checked_ok = ok;
+        bt->ran = true;
+        if (!ok)
+                failures++;
+        goto out;
+fail:
+        fprintf(stderr, "batch of %u x %llu MiB: %s\n", bt->n,
+                (unsigned long long)(bt->size / MiB), gmd_last_error());
+        failures++;
+out:
+        for (unsigned i = 0; i < bt->n; i++)
+                gmd_free(c, bufs[i]);
+}
+
 typedef struct latency {
         double idle_us, busy_us, big_prefetch_ms;
         uint64_t small, big;
@@ -575,6 +642,16 @@ static double ratio(const samples *a, const samples *b)
         return median(b) > 0 ? median(a) / median(b) : 0;
 }
 
+/* The baseline of the largest size measured: the link's rate each way
+ * (0: out, 1: in), what batches compare against. */
+static double big_base(int in)
+{
+        for (size_t k = N_SIZES; k-- > 0;)
+                if (results[k].done)
+                        return median(in ? &results[k].base_h2d : &results[k].base_d2h);
+        return 0;
+}
+
 static void print_human(FILE *f, const char *gpu, const latency *lat)
 {
         fprintf(f, "swap_bench on %s: GB/s, medians; ratio = ours / pinned "
@@ -613,6 +690,18 @@ static void print_human(FILE *f, const char *gpu, const latency *lat)
                         "%.1f ms)\n", (unsigned long long)(lat->small / MiB),
                         lat->idle_us, lat->busy_us,
                         (unsigned long long)(lat->big / MiB), lat->big_prefetch_ms);
+        for (int k = 0; k < N_BATCH; k++) {
+                const batch *bt = &batches[k];
+
+                if (!bt->ran)
+                        continue;
+                fprintf(f, "batch %2u x %4llu MiB (all moving at once): out %5.1f "
+                        "in %5.1f GB/s, ratio %.2f / %.2f of the largest baseline%s\n",
+                        bt->n, (unsigned long long)(bt->size / MiB),
+                        median(&bt->out), median(&bt->in),
+                        median(&bt->out) / big_base(0), median(&bt->in) / big_base(1),
+                        bt->checked_ok ? "" : " (PATTERN MISMATCH)");
+        }
         fprintf(f, "time in gmd_pageout (the request; host backing made or "
                 "taken from stock), ms: ");
         for (size_t k = 0; k < N_SIZES; k++)
@@ -668,6 +757,22 @@ static void print_json(FILE *f, const char *gpu, const latency *lat)
                         ratio(&r->be_in, &r->base_h2d), ratio(&r->be_both, &r->base_both));
                 fprintf(f, "   \"host_create_miss_ms\": %.2f, \"host_create_hit_us\": %.1f}",
                         r->host_create_ms, r->host_hit_us);
+        }
+        fprintf(f, "],\n \"batches\": [");
+        first = true;
+        for (int k = 0; k < N_BATCH; k++) {
+                const batch *bt = &batches[k];
+
+                if (!bt->ran)
+                        continue;
+                fprintf(f, "%s\n  {\"size\": %llu, \"count\": %u, ", first ? "" : ",",
+                        (unsigned long long)bt->size, bt->n);
+                first = false;
+                json_samples(f, "out", &bt->out, false);
+                json_samples(f, "in", &bt->in, false);
+                fprintf(f, "\"ratio_out\": %.3f, \"ratio_in\": %.3f, \"checked\": %s}",
+                        median(&bt->out) / big_base(0), median(&bt->in) / big_base(1),
+                        bt->checked_ok ? "true" : "false");
         }
         fprintf(f, "],\n \"acquire_latency\": {\"ran\": %s, \"small\": %llu, \"big\": %llu, "
                 "\"idle_us\": %.1f, \"during_prefetch_us\": %.1f, \"big_prefetch_ms\": %.2f},\n"
@@ -772,6 +877,18 @@ int main(int argc, char **argv)
                         results[k].done = true;
                 }
                 run_latency(c, max >= 1024 * MiB ? max : 1024 * MiB, &lat);
+                /* 2 GiB in flight at once, in buffers of 16, 64, 256 MiB. */
+                for (int k = 0; k < N_BATCH; k++) {
+                        batches[k].size = (16 * MiB) << (2 * k);
+                        batches[k].n = (unsigned)((2048 * MiB) / batches[k].size);
+                        if (batches[k].n > 64)
+                                batches[k].n = 64;
+                        if ((uint64_t)batches[k].n * batches[k].size > max)
+                                continue;   /* the card is too small for it */
+                        printf("  batch %u x %llu MiB\n", batches[k].n,
+                               (unsigned long long)(batches[k].size / MiB));
+                        run_batch(c, &batches[k], reps);
+                }
                 gmd_disconnect(c);
         }
         if (getenv("GMD_BENCH_DAEMON_LOG"))
