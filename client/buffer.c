@@ -82,6 +82,29 @@ static int segments_from_wire(uint64_t size, Gmd__Segment *const *wire,
                 segments[i].offset = s->offset;
                 segments[i].size = s->size;
         }
+        /* Together they must cover [0, size) exactly: a hole would fault
+         * later, an overlap would map one backing over another. */
+        for (uint64_t at = 0; at < size;) {
+                size_t i;
+
+                for (i = 0; i < n && segments[i].offset != at; i++)
+                        ;
+                if (i == n) {
+                        *ret_reason = "segments leave a hole or overlap";
+                        goto bad;
+                }
+                at += segments[i].size;
+        }
+        {
+                uint64_t total = 0;
+
+                for (size_t i = 0; i < n; i++)
+                        total += segments[i].size;
+                if (total != size) {
+                        *ret_reason = "segments leave a hole or overlap";
+                        goto bad;
+                }
+        }
         *ret_segments = segments;
         return 0;
 
@@ -287,8 +310,10 @@ int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
         r = segments_from_wire(buffer->size, notify->segments,
                                notify->n_segments, packet, &segments,
                                ret_reason);
+        if (r == -EPROTO)
+                goto out;       /* the connection closes */
         if (r < 0)
-                goto out;
+                goto mapped;
         if (buffer->unmapped) {
                 r = ops->map(client->mapper, buffer->addr, buffer->device,
                              segments, (unsigned)notify->n_segments);
@@ -309,8 +334,14 @@ int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
         }
 mapped:
         if (r < 0) {
-                /* The range may be inaccessible now: make later calls say
-                 * so instead of letting the application fault. */
+                /* The daemon frees the buffer when it reads our failed ack,
+                 * so nothing of the old backing may stay mapped here (it
+                 * could go to another client); and later calls say why
+                 * instead of letting the application fault. */
+                if (!buffer->unmapped) {
+                        (void)ops->unmap(client->mapper, buffer->addr, buffer->size);
+                        buffer->unmapped = true;
+                }
                 snprintf(why, sizeof(why), "moving it to %s memory failed: %s",
                          gmd_tier_name((gmd_tier)notify->tier), strerror(-r));
                 buffer_mark_revoked(buffer, why);
@@ -359,7 +390,7 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
               unsigned flags, int64_t timeout_ms, gmd_buffer **ret_buffer)
 {
         Gmd__AllocRequest msg = GMD__ALLOC_REQUEST__INIT;
-        gmd_request req = { .device = device, .flags = flags };
+        gmd_request req = { .device = device, .flags = flags, .size = size };
         gmd_buffer *cached = NULL;
         int r;
 

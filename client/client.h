@@ -69,6 +69,7 @@ typedef struct gmd_request {
         uint16_t expect;                /* reply type that answers it */
         unsigned device;                /* MSG_ALLOC: device of the buffer */
         unsigned flags;                 /* MSG_ALLOC: flags asked for */
+        uint64_t size;                  /* MSG_ALLOC: bytes asked for */
         pthread_cond_t cond;
         bool done;
         int error;                      /* 0 or why the call failed */

@@ -101,6 +101,9 @@ static int handle_alloc_reply(gmd_client *client, gmd_request *req,
         char message[160];
         int r;
 
+        if (reply->size < req->size)
+                return protocol_error(client, req, header,
+                                      "alloc reply smaller than the request");
         r = buffer_new(client, reply, req->device, req->flags, packet, &reason,
                        &buffer);
         if (r < 0 && reason)

@@ -111,6 +111,17 @@ static int send_return(gmd_client *client, uint64_t *ids, size_t n)
         return r;
 }
 
+/* Destroy buffers the daemon already freed (revoked): nothing to tell it. */
+static void drop_list(gmd_client *client, gmd_list *list)
+{
+        gmd_list *pos, *tmp;
+
+        list_for_each_safe(pos, tmp, list) {
+                list_remove(pos);
+                buffer_destroy(client, container_of(pos, gmd_buffer, cache_node));
+        }
+}
+
 /*
  * Unmap and destroy the buffers on `evicted` (out of every list but that
  * one, so no lock is needed), then tell the daemon with MSG_RETURN. The
@@ -173,8 +184,10 @@ bool mapcache_park(gmd_client *client, gmd_buffer *buffer)
         list_init(&evicted);
 
         pthread_mutex_lock(&client->buffers_lock);
-        /* A revoke may have come in since the check above. */
-        if (atomic_load(&buffer->revoked) || buffer->parked) {
+        /* A revoke or a remap to host memory may have come in since the
+         * check above: only a buffer resting mapped in VRAM is kept. */
+        if (atomic_load(&buffer->revoked) || buffer->parked || buffer->unmapped ||
+            atomic_load(&buffer->tier) != GMD_TIER_VRAM) {
                 pthread_mutex_unlock(&client->buffers_lock);
                 return false;
         }
@@ -218,27 +231,45 @@ int mapcache_take(gmd_client *client, unsigned device, uint64_t size,
         Gmd__BufferList msg = GMD__BUFFER_LIST__INIT;
         gmd_buffer *found = NULL;
         uint64_t rounded, id;
-        gmd_list *pos;
+        gmd_list *pos, *prev, stale, dropped;
         int r;
 
         if (!cache->enabled || (flags & GMD_ALLOC_LEGACY_IPC))
                 return 0;
+        list_init(&dropped);
         rounded = round_size(client, device, size);
         if (rounded == 0)
                 return 0;
 
+        list_init(&stale);
         pthread_mutex_lock(&client->buffers_lock);
-        for (pos = cache->lru.prev; pos != &cache->lru; pos = pos->prev) {
+        for (pos = cache->lru.prev; pos != &cache->lru; pos = prev) {
                 gmd_buffer *b = container_of(pos, gmd_buffer, cache_node);
 
-                if (b->device == device && b->size == rounded &&
-                    b->flags == flags) {
-                        found = b;
-                        break;
+                prev = pos->prev;
+                if (b->device != device || b->size != rounded || b->flags != flags)
+                        continue;
+                /* A parked buffer the daemon moved to host memory (its move
+                 * had begun when the application freed it) is no use for an
+                 * allocation: it goes back. One whose remap failed is
+                 * revoked: the daemon freed it already. */
+                if (atomic_load(&b->revoked)) {
+                        mapcache_forget_locked(cache, b);
+                        list_remove(&b->node);
+                        list_add_tail(&dropped, &b->cache_node);
+                        continue;
                 }
+                if (b->unmapped || atomic_load(&b->tier) != GMD_TIER_VRAM) {
+                        cache_evict_locked(client, b, &stale);
+                        continue;
+                }
+                found = b;
+                break;
         }
         if (!found) {
                 pthread_mutex_unlock(&client->buffers_lock);
+                drop_list(client, &dropped);
+                (void)return_evicted(client, &stale);
                 return 0;
         }
         mapcache_forget_locked(cache, found);
@@ -247,6 +278,8 @@ int mapcache_take(gmd_client *client, unsigned device, uint64_t size,
         msg.n_buffer_ids = 1;
         r = client_send_after(client, &client->buffers_lock,
                               GMD__MSG_TYPE__MSG_UNPARK, &msg.base);
+        drop_list(client, &dropped);
+        (void)return_evicted(client, &stale);
         if (r == -ENOMEM || r == -EMSGSIZE) {
                 /* Nothing went out: the buffer is still parked for the
                  * daemon, so it goes back; the request path decides. */

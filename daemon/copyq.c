@@ -26,6 +26,14 @@ void copyq_init(gmd_copyq *q, unsigned device)
         for (int d = 0; d < 2; d++)
                 for (int c = 0; c < 3; c++)
                         list_init(&q->queued[d][c]);
+        list_init(&q->failed);
+}
+
+#define COPYQ_BROKEN_US 1000000u
+
+bool copyq_usable(gmd_server *server, unsigned device, gmd_copy_dir dir)
+{
+        return now_us() >= server->copyqs[device].broken_until_us[dir];
 }
 
 static gmd_move *next_move(gmd_copyq *q, gmd_copy_dir dir)
@@ -57,10 +65,22 @@ static void copyq_issue(gmd_server *server, gmd_copyq *q, gmd_copy_dir dir)
                                 m->issued, len, chunk) : -ENOMEM;
                 if (r < 0) {
                         free(chunk);
-                        log_error("device %u: cannot start a copy: %s", q->device,
+                        log_error("device %u: cannot start a copy: %s; no new "
+                                  "moves this way for a second", q->device,
                                   strerror(-r));
+                        q->broken_until_us[dir] = now_us() + COPYQ_BROKEN_US;
                         m->status = r;
-                        copyq_cancel(server, m);
+                        m->cancelled = true;
+                        list_remove(&m->qlink);
+                        m->queued = false;
+                        if (m->inflight == 0) {
+                                /* Finished from the close check, after the
+                                 * caller that queued it is done with it. */
+                                m->finished = true;
+                                q->moves[m->dir]--;
+                                list_add_tail(&q->failed, &m->qlink);
+                                server_kick_closes(server);
+                        }
                         continue;
                 }
                 chunk->move = m;
@@ -154,4 +174,18 @@ void copyq_on_done(void *ctx, void *cookie, int status)
                 move_copied(server, m);
         }
         copyq_issue(server, q, dir);
+}
+
+void copyq_finish_failed(gmd_server *server)
+{
+        for (unsigned d = 0; d < server->n_devices; d++) {
+                gmd_copyq *q = &server->copyqs[d];
+
+                while (!list_empty(&q->failed)) {
+                        gmd_move *m = container_of(q->failed.next, gmd_move, qlink);
+
+                        list_remove(&m->qlink);
+                        move_copied(server, m);
+                }
+        }
 }

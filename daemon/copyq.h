@@ -10,6 +10,7 @@
 #ifndef GMD_COPYQ_H
 #define GMD_COPYQ_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -32,6 +33,8 @@ typedef struct gmd_copyq {
         uint64_t bytes[2];          /* copied since start */
         uint64_t busy_us[2];        /* time with at least one chunk in flight */
         uint64_t busy_since[2];
+        uint64_t broken_until_us[2];   /* a copy was refused: no new moves */
+        gmd_list failed;            /* moves refused at submit, to finish */
 } gmd_copyq;
 
 void copyq_init(gmd_copyq *q, unsigned device);
@@ -45,6 +48,14 @@ void copyq_reclass(gmd_server *server, gmd_move *move, move_class cls);
 /* Issue no more of the move's bytes. What is in flight still finishes;
  * the move is handed back (move_copied) once nothing is. */
 void copyq_cancel(gmd_server *server, gmd_move *move);
+
+/* May new moves start in `dir` on `device`? Not for a second after the
+ * backend refused a copy, so a broken queue is not retried in a loop. */
+bool copyq_usable(gmd_server *server, unsigned device, gmd_copy_dir dir);
+
+/* Finish the moves whose copies the backend refused (move_copied), from a
+ * callback of their own: never inside the call that queued them. */
+void copyq_finish_failed(gmd_server *server);
 
 /* The reap callback: one chunk finished. */
 void copyq_on_done(void *ctx, void *cookie, int status);

@@ -128,6 +128,8 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
 
         if (!server_can_move(server))
                 return -EOPNOTSUPP;
+        if (!copyq_usable(server, b->device, GMD_COPY_OUT))
+                return -EIO;
         r = pool_take(&server->host_pool, b->size);
         if (r < 0)
                 return r;
@@ -166,12 +168,16 @@ int move_in_request(gmd_server *server, gmd_dbuffer *b, waitq_rank rank)
 int move_in_begin(gmd_server *server, gmd_dbuffer *b)
 {
         gmd_pool *pool = server_vram_pool(server, b->device);
-        move_class cls = b->move_waiter->rank == WAITQ_SWAP_IN ? MOVE_URGENT :
-                         MOVE_BULK;
+        move_class cls;
         gmd_mem *dst;
         gmd_move *m;
         int r;
 
+        if (!b->move_waiter || b->move)
+                return 0;       /* served already: the waitq drops it */
+        cls = b->move_waiter->rank == WAITQ_SWAP_IN ? MOVE_URGENT : MOVE_BULK;
+        if (!copyq_usable(server, b->device, GMD_COPY_IN))
+                return -ENOSPC; /* a copy just failed: wait, do not spin */
         r = pool_take(pool, b->size);
         if (r < 0)
                 return r;
@@ -368,7 +374,10 @@ void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
                 return;
         b->move = NULL;
         if (m->finished) {
-                /* Remap sent or not, no copy touches the memory any more. */
+                /* Remap sent or not, no copy touches the memory any more.
+                 * A move refused at submit still waits in its queue's
+                 * failed list: out of it first. */
+                list_remove(&m->qlink);
                 mem_release(server, m->dst, m->dst_tier, m->device);
                 free(m);
                 return;

@@ -104,6 +104,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         list_init(&server->sessions);
         list_init(&server->buffers);
         list_init(&server->waiters);
+        list_init(&server->close_pending);
         idmap_init(&server->buffers_by_id);
 
         server->n_devices = backend->ops->device_count(backend);
@@ -151,6 +152,30 @@ fail:
         server->backend = NULL;   /* still the caller's on failure */
         server_free(server);
         return r;
+}
+
+/* After each poll phase: finish moves whose copies were refused, and close
+ * the sessions marked for it. Closing one can mark another (its frees
+ * serve waiters, whose replies may overflow their queues), hence the loop
+ * until none is left. */
+static void server_on_close_check(uv_check_t *check)
+{
+        gmd_server *server = check->data;
+
+        copyq_finish_failed(server);
+        while (!list_empty(&server->close_pending)) {
+                gmd_session *s = container_of(server->close_pending.next,
+                                              gmd_session, close_link);
+
+                session_close(s, s->close_reason);
+        }
+        uv_check_stop(check);
+}
+
+void server_kick_closes(gmd_server *server)
+{
+        if (server->close_check_open)
+                uv_check_start(&server->close_check, server_on_close_check);
 }
 
 /* Any thread: the backend finished copies. */
@@ -325,6 +350,11 @@ int server_listen(gmd_server *server, int fd)
         r = uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
         if (r < 0)
                 return r;
+        r = uv_check_init(server->loop, &server->close_check);
+        if (r < 0)
+                return r;
+        server->close_check.data = server;
+        server->close_check_open = true;
         r = uv_async_init(server->loop, &server->copy_async, server_on_copies);
         if (r < 0)
                 return r;
@@ -353,6 +383,10 @@ void server_stop(gmd_server *server)
                 uv_close((uv_handle_t *)&server->listen_poll, NULL);
         if (server->maintaining)
                 uv_close((uv_handle_t *)&server->maintain_timer, NULL);
+        if (server->close_check_open) {
+                server->close_check_open = false;
+                uv_close((uv_handle_t *)&server->close_check, NULL);
+        }
         server->metrics = metrics_stop(server->metrics);
         waitq_fail_all(server, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
                        "gpu-memd is stopping");

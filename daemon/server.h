@@ -47,6 +47,11 @@ typedef struct gmd_server {
 
         gmd_list waiters;             /* VRAM requests waiting, in rank order */
 
+        gmd_list close_pending;       /* sessions to close on the next check */
+        uv_check_t close_check;
+        bool close_check_open;
+        bool waitq_running, waitq_again;   /* waitq_run is not re-entered */
+
         gmd_copyq *copyqs;            /* one per device */
         uv_async_t copy_async;        /* the backend finished copies */
         bool copy_async_open;
@@ -102,6 +107,10 @@ typedef struct gmd_usage {
 } gmd_usage;
 
 void server_user_usage(gmd_server *server, uid_t uid, gmd_usage *ret_usage);
+
+/* Make sure sessions marked with session_close_later are closed once the
+ * current callback returns. */
+void server_kick_closes(gmd_server *server);
 
 /* Can this backend move buffers between tiers? */
 static inline bool server_can_move(const gmd_server *server)

@@ -106,6 +106,7 @@ int session_new(gmd_server *server, int fd, gmd_session **ret_session)
         list_init(&s->waits);
         list_init(&s->sendq);
         list_init(&s->link);
+        list_init(&s->close_link);
 
         r = uv_poll_init(server->loop, &s->poll, fd);
         if (r < 0) {
@@ -148,6 +149,10 @@ void session_close(gmd_session *s, const char *reason)
         if (s->closing)
                 return;
         s->closing = true;
+        if (s->close_pending) {
+                s->close_pending = false;
+                list_remove(&s->close_link);
+        }
         session_describe(s, who, sizeof(who));
         if (reason)
                 log_warning("%s: %s — disconnecting", who, reason);
@@ -182,7 +187,7 @@ static void session_update_poll(gmd_session *s)
 {
         int events = UV_READABLE | (list_empty(&s->sendq) ? 0 : UV_WRITABLE);
 
-        if (events != s->poll_events && !s->closing) {
+        if (events != s->poll_events && !s->closing && !s->close_pending) {
                 s->poll_events = events;
                 uv_poll_start(&s->poll, events, session_on_poll);
         }
@@ -196,9 +201,11 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
         char why[64];
 
         if (s->sendq_len >= s->server->config.max_send_queue) {
+                /* Never close from here: whoever is sending may go on using
+                 * this session's buffers, waits or acquirers. */
                 snprintf(why, sizeof(why),
                          "not reading replies (%u queued)", s->sendq_len);
-                session_close(s, why);
+                session_close_later(s, why);
                 return -ENOBUFS;
         }
         q = malloc(sizeof(*q) + length);
@@ -227,6 +234,17 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
         return 0;
 }
 
+void session_close_later(gmd_session *s, const char *reason)
+{
+        if (s->closing || s->close_pending)
+                return;
+        s->close_pending = true;
+        snprintf(s->close_reason, sizeof(s->close_reason), "%s", reason);
+        uv_poll_stop(&s->poll);
+        list_add_tail(&s->server->close_pending, &s->close_link);
+        server_kick_closes(s->server);
+}
+
 int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
                  const ProtobufCMessage *msg, const int *fds, unsigned n_fds)
 {
@@ -234,7 +252,7 @@ int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
         size_t length = 0;
         int r;
 
-        if (s->closing)
+        if (s->closing || s->close_pending)
                 return -ECONNRESET;
         if (msg) {
                 length = protobuf_c_message_get_packed_size(msg);

@@ -53,17 +53,31 @@ typedef struct gmd_session {
         unsigned n_waiting;
 
         gmd_list waits;             /* MSG_WAITs waiting for moves (tiering.c) */
+        unsigned n_waits;
 
         gmd_list sendq;             /* packets the socket could not take */
         unsigned sendq_len;
         bool closing;
+        /* To be closed by the server's next check pass (session_close_later):
+         * sends are dropped, nothing is read, nothing is freed yet. */
+        bool close_pending;
+        char close_reason[96];
+        gmd_list close_link;        /* in server->close_pending */
 } gmd_session;
 
 /* Take over an accepted socket. */
 int session_new(gmd_server *server, int fd, gmd_session **ret_session);
 
-/* Close the connection, logging `reason` (NULL for an orderly close). */
+/* Close the connection, logging `reason` (NULL for an orderly close). Only
+ * for code that owns the moment: the session's own callbacks, the
+ * server's stop. Anywhere a caller may still use the session's buffers,
+ * waits or acquirers afterwards, use session_close_later. */
 void session_close(gmd_session *session, const char *reason);
+
+/* Close the connection from the server's next check pass, after the
+ * current callback has returned. Until then the session sends and reads
+ * nothing. */
+void session_close_later(gmd_session *session, const char *reason);
 
 /*
  * Send one message: encode `msg` (may be NULL for an empty payload) and

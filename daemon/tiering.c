@@ -228,6 +228,10 @@ static void wait_on_closed(uv_handle_t *handle)
 
 static void wait_done(gmd_move_wait *w)
 {
+        if (w->done)
+                return;         /* a reply's side effects got here first */
+        w->done = true;
+        w->session->n_waits--;
         list_remove(&w->link);
         uv_timer_stop(&w->timer);
         uv_close((uv_handle_t *)&w->timer, wait_on_closed);
@@ -272,6 +276,13 @@ void tiering_handle_wait(gmd_session *s, uint32_t id, const Gmd__WaitRequest *m)
                                    "at most %d buffers per request", TIERING_MAX_IDS);
                 return;
         }
+        if (s->n_waits >= s->server->config.max_waiting_per_client) {
+                session_send_error(s, id, GMD__ERROR_CODE__ERR_LIMIT,
+                                   "this client already has %u waits pending, the "
+                                   "most [limits] max_waiting_per_client allows",
+                                   s->n_waits);
+                return;
+        }
         w = calloc(1, sizeof(*w));
         if (!w || uv_timer_init(s->server->loop, &w->timer) < 0) {
                 free(w);
@@ -283,6 +294,7 @@ void tiering_handle_wait(gmd_session *s, uint32_t id, const Gmd__WaitRequest *m)
         w->timeout_ms = m->timeout_ms;
         w->timer.data = w;
         list_add_tail(&s->waits, &w->link);
+        s->n_waits++;
         if (m->n_buffer_ids) {
                 w->ids = malloc(m->n_buffer_ids * sizeof(*w->ids));
                 if (!w->ids) {

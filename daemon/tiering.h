@@ -7,6 +7,7 @@
 #ifndef GMD_TIERING_H
 #define GMD_TIERING_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -24,6 +25,7 @@ typedef struct gmd_move_wait {
         uint64_t *ids;              /* NULL: every buffer of the client */
         size_t n_ids;
         int64_t timeout_ms;
+        bool done;                  /* answered or dropped; freed on close */
         uv_timer_t timer;
 } gmd_move_wait;
 

@@ -168,8 +168,18 @@ static int waiter_serve(gmd_waiter *w)
 void waitq_run(gmd_server *server)
 {
         gmd_list *pos, *tmp;
-        uint64_t blocked = 0;   /* bit per device whose first waiter does not fit */
+        uint64_t blocked;       /* bit per device whose first waiter does not fit */
 
+        /* Serving a waiter can free memory and so call here again: the
+         * outer pass starts over instead, never two passes at once. */
+        if (server->waitq_running) {
+                server->waitq_again = true;
+                return;
+        }
+        server->waitq_running = true;
+again:
+        server->waitq_again = false;
+        blocked = 0;
         list_for_each_safe(pos, tmp, &server->waiters) {
                 gmd_waiter *w = container_of(pos, gmd_waiter, link);
                 uint64_t bit = 1ull << (w->device % 64);
@@ -191,6 +201,9 @@ void waitq_run(gmd_server *server)
                 tmp = server->waiters.next;
                 blocked = 0;
         }
+        if (server->waitq_again)
+                goto again;
+        server->waitq_running = false;
         if (blocked)
                 evict_balance(server);
 }

@@ -119,7 +119,9 @@ int gmd_connect(const char *socket_path, const char *client_name,
 /*
  * Close the connection. The daemon frees every buffer the client still
  * holds; their addresses become invalid. Buffer handles of this client are
- * freed too. Accepts NULL; returns NULL.
+ * freed too. Accepts NULL; returns NULL. The one call that must not overlap
+ * others on the same client: no other thread may be inside a gmd_ call on
+ * it, or enter one after (the client's memory is gone when this returns).
  */
 GMD_EXPORT
 gmd_client *gmd_disconnect(gmd_client *client);
