@@ -22,8 +22,6 @@
  * protocol error (the packet bound keeps it far lower anyway). */
 #define PARKING_MAX_IDS 8192
 
-static void parking_revoke_and_free(gmd_session *s, gmd_dbuffer *b);
-
 static bool list_ok(gmd_session *s, const Gmd__BufferList *list, uint16_t type)
 {
         if (list->n_buffer_ids > PARKING_MAX_IDS) {
@@ -51,13 +49,14 @@ void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *lis
                                   (unsigned long long)list->buffer_ids[i]);
                         continue;
                 }
-                /* Only a buffer resting in VRAM is worth keeping mapped: one
-                 * on host memory or on the move is freed instead, and the
-                 * client told, so its cache drops it. */
-                if (b->tier != GMD_TIER_VRAM || move_busy(b)) {
-                        parking_revoke_and_free(s, b);
-                        continue;
-                }
+                /* A move under way stops if its copy has not ended (the
+                 * buffer stays in VRAM, where a cached buffer belongs); one
+                 * whose remap is already on its way ends as usual, and the
+                 * client's cache returns a buffer it finds on host memory.
+                 * Never revoke here: the application may already have it
+                 * back from the cache. */
+                if (move_busy(b))
+                        move_cancel(s->server, b);
                 buffer_park(b, true);
                 parked_any = true;
         }
@@ -65,18 +64,6 @@ void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *lis
          * evictor ask for it back at once. */
         if (parked_any && !list_empty(&server->waiters))
                 evict_balance(server);
-}
-
-static void parking_revoke_and_free(gmd_session *s, gmd_dbuffer *b)
-{
-        Gmd__RevokeNotify note = GMD__REVOKE_NOTIFY__INIT;
-
-        note.buffer_id = b->id;
-        note.reason = GMD__ERROR_CODE__ERR_NOT_FOUND;
-        note.message = "freed: it was not resting in VRAM when the client parked it";
-        session_send(s, GMD__MSG_TYPE__MSG_REVOKE, 0, &note.base, NULL, 0);
-        buffer_free(s->server, b);
-        waitq_run(s->server);
 }
 
 void parking_handle_unpark(gmd_session *s, uint32_t id, const Gmd__BufferList *list)
