@@ -44,8 +44,10 @@
 #include "log.h"
 #include "timeutil.h"
 
-/* Ready allocations kept per size at most. */
-#define CUDA_HOST_MAX_TARGET 16u
+/* Ready allocations kept per size at most; the stock's byte budget is the
+ * bound that matters (a working set of 32 x 64 MiB must fit whole, or every
+ * round pins again). */
+#define CUDA_HOST_MAX_TARGET 1024u
 /* A size unused this long leaves the stock. */
 #define CUDA_HOST_IDLE_US (60ull * 1000000)
 /* After a failed make, the worker waits this long. */
