@@ -514,6 +514,58 @@ int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms)
                            &msg.base);
 }
 
+/* The device's last-use event, made on first use (client->lock). */
+static int last_use_event(gmd_client *client, unsigned device, void **ret_event,
+                          const uint8_t **ret_handle)
+{
+        const gmd_mapper_ops *ops = client->mapper->ops;
+        int r = 0;
+
+        if (device >= GMD_CLIENT_EVENT_DEVICES)
+                return -EINVAL;
+        pthread_mutex_lock(&client->lock);
+        if (!client->last_use[device])
+                r = ops->event_create(client->mapper, device, &client->last_use[device],
+                                      client->last_use_handle[device]);
+        *ret_event = client->last_use[device];
+        *ret_handle = client->last_use_handle[device];
+        pthread_mutex_unlock(&client->lock);
+        return r;
+}
+
+/** Give a buffer's lease back once `stream`'s work so far is done; see
+ * gpumem.h. */
+int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
+{
+        Gmd__BufferRequest msg = GMD__BUFFER_REQUEST__INIT;
+        const uint8_t *handle;
+        void *event;
+        int r;
+
+        if (!client || !buffer) {
+                error_set("gmd_release_after: client and buffer must be given");
+                return -EINVAL;
+        }
+        /* No GPU, no GPU work to wait for: a plain release. */
+        if (!client->mapper->ops->event_record)
+                return gmd_release(client, buffer);
+        if (atomic_load(&buffer->revoked))
+                return buffer_revoked_error(buffer);
+        r = last_use_event(client, buffer->device, &event, &handle);
+        if (r == 0)
+                r = client->mapper->ops->event_record(client->mapper, buffer->device,
+                                                      event, stream);
+        if (r < 0) {
+                error_set("gmd_release_after: cannot record the last-use event: %s",
+                          strerror(-r));
+                return r;
+        }
+        msg.buffer_id = buffer->id;
+        msg.last_use_event.len = 64;
+        msg.last_use_event.data = (uint8_t *)handle;
+        return buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE, &msg.base);
+}
+
 /** Give a buffer's lease back; see gpumem.h. */
 int gmd_release(gmd_client *client, gmd_buffer *buffer)
 {

@@ -65,6 +65,13 @@ typedef struct gmd_mapper_ops {
                           const uint8_t handle[64], void **ret_event);
         int (*event_create)(gmd_mapper *mapper, unsigned device,
                             void **ret_event, uint8_t ret_handle[64]);
+        /* Record an event from event_create on `stream` (a CUstream or
+         * cudaStream_t; NULL: the default stream), in the device's
+         * primary context. */
+        int (*event_record)(gmd_mapper *mapper, unsigned device, void *event,
+                            void *stream);
+        /* Destroy an event from event_create. */
+        void (*event_destroy)(gmd_mapper *mapper, unsigned device, void *event);
 } gmd_mapper_ops;
 
 struct gmd_mapper {

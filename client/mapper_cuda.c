@@ -281,6 +281,30 @@ static int cuda_event_create(gmd_mapper *mapper, unsigned device,
         return 0;
 }
 
+static int cuda_event_record(gmd_mapper *mapper, unsigned device, void *event,
+                             void *stream)
+{
+        cuda_mapper *m = cuda_mapper_of(mapper);
+        int r;
+
+        r = cuda_enter(m, device);
+        if (r < 0)
+                return r;
+        r = cuda_driver_errno(m->cu->cuEventRecord((CUevent)event, (CUstream)stream));
+        cuda_leave(m);
+        return r;
+}
+
+static void cuda_event_destroy(gmd_mapper *mapper, unsigned device, void *event)
+{
+        cuda_mapper *m = cuda_mapper_of(mapper);
+
+        if (cuda_enter(m, device) < 0)
+                return;
+        m->cu->cuEventDestroy((CUevent)event);
+        cuda_leave(m);
+}
+
 static void cuda_destroy(gmd_mapper *mapper)
 {
         cuda_mapper *m = cuda_mapper_of(mapper);
@@ -319,6 +343,8 @@ static const gmd_mapper_ops cuda_mapper_ops = {
         .ipc_close = cuda_ipc_close,
         .event_open = cuda_event_open,
         .event_create = cuda_event_create,
+        .event_record = cuda_event_record,
+        .event_destroy = cuda_event_destroy,
 };
 
 int mapper_cuda_new(gmd_mapper **ret_mapper)

@@ -109,6 +109,7 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         /* A move under way may keep the backing alive until its copies
          * end; it then frees it (and sets b->mem to NULL). */
         move_buffer_freed(server, b);
+        buffer_set_last_use(server, b, NULL);
         idmap_remove(&server->buffers_by_id, b->id);
         list_remove(&b->owner_link);
         list_remove(&b->server_link);
@@ -120,6 +121,13 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
                 pool_give(pool, b->size);
         }
         free(b);
+}
+
+void buffer_set_last_use(gmd_server *server, gmd_dbuffer *b, gmd_event *event)
+{
+        if (b->last_use && server->backend->ops->event_unref)
+                server->backend->ops->event_unref(server->backend, b->last_use);
+        b->last_use = event;
 }
 
 gmd_dbuffer *buffer_find(gmd_server *server, gmd_session *session, uint64_t id)

@@ -37,6 +37,7 @@ typedef struct gmd_dbuffer {
         struct gmd_move *move;      /* the move under way, or NULL */
         struct gmd_waiter *move_waiter;  /* a swap-in waiting for VRAM */
         struct gmd_acquirer *acquirer;   /* an acquire waiting for it */
+        gmd_event *last_use;        /* the owner's last-use event (cuda) */
 } gmd_dbuffer;
 
 /*
@@ -60,6 +61,11 @@ void buffer_free(gmd_server *server, gmd_dbuffer *buffer);
 /* Mark a buffer parked in (or taken back out of) its client's cache of
  * idle mappings, keeping the owner's parked_bytes right. */
 void buffer_park(gmd_dbuffer *buffer, bool parked);
+
+/* Keep `event` (a reference the caller hands over; NULL: none) as the
+ * owner's last use of the buffer, dropping the one kept before. */
+void buffer_set_last_use(gmd_server *server, gmd_dbuffer *buffer,
+                         gmd_event *event);
 
 /* The buffer `id` if `session` owns it, else NULL. */
 gmd_dbuffer *buffer_find(gmd_server *server, gmd_session *session, uint64_t id);

@@ -143,6 +143,18 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
                 mem_release(server, dst, GMD_TIER_HOST, b->device);
                 return -ENOMEM;
         }
+        /* The owner's last use, recorded on its stream when it released:
+         * the copy streams wait for it on the GPU, not the owner on the
+         * host. */
+        if (b->last_use) {
+                r = server->backend->ops->event_wait(server->backend, b->last_use);
+                buffer_set_last_use(server, b, NULL);
+                if (r < 0) {
+                        free(m);
+                        mem_release(server, dst, GMD_TIER_HOST, b->device);
+                        return r;
+                }
+        }
         b->move = m;
         b->state = GMD_STATE_MOVING_OUT;
         copyq_push(server, m);

@@ -133,6 +133,29 @@ static void handle_release(gmd_session *s, uint32_t id, const Gmd__BufferRequest
                                    (unsigned long long)b->id);
                 return;
         }
+        if (m->last_use_event.len) {
+                const gmd_backend_ops *ops = s->server->backend->ops;
+                gmd_event *event = NULL;
+                int r;
+
+                if (m->last_use_event.len != GMD_IPC_HANDLE_SIZE || !ops->event_open) {
+                        session_send_error(s, id, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                                           "a last-use event needs the cuda backend "
+                                           "and a %d-byte handle", GMD_IPC_HANDLE_SIZE);
+                        return;
+                }
+                /* Opened once per handle and cached by the backend: a
+                 * client sends the same handle with every release. */
+                r = ops->event_open(s->server->backend, b->device,
+                                    m->last_use_event.data, &event);
+                if (r < 0) {
+                        session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
+                                           "cannot open the last-use event: %s",
+                                           strerror(-r));
+                        return;
+                }
+                buffer_set_last_use(s->server, b, event);
+        }
         b->acquired = false;
         b->released_ms = now_ms();
         session_reply_ok(s, id);

@@ -234,6 +234,17 @@ GMD_EXPORT
 int gmd_release(gmd_client *client, gmd_buffer *buffer);
 
 /*
+ * Release once the work queued so far on `stream` (a CUstream or
+ * cudaStream_t; NULL: the default stream) is done, without waiting for it:
+ * the library records an interprocess event on the stream and the daemon's
+ * copies of the buffer wait for that event on the GPU. With gmd_release
+ * the application must synchronize the stream first. On the sim backend
+ * (no GPU work to wait for) it is gmd_release.
+ */
+GMD_EXPORT
+int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream);
+
+/*
  * Tiering. With `buffer` NULL each acts on every buffer of the client.
  *
  * A released SWAPPABLE buffer may be moved to host memory at any time (by

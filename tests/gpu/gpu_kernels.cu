@@ -106,6 +106,43 @@ extern "C" int gpu_malloc_free(size_t bytes)
         return err == cudaSuccess ? 0 : fail(err, "cudaFree");
 }
 
+/* Spin on the GPU for about `cycles` clock ticks: work that is still
+ * running when the host has long moved on. */
+__global__ static void spin_kernel(long long cycles)
+{
+        long long start = clock64();
+
+        while (clock64() - start < cycles)
+                ;
+}
+
+extern "C" int gpu_fill_late(void *ptr, size_t bytes, uint32_t seed,
+                             void **ret_stream)
+{
+        cudaStream_t s;
+        cudaError_t err;
+
+        err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (err != cudaSuccess)
+                return fail(err, "stream");
+        /* ~100 ms at the H200's ~2 GHz, then the fill. */
+        spin_kernel<<<1, 1, 0, s>>>(200000000LL);
+        fill_kernel<<<1024, 256, 0, s>>>((uint32_t *)ptr, bytes / 4, 0, seed);
+        err = cudaGetLastError();
+        if (err != cudaSuccess)
+                return fail(err, "fill late");
+        *ret_stream = s;
+        return 0;
+}
+
+extern "C" int gpu_stream_done(void *stream)
+{
+        cudaError_t err = cudaStreamSynchronize((cudaStream_t)stream);
+
+        cudaStreamDestroy((cudaStream_t)stream);
+        return err == cudaSuccess ? 0 : fail(err, "stream");
+}
+
 extern "C" int gpu_wait_event(void *event)
 {
         cudaError_t err;

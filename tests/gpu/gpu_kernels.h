@@ -36,6 +36,13 @@ int gpu_malloc_free(size_t bytes);
 /* Make the legacy default stream wait on a CUevent and synchronize. */
 int gpu_wait_event(void *event);
 
+/* Fill like gpu_fill, but on a new stream behind ~100 ms of GPU work, and
+ * return without waiting: *ret_stream still has the fill to run. */
+int gpu_fill_late(void *ptr, size_t bytes, uint32_t seed, void **ret_stream);
+
+/* Wait for a stream from gpu_fill_late and destroy it. */
+int gpu_stream_done(void *stream);
+
 /* cudaMemGetInfo on the current device (creates this process's context). */
 int gpu_mem_info(uint64_t *ret_free, uint64_t *ret_total);
 
