@@ -52,6 +52,9 @@ static void acquirer_on_closed(uv_handle_t *handle)
 
 static void acquirer_done(gmd_acquirer *a)
 {
+        if (a->done)
+                return;
+        a->done = true;
         a->buffer->acquirer = NULL;
         uv_timer_stop(&a->timer);
         uv_close((uv_handle_t *)&a->timer, acquirer_on_closed);
@@ -60,6 +63,8 @@ static void acquirer_done(gmd_acquirer *a)
 /* The buffer is usable: the lease is the client's. */
 static void acquirer_grant(gmd_acquirer *a)
 {
+        if (a->done)
+                return;
         a->buffer->acquired = true;
         session_reply_ok(a->session, a->request_id);
         acquirer_done(a);
@@ -67,6 +72,8 @@ static void acquirer_grant(gmd_acquirer *a)
 
 static void acquirer_fail(gmd_acquirer *a, int code, const char *why)
 {
+        if (a->done)
+                return;
         session_send_error(a->session, a->request_id, code,
                            "buffer %llu: %s", (unsigned long long)a->buffer->id, why);
         acquirer_done(a);

@@ -54,6 +54,7 @@ typedef struct gmd_acquirer {
         uint32_t request_id;
         int64_t timeout_ms;
         uint64_t since_us;
+        bool done;                  /* answered; freed on the timer's close */
         uv_timer_t timer;
 } gmd_acquirer;
 
