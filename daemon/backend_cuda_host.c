@@ -104,6 +104,43 @@ static cuda_host_class *host_class_get(cuda_host *h, cuda_device *d,
         return c;
 }
 
+/* Make room in the stock's budget for `size` more bytes of class `keep`
+ * (lock held): the least recently used other sizes give ready allocations
+ * back — the worker releases them — and stop being refilled. A workload's
+ * sizes change (a new model, a new phase); the stock follows instead of
+ * holding pinned memory for sizes nobody asks for while the ones in use
+ * are pinned on the request path. */
+static void host_make_room(cuda_backend *b, cuda_host_class *keep, uint64_t size)
+{
+        cuda_host *h = &b->host;
+
+        while (h->stock_bytes + size > h->budget) {
+                cuda_host_class *lru = NULL;
+                cuda_mem *m;
+
+                for (unsigned i = 0; i < b->n_devices; i++) {
+                        for (unsigned k = 0; k < CUDA_HOST_CLASSES; k++) {
+                                cuda_host_class *c = &b->devices[i].host_classes[k];
+
+                                if (c != keep && c->n_ready > 0 &&
+                                    c->last_use_us < keep->last_use_us &&
+                                    (!lru || c->last_use_us < lru->last_use_us))
+                                        lru = c;
+                        }
+                }
+                if (!lru)
+                        return;
+                m = lru->ready;
+                lru->ready = m->next;
+                lru->n_ready--;
+                lru->target = lru->n_ready;
+                h->stock_bytes -= lru->size;
+                m->next = h->to_free;
+                h->to_free = m;
+                pthread_cond_signal(&h->cond);
+        }
+}
+
 /* What the worker should make next (lock held): a class below its target
  * whose next allocation fits the budget. */
 static cuda_host_class *host_next_job(cuda_backend *b, unsigned *ret_device)
@@ -296,6 +333,7 @@ int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
                                 if (c->target < most)
                                         c->target++;
                                 h->misses++;
+                                host_make_room(b, c, size);
                         }
                         pthread_cond_signal(&h->cond);   /* refill */
                 } else {
@@ -343,6 +381,8 @@ void cuda_host_destroy(cuda_backend *b, cuda_mem *m)
          * Memory a client received may still be mapped there, so it is
          * released. */
         c = d && !m->mem.shared ? host_class_find(d, m->mem.size) : NULL;
+        if (c && c->n_ready < CUDA_HOST_MAX_TARGET)
+                host_make_room(b, c, m->mem.size);
         if (c && c->n_ready < CUDA_HOST_MAX_TARGET &&
             h->stock_bytes + m->mem.size <= h->budget) {
                 m->dirty = true;
