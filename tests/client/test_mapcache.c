@@ -504,6 +504,24 @@ static void test_threads_and_reclaims_agree(void **ctx)
         assert_int_equal(st->fake.n_frees, 0);
 }
 
+/* On the sim backend there is no GPU work to wait for: gmd_release_after
+ * is a plain release (one RELEASE, no event), and the lease is gone. */
+static void test_release_after_on_sim(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b;
+        unsigned before;
+
+        assert_int_equal(connect_fake(st), 0);
+        b = alloc_ok(st, MiB, 0);
+        before = count(st, GMD__MSG_TYPE__MSG_RELEASE);
+        assert_int_equal(gmd_release_after(st->client, b, NULL), 0);
+        assert_int_equal(count(st, GMD__MSG_TYPE__MSG_RELEASE), before + 1);
+        assert_int_equal(gmd_acquire(st->client, b, 1000), 0);
+        assert_int_equal(gmd_release_after(NULL, b, NULL), -EINVAL);
+        assert_int_equal(gmd_free(st->client, b), 0);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -518,6 +536,7 @@ int main(void)
                 T(test_parked_buffer_remapped_and_revoked),
                 T(test_free_after_hangup_is_not_parked),
                 T(test_threads_and_reclaims_agree),
+                T(test_release_after_on_sim),
         };
 #undef T
         return cmocka_run_group_tests(tests, NULL, NULL);
