@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "gpumem.h"
+#include "client_util.h"
 
 #define MAX_BUFFERS 64
 
@@ -83,32 +84,6 @@ static size_t count_nonzero(const gmd_buffer *b)
         return bad;
 }
 
-static int parse_size(const char *text, size_t *ret)
-{
-        uint64_t v;
-
-        if (gmd_parse_size(text, &v) < 0 || v == 0) {
-                fprintf(stderr, "gmd_test_client: bad size '%s'\n", text);
-                return -1;
-        }
-        *ret = (size_t)v;
-        return 0;
-}
-
-static gmd_client *connect_or_die(const char *name)
-{
-        gmd_client *client = NULL;
-        int r = gmd_connect(NULL, name, &client);
-
-        if (r < 0) {
-                fprintf(stderr, "gmd_test_client: connect: %d %s\n", r,
-                        gmd_last_error());
-                printf("connect-failed %d\n", r);
-                exit(2);
-        }
-        return client;
-}
-
 static int cmd_pattern(int argc, char **argv)
 {
         gmd_buffer *bufs[MAX_BUFFERS] = { 0 };
@@ -118,7 +93,7 @@ static int cmd_pattern(int argc, char **argv)
         uint64_t seed = 1;
         int r, ok = 1;
 
-        if (argc < 2 || parse_size(argv[1], &size) < 0)
+        if (argc < 2 || client_parse_size("gmd_test_client", argv[1], &size) < 0)
                 return 2;
         n = (unsigned)strtoul(argv[0], NULL, 10);
         if (n == 0 || n > MAX_BUFFERS)
@@ -126,7 +101,7 @@ static int cmd_pattern(int argc, char **argv)
         if (argc > 2)
                 seed = strtoull(argv[2], NULL, 10);
 
-        client = connect_or_die("pattern");
+        client = client_connect_or_die("gmd_test_client", "pattern");
         for (unsigned i = 0; i < n; i++) {
                 r = gmd_alloc(client, size, 0, GMD_ALLOC_SWAPPABLE, 10000,
                               &bufs[i]);
@@ -189,7 +164,7 @@ static int cmd_hold(int argc, char **argv)
         sigset_t block, old;
         int r;
 
-        if (argc < 1 || parse_size(argv[0], &size) < 0)
+        if (argc < 1 || client_parse_size("gmd_test_client", argv[0], &size) < 0)
                 return 2;
         if (argc > 1)
                 n = (unsigned)strtoul(argv[1], NULL, 10);
@@ -201,7 +176,7 @@ static int cmd_hold(int argc, char **argv)
         sigprocmask(SIG_BLOCK, &block, &old);
         sigaction(SIGUSR1, &sa, NULL);
 
-        client = connect_or_die("hold");
+        client = client_connect_or_die("gmd_test_client", "hold");
         for (unsigned i = 0; i < n; i++) {
                 r = gmd_alloc(client, size, 0, GMD_ALLOC_SWAPPABLE, 5000,
                               &bufs[i]);
@@ -241,11 +216,11 @@ static int cmd_alloc(int argc, char **argv)
         uint64_t start, elapsed;
         int r, ok;
 
-        if (argc < 2 || parse_size(argv[0], &size) < 0)
+        if (argc < 2 || client_parse_size("gmd_test_client", argv[0], &size) < 0)
                 return 2;
         timeout = strtoll(argv[1], NULL, 10);
 
-        client = connect_or_die("alloc");
+        client = client_connect_or_die("gmd_test_client", "alloc");
         printf("connected\n");
         fflush(stdout);
         start = now_ms();

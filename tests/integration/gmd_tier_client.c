@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "gpumem.h"
+#include "client_util.h"
 
 #define MAX_BUFFERS 16
 /* Long enough for any wait these tests make, short enough that a stuck
@@ -84,32 +85,6 @@ static size_t check(const gmd_buffer *b, uint64_t seed, unsigned index,
         return bad;
 }
 
-static int parse_size(const char *text, size_t *ret)
-{
-        uint64_t v;
-
-        if (gmd_parse_size(text, &v) < 0 || v == 0) {
-                fprintf(stderr, "gmd_tier_client: bad size '%s'\n", text);
-                return -1;
-        }
-        *ret = (size_t)v;
-        return 0;
-}
-
-static gmd_client *connect_or_die(const char *name)
-{
-        gmd_client *client = NULL;
-        int r = gmd_connect(NULL, name, &client);
-
-        if (r < 0) {
-                fprintf(stderr, "gmd_tier_client: connect: %d %s\n", r,
-                        gmd_last_error());
-                printf("connect-failed %d\n", r);
-                exit(2);
-        }
-        return client;
-}
-
 /* Print a failed call and exit 1: the test reads the line. */
 static void die_call(const char *what, unsigned index, int r)
 {
@@ -140,7 +115,7 @@ static int cmd_hold(int argc, char **argv)
         gmd_client *client;
         int r;
 
-        if (argc < 3 || parse_size(argv[1], &size) < 0)
+        if (argc < 3 || client_parse_size("gmd_tier_client", argv[1], &size) < 0)
                 return 2;
         n = (unsigned)strtoul(argv[0], NULL, 10);
         seed = strtoull(argv[2], NULL, 10);
@@ -154,7 +129,7 @@ static int cmd_hold(int argc, char **argv)
         sigaction(SIGUSR1, &sa, NULL);
         sigaction(SIGUSR2, &sa, NULL);
 
-        client = connect_or_die("tier-hold");
+        client = client_connect_or_die("gmd_tier_client", "tier-hold");
         for (unsigned i = 0; i < n; i++) {
                 r = gmd_alloc(client, size, 0, GMD_ALLOC_SWAPPABLE, WAIT_MS,
                               &bufs[i]);
@@ -204,13 +179,13 @@ static int cmd_move(int argc, char **argv)
         size_t size;
         int r;
 
-        if (argc < 2 || parse_size(argv[0], &size) < 0)
+        if (argc < 2 || client_parse_size("gmd_tier_client", argv[0], &size) < 0)
                 return 2;
         if (strcmp(argv[1], "out") != 0 && strcmp(argv[1], "in") != 0 &&
             strcmp(argv[1], "acquire") != 0)
                 return 2;
 
-        client = connect_or_die("tier-move");
+        client = client_connect_or_die("gmd_tier_client", "tier-move");
         r = gmd_alloc(client, size, 0, GMD_ALLOC_SWAPPABLE, WAIT_MS, &b);
         if (r < 0)
                 die_call("alloc", 0, r);
@@ -249,7 +224,7 @@ static int cmd_rounds(int argc, char **argv)
         uint64_t seed;
         int r;
 
-        if (argc < 4 || parse_size(argv[1], &size) < 0)
+        if (argc < 4 || client_parse_size("gmd_tier_client", argv[1], &size) < 0)
                 return 2;
         n = (unsigned)strtoul(argv[0], NULL, 10);
         rounds = (unsigned)strtoul(argv[2], NULL, 10);
@@ -257,7 +232,7 @@ static int cmd_rounds(int argc, char **argv)
         if (n == 0 || n > MAX_BUFFERS)
                 return 2;
 
-        client = connect_or_die("tier-rounds");
+        client = client_connect_or_die("gmd_tier_client", "tier-rounds");
         /* Released before the next is asked for: together the workers want
          * more than the pool, so holding all at once could deadlock them. */
         for (unsigned i = 0; i < n; i++) {
