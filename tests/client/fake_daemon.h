@@ -102,6 +102,10 @@ int fake_remap(fake_daemon *f, uint64_t id, uint64_t sequence, gmd_tier tier);
  * a SWAPPABLE buffer: the client unmaps and keeps the range. */
 int fake_remap_out(fake_daemon *f, uint64_t id, uint64_t sequence);
 
+/* Open fds of this process (tests check they come back to where they
+ * were). -1 if /proc cannot be read. */
+int fake_count_own_fds(void);
+
 /* How many mappings of the fake's memfds overlap [addr, addr + size)
  * in this process (from /proc/self/maps). */
 unsigned fake_maps_at(const void *addr, size_t size);

@@ -8,7 +8,6 @@
  * with the mapping cache off (GPU_MEMD_CACHE=0), as the library did before
  * it had one; test_mapcache.c covers the cache.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -32,28 +31,13 @@ typedef struct state {
         gmd_client *client;
 } state;
 
-static int count_fds(void)
-{
-        DIR *d = opendir("/proc/self/fd");
-        struct dirent *e;
-        int n = 0;
-
-        if (!d)
-                return -1;
-        while ((e = readdir(d)))
-                if (e->d_name[0] != '.')
-                        n++;
-        closedir(d);
-        return n;
-}
-
 static int setup(void **ctx)
 {
         state *st = calloc(1, sizeof(*st));
 
         if (!st)
                 return -1;
-        st->fds_before = count_fds();
+        st->fds_before = fake_count_own_fds();
         if (fake_start(&st->fake) < 0) {
                 free(st);
                 return -1;
@@ -79,7 +63,7 @@ static int teardown(void **ctx)
         if (st->fake.client_fd >= 0)
                 close(st->fake.client_fd);
         fake_stop(&st->fake);
-        fds_after = count_fds();
+        fds_after = fake_count_own_fds();
         assert_int_equal(fds_after, st->fds_before);
         free(st);
         return 0;

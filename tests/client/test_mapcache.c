@@ -8,7 +8,6 @@
  * against reclaims without the daemon's view and ours ever disagreeing.
  * Every test's teardown checks that no fd was left behind.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -36,21 +35,6 @@ typedef struct state {
         gmd_client *client;
 } state;
 
-static int count_fds(void)
-{
-        DIR *d = opendir("/proc/self/fd");
-        struct dirent *e;
-        int n = 0;
-
-        if (!d)
-                return -1;
-        while ((e = readdir(d)))
-                if (e->d_name[0] != '.')
-                        n++;
-        closedir(d);
-        return n;
-}
-
 static int setup(void **ctx)
 {
         state *st = calloc(1, sizeof(*st));
@@ -59,7 +43,7 @@ static int setup(void **ctx)
         unsetenv(GMD_CACHE_LIMIT_ENV);
         if (!st)
                 return -1;
-        st->fds_before = count_fds();
+        st->fds_before = fake_count_own_fds();
         if (fake_start(&st->fake) < 0) {
                 free(st);
                 return -1;
@@ -80,7 +64,7 @@ static int teardown(void **ctx)
         fake_stop(&st->fake);
         unsetenv(GMD_CACHE_ENV);
         unsetenv(GMD_CACHE_LIMIT_ENV);
-        assert_int_equal(count_fds(), st->fds_before);
+        assert_int_equal(fake_count_own_fds(), st->fds_before);
         assert_int_equal(bad, 0);
         free(st);
         return 0;
