@@ -219,6 +219,7 @@ int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
         pthread_mutex_lock(&client->buffers_lock);
         list_add_tail(&client->buffers, &buffer->node);
         pthread_mutex_unlock(&client->buffers_lock);
+        atomic_store(&buffer->leased, true);   /* an alloc hands it out acquired */
         *ret_buffer = buffer;
         return 0;
 }
@@ -241,6 +242,8 @@ gmd_buffer *buffer_destroy(gmd_client *client, gmd_buffer *buffer)
                 ops->unreserve(client->mapper, buffer->addr, buffer->size);
         else if (!buffer->ipc_closed)
                 ops->ipc_close(client->mapper, buffer->device, buffer->addr);
+        if (buffer->last_use)
+                ops->event_destroy(client->mapper, buffer->device, buffer->last_use);
         free(buffer);
         return NULL;
 }
@@ -501,6 +504,7 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
 int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms)
 {
         Gmd__AcquireRequest msg = GMD__ACQUIRE_REQUEST__INIT;
+        int r;
 
         if (!client || !buffer) {
                 error_set("gmd_acquire: client and buffer must be given");
@@ -510,25 +514,25 @@ int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms)
                 return buffer_revoked_error(buffer);
         msg.buffer_id = buffer->id;
         msg.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
-        return buffer_call(client, buffer, GMD__MSG_TYPE__MSG_ACQUIRE,
-                           &msg.base);
+        r = buffer_call(client, buffer, GMD__MSG_TYPE__MSG_ACQUIRE, &msg.base);
+        if (r == 0)
+                atomic_store(&buffer->leased, true);
+        return r;
 }
 
-/* The device's last-use event, made on first use (client->lock). */
-static int last_use_event(gmd_client *client, unsigned device, void **ret_event,
-                          const uint8_t **ret_handle)
+/* The buffer's last-use event, made on first use. One per buffer: the
+ * daemon waits on an event long after the release, and a wait covers only
+ * the event's latest record, so sharing one would let a release on another
+ * stream stand in for this buffer's. (client->lock) */
+static int last_use_event(gmd_client *client, gmd_buffer *buffer)
 {
         const gmd_mapper_ops *ops = client->mapper->ops;
         int r = 0;
 
-        if (device >= GMD_CLIENT_EVENT_DEVICES)
-                return -EINVAL;
         pthread_mutex_lock(&client->lock);
-        if (!client->last_use[device])
-                r = ops->event_create(client->mapper, device, &client->last_use[device],
-                                      client->last_use_handle[device]);
-        *ret_event = client->last_use[device];
-        *ret_handle = client->last_use_handle[device];
+        if (!buffer->last_use)
+                r = ops->event_create(client->mapper, buffer->device, &buffer->last_use,
+                                      buffer->last_use_handle);
         pthread_mutex_unlock(&client->lock);
         return r;
 }
@@ -538,8 +542,6 @@ static int last_use_event(gmd_client *client, unsigned device, void **ret_event,
 int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
 {
         Gmd__BufferRequest msg = GMD__BUFFER_REQUEST__INIT;
-        const uint8_t *handle;
-        void *event;
         int r;
 
         if (!client || !buffer) {
@@ -551,10 +553,10 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
                 return gmd_release(client, buffer);
         if (atomic_load(&buffer->revoked))
                 return buffer_revoked_error(buffer);
-        r = last_use_event(client, buffer->device, &event, &handle);
+        r = last_use_event(client, buffer);
         if (r == 0)
                 r = client->mapper->ops->event_record(client->mapper, buffer->device,
-                                                      event, stream);
+                                                      buffer->last_use, stream);
         if (r < 0) {
                 error_set("gmd_release_after: cannot record the last-use event: %s",
                           strerror(-r));
@@ -562,14 +564,18 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
         }
         msg.buffer_id = buffer->id;
         msg.last_use_event.len = 64;
-        msg.last_use_event.data = (uint8_t *)handle;
-        return buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE, &msg.base);
+        msg.last_use_event.data = buffer->last_use_handle;
+        r = buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE, &msg.base);
+        if (r == 0)
+                atomic_store(&buffer->leased, false);
+        return r;
 }
 
 /** Give a buffer's lease back; see gpumem.h. */
 int gmd_release(gmd_client *client, gmd_buffer *buffer)
 {
         Gmd__BufferRequest msg = GMD__BUFFER_REQUEST__INIT;
+        int r;
 
         if (!client || !buffer) {
                 error_set("gmd_release: client and buffer must be given");
@@ -578,8 +584,10 @@ int gmd_release(gmd_client *client, gmd_buffer *buffer)
         if (atomic_load(&buffer->revoked))
                 return buffer_revoked_error(buffer);
         msg.buffer_id = buffer->id;
-        return buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE,
-                           &msg.base);
+        r = buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE, &msg.base);
+        if (r == 0)
+                atomic_store(&buffer->leased, false);
+        return r;
 }
 
 /** The buffer's stable address. */

@@ -35,6 +35,13 @@ struct gmd_buffer {
         bool ipc_closed;                /* ... and closed (buffers_lock) */
         /* The mapping cache's, under buffers_lock: */
         bool parked;                    /* idle in the cache, not the app's */
+        _Atomic bool leased;            /* acquired (alloc, acquire) and not
+                                         * released since: the daemon moves
+                                         * it only if SPILLABLE */
+        void *last_use;                 /* gmd_release_after's event, made on
+                                         * first use; one per buffer, since a
+                                         * wait covers only the latest record */
+        uint8_t last_use_handle[64];
         bool unmapped;                  /* out on host memory, not mapped
                                          * here (buffers_lock) */
         gmd_list cache_node;            /* client->cache.lru while parked */

@@ -617,13 +617,8 @@ gmd_client *gmd_disconnect(gmd_client *client)
                 list_remove(pos);
                 buffer_destroy(client, buffer);
         }
-        if (client->mapper) {
-                for (unsigned d = 0; d < GMD_CLIENT_EVENT_DEVICES; d++)
-                        if (client->last_use[d])
-                                client->mapper->ops->event_destroy(client->mapper, d,
-                                                                   client->last_use[d]);
+        if (client->mapper)
                 client->mapper->ops->destroy(client->mapper);
-        }
         free(client->granularity);
         free(client->backend);
         free(client->daemon_version);

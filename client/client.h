@@ -32,9 +32,6 @@
 #include "mapcache.h"
 #include "mapper.h"
 
-/* Devices whose last-use event a client keeps (gmd_release_after). */
-#define GMD_CLIENT_EVENT_DEVICES 64
-
 struct gmd_client {
         int sock;
         int wake_fd;                    /* eventfd: stops the I/O thread */
@@ -62,13 +59,6 @@ struct gmd_client {
         pthread_mutex_t buffers_lock;
         gmd_list buffers;               /* gmd_buffer.node, parked ones too */
         gmd_mapcache cache;             /* idle mappings, buffers_lock */
-
-        /* gmd_release_after: one interprocess event per device, made on
-         * first use, its handle sent with every such release (the daemon
-         * opens it once). Re-recording it is safe: the daemon's wait then
-         * covers later work as well. Under `lock`. */
-        void *last_use[GMD_CLIENT_EVENT_DEVICES];
-        uint8_t last_use_handle[GMD_CLIENT_EVENT_DEVICES][64];
 };
 
 /* One call waiting for its reply. Owned by the calling thread; the I/O

@@ -162,9 +162,14 @@ static int return_evicted(gmd_client *client, gmd_list *evicted)
         return r < 0 ? r : (int)n;
 }
 
+/* Only a buffer the application held the lease on when it freed it: the
+ * daemon never moves such a buffer (unless SPILLABLE), so no remap can be
+ * on its way while it sits in the cache and is handed out again. */
 static bool may_park(gmd_client *client, const gmd_buffer *buffer)
 {
         return client->cache.enabled && !buffer->ipc &&
+               atomic_load(&buffer->leased) &&
+               !(buffer->flags & GMD_ALLOC_SPILLABLE) &&
                !(buffer->flags & GMD_ALLOC_LEGACY_IPC) &&
                buffer->size <= client->cache.limit &&
                atomic_load(&buffer->tier) == GMD_TIER_VRAM &&
@@ -304,6 +309,7 @@ int mapcache_take(gmd_client *client, unsigned device, uint64_t size,
                 r = client_dead_error(client);
                 return r < 0 ? r : GMD_ECONN;
         }
+        atomic_store(&found->leased, true);
         *ret_buffer = found;
         return 1;
 }

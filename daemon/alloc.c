@@ -47,6 +47,12 @@ static quota_verdict quota_check(gmd_session *s, uint32_t id, uint64_t size,
         if (quota && u.bytes[tier] + size > quota) {
                 uint64_t parked = tier == GMD_TIER_VRAM ? u.parked : 0;
 
+                /* A client that parked a buffer it had released may see it
+                 * moved to host memory after all: never count more parked
+                 * than there is. */
+                if (parked > u.bytes[tier])
+                        parked = u.bytes[tier];
+
                 if (u.bytes[tier] - parked + size <= quota)
                         return QUOTA_PARKED;
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_QUOTA,

@@ -69,6 +69,7 @@ static void copyq_issue(gmd_server *server, gmd_copyq *q, gmd_copy_dir dir)
                                   "moves this way for a second", q->device,
                                   strerror(-r));
                         q->broken_until_us[dir] = now_us() + COPYQ_BROKEN_US;
+                        server_retry_waitq_in(server, COPYQ_BROKEN_US / 1000 + 1);
                         m->status = r;
                         m->cancelled = true;
                         list_remove(&m->qlink);

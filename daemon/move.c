@@ -26,6 +26,21 @@ static void mem_release(gmd_server *server, gmd_mem *mem, gmd_tier tier,
         pool_give(buffer_pool(server, tier, device), size);
 }
 
+/* Make the copy streams wait for the owner's last use of the buffer (the
+ * event it released with), then forget the event. On failure the event is
+ * kept: no copy may start without that wait. */
+static int wait_last_use(gmd_server *server, gmd_dbuffer *b)
+{
+        int r;
+
+        if (!b->last_use)
+                return 0;
+        r = server->backend->ops->event_wait(server->backend, b->last_use);
+        if (r == 0)
+                buffer_set_last_use(server, b, NULL);
+        return r;
+}
+
 /* A move's destination: the copy writes every byte of it. */
 static int mem_create_filled(gmd_server *server, gmd_tier tier, unsigned device,
                              uint64_t size, gmd_mem **ret_mem)
@@ -153,14 +168,11 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         /* The owner's last use, recorded on its stream when it released:
          * the copy streams wait for it on the GPU, not the owner on the
          * host. */
-        if (b->last_use) {
-                r = server->backend->ops->event_wait(server->backend, b->last_use);
-                buffer_set_last_use(server, b, NULL);
-                if (r < 0) {
-                        free(m);
-                        mem_release(server, dst, GMD_TIER_HOST, b->device);
-                        return r;
-                }
+        r = wait_last_use(server, b);
+        if (r < 0) {
+                free(m);
+                mem_release(server, dst, GMD_TIER_HOST, b->device);
+                return r;
         }
         b->move = m;
         b->state = GMD_STATE_MOVING_OUT;
@@ -213,6 +225,22 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 if (b->acquirer)
                         acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
                                       "the backend could not create VRAM for it");
+                tiering_moves_changed(b->owner);
+                return 0;
+        }
+        /* A SPILLABLE buffer used on host memory and released with an
+         * event: the copy back waits for that use too. */
+        r = wait_last_use(server, b);
+        if (r < 0) {
+                log_error("buffer %llu: cannot wait for its last use: %s",
+                          (unsigned long long)b->id, strerror(-r));
+                free(m);
+                server->backend->ops->mem_destroy(server->backend, dst);
+                pool_give(pool, b->size);
+                b->state = GMD_STATE_RESIDENT;
+                if (b->acquirer)
+                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
+                                      "cannot order the copy after its last use");
                 tiering_moves_changed(b->owner);
                 return 0;
         }

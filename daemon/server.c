@@ -162,6 +162,8 @@ static void server_on_close_check(uv_check_t *check)
 {
         gmd_server *server = check->data;
 
+        /* Stopped first: what this pass marks re-arms it for the next. */
+        uv_check_stop(check);
         copyq_finish_failed(server);
         while (!list_empty(&server->close_pending)) {
                 gmd_session *s = container_of(server->close_pending.next,
@@ -169,7 +171,17 @@ static void server_on_close_check(uv_check_t *check)
 
                 session_close(s, s->close_reason);
         }
-        uv_check_stop(check);
+}
+
+static void server_on_retry(uv_timer_t *timer)
+{
+        waitq_run(timer->data);
+}
+
+void server_retry_waitq_in(gmd_server *server, uint64_t ms)
+{
+        if (server->retry_open && !uv_is_active((uv_handle_t *)&server->retry_timer))
+                uv_timer_start(&server->retry_timer, server_on_retry, ms, 0);
 }
 
 void server_kick_closes(gmd_server *server)
@@ -353,6 +365,11 @@ int server_listen(gmd_server *server, int fd)
         r = uv_check_init(server->loop, &server->close_check);
         if (r < 0)
                 return r;
+        r = uv_timer_init(server->loop, &server->retry_timer);
+        if (r < 0)
+                return r;
+        server->retry_timer.data = server;
+        server->retry_open = true;
         server->close_check.data = server;
         server->close_check_open = true;
         r = uv_async_init(server->loop, &server->copy_async, server_on_copies);
@@ -386,6 +403,10 @@ void server_stop(gmd_server *server)
         if (server->close_check_open) {
                 server->close_check_open = false;
                 uv_close((uv_handle_t *)&server->close_check, NULL);
+        }
+        if (server->retry_open) {
+                server->retry_open = false;
+                uv_close((uv_handle_t *)&server->retry_timer, NULL);
         }
         server->metrics = metrics_stop(server->metrics);
         waitq_fail_all(server, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,

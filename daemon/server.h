@@ -47,6 +47,9 @@ typedef struct gmd_server {
 
         gmd_list waiters;             /* VRAM requests waiting, in rank order */
 
+        uv_timer_t retry_timer;       /* waitq_run again when a copy queue
+                                       * is usable again */
+        bool retry_open;
         gmd_list close_pending;       /* sessions to close on the next check */
         uv_check_t close_check;
         bool close_check_open;
@@ -111,6 +114,10 @@ void server_user_usage(gmd_server *server, uid_t uid, gmd_usage *ret_usage);
 /* Make sure sessions marked with session_close_later are closed once the
  * current callback returns. */
 void server_kick_closes(gmd_server *server);
+
+/* Run waitq_run in `ms` milliseconds (a copy queue refused a copy and is
+ * not used for a while: what waits for it is served once it is again). */
+void server_retry_waitq_in(gmd_server *server, uint64_t ms);
 
 /* Can this backend move buffers between tiers? */
 static inline bool server_can_move(const gmd_server *server)

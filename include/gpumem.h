@@ -176,7 +176,11 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
  * against quotas; when the daemon needs it for someone else it asks, and
  * the library's I/O thread unmaps and returns it. At most
  * $GPU_MEMD_CACHE_LIMIT bytes stay parked; past that the oldest go back.
- * Revoked and GMD_ALLOC_LEGACY_IPC buffers are never parked.
+ * Only a buffer the application holds the lease on (allocated or acquired,
+ * not released since) and that is not SPILLABLE is parked: the daemon
+ * never moves such a buffer, so none can be on its way to host memory
+ * while it waits in the cache. Revoked and GMD_ALLOC_LEGACY_IPC buffers
+ * are never parked.
  *
  * A revoked buffer frees with 0. On GMD_ECONN and GMD_EPROTO the handle is
  * freed too (the daemon dropped the memory with the connection), likewise
