@@ -172,9 +172,10 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
  * given back at once: the library keeps its mapping "parked" for the next
  * gmd_alloc of the same shape (a fresh import and map costs more than
  * cudaMalloc) and returns 0 without waiting for the daemon. Parked memory
- * still counts as this client's in gpu-memctl (shown as cached), but not
- * against quotas; when the daemon needs it for someone else it asks, and
- * the library's I/O thread unmaps and returns it. At most
+ * still counts as this client's in gpu-memctl (shown as cached) and against
+ * its user's quota; when the daemon needs it (for someone else, or because
+ * that quota is full) it asks, and the library's I/O thread unmaps and
+ * returns it. At most
  * $GPU_MEMD_CACHE_LIMIT bytes stay parked; past that the oldest go back.
  * Only a buffer the application holds the lease on (allocated or acquired,
  * not released since) and that is not SPILLABLE is parked: the daemon
