@@ -20,10 +20,17 @@ int backend_open(const gmd_config *config, gmd_backend **ret_backend)
 
 #ifdef GMD_HAVE_CUDA
         r = backend_cuda_open(config, ret_backend);
-        if (r == 0 || strcmp(config->backend, "cuda") == 0)
+        if (r == 0)
+                return 0;
+        if (strcmp(config->backend, "cuda") == 0) {
+                if (r == -ENODEV)
+                        log_error("the cuda backend cannot start: %s",
+                                  backend_cuda_unusable_reason());
                 return r;
+        }
         log_notice("no usable GPU (%s): using the sim backend, host memory "
-                   "standing in for VRAM", strerror(-r));
+                   "standing in for VRAM", r == -ENODEV ?
+                   backend_cuda_unusable_reason() : strerror(-r));
 #else
         if (strcmp(config->backend, "cuda") == 0) {
                 log_error("this gpu-memd was built without CUDA: the cuda backend "

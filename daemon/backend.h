@@ -161,8 +161,10 @@ gmd_backend *backend_close(gmd_backend *backend);
 
 int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend);
 #ifdef GMD_HAVE_CUDA
-/* -ENODEV when no GPU is usable (no driver, no device). */
+/* -ENODEV when no GPU is usable (no driver, no device); then
+ * backend_cuda_unusable_reason() says why, in words. */
 int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend);
+const char *backend_cuda_unusable_reason(void);
 #endif
 
 #endif

@@ -253,6 +253,14 @@ static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
         return 0;
 }
 
+/* Why the last backend_cuda_open found no usable GPU (backend.h). */
+static char unusable_reason[200];
+
+const char *backend_cuda_unusable_reason(void)
+{
+        return unusable_reason[0] ? unusable_reason : "no usable GPU";
+}
+
 int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
 {
         const gmd_cuda_driver *cu;
@@ -261,18 +269,20 @@ int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
         unsigned i;
         int n, r;
 
+        /* No log line here: backend_open says it once, with this reason. */
         r = cuda_driver_load(&cu, &reason);
         if (r < 0) {
-                log_notice("cuda: %s", reason);
+                snprintf(unusable_reason, sizeof(unusable_reason), "%s", reason);
                 return -ENODEV;
         }
         n = cuda_driver_device_count(cu);
         if (n <= 0) {
                 const char *vis = getenv("CUDA_VISIBLE_DEVICES");
 
-                log_notice("cuda: no CUDA device visible%s%s%s",
-                           vis ? " (CUDA_VISIBLE_DEVICES=" : "",
-                           vis ? vis : "", vis ? ")" : "");
+                snprintf(unusable_reason, sizeof(unusable_reason),
+                         "no CUDA device visible%s%s%s",
+                         vis ? " (CUDA_VISIBLE_DEVICES=" : "",
+                         vis ? vis : "", vis ? ")" : "");
                 return -ENODEV;
         }
         b = calloc(1, sizeof(*b) + (size_t)n * sizeof(cuda_device));
