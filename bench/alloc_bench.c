@@ -244,7 +244,7 @@ int main(int argc, char **argv)
         const char *miss_args[] = { "--config", miss_conf, "--log-level",
                                     "debug", NULL };
         const gmd_cuda_driver *cu;
-        const char *reason, *json = NULL;
+        const char *json = NULL;
         char name[64] = "?";
         uint64_t f, t;
         FILE *out = NULL;
@@ -254,13 +254,9 @@ int main(int argc, char **argv)
         for (int i = 1; i < argc; i++)
                 if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
                         json = argv[++i];
-        r = cuda_driver_load(&cu, &reason);
-        if (r == 0 && cuda_driver_device_count(cu) <= 0)
-                r = -ENODEV, reason = "no CUDA device visible";
-        if (r < 0) {
-                printf("SKIP: no usable GPU (%s)\n", reason);
+        cu = gpu_usable();
+        if (!cu)
                 return GPU_TEST_SKIP;
-        }
         if (gpu_mem_info(&f, &t) < 0)   /* this process's context first */
                 return 1;
         cu->cuDeviceGetName(name, sizeof(name), 0);

@@ -783,7 +783,7 @@ static void print_json(FILE *f, const char *gpu, const latency *lat)
 
 int main(int argc, char **argv)
 {
-        const char *json = NULL, *reason;
+        const char *json = NULL;
         uint64_t free_b = 0, total_b = 0, max = 0, max_mib = 4096;
         char gpu[64] = "?";
         latency lat = { 0 };
@@ -806,15 +806,9 @@ int main(int argc, char **argv)
         }
         if (reps < 1 || reps > MAX_REPS - 1)
                 reps = 5;
-        r = cuda_driver_load(&cu, &reason);
-        if (r == 0 && cuda_driver_device_count(cu) <= 0) {
-                r = -ENODEV;
-                reason = "no CUDA device visible";
-        }
-        if (r < 0) {
-                printf("SKIP: no usable GPU (%s)\n", reason);
+        cu = gpu_usable();
+        if (!cu)
                 return GPU_TEST_SKIP;
-        }
         log_setup(GMD_LOG_NOTICE);
         /* The runtime's primary context is the driver's: one context. */
         if (gpu_mem_info(&free_b, &total_b) < 0) {

@@ -240,3 +240,21 @@ int gpu_daemon_stop(gpu_daemon *d, FILE *log_out)
         rmdir(d->dir);
         return status;
 }
+
+int gpu_failures;
+
+const gmd_cuda_driver *gpu_usable(void)
+{
+        const gmd_cuda_driver *cu;
+        const char *reason;
+
+        if (cuda_driver_load(&cu, &reason) < 0) {
+                printf("SKIP: no usable GPU (%s)\n", reason);
+                return NULL;
+        }
+        if (cuda_driver_device_count(cu) <= 0) {
+                printf("SKIP: no usable GPU (no CUDA device visible)\n");
+                return NULL;
+        }
+        return cu;
+}

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "cuda_driver.h"
+
 #define GPU_PROC_MAX_FDS 8
 
 typedef struct gpu_proc {
@@ -41,8 +43,6 @@ int gpu_proc_wait(gpu_proc *proc);
 /* Microseconds on the monotonic clock. */
 double gpu_now_us(void);
 
-#endif
-
 /* ---- a gpu-memd for one test ------------------------------------------- */
 
 typedef struct gpu_daemon {
@@ -64,3 +64,24 @@ int gpu_daemon_start(const char *const *extra, gpu_daemon *ret_daemon);
 /* SIGTERM, wait, copy the daemon's log to `log_out` (NULL: drop it),
  * remove the folder. The daemon's exit status (0 after a clean stop) or -1. */
 int gpu_daemon_stop(gpu_daemon *daemon, FILE *log_out);
+
+/*
+ * The driver, loaded at run time, when at least one device is visible.
+ * Otherwise NULL after printing the one line "SKIP: no usable GPU (why)";
+ * the caller then exits GPU_TEST_SKIP (ctest shows the test skipped).
+ */
+const gmd_cuda_driver *gpu_usable(void);
+
+/* Failures counted by CHECK; a program exits non-zero when any. */
+extern int gpu_failures;
+
+#define CHECK(cond, ...) do {                                           \
+        if (!(cond)) {                                                  \
+                gpu_failures++;                                         \
+                printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
+                printf(__VA_ARGS__);                                    \
+                printf("\n");                                           \
+        }                                                               \
+} while (0)
+
+#endif

@@ -47,16 +47,6 @@ typedef struct reply {
         uint8_t handle[64];
 } reply;
 
-static int failures;
-
-#define CHECK(cond, ...) do {                                           \
-        if (!(cond)) {                                                  \
-                failures++;                                             \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
-                printf(__VA_ARGS__);                                    \
-                printf("\n");                                           \
-        }                                                               \
-} while (0)
 
 /* ---- worker ------------------------------------------------------------- */
 
@@ -465,7 +455,6 @@ static void run_reserve_limits(const gmd_config *defaults)
 int main(int argc, char **argv)
 {
         const gmd_cuda_driver *cu;
-        const char *reason;
         gmd_backend *be;
         gmd_config config;
         gpu_proc w, rd;
@@ -477,15 +466,9 @@ int main(int argc, char **argv)
         if (sock >= 0)
                 return worker(sock);
 
-        r = cuda_driver_load(&cu, &reason);
-        if (r == 0 && cuda_driver_device_count(cu) <= 0) {
-                r = -ENODEV;
-                reason = "no CUDA device visible";
-        }
-        if (r < 0) {
-                printf("SKIP: no usable GPU (%s)\n", reason);
+        cu = gpu_usable();
+        if (!cu)
                 return GPU_TEST_SKIP;
-        }
         log_setup(GMD_LOG_INFO);
         config_init_defaults(&config);
         config.cuda_reserve_chunks = 16;   /* the shipped default, explicitly */
@@ -502,6 +485,6 @@ int main(int argc, char **argv)
         gpu_proc_send(rd.sock, &quit, sizeof(quit), NULL, 0);
         CHECK(gpu_proc_wait(&w) == 0, "writer exit");
         CHECK(gpu_proc_wait(&rd) == 0, "reader exit");
-        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
-        return failures ? 1 : 0;
+        printf("%s: %d failure(s)\n", gpu_failures ? "FAIL" : "PASS", gpu_failures);
+        return gpu_failures ? 1 : 0;
 }

@@ -30,16 +30,6 @@
 #define CHUNK (32 * MiB)
 #define MAX_DONE 64
 
-static int failures;
-
-#define CHECK(cond, ...) do {                                           \
-        if (!(cond)) {                                                  \
-                failures++;                                             \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
-                printf(__VA_ARGS__);                                    \
-                printf("\n");                                           \
-        }                                                               \
-} while (0)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
@@ -288,6 +278,6 @@ out:
         ops->mem_destroy(be, host);
         ops->mem_destroy(be, host2);
         backend_close(be);
-        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
-        return failures ? 1 : 0;
+        printf("%s: %d failure(s)\n", gpu_failures ? "FAIL" : "PASS", gpu_failures);
+        return gpu_failures ? 1 : 0;
 }

@@ -45,16 +45,6 @@ typedef struct wreply {
         char msg[256];
 } wreply;
 
-static int failures;
-
-#define CHECK(cond, ...) do {                                           \
-        if (!(cond)) {                                                  \
-                failures++;                                             \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
-                printf(__VA_ARGS__);                                    \
-                printf("\n");                                           \
-        }                                                               \
-} while (0)
 
 static int worker(int sock)
 {
@@ -322,7 +312,7 @@ static void run_main_daemon(gmd_client *me, gpu_proc *a, gpu_proc *b)
               rep.value, rep.msg);
         CHECK(ask(a, W_FREE, 4, 0, 0).r == 0, "free device 1");
         printf("two GPUs: buffer on device 1 %s\n",
-               failures ? "FAILED" : "written and read by a device-1 kernel");
+               gpu_failures ? "FAILED" : "written and read by a device-1 kernel");
 }
 
 static void run_limit(void)
@@ -348,7 +338,6 @@ static void run_limit(void)
 int main(int argc, char **argv)
 {
         const gmd_cuda_driver *cu;
-        const char *reason;
         gmd_client *me = NULL;
         gpu_daemon d;
         gpu_proc a, b;
@@ -358,15 +347,9 @@ int main(int argc, char **argv)
         sock = gpu_proc_worker_sock(argc, argv);
         if (sock >= 0)
                 return worker(sock);
-        r = cuda_driver_load(&cu, &reason);
-        if (r == 0 && cuda_driver_device_count(cu) <= 0) {
-                r = -ENODEV;
-                reason = "no CUDA device visible";
-        }
-        if (r < 0) {
-                printf("SKIP: no usable GPU (%s)\n", reason);
+        cu = gpu_usable();
+        if (!cu)
                 return GPU_TEST_SKIP;
-        }
 
         r = gpu_daemon_start(NULL, &d);
         CHECK(r == 0, "start gpu-memd: %s", strerror(-r));
@@ -386,6 +369,6 @@ int main(int argc, char **argv)
         }
         CHECK(gpu_daemon_stop(&d, stdout) == 0, "gpu-memd stops cleanly");
         run_limit();
-        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
-        return failures ? 1 : 0;
+        printf("%s: %d failure(s)\n", gpu_failures ? "FAIL" : "PASS", gpu_failures);
+        return gpu_failures ? 1 : 0;
 }

@@ -50,16 +50,6 @@ typedef struct wreply {
         char msg[256];
 } wreply;
 
-static int failures;
-
-#define CHECK(cond, ...) do {                                           \
-        if (!(cond)) {                                                  \
-                failures++;                                             \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
-                printf(__VA_ARGS__);                                    \
-                printf("\n");                                           \
-        }                                                               \
-} while (0)
 
 static uint32_t seed_of(uint32_t base, int buf, int round)
 {
@@ -248,7 +238,6 @@ int main(int argc, char **argv)
                                             "--host-limit", "4G",
                                             "--log-level", "info", NULL };
         const gmd_cuda_driver *cu;
-        const char *reason;
         gpu_proc w[CLIENTS];
         gmd_client *me = NULL;
         uint64_t vram, host;
@@ -260,15 +249,9 @@ int main(int argc, char **argv)
         sock = gpu_proc_worker_sock(argc, argv);
         if (sock >= 0)
                 return worker(sock);
-        r = cuda_driver_load(&cu, &reason);
-        if (r == 0 && cuda_driver_device_count(cu) <= 0) {
-                r = -ENODEV;
-                reason = "no CUDA device visible";
-        }
-        if (r < 0) {
-                printf("SKIP: no usable GPU (%s)\n", reason);
+        cu = gpu_usable();
+        if (!cu)
                 return GPU_TEST_SKIP;
-        }
 
         setenv("GPU_MEMD_CACHE", "0", 1);   /* workers inherit it */
         r = gpu_daemon_start(args, &d);
@@ -341,6 +324,6 @@ int main(int argc, char **argv)
         }
         gmd_disconnect(me);
         CHECK(gpu_daemon_stop(&d, stdout) == 0, "gpu-memd stops cleanly");
-        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
-        return failures ? 1 : 0;
+        printf("%s: %d failure(s)\n", gpu_failures ? "FAIL" : "PASS", gpu_failures);
+        return gpu_failures ? 1 : 0;
 }

@@ -17,16 +17,6 @@
 
 #define MiB (1ull << 20)
 
-static int failures;
-
-#define CHECK(cond, ...) do {                                           \
-        if (!(cond)) {                                                  \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);             \
-                printf(__VA_ARGS__);                                    \
-                printf("\n");                                           \
-                failures++;                                             \
-        }                                                               \
-} while (0)
 
 static void run(gmd_client *c)
 {
@@ -70,21 +60,14 @@ static void run(gmd_client *c)
 int main(void)
 {
         const gmd_cuda_driver *cu;
-        const char *reason;
         gmd_client *c = NULL;
         gpu_daemon d;
         int r;
 
         setvbuf(stdout, NULL, _IOLBF, 0);
-        r = cuda_driver_load(&cu, &reason);
-        if (r == 0 && cuda_driver_device_count(cu) <= 0) {
-                r = -ENODEV;
-                reason = "no CUDA device visible";
-        }
-        if (r < 0) {
-                printf("SKIP: no usable GPU (%s)\n", reason);
+        cu = gpu_usable();
+        if (!cu)
                 return GPU_TEST_SKIP;
-        }
         setenv("GPU_MEMD_CACHE", "0", 1);
         r = gpu_daemon_start(NULL, &d);
         CHECK(r == 0, "start gpu-memd: %s", strerror(-r));
@@ -96,8 +79,8 @@ int main(void)
                 run(c);
                 gmd_disconnect(c);
         }
-        CHECK(gpu_daemon_stop(&d, failures ? stdout : NULL) == 0,
+        CHECK(gpu_daemon_stop(&d, gpu_failures ? stdout : NULL) == 0,
               "gpu-memd stops cleanly");
-        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
-        return failures ? 1 : 0;
+        printf("%s: %d failure(s)\n", gpu_failures ? "FAIL" : "PASS", gpu_failures);
+        return gpu_failures ? 1 : 0;
 }
