@@ -657,3 +657,20 @@ int harness_wait_fds(pid_t pid, int want, int timeout_ms)
                 harness_sleep_ms(10);
         return n;
 }
+
+int harness_check_own_fds(int before)
+{
+        int now = harness_count_own_fds();
+
+        if (now != before) {
+                print_error("fd leak in the test process: %d fds, %d before\n",
+                            now, before);
+                return -1;
+        }
+        return 0;
+}
+
+int harness_exit_code(int status)
+{
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}

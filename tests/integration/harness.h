@@ -63,6 +63,13 @@ int harness_count_fds(pid_t pid);
 /* Count fds of the test process itself. */
 int harness_count_own_fds(void);
 
+/* 0 when this process has `before` fds open again, else -1 after one
+ * cmocka error line: for teardowns, which must not leak. */
+int harness_check_own_fds(int before);
+
+/* A wait status as a shell shows it: the exit code, or 128 + signal. */
+int harness_exit_code(int status);
+
 /* A running client program: its pid and the read end of its stdout. */
 typedef struct harness_proc {
         pid_t pid;

@@ -63,7 +63,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
         fixture *f = *state;
-        int fds, own_fds = f->own_fds;
+        int own_fds = f->own_fds;
 
         if (f->proc.pid > 0) {
                 kill(f->proc.pid, SIGKILL);
@@ -73,20 +73,9 @@ static int teardown(void **state)
                 close(f->proc.out_fd);
         gmd_disconnect(f->client);
         harness_cleanup(&f->h);
-        fds = harness_count_own_fds();
         free(f);
         *state = NULL;
-        if (fds != own_fds) {
-                print_error("fd leak in the test process: %d fds, %d before\n",
-                            fds, own_fds);
-                return -1;
-        }
-        return 0;
-}
-
-static int exit_code(int status)
-{
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return harness_check_own_fds(own_fds);
 }
 
 /* gpu-memctl with `args` (NULL-terminated) as the test's user. */
@@ -101,7 +90,7 @@ static int ctl(const fixture *f, const char *const *args, char **ret_out,
                 argv[n] = args[n - 1];
         }
         argv[n] = NULL;
-        return exit_code(harness_run(&f->h, NULL, argv, ret_out, ret_err, 10000));
+        return harness_exit_code(harness_run(&f->h, NULL, argv, ret_out, ret_err, 10000));
 }
 
 static const gmd_client_status *find_client(const gmd_status *s, uint32_t pid)
@@ -219,7 +208,7 @@ static int ctl_as_nobody(const fixture *f, const char *const *args,
         }
         *ret_out = read_pipe(out[0]);
         *ret_err = read_pipe(err[0]);
-        return exit_code(status);
+        return harness_exit_code(status);
 }
 
 /* ---- top -------------------------------------------------------------------- */
@@ -445,7 +434,7 @@ static void test_top_live_rate(void **state)
         }
         f->proc.pid = -1;
         close(master);
-        assert_int_equal(exit_code(status), 0);
+        assert_int_equal(harness_exit_code(status), 0);
         /* Hidden while it ran, shown again at the end. */
         assert_non_null(strstr(text, "\033[?25l"));
         assert_non_null(strstr(text + len - 16, "\033[?25h"));
@@ -509,7 +498,7 @@ static void test_top_json(void **state)
         kill(f->proc.pid, SIGTERM);
         status = harness_finish(&f->proc, &out, 5000);
         f->proc.pid = -1;
-        assert_int_equal(exit_code(status), 0);
+        assert_int_equal(harness_exit_code(status), 0);
         assert_true(count(out, "\"daemon_version\"") >= 2);
         free(out);
         harness_stop(&f->h);

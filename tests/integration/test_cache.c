@@ -54,20 +54,14 @@ static int setup(void **state)
 static int teardown(void **state)
 {
         fixture *f = *state;
-        int fds, own_fds = f->own_fds;
+        int own_fds = f->own_fds;
 
         gmd_disconnect(f->a);
         harness_cleanup(&f->h);
         unsetenv(GMD_CACHE_ENV);
-        fds = harness_count_own_fds();
         free(f);
         *state = NULL;
-        if (fds != own_fds) {
-                print_error("fd leak in the test process: %d fds, %d before\n",
-                            fds, own_fds);
-                return -1;
-        }
-        return 0;
+        return harness_check_own_fds(own_fds);
 }
 
 /* This client's row in the daemon's status. */

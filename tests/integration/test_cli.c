@@ -46,23 +46,12 @@ static int setup(void **state)
 static int teardown(void **state)
 {
         fixture *f = *state;
-        int fds, own_fds = f->own_fds;
+        int own_fds = f->own_fds;
 
         gmd_disconnect(f->client);
         harness_cleanup(&f->h);
-        fds = harness_count_own_fds();
         free(f);
-        if (fds != own_fds) {
-                print_error("fd leak in the test process: %d fds, %d before\n",
-                            fds, own_fds);
-                return -1;
-        }
-        return 0;
-}
-
-static int exit_code(int status)
-{
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return harness_check_own_fds(own_fds);
 }
 
 /* ---- a small JSON checker: is the text one well-formed JSON value? ---------- */
@@ -217,9 +206,9 @@ static void test_ctl_status_json(void **state)
                          0);
 
         status = harness_run(&f->h, NULL, argv, &out, &err, 5000);
-        if (exit_code(status) != 0)
+        if (harness_exit_code(status) != 0)
                 fail_msg("gpu-memctl status --json exited %d; stderr:\n%s",
-                         exit_code(status), err);
+                         harness_exit_code(status), err);
         if (!json_valid(out))
                 fail_msg("not valid JSON:\n%s", out);
         /* Text output ends its last line, so line-based tools see it. */
@@ -324,9 +313,9 @@ static char *ctl_output(fixture *f, const char *const *args)
         }
         argv[n] = NULL;
         status = harness_run(&f->h, NULL, argv, &out, &err, 5000);
-        if (exit_code(status) != 0)
+        if (harness_exit_code(status) != 0)
                 fail_msg("gpu-memctl %s exited %d; stderr:\n%s", argv[1],
-                         exit_code(status), err);
+                         harness_exit_code(status), err);
         free(err);
         for (const char *line = out; *line;) {
                 const char *end = strchr(line, '\n');
@@ -539,9 +528,9 @@ static void test_ctl_status_plain(void **state)
 
         harness_start_small(&f->h, NULL);
         status = harness_run(&f->h, NULL, argv, &out, &err, 5000);
-        if (exit_code(status) != 0)
+        if (harness_exit_code(status) != 0)
                 fail_msg("gpu-memctl status exited %d; stderr:\n%s",
-                         exit_code(status), err);
+                         harness_exit_code(status), err);
         /* People read sizes, not byte counts. */
         assert_non_null(strstr(out, "64 MiB"));
         free(out);
@@ -560,7 +549,7 @@ static void test_ctl_no_daemon(void **state)
         harness_init(&f->h, "");
         snprintf(missing, sizeof(missing), "%s/nobody-here.sock", f->h.dir);
         status = harness_run(&f->h, missing, argv, &out, &err, 5000);
-        assert_int_equal(exit_code(status), 1);
+        assert_int_equal(harness_exit_code(status), 1);
         if (!strstr(err, "is gpu-memd running?"))
                 fail_msg("stderr does not ask \"is gpu-memd running?\":\n%s",
                          err);
@@ -598,14 +587,14 @@ static void test_daemon_help_and_version(void **state)
         char *out = NULL, *err = NULL;
 
         harness_init(&f->h, "");
-        assert_int_equal(exit_code(run_daemon(f, (const char *[]){ "--help",
+        assert_int_equal(harness_exit_code(run_daemon(f, (const char *[]){ "--help",
                                                                  NULL },
                                               &out, &err)), 0);
         assert_non_null(strstr(out, "--socket"));
         assert_non_null(strstr(out, "--config"));
         free(out);
         free(err);
-        assert_int_equal(exit_code(run_daemon(f, (const char *[]){ "--version",
+        assert_int_equal(harness_exit_code(run_daemon(f, (const char *[]){ "--version",
                                                                  NULL },
                                               &out, &err)), 0);
         assert_non_null(strstr(out, GMD_VERSION_STRING));
@@ -620,7 +609,7 @@ static void test_daemon_bad_option(void **state)
         struct stat st;
 
         harness_init(&f->h, "");
-        assert_int_equal(exit_code(run_daemon(f, (const char *[]){
+        assert_int_equal(harness_exit_code(run_daemon(f, (const char *[]){
                 "--backend", "sim", "--socket", f->h.socket_path,
                 "--frobnicate", NULL }, &out, &err)), 2);
         assert_non_null(strstr(err, "--frobnicate"));
@@ -629,7 +618,7 @@ static void test_daemon_bad_option(void **state)
         free(out);
         free(err);
 
-        assert_int_equal(exit_code(run_daemon(f, (const char *[]){
+        assert_int_equal(harness_exit_code(run_daemon(f, (const char *[]){
                 "--backend", "sim", "--socket", f->h.socket_path,
                 "--vram-limit", "lots", NULL }, &out, &err)), 2);
         assert_non_null(strstr(err, "--vram-limit"));
@@ -638,7 +627,7 @@ static void test_daemon_bad_option(void **state)
         free(out);
         free(err);
 
-        assert_int_equal(exit_code(run_daemon(f, (const char *[]){
+        assert_int_equal(harness_exit_code(run_daemon(f, (const char *[]){
                 "--backend", "sim", "--log-level", "chatty", NULL },
                 &out, &err)), 2);
         assert_non_null(strstr(err, "--log-level"));
@@ -655,7 +644,7 @@ static void expect_bad_config(fixture *f, const char *config, int line,
 
         harness_cleanup(&f->h);
         harness_init(&f->h, config);
-        assert_int_equal(exit_code(run_daemon(f, (const char *[]){
+        assert_int_equal(harness_exit_code(run_daemon(f, (const char *[]){
                 "--backend", "sim", "--socket", f->h.socket_path,
                 "--config", f->h.config_path, NULL }, &out, &err)), 2);
         snprintf(where, sizeof(where), "%s:%d", f->h.config_path, line);
@@ -690,7 +679,7 @@ static void test_daemon_missing_config(void **state)
 
         harness_init(&f->h, "");
         snprintf(missing, sizeof(missing), "%s/none.conf", f->h.dir);
-        code = exit_code(run_daemon(f, (const char *[]){
+        code = harness_exit_code(run_daemon(f, (const char *[]){
                 "--backend", "sim", "--socket", f->h.socket_path,
                 "--config", missing, NULL }, &out, &err));
         assert_true(code == 1 || code == 2);
@@ -759,7 +748,7 @@ static void test_second_daemon_refused(void **state)
         int code;
 
         harness_start_small(&f->h, NULL);
-        code = exit_code(run_daemon(f, (const char *[]){
+        code = harness_exit_code(run_daemon(f, (const char *[]){
                 "--backend", "sim", "--socket", f->h.socket_path,
                 "--config", f->h.config_path, NULL }, &out, &err));
         if (code == 0 || code >= 128)
@@ -790,7 +779,7 @@ static void test_sigint_stops_cleanly(void **state)
                 harness_sleep_ms(5);
         }
         f->h.pid = 0;
-        assert_int_equal(exit_code(status), 0);
+        assert_int_equal(harness_exit_code(status), 0);
         assert_int_not_equal(lstat(f->h.socket_path, &st), 0);
 }
 

@@ -376,17 +376,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
         fixture *f = *state;
-        int fds, own_fds = f->own_fds;
+        int own_fds = f->own_fds;
 
         remove_tree(f->tmp);
-        fds = harness_count_own_fds();
         free(f);
-        if (fds != own_fds) {
-                print_error("fd leak in the test process: %d fds, %d before\n",
-                            fds, own_fds);
-                return -1;
-        }
-        return 0;
+        return harness_check_own_fds(own_fds);
 }
 
 int main(void)

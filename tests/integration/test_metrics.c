@@ -54,20 +54,14 @@ static int setup(void **state)
 static int teardown(void **state)
 {
         fixture *f = *state;
-        int fds, own_fds = f->own_fds;
+        int own_fds = f->own_fds;
 
         for (size_t i = 0; i < 2; i++)
                 gmd_disconnect(f->clients[i]);
         harness_cleanup(&f->h);
-        fds = harness_count_own_fds();
         free(f);
         *state = NULL;
-        if (fds != own_fds) {
-                print_error("fd leak in the test process: %d fds, %d before\n",
-                            fds, own_fds);
-                return -1;
-        }
-        return 0;
+        return harness_check_own_fds(own_fds);
 }
 
 /* A loopback port nobody listens on now: bind port 0 and let it go. Another

@@ -90,20 +90,14 @@ static int setup(void **state)
 static int teardown(void **state)
 {
         fixture *f = *state;
-        int fds, own_fds = f->own_fds;
+        int own_fds = f->own_fds;
 
         if (f->raw >= 0)
                 close(f->raw);
         gmd_disconnect(f->good);
         harness_cleanup(&f->h);
-        fds = harness_count_own_fds();
         free(f);
-        if (fds != own_fds) {
-                print_error("fd leak in the test process: %d fds, %d before\n",
-                            fds, own_fds);
-                return -1;
-        }
-        return 0;
+        return harness_check_own_fds(own_fds);
 }
 
 /* ---- the raw client ---------------------------------------------------------- */

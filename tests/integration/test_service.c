@@ -475,7 +475,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
         fixture *f = *state;
-        int fds, own_fds = f->own_fds;
+        int own_fds = f->own_fds;
 
         for (unsigned i = 0; i < f->n_procs; i++) {
                 harness_proc *p = &f->procs[i];
@@ -489,14 +489,8 @@ static int teardown(void **state)
         }
         gmd_disconnect(f->client);
         harness_cleanup(&f->h);
-        fds = harness_count_own_fds();
         free(f);
-        if (fds != own_fds) {
-                print_error("fd leak in the test process: %d fds, %d before\n",
-                            fds, own_fds);
-                return -1;
-        }
-        return 0;
+        return harness_check_own_fds(own_fds);
 }
 
 /* ---- 1. socket activation ------------------------------------------------------ */
