@@ -12,15 +12,18 @@
  *             completion): VRAM <-> host-located VMM, each way and both
  *   daemon    a real gpu-memd and this process as its client: gmd_pageout
  *             + gmd_wait (swap-out), gmd_prefetch + gmd_wait (swap-in), and
- *             one buffer out while another comes in. The first round trip of
- *             a size is reported apart ("cold"): its host backing is made
- *             on the request path; later ones take it from the daemon's
- *             host stock. Every buffer's pattern is checked by a kernel
- *             after its round trips.
+ *             one buffer out while another comes in. The bench waits for
+ *             the daemon to pin its host arena first. The first round trip
+ *             of a size is reported apart ("cold"). Every buffer's pattern
+ *             is checked by a kernel after its round trips.
+ *   batches   2 GiB of buffers of one size (16, 64, 256 MiB) moving at once:
+ *             all out with one gmd_pageout(NULL), all in with one
+ *             gmd_prefetch(NULL), and one such set going out while another
+ *             comes in ("2way"), compared with the largest size's baseline.
  * Ratios are ours / baseline (medians). Also: creating host-tier memory
- * (the cost the host stock hides), and the latency of an acquire (a
- * passive swap-in) while a multi-GB prefetch is in flight, against the same
- * acquire with the copy engine idle.
+ * pinned on the spot against carving it from the arena, and the latency
+ * of an acquire (a passive swap-in) while a multi-GB prefetch is in
+ * flight, against the same acquire with the copy engine idle.
  *
  * Usage: swap_bench [--json FILE] [--max-mib N] [--reps N]. Exits 77 when
  * there is no usable GPU.
@@ -96,6 +99,7 @@ typedef struct result {
 } result;
 
 static result results[N_SIZES];
+static uint64_t arena_bytes;   /* the daemon's host arena on device 0 */
 static int failures;
 static const gmd_cuda_driver *cu;
 
@@ -262,6 +266,8 @@ static int run_backend(uint64_t max, int reps)
 
         config_init_defaults(&config);
         config.cuda_reserve_chunks = 0;
+        /* An arena for the two host buffers of the largest size. */
+        config.host_stock = (gmd_size_spec){ 2 * max, 0 };
         r = backend_cuda_open(&config, &be);
         if (r < 0) {
                 fprintf(stderr, "backend_cuda_open: %s\n", strerror(-r));
@@ -269,9 +275,20 @@ static int run_backend(uint64_t max, int reps)
         }
         ops = be->ops;
         ops->set_wake(be, harness_wake, &h);
+        /* Let the worker pin it before anything is timed: pinning stalls
+         * the driver. */
+        for (int i = 0; i < 6000; i++) {
+                gmd_arena_info a;
 
-        /* Host-tier creation: on the request path (a miss) and from the
-         * stock (a hit, once the worker has made one). */
+                ops->arena_info(be, 0, &a);
+                if (a.target && a.built == a.target)
+                        break;
+                usleep(10000);
+        }
+
+        /* Host-tier creation: an allocation of its own, pinned on the
+         * spot (what a swap-out did before the arena, and what a SPILLABLE
+         * buffer's host copy still costs), and a piece of the arena. */
         for (size_t k = 0; k < N_SIZES; k++) {
                 result *res = &results[k];
                 gmd_mem *m = NULL;
@@ -289,10 +306,9 @@ static int run_backend(uint64_t max, int reps)
                         continue;
                 }
                 ops->mem_destroy(be, m);
-                /* The worker makes one: pinning runs at a few GB/s. */
-                usleep((useconds_t)(50000 + res->size / MiB * 400));
+                usleep(200000);   /* the worker unpins it */
                 t0 = gpu_now_us();
-                r = ops->mem_create(be, GMD_TIER_HOST, 0, res->size, &m);
+                r = ops->mem_create_private(be, 0, res->size, &m);
                 res->host_hit_us = gpu_now_us() - t0;
                 if (r == 0)
                         ops->mem_destroy(be, m);
@@ -302,7 +318,7 @@ static int run_backend(uint64_t max, int reps)
         for (int i = 0; i < 2 && r >= 0; i++) {
                 r = ops->mem_create(be, GMD_TIER_VRAM, 0, max, &vram[i]);
                 if (r == 0)
-                        r = ops->mem_create(be, GMD_TIER_HOST, 0, max, &hostm[i]);
+                        r = ops->mem_create_private(be, 0, max, &hostm[i]);
         }
         if (r < 0) {
                 fprintf(stderr, "backend buffers of %llu MiB: %s\n",
@@ -376,11 +392,34 @@ static int wait_ok(gmd_client *c, gmd_buffer *b, const char *what)
         return r;
 }
 
-/* Host backing for a pageout of `size` comes from the daemon's stock once
- * its worker has pinned one: give it the time (pinning ~4.5 GB/s). */
-static void let_stock_refill(uint64_t size)
+/* The daemon pins its host arena in the background after it starts
+ * (~4.5 GB/s, stalling the driver meanwhile): wait until device 0's has
+ * not grown for a second, so nothing is timed during the pinning. Returns
+ * the arena's size. */
+static uint64_t wait_arena_built(gmd_client *c)
 {
-        usleep((useconds_t)(20000 + size / MiB * 400));
+        uint64_t last = 0, stable_since = 0;
+
+        for (int i = 0; i < 1200; i++) {
+                gmd_status *st = NULL;
+                uint64_t size = 0;
+
+                if (gmd_query_status(c, GMD_STATUS_POOLS, 0, &st) == 0) {
+                        for (size_t k = 0; k < st->n_pools; k++)
+                                if (st->pools[k].tier == GMD_TIER_VRAM &&
+                                    st->pools[k].device == 0)
+                                        size = st->pools[k].arena_size;
+                        gmd_status_free(st);
+                }
+                if (size != last || !stable_since) {
+                        last = size;
+                        stable_since = (uint64_t)gpu_now_us();
+                } else if (gpu_now_us() - (double)stable_since > 1e6) {
+                        break;
+                }
+                usleep(100000);
+        }
+        return last;
 }
 
 static samples *out_calls;   /* where timed_out notes gmd_pageout's time */
@@ -469,7 +508,6 @@ static void run_daemon_size(gmd_client *c, result *res, int reps)
         res->d_in_cold = gbs(res->size, timed_in(c, a));
         ok &= check_pattern(c, a, seed_a);
         for (int i = 0; i < reps; i++) {
-                let_stock_refill(res->size);
                 out_calls = &res->d_out_call;
                 us = timed_out(c, a);
                 out_calls = NULL;
@@ -483,14 +521,12 @@ static void run_daemon_size(gmd_client *c, result *res, int reps)
         }
         /* Both directions: b goes out first, then a out while b comes in,
          * and the other way round. */
-        let_stock_refill(res->size);
         if (timed_out(c, b) < 0)
                 goto out;
         for (int i = 0; i < reps; i++) {
                 gmd_buffer *out = i % 2 ? b : a, *in = i % 2 ? a : b;
                 double t0;
 
-                let_stock_refill(res->size);
                 t0 = gpu_now_us();
                 if (gmd_pageout(c, out) < 0 || gmd_prefetch(c, in) < 0) {
                         fprintf(stderr, "both: %s\n", gmd_last_error());
@@ -523,32 +559,64 @@ typedef struct batch {
         uint64_t size;
         unsigned n;
         samples out, in;            /* GB/s of all n buffers */
+        samples both;               /* n out while n others come in */
         bool ran, checked_ok;
 } batch;
 
 #define N_BATCH 3
 static batch batches[N_BATCH];
 
+/* All of `out` paged out while all of `in` come back, the calls
+ * interleaved so both directions start at once; GB/s of both. */
+static double batch_both(gmd_client *c, gmd_buffer **out, gmd_buffer **in,
+                         unsigned n, uint64_t size)
+{
+        double t0 = gpu_now_us();
+
+        for (unsigned i = 0; i < n; i++)
+                if (gmd_pageout(c, out[i]) < 0 || gmd_prefetch(c, in[i]) < 0)
+                        return -1;
+        if (wait_ok(c, NULL, "batch both") < 0)
+                return -1;
+        return gbs(2 * (uint64_t)n * size, gpu_now_us() - t0);
+}
+
+static bool batch_check(gmd_client *c, gmd_buffer **bufs, unsigned n,
+                        uint64_t size, uint32_t seed)
+{
+        bool ok = true;
+
+        for (unsigned i = 0; i < n; i++) {
+                long long bad;
+
+                if (gmd_acquire(c, bufs[i], GMD_WAIT_FOREVER) < 0)
+                        return false;
+                bad = gpu_check(gmd_buffer_ptr(bufs[i]), size, 0, seed + i);
+                gmd_release(c, bufs[i]);
+                ok &= bad == 0;
+        }
+        return ok;
+}
+
 static void run_batch(gmd_client *c, batch *bt, int reps)
 {
-        gmd_buffer *bufs[64] = { 0 };
+        gmd_buffer *a[64] = { 0 }, *b[64] = { 0 };
         uint64_t total;
-        bool ok = true;
-        double t0;
+        double gb;
 
         total = (uint64_t)bt->n * bt->size;
         for (unsigned i = 0; i < bt->n; i++)
-                if (new_filled(c, bt->size, 7000 + i, &bufs[i]) < 0) {
+                if (new_filled(c, bt->size, 7000 + i, &a[i]) < 0) {
                         failures++;
                         goto out;
                 }
-        /* One round first so the host stock learns the size. */
+        /* One round first (warm-up). */
         if (gmd_pageout(c, NULL) < 0 || wait_ok(c, NULL, "batch out") < 0 ||
             gmd_prefetch(c, NULL) < 0 || wait_ok(c, NULL, "batch in") < 0)
                 goto fail;
         for (int r = 0; r < reps; r++) {
-                let_stock_refill(bt->size);
-                t0 = gpu_now_us();
+                double t0 = gpu_now_us();
+
                 if (gmd_pageout(c, NULL) < 0 || wait_ok(c, NULL, "batch out") < 0)
                         goto fail;
                 add(&bt->out, gbs(total, gpu_now_us() - t0));
@@ -557,18 +625,29 @@ static void run_batch(gmd_client *c, batch *bt, int reps)
                         goto fail;
                 add(&bt->in, gbs(total, gpu_now_us() - t0));
         }
-        for (unsigned i = 0; i < bt->n; i++) {
-                long long bad;
-
-                if (gmd_acquire(c, bufs[i], GMD_WAIT_FOREVER) < 0)
+        /* Both ways: a second set, paged out; then one set goes out while
+         * the other comes in, and back the other way. */
+        for (unsigned i = 0; i < bt->n; i++)
+                if (new_filled(c, bt->size, 9000 + i, &b[i]) < 0) {
+                        failures++;
+                        goto out;
+                }
+        for (unsigned i = 0; i < bt->n; i++)
+                if (gmd_pageout(c, b[i]) < 0)
                         goto fail;
-                bad = gpu_check(gmd_buffer_ptr(bufs[i]), bt->size, 0, 7000 + i);
-                gmd_release(c, bufs[i]);
-                ok &= bad == 0;
+        if (wait_ok(c, NULL, "batch b out") < 0)
+                goto fail;
+        for (int r = 0; r < reps; r++) {
+                gb = r % 2 ? batch_both(c, b, a, bt->n, bt->size) :
+                             batch_both(c, a, b, bt->n, bt->size);
+                if (gb < 0)
+                        goto fail;
+                add(&bt->both, gb);
         }
-        bt->checked_ok = ok;
+        bt->checked_ok = batch_check(c, a, bt->n, bt->size, 7000) &&
+                         batch_check(c, b, bt->n, bt->size, 9000);
         bt->ran = true;
-        if (!ok)
+        if (!bt->checked_ok)
                 failures++;
         goto out;
 fail:
@@ -576,8 +655,12 @@ fail:
                 (unsigned long long)(bt->size / MiB), gmd_last_error());
         failures++;
 out:
-        for (unsigned i = 0; i < bt->n; i++)
-                gmd_free(c, bufs[i]);
+        for (unsigned i = 0; i < bt->n; i++) {
+                if (a[i])
+                        gmd_free(c, a[i]);
+                if (b[i])
+                        gmd_free(c, b[i]);
+        }
 }
 
 typedef struct latency {
@@ -606,7 +689,6 @@ static void run_latency(gmd_client *c, uint64_t big, latency *lat)
                 goto fail;
         lat->idle_us = gpu_now_us() - t0;
         gmd_release(c, s);
-        let_stock_refill(big);
         if (timed_out(c, s) < 0 || timed_out(c, p) < 0)
                 goto out;
         t0 = gpu_now_us();
@@ -642,13 +724,15 @@ static double ratio(const samples *a, const samples *b)
         return median(b) > 0 ? median(a) / median(b) : 0;
 }
 
-/* The baseline of the largest size measured: the link's rate each way
- * (0: out, 1: in), what batches compare against. */
-static double big_base(int in)
+/* The baseline of the largest size measured: the link's rate out (0),
+ * in (1) and both ways at once (2), what batches compare against. */
+static double big_base(int dir)
 {
         for (size_t k = N_SIZES; k-- > 0;)
                 if (results[k].done)
-                        return median(in ? &results[k].base_h2d : &results[k].base_d2h);
+                        return median(dir == 2 ? &results[k].base_both :
+                                      dir == 1 ? &results[k].base_h2d :
+                                                 &results[k].base_d2h);
         return 0;
 }
 
@@ -658,7 +742,7 @@ static void print_human(FILE *f, const char *gpu, const latency *lat)
                 "cuMemcpyAsync baseline\n", gpu);
         fprintf(f, "%8s | %19s | %19s | %19s | %27s | %17s | %s\n", "size",
                 "baseline out/in/2way", "backend out/in/2way", "daemon out/in/2way",
-                "ratio daemon out/in/2way", "daemon cold out/in", "host create miss/hit");
+                "ratio daemon out/in/2way", "daemon cold out/in", "host pinned/arena");
         for (size_t k = 0; k < N_SIZES; k++) {
                 const result *r = &results[k];
 
@@ -696,14 +780,16 @@ static void print_human(FILE *f, const char *gpu, const latency *lat)
                 if (!bt->ran)
                         continue;
                 fprintf(f, "batch %2u x %4llu MiB (all moving at once): out %5.1f "
-                        "in %5.1f GB/s, ratio %.2f / %.2f of the largest baseline%s\n",
+                        "in %5.1f 2way %5.1f GB/s, ratio %.2f / %.2f / %.2f of the "
+                        "largest baseline%s\n",
                         bt->n, (unsigned long long)(bt->size / MiB),
-                        median(&bt->out), median(&bt->in),
+                        median(&bt->out), median(&bt->in), median(&bt->both),
                         median(&bt->out) / big_base(0), median(&bt->in) / big_base(1),
+                        median(&bt->both) / big_base(2),
                         bt->checked_ok ? "" : " (PATTERN MISMATCH)");
         }
-        fprintf(f, "time in gmd_pageout (the request; host backing made or "
-                "taken from stock), ms: ");
+        fprintf(f, "time in gmd_pageout (the request; host copy carved from the "
+                "arena or pinned), ms: ");
         for (size_t k = 0; k < N_SIZES; k++)
                 if (results[k].done)
                         fprintf(f, "%llu M %.2f  ", (unsigned long long)(results[k].size / MiB),
@@ -725,8 +811,9 @@ static void print_json(FILE *f, const char *gpu, const latency *lat)
         bool first = true;
 
         fprintf(f, "{\"gpu\": \"%s\", \"unit\": \"GB/s\", \"chunk_size\": %llu, "
-                "\"copies_in_flight\": %d,\n \"sizes\": [", gpu,
-                (unsigned long long)CHUNK, IN_FLIGHT);
+                "\"copies_in_flight\": %d, \"host_arena\": %llu,\n \"sizes\": [",
+                gpu, (unsigned long long)CHUNK, IN_FLIGHT,
+                (unsigned long long)arena_bytes);
         for (size_t k = 0; k < N_SIZES; k++) {
                 const result *r = &results[k];
 
@@ -770,8 +857,11 @@ static void print_json(FILE *f, const char *gpu, const latency *lat)
                 first = false;
                 json_samples(f, "out", &bt->out, false);
                 json_samples(f, "in", &bt->in, false);
-                fprintf(f, "\"ratio_out\": %.3f, \"ratio_in\": %.3f, \"checked\": %s}",
+                json_samples(f, "both", &bt->both, false);
+                fprintf(f, "\"ratio_out\": %.3f, \"ratio_in\": %.3f, "
+                        "\"ratio_both\": %.3f, \"checked\": %s}",
                         median(&bt->out) / big_base(0), median(&bt->in) / big_base(1),
+                        median(&bt->both) / big_base(2),
                         bt->checked_ok ? "true" : "false");
         }
         fprintf(f, "],\n \"acquire_latency\": {\"ran\": %s, \"small\": %llu, \"big\": %llu, "
@@ -863,6 +953,9 @@ int main(int argc, char **argv)
                 fprintf(stderr, "connect: %s\n", gmd_last_error());
                 failures++;
         } else {
+                arena_bytes = wait_arena_built(c);
+                printf("  host arena: %llu MiB pinned\n",
+                       (unsigned long long)(arena_bytes / MiB));
                 for (size_t k = 0; k < N_SIZES; k++) {
                         if (!results[k].size)
                                 continue;

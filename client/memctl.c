@@ -209,6 +209,15 @@ static void print_copies(const gmd_status *status)
                        ctl_rate_text(p->bytes_in, p->copy_us_in, rate_in,
                                      sizeof(rate_in)));
         }
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+
+                if (p->tier != GMD_TIER_VRAM || !p->arena_size)
+                        continue;
+                printf("gpu%u host arena: %s pinned, %s free\n", p->device,
+                       ctl_size_text(p->arena_size, out, sizeof(out)),
+                       ctl_size_text(p->arena_free, in, sizeof(in)));
+        }
 }
 
 /* Another user's client seen by a non-admin: its name and buffer count
@@ -344,6 +353,10 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                 json_uint(&w, "bytes_in", p->bytes_in);
                 json_uint(&w, "copy_us_out", p->copy_us_out);
                 json_uint(&w, "copy_us_in", p->copy_us_in);
+                if (p->tier == GMD_TIER_VRAM) {
+                        json_uint(&w, "arena_size", p->arena_size);
+                        json_uint(&w, "arena_free", p->arena_free);
+                }
                 json_end_object(&w);
         }
         json_end_array(&w);

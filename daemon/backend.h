@@ -39,6 +39,8 @@ typedef struct gmd_mem {
         uint64_t handle;   /* backend's own handle (CUmemGenericAllocationHandle) */
         bool shared;       /* its fd went to a client: it may be mapped or
                             * kept there, so it is never handed out again */
+        bool daemon_only;  /* a piece of the host arena (mem_create_private):
+                            * no fd (-1), never sent to a client */
         /* Legacy IPC buffers only (mem_create_ipc): the CUipcMemHandle a
          * client opens with cudaIpcOpenMemHandle. */
         uint8_t ipc_handle[GMD_IPC_HANDLE_SIZE];
@@ -72,6 +74,17 @@ typedef struct gmd_device_info {
          * a pool sized from the driver's view gets free + reserved. */
         uint64_t reserved;
 } gmd_device_info;
+
+/* The host arena of one device: pinned host memory made ahead of demand
+ * for swap-outs (mem_create_private). */
+typedef struct gmd_arena_info {
+        uint64_t target;       /* bytes it is to have ([pools] host_stock) */
+        uint64_t built;        /* bytes pinned so far */
+        uint64_t free;         /* of those, not handed out */
+        uint64_t largest;      /* the largest free piece */
+        uint64_t served;       /* mem_create_private calls served ... */
+        uint64_t refused;      /* ... and refused (-ENOSPC) since start */
+} gmd_arena_info;
 
 typedef struct gmd_backend_ops {
         const char *name;
@@ -118,6 +131,20 @@ typedef struct gmd_backend_ops {
         int (*mem_create_filled)(gmd_backend *backend, gmd_tier tier,
                                  unsigned device, uint64_t size,
                                  gmd_mem **ret_mem);
+        /* A swap-out's destination that never leaves the daemon (the host
+         * copy of a SWAPPABLE buffer: its owner unmaps and nobody maps the
+         * copy), on the HOST tier of `device`, every byte of it written by
+         * the copy. Served from the host arena, memory the backend pinned
+         * ahead of time ([pools] host_stock), possibly as several pieces,
+         * so it has no fd (fd -1, daemon_only set) and copies to and from
+         * it go through copy_submit only. -ENOSPC when the arena has no
+         * room for it now: the caller makes a whole allocation instead
+         * (mem_create_filled), which pins on the spot. */
+        int (*mem_create_private)(gmd_backend *backend, unsigned device,
+                                  uint64_t size, gmd_mem **ret_mem);
+        /* The host arena of `device`, for logs and status. */
+        void (*arena_info)(gmd_backend *backend, unsigned device,
+                           gmd_arena_info *ret_info);
         /* Off the request path: zero freed chunks, top up the reserve of
          * pre-created chunks. The daemon calls it from an idle/timer
          * handler (every ~10 ms while it returns > 0 work left, else on a

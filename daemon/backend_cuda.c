@@ -130,31 +130,14 @@ static const gmd_backend_ops cuda_ops = {
         .copy_reap = cuda_ops_copy_reap,
         .maintain = cuda_ops_maintain,
         .mem_create_ipc = cuda_ops_mem_create_ipc,
+        .mem_create_private = cuda_ops_mem_create_private,
+        .arena_info = cuda_ops_arena_info,
         .event_create = cuda_event_create,
         .event_open = cuda_event_open,
         .event_record = cuda_event_record,
         .event_wait = cuda_event_wait,
         .event_unref = cuda_event_unref,
 };
-
-/* Bytes the host stock may hold (backend_cuda_host.c): a quarter of
- * [pools] host_limit, at most CUDA_HOST_STOCK_MAX. Pinned memory held
- * idle is memory the machine's other programs lack, so it stays a modest
- * share. */
-#define CUDA_HOST_STOCK_MAX (8ull << 30)
-
-static uint64_t cuda_host_budget(const gmd_config *config)
-{
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-        uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-        uint64_t limit = size_spec_resolve(&config->host_limit, phys);
-        uint64_t stock = size_spec_resolve(&config->host_stock, limit);
-
-        /* A share of the host pool is capped; bytes given outright are not. */
-        if (config->host_stock.percent > 0 && stock > CUDA_HOST_STOCK_MAX)
-                stock = CUDA_HOST_STOCK_MAX;
-        return stock;
-}
 
 /* The minimum granularity of exportable VMM memory at a location. */
 static CUresult cuda_granularity(cuda_backend *b, CUmemLocationType type,
@@ -303,7 +286,7 @@ int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
                         return r == -ENOMEM ? r : -ENODEV;
                 }
         }
-        r = cuda_host_open(b, cuda_host_budget(config));
+        r = cuda_host_open(b, config_host_stock_bytes(config));
         if (r < 0) {
                 cuda_ops_destroy(&b->base);
                 return r;

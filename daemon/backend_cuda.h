@@ -15,8 +15,9 @@
  *   backend_cuda_event.c    CUDA IPC events and their cache
  *   backend_cuda_copy.c     the copy engine: a stream per device and
  *                           direction, completions through host functions
- *   backend_cuda_host.c     the HOST tier's stock of ready allocations and
- *                           the worker thread that makes and frees them
+ *   backend_cuda_host.c     the HOST tier: the host arena pinned ahead of
+ *                           swap-outs, and the worker thread that builds it
+ *                           and releases other host allocations
  * Everything runs on the daemon's loop thread except two things, each
  * behind its own mutex: the copy engine's host functions (driver threads
  * mark copies finished) and the host worker (it creates and releases
@@ -32,6 +33,7 @@
 
 #include "backend.h"
 #include "cuda_driver.h"
+#include "extent.h"
 
 /* Legacy IPC buffers are cuMemAlloc'd in whole 2 MiB steps: below that
  * the driver may sub-allocate, and a handle names the whole underlying
@@ -42,8 +44,12 @@ typedef struct cuda_mem {
         gmd_mem mem;
         CUdeviceptr va;          /* the daemon's own mapping (or cuMemAlloc) */
         bool ipc;                /* legacy: cuMemAlloc'd, freed by cuMemFree */
-        bool dirty;              /* host stock: recycled, holds old bytes */
-        struct cuda_mem *next;   /* reserve stack / host stock link */
+        /* A piece of the device's host arena (mem.daemon_only): no
+         * allocation, fd or mapping of its own (va is 0); its bytes are
+         * `parts`, offsets from the arena's base, in order. */
+        gmd_extent *parts;
+        unsigned n_parts;
+        struct cuda_mem *next;   /* reserve stack / host worker's list */
 } cuda_mem;
 
 typedef struct cuda_backend cuda_backend;
@@ -74,17 +80,28 @@ typedef struct cuda_queue {
         int error;               /* the stream failed: every copy fails */
 } cuda_queue;
 
-/* The HOST tier's stock of one size (backend_cuda_host.c). */
-typedef struct cuda_host_class {
-        uint64_t size;           /* 0: slot unused */
-        cuda_mem *ready;         /* made, zeroed, exported, mapped */
-        unsigned n_ready;
-        unsigned n_making;       /* with the worker */
-        unsigned target;         /* how many to keep ready */
-        uint64_t last_use_us;
-} cuda_host_class;
+/* The host arena of one device (backend_cuda_host.c): one VA range of
+ * `target` bytes in the daemon, filled from its start with host-located
+ * allocations of up to CUDA_ARENA_PIECE each as the worker pins them, and
+ * carved into the host copies of swap-outs. A copy cannot span two
+ * physical allocations, so no free range crosses a piece's edge; a host
+ * copy may be up to CUDA_ARENA_MAX_PARTS ranges instead. */
+#define CUDA_ARENA_PIECE (1ull << 30)
+#define CUDA_ARENA_MAX_PARTS 32
+#define CUDA_ARENA_MAX_PIECES 64     /* larger arenas get larger pieces */
 
-#define CUDA_HOST_CLASSES 8
+typedef struct cuda_arena {
+        CUdeviceptr base;        /* reserved at open; 0: no arena */
+        uint64_t target;
+        /* Under cuda_host.lock: */
+        uint64_t built;          /* bytes pinned and mapped from base */
+        gmd_extents free;        /* what is not handed out, of `built` */
+        uint64_t piece;          /* bytes per piece (the last may be less) */
+        CUmemGenericAllocationHandle pieces[CUDA_ARENA_MAX_PIECES];
+        unsigned n_pieces;
+        bool failed;             /* a piece failed: building stopped */
+        uint64_t served, refused;
+} cuda_arena;
 
 typedef struct cuda_event {
         gmd_event event;
@@ -115,22 +132,19 @@ typedef struct cuda_device {
          * then (now_us clock), so a full GPU does not log 100 errors a
          * second. */
         uint64_t refill_after_us;
-        /* HOST tier stock, under cuda_host.lock. */
-        cuda_host_class host_classes[CUDA_HOST_CLASSES];
-        uint64_t host_refill_after_us;
+        cuda_arena arena;
 } cuda_device;
 
-/* The worker that makes and frees pinned host allocations. */
+/* The worker that pins the host arenas and releases host allocations
+ * (unpinning takes as long as pinning). */
 typedef struct cuda_host {
         pthread_mutex_t lock;
         pthread_cond_t cond;
         pthread_t thread;
         bool started, stopping;
-        uint64_t budget;         /* bytes the stock may hold, ready + making */
-        uint64_t stock_bytes;    /* ready + making, all devices */
-        cuda_mem *to_free;       /* allocations to release */
-        unsigned hits, misses;   /* mem_create(HOST) from stock or not */
-        unsigned recycled;       /* host allocations back in stock unshared */
+        cuda_mem *to_free;       /* whole host allocations to release */
+        uint64_t build_start_us;
+        uint64_t progress_us;    /* last progress line */
 } cuda_host;
 
 struct cuda_backend {
@@ -259,25 +273,27 @@ void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
 
 /* ---- backend_cuda_host.c ------------------------------------------------ */
 
-/* Start the worker; `budget` bytes of stock at most (0: no stock, the
- * worker still frees). 0 or -errno. */
-int cuda_host_open(cuda_backend *b, uint64_t budget);
-/* Stop the worker after it released what it was given; free the stock. */
+/* Reserve each device's arena (`total` bytes split evenly; 0: none) and
+ * start the worker that pins it. 0 or -errno. */
+int cuda_host_open(cuda_backend *b, uint64_t total);
+/* Stop the worker after it released what it was given; free the arenas. */
 void cuda_host_close(cuda_backend *b);
-/* mem_create(HOST): from stock when one of that size is ready, else made
- * here; either way the size's demand is noted for the worker. `filled`:
- * the caller overwrites every byte, so recycled memory needs no zeroing. */
+/* mem_create(HOST): a whole allocation of its own, made here (it pins). */
 int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
-                     uint64_t size, bool filled, cuda_mem **ret_mem);
-/* mem_destroy(HOST): back to the stock if never shared and there is
- * room, else the worker releases it (unpinning takes time). */
+                     uint64_t size, cuda_mem **ret_mem);
+/* mem_destroy(HOST): an arena piece goes back to its arena; a whole
+ * allocation to the worker, which releases it. */
 void cuda_host_destroy(cuda_backend *b, cuda_mem *m);
-/* From maintain: return sizes idle too long; wake the worker. */
-void cuda_host_maintain(cuda_backend *b);
-/* Bytes ready in `device`'s stock; hits and misses of mem_create(HOST)
- * since open (tests, the benchmark). */
-void cuda_host_stock(cuda_backend *b, unsigned device, uint64_t *ret_bytes,
-                     unsigned *ret_hits, unsigned *ret_misses);
+/* The device address of byte `off` of `m` and how many bytes from there
+ * are contiguous (the rest of the part, or of the allocation); 0 when
+ * `off` is past the end or `m` is not mapped in the daemon. */
+CUdeviceptr cuda_mem_at(cuda_backend *b, const cuda_mem *m, uint64_t off,
+                        uint64_t *ret_run);
+
+int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
+                                uint64_t size, gmd_mem **ret_mem);
+void cuda_ops_arena_info(gmd_backend *backend, unsigned device,
+                         gmd_arena_info *ret_info);
 
 /* ---- backend_cuda_event.c ----------------------------------------------- */
 

@@ -6,7 +6,8 @@
  *
  * Both ends of every copy are mapped into the daemon (backend_cuda_mem.c:
  * VRAM and host-located VMM alike, with access for the device), so a copy
- * is one cuMemcpyAsync between two device addresses; the driver sees that
+ * is a cuMemcpyAsync between two device addresses — one per part when an
+ * end is a host arena piece in parts (cuda_mem_at); the driver sees that
  * one side lives in host memory and runs it on a copy engine over PCIe.
  *
  * Completion: after each copy an event is recorded on the copy stream; a
@@ -160,7 +161,7 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
 {
         cuda_backend *b = (cuda_backend *)backend;
         cuda_device *d = cuda_device_get(b, device);
-        CUdeviceptr to, from;
+        uint64_t run;
         cuda_queue *q;
         cuda_copy *c;
         CUresult res;
@@ -171,9 +172,8 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
             dst_off > dst->size || len > dst->size - dst_off ||
             src_off > src->size || len > src->size - src_off)
                 return -EINVAL;
-        to = cuda_mem_of(dst)->va;
-        from = cuda_mem_of(src)->va;
-        if (!to || !from)
+        if (!cuda_mem_at(b, cuda_mem_of(dst), dst_off, &run) ||
+            !cuda_mem_at(b, cuda_mem_of(src), src_off, &run))
                 return -EINVAL;
         q = &d->queues[dir];
         if (q->error)
@@ -186,12 +186,31 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
                 return -ENOMEM;
         c->cookie = cookie;
 
-        r = cuda_check(b, b->cu->cuMemcpyAsync(to + dst_off, from + src_off,
-                                                len, q->stream),
-                       "cuMemcpyAsync");
-        if (r < 0) {
-                cuda_copy_put(q, c);
-                return r;
+        /* One cuMemcpyAsync per stretch that is contiguous at both ends:
+         * a host arena copy comes in parts (backend_cuda_host.c). */
+        for (uint64_t done = 0; done < len; ) {
+                uint64_t to_run, from_run;
+                CUdeviceptr to = cuda_mem_at(b, cuda_mem_of(dst), dst_off + done,
+                                             &to_run);
+                CUdeviceptr from = cuda_mem_at(b, cuda_mem_of(src), src_off + done,
+                                               &from_run);
+                uint64_t n = len - done;
+
+                if (n > to_run)
+                        n = to_run;
+                if (n > from_run)
+                        n = from_run;
+                r = n ? cuda_check(b, b->cu->cuMemcpyAsync(to, from, n, q->stream),
+                                   "cuMemcpyAsync") : -EINVAL;
+                if (r < 0) {
+                        /* Parts queued before this one may still run: the
+                         * memory must outlive them. */
+                        if (done)
+                                b->cu->cuStreamSynchronize(q->stream);
+                        cuda_copy_put(q, c);
+                        return r;
+                }
+                done += n;
         }
         res = b->cu->cuEventRecord(c->done, q->stream);
         if (res == CUDA_SUCCESS)

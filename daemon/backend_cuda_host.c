@@ -1,39 +1,35 @@
 /*
- * backend_cuda_host — the HOST tier's allocations, made and released off
- * the loop thread.
+ * backend_cuda_host — the HOST tier: the host arena, and the worker thread
+ * that pins it and releases host allocations.
  *
  * A host-located VMM allocation pins its pages when created: 235 ms for
  * 1 GiB on the GPU machine (DESIGN.md), ten times the 20 ms its copy
- * takes, and releasing it unpins them again. A swap-out creates its
- * destination on the request path (move_out_start), and the daemon runs
- * one loop thread, so both costs would stall every client. Hence a worker
- * thread and a stock:
+ * takes, releasing it unpins them again, and while either runs the driver
+ * stalls the other processes on the machine too (measured: BENCHMARKS.md).
+ * A swap-out creates its destination on the request path, so pinning there
+ * would hold every swap-out to ~4 GB/s. Hence the arena:
  *
- *   - mem_create(HOST) takes a ready allocation of exactly that size from
- *     the device's stock when there is one (made, exported, mapped for the
- *     device and zeroed already); otherwise it makes one on the spot and
- *     raises that size's target, so the worker keeps more of it ready.
- *     Buffers of a workload come in few sizes that repeat (the tensors of
- *     one model), so the stock learns them after the first page-out.
- *   - The worker tops every size up to its target while the stock holds
- *     fewer than `budget` bytes (ready plus being made), zeroing on a
- *     stream of its own, and releases allocations mem_destroy hands it.
- *   - A size not asked for in CUDA_HOST_IDLE_US goes back (maintain).
+ *   - At open each device gets a VA range of its share of [pools]
+ *     host_stock, and the worker fills it from the start with pieces of
+ *     CUDA_ARENA_PIECE (pinned, mapped, access for the device), logging
+ *     its progress: the pinning happens once, off the loop thread.
+ *   - mem_create_private carves a swap-out's host copy out of what is
+ *     built, best fit, in up to CUDA_ARENA_MAX_PARTS ranges when no single
+ *     free range holds it (daemon/extent.c; no range crosses a piece, as
+ *     one copy cannot span two physical allocations). The copy engine
+ *     walks the parts (cuda_mem_at). Freeing gives the ranges back: no
+ *     driver call either way, so a steady swap workload pins nothing.
+ *   - Arena memory never reaches a client (its owner unmaps a SWAPPABLE
+ *     buffer that goes out, and nobody maps the copy), so it needs no fd,
+ *     and no zeroing: the copy writes every byte of it before anyone
+ *     reads it, and what it held before was the daemon's own.
  *
- * The budget comes from [pools] host_limit (backend_cuda.c); stock is
- * pinned memory the daemon holds besides what the host pool counts, which
- * is why it is a bounded fraction ([pools] host_stock).
+ * Memory a client maps (a SPILLABLE buffer on HOST) must be a whole
+ * allocation with an fd, so cuda_host_create makes one on the spot; the
+ * worker releases those when they are freed.
  *
- * Recycling: an allocation whose fd no client ever received (the host copy
- * of a SWAPPABLE buffer, which its owner does not map) goes back to the
- * stock when freed, still pinned — in steady state swap-outs then pin
- * nothing, and pinning is what held them to ~4.5 GB/s (it stalls the
- * driver for every process). It comes back marked dirty: handed out for a
- * copy's destination as it is, zeroed first otherwise. An allocation a
- * client received may still be mapped there, so it is released.
- *
- * Locking: cuda_host.lock guards the stock classes of every device and the
- * worker's lists; CUDA calls are made outside it.
+ * Locking: cuda_host.lock guards every arena's extents and counters and
+ * the worker's lists; CUDA calls are made outside it.
  */
 #include "backend_cuda.h"
 
@@ -44,125 +40,123 @@
 #include "log.h"
 #include "timeutil.h"
 
-/* Ready allocations kept per size at most; the stock's byte budget is the
- * bound that matters (a working set of 32 x 64 MiB must fit whole, or every
- * round pins again). */
-#define CUDA_HOST_MAX_TARGET 1024u
-/* A size unused this long leaves the stock. */
-#define CUDA_HOST_IDLE_US (60ull * 1000000)
-/* After a failed make, the worker waits this long. */
-#define CUDA_HOST_BACKOFF_US 1000000u
+/* Progress lines while the arenas are built: at most one a second. */
+#define CUDA_ARENA_PROGRESS_US 1000000u
 
-static cuda_host_class *host_class_find(cuda_device *d, uint64_t size)
+/* ---- building ------------------------------------------------------------ */
+
+/* Pin one piece of `bytes` at `at` in the arena of device `i` and let the
+ * device reach it. The device's context is current. */
+static int arena_piece_make(cuda_backend *b, cuda_device *d, CUdeviceptr at,
+                            uint64_t bytes, CUmemGenericAllocationHandle *ret)
 {
-        for (unsigned i = 0; i < CUDA_HOST_CLASSES; i++)
-                if (d->host_classes[i].size == size)
-                        return &d->host_classes[i];
-        return NULL;
-}
+        const gmd_cuda_driver *cu = b->cu;
+        CUmemAllocationProp prop = { 0 };
+        CUmemAccessDesc access = { 0 };
+        CUmemGenericAllocationHandle h = 0;
+        int r;
 
-/* Empty a class's ready list into the free list (lock held). */
-static void host_class_drop(cuda_host *h, cuda_host_class *c)
-{
-        while (c->ready) {
-                cuda_mem *m = c->ready;
-
-                c->ready = m->next;
-                m->next = h->to_free;
-                h->to_free = m;
-                h->stock_bytes -= c->size;
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        prop.location.id = d->host_numa_id;
+        r = cuda_check(b, cu->cuMemCreate(&h, bytes, &prop, 0),
+                       "cuMemCreate (host arena)");
+        if (r < 0)
+                return r;
+        r = cuda_check(b, cu->cuMemMap(at, bytes, 0, h, 0), "cuMemMap (host arena)");
+        if (r < 0) {
+                cu->cuMemRelease(h);
+                return r;
         }
-        c->n_ready = 0;
-        c->target = 0;
-}
-
-/* A class for `size`, taking a free slot or the least recently used one
- * that the worker is not filling (lock held). NULL when every slot is
- * busy. */
-static cuda_host_class *host_class_get(cuda_host *h, cuda_device *d,
-                                       uint64_t size)
-{
-        cuda_host_class *c = host_class_find(d, size), *lru = NULL;
-
-        if (c)
-                return c;
-        for (unsigned i = 0; i < CUDA_HOST_CLASSES; i++) {
-                c = &d->host_classes[i];
-                if (c->size == 0)
-                        break;
-                if (c->n_making == 0 && (!lru || c->last_use_us < lru->last_use_us))
-                        lru = c;
-                c = NULL;
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = d->dev;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        r = cuda_check(b, cu->cuMemSetAccess(at, bytes, &access, 1),
+                       "cuMemSetAccess (host arena)");
+        if (r < 0) {
+                cu->cuMemUnmap(at, bytes);
+                cu->cuMemRelease(h);
+                return r;
         }
-        if (!c)
-                c = lru;
-        if (!c)
-                return NULL;
-        host_class_drop(h, c);
-        memset(c, 0, sizeof(*c));
-        c->size = size;
-        return c;
+        *ret = h;
+        return 0;
 }
 
-/* Make room in the stock's budget for `size` more bytes of class `keep`
- * (lock held): the least recently used other sizes give ready allocations
- * back — the worker releases them — and stop being refilled. A workload's
- * sizes change (a new model, a new phase); the stock follows instead of
- * holding pinned memory for sizes nobody asks for while the ones in use
- * are pinned on the request path. */
-static void host_make_room(cuda_backend *b, cuda_host_class *keep, uint64_t size)
+/* The next arena with a piece to build (lock held), or NULL. */
+static cuda_device *arena_next(cuda_backend *b)
 {
-        cuda_host *h = &b->host;
-
-        while (h->stock_bytes + size > h->budget) {
-                cuda_host_class *lru = NULL;
-                cuda_mem *m;
-
-                for (unsigned i = 0; i < b->n_devices; i++) {
-                        for (unsigned k = 0; k < CUDA_HOST_CLASSES; k++) {
-                                cuda_host_class *c = &b->devices[i].host_classes[k];
-
-                                if (c != keep && c->n_ready > 0 &&
-                                    c->last_use_us < keep->last_use_us &&
-                                    (!lru || c->last_use_us < lru->last_use_us))
-                                        lru = c;
-                        }
-                }
-                if (!lru)
-                        return;
-                m = lru->ready;
-                lru->ready = m->next;
-                lru->n_ready--;
-                lru->target = lru->n_ready;
-                h->stock_bytes -= lru->size;
-                m->next = h->to_free;
-                h->to_free = m;
-                pthread_cond_signal(&h->cond);
-        }
-}
-
-/* What the worker should make next (lock held): a class below its target
- * whose next allocation fits the budget. */
-static cuda_host_class *host_next_job(cuda_backend *b, unsigned *ret_device)
-{
-        cuda_host *h = &b->host;
-
         for (unsigned i = 0; i < b->n_devices; i++) {
-                cuda_device *d = &b->devices[i];
+                cuda_arena *a = &b->devices[i].arena;
 
-                if (now_us() < d->host_refill_after_us)
-                        continue;
-                for (unsigned k = 0; k < CUDA_HOST_CLASSES; k++) {
-                        cuda_host_class *c = &d->host_classes[k];
-
-                        if (c->size && c->n_ready + c->n_making < c->target &&
-                            h->stock_bytes + c->size <= h->budget) {
-                                *ret_device = i;
-                                return c;
-                        }
-                }
+                if (a->base && !a->failed && a->built < a->target)
+                        return &b->devices[i];
         }
         return NULL;
+}
+
+static void arena_progress(cuda_backend *b, bool done)
+{
+        uint64_t built = 0, target = 0, now = now_us();
+        double secs = (double)(now - b->host.build_start_us) / 1e6;
+
+        if (!done && now - b->host.progress_us < CUDA_ARENA_PROGRESS_US)
+                return;
+        b->host.progress_us = now;
+        for (unsigned i = 0; i < b->n_devices; i++) {
+                built += b->devices[i].arena.built;
+                target += b->devices[i].arena.target;
+        }
+        if (done)
+                log_info("cuda: host arena ready: %llu MiB pinned in %.1f s "
+                         "(%.1f GB/s)", (unsigned long long)(built >> 20), secs,
+                         secs > 0 ? (double)built / secs / 1e9 : 0.0);
+        else
+                log_info("cuda: host arena: %llu of %llu MiB pinned (%.0f%%)",
+                         (unsigned long long)(built >> 20),
+                         (unsigned long long)(target >> 20),
+                         target ? 100.0 * (double)built / (double)target : 0.0);
+}
+
+/* Build one piece of `d`'s arena; called and returns with the lock held. */
+static void arena_grow(cuda_backend *b, cuda_device *d)
+{
+        cuda_host *h = &b->host;
+        cuda_arena *a = &d->arena;
+        uint64_t at = a->built, bytes = a->target - a->built;
+        CUmemGenericAllocationHandle handle = 0;
+        int r;
+
+        if (bytes > a->piece)
+                bytes = a->piece;
+        pthread_mutex_unlock(&h->lock);
+        r = cuda_device_enter(b, d);
+        if (r == 0)
+                r = arena_piece_make(b, d, a->base + at, bytes, &handle);
+        pthread_mutex_lock(&h->lock);
+        if (r == 0 && a->n_pieces == CUDA_ARENA_MAX_PIECES)
+                r = -E2BIG;   /* cannot happen: arena_reserve sized the pieces */
+        if (r == 0)
+                r = extents_add(&a->free, at, bytes);
+        if (r < 0) {
+                /* Most likely the machine cannot pin more (RLIMIT_MEMLOCK,
+                 * RAM): keep what is built, say so, make nothing more. */
+                if (handle) {
+                        b->cu->cuMemUnmap(a->base + at, bytes);
+                        b->cu->cuMemRelease(handle);
+                }
+                a->failed = true;
+                log_warning("cuda: device %u: the host arena stops at %llu of "
+                            "%llu MiB: %s; swap-outs beyond it pin their host "
+                            "memory on the spot (slower)",
+                            (unsigned)(d - b->devices),
+                            (unsigned long long)(a->built >> 20),
+                            (unsigned long long)(a->target >> 20), strerror(-r));
+                return;
+        }
+        a->pieces[a->n_pieces++] = handle;
+        a->built += bytes;
+        arena_progress(b, arena_next(b) == NULL);
 }
 
 static void host_free_list(cuda_backend *b, cuda_mem *m)
@@ -185,16 +179,10 @@ static void *host_worker(void *arg)
 {
         cuda_backend *b = arg;
         cuda_host *h = &b->host;
-        CUstream streams[16] = { 0 };
 
         pthread_mutex_lock(&h->lock);
         for (;;) {
-                cuda_host_class *c;
                 cuda_device *d;
-                cuda_mem *m = NULL;
-                unsigned device = 0;
-                uint64_t size, t0;
-                int r;
 
                 if (h->to_free) {
                         cuda_mem *list = h->to_free;
@@ -207,66 +195,55 @@ static void *host_worker(void *arg)
                 }
                 if (h->stopping)
                         break;
-                c = host_next_job(b, &device);
-                if (!c) {
+                d = arena_next(b);
+                if (d)
+                        arena_grow(b, d);
+                else
                         pthread_cond_wait(&h->cond, &h->lock);
-                        continue;
-                }
-                size = c->size;
-                c->n_making++;
-                h->stock_bytes += size;
-                d = &b->devices[device];
-                pthread_mutex_unlock(&h->lock);
-
-                t0 = now_us();
-                r = cuda_device_enter(b, d);
-                if (r == 0 && device < 16 && !streams[device])
-                        r = cuda_check(b, b->cu->cuStreamCreate(&streams[device],
-                                                CU_STREAM_NON_BLOCKING),
-                                       "cuStreamCreate (host worker)");
-                if (r == 0)
-                        r = device < 16 ? cuda_mem_make(b, d, device, GMD_TIER_HOST,
-                                                        size, streams[device], &m) :
-                                          -EINVAL;
-
-                pthread_mutex_lock(&h->lock);
-                c->n_making--;
-                if (r < 0) {
-                        h->stock_bytes -= size;
-                        d->host_refill_after_us = now_us() + CUDA_HOST_BACKOFF_US;
-                        continue;
-                }
-                log_debug("cuda: host stock: %llu MiB made in %llu us",
-                          (unsigned long long)(size >> 20),
-                          (unsigned long long)(now_us() - t0));
-                if (c->size != size) {
-                        /* Cannot happen (a class being filled is never
-                         * reassigned), but never mix sizes up. */
-                        m->next = h->to_free;
-                        h->to_free = m;
-                        h->stock_bytes -= size;
-                        continue;
-                }
-                m->next = c->ready;
-                c->ready = m;
-                c->n_ready++;
         }
         pthread_mutex_unlock(&h->lock);
-        for (unsigned i = 0; i < b->n_devices && i < 16; i++) {
-                if (!streams[i])
-                        continue;
-                (void)cuda_device_enter(b, &b->devices[i]);
-                b->cu->cuStreamDestroy(streams[i]);
-        }
         return NULL;
 }
 
-int cuda_host_open(cuda_backend *b, uint64_t budget)
+/* ---- open and close -------------------------------------------------------- */
+
+/* Reserve `d`'s arena VA range; on failure the device has no arena. */
+static void arena_reserve(cuda_backend *b, cuda_device *d, uint64_t target)
+{
+        cuda_arena *a = &d->arena;
+        uint64_t gran = d->host_granularity;
+
+        extents_init(&a->free, gran ? gran : 1);
+        if (!gran || target < gran)
+                return;
+        target -= target % gran;
+        a->piece = CUDA_ARENA_PIECE;
+        if (target / a->piece >= CUDA_ARENA_MAX_PIECES) {
+                a->piece = target / CUDA_ARENA_MAX_PIECES + gran;
+                a->piece -= a->piece % gran;
+        }
+        if (cuda_device_enter(b, d) < 0 ||
+            cuda_check(b, b->cu->cuMemAddressReserve(&a->base, target, gran, 0, 0),
+                       "cuMemAddressReserve (host arena)") < 0) {
+                a->base = 0;
+                return;
+        }
+        a->target = target;
+}
+
+int cuda_host_open(cuda_backend *b, uint64_t total)
 {
         cuda_host *h = &b->host;
+        uint64_t share = b->n_devices ? total / b->n_devices : 0;
         int r;
 
-        h->budget = budget;
+        for (unsigned i = 0; i < b->n_devices; i++)
+                arena_reserve(b, &b->devices[i], share);
+        if (arena_next(b))
+                log_info("cuda: pinning a host arena of %llu MiB per device for "
+                         "swap-outs ([pools] host_stock), in the background",
+                         (unsigned long long)(b->devices[0].arena.target >> 20));
+        h->build_start_us = now_us();
         pthread_mutex_init(&h->lock, NULL);
         pthread_cond_init(&h->cond, NULL);
         r = -pthread_create(&h->thread, NULL, host_worker, b);
@@ -278,170 +255,171 @@ int cuda_host_open(cuda_backend *b, uint64_t budget)
         return 0;
 }
 
+static void arena_close(cuda_backend *b, cuda_device *d, unsigned device)
+{
+        cuda_arena *a = &d->arena;
+
+        if (a->served + a->refused)
+                log_info("cuda: device %u: the host arena served %llu of %llu "
+                         "swap-outs", device, (unsigned long long)a->served,
+                         (unsigned long long)(a->served + a->refused));
+        if (a->base) {
+                (void)cuda_device_enter(b, d);
+                if (a->built)
+                        b->cu->cuMemUnmap(a->base, a->built);
+                for (unsigned i = 0; i < a->n_pieces; i++)
+                        b->cu->cuMemRelease(a->pieces[i]);
+                b->cu->cuMemAddressFree(a->base, a->target);
+        }
+        extents_clear(&a->free);
+        memset(a, 0, sizeof(*a));
+}
+
 void cuda_host_close(cuda_backend *b)
 {
         cuda_host *h = &b->host;
         cuda_mem *list;
 
-        if (!h->started)
-                return;
-        pthread_mutex_lock(&h->lock);
-        h->stopping = true;
-        pthread_cond_signal(&h->cond);
-        pthread_mutex_unlock(&h->lock);
-        pthread_join(h->thread, NULL);
-        h->started = false;
-        for (unsigned i = 0; i < b->n_devices; i++)
-                for (unsigned k = 0; k < CUDA_HOST_CLASSES; k++)
-                        host_class_drop(h, &b->devices[i].host_classes[k]);
-        list = h->to_free;
-        h->to_free = NULL;
-        host_free_list(b, list);
-        if (h->hits + h->misses)
-                log_info("cuda: host stock served %u of %u host allocations "
-                         "(%u recycled)", h->hits, h->hits + h->misses,
-                         h->recycled);
-        pthread_cond_destroy(&h->cond);
-        pthread_mutex_destroy(&h->lock);
-}
-
-int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
-                     uint64_t size, bool filled, cuda_mem **ret_mem)
-{
-        cuda_host *h = &b->host;
-        cuda_host_class *c;
-        cuda_mem *m = NULL;
-        int r;
-
         if (h->started) {
                 pthread_mutex_lock(&h->lock);
-                c = h->budget >= size ? host_class_get(h, d, size) : NULL;
-                if (c) {
-                        c->last_use_us = now_us();
-                        if (c->ready) {
-                                m = c->ready;
-                                c->ready = m->next;
-                                m->next = NULL;
-                                c->n_ready--;
-                                h->stock_bytes -= size;
-                                h->hits++;
-                        } else {
-                                uint64_t most = h->budget / size;
-
-                                if (most > CUDA_HOST_MAX_TARGET)
-                                        most = CUDA_HOST_MAX_TARGET;
-                                if (c->target < most)
-                                        c->target++;
-                                h->misses++;
-                                host_make_room(b, c, size);
-                        }
-                        pthread_cond_signal(&h->cond);   /* refill */
-                } else {
-                        h->misses++;
-                }
+                h->stopping = true;
+                pthread_cond_signal(&h->cond);
                 pthread_mutex_unlock(&h->lock);
+                pthread_join(h->thread, NULL);
+                h->started = false;
+                list = h->to_free;
+                h->to_free = NULL;
+                host_free_list(b, list);
+                pthread_cond_destroy(&h->cond);
+                pthread_mutex_destroy(&h->lock);
         }
-        if (m && m->dirty && !filled) {
-                /* Recycled, and this one will not be overwritten whole:
-                 * old bytes must not show. */
-                r = cuda_device_enter(b, d);
-                if (r == 0)
-                        r = cuda_fill_zero(b, d->stream, m->va, size);
-                if (r < 0) {
-                        cuda_host_destroy(b, m);
-                        return r;
-                }
-        }
-        if (m) {
-                m->dirty = false;
-                *ret_mem = m;
-                return 0;
-        }
-        r = cuda_device_enter(b, d);
+        for (unsigned i = 0; i < b->n_devices; i++)
+                arena_close(b, &b->devices[i], i);
+}
+
+/* ---- the ops --------------------------------------------------------------- */
+
+int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
+                     uint64_t size, cuda_mem **ret_mem)
+{
+        int r = cuda_device_enter(b, d);
+
         if (r < 0)
                 return r;
         return cuda_mem_make(b, d, device, GMD_TIER_HOST, size, d->stream,
                              ret_mem);
 }
 
+int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
+                                uint64_t size, gmd_mem **ret_mem)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+        cuda_device *d = cuda_device_get(b, device);
+        gmd_extent parts[CUDA_ARENA_MAX_PARTS];
+        unsigned n = 0;
+        cuda_mem *m;
+        int r;
+
+        if (!d || size == 0 || !d->host_granularity || size % d->host_granularity)
+                return -EINVAL;
+        if (!b->host.started || !d->arena.base)
+                return -ENOSPC;
+        m = calloc(1, sizeof(*m));
+        if (m)
+                m->parts = malloc(sizeof(*m->parts) * CUDA_ARENA_MAX_PARTS);
+        if (!m || !m->parts) {
+                free(m);
+                return -ENOMEM;
+        }
+        pthread_mutex_lock(&b->host.lock);
+        r = extents_take(&d->arena.free, size, CUDA_ARENA_MAX_PARTS, parts, &n);
+        if (r < 0)
+                d->arena.refused++;
+        else
+                d->arena.served++;
+        pthread_mutex_unlock(&b->host.lock);
+        if (r < 0) {
+                free(m->parts);
+                free(m);
+                return r == -EINVAL ? r : -ENOSPC;
+        }
+        memcpy(m->parts, parts, sizeof(*parts) * n);
+        m->n_parts = n;
+        m->mem.fd = -1;
+        m->mem.size = size;
+        m->mem.tier = GMD_TIER_HOST;
+        m->mem.device = device;
+        m->mem.daemon_only = true;
+        *ret_mem = &m->mem;
+        return 0;
+}
+
 void cuda_host_destroy(cuda_backend *b, cuda_mem *m)
 {
         cuda_host *h = &b->host;
         cuda_device *d = cuda_device_get(b, m->mem.device);
-        cuda_host_class *c;
 
+        if (m->parts) {
+                if (d) {
+                        pthread_mutex_lock(&h->lock);
+                        if (extents_give(&d->arena.free, m->parts, m->n_parts) < 0)
+                                log_error("cuda: device %u: a host copy went back "
+                                          "to the arena twice", m->mem.device);
+                        pthread_mutex_unlock(&h->lock);
+                }
+                free(m->parts);
+                free(m);
+                return;
+        }
         if (!h->started) {
                 host_free_list(b, m);
                 return;
         }
         pthread_mutex_lock(&h->lock);
-        /* Memory no client ever received (a SWAPPABLE buffer's host copy,
-         * which stays in the daemon) goes back to the stock as it is:
-         * pinning and unpinning it again would cost ten times its copy.
-         * Memory a client received may still be mapped there, so it is
-         * released. */
-        c = d && !m->mem.shared ? host_class_find(d, m->mem.size) : NULL;
-        if (c && c->n_ready < CUDA_HOST_MAX_TARGET)
-                host_make_room(b, c, m->mem.size);
-        if (c && c->n_ready < CUDA_HOST_MAX_TARGET &&
-            h->stock_bytes + m->mem.size <= h->budget) {
-                m->dirty = true;
-                m->next = c->ready;
-                c->ready = m;
-                c->n_ready++;
-                h->stock_bytes += m->mem.size;
-                h->recycled++;
-        } else {
-                m->next = h->to_free;
-                h->to_free = m;
-                pthread_cond_signal(&h->cond);
-        }
+        m->next = h->to_free;
+        h->to_free = m;
+        pthread_cond_signal(&h->cond);
         pthread_mutex_unlock(&h->lock);
 }
 
-void cuda_host_maintain(cuda_backend *b)
+CUdeviceptr cuda_mem_at(cuda_backend *b, const cuda_mem *m, uint64_t off,
+                        uint64_t *ret_run)
 {
-        cuda_host *h = &b->host;
-        uint64_t now = now_us();
-        bool signal = false;
+        *ret_run = 0;
+        if (off >= m->mem.size)
+                return 0;
+        if (!m->parts) {
+                if (!m->va)
+                        return 0;
+                *ret_run = m->mem.size - off;
+                return m->va + off;
+        }
+        for (unsigned i = 0; i < m->n_parts; i++) {
+                if (off < m->parts[i].len) {
+                        *ret_run = m->parts[i].len - off;
+                        return b->devices[m->mem.device].arena.base +
+                               m->parts[i].offset + off;
+                }
+                off -= m->parts[i].len;
+        }
+        return 0;
+}
 
-        if (!h->started)
+void cuda_ops_arena_info(gmd_backend *backend, unsigned device,
+                         gmd_arena_info *ret_info)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+        cuda_device *d = cuda_device_get(b, device);
+
+        memset(ret_info, 0, sizeof(*ret_info));
+        if (!d || !b->host.started)
                 return;
-        pthread_mutex_lock(&h->lock);
-        for (unsigned i = 0; i < b->n_devices; i++) {
-                for (unsigned k = 0; k < CUDA_HOST_CLASSES; k++) {
-                        cuda_host_class *c = &b->devices[i].host_classes[k];
-
-                        if (c->size && c->n_making == 0 &&
-                            now - c->last_use_us > CUDA_HOST_IDLE_US) {
-                                host_class_drop(h, c);
-                                c->size = 0;
-                                signal = true;
-                        }
-                }
-        }
-        if (signal || h->to_free)
-                pthread_cond_signal(&h->cond);
-        pthread_mutex_unlock(&h->lock);
-}
-
-void cuda_host_stock(cuda_backend *b, unsigned device, uint64_t *ret_bytes,
-                     unsigned *ret_hits, unsigned *ret_misses)
-{
-        cuda_host *h = &b->host;
-        uint64_t bytes = 0;
-
-        if (h->started)
-                pthread_mutex_lock(&h->lock);
-        if (device < b->n_devices)
-                for (unsigned k = 0; k < CUDA_HOST_CLASSES; k++) {
-                        cuda_host_class *c = &b->devices[device].host_classes[k];
-
-                        bytes += (uint64_t)c->n_ready * c->size;
-                }
-        *ret_hits = h->hits;
-        *ret_misses = h->misses;
-        if (h->started)
-                pthread_mutex_unlock(&h->lock);
-        *ret_bytes = bytes;
+        pthread_mutex_lock(&b->host.lock);
+        ret_info->target = d->arena.target;
+        ret_info->built = d->arena.built;
+        ret_info->free = d->arena.free.avail;
+        ret_info->largest = extents_largest(&d->arena.free);
+        ret_info->served = d->arena.served;
+        ret_info->refused = d->arena.refused;
+        pthread_mutex_unlock(&b->host.lock);
 }

@@ -19,9 +19,10 @@
  * the same way and mapped into the daemon with access for the device, so
  * the copy engine (backend_cuda_copy.c) copies between two device
  * addresses and the GPU's copy engines move the bytes. Creating one pins
- * its pages (235 ms per GiB, DESIGN.md), so those go through the host
- * stock (backend_cuda_host.c), which keeps sizes in demand ready and
- * releases freed ones on its own thread.
+ * its pages (235 ms per GiB, DESIGN.md), so a swap-out's host copy comes
+ * from the host arena pinned ahead of time (backend_cuda_host.c), and only
+ * host memory a client maps (SPILLABLE buffers) is created here; the host
+ * worker releases it, off the loop thread.
  */
 #include "backend_cuda.h"
 
@@ -194,7 +195,7 @@ static int mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
                 return -EINVAL;
 
         if (tier == GMD_TIER_HOST) {
-                r = cuda_host_create(b, d, device, size, filled, &m);
+                r = cuda_host_create(b, d, device, size, &m);
                 if (r < 0)
                         return r;
                 *ret_mem = &m->mem;
@@ -266,8 +267,8 @@ int cuda_ops_mem_zero(gmd_backend *backend, gmd_mem *mem)
         cuda_device *d = cuda_device_get(b, mem->device);
         int r;
 
-        if (!d)
-                return -EINVAL;
+        if (!d || !cuda_mem_of(mem)->va)
+                return -EINVAL;   /* an arena piece: the daemon's alone */
         r = cuda_device_enter(b, d);
         if (r < 0)
                 return r;

@@ -133,9 +133,8 @@ int cuda_ops_maintain(gmd_backend *backend)
         int want = 0;
         unsigned i;
 
-        /* The same timer watches the copy streams and the host stock. */
+        /* The same timer watches the copy streams. */
         cuda_copy_poll(b);
-        cuda_host_maintain(b);
 
         for (i = 0; i < b->n_devices; i++) {
                 cuda_device *d = &b->devices[i];

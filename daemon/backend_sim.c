@@ -11,11 +11,18 @@
  * The daemon maps every memfd too (the address is kept in gmd_mem.handle),
  * so copies between tiers are plain memcpy, run by sim_copier's worker
  * threads: one per device and direction, like the cuda backend's streams.
+ *
+ * The host arena (mem_create_private) has the cuda backend's shape too:
+ * per device one memfd of its share of [pools] host_stock, mapped once,
+ * added to the allocator as SIM_ARENA_PIECES separate pieces so a host
+ * copy may come in parts and no part crosses a piece, as on a GPU. Freed
+ * parts are punched out, so the arena costs only what is in use.
  */
 #include "backend.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +30,36 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "extent.h"
 #include "sim_copier.h"
+
+#define SIM_MAX_DEVICES 16
+#define SIM_ARENA_PIECES 4
+#define SIM_ARENA_MAX_PARTS 32
+
+/* A gmd_mem with, for an arena piece, its parts (offsets in the arena). */
+typedef struct sim_mem {
+        gmd_mem mem;
+        gmd_extent *parts;
+        unsigned n_parts;
+} sim_mem;
+
+typedef struct sim_arena {
+        int fd;                 /* -1: none */
+        char *base;
+        uint64_t size;
+        gmd_extents free;
+        uint64_t served, refused;
+} sim_arena;
 
 typedef struct sim_backend {
         gmd_backend base;
         unsigned n_devices;
         uint64_t vram;
         uint64_t granularity;
-        uint64_t created[16];   /* bytes alive per device, as a driver counts */
+        uint64_t created[SIM_MAX_DEVICES];  /* bytes alive per device, as a
+                                             * driver counts */
+        sim_arena arenas[SIM_MAX_DEVICES];
         sim_copier *copier;     /* queue 2 * device + direction */
 } sim_backend;
 
@@ -65,14 +94,16 @@ static int sim_mem_create(gmd_backend *b, gmd_tier tier, unsigned device,
 {
         sim_backend *sim = to_sim(b);
         char name[32];
+        sim_mem *sm;
         gmd_mem *mem;
         int fd, r;
 
         if (device >= sim->n_devices || size == 0 || size % sim->granularity)
                 return -EINVAL;
-        mem = calloc(1, sizeof(*mem));
-        if (!mem)
+        sm = calloc(1, sizeof(*sm));
+        if (!sm)
                 return -ENOMEM;
+        mem = &sm->mem;
         snprintf(name, sizeof(name), "gmd-%s%u",
                  tier == GMD_TIER_HOST ? "host" : "vram", device);
         fd = memfd_create(name, MFD_CLOEXEC);
@@ -107,19 +138,125 @@ static int sim_mem_create(gmd_backend *b, gmd_tier tier, unsigned device,
         return 0;
 }
 
+static sim_mem *sim_mem_of(gmd_mem *mem)
+{
+        return (sim_mem *)((char *)mem - offsetof(sim_mem, mem));
+}
+
+static void arena_give(sim_arena *a, sim_mem *sm)
+{
+        (void)extents_give(&a->free, sm->parts, sm->n_parts);
+        for (unsigned i = 0; i < sm->n_parts; i++)
+                (void)fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                (off_t)sm->parts[i].offset,
+                                (off_t)sm->parts[i].len);
+}
+
 static void sim_mem_destroy(gmd_backend *b, gmd_mem *mem)
 {
         if (!mem)
                 return;
+        if (sim_mem_of(mem)->parts) {
+                sim_mem *sm = sim_mem_of(mem);
+
+                arena_give(&to_sim(b)->arenas[mem->device], sm);
+                free(sm->parts);
+                free(sm);
+                return;
+        }
         if (mem->tier == GMD_TIER_VRAM)
                 to_sim(b)->created[mem->device] -= mem->size;
         munmap((void *)(uintptr_t)mem->handle, mem->size);
         close(mem->fd);
-        free(mem);
+        free(sim_mem_of(mem));
+}
+
+static int sim_mem_create_private(gmd_backend *b, unsigned device,
+                                  uint64_t size, gmd_mem **ret_mem)
+{
+        sim_backend *sim = to_sim(b);
+        gmd_extent parts[SIM_ARENA_MAX_PARTS];
+        sim_arena *a;
+        sim_mem *sm;
+        unsigned n;
+        int r;
+
+        if (device >= sim->n_devices || size == 0 || size % sim->granularity)
+                return -EINVAL;
+        a = &sim->arenas[device];
+        if (a->fd < 0)
+                return -ENOSPC;
+        r = extents_take(&a->free, size, SIM_ARENA_MAX_PARTS, parts, &n);
+        if (r < 0) {
+                a->refused++;
+                return -ENOSPC;
+        }
+        sm = calloc(1, sizeof(*sm));
+        if (sm)
+                sm->parts = malloc(sizeof(*parts) * n);
+        if (!sm || !sm->parts) {
+                (void)extents_give(&a->free, parts, n);
+                free(sm);
+                return -ENOMEM;
+        }
+        a->served++;
+        memcpy(sm->parts, parts, sizeof(*parts) * n);
+        sm->n_parts = n;
+        sm->mem.fd = -1;
+        sm->mem.size = size;
+        sm->mem.tier = GMD_TIER_HOST;
+        sm->mem.device = device;
+        sm->mem.daemon_only = true;
+        *ret_mem = &sm->mem;
+        return 0;
+}
+
+static void sim_arena_info(gmd_backend *b, unsigned device,
+                           gmd_arena_info *ret_info)
+{
+        sim_backend *sim = to_sim(b);
+        sim_arena *a = &sim->arenas[device < SIM_MAX_DEVICES ? device : 0];
+
+        memset(ret_info, 0, sizeof(*ret_info));
+        if (device >= sim->n_devices || a->fd < 0)
+                return;
+        ret_info->target = a->size;
+        ret_info->built = a->size;
+        ret_info->free = a->free.avail;
+        ret_info->largest = extents_largest(&a->free);
+        ret_info->served = a->served;
+        ret_info->refused = a->refused;
+}
+
+/* The address of byte `off` of `mem` in the daemon and how many bytes are
+ * contiguous from there; NULL past the end. */
+static char *sim_mem_at(sim_backend *sim, gmd_mem *mem, uint64_t off,
+                        uint64_t *ret_run)
+{
+        sim_mem *sm = sim_mem_of(mem);
+
+        *ret_run = 0;
+        if (off >= mem->size)
+                return NULL;
+        if (!sm->parts) {
+                *ret_run = mem->size - off;
+                return (char *)(uintptr_t)mem->handle + off;
+        }
+        for (unsigned i = 0; i < sm->n_parts; i++) {
+                if (off < sm->parts[i].len) {
+                        *ret_run = sm->parts[i].len - off;
+                        return sim->arenas[mem->device].base +
+                               sm->parts[i].offset + off;
+                }
+                off -= sm->parts[i].len;
+        }
+        return NULL;
 }
 
 static int sim_mem_zero(gmd_backend *b, gmd_mem *mem)
 {
+        if (mem->daemon_only)
+                return -EINVAL;   /* an arena piece: the daemon's alone */
         /* Punching the whole range out drops the pages: they read as zeros,
          * in every process that maps them, and cost nothing until touched. */
         if (fallocate(mem->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
@@ -138,14 +275,34 @@ static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
                            uint64_t src_off, uint64_t len, void *cookie)
 {
         sim_backend *sim = to_sim(b);
+        unsigned queue = 2 * device + dir;
 
-        if (device >= sim->n_devices || dst_off + len > dst->size ||
-            src_off + len > src->size)
+        if (device >= sim->n_devices || len == 0 || dst_off > dst->size ||
+            len > dst->size - dst_off || src_off > src->size ||
+            len > src->size - src_off)
                 return -EINVAL;
-        return sim_copier_submit(sim->copier, 2 * device + dir,
-                                 (char *)(uintptr_t)dst->handle + dst_off,
-                                 (const char *)(uintptr_t)src->handle + src_off,
-                                 len, cookie);
+        /* One memcpy per stretch contiguous at both ends (arena parts);
+         * only the last one reports. */
+        for (uint64_t done = 0; done < len; ) {
+                uint64_t to_run, from_run, n = len - done;
+                char *to = sim_mem_at(sim, dst, dst_off + done, &to_run);
+                char *from = sim_mem_at(sim, src, src_off + done, &from_run);
+                int r;
+
+                if (!to || !from)
+                        return -EINVAL;   /* cannot happen: checked above */
+                if (n > to_run)
+                        n = to_run;
+                if (n > from_run)
+                        n = from_run;
+                done += n;
+                r = done == len ?
+                    sim_copier_submit(sim->copier, queue, to, from, n, cookie) :
+                    sim_copier_submit_part(sim->copier, queue, to, from, n);
+                if (r < 0)
+                        return r;   /* -ENOMEM for a 48-byte job record */
+        }
+        return 0;
 }
 
 static void sim_copy_reap(gmd_backend *b, gmd_copy_done_fn done, void *ctx)
@@ -155,8 +312,56 @@ static void sim_copy_reap(gmd_backend *b, gmd_copy_done_fn done, void *ctx)
 
 static void sim_destroy(gmd_backend *b)
 {
-        sim_copier_free(to_sim(b)->copier);
+        sim_backend *sim = to_sim(b);
+
+        sim_copier_free(sim->copier);
+        for (unsigned i = 0; i < SIM_MAX_DEVICES; i++) {
+                sim_arena *a = &sim->arenas[i];
+
+                if (a->base)
+                        munmap(a->base, a->size);
+                if (a->fd >= 0)
+                        close(a->fd);
+                extents_clear(&a->free);
+        }
         free(b);
+}
+
+/* Make `device`'s arena of `size` bytes (a granularity multiple) in
+ * SIM_ARENA_PIECES pieces. A memfd reads as zeros and takes no memory
+ * until written, so this is cheap at any size. */
+static int sim_arena_open(sim_backend *sim, unsigned device, uint64_t size)
+{
+        sim_arena *a = &sim->arenas[device];
+        uint64_t piece, at = 0;
+        void *base;
+        int r;
+
+        if (size < sim->granularity)
+                return 0;
+        a->fd = memfd_create("gmd-arena", MFD_CLOEXEC);
+        if (a->fd < 0)
+                return -errno;
+        if (ftruncate(a->fd, (off_t)size) < 0)
+                return -errno;
+        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+        if (base == MAP_FAILED)
+                return -errno;
+        a->base = base;
+        a->size = size;
+        piece = size / SIM_ARENA_PIECES;
+        piece -= piece % sim->granularity;
+        if (piece < sim->granularity)
+                piece = size;
+        while (at < size) {
+                uint64_t n = size - at < 2 * piece ? size - at : piece;
+
+                r = extents_add(&a->free, at, n);
+                if (r < 0)
+                        return r;
+                at += n;
+        }
+        return 0;
 }
 
 static const gmd_backend_ops sim_ops = {
@@ -171,11 +376,14 @@ static const gmd_backend_ops sim_ops = {
         .set_wake = sim_set_wake,
         .copy_submit = sim_copy_submit,
         .copy_reap = sim_copy_reap,
+        .mem_create_private = sim_mem_create_private,
+        .arena_info = sim_arena_info,
 };
 
 int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
 {
         sim_backend *sim = calloc(1, sizeof(*sim));
+        uint64_t share;
         int r;
 
         if (!sim)
@@ -184,9 +392,23 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
         sim->n_devices = config->sim_devices;
         sim->vram = config->sim_vram;
         sim->granularity = config->sim_granularity;
+        if (sim->n_devices > SIM_MAX_DEVICES)
+                sim->n_devices = SIM_MAX_DEVICES;
+        for (unsigned i = 0; i < SIM_MAX_DEVICES; i++) {
+                sim->arenas[i].fd = -1;
+                extents_init(&sim->arenas[i].free, sim->granularity);
+        }
         r = sim_copier_new(2 * sim->n_devices, config->sim_copy_rate, &sim->copier);
         if (r < 0) {
-                free(sim);
+                sim_destroy(&sim->base);
+                return r;
+        }
+        share = sim->n_devices ? config_host_stock_bytes(config) / sim->n_devices : 0;
+        share -= share % sim->granularity;
+        for (unsigned i = 0; i < sim->n_devices && r == 0; i++)
+                r = sim_arena_open(sim, i, share);
+        if (r < 0) {
+                sim_destroy(&sim->base);
                 return r;
         }
         *ret_backend = &sim->base;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 typedef enum key_kind {
         KEY_STRING,       /* char[] of `size` bytes */
@@ -393,4 +394,23 @@ void config_dump(const gmd_config *config, FILE *out)
                 fputc('\n', out);
         }
         quota_dump(config->quota_rules, config->n_quota_rules, out);
+}
+
+uint64_t config_host_limit_bytes(const gmd_config *config)
+{
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+
+        return size_spec_resolve(&config->host_limit, phys);
+}
+
+uint64_t config_host_stock_bytes(const gmd_config *config)
+{
+        uint64_t limit = config_host_limit_bytes(config);
+        uint64_t stock = size_spec_resolve(&config->host_stock, limit);
+
+        /* A share of the host pool is capped; bytes given outright are not. */
+        if (config->host_stock.percent > 0 && stock > CONFIG_HOST_STOCK_MAX)
+                stock = CONFIG_HOST_STOCK_MAX;
+        return stock < limit ? stock : limit;
 }

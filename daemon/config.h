@@ -41,8 +41,8 @@ typedef struct gmd_config {
         uint64_t vram_reserve;        /* automatic: free memory minus this */
         gmd_size_spec host_limit;     /* % of physical RAM or bytes */
         unsigned cuda_reserve_chunks; /* ready chunks per device (cuda) */
-        gmd_size_spec host_stock;     /* pinned host memory kept ready (cuda):
-                                       * bytes, or % of host_limit */
+        gmd_size_spec host_stock;     /* the host arena, pinned ahead of
+                                       * swap-outs: bytes, or % of host_limit */
 
         /* [limits] */
         unsigned max_clients;
@@ -88,5 +88,17 @@ int config_validate(gmd_config *config, FILE *err);
 void config_dump(const gmd_config *config, FILE *out);
 
 const char *config_log_level_name(gmd_log_level level);
+
+/* The host pool's size in bytes: [pools] host_limit resolved against the
+ * machine's RAM. */
+uint64_t config_host_limit_bytes(const gmd_config *config);
+
+/* The host arena's size in bytes, all devices together: [pools]
+ * host_stock resolved against the host pool, at most
+ * CONFIG_HOST_STOCK_MAX when given as a percentage (pinned memory held
+ * idle is memory the machine's other programs lack), never more than the
+ * pool. */
+#define CONFIG_HOST_STOCK_MAX (8ull << 30)
+uint64_t config_host_stock_bytes(const gmd_config *config);
 
 #endif

@@ -157,6 +157,21 @@ static void render_copyqs(promtext *t, const gmd_server *server)
                         promtext_seconds(t, server->copyqs[i].busy_us[d]);
                         promtext_append(t, "\n", 1);
                 }
+        if (!server->backend->ops->arena_info)
+                return;
+        promtext_family(t, "gpumemd_host_arena_bytes", "gauge",
+                        "A device's host arena, pinned ahead of swap-outs: "
+                        "bytes pinned, and of those free.");
+        for (unsigned i = 0; i < server->n_devices; i++) {
+                gmd_arena_info a;
+
+                server->backend->ops->arena_info(server->backend, i, &a);
+                promtext_printf(t, "gpumemd_host_arena_bytes{device=\"%u\","
+                                "state=\"pinned\"} %" PRIu64 "\n"
+                                "gpumemd_host_arena_bytes{device=\"%u\","
+                                "state=\"free\"} %" PRIu64 "\n",
+                                i, a.built, i, a.free);
+        }
 }
 
 static void render_latency(promtext *t, const gmd_stats *st)

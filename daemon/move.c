@@ -53,6 +53,42 @@ static int mem_create_filled(gmd_server *server, gmd_tier tier, unsigned device,
         return ops->mem_create(server->backend, tier, device, size, ret_mem);
 }
 
+/* A swap-out's host copy. One only the daemon holds (the owner of a
+ * SWAPPABLE buffer unmaps it; a SPILLABLE one maps its host copy) comes
+ * from the backend's host arena, pinned ahead of time; when the arena has
+ * no room the copy gets an allocation of its own, which pins on the
+ * request path — said once a minute, with what to change. */
+static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
+                            gmd_mem **ret_mem)
+{
+        const gmd_backend_ops *ops = server->backend->ops;
+        gmd_arena_info arena;
+        uint64_t now;
+        int r;
+
+        if (!ops->mem_create_private || (b->flags & GMD_ALLOC_SPILLABLE))
+                return mem_create_filled(server, GMD_TIER_HOST, b->device,
+                                         b->size, ret_mem);
+        r = ops->mem_create_private(server->backend, b->device, b->size, ret_mem);
+        if (r != -ENOSPC)
+                return r;
+        now = now_ms();
+        if (ops->arena_info &&
+            (!server->arena_warned_ms || now - server->arena_warned_ms >= 60000)) {
+                server->arena_warned_ms = now;
+                ops->arena_info(server->backend, b->device, &arena);
+                log_warning("device %u: the host arena has no room for a %llu MiB "
+                            "swap-out (%llu of %llu MiB free%s): pinning its host "
+                            "copy on the spot, which is slow; a larger [pools] "
+                            "host_stock avoids it",
+                            b->device, (unsigned long long)(b->size >> 20),
+                            (unsigned long long)(arena.free >> 20),
+                            (unsigned long long)(arena.target >> 20),
+                            arena.built < arena.target ? ", still being built" : "");
+        }
+        return mem_create_filled(server, GMD_TIER_HOST, b->device, b->size, ret_mem);
+}
+
 bool move_busy(const gmd_dbuffer *b)
 {
         return b->move || b->move_waiter;
@@ -155,7 +191,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         r = pool_take(&server->host_pool, b->size);
         if (r < 0)
                 return r;
-        r = mem_create_filled(server, GMD_TIER_HOST, b->device, b->size, &dst);
+        r = host_copy_create(server, b, &dst);
         if (r < 0) {
                 pool_give(&server->host_pool, b->size);
                 return r;
@@ -284,8 +320,8 @@ static void move_free_orphan(gmd_server *server, gmd_move *m)
  * unmaps, and its host memory never leaves the daemon. */
 static bool owner_maps(const gmd_move *m)
 {
-        return m->dst_tier == GMD_TIER_VRAM ||
-               (m->buffer->flags & GMD_ALLOC_SPILLABLE);
+        return !m->dst->daemon_only && (m->dst_tier == GMD_TIER_VRAM ||
+                                        (m->buffer->flags & GMD_ALLOC_SPILLABLE));
 }
 
 static void move_send_remap(gmd_server *server, gmd_move *m)

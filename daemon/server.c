@@ -50,13 +50,6 @@ void server_user_usage(gmd_server *server, uid_t uid, gmd_usage *ret_usage)
         *ret_usage = u;
 }
 
-static uint64_t physical_memory(void)
-{
-        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-
-        return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
-}
-
 /* The devices' free memory is read again: what other programs use now
  * matters for an automatic pool after a reload too. */
 static uint64_t vram_capacity(gmd_server *server, unsigned device)
@@ -143,7 +136,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
                          (unsigned long long)(info->granularity >> 10));
         }
         pool_init(&server->host_pool, 0, GMD_TIER_HOST,
-                  size_spec_resolve(&config->host_limit, physical_memory()),
+                  config_host_limit_bytes(config),
                   HOST_GRANULARITY);
         *ret_server = server;
         return 0;
@@ -501,7 +494,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
                                     i);
         }
         pool_resize(&server->host_pool,
-                    size_spec_resolve(&old->host_limit, physical_memory()));
+                    config_host_limit_bytes(old));
         if (server->listen_fd_owned)
                 socket_set_access(old);
         if (metrics_changed) {

@@ -19,6 +19,7 @@ typedef struct copy_job {
         const void *src;
         size_t len;
         void *cookie;
+        bool report;                /* false: a part, not handed to reap */
 } copy_job;
 
 typedef struct copy_queue {
@@ -93,6 +94,10 @@ static void *queue_run(void *arg)
                 if (!q->head)
                         q->tail = NULL;
                 job->next = NULL;
+                if (!job->report) {
+                        free(job);      /* a part: the last part reports */
+                        continue;
+                }
                 was_empty = !c->done_head;
                 if (c->done_tail)
                         c->done_tail->next = job;
@@ -181,8 +186,8 @@ void sim_copier_set_wake(sim_copier *c, void (*wake)(void *ctx), void *ctx)
         pthread_mutex_unlock(&c->lock);
 }
 
-int sim_copier_submit(sim_copier *c, unsigned queue, void *dst, const void *src,
-                      size_t len, void *cookie)
+static int copier_queue(sim_copier *c, unsigned queue, void *dst,
+                        const void *src, size_t len, void *cookie, bool report)
 {
         copy_job *job;
         copy_queue *q;
@@ -196,6 +201,7 @@ int sim_copier_submit(sim_copier *c, unsigned queue, void *dst, const void *src,
         job->src = src;
         job->len = len;
         job->cookie = cookie;
+        job->report = report;
         q = &c->queues[queue];
         pthread_mutex_lock(&c->lock);
         if (q->tail)
@@ -206,6 +212,18 @@ int sim_copier_submit(sim_copier *c, unsigned queue, void *dst, const void *src,
         pthread_cond_signal(&q->cond);
         pthread_mutex_unlock(&c->lock);
         return 0;
+}
+
+int sim_copier_submit(sim_copier *c, unsigned queue, void *dst, const void *src,
+                      size_t len, void *cookie)
+{
+        return copier_queue(c, queue, dst, src, len, cookie, true);
+}
+
+int sim_copier_submit_part(sim_copier *c, unsigned queue, void *dst,
+                           const void *src, size_t len)
+{
+        return copier_queue(c, queue, dst, src, len, NULL, false);
 }
 
 void sim_copier_reap(sim_copier *c, gmd_copy_done_fn done, void *ctx)

@@ -29,6 +29,11 @@ void sim_copier_set_wake(sim_copier *copier, void (*wake)(void *ctx), void *ctx)
 int sim_copier_submit(sim_copier *copier, unsigned queue, void *dst,
                       const void *src, size_t len, void *cookie);
 
+/* Queue a copy that is one part of a larger one: it is not reported; the
+ * job submitted after it on the same queue finishes after it. */
+int sim_copier_submit_part(sim_copier *copier, unsigned queue, void *dst,
+                           const void *src, size_t len);
+
 /* Hand every finished job to `done`, in the order they finished. */
 void sim_copier_reap(sim_copier *copier, gmd_copy_done_fn done, void *ctx);
 

@@ -66,6 +66,14 @@ int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
                         pools[i].bytes_in = q->bytes[GMD_COPY_IN];
                         pools[i].copy_us_out = q->busy_us[GMD_COPY_OUT];
                         pools[i].copy_us_in = q->busy_us[GMD_COPY_IN];
+                        if (server->backend->ops->arena_info) {
+                                gmd_arena_info arena;
+
+                                server->backend->ops->arena_info(server->backend,
+                                                                 i, &arena);
+                                pools[i].arena_size = arena.built;
+                                pools[i].arena_free = arena.free;
+                        }
                 }
                 pool_ptrs[i] = &pools[i];
                 reply.total_capacity += p->capacity;

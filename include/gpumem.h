@@ -295,6 +295,11 @@ typedef struct gmd_pool_status {
         uint64_t bytes_in;
         uint64_t copy_us_out;   /* microseconds spent copying */
         uint64_t copy_us_in;
+        /* VRAM pools: the device's host arena, pinned host memory made
+         * ahead of swap-outs ([pools] host_stock in gpu-memd.conf): bytes
+         * pinned so far and, of those, not holding a host copy now. */
+        uint64_t arena_size;
+        uint64_t arena_free;
 } gmd_pool_status;
 
 typedef struct gmd_client_status {

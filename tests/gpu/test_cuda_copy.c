@@ -8,8 +8,10 @@
  * Checks: HOST-tier memory is created zero-filled and mapped for the
  * device; a buffer goes out to host memory in chunks and comes back
  * bit-exact; completions of one direction arrive in submission order; both
- * directions run at once; bad arguments are -EINVAL; the host stock serves
- * a size it has seen once the worker has made one. Exits 77 with one
+ * directions run at once; bad arguments are -EINVAL; the host arena is
+ * pinned in the background, hands out fd-less pieces, in two parts when
+ * no free range holds one, that one copy crosses both ways bit-exact,
+ * and takes them back whole. Exits 77 with one
  * "SKIP:" line when there is no usable GPU.
  */
 #include <errno.h>
@@ -29,6 +31,7 @@
 #define SIZE (256 * MiB)
 #define CHUNK (32 * MiB)
 #define MAX_DONE 64
+#define ARENA (2048 * MiB)   /* two pieces of CUDA_ARENA_PIECE */
 
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -154,8 +157,6 @@ int main(void)
         const gmd_backend_ops *ops;
         gmd_backend *be = NULL;
         gmd_config config;
-        unsigned hits0, hits1, misses;
-        uint64_t stock = 0;
         char reason[160];
         double t0;
         int r, count;
@@ -168,6 +169,7 @@ int main(void)
         log_setup(GMD_LOG_INFO);
         config_init_defaults(&config);
         config.cuda_reserve_chunks = 0;
+        config.host_stock = (gmd_size_spec){ ARENA, 0 };
         r = backend_cuda_open(&config, &be);
         CHECK(r == 0, "backend_cuda_open: %s", strerror(-r));
         if (r < 0)
@@ -181,8 +183,7 @@ int main(void)
         CHECK(ops->mem_create(be, GMD_TIER_VRAM, 0, SIZE, &vram2) == 0, "vram2");
         t0 = gpu_now_us();
         r = ops->mem_create(be, GMD_TIER_HOST, 0, SIZE, &host);
-        printf("host tier: %llu MiB created in %.1f ms (on the request path: "
-               "the stock has not seen the size)\n",
+        printf("host tier: %llu MiB allocation of its own created in %.1f ms\n",
                (unsigned long long)(SIZE / MiB), (gpu_now_us() - t0) / 1e3);
         CHECK(r == 0, "host mem_create: %s", strerror(-r));
         CHECK(ops->mem_create(be, GMD_TIER_HOST, 0, SIZE, &host2) == 0, "host2");
@@ -253,24 +254,79 @@ int main(void)
         CHECK(ops->copy_submit(be, 0, GMD_COPY_OUT, host, 0, vram, 0, 0,
                                NULL) == -EINVAL, "zero length");
 
-        /* The host stock: the size was asked for, so the worker makes one. */
-        cuda_host_stock((cuda_backend *)be, 0, &stock, &hits0, &misses);
-        for (int i = 0; i < 300 && stock < SIZE; i++) {
-                usleep(10000);
-                cuda_host_stock((cuda_backend *)be, 0, &stock, &hits0, &misses);
-        }
-        CHECK(stock >= SIZE, "host stock holds a %llu MiB allocation",
-              (unsigned long long)(SIZE / MiB));
-        t0 = gpu_now_us();
-        r = ops->mem_create(be, GMD_TIER_HOST, 0, SIZE, &m);
-        printf("host tier: %llu MiB from the stock in %.1f us\n",
-               (unsigned long long)(SIZE / MiB), gpu_now_us() - t0);
-        CHECK(r == 0, "host mem_create from stock");
-        cuda_host_stock((cuda_backend *)be, 0, &stock, &hits1, &misses);
-        CHECK(hits1 == hits0 + 1, "a stock hit: %u -> %u", hits0, hits1);
-        if (r == 0) {
-                CHECK(gpu_check(va_of(m), SIZE, 0, 0) == 0, "stock memory zeroed");
-                ops->mem_destroy(be, m);
+        /* The host arena: pinned in the background, carved into swap-out
+         * copies with no fd, in parts when no free range holds one. */
+        {
+                gmd_arena_info info = { 0 };
+                gmd_mem *a1 = NULL, *a2 = NULL, *c = NULL, *all = NULL;
+
+                CHECK(ops->mem_create_private && ops->arena_info,
+                      "the cuda backend has a host arena");
+                t0 = gpu_now_us();
+                for (int i = 0; i < 3000; i++) {
+                        ops->arena_info(be, 0, &info);
+                        if (info.target && info.built == info.target)
+                                break;
+                        usleep(10000);
+                }
+                printf("host arena: %llu of %llu MiB pinned after %.0f ms\n",
+                       (unsigned long long)(info.built / MiB),
+                       (unsigned long long)(info.target / MiB),
+                       (gpu_now_us() - t0) / 1e3);
+                CHECK(info.target == ARENA && info.built == ARENA &&
+                      info.free == ARENA, "arena of %llu MiB built and free",
+                      (unsigned long long)(ARENA / MiB));
+                /* Two pieces of 1 GiB: leave 128 MiB in each. */
+                CHECK(ops->mem_create_private(be, 0, ARENA / 2 - SIZE / 2, &a1) == 0 &&
+                      ops->mem_create_private(be, 0, ARENA / 2 - SIZE / 2, &a2) == 0,
+                      "two arena copies");
+                t0 = gpu_now_us();
+                r = ops->mem_create_private(be, 0, SIZE, &c);
+                printf("host arena: %llu MiB in %.1f us\n",
+                       (unsigned long long)(SIZE / MiB), gpu_now_us() - t0);
+                CHECK(r == 0, "an arena copy in parts: %s", strerror(-r));
+                if (r == 0) {
+                        CHECK(cuda_mem_of(c)->n_parts == 2, "in 2 parts (%u)",
+                              cuda_mem_of(c)->n_parts);
+                        CHECK(c->fd == -1 && c->daemon_only &&
+                              c->tier == GMD_TIER_HOST, "no fd, the daemon's only");
+                        CHECK(ops->mem_zero(be, c) == -EINVAL, "not zeroed by mem_zero");
+                        /* One copy across the parts each way. */
+                        CHECK(gpu_fill(va_of(vram), SIZE, 0, 99) == 0, "fill 3");
+                        n_done = 0;
+                        CHECK(ops->copy_submit(be, 0, GMD_COPY_OUT, c, 0, vram, 0,
+                                               SIZE, (void *)(intptr_t)1) == 0,
+                              "one copy out over two parts");
+                        CHECK(reap_until(be, 1) == 0, "it finishes");
+                        CHECK(gpu_fill(va_of(vram2), SIZE, 0, 3) == 0, "scribble 2");
+                        n_done = 0;
+                        CHECK(ops->copy_submit(be, 0, GMD_COPY_IN, vram2, 0, c, 0,
+                                               SIZE, (void *)(intptr_t)101) == 0,
+                              "one copy in over two parts");
+                        CHECK(reap_until(be, 1) == 0, "it finishes");
+                        CHECK(gpu_check(va_of(vram2), SIZE, 0, 99) == 0,
+                              "round trip through two parts exact");
+                }
+                ops->arena_info(be, 0, &info);
+                CHECK(info.free == 0, "arena used up (%llu MiB free)",
+                      (unsigned long long)(info.free / MiB));
+                CHECK(ops->mem_create_private(be, 0, 2 * MiB, &m) == -ENOSPC,
+                      "a full arena says -ENOSPC");
+                ops->mem_destroy(be, a1);
+                ops->mem_destroy(be, a2);
+                ops->mem_destroy(be, c);
+                CHECK(ops->mem_create_private(be, 0, ARENA, &all) == 0,
+                      "freed parts merge: the whole arena again");
+                ops->mem_destroy(be, all);
+                ops->arena_info(be, 0, &info);
+                CHECK(info.free == ARENA && info.largest == ARENA / 2 &&
+                      info.refused == 1 && info.served == 4,
+                      "arena accounting: free %llu MiB, largest %llu MiB, "
+                      "served %llu, refused %llu",
+                      (unsigned long long)(info.free / MiB),
+                      (unsigned long long)(info.largest / MiB),
+                      (unsigned long long)info.served,
+                      (unsigned long long)info.refused);
         }
 out:
         ops->mem_destroy(be, vram);
