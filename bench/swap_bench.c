@@ -878,8 +878,9 @@ int main(int argc, char **argv)
         char gpu[64] = "?";
         latency lat = { 0 };
         gmd_client *c = NULL;
-        /* GMD_BENCH_DAEMON_CONFIG=FILE adds --config FILE (with the log). */
-        const char *debug_args[] = { "--log-level", "debug", NULL, NULL, NULL };
+        const char *args[5] = { NULL };
+        char config_path[] = "/tmp/swap-bench-XXXXXX";
+        int n_args = 0;
         FILE *daemon_log = NULL;
         gpu_daemon d;
         int reps = 5, r;
@@ -942,9 +943,31 @@ int main(int argc, char **argv)
         setenv("GPU_MEMD_CACHE", "0", 1);
         /* GMD_BENCH_DAEMON_LOG=FILE: the daemon logs at debug level (each
          * move's copy, remap and release times) and its log goes there. */
-        if (getenv("GMD_BENCH_DAEMON_CONFIG"))
-                debug_args[2] = "--config", debug_args[3] = getenv("GMD_BENCH_DAEMON_CONFIG");
-        r = gpu_daemon_start(getenv("GMD_BENCH_DAEMON_LOG") ? debug_args : NULL, &d);
+        if (getenv("GMD_BENCH_DAEMON_LOG")) {
+                args[n_args++] = "--log-level";
+                args[n_args++] = "debug";
+        }
+        /* GMD_BENCH_DAEMON_CONFIG=FILE: the daemon's config. Else one that
+         * differs from the defaults in one key: the 4 GiB both-ways case
+         * holds two 4 GiB host copies at once, more than the default arena
+         * (25% of host_limit, at most 8G) on a machine with < 128 GiB. */
+        args[n_args++] = "--config";
+        if (getenv("GMD_BENCH_DAEMON_CONFIG")) {
+                args[n_args++] = getenv("GMD_BENCH_DAEMON_CONFIG");
+        } else {
+                int fd = mkstemp(config_path);
+                static const char text[] = "[pools]\nhost_stock = 10G\n";
+
+                if (fd < 0 || write(fd, text, sizeof(text) - 1) != sizeof(text) - 1) {
+                        fprintf(stderr, "bench config: %s\n", strerror(errno));
+                        return 1;
+                }
+                close(fd);
+                args[n_args++] = config_path;
+        }
+        r = gpu_daemon_start(args, &d);
+        if (!getenv("GMD_BENCH_DAEMON_CONFIG"))
+                unlink(config_path);
         if (r < 0) {
                 fprintf(stderr, "start gpu-memd: %s\n", strerror(-r));
                 return 1;
