@@ -91,6 +91,7 @@ typedef struct result {
         bool done;
         samples base_d2h, base_h2d, base_both;     /* GB/s */
         samples be_out, be_in, be_both;
+        samples be_in_fresh;        /* in, into VRAM created just before */
         samples d_out, d_in, d_both;
         samples d_out_call;                         /* ms in gmd_pageout */
         double d_out_cold, d_in_cold;
@@ -357,6 +358,22 @@ static int run_backend(uint64_t max, int reps)
                                 goto copy_failed;
                         if (i)
                                 add(&res->be_both, gbs(2 * res->size, us));
+                }
+                /* In, into VRAM created just before the copy, as a swap-in
+                 * does (the daemon's destination is a new allocation). */
+                for (int i = 0; i < reps; i++) {
+                        gmd_mem *fresh = NULL;
+                        lane in_fresh;
+
+                        if (ops->mem_create_filled(be, GMD_TIER_VRAM, 0, res->size,
+                                                   &fresh) < 0)
+                                goto copy_failed;
+                        in_fresh = (lane)LANE(GMD_COPY_IN, fresh, hostm[0]);
+                        us = lanes_run(&h, &in_fresh, 1);
+                        ops->mem_destroy(be, fresh);
+                        if (us < 0)
+                                goto copy_failed;
+                        add(&res->be_in_fresh, gbs(res->size, us));
                 }
                 if (gpu_check((void *)(uintptr_t)cuda_mem_of(vram[1])->va,
                               res->size, 0, 77) != 0) {
@@ -767,6 +784,12 @@ static void print_human(FILE *f, const char *gpu, const latency *lat)
                                 ratio(&results[k].be_out, &results[k].base_d2h),
                                 ratio(&results[k].be_in, &results[k].base_h2d),
                                 ratio(&results[k].be_both, &results[k].base_both));
+        fprintf(f, "\nbackend in, into VRAM created just before / baseline: ");
+        for (size_t k = 0; k < N_SIZES; k++)
+                if (results[k].done)
+                        fprintf(f, "%llu M %.2f  ",
+                                (unsigned long long)(results[k].size / MiB),
+                                ratio(&results[k].be_in_fresh, &results[k].base_h2d));
         fprintf(f, "\n");
         if (lat->ran)
                 fprintf(f, "acquire of a paged-out %llu MiB buffer: %.0f us idle, "
@@ -829,7 +852,8 @@ static void print_json(FILE *f, const char *gpu, const latency *lat)
                 fprintf(f, "},\n   \"backend\": {");
                 json_samples(f, "out", &r->be_out, false);
                 json_samples(f, "in", &r->be_in, false);
-                json_samples(f, "both", &r->be_both, true);
+                json_samples(f, "both", &r->be_both, false);
+                json_samples(f, "in_fresh_vram", &r->be_in_fresh, true);
                 fprintf(f, "},\n   \"daemon\": {");
                 json_samples(f, "out", &r->d_out, false);
                 json_samples(f, "in", &r->d_in, false);

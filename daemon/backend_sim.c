@@ -289,12 +289,12 @@ static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
                 char *from = sim_mem_at(sim, src, src_off + done, &from_run);
                 int r;
 
-                if (!to || !from)
-                        return -EINVAL;   /* cannot happen: checked above */
                 if (n > to_run)
                         n = to_run;
                 if (n > from_run)
                         n = from_run;
+                if (!to || !from || n == 0)
+                        return -EINVAL;   /* cannot happen: checked above */
                 done += n;
                 r = done == len ?
                     sim_copier_submit(sim->copier, queue, to, from, n, cookie) :

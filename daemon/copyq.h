@@ -34,6 +34,7 @@ typedef struct gmd_copyq {
         uint64_t busy_us[2];        /* time with at least one chunk in flight */
         uint64_t busy_since[2];
         uint64_t broken_until_us[2];   /* a copy was refused: no new moves */
+        uint64_t arena_warned_ms;      /* last "host arena full" warning */
         gmd_list failed;            /* moves refused at submit, to finish */
 } gmd_copyq;
 

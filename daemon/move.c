@@ -62,8 +62,8 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
                             gmd_mem **ret_mem)
 {
         const gmd_backend_ops *ops = server->backend->ops;
-        gmd_arena_info arena;
-        uint64_t now;
+        gmd_arena_info arena = { 0 };
+        uint64_t now, *warned;
         int r;
 
         if (!ops->mem_create_private || (b->flags & GMD_ALLOC_SPILLABLE))
@@ -73,10 +73,14 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
         if (r != -ENOSPC)
                 return r;
         now = now_ms();
-        if (ops->arena_info &&
-            (!server->arena_warned_ms || now - server->arena_warned_ms >= 60000)) {
-                server->arena_warned_ms = now;
+        warned = &server->copyqs[b->device].arena_warned_ms;
+        if (ops->arena_info)
                 ops->arena_info(server->backend, b->device, &arena);
+        /* No arena at all ([pools] host_stock = 0) is the operator's
+         * choice: nothing to warn about. */
+        if (ops->arena_info && arena.target &&
+            (!*warned || now - *warned >= 60000)) {
+                *warned = now;
                 log_warning("device %u: the host arena has no room for a %llu MiB "
                             "swap-out (%llu of %llu MiB free%s): pinning its host "
                             "copy on the spot, which is slow; a larger [pools] "

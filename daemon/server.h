@@ -59,7 +59,6 @@ typedef struct gmd_server {
         uv_async_t copy_async;        /* the backend finished copies */
         bool copy_async_open;
         uint64_t next_remap_seq;
-        uint64_t arena_warned_ms;       /* last "host arena full" warning */
 
         /* Backend upkeep off the request path (the cuda reserve). */
         uv_timer_t maintain_timer;

@@ -437,6 +437,11 @@ static void test_scrape_after_pageout(void **state)
                                   ",tier=\"vram\"") == 8.0 * MiB);
         assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",
                                   ",tier=\"host\"") == 0);
+        /* The host arena: host_stock's default, 25% of host_limit. */
+        assert_true(sample(body, "gpumemd_host_arena_bytes{device=\"0\",state=\"pinned\"}")
+                    == 16.0 * MiB);
+        assert_true(sample(body, "gpumemd_host_arena_bytes{device=\"0\",state=\"free\"}")
+                    == 16.0 * MiB);
         free(answer);
 
         assert_int_equal(gmd_pageout(f->clients[0], b), 0);
@@ -460,6 +465,11 @@ static void test_scrape_after_pageout(void **state)
                                   ",tier=\"vram\"") == 0);
         assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",
                                   ",tier=\"host\"") == 8.0 * MiB);
+        /* Its host copy is in the arena. */
+        assert_true(sample(body, "gpumemd_host_arena_bytes{device=\"0\",state=\"pinned\"}")
+                    == 16.0 * MiB);
+        assert_true(sample(body, "gpumemd_host_arena_bytes{device=\"0\",state=\"free\"}")
+                    == 8.0 * MiB);
         free(answer);
 
         assert_int_equal(gmd_prefetch(f->clients[0], b), 0);

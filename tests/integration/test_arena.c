@@ -1,0 +1,385 @@
+/*
+ * test_arena — the host arena on the sim backend, with the real daemon:
+ * the host copy of a SWAPPABLE buffer swapped out comes from memory made
+ * ahead of time ([pools] host_stock), split in pieces a copy never
+ * crosses; what does not fit gets an allocation of its own, with a
+ * warning at most once a minute. SPILLABLE buffers, which their owner
+ * maps on host, never use it. Status and gpu-memctl show its size.
+ *
+ * With host_stock = 32M the sim arena of device 0 is 4 pieces of 8 MiB,
+ * so a 12 MiB buffer is stored as two parts. The figures checked follow
+ * extent.c: a request no single free range holds takes the largest ones
+ * first. Buffers carry patterns written before a move and checked word
+ * by word after it, also after arena memory was handed out again.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "gpumem.h"
+#include "harness.h"
+
+#define ARENA_CONFIG "[pools]\nhost_limit = 256M\nhost_stock = 32M\n" \
+                     "[swap]\nchunk_size = 2M\n"
+#define NO_ROOM "the host arena has no room"
+
+typedef struct fixture {
+        harness h;
+        int own_fds;
+        gmd_client *client;
+} fixture;
+
+static int setup(void **state)
+{
+        fixture *f = calloc(1, sizeof(*f));
+
+        if (!f)
+                return -1;
+        f->own_fds = harness_count_own_fds();
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        fixture *f = *state;
+        int own_fds = f->own_fds;
+
+        gmd_disconnect(f->client);
+        harness_cleanup(&f->h);
+        free(f);
+        *state = NULL;
+        return harness_check_own_fds(own_fds);
+}
+
+/* ---- helpers (as in test_tiering.c) ----------------------------------------- */
+
+static uint64_t pattern_word(uint64_t seed, uint64_t offset)
+{
+        uint64_t x = seed * 0x9e3779b97f4a7c15ull + offset + 1;
+
+        x ^= x >> 31;
+        x *= 0x94d049bb133111ebull;
+        x ^= x >> 29;
+        return x;
+}
+
+static void fill(gmd_buffer *b, uint64_t seed)
+{
+        uint64_t *p = gmd_buffer_ptr(b);
+
+        for (size_t i = 0; i < gmd_buffer_size(b) / 8; i++)
+                p[i] = pattern_word(seed, i);
+}
+
+/* Every word, failing with the first wrong one. */
+static void check(const gmd_buffer *b, uint64_t seed, const char *what)
+{
+        const uint64_t *p = gmd_buffer_ptr(b);
+        size_t n = gmd_buffer_size(b) / 8;
+
+        for (size_t i = 0; i < n; i++)
+                if (p[i] != pattern_word(seed, i))
+                        fail_msg("%s: word %zu of %zu is %#llx, want %#llx", what,
+                                 i, n, (unsigned long long)p[i],
+                                 (unsigned long long)pattern_word(seed, i));
+}
+
+#define OK(call) do {                                                         \
+                int r_ = (call);                                              \
+                if (r_ != 0)                                                  \
+                        fail_msg("%s = %d (%s)", #call, r_, gmd_last_error()); \
+        } while (0)
+
+/* Device 0's arena figures from its VRAM pool entry. */
+static void arena(gmd_client *c, uint64_t *ret_size, uint64_t *ret_free)
+{
+        gmd_status *s = harness_status(c);
+        bool found = false;
+
+        for (size_t i = 0; i < s->n_pools; i++) {
+                if (s->pools[i].device == 0 && s->pools[i].tier == GMD_TIER_VRAM) {
+                        *ret_size = s->pools[i].arena_size;
+                        *ret_free = s->pools[i].arena_free;
+                        found = true;
+                }
+        }
+        gmd_status_free(s);
+        if (!found)
+                fail_msg("status has no VRAM pool for device 0");
+}
+
+/* Poll until the arena shows these figures (the old backing of a move is
+ * let go when the owner's ack arrives, just after its acquire returns). */
+static void expect_arena(fixture *f, uint64_t size, uint64_t free_,
+                         const char *when)
+{
+        uint64_t deadline = harness_now_ms() + 2000, s = 0, fr = 0;
+
+        for (;;) {
+                arena(f->client, &s, &fr);
+                if (s == size && fr == free_)
+                        return;
+                if (harness_now_ms() >= deadline)
+                        break;
+                harness_sleep_ms(5);
+        }
+        fail_msg("%s: arena %llu MiB pinned, %llu MiB free; want %llu and %llu; "
+                 "log:\n%s", when, (unsigned long long)(s / MiB),
+                 (unsigned long long)(fr / MiB), (unsigned long long)(size / MiB),
+                 (unsigned long long)(free_ / MiB), harness_read_log(&f->h));
+}
+
+static uint64_t host_used(gmd_client *c)
+{
+        gmd_status *s = harness_status(c);
+        uint64_t used = UINT64_MAX;
+
+        for (size_t i = 0; i < s->n_pools; i++)
+                if (s->pools[i].tier == GMD_TIER_HOST)
+                        used = s->pools[i].used;
+        gmd_status_free(s);
+        return used;
+}
+
+static void expect_no_room_lines(fixture *f, int want, const char *when)
+{
+        int n = harness_log_count(&f->h, NO_ROOM);
+
+        if (n != want)
+                fail_msg("%s: %d \"%s\" lines in the log, want %d; log:\n%s", when,
+                         n, NO_ROOM, want, harness_read_log(&f->h));
+}
+
+/* gpu-memctl with `args` against the fixture's daemon; its stdout. */
+static char *ctl(fixture *f, const char *arg1, const char *arg2)
+{
+        const char *argv[] = { GMD_CTL_PATH, arg1, arg2, NULL };
+        char *out = NULL, *err = NULL;
+        int status = harness_run(&f->h, NULL, argv, &out, &err, 5000);
+
+        if (harness_exit_code(status) != 0)
+                fail_msg("gpu-memctl %s %s exited %d; stderr:\n%s", arg1,
+                         arg2 ? arg2 : "", harness_exit_code(status), err);
+        free(err);
+        return out;
+}
+
+static void expect_text(const char *text, const char *want, bool present)
+{
+        if (!strstr(text, want) == present)
+                fail_msg("\"%s\" %s in:\n%s", want,
+                         present ? "missing" : "unexpected", text);
+}
+
+/* ---- 1. swap-outs served from the arena ------------------------------------- */
+
+/* One round: new patterns, release, page out in `order` (the first two
+ * fit the arena, the third is pinned on its own), then acquire in that
+ * order, checking the bytes and the arena after each step. `warned`: the
+ * warning lines expected before this round. */
+static void arena_round(fixture *f, gmd_buffer **b, const int *order,
+                        uint64_t seed, int warned)
+{
+        static const uint64_t free_after_out[3] = { 20 * MiB, 8 * MiB, 8 * MiB };
+        static const uint64_t free_after_in[3] = { 20 * MiB, 32 * MiB, 32 * MiB };
+        char when[64];
+
+        for (int i = 0; i < 3; i++) {
+                fill(b[i], seed + (uint64_t)i);
+                OK(gmd_release(f->client, b[i]));
+        }
+        for (int k = 0; k < 3; k++) {
+                gmd_buffer *x = b[order[k]];
+
+                snprintf(when, sizeof(when), "seed %llu, pageout %d",
+                         (unsigned long long)seed, k);
+                OK(gmd_pageout(f->client, x));
+                OK(gmd_wait(f->client, x, 5000));
+                assert_int_equal(gmd_buffer_tier(x), GMD_TIER_HOST);
+                expect_arena(f, 32 * MiB, free_after_out[k], when);
+                if (k < 2)
+                        expect_no_room_lines(f, warned, when);
+        }
+        free(harness_wait_log(&f->h, NO_ROOM, 2000));
+        expect_no_room_lines(f, 1, "after the third pageout");
+        assert_int_equal(host_used(f->client), 36 * MiB);
+
+        for (int k = 0; k < 3; k++) {
+                int i = order[k];
+
+                snprintf(when, sizeof(when), "seed %llu, acquire %d",
+                         (unsigned long long)seed, k);
+                OK(gmd_acquire(f->client, b[i], 5000));
+                assert_int_equal(gmd_buffer_tier(b[i]), GMD_TIER_VRAM);
+                check(b[i], seed + (uint64_t)i, when);
+                expect_arena(f, 32 * MiB, free_after_in[k], when);
+        }
+        assert_int_equal(host_used(f->client), 0);
+}
+
+static void test_arena_serves_swapouts(void **state)
+{
+        static const int forward[3] = { 0, 1, 2 }, backward[3] = { 2, 1, 0 };
+        fixture *f = *state;
+        gmd_buffer *b[3] = { NULL };
+        void *ptr[3];
+
+        harness_start_small(&f->h, ARENA_CONFIG);
+        f->client = harness_client(&f->h, "arena");
+        expect_arena(f, 32 * MiB, 32 * MiB, "at start");
+        for (int i = 0; i < 3; i++) {
+                OK(gmd_alloc(f->client, 12 * MiB, 0, GMD_ALLOC_SWAPPABLE,
+                             GMD_NO_WAIT, &b[i]));
+                ptr[i] = gmd_buffer_ptr(b[i]);
+        }
+        expect_arena(f, 32 * MiB, 32 * MiB, "allocating takes no arena");
+
+        arena_round(f, b, forward, 100, 0);
+        /* Again, the other way round: the parts the first buffer had now
+         * hold the third's bytes, and the warning is not repeated. */
+        arena_round(f, b, backward, 200, 1);
+
+        for (int i = 0; i < 3; i++) {
+                assert_ptr_equal(gmd_buffer_ptr(b[i]), ptr[i]);
+                OK(gmd_free(f->client, b[i]));
+        }
+        expect_arena(f, 32 * MiB, 32 * MiB, "after free");
+        harness_stop(&f->h);
+}
+
+/* ---- 2. SPILLABLE buffers keep out of it ------------------------------------- */
+
+static void test_spillable_skips_arena(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *sw = NULL, *sp = NULL;
+        void *ptr;
+
+        harness_start_small(&f->h, ARENA_CONFIG);
+        f->client = harness_client(&f->h, "spill");
+        /* A SWAPPABLE one out first, so the arena is seen to count. */
+        OK(gmd_alloc(f->client, 4 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &sw));
+        fill(sw, 1);
+        OK(gmd_release(f->client, sw));
+        OK(gmd_pageout(f->client, sw));
+        OK(gmd_wait(f->client, sw, 5000));
+        expect_arena(f, 32 * MiB, 28 * MiB, "swappable out");
+
+        OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &sp));
+        ptr = gmd_buffer_ptr(sp);
+        fill(sp, 2);
+        /* Acquired, and still it moves: its owner maps the host copy. */
+        OK(gmd_pageout(f->client, sp));
+        OK(gmd_wait(f->client, sp, 5000));
+        assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_HOST);
+        assert_ptr_equal(gmd_buffer_ptr(sp), ptr);
+        assert_int_equal(host_used(f->client), 12 * MiB);
+        expect_arena(f, 32 * MiB, 28 * MiB, "spillable out");
+        /* Its host copy was never asked of the arena: no warning either. */
+        expect_no_room_lines(f, 0, "spillable out");
+        check(sp, 2, "spillable on host");
+        fill(sp, 3);            /* in use where it is */
+        check(sp, 3, "spillable written on host");
+
+        OK(gmd_release(f->client, sp));
+        OK(gmd_prefetch(f->client, sp));
+        OK(gmd_wait(f->client, sp, 5000));
+        assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_VRAM);
+        OK(gmd_acquire(f->client, sp, 0));
+        assert_ptr_equal(gmd_buffer_ptr(sp), ptr);
+        check(sp, 3, "spillable back in VRAM");
+        expect_arena(f, 32 * MiB, 28 * MiB, "spillable back");
+
+        OK(gmd_acquire(f->client, sw, 5000));
+        check(sw, 1, "swappable back");
+        expect_arena(f, 32 * MiB, 32 * MiB, "all back");
+        OK(gmd_free(f->client, sw));
+        OK(gmd_free(f->client, sp));
+        harness_stop(&f->h);
+}
+
+/* ---- 3. no arena; what gpu-memctl shows --------------------------------------- */
+
+static void test_arena_off(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        char *out;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 256M\nhost_stock = 0\n"
+                                   "[swap]\nchunk_size = 2M\n");
+        f->client = harness_client(&f->h, "noarena");
+        expect_arena(f, 0, 0, "host_stock = 0");
+        OK(gmd_alloc(f->client, 12 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &b));
+        fill(b, 7);
+        OK(gmd_release(f->client, b));
+        OK(gmd_pageout(f->client, b));
+        OK(gmd_wait(f->client, b, 5000));
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+        assert_int_equal(host_used(f->client), 12 * MiB);
+        expect_arena(f, 0, 0, "out, no arena");
+        /* No arena is the operator's choice: no advice to enlarge it. */
+        assert_int_equal(harness_log_count(&f->h, NO_ROOM), 0);
+
+        out = ctl(f, "status", NULL);
+        expect_text(out, "COPIES", true);
+        expect_text(out, "host arena", false);
+        free(out);
+        out = ctl(f, "status", "--json");
+        expect_text(out, "\"arena_size\": 0,", true);
+        expect_text(out, "\"arena_free\": 0", true);
+        free(out);
+
+        OK(gmd_acquire(f->client, b, 5000));
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
+        check(b, 7, "back without an arena");
+        OK(gmd_free(f->client, b));
+        gmd_disconnect(f->client);
+        f->client = NULL;
+        harness_stop(&f->h);
+        harness_cleanup(&f->h);
+
+        /* With one, 12 MiB of it in use. */
+        harness_start_small(&f->h, ARENA_CONFIG);
+        f->client = harness_client(&f->h, "witharena");
+        OK(gmd_alloc(f->client, 12 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &b));
+        OK(gmd_release(f->client, b));
+        OK(gmd_pageout(f->client, b));
+        OK(gmd_wait(f->client, b, 5000));
+        expect_arena(f, 32 * MiB, 20 * MiB, "12 MiB out");
+        out = ctl(f, "status", NULL);
+        expect_text(out, "\ngpu0 host arena: 32 MiB pinned, 20 MiB free\n", true);
+        free(out);
+        out = ctl(f, "status", "--json");
+        expect_text(out, "\"arena_size\": 33554432", true);
+        expect_text(out, "\"arena_free\": 20971520", true);
+        free(out);
+        OK(gmd_free(f->client, b));
+        expect_arena(f, 32 * MiB, 32 * MiB, "freed while out");
+        harness_stop(&f->h);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_arena_serves_swapouts, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_spillable_skips_arena, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_arena_off, setup, teardown),
+        };
+
+        /* Freed buffers must go back at once for the figures checked here,
+         * also when the program is run by hand. */
+        setenv(GMD_CACHE_ENV, "0", 1);
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
