@@ -278,9 +278,10 @@ void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
 int cuda_host_open(cuda_backend *b, uint64_t total);
 /* Stop the worker after it released what it was given; free the arenas. */
 void cuda_host_close(cuda_backend *b);
-/* mem_create(HOST): a whole allocation of its own, made here (it pins). */
+/* mem_create(HOST): a whole allocation of its own, made here (it pins);
+ * zeroed unless `filled` (a copy overwrites it whole). */
 int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
-                     uint64_t size, cuda_mem **ret_mem);
+                     uint64_t size, bool filled, cuda_mem **ret_mem);
 /* mem_destroy(HOST): an arena piece goes back to its arena; a whole
  * allocation to the worker, which releases it. */
 void cuda_host_destroy(cuda_backend *b, cuda_mem *m);

@@ -45,8 +45,8 @@
 
 /* ---- building ------------------------------------------------------------ */
 
-/* Pin one piece of `bytes` at `at` in the arena of device `i` and let the
- * device reach it. The device's context is current. */
+/* Pin one piece of `bytes` at `at` in `d`'s arena and let the device
+ * reach it. The device's context is current. */
 static int arena_piece_make(cuda_backend *b, cuda_device *d, CUdeviceptr at,
                             uint64_t bytes, CUmemGenericAllocationHandle *ret)
 {
@@ -249,6 +249,8 @@ int cuda_host_open(cuda_backend *b, uint64_t total)
         r = -pthread_create(&h->thread, NULL, host_worker, b);
         if (r < 0) {
                 log_error("cuda: cannot start the host worker: %s", strerror(-r));
+                pthread_cond_destroy(&h->cond);
+                pthread_mutex_destroy(&h->lock);
                 return r;
         }
         h->started = true;
@@ -300,14 +302,14 @@ void cuda_host_close(cuda_backend *b)
 /* ---- the ops --------------------------------------------------------------- */
 
 int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,
-                     uint64_t size, cuda_mem **ret_mem)
+                     uint64_t size, bool filled, cuda_mem **ret_mem)
 {
         int r = cuda_device_enter(b, d);
 
         if (r < 0)
                 return r;
-        return cuda_mem_make(b, d, device, GMD_TIER_HOST, size, d->stream,
-                             ret_mem);
+        return cuda_mem_make_as(b, d, device, GMD_TIER_HOST, size, d->stream,
+                                !filled, ret_mem);
 }
 
 int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
@@ -320,17 +322,14 @@ int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
         cuda_mem *m;
         int r;
 
-        if (!d || size == 0 || !d->host_granularity || size % d->host_granularity)
+        if (!d || size == 0)
                 return -EINVAL;
+        /* No arena (none configured, or no HOST tier on this machine): the
+         * caller's fallback says what is possible. */
         if (!b->host.started || !d->arena.base)
                 return -ENOSPC;
-        m = calloc(1, sizeof(*m));
-        if (m)
-                m->parts = malloc(sizeof(*m->parts) * CUDA_ARENA_MAX_PARTS);
-        if (!m || !m->parts) {
-                free(m);
-                return -ENOMEM;
-        }
+        if (size % d->host_granularity)
+                return -EINVAL;
         pthread_mutex_lock(&b->host.lock);
         r = extents_take(&d->arena.free, size, CUDA_ARENA_MAX_PARTS, parts, &n);
         if (r < 0)
@@ -338,10 +337,17 @@ int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
         else
                 d->arena.served++;
         pthread_mutex_unlock(&b->host.lock);
-        if (r < 0) {
-                free(m->parts);
-                free(m);
+        if (r < 0)
                 return r == -EINVAL ? r : -ENOSPC;
+        m = calloc(1, sizeof(*m));
+        if (m)
+                m->parts = malloc(sizeof(*parts) * n);
+        if (!m || !m->parts) {
+                free(m);
+                pthread_mutex_lock(&b->host.lock);
+                (void)extents_give(&d->arena.free, parts, n);
+                pthread_mutex_unlock(&b->host.lock);
+                return -ENOMEM;
         }
         memcpy(m->parts, parts, sizeof(*parts) * n);
         m->n_parts = n;

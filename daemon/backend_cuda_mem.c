@@ -195,7 +195,7 @@ static int mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
                 return -EINVAL;
 
         if (tier == GMD_TIER_HOST) {
-                r = cuda_host_create(b, d, device, size, &m);
+                r = cuda_host_create(b, d, device, size, filled, &m);
                 if (r < 0)
                         return r;
                 *ret_mem = &m->mem;

@@ -36,6 +36,8 @@
 #define SIM_MAX_DEVICES 16
 #define SIM_ARENA_PIECES 4
 #define SIM_ARENA_MAX_PARTS 32
+/* Stretches of one copy: each end's parts split it at most that often. */
+#define SIM_COPY_MAX_PARTS (2 * SIM_ARENA_MAX_PARTS)
 
 /* A gmd_mem with, for an arena piece, its parts (offsets in the arena). */
 typedef struct sim_mem {
@@ -145,7 +147,9 @@ static sim_mem *sim_mem_of(gmd_mem *mem)
 
 static void arena_give(sim_arena *a, sim_mem *sm)
 {
-        (void)extents_give(&a->free, sm->parts, sm->n_parts);
+        /* A bad give (a bug) must not punch out someone else's copy. */
+        if (extents_give(&a->free, sm->parts, sm->n_parts) < 0)
+                return;
         for (unsigned i = 0; i < sm->n_parts; i++)
                 (void)fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                                 (off_t)sm->parts[i].offset,
@@ -275,34 +279,30 @@ static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
                            uint64_t src_off, uint64_t len, void *cookie)
 {
         sim_backend *sim = to_sim(b);
-        unsigned queue = 2 * device + dir;
+        sim_copy_part parts[SIM_COPY_MAX_PARTS];
+        unsigned queue = 2 * device + dir, n_parts = 0;
 
         if (device >= sim->n_devices || len == 0 || dst_off > dst->size ||
             len > dst->size - dst_off || src_off > src->size ||
             len > src->size - src_off)
                 return -EINVAL;
-        /* One memcpy per stretch contiguous at both ends (arena parts);
-         * only the last one reports. */
-        for (uint64_t done = 0; done < len; ) {
+        /* One memcpy per stretch contiguous at both ends (arena parts),
+         * queued together; only the last one reports. */
+        for (uint64_t done = 0; done < len; n_parts++) {
                 uint64_t to_run, from_run, n = len - done;
                 char *to = sim_mem_at(sim, dst, dst_off + done, &to_run);
                 char *from = sim_mem_at(sim, src, src_off + done, &from_run);
-                int r;
 
                 if (n > to_run)
                         n = to_run;
                 if (n > from_run)
                         n = from_run;
-                if (!to || !from || n == 0)
+                if (!to || !from || n == 0 || n_parts == SIM_COPY_MAX_PARTS)
                         return -EINVAL;   /* cannot happen: checked above */
+                parts[n_parts] = (sim_copy_part){ to, from, n };
                 done += n;
-                r = done == len ?
-                    sim_copier_submit(sim->copier, queue, to, from, n, cookie) :
-                    sim_copier_submit_part(sim->copier, queue, to, from, n);
-                if (r < 0)
-                        return r;   /* -ENOMEM for a 48-byte job record */
         }
-        return 0;
+        return sim_copier_submit_parts(sim->copier, queue, parts, n_parts, cookie);
 }
 
 static void sim_copy_reap(gmd_backend *b, gmd_copy_done_fn done, void *ctx)

@@ -41,6 +41,16 @@ struct sim_copier {
         uint64_t rate;              /* bytes per second, 0 = unlimited */
 };
 
+static void jobs_free(copy_job *job)
+{
+        while (job) {
+                copy_job *next = job->next;
+
+                free(job);
+                job = next;
+        }
+}
+
 /* Stretch a copy that took `spent_ns` to what `rate` allows. */
 static void copy_throttle(uint64_t rate, size_t len, uint64_t spent_ns)
 {
@@ -144,16 +154,6 @@ int sim_copier_new(unsigned n_queues, uint64_t rate, sim_copier **ret_copier)
         return 0;
 }
 
-static void jobs_free(copy_job *job)
-{
-        while (job) {
-                copy_job *next = job->next;
-
-                free(job);
-                job = next;
-        }
-}
-
 sim_copier *sim_copier_free(sim_copier *c)
 {
         if (!c)
@@ -186,29 +186,38 @@ void sim_copier_set_wake(sim_copier *c, void (*wake)(void *ctx), void *ctx)
         pthread_mutex_unlock(&c->lock);
 }
 
-static int copier_queue(sim_copier *c, unsigned queue, void *dst,
-                        const void *src, size_t len, void *cookie, bool report)
+int sim_copier_submit_parts(sim_copier *c, unsigned queue,
+                            const sim_copy_part *parts, unsigned n, void *cookie)
 {
-        copy_job *job;
+        copy_job *first = NULL, **tail = &first, *last = NULL;
         copy_queue *q;
 
-        if (queue >= c->n_queues)
+        if (queue >= c->n_queues || n == 0)
                 return -EINVAL;
-        job = calloc(1, sizeof(*job));
-        if (!job)
-                return -ENOMEM;
-        job->dst = dst;
-        job->src = src;
-        job->len = len;
-        job->cookie = cookie;
-        job->report = report;
+        /* Every record first: a copy half queued could not be taken back. */
+        for (unsigned i = 0; i < n; i++) {
+                copy_job *job = calloc(1, sizeof(*job));
+
+                if (!job) {
+                        jobs_free(first);
+                        return -ENOMEM;
+                }
+                job->dst = parts[i].dst;
+                job->src = parts[i].src;
+                job->len = parts[i].len;
+                job->report = i == n - 1;
+                job->cookie = job->report ? cookie : NULL;
+                *tail = job;
+                tail = &job->next;
+                last = job;
+        }
         q = &c->queues[queue];
         pthread_mutex_lock(&c->lock);
         if (q->tail)
-                q->tail->next = job;
+                q->tail->next = first;
         else
-                q->head = job;
-        q->tail = job;
+                q->head = first;
+        q->tail = last;
         pthread_cond_signal(&q->cond);
         pthread_mutex_unlock(&c->lock);
         return 0;
@@ -217,13 +226,9 @@ static int copier_queue(sim_copier *c, unsigned queue, void *dst,
 int sim_copier_submit(sim_copier *c, unsigned queue, void *dst, const void *src,
                       size_t len, void *cookie)
 {
-        return copier_queue(c, queue, dst, src, len, cookie, true);
-}
+        sim_copy_part part = { dst, src, len };
 
-int sim_copier_submit_part(sim_copier *c, unsigned queue, void *dst,
-                           const void *src, size_t len)
-{
-        return copier_queue(c, queue, dst, src, len, NULL, false);
+        return sim_copier_submit_parts(c, queue, &part, 1, cookie);
 }
 
 void sim_copier_reap(sim_copier *c, gmd_copy_done_fn done, void *ctx)

@@ -29,10 +29,18 @@ void sim_copier_set_wake(sim_copier *copier, void (*wake)(void *ctx), void *ctx)
 int sim_copier_submit(sim_copier *copier, unsigned queue, void *dst,
                       const void *src, size_t len, void *cookie);
 
-/* Queue a copy that is one part of a larger one: it is not reported; the
- * job submitted after it on the same queue finishes after it. */
-int sim_copier_submit_part(sim_copier *copier, unsigned queue, void *dst,
-                           const void *src, size_t len);
+/* One stretch of a copy made of several (sim_copier_submit_parts). */
+typedef struct sim_copy_part {
+        void *dst;
+        const void *src;
+        size_t len;
+} sim_copy_part;
+
+/* Queue one copy made of `n` stretches, run in order; only the last is
+ * reported, with `cookie`. All or nothing: on -ENOMEM none is queued. */
+int sim_copier_submit_parts(sim_copier *copier, unsigned queue,
+                            const sim_copy_part *parts, unsigned n,
+                            void *cookie);
 
 /* Hand every finished job to `done`, in the order they finished. */
 void sim_copier_reap(sim_copier *copier, gmd_copy_done_fn done, void *ctx);
