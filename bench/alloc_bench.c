@@ -24,8 +24,9 @@
  * after gmd_free) and says so.
  *
  * The bench starts its own gpu-memd for each case (see tests/gpu/gpu_proc.h
- * for how it is found), with a config file of its own where a case needs
- * one. Prints a summary; --json FILE writes the figures. Exits 77 when
+ * for how it is found), with a config file of the bench's: the case's
+ * reserve, and no host arena (pinning it at start would stall the driver
+ * during the first cases). Prints a summary; --json FILE writes the figures. Exits 77 when
  * there is no usable GPU.
  */
 #include <errno.h>
@@ -171,8 +172,10 @@ static int daemon_case(uint64_t size, int n, bench *b,
         return r;
 }
 
-/* A config file for the bench's daemons: [pools] cuda_reserve_chunks. The
- * name goes into `path`; the caller unlinks it. 0 or -errno. */
+/* A config file for the bench's daemons: [pools] cuda_reserve_chunks, and
+ * no host arena (nothing here swaps, and pinning it at start stalls the
+ * driver for every process, this one's baseline included). The name goes
+ * into `path`; the caller unlinks it. 0 or -errno. */
 static int config_write(char *path, size_t len, unsigned chunks)
 {
         FILE *f;
@@ -188,7 +191,7 @@ static int config_write(char *path, size_t len, unsigned chunks)
                 unlink(path);
                 return -ENOMEM;
         }
-        fprintf(f, "[pools]\ncuda_reserve_chunks = %u\n", chunks);
+        fprintf(f, "[pools]\ncuda_reserve_chunks = %u\nhost_stock = 0\n", chunks);
         if (fclose(f) != 0) {
                 unlink(path);
                 return -EIO;
@@ -237,7 +240,9 @@ int main(int argc, char **argv)
 {
         static bench chit2, chit64, hit, miss, miss4, big;
         static series cm2, cm4, cm64;
-        char hit_conf[64] = "", miss_conf[64] = "";
+        char hit_conf[64] = "", miss_conf[64] = "", default_conf[64] = "";
+        /* Every other case: the default reserve. */
+        const char *default_args[] = { "--config", default_conf, NULL };
         /* Reserve hits: a known reserve size, whatever the default. */
         const char *hit_args[] = { "--config", hit_conf, NULL };
         /* Misses: the reserve off; the daemon logs each create's steps. */
@@ -263,24 +268,26 @@ int main(int argc, char **argv)
         r = config_write(hit_conf, sizeof(hit_conf), HIT_PER_DAEMON);
         if (r == 0)
                 r = config_write(miss_conf, sizeof(miss_conf), 0);
+        if (r == 0)
+                r = config_write(default_conf, sizeof(default_conf), 16);
         if (r < 0)
                 fprintf(stderr, "cannot write a config file: %s\n",
                         strerror(-r));
 
         /* Cache on (the library's default), steady state. */
         if (r == 0)
-                r = daemon_case(2 * MiB, 500, &chit2, NULL, true);
+                r = daemon_case(2 * MiB, 500, &chit2, default_args, true);
         if (r == 0)
-                r = daemon_case(64 * MiB, 200, &chit64, NULL, true);
+                r = daemon_case(64 * MiB, 200, &chit64, default_args, true);
         /* Cache off: what a cache miss costs, reserve hit or not. */
         for (int i = 0; i < HIT_RESTARTS && r == 0; i++)
                 r = daemon_case(2 * MiB, HIT_PER_DAEMON, &hit, hit_args, false);
         if (r == 0)
                 r = daemon_case(2 * MiB, 200, &miss, miss_args, false);
         if (r == 0)   /* the reserve holds 2 MiB chunks only: always a miss */
-                r = daemon_case(4 * MiB, 200, &miss4, NULL, false);
+                r = daemon_case(4 * MiB, 200, &miss4, default_args, false);
         if (r == 0)
-                r = daemon_case(64 * MiB, 100, &big, NULL, false);
+                r = daemon_case(64 * MiB, 100, &big, default_args, false);
         if (r == 0)
                 r = cuda_case(2 * MiB, 500, &cm2);
         if (r == 0)
@@ -291,6 +298,8 @@ int main(int argc, char **argv)
                 unlink(hit_conf);
         if (miss_conf[0])
                 unlink(miss_conf);
+        if (default_conf[0])
+                unlink(default_conf);
         if (r < 0)
                 return 1;
 
