@@ -26,6 +26,7 @@
 
 #include "gpumem.h"
 #include "harness.h"
+#include "pattern.h"
 
 #define ARENA_CONFIG "[pools]\nhost_limit = 256M\nhost_stock = 32M\n" \
                      "[swap]\nchunk_size = 2M\n"
@@ -60,38 +61,7 @@ static int teardown(void **state)
         return harness_check_own_fds(own_fds);
 }
 
-/* ---- helpers (as in test_tiering.c) ----------------------------------------- */
-
-static uint64_t pattern_word(uint64_t seed, uint64_t offset)
-{
-        uint64_t x = seed * 0x9e3779b97f4a7c15ull + offset + 1;
-
-        x ^= x >> 31;
-        x *= 0x94d049bb133111ebull;
-        x ^= x >> 29;
-        return x;
-}
-
-static void fill(gmd_buffer *b, uint64_t seed)
-{
-        uint64_t *p = gmd_buffer_ptr(b);
-
-        for (size_t i = 0; i < gmd_buffer_size(b) / 8; i++)
-                p[i] = pattern_word(seed, i);
-}
-
-/* Every word, failing with the first wrong one. */
-static void check(const gmd_buffer *b, uint64_t seed, const char *what)
-{
-        const uint64_t *p = gmd_buffer_ptr(b);
-        size_t n = gmd_buffer_size(b) / 8;
-
-        for (size_t i = 0; i < n; i++)
-                if (p[i] != pattern_word(seed, i))
-                        fail_msg("%s: word %zu of %zu is %#llx, want %#llx", what,
-                                 i, n, (unsigned long long)p[i],
-                                 (unsigned long long)pattern_word(seed, i));
-}
+/* ---- helpers ---------------------------------------------------------------- */
 
 #define OK(call) do {                                                         \
                 int r_ = (call);                                              \
@@ -194,7 +164,7 @@ static void arena_round(fixture *f, gmd_buffer **b, const int *order,
         char when[64];
 
         for (int i = 0; i < 3; i++) {
-                fill(b[i], seed + (uint64_t)i);
+                pattern_fill(b[i], seed + (uint64_t)i);
                 OK(gmd_release(f->client, b[i]));
         }
         for (int k = 0; k < 3; k++) {
@@ -220,7 +190,7 @@ static void arena_round(fixture *f, gmd_buffer **b, const int *order,
                          (unsigned long long)seed, k);
                 OK(gmd_acquire(f->client, b[i], 5000));
                 assert_int_equal(gmd_buffer_tier(b[i]), GMD_TIER_VRAM);
-                check(b[i], seed + (uint64_t)i, when);
+                pattern_check(b[i], seed + (uint64_t)i, when);
                 expect_arena(f, 32 * MiB, free_after_in[k], when);
         }
         assert_int_equal(host_used(f->client), 0);
@@ -268,7 +238,7 @@ static void test_spillable_skips_arena(void **state)
         f->client = harness_client(&f->h, "spill");
         /* A SWAPPABLE one out first, so the arena is seen to count. */
         OK(gmd_alloc(f->client, 4 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &sw));
-        fill(sw, 1);
+        pattern_fill(sw, 1);
         OK(gmd_release(f->client, sw));
         OK(gmd_pageout(f->client, sw));
         OK(gmd_wait(f->client, sw, 5000));
@@ -276,7 +246,7 @@ static void test_spillable_skips_arena(void **state)
 
         OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &sp));
         ptr = gmd_buffer_ptr(sp);
-        fill(sp, 2);
+        pattern_fill(sp, 2);
         /* Acquired, and still it moves: its owner maps the host copy. */
         OK(gmd_pageout(f->client, sp));
         OK(gmd_wait(f->client, sp, 5000));
@@ -286,9 +256,9 @@ static void test_spillable_skips_arena(void **state)
         expect_arena(f, 32 * MiB, 28 * MiB, "spillable out");
         /* Its host copy was never asked of the arena: no warning either. */
         expect_no_room_lines(f, 0, "spillable out");
-        check(sp, 2, "spillable on host");
-        fill(sp, 3);            /* in use where it is */
-        check(sp, 3, "spillable written on host");
+        pattern_check(sp, 2, "spillable on host");
+        pattern_fill(sp, 3);            /* in use where it is */
+        pattern_check(sp, 3, "spillable written on host");
 
         OK(gmd_release(f->client, sp));
         OK(gmd_prefetch(f->client, sp));
@@ -296,11 +266,11 @@ static void test_spillable_skips_arena(void **state)
         assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_VRAM);
         OK(gmd_acquire(f->client, sp, 0));
         assert_ptr_equal(gmd_buffer_ptr(sp), ptr);
-        check(sp, 3, "spillable back in VRAM");
+        pattern_check(sp, 3, "spillable back in VRAM");
         expect_arena(f, 32 * MiB, 28 * MiB, "spillable back");
 
         OK(gmd_acquire(f->client, sw, 5000));
-        check(sw, 1, "swappable back");
+        pattern_check(sw, 1, "swappable back");
         expect_arena(f, 32 * MiB, 32 * MiB, "all back");
         OK(gmd_free(f->client, sw));
         OK(gmd_free(f->client, sp));
@@ -320,7 +290,7 @@ static void test_arena_off(void **state)
         f->client = harness_client(&f->h, "noarena");
         expect_arena(f, 0, 0, "host_stock = 0");
         OK(gmd_alloc(f->client, 12 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &b));
-        fill(b, 7);
+        pattern_fill(b, 7);
         OK(gmd_release(f->client, b));
         OK(gmd_pageout(f->client, b));
         OK(gmd_wait(f->client, b, 5000));
@@ -341,7 +311,7 @@ static void test_arena_off(void **state)
 
         OK(gmd_acquire(f->client, b, 5000));
         assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
-        check(b, 7, "back without an arena");
+        pattern_check(b, 7, "back without an arena");
         OK(gmd_free(f->client, b));
         gmd_disconnect(f->client);
         f->client = NULL;

@@ -37,6 +37,7 @@
 #include "gpumem.h"
 #include "gpumem.pb-c.h"
 #include "harness.h"
+#include "pattern.h"
 #include "spawn.h"
 #include "wire.h"
 
@@ -91,47 +92,6 @@ static int teardown(void **state)
 }
 
 /* ---- helpers ---------------------------------------------------------------- */
-
-static uint64_t pattern_word(uint64_t seed, uint64_t offset)
-{
-        uint64_t x = seed * 0x9e3779b97f4a7c15ull + offset + 1;
-
-        x ^= x >> 31;
-        x *= 0x94d049bb133111ebull;
-        x ^= x >> 29;
-        return x;
-}
-
-static void fill_mem(void *mem, size_t size, uint64_t seed)
-{
-        uint64_t *p = mem;
-
-        for (size_t i = 0; i < size / 8; i++)
-                p[i] = pattern_word(seed, i);
-}
-
-/* Every word, failing with the first wrong one. */
-static void check_mem(const void *mem, size_t size, uint64_t seed,
-                      const char *what)
-{
-        const uint64_t *p = mem;
-
-        for (size_t i = 0; i < size / 8; i++)
-                if (p[i] != pattern_word(seed, i))
-                        fail_msg("%s: word %zu of %zu is %#llx, want %#llx", what,
-                                 i, size / 8, (unsigned long long)p[i],
-                                 (unsigned long long)pattern_word(seed, i));
-}
-
-static void fill(gmd_buffer *b, uint64_t seed)
-{
-        fill_mem(gmd_buffer_ptr(b), gmd_buffer_size(b), seed);
-}
-
-static void check(const gmd_buffer *b, uint64_t seed, const char *what)
-{
-        check_mem(gmd_buffer_ptr(b), gmd_buffer_size(b), seed, what);
-}
 
 /* gmd_* call that must succeed. */
 #define OK(call) do {                                                         \
@@ -359,7 +319,7 @@ static void test_transitions(void **state)
         expect_row(f->client, id, GMD_TIER_VRAM, GMD_STATE_RESIDENT, "new");
         assert_true(buffer_row(f->client, id).acquired);
         expect_pools(f->client, 8 * MiB, 0, "after alloc");
-        fill(a, 1);
+        pattern_fill(a, 1);
 
         /* Out. */
         OK(gmd_release(f->client, a));
@@ -389,10 +349,10 @@ static void test_transitions(void **state)
         OK(gmd_wait(f->client, a, 5000));
         /* In VRAM already: the acquire is served at once. */
         OK(gmd_acquire(f->client, a, 0));
-        check(a, 1, "after pageout and prefetch");
+        pattern_check(a, 1, "after pageout and prefetch");
 
         /* Out again with new bytes, in by acquire: the passive swap-in. */
-        fill(a, 2);
+        pattern_fill(a, 2);
         OK(gmd_release(f->client, a));
         OK(gmd_pageout(f->client, a));
         OK(gmd_wait(f->client, a, 5000));
@@ -411,7 +371,7 @@ static void test_transitions(void **state)
         assert_int_equal(row.state, GMD_STATE_RESIDENT);
         assert_true(row.acquired);
         expect_pools(f->client, 8 * MiB, 0, "after the swap-in");
-        check(a, 2, "after the swap-in");
+        pattern_check(a, 2, "after the swap-in");
 
         /* Acquired and SWAPPABLE: busy, and nothing moves. */
         assert_int_equal(gmd_pageout(f->client, a), GMD_EBUSY);
@@ -421,7 +381,7 @@ static void test_transitions(void **state)
 
         /* PIN_VRAM: never moves, acquired or not. */
         OK(gmd_alloc(f->client, 4 * MiB, 0, GMD_ALLOC_PIN_VRAM, GMD_NO_WAIT, &pin));
-        fill(pin, 3);
+        pattern_fill(pin, 3);
         assert_int_equal(gmd_pageout(f->client, pin), -EINVAL);
         OK(gmd_release(f->client, pin));
         assert_int_equal(gmd_pageout(f->client, pin), -EINVAL);
@@ -431,7 +391,7 @@ static void test_transitions(void **state)
 
         /* SPILLABLE and acquired: moves, and stays acquired on host. */
         OK(gmd_alloc(f->client, 6 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &sp));
-        fill(sp, 4);
+        pattern_fill(sp, 4);
         expect_pools(f->client, 18 * MiB, 0, "three buffers");
         OK(gmd_pageout(f->client, sp));
         OK(gmd_wait(f->client, sp, 5000));
@@ -440,13 +400,13 @@ static void test_transitions(void **state)
         assert_int_equal(row.tier, GMD_TIER_HOST);
         assert_true(row.acquired);
         expect_pools(f->client, 12 * MiB, 6 * MiB, "spillable paged out");
-        check(sp, 4, "spillable on host");
-        fill(sp, 5);            /* in use where it is */
+        pattern_check(sp, 4, "spillable on host");
+        pattern_fill(sp, 5);            /* in use where it is */
         /* Released, it comes back with an acquire that may wait. */
         OK(gmd_release(f->client, sp));
         OK(gmd_acquire(f->client, sp, 5000));
         assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_VRAM);
-        check(sp, 5, "spillable back in VRAM");
+        pattern_check(sp, 5, "spillable back in VRAM");
         expect_pools(f->client, 18 * MiB, 0, "spillable back");
         /* An acquire that will not wait takes a SPILLABLE buffer where it
          * rests. */
@@ -455,7 +415,7 @@ static void test_transitions(void **state)
         OK(gmd_wait(f->client, sp, 5000));
         OK(gmd_acquire(f->client, sp, 0));
         assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_HOST);
-        check(sp, 5, "spillable acquired on host");
+        pattern_check(sp, 5, "spillable acquired on host");
 
         /* Everything of the client (NULL): the released ones go out. */
         OK(gmd_release(f->client, a));
@@ -465,8 +425,8 @@ static void test_transitions(void **state)
         assert_int_equal(gmd_buffer_tier(pin), GMD_TIER_VRAM);
         expect_pools(f->client, 4 * MiB, 14 * MiB, "after pageout of all");
         OK(gmd_acquire(f->client, pin, 0));
-        check(pin, 3, "pinned after pageout of all");
-        check(sp, 5, "spillable in use on host");
+        pattern_check(pin, 3, "pinned after pageout of all");
+        pattern_check(sp, 5, "spillable in use on host");
         OK(gmd_release(f->client, sp));
         OK(gmd_prefetch(f->client, NULL));
         OK(gmd_wait(f->client, NULL, 5000));
@@ -475,8 +435,8 @@ static void test_transitions(void **state)
         expect_pools(f->client, 18 * MiB, 0, "after prefetch of all");
         OK(gmd_acquire(f->client, a, 0));
         OK(gmd_acquire(f->client, sp, 0));
-        check(a, 2, "after pageout and prefetch of all");
-        check(sp, 5, "spillable after prefetch of all");
+        pattern_check(a, 2, "after pageout and prefetch of all");
+        pattern_check(sp, 5, "spillable after prefetch of all");
 
         OK(gmd_free(f->client, a));
         OK(gmd_free(f->client, pin));
@@ -504,9 +464,9 @@ static void test_acquire_overtakes_prefetch(void **state)
         OK(gmd_alloc(f->client, 48 * MiB, 0, 0, GMD_NO_WAIT, &big));
         OK(gmd_alloc(f->client, 4 * MiB, 0, 0, GMD_NO_WAIT, &small));
         OK(gmd_alloc(f->client, 4 * MiB, 0, 0, GMD_NO_WAIT, &other));
-        fill(big, 10);
-        fill(small, 11);
-        fill(other, 12);
+        pattern_fill(big, 10);
+        pattern_fill(small, 11);
+        pattern_fill(other, 12);
         OK(gmd_release(f->client, big));
         OK(gmd_release(f->client, small));
         OK(gmd_release(f->client, other));
@@ -541,11 +501,11 @@ static void test_acquire_overtakes_prefetch(void **state)
         assert_int_equal(gmd_buffer_tier(big), GMD_TIER_VRAM);
         assert_int_equal(gmd_buffer_tier(other), GMD_TIER_HOST);
         expect_pools(f->client, 52 * MiB, 4 * MiB, "after both");
-        check(small, 11, "small after swap-in");
+        pattern_check(small, 11, "small after swap-in");
         OK(gmd_acquire(f->client, big, 0));
-        check(big, 10, "big after prefetch");
+        pattern_check(big, 10, "big after prefetch");
         OK(gmd_acquire(f->client, other, 5000));
-        check(other, 12, "other after its swap-in");
+        pattern_check(other, 12, "other after its swap-in");
 
         OK(gmd_free(f->client, big));
         OK(gmd_free(f->client, small));
@@ -563,7 +523,7 @@ static void fill_vram_acquired(gmd_client *c, gmd_buffer **bufs, unsigned n,
 {
         for (unsigned i = 0; i < n; i++) {
                 OK(gmd_alloc(c, size, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &bufs[i]));
-                fill(bufs[i], 100 + i);
+                pattern_fill(bufs[i], 100 + i);
         }
 }
 
@@ -583,7 +543,7 @@ static void test_deadlines(void **state)
 
         /* A wait shorter than a slow move: timed out; then it ends. */
         OK(gmd_alloc(f->client, 16 * MiB, 0, 0, GMD_NO_WAIT, &slow));
-        fill(slow, 50);
+        pattern_fill(slow, 50);
         OK(gmd_release(f->client, slow));
         OK(gmd_pageout(f->client, slow));
         t0 = harness_now_ms();
@@ -596,14 +556,14 @@ static void test_deadlines(void **state)
         OK(gmd_wait(f->client, slow, 5000));
         assert_int_equal(gmd_buffer_tier(slow), GMD_TIER_HOST);
         OK(gmd_acquire(f->client, slow, 5000));
-        check(slow, 50, "after the slow pageout and back");
+        pattern_check(slow, 50, "after the slow pageout and back");
         OK(gmd_free(f->client, slow));
 
         /* Two buffers on host: X ordinary, Y SPILLABLE. */
         OK(gmd_alloc(f->client, 8 * MiB, 0, 0, GMD_NO_WAIT, &x));
         OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &y));
-        fill(x, 60);
-        fill(y, 61);
+        pattern_fill(x, 60);
+        pattern_fill(y, 61);
         OK(gmd_release(f->client, x));
         OK(gmd_release(f->client, y));
         OK(gmd_pageout(f->client, NULL));
@@ -640,8 +600,8 @@ static void test_deadlines(void **state)
         for (size_t i = 0; i < 8 * MiB / 8; i++)
                 if (((uint64_t *)gmd_buffer_ptr(b))[i] != 0)
                         fail_msg("spilled allocation is not zeroed at word %zu", i);
-        fill(b, 62);
-        check(b, 62, "spilled allocation");
+        pattern_fill(b, 62);
+        pattern_check(b, 62, "spilled allocation");
         OK(gmd_free(f->client, b));
         b = NULL;
         /* SPILLABLE and no wait at all: on HOST at once. */
@@ -649,8 +609,8 @@ static void test_deadlines(void **state)
         OK(gmd_alloc(f->client, 2 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &b));
         assert_true(elapsed_since(t0) < 300);
         assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
-        fill(b, 63);
-        check(b, 63, "spilled no-wait allocation");
+        pattern_fill(b, 63);
+        pattern_check(b, 63, "spilled no-wait allocation");
         OK(gmd_free(f->client, b));
 
         /* Acquire of X (not SPILLABLE) on host: no room, ETIMEDOUT. */
@@ -673,9 +633,9 @@ static void test_deadlines(void **state)
                          "at its 400 ms deadline", (long long)ms);
         assert_int_equal(gmd_buffer_tier(y), GMD_TIER_HOST);
         assert_true(buffer_row(f->client, gmd_buffer_id(y)).acquired);
-        check(y, 61, "Y acquired on host");
-        fill(y, 64);
-        check(y, 64, "Y written on host");
+        pattern_check(y, 61, "Y acquired on host");
+        pattern_fill(y, 64);
+        pattern_check(y, 64, "Y written on host");
 
         /* X's swap-in went on as a prefetch: room appears, X comes back. */
         OK(gmd_free(f->client, wall[0]));
@@ -683,12 +643,12 @@ static void test_deadlines(void **state)
         OK(gmd_wait(f->client, x, 5000));
         assert_int_equal(gmd_buffer_tier(x), GMD_TIER_VRAM);
         OK(gmd_acquire(f->client, x, 0));
-        check(x, 60, "X after its prefetch");
+        pattern_check(x, 60, "X after its prefetch");
         /* Y is in use on host: it must not have moved. */
         assert_int_equal(gmd_buffer_tier(y), GMD_TIER_HOST);
-        check(y, 64, "Y still on host");
+        pattern_check(y, 64, "Y still on host");
         for (unsigned i = 1; i < 4; i++)
-                check(wall[i], 100 + i, "wall");
+                pattern_check(wall[i], 100 + i, "wall");
 
         for (unsigned i = 1; i < 4; i++)
                 OK(gmd_free(f->client, wall[i]));
@@ -783,8 +743,8 @@ static void test_eviction_choice(void **state)
                          harness_read_log(&f->h));
 
         for (unsigned i = 0; i < 4; i++) {
-                fill(mine[i], 70 + i);
-                check(mine[i], 70 + i, "the evictor's buffer");
+                pattern_fill(mine[i], 70 + i);
+                pattern_check(mine[i], 70 + i, "the evictor's buffer");
                 OK(gmd_free(f->client, mine[i]));
         }
 
@@ -860,14 +820,14 @@ static void test_client_dies_mid_move(void **state)
 
         /* The daemon is up and its whole pool usable. */
         OK(gmd_alloc(f->client, POOL, 0, 0, GMD_NO_WAIT, &b));
-        fill(b, 80);
-        check(b, 80, "whole pool after the kills");
+        pattern_fill(b, 80);
+        pattern_check(b, 80, "whole pool after the kills");
         OK(gmd_free(f->client, b));
 
         /* SIGTERM with a move in flight: a clean exit (harness_stop checks
          * status 0 and the socket gone). */
         OK(gmd_alloc(f->client, 32 * MiB, 0, 0, GMD_NO_WAIT, &b));
-        fill(b, 81);
+        pattern_fill(b, 81);
         OK(gmd_release(f->client, b));
         OK(gmd_pageout(f->client, b));
         expect_row(f->client, gmd_buffer_id(b), GMD_TIER_VRAM,
@@ -915,7 +875,7 @@ static void test_cancellations(void **state)
                                    "[sim]\ncopy_rate = 64M\n");
         f->client = harness_client(&f->h, "cancel");
         OK(gmd_alloc(f->client, 32 * MiB, 0, 0, GMD_NO_WAIT, &b));
-        fill(b, 120);
+        pattern_fill(b, 120);
         OK(gmd_release(f->client, b));
 
         /* Prefetch over a pageout under way: it never leaves. */
@@ -929,8 +889,8 @@ static void test_cancellations(void **state)
                    "prefetch over pageout");
         wait_pools(f, f->client, 32 * MiB, 0, 3000, "prefetch over pageout");
         OK(gmd_acquire(f->client, b, 0));
-        check(b, 120, "after prefetch over pageout");
-        fill(b, 121);
+        pattern_check(b, 120, "after prefetch over pageout");
+        pattern_fill(b, 121);
         OK(gmd_release(f->client, b));
 
         /* Pageout over a prefetch under way: it stays out. */
@@ -946,8 +906,8 @@ static void test_cancellations(void **state)
                    "pageout over prefetch");
         wait_pools(f, f->client, 0, 32 * MiB, 3000, "pageout over prefetch");
         OK(gmd_acquire(f->client, b, 5000));
-        check(b, 121, "after pageout over prefetch");
-        fill(b, 122);
+        pattern_check(b, 121, "after pageout over prefetch");
+        pattern_fill(b, 122);
         OK(gmd_release(f->client, b));
 
         /* Acquire over a pageout under way: served at once, in VRAM. */
@@ -959,9 +919,9 @@ static void test_cancellations(void **state)
         if (ms > 300)
                 fail_msg("acquire over a 500 ms pageout took %lld ms: it waited "
                          "for the copy instead of stopping it", (long long)ms);
-        check(b, 122, "after acquire over pageout");
+        pattern_check(b, 122, "after acquire over pageout");
         wait_pools(f, f->client, 32 * MiB, 0, 3000, "acquire over pageout");
-        fill(b, 123);
+        pattern_fill(b, 123);
         OK(gmd_release(f->client, b));
 
         /* Acquire over an eviction under way: the same; the allocation
@@ -986,8 +946,8 @@ static void test_cancellations(void **state)
                 if (ms > 300)
                         fail_msg("acquire over a 500 ms eviction took %lld ms",
                                  (long long)ms);
-                check(b, 123, "after acquire over eviction");
-                fill(b, 124);
+                pattern_check(b, 123, "after acquire over eviction");
+                pattern_fill(b, 124);
                 /* Still waiting: nothing else can make room. */
                 harness_sleep_ms(100);
                 if (waitpid(p->pid, NULL, WNOHANG) != 0)
@@ -1002,8 +962,8 @@ static void test_cancellations(void **state)
         OK(gmd_free(f->client, filler));
         filler = NULL;
         OK(gmd_acquire(f->client, b, 5000));
-        check(b, 124, "after its eviction");
-        fill(b, 123);
+        pattern_check(b, 124, "after its eviction");
+        pattern_fill(b, 123);
         OK(gmd_release(f->client, b));
 
         /* An acquire waits for the swap-in; a pageout arrives meanwhile. */
@@ -1034,7 +994,7 @@ static void test_cancellations(void **state)
                          "daemon/tiering.c pageout_one -> move_cancel");
         OK(job.result);
         assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
-        check(b, 123, "after acquire with a pageout");
+        pattern_check(b, 123, "after acquire with a pageout");
         OK(gmd_free(f->client, b));
         wait_pools(f, f->client, 0, 0, 3000, "after free");
         harness_stop(&f->h);
@@ -1180,7 +1140,7 @@ static uint64_t raw_alloc_release(fixture *f, uint32_t *next_id, uint64_t size,
         assert_int_equal(reply->n_segments, 1);
         assert_true(m.fd >= 0);
         p = raw_map(f, m.fd, size);
-        fill_mem(p, size, seed);
+        pattern_fill_mem(p, size, seed);
         raw_msg_clear(&m);
 
         rel.buffer_id = id;
@@ -1209,7 +1169,7 @@ static uint64_t raw_expect_remap(fixture *f, uint64_t id, size_t size,
                 assert_int_equal(note->n_segments, 1);
                 assert_int_equal(note->segments[0]->size, size);
                 assert_true(m.fd >= 0);
-                check_mem(raw_map(f, m.fd, size), size, seed,
+                pattern_check_mem(raw_map(f, m.fd, size), size, seed,
                           "raw buffer's new backing");
         }
         raw_msg_clear(&m);
@@ -1332,7 +1292,7 @@ static void test_quota_follows_moves(void **state)
         f->client = harness_client(&f->h, "quota");
         OK(gmd_alloc(f->client, 16 * MiB, 0, 0, GMD_NO_WAIT, &a));
         OK(gmd_alloc(f->client, 16 * MiB, 0, 0, GMD_NO_WAIT, &b));
-        fill(a, 95);
+        pattern_fill(a, 95);
         assert_int_equal(gmd_alloc(f->client, 2 * MiB, 0, 0, GMD_NO_WAIT, &c),
                          GMD_EQUOTA);
         OK(gmd_release(f->client, a));
