@@ -391,6 +391,8 @@ void cuda_host_destroy(cuda_backend *b, cuda_mem *m)
 CUdeviceptr cuda_mem_at(cuda_backend *b, const cuda_mem *m, uint64_t off,
                         uint64_t *ret_run)
 {
+        uint64_t at;
+
         *ret_run = 0;
         if (off >= m->mem.size)
                 return 0;
@@ -400,15 +402,9 @@ CUdeviceptr cuda_mem_at(cuda_backend *b, const cuda_mem *m, uint64_t off,
                 *ret_run = m->mem.size - off;
                 return m->va + off;
         }
-        for (unsigned i = 0; i < m->n_parts; i++) {
-                if (off < m->parts[i].len) {
-                        *ret_run = m->parts[i].len - off;
-                        return b->devices[m->mem.device].arena.base +
-                               m->parts[i].offset + off;
-                }
-                off -= m->parts[i].len;
-        }
-        return 0;
+        if (extents_locate(m->parts, m->n_parts, off, &at, ret_run) < 0)
+                return 0;
+        return b->devices[m->mem.device].arena.base + at;
 }
 
 void cuda_ops_arena_info(gmd_backend *backend, unsigned device,

@@ -238,6 +238,7 @@ static char *sim_mem_at(sim_backend *sim, gmd_mem *mem, uint64_t off,
                         uint64_t *ret_run)
 {
         sim_mem *sm = sim_mem_of(mem);
+        uint64_t at;
 
         *ret_run = 0;
         if (off >= mem->size)
@@ -246,15 +247,9 @@ static char *sim_mem_at(sim_backend *sim, gmd_mem *mem, uint64_t off,
                 *ret_run = mem->size - off;
                 return (char *)(uintptr_t)mem->handle + off;
         }
-        for (unsigned i = 0; i < sm->n_parts; i++) {
-                if (off < sm->parts[i].len) {
-                        *ret_run = sm->parts[i].len - off;
-                        return sim->arenas[mem->device].base +
-                               sm->parts[i].offset + off;
-                }
-                off -= sm->parts[i].len;
-        }
-        return NULL;
+        if (extents_locate(sm->parts, sm->n_parts, off, &at, ret_run) < 0)
+                return NULL;
+        return sim->arenas[mem->device].base + at;
 }
 
 static int sim_mem_zero(gmd_backend *b, gmd_mem *mem)

@@ -329,3 +329,18 @@ uint64_t extents_largest(const gmd_extents *e)
                         largest = e->holes[i].len;
         return largest;
 }
+
+int extents_locate(const gmd_extent *parts, unsigned n, uint64_t off,
+                   uint64_t *ret_at, uint64_t *ret_run)
+{
+        for (unsigned i = 0; i < n; i++) {
+                if (off < parts[i].len) {
+                        *ret_at = parts[i].offset + off;
+                        *ret_run = parts[i].len - off;
+                        return 0;
+                }
+                off -= parts[i].len;
+        }
+        *ret_run = 0;
+        return -ERANGE;
+}

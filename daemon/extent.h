@@ -87,4 +87,11 @@ int extents_give(gmd_extents *e, const gmd_extent *parts, unsigned n);
  * whether a request fits in one part). */
 uint64_t extents_largest(const gmd_extents *e);
 
+/* Where byte `off` of something stored as `parts` (in order) lies: its
+ * offset in the allocator's space, with how many bytes from there stay in
+ * the same part in *ret_run. -ERANGE (and *ret_run 0) when `off` is past
+ * the parts' end. */
+int extents_locate(const gmd_extent *parts, unsigned n, uint64_t off,
+                   uint64_t *ret_at, uint64_t *ret_run);
+
 #endif

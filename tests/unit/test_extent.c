@@ -446,6 +446,30 @@ static int stress_expect(const stress_run *runs_in, unsigned n_runs, uint64_t av
         return 0;
 }
 
+/* extents_locate walks parts in order: offsets map into the right part,
+ * the run stops at the part's end, and past the end is -ERANGE. */
+static void test_locate(void **state)
+{
+        const gmd_extent parts[] = { { 40, 8 }, { 4, 2 }, { 100, 6 } };
+        uint64_t at = 0, run = 0;
+
+        (void)state;
+        assert_int_equal(extents_locate(parts, 3, 0, &at, &run), 0);
+        assert_int_equal(at, 40);
+        assert_int_equal(run, 8);
+        assert_int_equal(extents_locate(parts, 3, 7, &at, &run), 0);
+        assert_int_equal(at, 47);
+        assert_int_equal(run, 1);
+        assert_int_equal(extents_locate(parts, 3, 8, &at, &run), 0);
+        assert_int_equal(at, 4);
+        assert_int_equal(run, 2);
+        assert_int_equal(extents_locate(parts, 3, 11, &at, &run), 0);
+        assert_int_equal(at, 101);
+        assert_int_equal(run, 5);
+        assert_int_equal(extents_locate(parts, 3, 16, &at, &run), -ERANGE);
+        assert_int_equal(run, 0);
+}
+
 static void test_stress(void **state)
 {
         static stress_alloc allocs[STRESS_SLOTS];
@@ -559,6 +583,7 @@ int main(void)
                 cmocka_unit_test(test_add_bad_region),
                 cmocka_unit_test(test_double_give),
                 cmocka_unit_test(test_give_outside_regions),
+                cmocka_unit_test(test_locate),
                 cmocka_unit_test(test_stress),
         };
 
