@@ -218,6 +218,15 @@ static void print_copies(const gmd_status *status)
                        ctl_size_text(p->arena_size, out, sizeof(out)),
                        ctl_size_text(p->arena_free, in, sizeof(in)));
         }
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+
+                if (p->tier != GMD_TIER_VRAM || !p->kept)
+                        continue;
+                printf("gpu%u VRAM kept for swap-ins: %s (in use until "
+                       "needed)\n", p->device,
+                       ctl_size_text(p->kept, out, sizeof(out)));
+        }
 }
 
 /* Another user's client seen by a non-admin: its name and buffer count
@@ -356,6 +365,7 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                 if (p->tier == GMD_TIER_VRAM) {
                         json_uint(&w, "arena_size", p->arena_size);
                         json_uint(&w, "arena_free", p->arena_free);
+                        json_uint(&w, "kept", p->kept);
                 }
                 json_end_object(&w);
         }

@@ -69,6 +69,7 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 p->copy_us_in = w->copy_us_in;
                 p->arena_size = w->arena_size;
                 p->arena_free = w->arena_free;
+                p->kept = w->kept;
         }
         s->n_clients = reply->n_clients;
         for (size_t i = 0; i < reply->n_clients; i++) {

@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "move.h"
+#include "reuse.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
@@ -32,6 +33,9 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         if (!pool)
                 return -EINVAL;
         r = pool_take(pool, size);
+        if (r == -ENOSPC && tier == GMD_TIER_VRAM &&
+            reuse_make_room(server, device, size))
+                r = pool_take(pool, size);
         if (r < 0)
                 return r;
 
@@ -120,6 +124,9 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
                 server->backend->ops->mem_destroy(server->backend, b->mem);
                 pool_give(pool, b->size);
         }
+        /* One buffer fewer that could come back into kept VRAM. */
+        if (b->tier == GMD_TIER_HOST)
+                reuse_trim(server, b->owner);
         free(b);
 }
 

@@ -25,6 +25,7 @@ typedef enum key_kind {
         KEY_COUNT,        /* unsigned, 0..max */
         KEY_SIZE,         /* uint64_t bytes */
         KEY_SIZE_SPEC,    /* bytes or percent */
+        KEY_BOOL,         /* yes | no (also true/false, on/off, 1/0) */
 } key_kind;
 
 typedef struct config_key {
@@ -58,6 +59,7 @@ static const config_key config_keys[] = {
         KEY("limits", "max_send_queue", KEY_UINT, max_send_queue, 1u << 20),
         KEY("swap", "chunk_size", KEY_SIZE, swap_chunk_size, 0),
         KEY("swap", "copies_in_flight", KEY_UINT, swap_copies_in_flight, 64),
+        KEY("swap", "keep_vram", KEY_BOOL, swap_keep_vram, 0),
         KEY("sim", "devices", KEY_UINT, sim_devices, 16),
         KEY("sim", "vram", KEY_SIZE, sim_vram, 0),
         KEY("sim", "granularity", KEY_SIZE, sim_granularity, 0),
@@ -94,6 +96,7 @@ void config_init_defaults(gmd_config *config)
         config->max_send_queue = 1024;
         config->swap_chunk_size = 64ull << 20;
         config->swap_copies_in_flight = 2;
+        config->swap_keep_vram = true;
         config->sim_devices = 1;
         config->sim_vram = 1ull << 30;
         config->sim_granularity = 2ull << 20;
@@ -186,6 +189,16 @@ static const char *key_parse(const config_key *key, const char *value,
                 }
                 if (size_spec_parse(value, field) < 0)
                         return "expected auto, a size such as 40G or a percentage such as 90%";
+                return NULL;
+        case KEY_BOOL:
+                if (!strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
+                    !strcasecmp(value, "on") || !strcmp(value, "1"))
+                        *(bool *)field = true;
+                else if (!strcasecmp(value, "no") || !strcasecmp(value, "false") ||
+                         !strcasecmp(value, "off") || !strcmp(value, "0"))
+                        *(bool *)field = false;
+                else
+                        return "expected yes or no";
                 return NULL;
         }
         return "unknown key kind";
@@ -375,6 +388,9 @@ static void key_print(const config_key *key, const void *field, FILE *out)
                         fprintf(out, "%s", size_format_exact(s->bytes, buf, sizeof(buf)));
                 break;
         }
+        case KEY_BOOL:
+                fprintf(out, "%s", *(const bool *)field ? "yes" : "no");
+                break;
         }
 }
 

@@ -7,6 +7,7 @@
 #ifndef GMD_CONFIG_H
 #define GMD_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -53,6 +54,8 @@ typedef struct gmd_config {
         /* [swap] */
         uint64_t swap_chunk_size;         /* bytes per copy handed to the backend */
         unsigned swap_copies_in_flight;   /* chunks per direction at once */
+        bool swap_keep_vram;              /* keep VRAM a swap-out left for the
+                                           * owner's next swap-in (reuse.h) */
 
         /* [sim] */
         unsigned sim_devices;

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "move.h"
 #include "parking.h"
+#include "reuse.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
@@ -105,7 +106,9 @@ void evict_balance(gmd_server *server)
 
                 if (!demand)
                         continue;
-                room = pool_free(pool) + move_leaving_bytes(server, d);
+                /* Kept VRAM is released by whoever needs its room. */
+                room = pool_free(pool) + reuse_bytes(server, d) +
+                       move_leaving_bytes(server, d);
                 if (room >= demand)
                         continue;
                 parked = parking_reclaimable(server, d);

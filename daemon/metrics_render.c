@@ -12,6 +12,7 @@
 
 #include "copyq.h"
 #include "gpumem.h"
+#include "reuse.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
@@ -157,6 +158,20 @@ static void render_copyqs(promtext *t, const gmd_server *server)
                         promtext_seconds(t, server->copyqs[i].busy_us[d]);
                         promtext_append(t, "\n", 1);
                 }
+        promtext_family(t, "gpumemd_vram_kept_bytes", "gauge",
+                        "VRAM that swap-outs left, kept for the same clients' "
+                        "next swap-ins (counted in the pool's used bytes).");
+        for (unsigned i = 0; i < server->n_devices; i++)
+                promtext_printf(t, "gpumemd_vram_kept_bytes{device=\"%u\"} %"
+                                PRIu64 "\n", i, reuse_bytes(server, i));
+        promtext_family(t, "gpumemd_vram_kept_total", "counter",
+                        "Kept VRAM by outcome: reused by a swap-in, or "
+                        "released (room needed, client gone, nothing left to "
+                        "come back).");
+        promtext_printf(t, "gpumemd_vram_kept_total{outcome=\"reused\"} %" PRIu64
+                        "\ngpumemd_vram_kept_total{outcome=\"released\"} %"
+                        PRIu64 "\n", server->stats.vram_reused,
+                        server->stats.vram_kept_released);
         if (!server->backend->ops->arena_info)
                 return;
         promtext_family(t, "gpumemd_host_arena_bytes", "gauge",

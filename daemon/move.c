@@ -12,6 +12,7 @@
 
 #include "buffer.h"
 #include "log.h"
+#include "reuse.h"
 #include "server.h"
 #include "session.h"
 #include "tiering.h"
@@ -249,11 +250,19 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         cls = b->move_waiter->rank == WAITQ_SWAP_IN ? MOVE_URGENT : MOVE_BULK;
         if (!copyq_usable(server, b->device, GMD_COPY_IN))
                 return -ENOSPC; /* a copy just failed: wait, do not spin */
-        r = pool_take(pool, b->size);
-        if (r < 0)
-                return r;
+        /* The VRAM its own last move out left, if kept: no scrub of
+         * released memory competing with the copy, nothing to create. */
+        dst = reuse_take(server, b->owner, b->device, b->size);
+        if (!dst) {
+                r = pool_take(pool, b->size);
+                if (r == -ENOSPC && reuse_make_room(server, b->device, b->size))
+                        r = pool_take(pool, b->size);
+                if (r < 0)
+                        return r;
+        }
         b->move_waiter = NULL;   /* the waitq drops it once we return */
-        r = mem_create_filled(server, GMD_TIER_VRAM, b->device, b->size, &dst);
+        r = dst ? 0 : mem_create_filled(server, GMD_TIER_VRAM, b->device,
+                                        b->size, &dst);
         m = r < 0 ? NULL : move_new(b, GMD_COPY_IN, cls, dst);
         if (!m) {
                 log_error("buffer %llu: cannot create VRAM to bring it back: %s",
@@ -404,7 +413,10 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                                       "cannot queue its swap-in");
         }
         tiering_moves_changed(owner);
-        mem_release(server, old, old_tier, m->device);
+        if (old_tier == GMD_TIER_VRAM)
+                reuse_keep(server, owner, old);
+        else
+                mem_release(server, old, old_tier, m->device);
         released_us = now_us();
         /* Where a move's time goes: queue and copy, the owner's remap, and
          * releasing the old backing. */

@@ -19,6 +19,7 @@
 #include "gpumem.pb-c.h"
 #include "log.h"
 #include "metrics.h"
+#include "reuse.h"
 #include "session.h"
 #include "timeutil.h"
 #include "waitq.h"
@@ -97,6 +98,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         list_init(&server->sessions);
         list_init(&server->buffers);
         list_init(&server->waiters);
+        list_init(&server->kept);
         list_init(&server->close_pending);
         idmap_init(&server->buffers_by_id);
 
@@ -503,8 +505,13 @@ void server_reload(gmd_server *server, const gmd_config *config)
                 if (r < 0)
                         log_error("reload: metrics endpoint not restarted");
         }
-        list_for_each(pos, &server->sessions)
-                session_apply_config(container_of(pos, gmd_session, link));
+        list_for_each(pos, &server->sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+
+                session_apply_config(s);
+                if (!old->swap_keep_vram)
+                        reuse_forget(server, s);
+        }
         waitq_run(server);
         log_info("reloaded the configuration");
 }

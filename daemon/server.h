@@ -46,6 +46,8 @@ typedef struct gmd_server {
         uint64_t next_buffer_id;
 
         gmd_list waiters;             /* VRAM requests waiting, in rank order */
+        gmd_list kept;                /* VRAM kept for swap-ins (reuse.h) */
+        uint64_t kept_on[GMD_MAX_DEVICES];   /* its bytes per device */
 
         uv_timer_t retry_timer;       /* waitq_run again when a copy queue
                                        * is usable again */

@@ -20,6 +20,7 @@
 #include "buffer.h"
 #include "gpumem.pb-c.h"
 #include "log.h"
+#include "reuse.h"
 #include "request.h"
 #include "server.h"
 #include "tiering.h"
@@ -161,6 +162,7 @@ void session_close(gmd_session *s, const char *reason)
         tiering_session_closed(s);
         list_for_each_safe(pos, tmp, &s->buffers)
                 buffer_free(server, container_of(pos, gmd_dbuffer, owner_link));
+        reuse_forget(server, s);
         list_for_each_safe(pos, tmp, &s->sendq) {
                 queued_packet *q = container_of(pos, queued_packet, link);
 

@@ -28,6 +28,9 @@ typedef struct gmd_stats {
         /* Swap engine (later): bytes moved and copy time per direction. */
         uint64_t bytes_out, bytes_in;
         uint64_t copy_us_out, copy_us_in;
+        /* VRAM a swap-out left (reuse.h): swap-ins that copied into it,
+         * and kept allocations released instead. */
+        uint64_t vram_reused, vram_kept_released;
 } gmd_stats;
 
 /* Count one allocation that took `us` microseconds from request to reply. */

@@ -18,6 +18,7 @@
 
 #include "buffer.h"
 #include "gpumem.pb-c.h"
+#include "reuse.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
@@ -66,6 +67,7 @@ int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
                         pools[i].bytes_in = q->bytes[GMD_COPY_IN];
                         pools[i].copy_us_out = q->busy_us[GMD_COPY_OUT];
                         pools[i].copy_us_in = q->busy_us[GMD_COPY_IN];
+                        pools[i].kept = reuse_bytes(server, i);
                         if (server->backend->ops->arena_info) {
                                 gmd_arena_info arena;
 

@@ -300,6 +300,10 @@ typedef struct gmd_pool_status {
          * pinned so far and, of those, not holding a host copy now. */
         uint64_t arena_size;
         uint64_t arena_free;
+        /* VRAM pools: of `used`, VRAM that swap-outs left, kept for the
+         * same clients' next swap-ins ([swap] keep_vram) and released as
+         * soon as any request needs the room. */
+        uint64_t kept;
 } gmd_pool_status;
 
 typedef struct gmd_client_status {

@@ -382,7 +382,9 @@ static void test_ctl_after_pageout(void **state)
         free(row);
         row = json_row(out, "pools", "\"tier\": \"vram\"");
         assert_row_uint(row, "device", 0);
-        assert_row_uint(row, "used", 0);
+        /* The VRAM it left is kept for its swap-in, and counted. */
+        assert_row_uint(row, "used", PAGED);
+        assert_row_uint(row, "kept", PAGED);
         assert_row_uint(row, "queued_out", 0);
         assert_row_uint(row, "queued_in", 0);
         assert_row_uint(row, "bytes_out", PAGED);
@@ -421,6 +423,9 @@ static void test_ctl_after_pageout(void **state)
             !strstr(line, "/s") || line[strlen(line) - 1] != '-')
                 fail_msg("copies row: '%s'", line);
         free(line);
+        line = line_starting(out, "gpu0 VRAM kept");
+        assert_non_null(strstr(line, "kept for swap-ins: 8 MiB"));
+        free(line);
         line = line_starting(out, "CLIENT");
         assert_non_null(strstr(line, "VRAM"));
         assert_non_null(strstr(line, "HOST"));
@@ -453,6 +458,7 @@ static void test_ctl_after_pageout(void **state)
         free(row);
         row = json_row(out, "pools", "\"tier\": \"vram\"");
         assert_row_uint(row, "used", PAGED);
+        assert_row_uint(row, "kept", 0);   /* it came back into it */
         assert_row_uint(row, "bytes_out", PAGED);
         assert_row_uint(row, "bytes_in", PAGED);
         assert_true(json_row_uint(row, "copy_us_in") > 0);

@@ -451,7 +451,11 @@ static void test_scrape_after_pageout(void **state)
         check_exposition(body);
         assert_true(sample(body, "gpumemd_pool_used_bytes{device=\"0\",tier=\"host\"}")
                     == 8.0 * MiB);
-        assert_true(sample(body, "gpumemd_pool_used_bytes{device=\"0\",tier=\"vram\"}") == 0);
+        /* The VRAM it left is kept for its swap-in, and counted. */
+        assert_true(sample(body, "gpumemd_pool_used_bytes{device=\"0\",tier=\"vram\"}")
+                    == 8.0 * MiB);
+        assert_true(sample(body, "gpumemd_vram_kept_bytes{device=\"0\"}") == 8.0 * MiB);
+        assert_true(sample(body, "gpumemd_vram_kept_total{outcome=\"reused\"}") == 0);
         assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"out\"}") == 0);
         assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"in\"}") == 0);
         assert_true(sample(body, "gpumemd_device_bytes_moved_total{device=\"0\",direction=\"out\"}")
@@ -483,6 +487,12 @@ static void test_scrape_after_pageout(void **state)
                     == 8.0 * MiB);
         assert_true(sample(body, "gpumemd_device_copy_seconds_total{device=\"0\",direction=\"in\"}") > 0);
         assert_true(sample(body, "gpumemd_bytes_moved_total{direction=\"in\"}") == 8.0 * MiB);
+        /* It came back into the VRAM it left. */
+        assert_true(sample(body, "gpumemd_vram_kept_bytes{device=\"0\"}") == 0);
+        assert_true(sample(body, "gpumemd_vram_kept_total{outcome=\"reused\"}") == 1);
+        assert_true(sample(body, "gpumemd_vram_kept_total{outcome=\"released\"}") == 0);
+        assert_true(sample(body, "gpumemd_pool_used_bytes{device=\"0\",tier=\"vram\"}")
+                    == 8.0 * MiB);
         assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",
                                   ",tier=\"vram\"") == 8.0 * MiB);
         assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",

@@ -1,0 +1,59 @@
+/*
+ * reuse — VRAM a swap-out left behind, kept for its owner's next swap-in.
+ *
+ * Releasing a VRAM allocation makes the driver scrub it on the GPU, and
+ * that scrub slows host-to-device copies that run in the next few
+ * milliseconds: measured on an H200, a 256 MiB swap-in copy starting just
+ * after 1 GiB was released ran at 36-41 GB/s instead of 55, and both
+ * directions at once fell from 101 to 63 GB/s (BENCHMARKS.md, "Why swap-ins
+ * keep VRAM"). Creating the next destination costs another 0.5-1.5 ms on
+ * the loop thread. So after a buffer moves out, its VRAM is not released:
+ * it waits here, still counted as used in its pool, and the next swap-in
+ * of a buffer of the same client and the same size copies into it.
+ *
+ * Only the same client ever gets it back. Its fd went to that client, who
+ * may keep a duplicate; handing the memory to anybody else would let the
+ * first client read it (backend_cuda_mem.c). The client sees only its own
+ * bytes again, which it could read anyway.
+ *
+ * Kept memory yields to everything: it is released, oldest first, as soon
+ * as any request on its device finds too little room (reuse_make_room, the
+ * allocation and swap-in paths and the evictor call it), when its client
+ * has no more bytes on host memory than it keeps (nothing left that could
+ * come back into it), and when the client disconnects. [swap] keep_vram =
+ * no turns it off.
+ */
+#ifndef GMD_REUSE_H
+#define GMD_REUSE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct gmd_server gmd_server;
+typedef struct gmd_session gmd_session;
+typedef struct gmd_mem gmd_mem;
+
+/* `mem`, the VRAM `owner`'s buffer just moved out of (its pool bytes still
+ * taken), is no longer mapped by anyone: keep it for the owner, or release
+ * it (destroy, pool bytes back) when keeping is off or it cannot be kept. */
+void reuse_keep(gmd_server *server, gmd_session *owner, gmd_mem *mem);
+
+/* A kept allocation of exactly `size` bytes on `device` for `owner`, its
+ * pool bytes with it, or NULL. */
+gmd_mem *reuse_take(gmd_server *server, gmd_session *owner, unsigned device,
+                    uint64_t size);
+
+/* Release kept memory on `device`, oldest first, until its VRAM pool has
+ * `bytes` free or nothing is kept there. Returns whether it released any. */
+bool reuse_make_room(gmd_server *server, unsigned device, uint64_t bytes);
+
+/* Release what `owner` keeps beyond the bytes it has on host memory. */
+void reuse_trim(gmd_server *server, gmd_session *owner);
+
+/* Release everything `owner` keeps (it is going away). */
+void reuse_forget(gmd_server *server, gmd_session *owner);
+
+/* Bytes kept on `device`, all clients. */
+uint64_t reuse_bytes(const gmd_server *server, unsigned device);
+
+#endif
