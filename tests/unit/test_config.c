@@ -113,6 +113,7 @@ static void assert_config_equal(const gmd_config *a, const gmd_config *b)
         assert_int_equal(a->sim_devices, b->sim_devices);
         assert_int_equal(a->sim_vram, b->sim_vram);
         assert_int_equal(a->sim_granularity, b->sim_granularity);
+        assert_int_equal(a->swap_keep_vram, b->swap_keep_vram);
 }
 
 /* ---- defaults ------------------------------------------------------------- */
@@ -136,6 +137,7 @@ static void test_defaults(void **state)
         assert_true(c.max_buffers_per_client > 0);
         assert_true(c.max_waiting_per_client > 0);
         assert_true(c.max_send_queue > 0);
+        assert_true(c.swap_keep_vram);
         assert_true(c.log_level >= GMD_LOG_ERR && c.log_level <= GMD_LOG_DEBUG);
         assert_non_null(config_log_level_name(c.log_level));
 }
@@ -176,6 +178,9 @@ static void test_load_good_file(void **state)
                    "max_waiting_per_client = 3\n"
                    "max_send_queue = 9\n"
                    "\n"
+                   "[swap]\n"
+                   "keep_vram = no\n"
+                   "\n"
                    "[sim]\n"
                    "devices = 2\n"
                    "vram = 64M\n"
@@ -196,6 +201,7 @@ static void test_load_good_file(void **state)
         assert_int_equal(c.max_buffers_per_client, 1000);
         assert_int_equal(c.max_waiting_per_client, 3);
         assert_int_equal(c.max_send_queue, 9);
+        assert_false(c.swap_keep_vram);
         assert_int_equal(c.sim_devices, 2);
         assert_int_equal(c.sim_vram, 64 * MiB);
         assert_int_equal(c.sim_granularity, 4 * MiB);
@@ -322,6 +328,37 @@ static void test_percent_where_bytes_needed(void **state)
         /* vram_reserve is bytes only. */
         expect_bad_line(*state, "[pools]\nvram_reserve = 10%\n", 2,
                         "vram_reserve");
+}
+
+/* yes/no in their usual spellings; anything else names the key. */
+static void test_bool_values(void **state)
+{
+        static const char *const yes[] = { "yes", "YES", "true", "on", "1" };
+        static const char *const no[] = { "no", "False", "off", "0" };
+        fixture *f = *state;
+        char line[64];
+        gmd_config c;
+
+        for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+                snprintf(line, sizeof(line), "[swap]\nkeep_vram = %s\n", yes[i]);
+                write_file(f, line);
+                config_init_defaults(&c);
+                c.swap_keep_vram = false;
+                assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+                assert_true(c.swap_keep_vram);
+        }
+        for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+                snprintf(line, sizeof(line), "[swap]\nkeep_vram = %s\n", no[i]);
+                write_file(f, line);
+                config_init_defaults(&c);
+                assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+                assert_false(c.swap_keep_vram);
+        }
+}
+
+static void test_bad_bool(void **state)
+{
+        expect_bad_line(*state, "[swap]\nkeep_vram = maybe\n", 2, "keep_vram");
 }
 
 static void test_bad_number(void **state)
@@ -484,6 +521,7 @@ static void test_dump_round_trip(void **state)
                    "host_limit = 3G\n"
                    "[limits]\nmax_clients = 12\nmax_buffers_per_client = 34\n"
                    "max_waiting_per_client = 5\nmax_send_queue = 67\n"
+                   "[swap]\nkeep_vram = off\n"
                    "[sim]\ndevices = 3\nvram = 96M\ngranularity = 1M\n");
         config_init_defaults(&c);
         assert_int_equal(config_load_file(&c, f->path, f->err), 0);
@@ -536,6 +574,8 @@ int main(void)
                 T(test_bad_size_overflow),
                 T(test_bad_percent),
                 T(test_percent_where_bytes_needed),
+                T(test_bool_values),
+                T(test_bad_bool),
                 T(test_bad_number),
                 T(test_bad_number_trailing),
                 T(test_bad_number_negative),
