@@ -13,13 +13,17 @@
 # and the test programs link libuv, protobuf-c and inih statically already.
 # `run` needs neither cmake nor ctest: it runs the test binaries directly
 # (tests/gpu/test_*), then the benchmarks (bench/alloc_bench,
-# bench/swap_bench), and writes under $OUT (default ./gpu-suite-out):
+# bench/swap_bench, bench/release_bench), and writes under $OUT (default
+# ./gpu-suite-out):
 #   gpu-suite.log    every test's output, the daemon logs, in order
 #   gpu-suite.json   {"tests": [{"name", "result", "rc", "seconds"}], ...}
 #   alloc_bench.json / alloc_bench.txt   the allocation benchmark's results
 #   swap_bench.json / swap_bench.txt     the swap benchmark's results
+#   release_bench.json / release_bench.txt   copies right after a VRAM
+#                                        release (cuMemRelease), ~20 s
 # `run BUILD TEST...` runs only the named tests (test_gpu_swap ...), and
-# GMD_BENCH="alloc swap" (the default) picks the benchmarks; "" runs none.
+# GMD_BENCH="alloc swap release" (the default) picks the benchmarks; ""
+# runs none.
 #   nvidia-smi.txt   the machine
 # Exit status: 0 when no test failed (skips are not failures).
 set -u
@@ -39,7 +43,11 @@ if [ "$mode" = prepare ]; then
         ls -l "$build/lib"
         exit 0
 fi
-[ "$mode" = run ] || { echo "usage: $0 prepare|run [BUILD]" >&2; exit 2; }
+[ "$mode" = run ] || {
+        echo "usage: $0 prepare|run [BUILD] [TEST...]" >&2
+        echo "  GMD_BENCH=\"alloc swap release\" (default) picks the benchmarks" >&2
+        exit 2
+}
 
 OUT=${OUT:-$PWD/gpu-suite-out}
 mkdir -p "$OUT"
@@ -75,9 +83,10 @@ for t in "$build"/tests/gpu/test_*; do
         entries+=("{\"name\": \"$name\", \"result\": \"$result\", \"rc\": $rc, \"seconds\": $secs}")
 done
 
-benches=${GMD_BENCH-alloc swap}
+benches=${GMD_BENCH-alloc swap release}
 bench_rc=null
 swap_rc=null
+release_rc=null
 for b in $benches; do
         bench="$build/bench/${b}_bench"
         [ -x "$bench" ] || continue
@@ -86,14 +95,19 @@ for b in $benches; do
         rc=$?
         cat "$OUT/${b}_bench.txt" >>"$log"
         echo "=== ${b}_bench: rc $rc" | tee -a "$log"
-        if [ "$b" = alloc ]; then bench_rc=$rc; else swap_rc=$rc; fi
+        case $b in
+        alloc) bench_rc=$rc ;;
+        swap) swap_rc=$rc ;;
+        release) release_rc=$rc ;;
+        esac
 done
 
 {
         printf '{"gpu": "%s",\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)"
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
-        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s}\n' "$failed" "$bench_rc" "$swap_rc"
+        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s}\n' \
+                "$failed" "$bench_rc" "$swap_rc" "$release_rc"
 } >"$json"
 cat "$json"
 exit $((failed > 0))
