@@ -13,6 +13,7 @@
 #include "buffer.h"
 #include "log.h"
 #include "evict.h"
+#include "reuse.h"
 #include "parking.h"
 #include "server.h"
 #include "session.h"
@@ -220,7 +221,8 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
          * even a no-wait request waits for that, briefly. */
         if (timeout_ms == 0 &&
             (verdict == QUOTA_PARKED ||
-             pool_free(pool) + parking_reclaimable(server, m->device) +
+             pool_free(pool) + reuse_bytes(server, m->device) +
+             parking_reclaimable(server, m->device) +
              evict_evictable(server, m->device) >= size + waitq_demand(server, m->device)))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {

@@ -126,7 +126,7 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         }
         /* One buffer fewer that could come back into kept VRAM. */
         if (b->tier == GMD_TIER_HOST)
-                reuse_trim(server, b->owner);
+                reuse_trim(server, b->owner, b->device, b->size);
         free(b);
 }
 

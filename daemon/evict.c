@@ -100,17 +100,26 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need)
 
 void evict_balance(gmd_server *server)
 {
+        bool released = false;
+
         for (unsigned d = 0; d < server->n_devices; d++) {
-                uint64_t demand = waitq_demand(server, d), room, parked;
+                uint64_t demand = waitq_demand(server, d), room, parked, leaving;
                 gmd_pool *pool = server_vram_pool(server, d);
 
                 if (!demand)
                         continue;
-                /* Kept VRAM is released by whoever needs its room. */
-                room = pool_free(pool) + reuse_bytes(server, d) +
-                       move_leaving_bytes(server, d);
+                leaving = move_leaving_bytes(server, d);
+                room = pool_free(pool) + leaving;
                 if (room >= demand)
                         continue;
+                /* VRAM kept for swap-ins is the cheapest room: no copy, no
+                 * message. The waiters are served again below. */
+                if (reuse_make_room(server, d, demand - leaving)) {
+                        released = true;
+                        room = pool_free(pool) + leaving;
+                        if (room >= demand)
+                                continue;
+                }
                 parked = parking_reclaimable(server, d);
                 if (parked) {
                         parking_reclaim(server, d, demand - room);
@@ -119,4 +128,6 @@ void evict_balance(gmd_server *server)
                 if (room < demand && server_can_move(server))
                         evict_device(server, d, demand - room);
         }
+        if (released)
+                waitq_run(server);
 }

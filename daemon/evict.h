@@ -1,7 +1,8 @@
 /*
  * evict — making room in VRAM for what waits for it (DESIGN.md decision 5).
- * First the clients' caches of idle mappings are asked for their parked
- * buffers (they cost nothing to give back); then released SWAPPABLE and
+ * First VRAM kept for swap-ins is released (reuse.h), then the clients'
+ * caches of idle mappings are asked for their parked buffers (they cost
+ * nothing to give back); then released SWAPPABLE and
  * SPILLABLE buffers of any client are moved to host memory, lowest client
  * priority first, then least recently released. Bytes already on their way
  * out count as room, so repeated calls do not evict twice for one need.

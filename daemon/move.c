@@ -402,6 +402,12 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         b->tier = m->dst_tier;
         b->state = GMD_STATE_RESIDENT;
         b->move = NULL;
+        /* VRAM it left is kept before anything else, so that the swap-in
+         * an acquirer starts below copies into it. */
+        if (old_tier == GMD_TIER_VRAM) {
+                reuse_keep(server, owner, old);
+                old = NULL;
+        }
         /* Answer whoever waits for this move first: releasing the old
          * backing is the driver's slow part, and nobody waits for it but
          * the pool. */
@@ -413,10 +419,12 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                                       "cannot queue its swap-in");
         }
         tiering_moves_changed(owner);
-        if (old_tier == GMD_TIER_VRAM)
-                reuse_keep(server, owner, old);
-        else
+        if (old)
                 mem_release(server, old, old_tier, m->device);
+        /* Back in VRAM, into kept memory or not: what its size keeps
+         * beyond the buffers still out is of no use now. */
+        if (b->tier == GMD_TIER_VRAM)
+                reuse_trim(server, owner, b->device, b->size);
         released_us = now_us();
         /* Where a move's time goes: queue and copy, the owner's remap, and
          * releasing the old backing. */

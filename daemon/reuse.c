@@ -1,8 +1,8 @@
 /*
  * reuse — see reuse.h. One list per daemon, oldest first, and a byte
- * count per device: a client keeps at most what it has on host memory, so
- * the list stays as short as the buffers that are out, and walking it is
- * cheap next to the copy a hit saves.
+ * count per device: a client keeps at most one allocation per buffer it
+ * has out on host memory, so the list stays as short as the buffers that
+ * are out, and walking it is cheap next to the copy a hit saves.
  */
 #include "reuse.h"
 
@@ -48,6 +48,13 @@ static void entry_release(gmd_server *server, reuse_entry *e)
         server->stats.vram_kept_released++;
 }
 
+static bool entry_is(const reuse_entry *e, const gmd_session *owner,
+                     unsigned device, uint64_t size)
+{
+        return e->owner == owner && e->mem->device == device &&
+               e->mem->size == size;
+}
+
 void reuse_keep(gmd_server *server, gmd_session *owner, gmd_mem *mem)
 {
         reuse_entry *e;
@@ -62,7 +69,6 @@ void reuse_keep(gmd_server *server, gmd_session *owner, gmd_mem *mem)
         list_add_tail(&server->kept, &e->link);
         owner->kept_bytes += mem->size;
         server->kept_on[mem->device] += mem->size;
-        reuse_trim(server, owner);
 }
 
 gmd_mem *reuse_take(gmd_server *server, gmd_session *owner, unsigned device,
@@ -76,8 +82,7 @@ gmd_mem *reuse_take(gmd_server *server, gmd_session *owner, unsigned device,
         for (pos = server->kept.prev; pos != &server->kept; pos = pos->prev) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
-                if (e->owner == owner && e->mem->device == device &&
-                    e->mem->size == size) {
+                if (entry_is(e, owner, device, size)) {
                         server->stats.vram_reused++;
                         return entry_take(e);
                 }
@@ -104,17 +109,33 @@ bool reuse_make_room(gmd_server *server, unsigned device, uint64_t bytes)
         return released;
 }
 
-void reuse_trim(gmd_server *server, gmd_session *owner)
+void reuse_trim(gmd_server *server, gmd_session *owner, unsigned device,
+                uint64_t size)
 {
+        unsigned out = 0, kept = 0;
         gmd_list *pos, *tmp;
 
+        if (!owner->kept_bytes)
+                return;
+        list_for_each(pos, &owner->buffers) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
+
+                if (b->tier == GMD_TIER_HOST && b->device == device &&
+                    b->size == size)
+                        out++;
+        }
+        list_for_each(pos, &server->kept)
+                kept += entry_is(container_of(pos, reuse_entry, link), owner,
+                                 device, size);
         list_for_each_safe(pos, tmp, &server->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
-                if (owner->kept_bytes <= owner->tier_bytes[GMD_TIER_HOST])
+                if (kept <= out)
                         break;
-                if (e->owner == owner)
+                if (entry_is(e, owner, device, size)) {
                         entry_release(server, e);
+                        kept--;
+                }
         }
 }
 

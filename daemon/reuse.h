@@ -18,10 +18,11 @@
  *
  * Kept memory yields to everything: it is released, oldest first, as soon
  * as any request on its device finds too little room (reuse_make_room, the
- * allocation and swap-in paths and the evictor call it), when its client
- * has no more bytes on host memory than it keeps (nothing left that could
- * come back into it), and when the client disconnects. [swap] keep_vram =
- * no turns it off.
+ * allocation and swap-in paths call it), when its client keeps more
+ * allocations of one device and size than it has buffers of that device
+ * and size out on host memory (nothing left that could come back into
+ * them), and when the client disconnects. [swap] keep_vram = no turns it
+ * off.
  */
 #ifndef GMD_REUSE_H
 #define GMD_REUSE_H
@@ -47,8 +48,11 @@ gmd_mem *reuse_take(gmd_server *server, gmd_session *owner, unsigned device,
  * `bytes` free or nothing is kept there. Returns whether it released any. */
 bool reuse_make_room(gmd_server *server, unsigned device, uint64_t bytes);
 
-/* Release what `owner` keeps beyond the bytes it has on host memory. */
-void reuse_trim(gmd_server *server, gmd_session *owner);
+/* Release, oldest first, what `owner` keeps of `size` bytes on `device`
+ * beyond its buffers of that device and size on host memory. Call when one
+ * of those buffers came back or was freed. */
+void reuse_trim(gmd_server *server, gmd_session *owner, unsigned device,
+                uint64_t size);
 
 /* Release everything `owner` keeps (it is going away). */
 void reuse_forget(gmd_server *server, gmd_session *owner);

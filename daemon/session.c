@@ -142,7 +142,7 @@ static void session_on_closed(uv_handle_t *handle)
 void session_close(gmd_session *s, const char *reason)
 {
         gmd_server *server = s->server;
-        uint64_t bytes = s->bytes;
+        uint64_t bytes = s->bytes, kept = s->kept_bytes;
         unsigned n_buffers = s->n_buffers;
         gmd_list *pos, *tmp;
         char who[128];
@@ -181,7 +181,7 @@ void session_close(gmd_session *s, const char *reason)
         uv_close((uv_handle_t *)&s->poll, session_on_closed);
 
         /* Memory came back: serve whoever waits for it. */
-        if (n_buffers > 0)
+        if (n_buffers > 0 || kept > 0)
                 waitq_run(server);
 }
 

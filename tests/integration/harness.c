@@ -69,6 +69,8 @@ void harness_init(harness *h, const char *config)
         snprintf(h->config_path, sizeof(h->config_path), "%s/gpu-memd.conf",
                  h->dir);
         snprintf(h->log_path, sizeof(h->log_path), "%s/gpu-memd.log", h->dir);
+        snprintf(h->metrics_path, sizeof(h->metrics_path), "%s/metrics.sock",
+                 h->dir);
         write_text(h->config_path, config ? config : "");
 }
 
@@ -330,6 +332,45 @@ void harness_start_small(harness *h, const char *extra_config)
         harness_start(h, NULL);
 }
 
+void harness_start_small_metrics(harness *h, const char *extra_config)
+{
+        char *config, *line;
+
+        harness_init(h, NULL);   /* the socket's path names the temp dir */
+        if (asprintf(&config, "%s%s[metrics]\nlisten = unix:%s\n",
+                     HARNESS_SMALL_CONFIG, extra_config ? extra_config : "",
+                     h->metrics_path) < 0)
+                fail_msg("asprintf");
+        write_text(h->config_path, config);
+        free(config);
+        harness_start(h, NULL);
+        /* The daemon's socket accepts a moment before the endpoint listens. */
+        line = harness_wait_log(h, "metrics: serving", 5000);
+        if (!line)
+                fail_msg("the metrics endpoint did not start; log:\n%s",
+                         harness_read_log(h));
+        free(line);
+}
+
+void harness_reload(harness *h, const char *more_config)
+{
+        static const char done[] = "reloaded the configuration";
+        int before = harness_log_count(h, done);
+        uint64_t deadline = harness_now_ms() + 5000;
+        FILE *f = fopen(h->config_path, "a");
+
+        if (!f || fputs(more_config, f) < 0 || fclose(f) != 0)
+                fail_msg("cannot append to %s: %s", h->config_path,
+                         strerror(errno));
+        assert_int_equal(kill(h->pid, SIGHUP), 0);
+        while (harness_log_count(h, done) <= before) {
+                if (harness_now_ms() >= deadline)
+                        fail_msg("no new '%s' line within 5 s of SIGHUP; log:\n%s",
+                                 done, harness_read_log(h));
+                harness_sleep_ms(5);
+        }
+}
+
 void harness_stop(harness *h)
 {
         struct stat st;
@@ -579,6 +620,53 @@ int harness_run(const harness *h, const char *socket_override,
         return harness_wait_proc(&p, now < deadline ? (int)(deadline - now) : 1);
 }
 
+/* GET /metrics on the Unix endpoint; the whole answer, head and body, to
+ * `out`. */
+static void scrape(const harness *h, FILE *out)
+{
+        static const char request[] = "GET /metrics HTTP/1.0\r\n\r\n";
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int fds[1] = { socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0) };
+
+        assert_true(fds[0] >= 0);
+        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", h->metrics_path);
+        if (connect(fds[0], (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
+            write(fds[0], request, sizeof(request) - 1) !=
+            (ssize_t)sizeof(request) - 1) {
+                int e = errno;
+
+                close(fds[0]);
+                fail_msg("metrics at %s: %s", h->metrics_path, strerror(e));
+        }
+        drain(fds, &out, 1, harness_now_ms() + 5000);
+        if (fds[0] >= 0)
+                close(fds[0]);
+}
+
+double harness_metric(const harness *h, const char *series)
+{
+        size_t n = strlen(series), size = 0;
+        char *answer = NULL;
+        const char *body;
+        FILE *out = open_memstream(&answer, &size);
+
+        assert_non_null(out);
+        scrape(h, out);
+        fclose(out);
+        body = strstr(answer, "\r\n\r\n");
+        for (const char *line = body ? body + 4 : NULL; line && *line;
+             line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+                if (strncmp(line, series, n) == 0 && line[n] == ' ') {
+                        double value = strtod(line + n + 1, NULL);
+
+                        free(answer);
+                        return value;
+                }
+        }
+        fail_msg("no sample '%s' in the scrape:\n%s", series, answer);
+        return 0;
+}
+
 gmd_client *harness_client(const harness *h, const char *name)
 {
         gmd_client *client = NULL;
@@ -600,23 +688,28 @@ gmd_status *harness_status(gmd_client *client)
         return status;
 }
 
-uint64_t harness_vram_used(gmd_client *client, unsigned device)
+gmd_pool_status harness_vram_pool(gmd_client *client, unsigned device)
 {
         gmd_status *status = harness_status(client);
-        uint64_t used = 0;
+        gmd_pool_status pool = { 0 };
         int found = 0;
 
         for (size_t i = 0; i < status->n_pools; i++) {
                 if (status->pools[i].device == device &&
                     status->pools[i].tier == GMD_TIER_VRAM) {
-                        used = status->pools[i].used;
+                        pool = status->pools[i];
                         found = 1;
                 }
         }
         gmd_status_free(status);
         if (!found)
                 fail_msg("status has no VRAM pool for device %u", device);
-        return used;
+        return pool;
+}
+
+uint64_t harness_vram_used(gmd_client *client, unsigned device)
+{
+        return harness_vram_pool(client, device).used;
 }
 
 uint64_t harness_wait_vram_used(gmd_client *client, unsigned device,

@@ -1,8 +1,9 @@
 /*
  * harness — runs the real gpu-memd for an integration test: a temporary
  * directory with a config file, the daemon's socket and its log; the daemon
- * started from the build tree with stderr to that log; client programs run
- * as real processes against it.
+ * started from the build tree with stderr to that log (and, for tests that
+ * read them, its metrics on a Unix socket there); client programs run as
+ * real processes against it.
  *
  * Every helper that can fail fails the running cmocka test itself (with the
  * reason and the daemon's log), so tests read as a list of steps.
@@ -14,6 +15,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "gpumem.h"
+
 #define MiB (UINT64_C(1) << 20)
 
 typedef struct harness {
@@ -21,6 +24,8 @@ typedef struct harness {
         char socket_path[108];
         char config_path[128];
         char log_path[128];
+        char metrics_path[108];  /* where harness_start_small_metrics has
+                                  * the daemon serve its metrics */
         pid_t pid;               /* the daemon; 0 when not running */
 } harness;
 
@@ -39,6 +44,20 @@ void harness_start(harness *h, const char *const *extra_args);
 
 /* init + start with HARNESS_SMALL_CONFIG followed by `extra_config`. */
 void harness_start_small(harness *h, const char *extra_config);
+
+/* harness_start_small, with the metrics endpoint on the Unix socket
+ * h->metrics_path ([metrics] listen after `extra_config`); returns once
+ * the daemon's log says it serves there (5 s at most). */
+void harness_start_small_metrics(harness *h, const char *extra_config);
+
+/* Append `more_config` (INI lines; later keys win) to the config file,
+ * SIGHUP the daemon and wait up to 5 s until its log says it reloaded. */
+void harness_reload(harness *h, const char *more_config);
+
+/* Scrape h->metrics_path and return the value of the sample whose name
+ * and labels are exactly `series` (as "name{label=\"v\"}"); fails the
+ * test, with the scrape, if there is none. */
+double harness_metric(const harness *h, const char *series);
 
 /* SIGTERM the daemon, wait (5 s at most), check exit status 0 and that
  * the socket file is gone. */
@@ -114,14 +133,15 @@ int harness_connect_raw(const harness *h);
 
 /* ---- through libgpumem ---------------------------------------------------- */
 
-typedef struct gmd_client gmd_client;
-typedef struct gmd_status gmd_status;
-
 /* gmd_connect to the daemon, failing the test if it cannot. */
 gmd_client *harness_client(const harness *h, const char *name);
 
 /* Query status (GMD_STATUS_CLIENTS), failing the test on error. */
 gmd_status *harness_status(gmd_client *client);
+
+/* A device's VRAM pool entry from status (used, kept, ...); fails the
+ * test if there is no such pool. */
+gmd_pool_status harness_vram_pool(gmd_client *client, unsigned device);
 
 /* `used` of a device's VRAM pool; fails the test if there is no such pool. */
 uint64_t harness_vram_used(gmd_client *client, unsigned device);

@@ -1,0 +1,524 @@
+/*
+ * test_reuse — VRAM kept for swap-ins ([swap] keep_vram, daemon/reuse.c)
+ * on the sim backend, with the real daemon: after a buffer moves out, its
+ * VRAM stays allocated (counted in the pool's `used`, shown as `kept`) so
+ * that the same client's next swap-in of a buffer of exactly that size
+ * copies into it instead of into fresh VRAM. The feature is worth having
+ * only if it never costs anyone anything, so most of what is checked here
+ * is the giving back: kept memory goes to no other client and no other
+ * size, and is released as soon as any request needs its room, when its
+ * client frees what could come back into it or goes away, and when a
+ * reload turns keeping off.
+ *
+ * Every test starts its own daemon (64 MiB of simulated VRAM in 2 MiB
+ * steps, the metrics endpoint on a Unix socket). Two connections of the
+ * test process are two clients (sessions), A and B; the client that dies
+ * is a gmd_tier_client process, killed. What is kept is read from status
+ * (the VRAM pool's `used` and `kept`) and from the metrics (the kept-bytes
+ * gauge and the reused/released counter); buffers carry patterns written
+ * before a move and checked word by word after it.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "gpumem.h"
+#include "harness.h"
+#include "pattern.h"
+
+#define REUSE_CONFIG "[pools]\nhost_limit = 256M\n[swap]\nchunk_size = 2M\n"
+#define KEEP_OFF "[swap]\nkeep_vram = no\n"
+
+typedef struct fixture {
+        harness h;
+        int own_fds;
+        gmd_client *a, *b;       /* two clients of the test process */
+        harness_proc child;      /* a client process that is killed */
+} fixture;
+
+static int setup(void **state)
+{
+        fixture *f = calloc(1, sizeof(*f));
+
+        if (!f)
+                return -1;
+        f->child = (harness_proc){ .pid = -1, .out_fd = -1 };
+        f->own_fds = harness_count_own_fds();
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        fixture *f = *state;
+        int own_fds = f->own_fds;
+
+        if (f->child.pid > 0) {
+                kill(f->child.pid, SIGKILL);
+                waitpid(f->child.pid, NULL, 0);
+        }
+        if (f->child.out_fd >= 0)
+                close(f->child.out_fd);
+        gmd_disconnect(f->a);
+        gmd_disconnect(f->b);
+        harness_cleanup(&f->h);
+        free(f);
+        *state = NULL;
+        return harness_check_own_fds(own_fds);
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* gmd_* call that must succeed. */
+#define OK(call) do {                                                         \
+                int r_ = (call);                                              \
+                if (r_ != 0)                                                  \
+                        fail_msg("%s = %d (%s)", #call, r_, gmd_last_error()); \
+        } while (0)
+
+/* A daemon with REUSE_CONFIG and `extra`, and client A connected. */
+static void start(fixture *f, const char *extra)
+{
+        char config[256];
+
+        snprintf(config, sizeof(config), "%s%s", REUSE_CONFIG, extra ? extra : "");
+        harness_start_small_metrics(&f->h, config);
+        f->a = harness_client(&f->h, "owner");
+}
+
+/* Poll (2 s at most: the old VRAM of a move is kept or let go when the
+ * owner's ack arrives, just after its wait returns) until device 0's VRAM
+ * pool shows `used` and `kept`; then the kept-bytes gauge must agree. */
+static void expect_vram(fixture *f, uint64_t used, uint64_t kept,
+                        const char *when)
+{
+        uint64_t deadline = harness_now_ms() + 2000;
+        gmd_pool_status p;
+        double gauge;
+
+        for (;;) {
+                p = harness_vram_pool(f->a, 0);
+                if (p.used == used && p.kept == kept)
+                        break;
+                if (harness_now_ms() >= deadline)
+                        fail_msg("%s: VRAM used %llu MiB, kept %llu MiB; want %llu "
+                                 "and %llu; log:\n%s", when,
+                                 (unsigned long long)(p.used / MiB),
+                                 (unsigned long long)(p.kept / MiB),
+                                 (unsigned long long)(used / MiB),
+                                 (unsigned long long)(kept / MiB),
+                                 harness_read_log(&f->h));
+                harness_sleep_ms(5);
+        }
+        gauge = harness_metric(&f->h, "gpumemd_vram_kept_bytes{device=\"0\"}");
+        if (gauge != (double)kept)
+                fail_msg("%s: gpumemd_vram_kept_bytes is %.0f, status says %llu",
+                         when, gauge, (unsigned long long)kept);
+}
+
+/* The kept-VRAM counter: allocations reused by a swap-in, and released. */
+static void expect_outcomes(fixture *f, unsigned reused, unsigned released,
+                            const char *when)
+{
+        double r = harness_metric(&f->h, "gpumemd_vram_kept_total{outcome=\"reused\"}");
+        double l = harness_metric(&f->h, "gpumemd_vram_kept_total{outcome=\"released\"}");
+
+        if (r != reused || l != released)
+                fail_msg("%s: kept VRAM reused %.0f times and released %.0f; want "
+                         "%u and %u", when, r, l, reused, released);
+}
+
+/* A SWAPPABLE buffer of `size` holding pattern `seed`, released. */
+static gmd_buffer *released_buffer(gmd_client *c, uint64_t size, uint64_t seed)
+{
+        gmd_buffer *b = NULL;
+
+        OK(gmd_alloc(c, size, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &b));
+        pattern_fill(b, seed);
+        OK(gmd_release(c, b));
+        return b;
+}
+
+static void page_out(gmd_client *c, gmd_buffer *b)
+{
+        OK(gmd_pageout(c, b));
+        OK(gmd_wait(c, b, 5000));
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+}
+
+/* Prefetch `b`, then acquire it and check its pattern `seed`. */
+static void bring_back(gmd_client *c, gmd_buffer *b, uint64_t seed,
+                       const char *when)
+{
+        OK(gmd_prefetch(c, b));
+        OK(gmd_wait(c, b, 5000));
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
+        OK(gmd_acquire(c, b, 0));
+        pattern_check(b, seed, when);
+}
+
+static void expect_zeros(const gmd_buffer *b, const char *what)
+{
+        const uint64_t *p = gmd_buffer_ptr(b);
+
+        for (size_t i = 0; i < gmd_buffer_size(b) / 8; i++)
+                if (p[i] != 0)
+                        fail_msg("%s: word %zu is %#llx, not 0", what, i,
+                                 (unsigned long long)p[i]);
+}
+
+/* The "kept" member of the VRAM pool's row in gpu-memctl status --json;
+ * fails if that row has none, or if the host pool's row has one. */
+static uint64_t ctl_json_kept(fixture *f)
+{
+        const char *argv[] = { GMD_CTL_PATH, "status", "--json", NULL };
+        char *out = NULL, *err = NULL;
+        const char *row, *end, *kept, *host;
+        uint64_t value;
+        int status = harness_run(&f->h, NULL, argv, &out, &err, 5000);
+
+        if (harness_exit_code(status) != 0)
+                fail_msg("gpu-memctl status --json exited %d; stderr:\n%s",
+                         harness_exit_code(status), err);
+        row = strstr(out, "\"tier\": \"vram\"");
+        end = row ? strchr(row, '}') : NULL;
+        kept = row ? strstr(row, "\"kept\": ") : NULL;
+        if (!end || !kept || kept > end)
+                fail_msg("no \"kept\" in the VRAM pool's row:\n%s", out);
+        host = strstr(out, "\"tier\": \"host\"");
+        if (!host || (strstr(host, "\"kept\"") &&
+                      strstr(host, "\"kept\"") < strchr(host, '}')))
+                fail_msg("no host pool row, or one with \"kept\":\n%s", out);
+        value = strtoull(kept + strlen("\"kept\": "), NULL, 10);
+        free(out);
+        free(err);
+        return value;
+}
+
+/* ---- 1. a swap-in copies into the VRAM its swap-out left -------------------- */
+
+static void test_swapin_reuses_kept(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *a;
+        void *ptr;
+
+        start(f, NULL);
+        a = released_buffer(f->a, 8 * MiB, 1);
+        ptr = gmd_buffer_ptr(a);
+        page_out(f->a, a);
+        expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
+        expect_outcomes(f, 0, 0, "paged out");
+
+        bring_back(f->a, a, 1, "back into kept VRAM");
+        assert_ptr_equal(gmd_buffer_ptr(a), ptr);
+        /* Into the kept 8 MiB, not into 8 MiB more. */
+        expect_vram(f, 8 * MiB, 0, "prefetched");
+        expect_outcomes(f, 1, 0, "prefetched");
+
+        OK(gmd_free(f->a, a));
+        expect_vram(f, 0, 0, "freed");
+        harness_stop(&f->h);
+}
+
+/* ---- 2. only for the client that left it ------------------------------------ */
+
+/* A keeps 16 MiB, which B's new 16 MiB fit only without: B's allocation,
+ * which will not wait, gets fresh zeroed VRAM at once, and nothing is
+ * evicted for it. Then B keeps 16 MiB and A 2 MiB (so A does keep
+ * something), and A's swap-in of 16 MiB releases B's rather than copy
+ * into it. */
+static void test_kept_only_for_its_client(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *a, *c, *other, *n = NULL;
+        uint64_t t0, ms;
+
+        start(f, NULL);
+        f->b = harness_client(&f->h, "other");
+        a = released_buffer(f->a, 16 * MiB, 1);
+        c = released_buffer(f->a, 2 * MiB, 2);
+        other = released_buffer(f->b, 40 * MiB, 3);
+        page_out(f->a, a);
+        expect_vram(f, 58 * MiB, 16 * MiB, "A's buffer out");
+
+        t0 = harness_now_ms();
+        OK(gmd_alloc(f->b, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &n));
+        ms = harness_now_ms() - t0;
+        /* Not after the daemon's 1 s grace for making room. */
+        if (ms > 500)
+                fail_msg("B's no-wait allocation took %llu ms",
+                         (unsigned long long)ms);
+        expect_zeros(n, "B's new buffer");
+        expect_vram(f, 58 * MiB, 0, "B allocated");
+        expect_outcomes(f, 0, 1, "B allocated");
+        /* Nothing moved to make the room. */
+        assert_int_equal(harness_log_count(&f->h, "evicting buffer"), 0);
+        assert_int_equal(gmd_buffer_tier(a), GMD_TIER_HOST);
+        assert_int_equal(gmd_buffer_tier(c), GMD_TIER_VRAM);
+        assert_int_equal(gmd_buffer_tier(other), GMD_TIER_VRAM);
+        OK(gmd_acquire(f->b, other, 0));
+        pattern_check(other, 3, "B's other buffer");
+
+        pattern_fill(n, 4);
+        OK(gmd_release(f->b, n));
+        page_out(f->b, n);
+        page_out(f->a, c);
+        expect_vram(f, 58 * MiB, 18 * MiB, "B's new buffer and A's small one out");
+        bring_back(f->a, a, 1, "A's buffer back, into fresh VRAM");
+        expect_vram(f, 58 * MiB, 2 * MiB, "A's buffer back");
+        expect_outcomes(f, 0, 2, "A's buffer back");
+        assert_int_equal(gmd_buffer_tier(n), GMD_TIER_HOST);
+        bring_back(f->a, c, 2, "A's small buffer back");
+        expect_vram(f, 58 * MiB, 0, "A's small buffer back");
+        expect_outcomes(f, 1, 2, "A's small buffer back");
+
+        OK(gmd_free(f->b, n));
+        OK(gmd_free(f->b, other));
+        OK(gmd_free(f->a, a));
+        OK(gmd_free(f->a, c));
+        expect_vram(f, 0, 0, "freed");
+        harness_stop(&f->h);
+}
+
+/* ---- 3. only for a buffer of the same size ------------------------------------ */
+
+/* X (4 MiB) goes out before Y (6 MiB): Y's VRAM is the newest kept, and
+ * X's swap-in must pass it over for X's own. Then a swap-in of a size
+ * nobody keeps, into a full pool, releases kept VRAM of another size. */
+static void test_kept_only_for_its_size(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *x, *y, *z = NULL, *w = NULL;
+
+        start(f, NULL);
+        x = released_buffer(f->a, 4 * MiB, 1);
+        y = released_buffer(f->a, 6 * MiB, 2);
+        page_out(f->a, x);
+        page_out(f->a, y);
+        expect_vram(f, 10 * MiB, 10 * MiB, "both out");
+        bring_back(f->a, x, 1, "X back");
+        expect_vram(f, 10 * MiB, 6 * MiB, "X back");
+        bring_back(f->a, y, 2, "Y back");
+        expect_vram(f, 10 * MiB, 0, "Y back");
+        expect_outcomes(f, 2, 0, "both back");
+
+        /* 50 MiB more in use: 4 MiB free. Y out; an 8 MiB allocation needs
+         * the room Y's kept VRAM holds, so nothing is kept for Y. X out:
+         * its 4 MiB kept. */
+        OK(gmd_alloc(f->a, 50 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &z));
+        OK(gmd_release(f->a, x));
+        OK(gmd_release(f->a, y));
+        page_out(f->a, y);
+        OK(gmd_alloc(f->a, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &w));
+        page_out(f->a, x);
+        expect_vram(f, 62 * MiB, 4 * MiB, "X out, Y's VRAM released");
+        expect_outcomes(f, 2, 1, "X out, Y's VRAM released");
+        /* Y's 6 MiB: not into X's 4, which is released for the room. */
+        bring_back(f->a, y, 2, "Y back into a full pool");
+        expect_vram(f, 64 * MiB, 0, "Y back into a full pool");
+        expect_outcomes(f, 2, 2, "Y back into a full pool");
+
+        OK(gmd_free(f->a, x));
+        OK(gmd_free(f->a, y));
+        OK(gmd_free(f->a, z));
+        OK(gmd_free(f->a, w));
+        expect_vram(f, 0, 0, "freed");
+        harness_stop(&f->h);
+}
+
+/* ---- 4. released when nothing can come back into it --------------------------- */
+
+/* Freeing the buffer that is out leaves its client nothing to bring back;
+ * a client that dies leaves nobody. Either way the kept VRAM is
+ * destroyed, not just uncounted: the daemon's fds go back to idle. */
+static void test_released_on_free_and_exit(void **state)
+{
+        static const char *const argv[] = { GMD_TIER_CLIENT_PATH, "move", "8M",
+                                            "out", NULL };
+        fixture *f = *state;
+        gmd_buffer *a;
+        char *line;
+        int fds_idle;
+
+        start(f, NULL);
+        fds_idle = harness_count_fds(f->h.pid);
+        a = released_buffer(f->a, 8 * MiB, 1);
+        page_out(f->a, a);
+        expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
+        OK(gmd_free(f->a, a));
+        expect_vram(f, 0, 0, "freed while out");
+        expect_outcomes(f, 0, 1, "freed while out");
+        assert_int_equal(harness_wait_fds(f->h.pid, fds_idle, 3000), fds_idle);
+
+        f->child = harness_spawn(&f->h, NULL, argv);
+        line = harness_read_line(&f->child, "moving", 10000);
+        if (!line)
+                fail_msg("the client process did not start its pageout; log:\n%s",
+                         harness_read_log(&f->h));
+        free(line);
+        expect_vram(f, 8 * MiB, 8 * MiB, "the client process's buffer out");
+        kill(f->child.pid, SIGKILL);
+        harness_wait_proc(&f->child, 5000);
+        assert_int_equal(harness_wait_clients(f->a, 1, 3000), 1);
+        expect_vram(f, 0, 0, "the client process killed");
+        expect_outcomes(f, 0, 2, "the client process killed");
+        assert_int_equal(harness_wait_fds(f->h.pid, fds_idle, 3000), fds_idle);
+        harness_stop(&f->h);
+}
+
+/* Freeing one buffer that is out lets go of VRAM of its size only: the
+ * allocation kept for another size still waits for its buffer, which then
+ * comes back into it, and nothing is left kept. */
+static void test_free_releases_its_size(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *y, *x;
+
+        start(f, NULL);
+        y = released_buffer(f->a, 6 * MiB, 11);
+        x = released_buffer(f->a, 4 * MiB, 12);
+        page_out(f->a, y);
+        page_out(f->a, x);
+        expect_vram(f, 10 * MiB, 10 * MiB, "both out");
+        OK(gmd_free(f->a, x));
+        expect_vram(f, 6 * MiB, 6 * MiB, "the newer one freed while out");
+        expect_outcomes(f, 0, 1, "the newer one freed while out");
+        bring_back(f->a, y, 11, "the older one back");
+        expect_vram(f, 6 * MiB, 0, "the older one back");
+        expect_outcomes(f, 1, 1, "the older one back");
+        OK(gmd_free(f->a, y));
+        expect_vram(f, 0, 0, "all freed");
+        harness_stop(&f->h);
+}
+
+/* ---- 5. [swap] keep_vram = no ----------------------------------------------------- */
+
+static void test_keep_vram_off(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *a;
+
+        start(f, KEEP_OFF);
+        a = released_buffer(f->a, 8 * MiB, 1);
+        page_out(f->a, a);
+        expect_vram(f, 0, 0, "paged out");
+        bring_back(f->a, a, 1, "back");
+        expect_vram(f, 8 * MiB, 0, "back");
+        /* Nothing was kept, so nothing was reused or released either. */
+        expect_outcomes(f, 0, 0, "back");
+        OK(gmd_free(f->a, a));
+        harness_stop(&f->h);
+}
+
+/* Turned off by a reload: what is kept goes at once, nothing more is. */
+static void test_reload_turns_keep_off(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *a;
+
+        start(f, NULL);
+        a = released_buffer(f->a, 8 * MiB, 1);
+        page_out(f->a, a);
+        expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
+        harness_reload(&f->h, KEEP_OFF);
+        expect_vram(f, 0, 0, "reloaded");
+        expect_outcomes(f, 0, 1, "reloaded");
+        bring_back(f->a, a, 1, "back after the reload");
+        OK(gmd_release(f->a, a));
+        page_out(f->a, a);
+        expect_vram(f, 0, 0, "out again");
+        expect_outcomes(f, 0, 1, "out again");
+        OK(gmd_free(f->a, a));
+        harness_stop(&f->h);
+}
+
+/* ---- 6. released when an eviction makes room ---------------------------------- */
+
+/* A keeps 16 MiB; B asks for 32 MiB and may wait. Releasing A's kept VRAM
+ * is not enough, so B's released 40 MiB are evicted; their VRAM, kept for
+ * B, is released too, and B's allocation is served. */
+static void test_eviction_releases_kept(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *a, *other, *n = NULL;
+
+        start(f, NULL);
+        f->b = harness_client(&f->h, "other");
+        a = released_buffer(f->a, 16 * MiB, 1);
+        page_out(f->a, a);
+        other = released_buffer(f->b, 40 * MiB, 2);
+        expect_vram(f, 56 * MiB, 16 * MiB, "A's buffer out, B's in");
+
+        OK(gmd_alloc(f->b, 32 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &n));
+        expect_zeros(n, "B's new buffer");
+        assert_int_equal(gmd_buffer_tier(other), GMD_TIER_HOST);
+        expect_vram(f, 32 * MiB, 0, "B allocated");
+        expect_outcomes(f, 0, 2, "B allocated");
+
+        bring_back(f->a, a, 1, "A's buffer back");
+        OK(gmd_free(f->a, a));
+        OK(gmd_free(f->b, n));
+        OK(gmd_acquire(f->b, other, 5000));
+        pattern_check(other, 2, "B's evicted buffer back");
+        OK(gmd_free(f->b, other));
+        expect_vram(f, 0, 0, "freed");
+        harness_stop(&f->h);
+}
+
+/* ---- 7. gpu-memctl status --json ----------------------------------------------- */
+
+static void test_ctl_json_shows_kept(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *a;
+
+        start(f, NULL);
+        a = released_buffer(f->a, 8 * MiB, 1);
+        assert_int_equal(ctl_json_kept(f), 0);
+        page_out(f->a, a);
+        expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
+        assert_int_equal(ctl_json_kept(f), 8 * MiB);
+        bring_back(f->a, a, 1, "back");
+        expect_vram(f, 8 * MiB, 0, "back");
+        assert_int_equal(ctl_json_kept(f), 0);
+        OK(gmd_free(f->a, a));
+        harness_stop(&f->h);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_swapin_reuses_kept, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_kept_only_for_its_client,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_kept_only_for_its_size, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_released_on_free_and_exit,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_free_releases_its_size, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_keep_vram_off, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_reload_turns_keep_off, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_eviction_releases_kept, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_ctl_json_shows_kept, setup,
+                                                teardown),
+        };
+
+        /* Freed buffers must go back at once for the figures checked here,
+         * also when the program is run by hand. */
+        setenv(GMD_CACHE_ENV, "0", 1);
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
