@@ -91,7 +91,8 @@ typedef struct result {
         bool done;
         samples base_d2h, base_h2d, base_both;     /* GB/s */
         samples be_out, be_in, be_both;
-        samples be_in_fresh;        /* in, into VRAM created just before */
+        samples be_in_fresh;        /* in, into VRAM created just before,
+                                     * after the last one was released */
         samples d_out, d_in, d_both;
         samples d_out_call;                         /* ms in gmd_pageout */
         double d_out_cold, d_in_cold;
@@ -359,8 +360,11 @@ static int run_backend(uint64_t max, int reps)
                         if (i)
                                 add(&res->be_both, gbs(2 * res->size, us));
                 }
-                /* In, into VRAM created just before the copy, as a swap-in
-                 * does (the daemon's destination is a new allocation). */
+                /* In, into VRAM created just before the copy, each sample
+                 * right after the previous sample's VRAM was released: what
+                 * a swap-in without kept VRAM ([swap] keep_vram) meets. The
+                 * release, not the creation, is what slows it (the driver
+                 * scrubs released VRAM on the GPU; bench/release_bench.c). */
                 for (int i = 0; i < reps; i++) {
                         gmd_mem *fresh = NULL;
                         lane in_fresh;
@@ -784,7 +788,7 @@ static void print_human(FILE *f, const char *gpu, const latency *lat)
                                 ratio(&results[k].be_out, &results[k].base_d2h),
                                 ratio(&results[k].be_in, &results[k].base_h2d),
                                 ratio(&results[k].be_both, &results[k].base_both));
-        fprintf(f, "\nbackend in, into VRAM created just before / baseline: ");
+        fprintf(f, "\nbackend in, into new VRAM just after a release / baseline: ");
         for (size_t k = 0; k < N_SIZES; k++)
                 if (results[k].done)
                         fprintf(f, "%llu M %.2f  ",
