@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "backing.h"
 #include "log.h"
 #include "move.h"
 #include "reuse.h"
@@ -48,8 +49,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                 r = server->backend->ops->mem_create_ipc(server->backend, device,
                                                          size, &b->mem);
         else
-                r = server->backend->ops->mem_create(server->backend, tier,
-                                                     device, size, &b->mem);
+                r = backing_create(server, tier, device, size, false, &b->mem);
         if (r < 0)
                 goto fail_free;
 
@@ -74,7 +74,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         return 0;
 
 fail_mem:
-        server->backend->ops->mem_destroy(server->backend, b->mem);
+        backing_destroy(server, b->mem);
 fail_free:
         free(b);
 fail_pool:
@@ -121,7 +121,7 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         b->owner->bytes -= b->size;
         b->owner->tier_bytes[b->tier] -= b->size;
         if (b->mem) {
-                server->backend->ops->mem_destroy(server->backend, b->mem);
+                backing_destroy(server, b->mem);
                 pool_give(pool, b->size);
         }
         /* One buffer fewer that could come back into kept VRAM. */

@@ -83,7 +83,7 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need)
                         log_info("cannot evict buffer %llu of %s: %s",
                                  (unsigned long long)b->id,
                                  session_describe(b->owner, who, sizeof(who)),
-                                 r == -ENOSPC ? "the host pool is full" :
+                                 r == -ENOSPC ? "host memory is full ([pools] host_limit)" :
                                  strerror(-r));
                         break;
                 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backing.h"
 #include "buffer.h"
 #include "log.h"
 #include "reuse.h"
@@ -23,7 +24,7 @@ static void mem_release(gmd_server *server, gmd_mem *mem, gmd_tier tier,
 {
         uint64_t size = mem->size;
 
-        server->backend->ops->mem_destroy(server->backend, mem);
+        backing_destroy(server, mem);
         pool_give(buffer_pool(server, tier, device), size);
 }
 
@@ -42,18 +43,6 @@ static int wait_last_use(gmd_server *server, gmd_dbuffer *b)
         return r;
 }
 
-/* A move's destination: the copy writes every byte of it. */
-static int mem_create_filled(gmd_server *server, gmd_tier tier, unsigned device,
-                             uint64_t size, gmd_mem **ret_mem)
-{
-        const gmd_backend_ops *ops = server->backend->ops;
-
-        if (ops->mem_create_filled)
-                return ops->mem_create_filled(server->backend, tier, device, size,
-                                              ret_mem);
-        return ops->mem_create(server->backend, tier, device, size, ret_mem);
-}
-
 /* A swap-out's host copy. One only the daemon holds (the owner of a
  * SWAPPABLE buffer unmaps it; a SPILLABLE one maps its host copy) comes
  * from the backend's host arena, pinned ahead of time; when the arena has
@@ -68,8 +57,8 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
         int r;
 
         if (!ops->mem_create_private || (b->flags & GMD_ALLOC_SPILLABLE))
-                return mem_create_filled(server, GMD_TIER_HOST, b->device,
-                                         b->size, ret_mem);
+                return backing_create(server, GMD_TIER_HOST, b->device,
+                                      b->size, true, ret_mem);
         r = ops->mem_create_private(server->backend, b->device, b->size, ret_mem);
         if (r != -ENOSPC)
                 return r;
@@ -91,7 +80,8 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
                             (unsigned long long)(arena.target >> 20),
                             arena.built < arena.target ? ", still being built" : "");
         }
-        return mem_create_filled(server, GMD_TIER_HOST, b->device, b->size, ret_mem);
+        return backing_create(server, GMD_TIER_HOST, b->device, b->size, true,
+                              ret_mem);
 }
 
 bool move_busy(const gmd_dbuffer *b)
@@ -261,14 +251,14 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                         return r;
         }
         b->move_waiter = NULL;   /* the waitq drops it once we return */
-        r = dst ? 0 : mem_create_filled(server, GMD_TIER_VRAM, b->device,
-                                        b->size, &dst);
+        r = dst ? 0 : backing_create(server, GMD_TIER_VRAM, b->device, b->size,
+                                     true, &dst);
         m = r < 0 ? NULL : move_new(b, GMD_COPY_IN, cls, dst);
         if (!m) {
                 log_error("buffer %llu: cannot create VRAM to bring it back: %s",
                           (unsigned long long)b->id, strerror(r < 0 ? -r : ENOMEM));
                 if (r == 0)
-                        server->backend->ops->mem_destroy(server->backend, dst);
+                        backing_destroy(server, dst);
                 pool_give(pool, b->size);
                 b->state = GMD_STATE_RESIDENT;
                 if (b->acquirer)
@@ -284,7 +274,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 log_error("buffer %llu: cannot wait for its last use: %s",
                           (unsigned long long)b->id, strerror(-r));
                 free(m);
-                server->backend->ops->mem_destroy(server->backend, dst);
+                backing_destroy(server, dst);
                 pool_give(pool, b->size);
                 b->state = GMD_STATE_RESIDENT;
                 if (b->acquirer)

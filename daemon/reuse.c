@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "backend.h"
+#include "backing.h"
 #include "buffer.h"
 #include "list.h"
 #include "log.h"
@@ -26,7 +27,7 @@ static void mem_release(gmd_server *server, gmd_mem *mem)
         unsigned device = mem->device;
         uint64_t size = mem->size;
 
-        server->backend->ops->mem_destroy(server->backend, mem);
+        backing_destroy(server, mem);
         pool_give(server_vram_pool(server, device), size);
 }
 

@@ -31,6 +31,8 @@ typedef struct gmd_server {
         gmd_pool *vram_pools;         /* one per device */
         gmd_device_info *devices;
         gmd_pool host_pool;
+        uint64_t host_pinned_own;     /* host backings outside the arenas
+                                       * (backing.h) */
 
         int listen_fd;
         bool listen_fd_owned;         /* false when systemd passed it */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backing.h"
 #include "buffer.h"
 #include "log.h"
 #include "move.h"
@@ -115,13 +116,15 @@ static int pageout_one(gmd_server *server, gmd_dbuffer *b, move_class cls)
 static void host_full_error(gmd_session *s, uint32_t id)
 {
         gmd_pool *host = &s->server->host_pool;
-        char f[32], c[32];
+        char f[32], c[32], p[32];
 
         session_send_error(s, id, GMD__ERROR_CODE__ERR_NO_MEMORY,
-                           "the host pool has %s free of %s: not enough to page "
-                           "out (raise --host-limit)",
+                           "not enough host memory to page out: the host pool "
+                           "has %s free of %s, and %s is pinned (host arena "
+                           "included); raise [pools] host_limit (--host-limit)",
                            size_format(pool_free(host), f, sizeof(f)),
-                           size_format(host->capacity, c, sizeof(c)));
+                           size_format(host->capacity, c, sizeof(c)),
+                           size_format(backing_pinned(s->server), p, sizeof(p)));
 }
 
 int tiering_pageout_all(gmd_session *s, move_class cls)

@@ -277,7 +277,71 @@ static void test_spillable_skips_arena(void **state)
         harness_stop(&f->h);
 }
 
-/* ---- 3. no arena; what gpu-memctl shows --------------------------------------- */
+/* ---- 3. host_limit bounds the arena and what is pinned beside it ------------ */
+
+/* A SPILLABLE buffer moved out at `seed`; fails the test unless it went. */
+static gmd_buffer *spilled(fixture *f, uint64_t seed)
+{
+        gmd_buffer *b = NULL;
+
+        OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &b));
+        pattern_fill(b, seed);
+        OK(gmd_pageout(f->client, b));
+        OK(gmd_wait(f->client, b, 5000));
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+        return b;
+}
+
+/* host_limit 48M with a 32M arena leaves 16M for host memory pinned on its
+ * own: two 8 MiB SPILLABLE buffers fit on host, a third is refused with an
+ * error that names the limit (and stays in VRAM, intact), although the
+ * host pool still has room, which a SWAPPABLE buffer's copy in the arena
+ * then takes. Once a SPILLABLE one is freed the third fits. */
+static void test_host_limit_bounds_pinned(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *s1, *s2, *s3 = NULL, *sw = NULL;
+        int r;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 48M\nhost_stock = 32M\n"
+                                   "[swap]\nchunk_size = 2M\n");
+        f->client = harness_client(&f->h, "pinner");
+        s1 = spilled(f, 31);
+        s2 = spilled(f, 32);
+        OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &s3));
+        pattern_fill(s3, 33);
+        r = gmd_pageout(f->client, s3);
+        if (r != GMD_ENOMEM || !strstr(gmd_last_error(), "host_limit"))
+                fail_msg("a third 8 MiB pinned on its own: gmd_pageout = %d (%s), "
+                         "want GMD_ENOMEM naming host_limit", r, gmd_last_error());
+        OK(gmd_wait(f->client, s3, 5000));
+        assert_int_equal(gmd_buffer_tier(s3), GMD_TIER_VRAM);
+        pattern_check(s3, 33, "refused its pageout");
+        assert_int_equal(host_used(f->client), 16 * MiB);
+
+        OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &sw));
+        pattern_fill(sw, 34);
+        OK(gmd_release(f->client, sw));
+        OK(gmd_pageout(f->client, sw));
+        OK(gmd_wait(f->client, sw, 5000));
+        assert_int_equal(gmd_buffer_tier(sw), GMD_TIER_HOST);
+        expect_arena(f, 32 * MiB, 24 * MiB, "swappable out beside the spilled");
+
+        OK(gmd_free(f->client, s1));
+        OK(gmd_pageout(f->client, s3));
+        OK(gmd_wait(f->client, s3, 5000));
+        assert_int_equal(gmd_buffer_tier(s3), GMD_TIER_HOST);
+        pattern_check(s3, 33, "on host after room was freed");
+        pattern_check(s2, 32, "spilled beside it");
+        OK(gmd_acquire(f->client, sw, 5000));
+        pattern_check(sw, 34, "swappable back");
+        OK(gmd_free(f->client, s2));
+        OK(gmd_free(f->client, s3));
+        OK(gmd_free(f->client, sw));
+        harness_stop(&f->h);
+}
+
+/* ---- 4. no arena; what gpu-memctl shows --------------------------------------- */
 
 static void test_arena_off(void **state)
 {
@@ -344,6 +408,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_arena_serves_swapouts, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_spillable_skips_arena, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_host_limit_bounds_pinned, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_arena_off, setup, teardown),
         };

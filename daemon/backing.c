@@ -1,0 +1,60 @@
+/*
+ * backing — see backing.h. The arenas count at their full size from the
+ * start, built or not: they are pinned in the background right after start
+ * and stay pinned, so what they will hold is not free for anything else.
+ */
+#include "backing.h"
+
+#include <errno.h>
+
+#include "backend.h"
+#include "server.h"
+
+static uint64_t arenas_size(gmd_server *server)
+{
+        const gmd_backend_ops *ops = server->backend->ops;
+        uint64_t bytes = 0;
+
+        if (!ops->arena_info)
+                return 0;
+        for (unsigned d = 0; d < server->n_devices; d++) {
+                gmd_arena_info a = { 0 };
+
+                ops->arena_info(server->backend, d, &a);
+                bytes += a.target;
+        }
+        return bytes;
+}
+
+uint64_t backing_pinned(gmd_server *server)
+{
+        return arenas_size(server) + server->host_pinned_own;
+}
+
+int backing_create(gmd_server *server, gmd_tier tier, unsigned device,
+                   uint64_t size, bool filled, gmd_mem **ret_mem)
+{
+        const gmd_backend_ops *ops = server->backend->ops;
+        int r;
+
+        if (tier == GMD_TIER_HOST &&
+            backing_pinned(server) + size > server->host_pool.capacity)
+                return -ENOSPC;
+        if (filled && ops->mem_create_filled)
+                r = ops->mem_create_filled(server->backend, tier, device, size,
+                                           ret_mem);
+        else
+                r = ops->mem_create(server->backend, tier, device, size, ret_mem);
+        if (r == 0 && tier == GMD_TIER_HOST)
+                server->host_pinned_own += size;
+        return r;
+}
+
+void backing_destroy(gmd_server *server, gmd_mem *mem)
+{
+        if (!mem)
+                return;
+        if (mem->tier == GMD_TIER_HOST && !mem->daemon_only)
+                server->host_pinned_own -= mem->size;
+        server->backend->ops->mem_destroy(server->backend, mem);
+}

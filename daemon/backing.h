@@ -1,0 +1,43 @@
+/*
+ * backing — creating and destroying the memory behind buffers, and the
+ * bound on pinned host memory.
+ *
+ * Host memory is pinned in two ways: the host arenas, pinned whole at start
+ * ([pools] host_stock, backend_cuda_host.c), and allocations of their own
+ * made on the spot — SPILLABLE buffers on the host tier (their owners map
+ * them) and swap-outs that find the arena full. [pools] host_limit bounds
+ * the two together: an allocation of its own is refused (-ENOSPC) when it
+ * would take the arenas' size plus every other pinned allocation past the
+ * limit. The host pool (pool.h) still counts buffer bytes on the host tier
+ * whatever memory holds them.
+ *
+ * Every backing the daemon creates or destroys goes through here, so the
+ * count of pinned allocations stays right on every path.
+ */
+#ifndef GMD_BACKING_H
+#define GMD_BACKING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpumem.h"
+
+typedef struct gmd_server gmd_server;
+typedef struct gmd_mem gmd_mem;
+
+/* A backing of `size` bytes on `tier` of `device`: zeroed, or, when
+ * `filled`, for a copy's destination that writes every byte. On the host
+ * tier an allocation of its own: -ENOSPC when host_limit has no room for
+ * it. */
+int backing_create(gmd_server *server, gmd_tier tier, unsigned device,
+                   uint64_t size, bool filled, gmd_mem **ret_mem);
+
+/* Destroy any backing (VRAM, host, an arena piece, a legacy IPC buffer).
+ * Accepts NULL. */
+void backing_destroy(gmd_server *server, gmd_mem *mem);
+
+/* Host memory pinned now or at start: the arenas' full size and every host
+ * allocation of its own. */
+uint64_t backing_pinned(gmd_server *server);
+
+#endif
