@@ -84,6 +84,9 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
                               ret_mem);
 }
 
+static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
+                            gmd_tier tier);
+
 bool move_busy(const gmd_dbuffer *b)
 {
         return b->move || b->move_waiter;
@@ -284,6 +287,12 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 return 0;
         }
         b->move = m;
+        /* Its owner maps nothing while a SWAPPABLE buffer is out, so it
+         * can map the new VRAM while the copy runs (move.h). */
+        if (!(b->flags & GMD_ALLOC_SPILLABLE)) {
+                m->early = true;
+                move_send_remap(server, m, dst, GMD_TIER_VRAM);
+        }
         copyq_push(server, m);
         return 0;
 }
@@ -317,54 +326,52 @@ static void move_free_orphan(gmd_server *server, gmd_move *m)
         waitq_run(server);
 }
 
-/* Whether the owner maps the new backing: always for VRAM; on host memory
+/* Whether the owner maps `mem` on `tier`: always VRAM; on host memory
  * only a SPILLABLE buffer, which is used where it is. A SWAPPABLE one out
  * on host is touched by nobody until it comes back, so its owner just
  * unmaps, and its host memory never leaves the daemon. */
-static bool owner_maps(const gmd_move *m)
+static bool owner_maps(const gmd_dbuffer *b, const gmd_mem *mem, gmd_tier tier)
 {
-        return !m->dst->daemon_only && (m->dst_tier == GMD_TIER_VRAM ||
-                                        (m->buffer->flags & GMD_ALLOC_SPILLABLE));
+        return !mem->daemon_only && (tier == GMD_TIER_VRAM ||
+                                     (b->flags & GMD_ALLOC_SPILLABLE));
 }
 
-static void move_send_remap(gmd_server *server, gmd_move *m)
+/* Tell the owner to put `mem` (on `tier`) behind the buffer's address:
+ * the move's destination, or its source again after an early remap. */
+static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
+                            gmd_tier tier)
 {
         Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
         Gmd__Segment segment = GMD__SEGMENT__INIT, *segments[1] = { &segment };
-        bool maps = owner_maps(m);
+        bool maps = owner_maps(m->buffer, mem, tier);
 
         m->seq = ++server->next_remap_seq;
         m->awaiting_ack = true;
-        m->copied_us = now_us();
         note.buffer_id = m->buffer->id;
         note.sequence = m->seq;
-        note.tier = (Gmd__Tier)m->dst_tier;
+        note.tier = (Gmd__Tier)tier;
         if (maps) {
                 segment.fd_index = 0;
                 segment.offset = 0;
-                segment.size = m->dst->size;
+                segment.size = mem->size;
                 note.n_segments = 1;
                 note.segments = segments;
-                m->dst->shared = true;
+                mem->shared = true;
         }
         session_send(m->buffer->owner, GMD__MSG_TYPE__MSG_REMAP, 0, &note.base,
-                     maps ? &m->dst->fd : NULL, maps ? 1 : 0);
+                     maps ? &mem->fd : NULL, maps ? 1 : 0);
 }
 
-void move_copied(gmd_server *server, gmd_move *m)
+/* A move that ends without moving (cancelled, failed, or rolled back after
+ * an early remap): the buffer stays on its old backing. VRAM made for it
+ * is kept for the owner's next swap-in. */
+static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
 {
-        gmd_dbuffer *b = m->buffer;
-
-        if (!b) {
-                move_free_orphan(server, m);
-                return;
-        }
-        if (!m->cancelled) {
-                move_send_remap(server, m);
-                return;
-        }
-        /* Cancelled or failed: the buffer stays on its old backing. */
-        mem_release(server, m->dst, m->dst_tier, m->device);
+        if (m->dst_tier == GMD_TIER_VRAM) {
+                reuse_keep(server, b->owner, m->dst);
+                reuse_trim(server, b->owner, b->device, b->size);
+        } else
+                mem_release(server, m->dst, m->dst_tier, m->device);
         b->move = NULL;
         b->state = GMD_STATE_RESIDENT;
         if (b->acquirer) {
@@ -377,6 +384,35 @@ void move_copied(gmd_server *server, gmd_move *m)
         free(m);
         tiering_moves_changed(b->owner);
         waitq_run(server);
+}
+
+static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m);
+
+void move_copied(gmd_server *server, gmd_move *m)
+{
+        gmd_dbuffer *b = m->buffer;
+
+        if (!b) {
+                move_free_orphan(server, m);
+                return;
+        }
+        m->copied_us = now_us();
+        if (!m->cancelled) {
+                if (!m->early)
+                        move_send_remap(server, m, m->dst, m->dst_tier);
+                else if (m->acked)
+                        move_finish(server, b, m);
+                /* else the ack ends it */
+                return;
+        }
+        if (m->early) {
+                /* The owner maps the new VRAM, or is about to: back to the
+                 * host copy first, then abandon (move_handle_ack). */
+                m->rolling_back = true;
+                move_send_remap(server, m, m->src, m->src_tier);
+                return;
+        }
+        move_abandon(server, b, m);
 }
 
 static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
@@ -451,6 +487,15 @@ void move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ack)
                             (unsigned long long)b->id, strerror(-ack->result));
                 buffer_free(s->server, b);
                 waitq_run(s->server);
+                return;
+        }
+        m->awaiting_ack = false;
+        if (m->rolling_back) {
+                move_abandon(s->server, b, m);
+                return;
+        }
+        if (!m->finished) {
+                m->acked = true;    /* early: the copy ends it */
                 return;
         }
         move_finish(s->server, b, m);

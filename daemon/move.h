@@ -5,7 +5,12 @@
  * A move creates the new backing, copies into it (copyq), then sends the
  * owner a remap naming it; the owner maps it at the same address and acks,
  * and only then is the old backing freed — the daemon never frees backing
- * its owner may still have mapped. A buffer moves out only while released
+ * its owner may still have mapped. A SWAPPABLE buffer coming back from
+ * host memory, which its owner does not map at all while it is out, gets
+ * its remap when the copy starts instead (an early remap): the owner maps
+ * the new VRAM while the copy runs, and the move ends when both the copy
+ * and the ack are done. Such a move cancelled or failed sends a second
+ * remap back to the host copy (unmapping) and ends on its ack. A buffer moves out only while released
  * (or SPILLABLE); an acquire on a buffer that is out brings it back first,
  * ahead of every other move. A buffer freed while its copy runs leaves an
  * orphaned move that frees both backings once the copy is over.
@@ -40,10 +45,14 @@ typedef struct gmd_move {
         bool cancelled;
         bool finished;              /* copies over; move_copied ran */
         bool awaiting_ack;          /* remap sent, old backing still mapped */
+        bool early;                 /* remap sent before the copies ended */
+        bool acked;                 /* ... and the owner acked it */
+        bool rolling_back;          /* cancelled after an early remap: a
+                                     * remap back to src is out */
         bool owns_src;              /* orphaned: frees src too */
         uint64_t seq;               /* of the remap */
         uint64_t start_us;          /* queued */
-        uint64_t copied_us;         /* copies over, remap sent */
+        uint64_t copied_us;         /* copies over */
         gmd_list qlink;
 } gmd_move;
 

@@ -216,6 +216,12 @@ uint64_t gmd_buffer_id(const gmd_buffer *buffer);
 
 GMD_EXPORT
 unsigned gmd_buffer_device(const gmd_buffer *buffer);
+
+/* The tier behind the buffer's address in this process. While a released
+ * buffer moves, it can change before the move is over: a swap-in maps the
+ * new VRAM when its copy starts, and the bytes are there once gmd_wait or
+ * gmd_acquire returns. While the buffer is acquired it is where the bytes
+ * are. */
 GMD_EXPORT
 gmd_tier gmd_buffer_tier(const gmd_buffer *buffer);
 

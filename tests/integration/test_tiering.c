@@ -483,11 +483,12 @@ static void test_acquire_overtakes_prefetch(void **state)
         OK(gmd_prefetch(f->client, big));
         OK(gmd_acquire(f->client, small, 10000));
         t_acquire = elapsed_since(t0);
-        /* Served while the bulk copy is still under way. */
+        /* Served while the bulk copy is still under way (the daemon's view:
+         * the owner may map the new VRAM of a swap-in before its copy
+         * ends, so its own tier may already say VRAM). */
         assert_int_equal(gmd_buffer_tier(small), GMD_TIER_VRAM);
-        if (gmd_buffer_tier(big) != GMD_TIER_HOST)
-                fail_msg("the 48 MiB prefetch ended before the acquire returned "
-                         "(%lld ms): no overtaking to see", (long long)t_acquire);
+        print_message("acquire of 4 MiB returned after %lld ms\n",
+                      (long long)t_acquire);
         expect_row(f->client, gmd_buffer_id(big), GMD_TIER_HOST,
                    GMD_STATE_MOVING_IN, "bulk prefetch after the acquire");
         OK(gmd_wait(f->client, big, 10000));
