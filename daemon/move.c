@@ -29,18 +29,14 @@ static void mem_release(gmd_server *server, gmd_mem *mem, gmd_tier tier,
 }
 
 /* Make the copy streams wait for the owner's last use of the buffer (the
- * event it released with), then forget the event. On failure the event is
- * kept: no copy may start without that wait. */
+ * event it released with). The event is forgotten only when a move that
+ * waited for it is over (move_finish): the work before it is then done,
+ * which a move cancelled before its copy ran does not show. */
 static int wait_last_use(gmd_server *server, gmd_dbuffer *b)
 {
-        int r;
-
         if (!b->last_use)
                 return 0;
-        r = server->backend->ops->event_wait(server->backend, b->last_use);
-        if (r == 0)
-                buffer_set_last_use(server, b, NULL);
-        return r;
+        return server->backend->ops->event_wait(server->backend, b->last_use);
 }
 
 /* A swap-out's host copy. One only the daemon holds (the owner of a
@@ -180,6 +176,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
 {
         gmd_mem *dst;
         gmd_move *m;
+        bool early;
         int r;
 
         if (!server_can_move(server))
@@ -202,6 +199,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         /* The owner's last use, recorded on its stream when it released:
          * the copy streams wait for it on the GPU, not the owner on the
          * host. */
+        early = !(b->flags & GMD_ALLOC_SPILLABLE) && !b->acquired && !b->last_use;
         r = wait_last_use(server, b);
         if (r < 0) {
                 free(m);
@@ -210,6 +208,15 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         }
         b->move = m;
         b->state = GMD_STATE_MOVING_OUT;
+        /* Released with no GPU work pending on it, a SWAPPABLE buffer is
+         * touched by nobody: its owner can unmap while the copy runs
+         * (move.h). Work that a last-use event waits for may still run on
+         * the GPU, so then the owner unmaps only after the copy, which
+         * waited for it. */
+        if (early) {
+                m->early = true;
+                move_send_remap(server, m, dst, GMD_TIER_HOST);
+        }
         copyq_push(server, m);
         return 0;
 }
@@ -428,6 +435,7 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         b->tier = m->dst_tier;
         b->state = GMD_STATE_RESIDENT;
         b->move = NULL;
+        buffer_set_last_use(server, b, NULL);   /* its copy waited for it */
         /* VRAM it left is kept before anything else, so that the swap-in
          * an acquirer starts below copies into it. */
         if (old_tier == GMD_TIER_VRAM) {

@@ -5,12 +5,14 @@
  * A move creates the new backing, copies into it (copyq), then sends the
  * owner a remap naming it; the owner maps it at the same address and acks,
  * and only then is the old backing freed — the daemon never frees backing
- * its owner may still have mapped. A SWAPPABLE buffer coming back from
- * host memory, which its owner does not map at all while it is out, gets
- * its remap when the copy starts instead (an early remap): the owner maps
- * the new VRAM while the copy runs, and the move ends when both the copy
- * and the ack are done. Such a move cancelled or failed sends a second
- * remap back to the host copy (unmapping) and ends on its ack. A buffer moves out only while released
+ * its owner may still have mapped. A move of a SWAPPABLE buffer nobody can
+ * be touching gets its remap when the copy starts instead (an early
+ * remap), so the owner's unmap or import and map overlap the copy: coming
+ * back from host memory, where its owner maps nothing, and going out when
+ * it was released with no GPU work pending on it (no last-use event). The
+ * move then ends when both the copy and the ack are done. Such a move
+ * cancelled or failed sends a second remap back to the old backing and
+ * ends on its ack. A buffer moves out only while released
  * (or SPILLABLE); an acquire on a buffer that is out brings it back first,
  * ahead of every other move. A buffer freed while its copy runs leaves an
  * orphaned move that frees both backings once the copy is over.
