@@ -133,6 +133,14 @@ int harness_connect_raw(const harness *h);
 
 /* ---- through libgpumem ---------------------------------------------------- */
 
+/* A gmd_* call that must succeed: fails the test with the library's
+ * message otherwise. Needs cmocka.h (fail_msg) before this header's use. */
+#define OK(call) do {                                                         \
+                int r_ = (call);                                              \
+                if (r_ != 0)                                                  \
+                        fail_msg("%s = %d (%s)", #call, r_, gmd_last_error()); \
+        } while (0)
+
 /* gmd_connect to the daemon, failing the test if it cannot. */
 gmd_client *harness_client(const harness *h, const char *name);
 

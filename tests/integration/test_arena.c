@@ -63,11 +63,6 @@ static int teardown(void **state)
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-#define OK(call) do {                                                         \
-                int r_ = (call);                                              \
-                if (r_ != 0)                                                  \
-                        fail_msg("%s = %d (%s)", #call, r_, gmd_last_error()); \
-        } while (0)
 
 /* Device 0's arena figures from its VRAM pool entry. */
 static void arena(gmd_client *c, uint64_t *ret_size, uint64_t *ret_free)

@@ -78,12 +78,6 @@ static int teardown(void **state)
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-/* gmd_* call that must succeed. */
-#define OK(call) do {                                                         \
-                int r_ = (call);                                              \
-                if (r_ != 0)                                                  \
-                        fail_msg("%s = %d (%s)", #call, r_, gmd_last_error()); \
-        } while (0)
 
 /* A daemon with REUSE_CONFIG and `extra`, and client A connected. */
 static void start(fixture *f, const char *extra)

@@ -93,12 +93,6 @@ static int teardown(void **state)
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-/* gmd_* call that must succeed. */
-#define OK(call) do {                                                         \
-                int r_ = (call);                                              \
-                if (r_ != 0)                                                  \
-                        fail_msg("%s = %d (%s)", #call, r_, gmd_last_error()); \
-        } while (0)
 
 /* Bytes buffers hold in the VRAM pool (tier VRAM) or the host pool (tier
  * HOST): `used`, less the VRAM kept for swap-ins, which test_reuse.c
