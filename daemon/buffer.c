@@ -135,6 +135,8 @@ void buffer_set_last_use(gmd_server *server, gmd_dbuffer *b, gmd_event *event)
         if (b->last_use && server->backend->ops->event_unref)
                 server->backend->ops->event_unref(server->backend, b->last_use);
         b->last_use = event;
+        if (event)
+                b->last_use_gen++;
 }
 
 gmd_dbuffer *buffer_find(gmd_server *server, gmd_session *session, uint64_t id)

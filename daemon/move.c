@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "backing.h"
 #include "buffer.h"
 #include "log.h"
@@ -32,8 +33,9 @@ static void mem_release(gmd_server *server, gmd_mem *mem, gmd_tier tier,
  * event it released with). The event is forgotten only when a move that
  * waited for it is over (move_finish): the work before it is then done,
  * which a move cancelled before its copy ran does not show. */
-static int wait_last_use(gmd_server *server, gmd_dbuffer *b)
+static int wait_last_use(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
 {
+        m->waited_gen = b->last_use_gen;
         if (!b->last_use)
                 return 0;
         return server->backend->ops->event_wait(server->backend, b->last_use);
@@ -200,7 +202,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
          * the copy streams wait for it on the GPU, not the owner on the
          * host. */
         early = !(b->flags & GMD_ALLOC_SPILLABLE) && !b->acquired && !b->last_use;
-        r = wait_last_use(server, b);
+        r = wait_last_use(server, b, m);
         if (r < 0) {
                 free(m);
                 mem_release(server, dst, GMD_TIER_HOST, b->device);
@@ -243,6 +245,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         move_class cls;
         gmd_mem *dst;
         gmd_move *m;
+        bool kept;
         int r;
 
         if (!b->move_waiter || b->move)
@@ -253,6 +256,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         /* The VRAM its own last move out left, if kept: no scrub of
          * released memory competing with the copy, nothing to create. */
         dst = reuse_take(server, b->owner, b->device, b->size);
+        kept = dst != NULL;
         if (!dst) {
                 r = pool_take(pool, b->size);
                 if (r == -ENOSPC && reuse_make_room(server, b->device, b->size))
@@ -279,7 +283,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         }
         /* A SPILLABLE buffer used on host memory and released with an
          * event: the copy back waits for that use too. */
-        r = wait_last_use(server, b);
+        r = wait_last_use(server, b, m);
         if (r < 0) {
                 log_error("buffer %llu: cannot wait for its last use: %s",
                           (unsigned long long)b->id, strerror(-r));
@@ -295,8 +299,10 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         }
         b->move = m;
         /* Its owner maps nothing while a SWAPPABLE buffer is out, so it
-         * can map the new VRAM while the copy runs (move.h). */
-        if (!(b->flags & GMD_ALLOC_SPILLABLE)) {
+         * can map the new VRAM while the copy runs (move.h) — if that VRAM
+         * holds nothing but the owner's own bytes: new VRAM is not zeroed
+         * (the copy fills it), and the owner could read it before. */
+        if (kept && !(b->flags & GMD_ALLOC_SPILLABLE)) {
                 m->early = true;
                 move_send_remap(server, m, dst, GMD_TIER_VRAM);
         }
@@ -387,6 +393,9 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                                       "copying it back to VRAM failed");
                 else if (b->tier == GMD_TIER_VRAM)
                         acquirer_grant(b->acquirer);
+                else if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
+                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
+                                      "cannot queue its swap-in");
         }
         free(m);
         tiering_moves_changed(b->owner);
@@ -405,6 +414,7 @@ void move_copied(gmd_server *server, gmd_move *m)
         }
         m->copied_us = now_us();
         if (!m->cancelled) {
+                m->copied = true;
                 if (!m->early)
                         move_send_remap(server, m, m->dst, m->dst_tier);
                 else if (m->acked)
@@ -435,7 +445,10 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         b->tier = m->dst_tier;
         b->state = GMD_STATE_RESIDENT;
         b->move = NULL;
-        buffer_set_last_use(server, b, NULL);   /* its copy waited for it */
+        /* Its copy waited for the last use, unless the owner released
+         * with a newer one meanwhile (a SPILLABLE buffer may be in use). */
+        if (b->last_use_gen == m->waited_gen)
+                buffer_set_last_use(server, b, NULL);
         /* VRAM it left is kept before anything else, so that the swap-in
          * an acquirer starts below copies into it. */
         if (old_tier == GMD_TIER_VRAM) {
@@ -502,8 +515,10 @@ void move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ack)
                 move_abandon(s->server, b, m);
                 return;
         }
-        if (!m->finished) {
-                m->acked = true;    /* early: the copy ends it */
+        if (!m->copied) {
+                /* Early: the copy ends it, or, cancelled or failed (perhaps
+                 * still waiting in its queue's failed list), rolls it back. */
+                m->acked = true;
                 return;
         }
         move_finish(s->server, b, m);
@@ -611,6 +626,11 @@ void move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b, int64_t timeout_m
 
         if (b->acquirer != a)
                 return;   /* granted or failed already */
+        /* A move out that had its owner unmap early is undone by one more
+         * remap: it is in VRAM, usable after that round trip. */
+        if (timeout_ms == 0 && b->move && b->move->dir == GMD_COPY_OUT &&
+            b->move->early && b->move->cancelled)
+                timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0)
                 acquirer_on_deadline(&a->timer);
         else if (timeout_ms > 0)

@@ -51,6 +51,9 @@ typedef struct gmd_move {
         bool acked;                 /* ... and the owner acked it */
         bool rolling_back;          /* cancelled after an early remap: a
                                      * remap back to src is out */
+        bool copied;                /* every byte copied (move_copied ran) */
+        uint32_t waited_gen;        /* the last-use event its copy waits
+                                     * for (buffer's last_use_gen) */
         bool owns_src;              /* orphaned: frees src too */
         uint64_t seq;               /* of the remap */
         uint64_t start_us;          /* queued */
