@@ -181,6 +181,19 @@ int client_call(gmd_client *client, gmd_request *req, uint16_t type,
         } else if (r < 0) {
                 char reason[160];
 
+                /* The daemon closed: the I/O thread reads what it sent
+                 * before (a shutdown notice says why) and then fails every
+                 * request with that. Give it a second to. */
+                for (int i = 0; i < 100 && (r == -EPIPE || r == -ECONNRESET); i++) {
+                        bool done;
+
+                        pthread_mutex_lock(&client->lock);
+                        done = req->done;
+                        pthread_mutex_unlock(&client->lock);
+                        if (done)
+                                break;
+                        usleep(10000);
+                }
                 snprintf(reason, sizeof(reason),
                          "gpu-memd closed the connection (send: %s)",
                          strerror(-r));
