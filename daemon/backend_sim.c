@@ -17,6 +17,12 @@
  * added to the allocator as SIM_ARENA_PIECES separate pieces so a host
  * copy may come in parts and no part crosses a piece, as on a GPU. Freed
  * parts are punched out, so the arena costs only what is in use.
+ *
+ * For tests only: with GMD_SIM_FAIL_COPIES naming a file, every copy
+ * submitted while that file exists fails with -EIO, as a refused
+ * cudaMemcpyAsync would. The copy-failure paths of the swap engine have no
+ * other way to run in CI; tests switch failures on and off by creating and
+ * removing the file. The variable is read once, at open.
  */
 #include "backend.h"
 
@@ -31,6 +37,7 @@
 
 #include "config.h"
 #include "extent.h"
+#include "log.h"
 #include "sim_copier.h"
 
 #define SIM_MAX_DEVICES 16
@@ -63,6 +70,7 @@ typedef struct sim_backend {
                                              * driver counts */
         sim_arena arenas[SIM_MAX_DEVICES];
         sim_copier *copier;     /* queue 2 * device + direction */
+        char *fail_copies;      /* GMD_SIM_FAIL_COPIES, or NULL */
 } sim_backend;
 
 static sim_backend *to_sim(gmd_backend *b)
@@ -281,6 +289,11 @@ static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
             len > dst->size - dst_off || src_off > src->size ||
             len > src->size - src_off)
                 return -EINVAL;
+        /* Test hook (see the top of this file): how CI runs the swap
+         * engine's copy-failure paths. Costs one access() per submit
+         * while GMD_SIM_FAIL_COPIES is set, a NULL test otherwise. */
+        if (sim->fail_copies && access(sim->fail_copies, F_OK) == 0)
+                return -EIO;
         /* One memcpy per stretch contiguous at both ends (arena parts),
          * queued together; only the last one reports. */
         for (uint64_t done = 0; done < len; n_parts++) {
@@ -319,6 +332,7 @@ static void sim_destroy(gmd_backend *b)
                         close(a->fd);
                 extents_clear(&a->free);
         }
+        free(sim->fail_copies);
         free(b);
 }
 
@@ -378,6 +392,7 @@ static const gmd_backend_ops sim_ops = {
 int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
 {
         sim_backend *sim = calloc(1, sizeof(*sim));
+        const char *fail_copies;
         uint64_t share;
         int r;
 
@@ -392,6 +407,16 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
         for (unsigned i = 0; i < SIM_MAX_DEVICES; i++) {
                 sim->arenas[i].fd = -1;
                 extents_init(&sim->arenas[i].free, sim->granularity);
+        }
+        fail_copies = getenv("GMD_SIM_FAIL_COPIES");
+        if (fail_copies && *fail_copies) {
+                sim->fail_copies = strdup(fail_copies);
+                if (!sim->fail_copies) {
+                        sim_destroy(&sim->base);
+                        return -ENOMEM;
+                }
+                log_warning("sim: GMD_SIM_FAIL_COPIES is set: copies fail while "
+                            "%s exists (a test hook)", sim->fail_copies);
         }
         r = sim_copier_new(2 * sim->n_devices, config->sim_copy_rate, &sim->copier);
         if (r < 0) {

@@ -388,11 +388,13 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         b->move = NULL;
         b->state = GMD_STATE_RESIDENT;
         if (b->acquirer) {
-                if (m->status < 0)
+                /* A move out that failed leaves the buffer where the
+                 * acquire wants it. */
+                if (b->tier == GMD_TIER_VRAM)
+                        acquirer_grant(b->acquirer);
+                else if (m->status < 0)
                         acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
                                       "copying it back to VRAM failed");
-                else if (b->tier == GMD_TIER_VRAM)
-                        acquirer_grant(b->acquirer);
                 else if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
                         acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
                                       "cannot queue its swap-in");

@@ -175,8 +175,12 @@ static void server_on_retry(uv_timer_t *timer)
 
 void server_retry_waitq_in(gmd_server *server, uint64_t ms)
 {
-        if (server->retry_open && !uv_is_active((uv_handle_t *)&server->retry_timer))
+        /* Counted from now, not from the loop's cached time: the pause it
+         * waits out is on the real clock (copyq_usable). */
+        if (server->retry_open && !uv_is_active((uv_handle_t *)&server->retry_timer)) {
+                uv_update_time(server->loop);
                 uv_timer_start(&server->retry_timer, server_on_retry, ms, 0);
+        }
 }
 
 void server_kick_closes(gmd_server *server)

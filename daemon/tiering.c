@@ -155,18 +155,14 @@ void tiering_handle_pageout(gmd_session *s, uint32_t id, const Gmd__MoveRequest 
                 return;
         if (m->n_buffer_ids == 0) {
                 r = tiering_pageout_all(s, MOVE_BULK);
-                if (r == -ENOSPC)
-                        host_full_error(s, id);
-                else
-                        session_reply_ok(s, id);
-                return;
+        } else {
+                bufs = named_buffers(s, id, m->buffer_ids, m->n_buffer_ids, true);
+                if (!bufs)
+                        return;
+                for (size_t i = 0; i < m->n_buffer_ids && r >= 0; i++)
+                        r = pageout_one(s->server, bufs[i], MOVE_BULK);
+                free(bufs);
         }
-        bufs = named_buffers(s, id, m->buffer_ids, m->n_buffer_ids, true);
-        if (!bufs)
-                return;
-        for (size_t i = 0; i < m->n_buffer_ids && r >= 0; i++)
-                r = pageout_one(s->server, bufs[i], MOVE_BULK);
-        free(bufs);
         if (r == -ENOSPC)
                 host_full_error(s, id);
         else if (r < 0)

@@ -707,6 +707,45 @@ gmd_pool_status harness_vram_pool(gmd_client *client, unsigned device)
         return pool;
 }
 
+gmd_pool_status harness_host_pool(gmd_client *client)
+{
+        gmd_status *status = harness_status(client);
+        gmd_pool_status pool = { 0 };
+        int found = 0;
+
+        for (size_t i = 0; i < status->n_pools; i++) {
+                if (status->pools[i].tier == GMD_TIER_HOST) {
+                        pool = status->pools[i];
+                        found = 1;
+                }
+        }
+        gmd_status_free(status);
+        if (!found)
+                fail_msg("status has no host pool");
+        return pool;
+}
+
+gmd_buffer_status harness_buffer_status(gmd_client *client, uint64_t id)
+{
+        gmd_buffer_status row = { 0 };
+        gmd_status *status = NULL;
+        int r = gmd_query_status(client, GMD_STATUS_BUFFERS, 0, &status), found = 0;
+
+        if (r < 0)
+                fail_msg("gmd_query_status: %d %s", r, gmd_last_error());
+        for (size_t i = 0; i < status->n_buffers; i++) {
+                if (status->buffers[i].buffer_id == id) {
+                        row = status->buffers[i];
+                        found = 1;
+                }
+        }
+        gmd_status_free(status);
+        if (!found)
+                fail_msg("buffer %llu is not in the status list",
+                         (unsigned long long)id);
+        return row;
+}
+
 uint64_t harness_vram_used(gmd_client *client, unsigned device)
 {
         return harness_vram_pool(client, device).used;

@@ -39,7 +39,9 @@ typedef struct harness {
 void harness_init(harness *h, const char *config);
 
 /* Start gpu-memd with --backend sim --socket --config and `extra_args`
- * (NULL-terminated, may be NULL); wait up to 5 s until the socket accepts. */
+ * (NULL-terminated, may be NULL); wait up to 5 s until the socket accepts.
+ * The daemon gets this process's environment as it is now (with
+ * GPU_MEMD_SOCKET set): a test may setenv first. */
 void harness_start(harness *h, const char *const *extra_args);
 
 /* init + start with HARNESS_SMALL_CONFIG followed by `extra_config`. */
@@ -150,6 +152,13 @@ gmd_status *harness_status(gmd_client *client);
 /* A device's VRAM pool entry from status (used, kept, ...); fails the
  * test if there is no such pool. */
 gmd_pool_status harness_vram_pool(gmd_client *client, unsigned device);
+
+/* The host pool's entry from status; fails the test if there is none. */
+gmd_pool_status harness_host_pool(gmd_client *client);
+
+/* The daemon's row for buffer `id`, any client's (GMD_STATUS_BUFFERS);
+ * fails the test if there is none. */
+gmd_buffer_status harness_buffer_status(gmd_client *client, uint64_t id);
 
 /* `used` of a device's VRAM pool; fails the test if there is no such pool. */
 uint64_t harness_vram_used(gmd_client *client, unsigned device);

@@ -14,11 +14,10 @@
  * Client processes are gmd_tier_client (started through spawn.c, so each
  * can get its own GPU_MEMD_PRIORITY) and gmd_test_client; the test process
  * is a libgpumem client too, and for the ack tests a raw protocol client
- * built on wire.h.
+ * (raw_client.c).
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -28,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +36,7 @@
 #include "gpumem.pb-c.h"
 #include "harness.h"
 #include "pattern.h"
+#include "raw_client.h"
 #include "spawn.h"
 #include "wire.h"
 
@@ -49,9 +48,7 @@ typedef struct fixture {
         gmd_client *client;      /* the test's own connection, if any */
         harness_proc procs[8];
         size_t n_procs;
-        int raw;                 /* a raw protocol client's socket */
-        void *maps[4];           /* the raw client's mappings */
-        size_t map_sizes[4];
+        raw_client raw;          /* for the ack tests */
 } fixture;
 
 static int setup(void **state)
@@ -60,7 +57,7 @@ static int setup(void **state)
 
         if (!f)
                 return -1;
-        f->raw = -1;
+        raw_init(&f->raw);
         f->own_fds = harness_count_own_fds();
         *state = f;
         return 0;
@@ -79,11 +76,7 @@ static int teardown(void **state)
                 if (f->procs[i].out_fd >= 0)
                         close(f->procs[i].out_fd);
         }
-        for (size_t i = 0; i < 4; i++)
-                if (f->maps[i])
-                        munmap(f->maps[i], f->map_sizes[i]);
-        if (f->raw >= 0)
-                close(f->raw);
+        raw_close(&f->raw);
         gmd_disconnect(f->client);
         harness_cleanup(&f->h);
         free(f);
@@ -1002,197 +995,6 @@ static void test_cancellations(void **state)
 
 /* ---- 6. backing still mapped --------------------------------------------------- */
 
-typedef struct raw_msg {
-        uint16_t type;
-        uint32_t request_id;
-        void *msg;               /* unpacked; NULL for OK replies */
-        int fd;                  /* the packet's first fd, taken; -1 if none */
-} raw_msg;
-
-static void raw_msg_clear(raw_msg *m)
-{
-        if (m->msg)
-                protobuf_c_message_free_unpacked(m->msg, NULL);
-        if (m->fd >= 0)
-                close(m->fd);
-        m->msg = NULL;
-        m->fd = -1;
-}
-
-static void raw_send(fixture *f, uint16_t type, uint32_t id,
-                     const ProtobufCMessage *msg)
-{
-        uint8_t buf[256];
-        size_t len = protobuf_c_message_get_packed_size(msg);
-        int r;
-
-        assert_true(len <= sizeof(buf));
-        protobuf_c_message_pack(msg, buf);
-        r = gmd_wire_send(f->raw, type, id, buf, (uint32_t)len, NULL, 0);
-        if (r < 0)
-                fail_msg("gmd_wire_send: %s", strerror(-r));
-}
-
-/* The next packet within timeout_ms, decoded. */
-static raw_msg raw_recv(fixture *f, int timeout_ms)
-{
-        raw_msg m = { .fd = -1 };
-        uint8_t *buf = malloc(GMD_WIRE_MAX_PACKET);
-        struct pollfd pfd = { .fd = f->raw, .events = POLLIN };
-        const ProtobufCMessageDescriptor *d = NULL;
-        gmd_wire_packet packet;
-        const char *reason = NULL;
-        int r;
-
-        assert_non_null(buf);
-        if (poll(&pfd, 1, timeout_ms) != 1)
-                fail_msg("raw client: nothing from the daemon within %d ms; log:\n%s",
-                         timeout_ms, harness_read_log(&f->h));
-        r = gmd_wire_recv(f->raw, buf, &packet, &reason);
-        if (r != 1)
-                fail_msg("gmd_wire_recv = %d (%s)", r, reason ? reason : "");
-        m.type = packet.header.type;
-        m.request_id = packet.header.request_id;
-        m.fd = gmd_wire_packet_take_fd(&packet, 0);
-        gmd_wire_packet_close_fds(&packet);
-        switch (m.type) {
-        case GMD__MSG_TYPE__MSG_HELLO_REPLY: d = &gmd__hello_reply__descriptor; break;
-        case GMD__MSG_TYPE__MSG_ALLOC_REPLY: d = &gmd__alloc_reply__descriptor; break;
-        case GMD__MSG_TYPE__MSG_ERROR_REPLY: d = &gmd__error_reply__descriptor; break;
-        case GMD__MSG_TYPE__MSG_REMAP:       d = &gmd__remap_notify__descriptor; break;
-        default: break;
-        }
-        if (d) {
-                m.msg = protobuf_c_message_unpack(d, NULL, packet.header.length,
-                                                  packet.payload);
-                assert_non_null(m.msg);
-        }
-        free(buf);
-        return m;
-}
-
-/* The next packet, which must be of `type` (answering `request_id` unless
- * it is 0). */
-static raw_msg raw_expect(fixture *f, uint16_t type, uint32_t request_id)
-{
-        raw_msg m = raw_recv(f, 5000);
-
-        if (m.type != type || (request_id && m.request_id != request_id)) {
-                const char *text = m.type == GMD__MSG_TYPE__MSG_ERROR_REPLY ?
-                        ((Gmd__ErrorReply *)m.msg)->message : "";
-
-                fail_msg("raw client got %s (request %u) \"%s\", want %s "
-                         "(request %u)", gmd_wire_type_name(m.type), m.request_id,
-                         text, gmd_wire_type_name(type), request_id);
-        }
-        return m;
-}
-
-static void raw_hello(fixture *f)
-{
-        Gmd__Hello hello = GMD__HELLO__INIT;
-        raw_msg m;
-
-        f->raw = harness_connect_raw(&f->h);
-        assert_true(f->raw >= 0);
-        hello.min_version = 1;
-        hello.max_version = 1;
-        hello.client_name = "raw-tier";
-        raw_send(f, GMD__MSG_TYPE__MSG_HELLO, 1, &hello.base);
-        m = raw_expect(f, GMD__MSG_TYPE__MSG_HELLO_REPLY, 1);
-        raw_msg_clear(&m);
-}
-
-static void *raw_map(fixture *f, int fd, size_t size)
-{
-        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        size_t i;
-
-        if (p == MAP_FAILED)
-                fail_msg("mmap of a backing fd: %s", strerror(errno));
-        for (i = 0; i < 4 && f->maps[i]; i++)
-                ;
-        assert_true(i < 4);
-        f->maps[i] = p;
-        f->map_sizes[i] = size;
-        return p;
-}
-
-/* Allocate `size`, map it and fill it with `seed`, then release it.
- * Returns the buffer id. */
-static uint64_t raw_alloc_release(fixture *f, uint32_t *next_id, uint64_t size,
-                                  uint64_t seed)
-{
-        Gmd__AllocRequest alloc = GMD__ALLOC_REQUEST__INIT;
-        Gmd__BufferRequest rel = GMD__BUFFER_REQUEST__INIT;
-        Gmd__AllocReply *reply;
-        raw_msg m;
-        uint64_t id;
-        void *p;
-
-        alloc.size = size;
-        alloc.timeout_ms = 0;
-        raw_send(f, GMD__MSG_TYPE__MSG_ALLOC, *next_id, &alloc.base);
-        m = raw_expect(f, GMD__MSG_TYPE__MSG_ALLOC_REPLY, (*next_id)++);
-        reply = m.msg;
-        id = reply->buffer_id;
-        assert_int_equal(reply->size, size);
-        assert_int_equal(reply->n_segments, 1);
-        assert_true(m.fd >= 0);
-        p = raw_map(f, m.fd, size);
-        pattern_fill_mem(p, size, seed);
-        raw_msg_clear(&m);
-
-        rel.buffer_id = id;
-        raw_send(f, GMD__MSG_TYPE__MSG_RELEASE, *next_id, &rel.base);
-        m = raw_expect(f, GMD__MSG_TYPE__MSG_OK_REPLY, (*next_id)++);
-        raw_msg_clear(&m);
-        return id;
-}
-
-/* Wait for MSG_REMAP of buffer `id` to the host tier and return its
- * sequence number. A SWAPPABLE buffer's remap names no segment and carries
- * no fd (its owner only unmaps); a SPILLABLE one's carries the new backing,
- * whose bytes are checked. */
-/* Check a remap of buffer `id` to host memory (and its bytes, `seed`, when
- * it names memory to map); returns its sequence. Clears `m`. */
-static uint64_t raw_check_remap(fixture *f, raw_msg m, uint64_t id, size_t size,
-                                uint64_t seed)
-{
-        Gmd__RemapNotify *note = m.msg;
-        uint64_t seq = note->sequence;
-
-        assert_int_equal(note->buffer_id, id);
-        assert_int_equal(note->tier, GMD__TIER__TIER_HOST);
-        if (note->n_segments == 0) {
-                assert_true(m.fd < 0);
-        } else {
-                assert_int_equal(note->n_segments, 1);
-                assert_int_equal(note->segments[0]->size, size);
-                assert_true(m.fd >= 0);
-                pattern_check_mem(raw_map(f, m.fd, size), size, seed,
-                          "raw buffer's new backing");
-        }
-        raw_msg_clear(&m);
-        return seq;
-}
-
-static uint64_t raw_expect_remap(fixture *f, uint64_t id, size_t size,
-                                 uint64_t seed)
-{
-        return raw_check_remap(f, raw_expect(f, GMD__MSG_TYPE__MSG_REMAP, 0), id,
-                               size, seed);
-}
-
-static void raw_ack(fixture *f, uint64_t id, uint64_t seq)
-{
-        Gmd__RemapAck ack = GMD__REMAP_ACK__INIT;
-
-        ack.buffer_id = id;
-        ack.sequence = seq;
-        raw_send(f, GMD__MSG_TYPE__MSG_REMAP_ACK, 0, &ack.base);
-}
-
 /* A raw client's released buffer is evicted for another process's
  * allocation, but the client never acks the remap: the old VRAM stays
  * allocated (so the allocation keeps waiting), the buffer shows moving-out;
@@ -1216,15 +1018,15 @@ static void test_unacked_remap_keeps_backing(void **state)
                                    "[pools]\nhost_limit = 256M\n");
         f->client = harness_client(&f->h, "observer");
         fds_idle = harness_count_fds(f->h.pid);
-        raw_hello(f);
+        raw_hello(&f->raw, &f->h, "raw-tier");
 
-        id = raw_alloc_release(f, &next_id, 8 * MiB, 90);
+        id = raw_alloc_release(&f->raw, &next_id, 8 * MiB, 90);
         expect_pools(f->client, 8 * MiB, 0, "raw buffer");
 
         /* Pressure from another process evicts it. */
         p = spawn_test_client(f, alloc_args);
         free(read_line(f, p, "connected", 5000));
-        seq = raw_expect_remap(f, id, 8 * MiB, 90);
+        seq = raw_expect_remap(&f->raw, id, GMD_TIER_HOST, 8 * MiB, 90);
 
         harness_sleep_ms(300);
         expect_pools(f->client, 8 * MiB, 8 * MiB, "remap not acked");
@@ -1232,9 +1034,9 @@ static void test_unacked_remap_keeps_backing(void **state)
                    "remap not acked");
 
         /* Wrong sequence, wrong buffer: ignored. */
-        raw_ack(f, id, seq + 1);
-        raw_ack(f, id, seq - 1);
-        raw_ack(f, id + 1000, seq);
+        raw_ack(&f->raw, id, seq + 1);
+        raw_ack(&f->raw, id, seq - 1);
+        raw_ack(&f->raw, id + 1000, seq);
         line = harness_wait_log(&f->h, "stale remap ack", 2000);
         if (!line)
                 fail_msg("no \"stale remap ack\" in the log:\n%s",
@@ -1251,7 +1053,7 @@ static void test_unacked_remap_keeps_backing(void **state)
         assert_int_equal(harness_wait_clients(f->client, 3, 1000), 3);
 
         t_ack = harness_now_ms();
-        raw_ack(f, id, seq);
+        raw_ack(&f->raw, id, seq);
         out = finish_ok(f, p, "alloc 64M behind the unacked remap", 10000);
         if (!strstr(out, "rc 0\n") || !strstr(out, "bytes ok"))
                 fail_msg("the allocation was not served after the ack:\n%s", out);
@@ -1261,21 +1063,21 @@ static void test_unacked_remap_keeps_backing(void **state)
         expect_row(f->client, id, GMD_TIER_HOST, GMD_STATE_RESIDENT, "acked");
         wait_pools(f, f->client, 0, 8 * MiB, 3000, "after the ack");
         /* An ack for a move that is over is stale too. */
-        raw_ack(f, id, seq);
+        raw_ack(&f->raw, id, seq);
         harness_sleep_ms(50);
         expect_row(f->client, id, GMD_TIER_HOST, GMD_STATE_RESIDENT, "late ack");
 
         /* A pageout of its own, never acked, then the client leaves. */
-        id2 = raw_alloc_release(f, &next_id, 4 * MiB, 91);
+        id2 = raw_alloc_release(&f->raw, &next_id, 4 * MiB, 91);
         pageout.n_buffer_ids = 1;
         pageout.buffer_ids = &id2;
-        raw_send(f, GMD__MSG_TYPE__MSG_PAGEOUT, next_id, &pageout.base);
+        raw_send(&f->raw, GMD__MSG_TYPE__MSG_PAGEOUT, next_id, &pageout.base);
         /* Released with no last-use event, it is unmapped while its copy
          * runs: the remap may come before the reply (daemon/move.h). */
-        m = raw_recv(f, 5000);
+        m = raw_recv(&f->raw, 5000);
         if (m.type == GMD__MSG_TYPE__MSG_REMAP) {
-                raw_check_remap(f, m, id2, 4 * MiB, 91);
-                m = raw_expect(f, GMD__MSG_TYPE__MSG_OK_REPLY, next_id++);
+                raw_check_remap(&f->raw, m, id2, GMD_TIER_HOST, 4 * MiB, 91);
+                m = raw_expect(&f->raw, GMD__MSG_TYPE__MSG_OK_REPLY, next_id++);
                 raw_msg_clear(&m);
         } else {
                 if (m.type != GMD__MSG_TYPE__MSG_OK_REPLY || m.request_id != next_id)
@@ -1284,14 +1086,13 @@ static void test_unacked_remap_keeps_backing(void **state)
                                  m.request_id);
                 raw_msg_clear(&m);
                 next_id++;
-                raw_expect_remap(f, id2, 4 * MiB, 91);
+                raw_expect_remap(&f->raw, id2, GMD_TIER_HOST, 4 * MiB, 91);
         }
         harness_sleep_ms(100);
         expect_pools(f->client, 4 * MiB, 12 * MiB, "own pageout not acked");
         expect_row(f->client, id2, GMD_TIER_VRAM, GMD_STATE_MOVING_OUT,
                    "own pageout not acked");
-        close(f->raw);
-        f->raw = -1;
+        raw_close(&f->raw);
         wait_pools(f, f->client, 0, 0, 3000, "raw client gone");
         assert_int_equal(harness_wait_fds(f->h.pid, fds_idle, 3000), fds_idle);
         harness_stop(&f->h);
