@@ -37,6 +37,8 @@ typedef struct gmd_dbuffer {
         struct gmd_move *move;      /* the move under way, or NULL */
         struct gmd_waiter *move_waiter;  /* a swap-in waiting for VRAM */
         struct gmd_acquirer *acquirer;   /* an acquire waiting for it */
+        int move_error;             /* its last move failed (negative
+                                     * errno): told by the next wait */
         gmd_event *last_use;        /* the owner's last-use event (cuda) */
         uint32_t last_use_gen;      /* releases with an event so far: a
                                      * client records the same event anew */

@@ -193,6 +193,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
                 pool_give(&server->host_pool, b->size);
                 return r;
         }
+        b->move_error = 0;
         m = move_new(b, GMD_COPY_OUT, cls, dst);
         if (!m) {
                 mem_release(server, dst, GMD_TIER_HOST, b->device);
@@ -267,6 +268,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         b->move_waiter = NULL;   /* the waitq drops it once we return */
         r = dst ? 0 : backing_create(server, GMD_TIER_VRAM, b->device, b->size,
                                      true, &dst);
+        b->move_error = 0;
         m = r < 0 ? NULL : move_new(b, GMD_COPY_IN, cls, dst);
         if (!m) {
                 log_error("buffer %llu: cannot create VRAM to bring it back: %s",
@@ -380,6 +382,10 @@ static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
  * is kept for the owner's next swap-in. */
 static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
 {
+        /* A pageout or prefetch the owner asked for that failed: its next
+         * wait says so (an acquire hears of its own swap-in below). */
+        if (m->status < 0 && m->cls == MOVE_BULK)
+                b->move_error = m->status;
         if (m->dst_tier == GMD_TIER_VRAM) {
                 reuse_keep(server, b->owner, m->dst);
                 reuse_trim(server, b->owner, b->device, b->size);

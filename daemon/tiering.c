@@ -256,6 +256,40 @@ static bool wait_met(const gmd_move_wait *w)
         return true;
 }
 
+/* Answer a wait whose buffers stopped moving: OK, or the failure of a
+ * move of one of them since it started (told once). */
+static void wait_answer(gmd_move_wait *w)
+{
+        gmd_session *s = w->session;
+        gmd_dbuffer *failed = NULL;
+        gmd_list *pos;
+        int error = 0;
+
+        list_for_each(pos, &s->buffers) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
+                bool named = !w->ids;
+
+                for (size_t i = 0; i < w->n_ids && !named; i++)
+                        named = w->ids[i] == b->id;
+                if (!named || !b->move_error)
+                        continue;
+                if (!failed) {
+                        failed = b;
+                        error = b->move_error;
+                }
+                b->move_error = 0;
+        }
+        if (!failed) {
+                session_reply_ok(s, w->request_id);
+                return;
+        }
+        session_send_error(s, w->request_id, GMD__ERROR_CODE__ERR_INTERNAL,
+                           "moving buffer %llu failed (%s); it stays on %s, "
+                           "intact (the daemon's log has the cause)",
+                           (unsigned long long)failed->id, strerror(-error),
+                           failed->tier == GMD_TIER_VRAM ? "VRAM" : "host memory");
+}
+
 static void wait_on_deadline(uv_timer_t *timer)
 {
         gmd_move_wait *w = timer->data;
@@ -306,7 +340,7 @@ void tiering_handle_wait(gmd_session *s, uint32_t id, const Gmd__WaitRequest *m)
                 w->n_ids = m->n_buffer_ids;
         }
         if (wait_met(w)) {
-                session_reply_ok(s, id);
+                wait_answer(w);
                 wait_done(w);
                 return;
         }
@@ -326,7 +360,7 @@ void tiering_moves_changed(gmd_session *s)
                 gmd_move_wait *w = container_of(pos, gmd_move_wait, link);
 
                 if (wait_met(w)) {
-                        session_reply_ok(s, w->request_id);
+                        wait_answer(w);
                         wait_done(w);
                 }
         }

@@ -271,7 +271,9 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream);
  * gmd_prefetch: bring buffers back to VRAM, queued behind every other
  *   move; returns at once. Cancels a pageout whose copy has not ended.
  * gmd_wait: wait until the buffer (or all of the client's) is not moving,
- *   up to `timeout_ms` (GMD_ETIMEDOUT after it).
+ *   up to `timeout_ms` (GMD_ETIMEDOUT after it). -EIO when a move of one
+ *   of them failed since it started (the GPU refused a copy): the buffer
+ *   stays where it was, bytes intact; the error names it, once.
  */
 GMD_EXPORT
 int gmd_pageout(gmd_client *client, gmd_buffer *buffer);

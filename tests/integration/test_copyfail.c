@@ -67,6 +67,21 @@ typedef struct fixture {
         raw_client raw;
 } fixture;
 
+/* gmd_wait on `b` after a move of it failed: -EIO naming the buffer,
+ * once; the next wait is clean. */
+static void wait_reports_failure(gmd_client *c, gmd_buffer *b, const char *when)
+{
+        char id[32];
+        int r = gmd_wait(c, b, 5000);
+
+        snprintf(id, sizeof(id), "buffer %llu", (unsigned long long)gmd_buffer_id(b));
+        if (r != -EIO || !strstr(gmd_last_error(), id) ||
+            !strstr(gmd_last_error(), "failed"))
+                fail_msg("%s: gmd_wait = %d (%s), want -EIO naming %s", when, r,
+                         gmd_last_error(), id);
+        OK(gmd_wait(c, b, 5000));
+}
+
 static int setup(void **state)
 {
         fixture *f = calloc(1, sizeof(*f));
@@ -263,7 +278,7 @@ static void test_pageout_fails(void **state)
         failures_on(f);
         t0 = harness_now_ms();
         OK(gmd_pageout(f->client, a));
-        OK(gmd_wait(f->client, a, 5000));
+        wait_reports_failure(f->client, a, "failed pageout");
         if (harness_log_count(&f->h, SUBMIT_FAILED) != 1)
                 fail_msg("want one \"%s\" line; log:\n%s", SUBMIT_FAILED,
                          harness_read_log(&f->h));
@@ -341,7 +356,7 @@ static void swapin_fails(fixture *f, bool keep)
 
         failures_on(f);
         OK(gmd_prefetch(f->client, b));
-        OK(gmd_wait(f->client, b, 5000));
+        wait_reports_failure(f->client, b, "failed prefetch");
         if (harness_log_count(&f->h, SUBMIT_FAILED) != 1)
                 fail_msg("want one \"%s\" line; log:\n%s", SUBMIT_FAILED,
                          harness_read_log(&f->h));
@@ -496,7 +511,7 @@ static void test_early_ack_rounds(void **state)
 
                 snprintf(when, sizeof(when), "round %d", round);
                 OK(pageout_after_rest(f->client, b));
-                OK(gmd_wait(f->client, b, 5000));
+                wait_reports_failure(f->client, b, when);
                 expect_alive(f, when);
                 assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
                 expect_state(f, b, GMD_TIER_VRAM, GMD_STATE_RESIDENT, when);
