@@ -256,8 +256,21 @@ static bool wait_met(const gmd_move_wait *w)
         return true;
 }
 
+/* Take the failure of a move of `b` for a wait's answer: the first one
+ * found is told, every one is cleared (told once). */
+static void wait_take_error(gmd_dbuffer *b, gmd_dbuffer **failed, int *error)
+{
+        if (!b || !b->move_error)
+                return;
+        if (!*failed) {
+                *failed = b;
+                *error = b->move_error;
+        }
+        b->move_error = 0;
+}
+
 /* Answer a wait whose buffers stopped moving: OK, or the failure of a
- * move of one of them since it started (told once). */
+ * move of one of them since it started. */
 static void wait_answer(gmd_move_wait *w)
 {
         gmd_session *s = w->session;
@@ -265,19 +278,14 @@ static void wait_answer(gmd_move_wait *w)
         gmd_list *pos;
         int error = 0;
 
-        list_for_each(pos, &s->buffers) {
-                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
-                bool named = !w->ids;
-
-                for (size_t i = 0; i < w->n_ids && !named; i++)
-                        named = w->ids[i] == b->id;
-                if (!named || !b->move_error)
-                        continue;
-                if (!failed) {
-                        failed = b;
-                        error = b->move_error;
-                }
-                b->move_error = 0;
+        if (w->ids) {
+                for (size_t i = 0; i < w->n_ids; i++)
+                        wait_take_error(buffer_find(s->server, s, w->ids[i]),
+                                        &failed, &error);
+        } else {
+                list_for_each(pos, &s->buffers)
+                        wait_take_error(container_of(pos, gmd_dbuffer, owner_link),
+                                        &failed, &error);
         }
         if (!failed) {
                 session_reply_ok(s, w->request_id);
