@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cu_check.h"
 #include "cuda_driver.h"
 #include "gpu_kernels.h"
 #include "gpu_proc.h"
@@ -96,18 +97,6 @@ static int n_cases;
 static bool skipped[COUNT(released_mib)];
 static split_result split;
 
-/* A failed call ends the run (main exits 1), so what was created before it
- * is left to the process's exit rather than unwound here. */
-#define CU(call) do {                                                   \
-        CUresult res_ = (call);                                         \
-        if (res_ != CUDA_SUCCESS) {                                     \
-                char buf_[128];                                         \
-                fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__,  \
-                        #call, cuda_driver_error(cu, res_, buf_,        \
-                                                 sizeof(buf_)));        \
-                return -EIO;                                            \
-        }                                                               \
-} while (0)
 
 static int cmp_double(const void *a, const void *b)
 {

@@ -38,6 +38,7 @@
 
 #include "backend_cuda.h"
 #include "config.h"
+#include "cu_check.h"
 #include "cuda_driver.h"
 #include "gpu_kernels.h"
 #include "gpu_proc.h"
@@ -105,16 +106,6 @@ static uint64_t arena_bytes;   /* the daemon's host arena on device 0 */
 static int failures;
 static const gmd_cuda_driver *cu;
 
-#define CU(call) do {                                                   \
-        CUresult res_ = (call);                                         \
-        if (res_ != CUDA_SUCCESS) {                                     \
-                char buf_[128];                                         \
-                fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__,  \
-                        #call, cuda_driver_error(cu, res_, buf_,        \
-                                                 sizeof(buf_)));        \
-                return -EIO;                                            \
-        }                                                               \
-} while (0)
 
 /* ---- baseline: pinned cuMemHostAlloc <-> cuMemAlloc ---------------------- */
 
