@@ -5,7 +5,9 @@
  */
 #include "admin.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "buffer.h"
 #include "log.h"
@@ -50,8 +52,9 @@ static void admin_apply(gmd_session *target, const Gmd__AdminRequest *m,
                 int r = tiering_pageout_all(target, MOVE_EVICT);
 
                 if (r < 0)
-                        log_warning("%s: evict by %s stopped: the host pool is full",
-                                    who, by);
+                        log_warning("%s: evict by %s stopped: %s", who, by,
+                                    r == -ENOSPC ? "no room in host memory "
+                                    "([pools] host_limit)" : strerror(-r));
                 else
                         log_info("%s: evicted by %s (%d idle buffers moving to host "
                                  "memory)", who, by, r);

@@ -300,6 +300,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 return 0;
         }
         b->move = m;
+        m->dst_kept = kept;
         /* Its owner maps nothing while a SWAPPABLE buffer is out, so it
          * can map the new VRAM while the copy runs (move.h) — if that VRAM
          * holds nothing but the owner's own bytes: new VRAM is not zeroed
@@ -378,15 +379,17 @@ static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
 }
 
 /* A move that ends without moving (cancelled, failed, or rolled back after
- * an early remap): the buffer stays on its old backing. VRAM made for it
- * is kept for the owner's next swap-in. */
+ * an early remap): the buffer stays on its old backing. VRAM it took from
+ * what was kept for the owner is kept again. */
 static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
 {
         /* A pageout or prefetch the owner asked for that failed: its next
          * wait says so (an acquire hears of its own swap-in below). */
         if (m->status < 0 && m->cls == MOVE_BULK)
                 b->move_error = m->status;
-        if (m->dst_tier == GMD_TIER_VRAM) {
+        /* Kept again only if it held nothing but the owner's bytes before:
+         * new VRAM is not zeroed, and a cancelled copy filled part of it. */
+        if (m->dst_kept) {
                 reuse_keep(server, b->owner, m->dst);
                 reuse_trim(server, b->owner, b->device, b->size);
         } else

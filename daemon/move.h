@@ -51,7 +51,10 @@ typedef struct gmd_move {
         bool acked;                 /* ... and the owner acked it */
         bool rolling_back;          /* cancelled after an early remap: a
                                      * remap back to src is out */
-        bool copied;                /* every byte copied (move_copied ran) */
+        bool copied;                /* every byte copied (move_copied ran
+                                     * on a copy that was not cancelled) */
+        bool dst_kept;              /* dst is VRAM kept from the owner's
+                                     * own swap-out (reuse.h) */
         uint32_t waited_gen;        /* the last-use event its copy waits
                                      * for (buffer's last_use_gen) */
         bool owns_src;              /* orphaned: frees src too */

@@ -513,7 +513,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
                 gmd_session *s = container_of(pos, gmd_session, link);
 
                 session_apply_config(s);
-                if (!old->swap_keep_vram)
+                if (!config->swap_keep_vram)
                         reuse_forget(server, s);
         }
         waitq_run(server);
