@@ -3,9 +3,10 @@
  *
  * Releasing a CUDA VMM allocation (cuMemRelease) makes the driver scrub it
  * on the GPU after the call has returned, and the scrub slows host-to-device
- * copies that start within the next few milliseconds. Seen on an H200: a
- * 256 MiB H2D copy right after releasing 1 GiB ran at ~40 GB/s instead of
- * 55, both directions at once at 63 instead of 101; D2H was unaffected,
+ * copies that start within the next few milliseconds. Seen on an H200
+ * (BENCHMARKS.md): a 256 MiB H2D copy right after releasing 1 GiB ran at
+ * 36.5 GB/s instead of 54.5, both directions at once at 61 instead of 97;
+ * D2H was unaffected,
  * unmapping alone did nothing, and after ~10 ms the effect was gone. This is
  * why gpu-memd's swap-ins reuse VRAM rather than release and create it
  * ([swap] keep_vram); the bench keeps the reason measurable per card and

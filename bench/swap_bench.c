@@ -106,7 +106,6 @@ static uint64_t arena_bytes;   /* the daemon's host arena on device 0 */
 static int failures;
 static const gmd_cuda_driver *cu;
 
-
 /* ---- baseline: pinned cuMemHostAlloc <-> cuMemAlloc ---------------------- */
 
 static int run_baseline(uint64_t max, int reps)

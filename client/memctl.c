@@ -186,7 +186,9 @@ static void print_pools(const gmd_status *status)
 
 /* The copy engine of each device: moves queued or copying each way, the
  * bytes moved since the daemon started, and the average rate while
- * copying (bytes over the time a copy was running). */
+ * copying (bytes over the time a copy was running); then a line per
+ * device for its host arena and for VRAM kept for swap-ins, when it has
+ * any. */
 static void print_copies(const gmd_status *status)
 {
         char dev[16], out[16], in[16], rate_out[24], rate_in[24];

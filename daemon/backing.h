@@ -11,8 +11,10 @@
  * limit. The host pool (pool.h) still counts buffer bytes on the host tier
  * whatever memory holds them.
  *
- * Every backing the daemon creates or destroys goes through here, so the
- * count of pinned allocations stays right on every path.
+ * Every backing counted against host_limit is created here (arena pieces
+ * and legacy IPC buffers come straight from the backend), and every
+ * backing is destroyed here, so the count of pinned allocations stays
+ * right on every path.
  */
 #ifndef GMD_BACKING_H
 #define GMD_BACKING_H

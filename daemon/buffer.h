@@ -37,8 +37,9 @@ typedef struct gmd_dbuffer {
         struct gmd_move *move;      /* the move under way, or NULL */
         struct gmd_waiter *move_waiter;  /* a swap-in waiting for VRAM */
         struct gmd_acquirer *acquirer;   /* an acquire waiting for it */
-        int move_error;             /* its last move failed (negative
-                                     * errno): told by the next wait */
+        int move_error;             /* a pageout or prefetch of it failed
+                                     * (negative errno): the next wait
+                                     * tells it */
         gmd_event *last_use;        /* the owner's last-use event (cuda) */
         uint32_t last_use_gen;      /* releases with an event so far: a
                                      * client records the same event anew */
@@ -47,9 +48,11 @@ typedef struct gmd_dbuffer {
 /*
  * Create a buffer of `size` bytes (already rounded) for `owner` on `device`,
  * on `tier`: the bytes come from that tier's pool (the device's VRAM, or
- * the host pool) and the backing from the backend. -ENOSPC when the pool
- * lacks room (nothing taken), another negative errno when the backend
- * failed. The buffer starts acquired.
+ * the host pool) and the backing from the backend (backing.h). -ENOSPC
+ * when the pool lacks room even after releasing VRAM kept for swap-ins, or
+ * [pools] host_limit has none to pin on the host tier (nothing taken);
+ * another negative errno when the backend failed. The buffer starts
+ * acquired.
  */
 int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                gmd_tier tier, uint64_t size, unsigned flags,

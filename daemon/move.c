@@ -2,7 +2,9 @@
  * move — see move.h. Pool bytes follow the memory: the destination's tier
  * pays when its backing is created, the source's tier is paid back when
  * its backing is destroyed (after the ack, or when an orphaned copy ends),
- * so a pool never hands out memory that is still allocated.
+ * so a pool never hands out memory that is still allocated. VRAM kept for
+ * swap-ins (reuse.h) stays paid for while kept, and a swap-in into it
+ * takes that payment over.
  */
 #include "move.h"
 

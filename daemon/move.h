@@ -2,13 +2,16 @@
  * move — moving a buffer's backing between VRAM and host memory without
  * changing the address its owner holds (DESIGN.md decision 2).
  *
- * A move creates the new backing, copies into it (copyq), then sends the
- * owner a remap naming it; the owner maps it at the same address and acks,
- * and only then is the old backing freed — the daemon never frees backing
- * its owner may still have mapped. A move of a SWAPPABLE buffer nobody can
- * be touching gets its remap when the copy starts instead (an early
- * remap), so the owner's unmap or import and map overlap the copy: coming
- * back from host memory, where its owner maps nothing, and going out when
+ * A move creates the new backing (for a swap-in, or takes the VRAM kept
+ * from the owner's last swap-out, reuse.h), copies into it (copyq), then
+ * sends the owner a remap naming it; the owner maps it at the same address
+ * and acks, and only then is the old backing freed (old VRAM: kept) — the
+ * daemon never frees backing its owner may still have mapped. A move of a
+ * SWAPPABLE buffer nobody can be touching gets its remap when the copy
+ * starts instead (an early remap), so the owner's unmap or import and map
+ * overlap the copy: coming back from host memory, where its owner maps
+ * nothing, into VRAM kept from its own swap-out (new VRAM is not zeroed:
+ * the owner must not see it before the copy filled it), and going out when
  * it was released with no GPU work pending on it (no last-use event). The
  * move then ends when both the copy and the ack are done. Such a move
  * cancelled or failed sends a second remap back to the old backing and
@@ -75,8 +78,10 @@ typedef struct gmd_acquirer {
         uv_timer_t timer;
 } gmd_acquirer;
 
-/* Start moving a VRAM-resident buffer to host memory. -ENOSPC when the
- * host pool has no room (nothing changed). */
+/* Start moving a VRAM-resident buffer to host memory. Nothing changed on
+ * failure: -ENOSPC when the host pool or [pools] host_limit has no room,
+ * -EIO while the copy queue rests after a refused copy, -EOPNOTSUPP when
+ * the backend cannot move, -ENOMEM. */
 int move_out_start(gmd_server *server, gmd_dbuffer *buffer, move_class cls);
 
 /* Ask for a host-resident buffer to come back to VRAM: it waits in the
@@ -84,7 +89,8 @@ int move_out_start(gmd_server *server, gmd_dbuffer *buffer, move_class cls);
 int move_in_request(gmd_server *server, gmd_dbuffer *buffer, waitq_rank rank);
 
 /* The waitq found VRAM for a swap-in: take it and start the copy. 0, or
- * -ENOSPC when the room is not there yet. */
+ * -ENOSPC when the room is not there yet or the copy queue rests after a
+ * refused copy. */
 int move_in_begin(gmd_server *server, gmd_dbuffer *buffer);
 
 /* The waitq dropped a buffer's swap-in without serving it. */

@@ -3,11 +3,12 @@
  *
  * Releasing a VRAM allocation makes the driver scrub it on the GPU, and
  * that scrub slows host-to-device copies that run in the next few
- * milliseconds: measured on an H200, a 256 MiB swap-in copy starting just
- * after 1 GiB was released ran at 36-41 GB/s instead of 55, and both
- * directions at once fell from 101 to 63 GB/s (BENCHMARKS.md, "Why swap-ins
- * keep VRAM"). Creating the next destination costs another 0.5-1.5 ms on
- * the loop thread. So after a buffer moves out, its VRAM is not released:
+ * milliseconds: measured on an H200 (bench/release_bench.c, BENCHMARKS.md
+ * "Why swap-ins keep VRAM"), a 256 MiB host-to-device copy starting just
+ * after 1 GiB was released ran at 36.5 GB/s instead of 54.5, and both
+ * directions at once at 61 instead of 97 GB/s. Creating the next
+ * destination also costs the loop thread a cuMemCreate, an export and a
+ * map. So after a buffer moves out, its VRAM is not released:
  * it waits here, still counted as used in its pool, and the next swap-in
  * of a buffer of the same client and the same size copies into it.
  *
@@ -17,12 +18,12 @@
  * bytes again, which it could read anyway.
  *
  * Kept memory yields to everything: it is released, oldest first, as soon
- * as any request on its device finds too little room (reuse_make_room, the
- * allocation and swap-in paths call it), when its client keeps more
- * allocations of one device and size than it has buffers of that device
- * and size out on host memory (nothing left that could come back into
- * them), and when the client disconnects. [swap] keep_vram = no turns it
- * off.
+ * as any request on its device finds too little room (reuse_make_room: the
+ * allocation and swap-in paths and the evictor call it), when its client
+ * keeps more allocations of one device and size than it has buffers of
+ * that device and size out on host memory (nothing left that could come
+ * back into them), when the client disconnects, and when a reload sets
+ * [swap] keep_vram = no (which turns it off).
  */
 #ifndef GMD_REUSE_H
 #define GMD_REUSE_H

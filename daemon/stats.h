@@ -25,7 +25,7 @@ typedef struct gmd_stats {
         uint64_t latency_count[GMD_STATS_LATENCY_BUCKETS + 1];
         uint64_t latency_sum_us;
         uint64_t errors[GMD_STATS_ERROR_CODES];  /* replies by code */
-        /* Swap engine (later): bytes moved and copy time per direction. */
+        /* Swap engine: bytes moved and copy time per direction. */
         uint64_t bytes_out, bytes_in;
         uint64_t copy_us_out, copy_us_in;
         /* VRAM a swap-out left (reuse.h): swap-ins that copied into it,

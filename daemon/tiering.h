@@ -39,8 +39,8 @@ void tiering_handle_wait(gmd_session *session, uint32_t request_id,
                          const Gmd__WaitRequest *request);
 
 /* Move every released buffer of the session to host memory (admin evict,
- * whole-client pageout). Returns how many moves started, or -ENOSPC when
- * the host pool stopped it first. */
+ * whole-client pageout). Returns how many moves started, or the error of
+ * the first that could not start (move_out_start), which stops it. */
 int tiering_pageout_all(gmd_session *session, move_class cls);
 
 /* A move of the session's ended or was cancelled: answer waits now met. */

@@ -153,7 +153,9 @@ unsigned gmd_client_device_count(const gmd_client *client);
  * always zeroed before this one sees it.
  *
  * Errors: GMD_ETOOLARGE at once when the pool could never hold it,
- * GMD_ENOMEM / GMD_ETIMEDOUT when no room appeared in time, GMD_EQUOTA,
+ * GMD_ENOMEM / GMD_ETIMEDOUT when no room appeared in time (for a
+ * SPILLABLE buffer placed on host memory that includes [pools] host_limit,
+ * which bounds all the pinned host memory of the daemon), GMD_EQUOTA,
  * -EINVAL (size 0, unknown device or flags), GMD_ENOTSUP (for instance
  * GMD_ALLOC_LEGACY_IPC from a daemon without the cuda backend).
  *
@@ -218,10 +220,12 @@ GMD_EXPORT
 unsigned gmd_buffer_device(const gmd_buffer *buffer);
 
 /* The tier behind the buffer's address in this process. While a released
- * buffer moves, it can change before the move is over: a swap-in maps the
- * new VRAM when its copy starts, and the bytes are there once gmd_wait or
- * gmd_acquire returns. While the buffer is acquired it is where the bytes
- * are. */
+ * buffer moves it can change before the move is over: a swap-in into VRAM
+ * kept from the buffer's client maps it when the copy starts, and a
+ * swap-out of a buffer released with no last-use event unmaps then; a move
+ * that is then cancelled or fails changes it back. The bytes are where it
+ * says once gmd_wait or gmd_acquire returns, and while the buffer is
+ * acquired. */
 GMD_EXPORT
 gmd_tier gmd_buffer_tier(const gmd_buffer *buffer);
 
@@ -232,12 +236,16 @@ gmd_tier gmd_buffer_tier(const gmd_buffer *buffer);
  *
  * A buffer that was moved to host memory is brought back first, ahead of
  * every other move (a passive swap-in); the call returns when it is usable
- * again, at the same address. `timeout_ms` bounds the wait
- * (GMD_WAIT_FOREVER: no bound; 0: succeed only if usable now — otherwise
- * GMD_ETIMEDOUT, and the swap-in goes on as a prefetch). A SPILLABLE buffer
- * that gets no VRAM by the deadline is acquired where it is, on the host
- * tier, where kernels still reach it (gmd_buffer_tier tells). Acquire on
- * an acquired buffer is GMD_EBUSY.
+ * again, at the same address. A pageout still copying is cancelled: the
+ * buffer never left. `timeout_ms` bounds the wait (GMD_WAIT_FOREVER: no
+ * bound; 0: succeed only if usable now — otherwise GMD_ETIMEDOUT, and the
+ * swap-in goes on as a prefetch; a pageout being undone, whose owner had
+ * already unmapped, counts as usable now and takes one more round trip,
+ * at most a second). A SPILLABLE buffer that gets no VRAM by the deadline
+ * is acquired where it is, on the host tier, where kernels still reach it
+ * (gmd_buffer_tier tells). Acquire on an acquired buffer is GMD_EBUSY;
+ * -EIO when its swap-in failed (the GPU refused the copy: the buffer stays
+ * on host memory, intact).
  */
 GMD_EXPORT
 int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms);
@@ -267,13 +275,18 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream);
  * gmd_pageout: move released buffers to host memory, asynchronously: it
  *   returns once the moves are queued. GMD_EBUSY for an acquired buffer
  *   that is not SPILLABLE; -EINVAL for PIN_VRAM or legacy IPC buffers;
- *   GMD_ENOMEM when the host pool is full. Cancels a prefetch under way.
+ *   GMD_ENOMEM when the host pool is full or [pools] host_limit leaves no
+ *   room to pin a host copy; -EIO for about a second after the GPU refused
+ *   a copy. With several buffers, those before the one that failed stay
+ *   queued. Cancels a prefetch under way.
  * gmd_prefetch: bring buffers back to VRAM, queued behind every other
  *   move; returns at once. Cancels a pageout whose copy has not ended.
  * gmd_wait: wait until the buffer (or all of the client's) is not moving,
- *   up to `timeout_ms` (GMD_ETIMEDOUT after it). -EIO when a move of one
- *   of them failed since it started (the GPU refused a copy): the buffer
- *   stays where it was, bytes intact; the error names it, once.
+ *   up to `timeout_ms` (GMD_ETIMEDOUT after it). -EIO when a pageout or
+ *   prefetch of one of them failed (the GPU refused a copy) and no wait
+ *   told it yet: the buffer stays where it was, bytes intact; the error
+ *   names the first such buffer and clears them all. Moves the daemon made
+ *   on its own (evictions) are not reported.
  */
 GMD_EXPORT
 int gmd_pageout(gmd_client *client, gmd_buffer *buffer);

@@ -4,7 +4,8 @@
  * ahead of time ([pools] host_stock), split in pieces a copy never
  * crosses; what does not fit gets an allocation of its own, with a
  * warning at most once a minute. SPILLABLE buffers, which their owner
- * maps on host, never use it. Status and gpu-memctl show its size.
+ * maps on host, never use it. [pools] host_limit bounds the arena and what
+ * is pinned beside it together. Status and gpu-memctl show its size.
  *
  * With host_stock = 32M the sim arena of device 0 is 4 pieces of 8 MiB,
  * so a 12 MiB buffer is stored as two parts. The figures checked follow

@@ -10,7 +10,8 @@
  * phase; the queue then starts no move that way for a second
  * (daemon/copyq.c). What must hold: a failed pageout or swap-in leaves the
  * buffer where it was, with its bytes, nothing allocated on the other side,
- * and a daemon that goes on serving; an owner's ack that arrives while the
+ * and a daemon that goes on serving; the owner's next gmd_wait says so,
+ * once (-EIO naming the buffer); an owner's ack that arrives while the
  * failed move still waits to be reaped never finishes it (a use after free
  * in the daemon, and a buffer "moved" with bytes never copied).
  *
