@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backing.h"
 #include "buffer.h"
 #include "log.h"
 #include "evict.h"
@@ -226,10 +227,15 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
              evict_evictable(server, m->device) >= size + waitq_demand(server, m->device)))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {
+                char host[160] = "";
+
+                if (m->flags & GMD_ALLOC_SPILLABLE)
+                        backing_no_host_room(server, host, sizeof(host));
                 size_format(pool_free(pool), free_b, sizeof(free_b));
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_NO_MEMORY,
-                                   "%s has %s free of %s, not enough for %s; "
-                                   "not waiting (timeout 0)", name, free_b, cap, asked);
+                                   "%s has %s free of %s, not enough for %s%s; "
+                                   "not waiting (timeout 0)", name, free_b, cap,
+                                   asked, host);
                 return;
         }
         if (s->n_waiting >= server->config.max_waiting_per_client) {

@@ -6,9 +6,11 @@
 #include "backing.h"
 
 #include <errno.h>
+#include <stdio.h>
 
 #include "backend.h"
 #include "server.h"
+#include "size.h"
 
 static uint64_t arenas_size(gmd_server *server)
 {
@@ -57,4 +59,16 @@ void backing_destroy(gmd_server *server, gmd_mem *mem)
         if (mem->tier == GMD_TIER_HOST && !mem->daemon_only)
                 server->host_pinned_own -= mem->size;
         server->backend->ops->mem_destroy(server->backend, mem);
+}
+
+void backing_no_host_room(gmd_server *server, char *buf, size_t len)
+{
+        char pinned[32], limit[32], used[32];
+
+        snprintf(buf, len, "; host memory has no room either (%s pinned of "
+                 "[pools] host_limit %s, the host arena included; %s of it "
+                 "holds buffers)",
+                 size_format(backing_pinned(server), pinned, sizeof(pinned)),
+                 size_format(server->host_pool.capacity, limit, sizeof(limit)),
+                 size_format(server->host_pool.used, used, sizeof(used)));
 }

@@ -20,6 +20,7 @@
 #define GMD_BACKING_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gpumem.h"
@@ -41,5 +42,9 @@ void backing_destroy(gmd_server *server, gmd_mem *mem);
 /* Host memory pinned now or at start: the arenas' full size and every host
  * allocation of its own. */
 uint64_t backing_pinned(gmd_server *server);
+
+/* "; host memory has no room either (...)" for the error of a SPILLABLE
+ * allocation that found neither VRAM nor host memory. */
+void backing_no_host_room(gmd_server *server, char *buf, size_t len);
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "backing.h"
 #include "buffer.h"
 #include "evict.h"
 #include "gpumem.pb-c.h"
@@ -44,7 +45,7 @@ static void waiter_on_deadline(uv_timer_t *timer)
 {
         gmd_waiter *w = timer->data;
         gmd_pool *pool = server_vram_pool(w->server, w->device);
-        char asked[32], free_b[32], cap[32], name[32];
+        char asked[32], free_b[32], cap[32], name[32], host[160] = "";
 
         /* VRAM first, then host: a SPILLABLE allocation that got no VRAM
          * in time lives on the host tier, where the GPU still reads it. */
@@ -54,16 +55,19 @@ static void waiter_on_deadline(uv_timer_t *timer)
                 waitq_drop(w);
                 return;
         }
+        if (w->flags & GMD_ALLOC_SPILLABLE)
+                backing_no_host_room(w->server, host, sizeof(host));
         size_format(w->size, asked, sizeof(asked));
         size_format(pool_free(pool), free_b, sizeof(free_b));
         size_format(pool->capacity, cap, sizeof(cap));
         session_send_error(w->session, w->request_id,
                            GMD__ERROR_CODE__ERR_TIMED_OUT,
                            "waited %lld ms for %s on %s; it has %s free of %s "
-                           "and nothing idle could be moved out in time "
+                           "and nothing idle could be moved out in time%s "
                            "(see gpu-memctl status)",
                            (long long)w->timeout_ms, asked,
-                           pool_describe(pool, name, sizeof(name)), free_b, cap);
+                           pool_describe(pool, name, sizeof(name)), free_b, cap,
+                           host);
         waitq_drop(w);
 }
 

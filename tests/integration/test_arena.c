@@ -315,6 +315,24 @@ static void test_host_limit_bounds_pinned(void **state)
         pattern_check(s3, 33, "refused its pageout");
         assert_int_equal(host_used(f->client), 16 * MiB);
 
+        /* With VRAM full of what cannot move (VRAM kept for swap-ins is
+         * room, released for it), a SPILLABLE allocation finds no room on
+         * either tier, and the error says so. */
+        {
+                gmd_pool_status vram = harness_vram_pool(f->client, 0);
+                gmd_buffer *pin = NULL, *none = NULL;
+
+                OK(gmd_alloc(f->client, vram.capacity - (vram.used - vram.kept), 0,
+                             GMD_ALLOC_PIN_VRAM, GMD_NO_WAIT, &pin));
+                r = gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE,
+                              GMD_NO_WAIT, &none);
+                if (r != GMD_ENOMEM || !strstr(gmd_last_error(), "host_limit"))
+                        fail_msg("a SPILLABLE allocation with no room anywhere: %d "
+                                 "(%s), want GMD_ENOMEM naming host_limit", r,
+                                 gmd_last_error());
+                OK(gmd_free(f->client, pin));
+        }
+
         OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &sw));
         pattern_fill(sw, 34);
         OK(gmd_release(f->client, sw));
