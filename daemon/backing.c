@@ -12,7 +12,7 @@
 #include "server.h"
 #include "size.h"
 
-static uint64_t arenas_size(gmd_server *server)
+static uint64_t arenas_size(const gmd_server *server)
 {
         const gmd_backend_ops *ops = server->backend->ops;
         uint64_t bytes = 0;
@@ -28,7 +28,7 @@ static uint64_t arenas_size(gmd_server *server)
         return bytes;
 }
 
-uint64_t backing_pinned(gmd_server *server)
+uint64_t backing_pinned(const gmd_server *server)
 {
         return arenas_size(server) + server->host_pinned_own;
 }

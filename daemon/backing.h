@@ -41,7 +41,7 @@ void backing_destroy(gmd_server *server, gmd_mem *mem);
 
 /* Host memory pinned now or at start: the arenas' full size and every host
  * allocation of its own. */
-uint64_t backing_pinned(gmd_server *server);
+uint64_t backing_pinned(const gmd_server *server);
 
 /* "; host memory has no room either (...)" for the error of a SPILLABLE
  * allocation that found neither VRAM nor host memory. */

@@ -12,6 +12,7 @@
 
 #include "copyq.h"
 #include "gpumem.h"
+#include "backing.h"
 #include "reuse.h"
 #include "server.h"
 #include "session.h"
@@ -172,6 +173,12 @@ static void render_copyqs(promtext *t, const gmd_server *server)
                         "\ngpumemd_vram_kept_total{outcome=\"released\"} %"
                         PRIu64 "\n", server->stats.vram_reused,
                         server->stats.vram_kept_released);
+        promtext_family(t, "gpumemd_host_pinned_bytes", "gauge",
+                        "Host memory pinned, the host arenas included, which "
+                        "[pools] host_limit bounds; and that limit.");
+        promtext_printf(t, "gpumemd_host_pinned_bytes{state=\"pinned\"} %" PRIu64
+                        "\ngpumemd_host_pinned_bytes{state=\"limit\"} %" PRIu64
+                        "\n", backing_pinned(server), server->host_pool.capacity);
         if (!server->backend->ops->arena_info)
                 return;
         promtext_family(t, "gpumemd_host_arena_bytes", "gauge",

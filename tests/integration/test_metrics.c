@@ -442,6 +442,9 @@ static void test_scrape_after_pageout(void **state)
                     == 16.0 * MiB);
         assert_true(sample(body, "gpumemd_host_arena_bytes{device=\"0\",state=\"free\"}")
                     == 16.0 * MiB);
+        /* Pinned: the arena in full, nothing else yet; against host_limit. */
+        assert_true(sample(body, "gpumemd_host_pinned_bytes{state=\"pinned\"}") == 16.0 * MiB);
+        assert_true(sample(body, "gpumemd_host_pinned_bytes{state=\"limit\"}") == 64.0 * MiB);
         free(answer);
 
         assert_int_equal(gmd_pageout(f->clients[0], b), 0);
