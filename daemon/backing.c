@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "buffer.h"
 #include "server.h"
 #include "size.h"
 
@@ -59,6 +60,15 @@ void backing_destroy(gmd_server *server, gmd_mem *mem)
         if (mem->tier == GMD_TIER_HOST && !mem->daemon_only)
                 server->host_pinned_own -= mem->size;
         server->backend->ops->mem_destroy(server->backend, mem);
+}
+
+void backing_release(gmd_server *server, gmd_mem *mem)
+{
+        gmd_pool *pool = buffer_pool(server, mem->tier, mem->device);
+        uint64_t size = mem->size;
+
+        backing_destroy(server, mem);
+        pool_give(pool, size);
 }
 
 void backing_no_host_room(gmd_server *server, char *buf, size_t len)

@@ -39,6 +39,10 @@ int backing_create(gmd_server *server, gmd_tier tier, unsigned device,
  * Accepts NULL. */
 void backing_destroy(gmd_server *server, gmd_mem *mem);
 
+/* Destroy a backing and give its bytes back to the pool of its tier and
+ * device, which paid for it. */
+void backing_release(gmd_server *server, gmd_mem *mem);
+
 /* Host memory pinned now or at start: the arenas' full size and every host
  * allocation of its own. */
 uint64_t backing_pinned(const gmd_server *server);

@@ -33,10 +33,8 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
 
         if (!pool)
                 return -EINVAL;
-        r = pool_take(pool, size);
-        if (r == -ENOSPC && tier == GMD_TIER_VRAM &&
-            reuse_make_room(server, device, size))
-                r = pool_take(pool, size);
+        r = tier == GMD_TIER_VRAM ? reuse_pool_take(server, device, size) :
+                                    pool_take(pool, size);
         if (r < 0)
                 return r;
 
@@ -107,8 +105,6 @@ void buffer_park(gmd_dbuffer *b, bool parked)
 
 void buffer_free(gmd_server *server, gmd_dbuffer *b)
 {
-        gmd_pool *pool = buffer_pool(server, b->tier, b->device);
-
         buffer_park(b, false);
         /* A move under way may keep the backing alive until its copies
          * end; it then frees it (and sets b->mem to NULL). */
@@ -120,10 +116,8 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         b->owner->n_buffers--;
         b->owner->bytes -= b->size;
         b->owner->tier_bytes[b->tier] -= b->size;
-        if (b->mem) {
-                backing_destroy(server, b->mem);
-                pool_give(pool, b->size);
-        }
+        if (b->mem)
+                backing_release(server, b->mem);
         /* One buffer fewer that could come back into kept VRAM. */
         if (b->tier == GMD_TIER_HOST)
                 reuse_trim(server, b->owner, b->device, b->size);

@@ -22,15 +22,6 @@
 #include "tiering.h"
 #include "timeutil.h"
 
-static void mem_release(gmd_server *server, gmd_mem *mem, gmd_tier tier,
-                        unsigned device)
-{
-        uint64_t size = mem->size;
-
-        backing_destroy(server, mem);
-        pool_give(buffer_pool(server, tier, device), size);
-}
-
 /* Make the copy streams wait for the owner's last use of the buffer (the
  * event it released with). The event is forgotten only when a move that
  * waited for it is over (move_finish): the work before it is then done,
@@ -198,7 +189,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         b->move_error = 0;
         m = move_new(b, GMD_COPY_OUT, cls, dst);
         if (!m) {
-                mem_release(server, dst, GMD_TIER_HOST, b->device);
+                backing_release(server, dst);
                 return -ENOMEM;
         }
         /* The owner's last use, recorded on its stream when it released:
@@ -208,7 +199,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         r = wait_last_use(server, b, m);
         if (r < 0) {
                 free(m);
-                mem_release(server, dst, GMD_TIER_HOST, b->device);
+                backing_release(server, dst);
                 return r;
         }
         b->move = m;
@@ -261,9 +252,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         dst = reuse_take(server, b->owner, b->device, b->size);
         kept = dst != NULL;
         if (!dst) {
-                r = pool_take(pool, b->size);
-                if (r == -ENOSPC && reuse_make_room(server, b->device, b->size))
-                        r = pool_take(pool, b->size);
+                r = reuse_pool_take(server, b->device, b->size);
                 if (r < 0)
                         return r;
         }
@@ -276,8 +265,9 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 log_error("buffer %llu: cannot create VRAM to bring it back: %s",
                           (unsigned long long)b->id, strerror(r < 0 ? -r : ENOMEM));
                 if (r == 0)
-                        backing_destroy(server, dst);
-                pool_give(pool, b->size);
+                        backing_release(server, dst);
+                else
+                        pool_give(pool, b->size);
                 b->state = GMD_STATE_RESIDENT;
                 if (b->acquirer)
                         acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
@@ -292,8 +282,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 log_error("buffer %llu: cannot wait for its last use: %s",
                           (unsigned long long)b->id, strerror(-r));
                 free(m);
-                backing_destroy(server, dst);
-                pool_give(pool, b->size);
+                backing_release(server, dst);
                 b->state = GMD_STATE_RESIDENT;
                 if (b->acquirer)
                         acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
@@ -337,9 +326,9 @@ void move_cancel(gmd_server *server, gmd_dbuffer *b)
 
 static void move_free_orphan(gmd_server *server, gmd_move *m)
 {
-        mem_release(server, m->dst, m->dst_tier, m->device);
+        backing_release(server, m->dst);
         if (m->owns_src)
-                mem_release(server, m->src, m->src_tier, m->device);
+                backing_release(server, m->src);
         free(m);
         waitq_run(server);
 }
@@ -391,11 +380,10 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                 b->move_error = m->status;
         /* Kept again only if it held nothing but the owner's bytes before:
          * new VRAM is not zeroed, and a cancelled copy filled part of it. */
-        if (m->dst_kept) {
+        if (m->dst_kept)
                 reuse_keep(server, b->owner, m->dst);
-                reuse_trim(server, b->owner, b->device, b->size);
-        } else
-                mem_release(server, m->dst, m->dst_tier, m->device);
+        else
+                backing_release(server, m->dst);
         b->move = NULL;
         b->state = GMD_STATE_RESIDENT;
         if (b->acquirer) {
@@ -480,7 +468,7 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         }
         tiering_moves_changed(owner);
         if (old)
-                mem_release(server, old, old_tier, m->device);
+                backing_release(server, old);
         /* Back in VRAM, into kept memory or not: what its size keeps
          * beyond the buffers still out is of no use now. */
         if (b->tier == GMD_TIER_VRAM)
@@ -556,7 +544,7 @@ void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
                  * A move refused at submit still waits in its queue's
                  * failed list: out of it first. */
                 list_remove(&m->qlink);
-                mem_release(server, m->dst, m->dst_tier, m->device);
+                backing_release(server, m->dst);
                 free(m);
                 return;
         }

@@ -6,6 +6,7 @@
  */
 #include "reuse.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 #include "backend.h"
@@ -22,15 +23,6 @@ typedef struct reuse_entry {
         gmd_mem *mem;
 } reuse_entry;
 
-static void mem_release(gmd_server *server, gmd_mem *mem)
-{
-        unsigned device = mem->device;
-        uint64_t size = mem->size;
-
-        backing_destroy(server, mem);
-        pool_give(server_vram_pool(server, device), size);
-}
-
 /* Unlink an entry and hand its memory to the caller. */
 static gmd_mem *entry_take(reuse_entry *e)
 {
@@ -45,7 +37,7 @@ static gmd_mem *entry_take(reuse_entry *e)
 
 static void entry_release(gmd_server *server, reuse_entry *e)
 {
-        mem_release(server, entry_take(e));
+        backing_release(server, entry_take(e));
         server->stats.vram_kept_released++;
 }
 
@@ -62,7 +54,7 @@ void reuse_keep(gmd_server *server, gmd_session *owner, gmd_mem *mem)
 
         if (!server->config.swap_keep_vram || owner->closing || mem->fd < 0 ||
             mem->tier != GMD_TIER_VRAM || !(e = calloc(1, sizeof(*e)))) {
-                mem_release(server, mem);
+                backing_release(server, mem);
                 return;
         }
         e->owner = owner;
@@ -91,6 +83,16 @@ gmd_mem *reuse_take(gmd_server *server, gmd_session *owner, unsigned device,
         return NULL;
 }
 
+int reuse_pool_take(gmd_server *server, unsigned device, uint64_t bytes)
+{
+        gmd_pool *pool = server_vram_pool(server, device);
+        int r = pool_take(pool, bytes);
+
+        if (r == -ENOSPC && reuse_make_room(server, device, bytes))
+                r = pool_take(pool, bytes);
+        return r;
+}
+
 bool reuse_make_room(gmd_server *server, unsigned device, uint64_t bytes)
 {
         gmd_pool *pool = server_vram_pool(server, device);
@@ -113,8 +115,8 @@ bool reuse_make_room(gmd_server *server, unsigned device, uint64_t bytes)
 void reuse_trim(gmd_server *server, gmd_session *owner, unsigned device,
                 uint64_t size)
 {
-        unsigned out = 0, kept = 0;
-        gmd_list *pos, *tmp;
+        unsigned out = 0;
+        gmd_list *pos, *prev;
 
         if (!owner->kept_bytes)
                 return;
@@ -125,18 +127,17 @@ void reuse_trim(gmd_server *server, gmd_session *owner, unsigned device,
                     b->size == size)
                         out++;
         }
-        list_for_each(pos, &server->kept)
-                kept += entry_is(container_of(pos, reuse_entry, link), owner,
-                                 device, size);
-        list_for_each_safe(pos, tmp, &server->kept) {
+        /* The newest `out` of that device and size stay; older ones go. */
+        for (pos = server->kept.prev; pos != &server->kept; pos = prev) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
-                if (kept <= out)
-                        break;
-                if (entry_is(e, owner, device, size)) {
+                prev = pos->prev;
+                if (!entry_is(e, owner, device, size))
+                        continue;
+                if (out)
+                        out--;
+                else
                         entry_release(server, e);
-                        kept--;
-                }
         }
 }
 

@@ -45,6 +45,10 @@ void reuse_keep(gmd_server *server, gmd_session *owner, gmd_mem *mem);
 gmd_mem *reuse_take(gmd_server *server, gmd_session *owner, unsigned device,
                     uint64_t size);
 
+/* pool_take on `device`'s VRAM pool, releasing kept memory first when it
+ * is short (reuse_make_room): 0, or -ENOSPC with nothing taken. */
+int reuse_pool_take(gmd_server *server, unsigned device, uint64_t bytes);
+
 /* Release kept memory on `device`, oldest first, until its VRAM pool has
  * `bytes` free or nothing is kept there. Returns whether it released any. */
 bool reuse_make_room(gmd_server *server, unsigned device, uint64_t bytes);
