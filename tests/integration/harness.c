@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "gpumem.h"
+#include "pattern.h"
 
 extern char **environ;
 
@@ -665,6 +666,24 @@ double harness_metric(const harness *h, const char *series)
         }
         fail_msg("no sample '%s' in the scrape:\n%s", series, answer);
         return 0;
+}
+
+gmd_buffer *harness_released_buffer(gmd_client *client, uint64_t size,
+                                    uint64_t seed)
+{
+        gmd_buffer *b = NULL;
+
+        OK(gmd_alloc(client, size, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &b));
+        pattern_fill(b, seed);
+        OK(gmd_release(client, b));
+        return b;
+}
+
+void harness_page_out(gmd_client *client, gmd_buffer *buffer)
+{
+        OK(gmd_pageout(client, buffer));
+        OK(gmd_wait(client, buffer, 5000));
+        assert_int_equal(gmd_buffer_tier(buffer), GMD_TIER_HOST);
 }
 
 gmd_client *harness_client(const harness *h, const char *name)

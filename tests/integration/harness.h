@@ -143,6 +143,14 @@ int harness_connect_raw(const harness *h);
                         fail_msg("%s = %d (%s)", #call, r_, gmd_last_error()); \
         } while (0)
 
+/* A SWAPPABLE buffer of `size` on device 0 holding pattern `seed`
+ * (pattern.h), released; fails the test if it cannot be made. */
+gmd_buffer *harness_released_buffer(gmd_client *client, uint64_t size,
+                                    uint64_t seed);
+
+/* gmd_pageout `buffer`, wait for it, and check it went to host memory. */
+void harness_page_out(gmd_client *client, gmd_buffer *buffer);
+
 /* gmd_connect to the daemon, failing the test if it cannot. */
 gmd_client *harness_client(const harness *h, const char *name);
 

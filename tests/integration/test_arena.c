@@ -233,11 +233,8 @@ static void test_spillable_skips_arena(void **state)
         harness_start_small(&f->h, ARENA_CONFIG);
         f->client = harness_client(&f->h, "spill");
         /* A SWAPPABLE one out first, so the arena is seen to count. */
-        OK(gmd_alloc(f->client, 4 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &sw));
-        pattern_fill(sw, 1);
-        OK(gmd_release(f->client, sw));
-        OK(gmd_pageout(f->client, sw));
-        OK(gmd_wait(f->client, sw, 5000));
+        sw = harness_released_buffer(f->client, 4 * MiB, 1);
+        harness_page_out(f->client, sw);
         expect_arena(f, 32 * MiB, 28 * MiB, "swappable out");
 
         OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &sp));
@@ -333,12 +330,8 @@ static void test_host_limit_bounds_pinned(void **state)
                 OK(gmd_free(f->client, pin));
         }
 
-        OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &sw));
-        pattern_fill(sw, 34);
-        OK(gmd_release(f->client, sw));
-        OK(gmd_pageout(f->client, sw));
-        OK(gmd_wait(f->client, sw, 5000));
-        assert_int_equal(gmd_buffer_tier(sw), GMD_TIER_HOST);
+        sw = harness_released_buffer(f->client, 8 * MiB, 34);
+        harness_page_out(f->client, sw);
         expect_arena(f, 32 * MiB, 24 * MiB, "swappable out beside the spilled");
 
         OK(gmd_free(f->client, s1));
@@ -367,12 +360,8 @@ static void test_arena_off(void **state)
                                    "[swap]\nchunk_size = 2M\n");
         f->client = harness_client(&f->h, "noarena");
         expect_arena(f, 0, 0, "host_stock = 0");
-        OK(gmd_alloc(f->client, 12 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &b));
-        pattern_fill(b, 7);
-        OK(gmd_release(f->client, b));
-        OK(gmd_pageout(f->client, b));
-        OK(gmd_wait(f->client, b, 5000));
-        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+        b = harness_released_buffer(f->client, 12 * MiB, 7);
+        harness_page_out(f->client, b);
         assert_int_equal(host_used(f->client), 12 * MiB);
         expect_arena(f, 0, 0, "out, no arena");
         /* No arena is the operator's choice: no advice to enlarge it. */

@@ -345,12 +345,8 @@ static void swapin_fails(fixture *f, bool keep)
         int r;
 
         start(f, keep ? HOST_256M : HOST_256M "[swap]\nkeep_vram = no\n");
-        OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &b));
-        pattern_fill(b, 2);
-        OK(gmd_release(f->client, b));
-        OK(gmd_pageout(f->client, b));
-        OK(gmd_wait(f->client, b, 5000));
-        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+        b = harness_released_buffer(f->client, 8 * MiB, 2);
+        harness_page_out(f->client, b);
         wait_held(f, 0, 8 * MiB, "paged out");
         kept = harness_vram_pool(f->client, 0).kept;
         assert_int_equal(kept, keep ? 8 * MiB : 0);
@@ -612,12 +608,8 @@ static void acquire_through_cancelled_swapin(fixture *f, bool keep)
         start(f, keep ? HOST_256M "[swap]\nchunk_size = 16M\n[sim]\ncopy_rate = 32M\n"
                       : HOST_256M "[swap]\nchunk_size = 16M\nkeep_vram = no\n"
                         "[sim]\ncopy_rate = 32M\n");
-        OK(gmd_alloc(f->client, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &e));
-        pattern_fill(e, 6);
-        OK(gmd_release(f->client, e));
-        OK(gmd_pageout(f->client, e));
-        OK(gmd_wait(f->client, e, 5000));
-        assert_int_equal(gmd_buffer_tier(e), GMD_TIER_HOST);
+        e = harness_released_buffer(f->client, 16 * MiB, 6);
+        harness_page_out(f->client, e);
         assert_int_equal(harness_vram_pool(f->client, 0).kept, keep ? 16 * MiB : 0);
 
         OK(gmd_prefetch(f->client, e));

@@ -131,24 +131,6 @@ static void expect_outcomes(fixture *f, unsigned reused, unsigned released,
                          "%u and %u", when, r, l, reused, released);
 }
 
-/* A SWAPPABLE buffer of `size` holding pattern `seed`, released. */
-static gmd_buffer *released_buffer(gmd_client *c, uint64_t size, uint64_t seed)
-{
-        gmd_buffer *b = NULL;
-
-        OK(gmd_alloc(c, size, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &b));
-        pattern_fill(b, seed);
-        OK(gmd_release(c, b));
-        return b;
-}
-
-static void page_out(gmd_client *c, gmd_buffer *b)
-{
-        OK(gmd_pageout(c, b));
-        OK(gmd_wait(c, b, 5000));
-        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
-}
-
 /* Prefetch `b`, then acquire it and check its pattern `seed`. */
 static void bring_back(gmd_client *c, gmd_buffer *b, uint64_t seed,
                        const char *when)
@@ -207,9 +189,9 @@ static void test_swapin_reuses_kept(void **state)
         void *ptr;
 
         start(f, NULL);
-        a = released_buffer(f->a, 8 * MiB, 1);
+        a = harness_released_buffer(f->a, 8 * MiB, 1);
         ptr = gmd_buffer_ptr(a);
-        page_out(f->a, a);
+        harness_page_out(f->a, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
         expect_outcomes(f, 0, 0, "paged out");
 
@@ -239,10 +221,10 @@ static void test_kept_only_for_its_client(void **state)
 
         start(f, NULL);
         f->b = harness_client(&f->h, "other");
-        a = released_buffer(f->a, 16 * MiB, 1);
-        c = released_buffer(f->a, 2 * MiB, 2);
-        other = released_buffer(f->b, 40 * MiB, 3);
-        page_out(f->a, a);
+        a = harness_released_buffer(f->a, 16 * MiB, 1);
+        c = harness_released_buffer(f->a, 2 * MiB, 2);
+        other = harness_released_buffer(f->b, 40 * MiB, 3);
+        harness_page_out(f->a, a);
         expect_vram(f, 58 * MiB, 16 * MiB, "A's buffer out");
 
         t0 = harness_now_ms();
@@ -265,8 +247,8 @@ static void test_kept_only_for_its_client(void **state)
 
         pattern_fill(n, 4);
         OK(gmd_release(f->b, n));
-        page_out(f->b, n);
-        page_out(f->a, c);
+        harness_page_out(f->b, n);
+        harness_page_out(f->a, c);
         expect_vram(f, 58 * MiB, 18 * MiB, "B's new buffer and A's small one out");
         bring_back(f->a, a, 1, "A's buffer back, into fresh VRAM");
         expect_vram(f, 58 * MiB, 2 * MiB, "A's buffer back");
@@ -295,10 +277,10 @@ static void test_kept_only_for_its_size(void **state)
         gmd_buffer *x, *y, *z = NULL, *w = NULL;
 
         start(f, NULL);
-        x = released_buffer(f->a, 4 * MiB, 1);
-        y = released_buffer(f->a, 6 * MiB, 2);
-        page_out(f->a, x);
-        page_out(f->a, y);
+        x = harness_released_buffer(f->a, 4 * MiB, 1);
+        y = harness_released_buffer(f->a, 6 * MiB, 2);
+        harness_page_out(f->a, x);
+        harness_page_out(f->a, y);
         expect_vram(f, 10 * MiB, 10 * MiB, "both out");
         bring_back(f->a, x, 1, "X back");
         expect_vram(f, 10 * MiB, 6 * MiB, "X back");
@@ -312,9 +294,9 @@ static void test_kept_only_for_its_size(void **state)
         OK(gmd_alloc(f->a, 50 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &z));
         OK(gmd_release(f->a, x));
         OK(gmd_release(f->a, y));
-        page_out(f->a, y);
+        harness_page_out(f->a, y);
         OK(gmd_alloc(f->a, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &w));
-        page_out(f->a, x);
+        harness_page_out(f->a, x);
         expect_vram(f, 62 * MiB, 4 * MiB, "X out, Y's VRAM released");
         expect_outcomes(f, 2, 1, "X out, Y's VRAM released");
         /* Y's 6 MiB: not into X's 4, which is released for the room. */
@@ -346,8 +328,8 @@ static void test_released_on_free_and_exit(void **state)
 
         start(f, NULL);
         fds_idle = harness_count_fds(f->h.pid);
-        a = released_buffer(f->a, 8 * MiB, 1);
-        page_out(f->a, a);
+        a = harness_released_buffer(f->a, 8 * MiB, 1);
+        harness_page_out(f->a, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
         OK(gmd_free(f->a, a));
         expect_vram(f, 0, 0, "freed while out");
@@ -379,10 +361,10 @@ static void test_free_releases_its_size(void **state)
         gmd_buffer *y, *x;
 
         start(f, NULL);
-        y = released_buffer(f->a, 6 * MiB, 11);
-        x = released_buffer(f->a, 4 * MiB, 12);
-        page_out(f->a, y);
-        page_out(f->a, x);
+        y = harness_released_buffer(f->a, 6 * MiB, 11);
+        x = harness_released_buffer(f->a, 4 * MiB, 12);
+        harness_page_out(f->a, y);
+        harness_page_out(f->a, x);
         expect_vram(f, 10 * MiB, 10 * MiB, "both out");
         OK(gmd_free(f->a, x));
         expect_vram(f, 6 * MiB, 6 * MiB, "the newer one freed while out");
@@ -403,8 +385,8 @@ static void test_keep_vram_off(void **state)
         gmd_buffer *a;
 
         start(f, KEEP_OFF);
-        a = released_buffer(f->a, 8 * MiB, 1);
-        page_out(f->a, a);
+        a = harness_released_buffer(f->a, 8 * MiB, 1);
+        harness_page_out(f->a, a);
         expect_vram(f, 0, 0, "paged out");
         bring_back(f->a, a, 1, "back");
         expect_vram(f, 8 * MiB, 0, "back");
@@ -421,15 +403,15 @@ static void test_reload_turns_keep_off(void **state)
         gmd_buffer *a;
 
         start(f, NULL);
-        a = released_buffer(f->a, 8 * MiB, 1);
-        page_out(f->a, a);
+        a = harness_released_buffer(f->a, 8 * MiB, 1);
+        harness_page_out(f->a, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
         harness_reload(&f->h, KEEP_OFF);
         expect_vram(f, 0, 0, "reloaded");
         expect_outcomes(f, 0, 1, "reloaded");
         bring_back(f->a, a, 1, "back after the reload");
         OK(gmd_release(f->a, a));
-        page_out(f->a, a);
+        harness_page_out(f->a, a);
         expect_vram(f, 0, 0, "out again");
         expect_outcomes(f, 0, 1, "out again");
         OK(gmd_free(f->a, a));
@@ -448,9 +430,9 @@ static void test_eviction_releases_kept(void **state)
 
         start(f, NULL);
         f->b = harness_client(&f->h, "other");
-        a = released_buffer(f->a, 16 * MiB, 1);
-        page_out(f->a, a);
-        other = released_buffer(f->b, 40 * MiB, 2);
+        a = harness_released_buffer(f->a, 16 * MiB, 1);
+        harness_page_out(f->a, a);
+        other = harness_released_buffer(f->b, 40 * MiB, 2);
         expect_vram(f, 56 * MiB, 16 * MiB, "A's buffer out, B's in");
 
         OK(gmd_alloc(f->b, 32 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &n));
@@ -477,9 +459,9 @@ static void test_ctl_json_shows_kept(void **state)
         gmd_buffer *a;
 
         start(f, NULL);
-        a = released_buffer(f->a, 8 * MiB, 1);
+        a = harness_released_buffer(f->a, 8 * MiB, 1);
         assert_int_equal(ctl_json_kept(f), 0);
-        page_out(f->a, a);
+        harness_page_out(f->a, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
         assert_int_equal(ctl_json_kept(f), 8 * MiB);
         bring_back(f->a, a, 1, "back");
