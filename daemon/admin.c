@@ -122,6 +122,4 @@ void admin_handle(gmd_session *s, uint32_t id, const Gmd__AdminRequest *m)
         }
         if (!s->closing)
                 session_reply_ok(s, id);
-        if (m->op == GMD__ADMIN_OP__ADMIN_DRAIN)
-                waitq_run(server);
 }

@@ -12,6 +12,7 @@
 #include "backing.h"
 #include "log.h"
 #include "move.h"
+#include "pending.h"
 #include "reuse.h"
 #include "server.h"
 #include "session.h"
@@ -122,6 +123,7 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         if (b->tier == GMD_TIER_HOST)
                 reuse_trim(server, b->owner, b->device, b->size);
         free(b);
+        pending_mark(&server->pending, PENDING_ROOM);
 }
 
 void buffer_set_last_use(gmd_server *server, gmd_dbuffer *b, gmd_event *event)

@@ -62,7 +62,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
 gmd_pool *buffer_pool(gmd_server *server, gmd_tier tier, unsigned device);
 
 /* Release the backing, give its bytes back to the pool, forget the buffer.
- * Does not wake waiters: the caller runs waitq_run() once it is done. */
+ * Marks the room for the scheduling pass; serves nobody itself. */
 void buffer_free(gmd_server *server, gmd_dbuffer *buffer);
 
 /* Mark a buffer parked in (or taken back out of) its client's cache of

@@ -1,7 +1,7 @@
 /*
- * copyq — see copyq.h. A chunk is a small record (move, length) that the
- * backend hands back when its copy ends; the move counts chunks in flight
- * so it knows when it is finished, also when cancelled halfway.
+ * copyq — see copyq.h. A chunk is a small record (copy, length) that the
+ * backend hands back when its copy ends; the copy counts chunks in flight
+ * so it knows when it is over, also when stopped halfway.
  */
 #include "copyq.h"
 
@@ -10,12 +10,12 @@
 #include <string.h>
 
 #include "log.h"
-#include "move.h"
+#include "pending.h"
 #include "server.h"
 #include "timeutil.h"
 
 typedef struct copy_chunk {
-        gmd_move *move;
+        gmd_copy *copy;
         uint64_t len;
 } copy_chunk;
 
@@ -26,7 +26,7 @@ void copyq_init(gmd_copyq *q, unsigned device)
         for (int d = 0; d < 2; d++)
                 for (int c = 0; c < 3; c++)
                         list_init(&q->queued[d][c]);
-        list_init(&q->failed);
+        list_init(&q->ended);
 }
 
 #define COPYQ_BROKEN_US 1000000u
@@ -36,111 +36,125 @@ bool copyq_usable(gmd_server *server, unsigned device, gmd_copy_dir dir)
         return now_us() >= server->copyqs[device].broken_until_us[dir];
 }
 
-static gmd_move *next_move(gmd_copyq *q, gmd_copy_dir dir)
+static gmd_copy *next_copy(gmd_copyq *q, gmd_copy_dir dir)
 {
         for (int c = 0; c < 3; c++)
                 if (!list_empty(&q->queued[dir][c]))
-                        return container_of(q->queued[dir][c].next, gmd_move, qlink);
+                        return container_of(q->queued[dir][c].next, gmd_copy, qlink);
         return NULL;
+}
+
+/* Nothing of the copy is in flight and nothing more will be issued. */
+static void copy_end(gmd_copyq *q, gmd_copy *c)
+{
+        c->phase = COPY_ENDED;
+        q->moves[c->dir]--;
+}
+
+/* Stop issuing (a stop, a failed chunk, a refused submit). */
+static void copy_halt(gmd_copy *c)
+{
+        if (c->phase == COPY_ISSUING)
+                list_remove(&c->qlink);
+        c->phase = COPY_STOPPING;
+}
+
+/* Over, for the pass to take: never ended inside the call that queued
+ * or stopped it. */
+static void copy_end_later(gmd_server *server, gmd_copyq *q, gmd_copy *c)
+{
+        copy_end(q, c);
+        list_add_tail(&q->ended, &c->qlink);
+        pending_mark(&server->pending, PENDING_COPIES);
 }
 
 static void copyq_issue(gmd_server *server, gmd_copyq *q, gmd_copy_dir dir)
 {
-        const gmd_config *c = &server->config;
+        const gmd_config *cfg = &server->config;
 
-        while (q->inflight[dir] < c->swap_copies_in_flight) {
-                gmd_move *m = next_move(q, dir);
+        while (q->inflight[dir] < cfg->swap_copies_in_flight) {
+                gmd_copy *c = next_copy(q, dir);
                 copy_chunk *chunk;
                 uint64_t len;
                 int r;
 
-                if (!m)
+                if (!c)
                         return;
-                len = m->size - m->issued;
-                if (len > c->swap_chunk_size)
-                        len = c->swap_chunk_size;
+                len = c->size - c->issued;
+                if (len > cfg->swap_chunk_size)
+                        len = cfg->swap_chunk_size;
                 chunk = malloc(sizeof(*chunk));
                 r = chunk ? server->backend->ops->copy_submit(server->backend,
-                                q->device, dir, m->dst, m->issued, m->src,
-                                m->issued, len, chunk) : -ENOMEM;
+                                q->device, dir, c->dst, c->issued, c->src,
+                                c->issued, len, chunk) : -ENOMEM;
                 if (r < 0) {
                         free(chunk);
                         log_error("device %u: cannot start a copy: %s; no new "
                                   "moves this way for a second", q->device,
                                   strerror(-r));
                         q->broken_until_us[dir] = now_us() + COPYQ_BROKEN_US;
-                        server_retry_waitq_in(server, COPYQ_BROKEN_US / 1000 + 1);
-                        m->status = r;
-                        m->cancelled = true;
-                        list_remove(&m->qlink);
-                        m->queued = false;
-                        if (m->inflight == 0) {
-                                /* Finished from the close check, after the
-                                 * caller that queued it is done with it. */
-                                m->finished = true;
-                                q->moves[m->dir]--;
-                                list_add_tail(&q->failed, &m->qlink);
-                                server_kick_closes(server);
-                        }
+                        pending_mark_after(&server->pending, PENDING_ROOM,
+                                           COPYQ_BROKEN_US / 1000 + 1);
+                        c->status = r;
+                        copy_halt(c);
+                        if (c->inflight == 0)
+                                copy_end_later(server, q, c);
                         continue;
                 }
-                chunk->move = m;
+                chunk->copy = c;
                 chunk->len = len;
                 if (q->inflight[dir]++ == 0)
                         q->busy_since[dir] = now_us();
-                m->inflight++;
-                m->issued += len;
-                if (m->issued == m->size) {
-                        list_remove(&m->qlink);
-                        m->queued = false;
+                c->inflight++;
+                c->issued += len;
+                if (c->issued == c->size) {
+                        list_remove(&c->qlink);
+                        c->phase = COPY_ISSUED;
                 }
         }
 }
 
-void copyq_push(gmd_server *server, gmd_move *m)
+void copyq_push(gmd_server *server, gmd_copy *c)
 {
-        gmd_copyq *q = &server->copyqs[m->device];
+        gmd_copyq *q = &server->copyqs[c->device];
 
-        list_add_tail(&q->queued[m->dir][m->cls], &m->qlink);
-        m->queued = true;
-        q->moves[m->dir]++;
-        copyq_issue(server, q, m->dir);
+        c->phase = COPY_ISSUING;
+        list_add_tail(&q->queued[c->dir][c->cls], &c->qlink);
+        q->moves[c->dir]++;
+        copyq_issue(server, q, c->dir);
 }
 
-void copyq_reclass(gmd_server *server, gmd_move *m, move_class cls)
+void copyq_reclass(gmd_server *server, gmd_copy *c, move_class cls)
 {
-        gmd_copyq *q = &server->copyqs[m->device];
+        gmd_copyq *q = &server->copyqs[c->device];
 
-        m->cls = cls;
-        if (!m->queued)
+        c->cls = cls;
+        if (c->phase != COPY_ISSUING)
                 return;
-        list_remove(&m->qlink);
-        list_add_tail(&q->queued[m->dir][cls], &m->qlink);
+        list_remove(&c->qlink);
+        list_add_tail(&q->queued[c->dir][cls], &c->qlink);
 }
 
-void copyq_cancel(gmd_server *server, gmd_move *m)
+bool copyq_stop(gmd_server *server, gmd_copy *c)
 {
-        gmd_copyq *q = &server->copyqs[m->device];
+        gmd_copyq *q = &server->copyqs[c->device];
 
-        m->cancelled = true;
-        if (m->queued) {
-                list_remove(&m->qlink);
-                m->queued = false;
-        }
-        if (m->inflight == 0 && !m->finished) {
-                m->finished = true;
-                q->moves[m->dir]--;
-                move_copied(server, m);
-        }
+        if (c->phase == COPY_ENDED)
+                return false;   /* on the ended list already */
+        copy_halt(c);
+        if (c->inflight)
+                return false;
+        copy_end(q, c);
+        return true;
 }
 
 void copyq_on_done(void *ctx, void *cookie, int status)
 {
         gmd_server *server = ctx;
         copy_chunk *chunk = cookie;
-        gmd_move *m = chunk->move;
-        gmd_copyq *q = &server->copyqs[m->device];
-        gmd_copy_dir dir = m->dir;
+        gmd_copy *c = chunk->copy;
+        gmd_copyq *q = &server->copyqs[c->device];
+        gmd_copy_dir dir = c->dir;
 
         if (--q->inflight[dir] == 0) {
                 uint64_t busy = now_us() - q->busy_since[dir];
@@ -156,37 +170,31 @@ void copyq_on_done(void *ctx, void *cookie, int status)
                 server->stats.bytes_out += chunk->len;
         else
                 server->stats.bytes_in += chunk->len;
-        m->inflight--;
-        m->done += chunk->len;
-        if (status < 0 && m->status == 0) {
+        c->inflight--;
+        c->done += chunk->len;
+        if (status < 0 && c->status == 0) {
                 log_error("device %u: a copy failed: %s", q->device, strerror(-status));
-                m->status = status;
-                m->cancelled = true;       /* issue no more; finishes below */
-                if (m->queued) {
-                        list_remove(&m->qlink);
-                        m->queued = false;
-                }
+                c->status = status;
+                copy_halt(c);      /* issue no more; ends below */
         }
         free(chunk);
-        if (m->inflight == 0 && !m->finished &&
-            (m->cancelled || m->done == m->size)) {
-                m->finished = true;
-                q->moves[dir]--;
-                move_copied(server, m);
-        }
+        if (c->inflight == 0 && c->phase != COPY_ENDED &&
+            (c->phase == COPY_STOPPING || c->done == c->size))
+                copy_end_later(server, q, c);
         copyq_issue(server, q, dir);
 }
 
-void copyq_finish_failed(gmd_server *server)
+gmd_copy *copyq_take_ended(gmd_server *server)
 {
         for (unsigned d = 0; d < server->n_devices; d++) {
                 gmd_copyq *q = &server->copyqs[d];
 
-                while (!list_empty(&q->failed)) {
-                        gmd_move *m = container_of(q->failed.next, gmd_move, qlink);
+                if (!list_empty(&q->ended)) {
+                        gmd_copy *c = container_of(q->ended.next, gmd_copy, qlink);
 
-                        list_remove(&m->qlink);
-                        move_copied(server, m);
+                        list_remove(&c->qlink);
+                        return c;
                 }
         }
+        return NULL;
 }

@@ -1,11 +1,18 @@
 /*
  * copyq — the copy engine of one device: a queue per direction (VRAM to
- * host, host to VRAM), each holding moves in three classes served in order
- * — urgent (an acquire waits), eviction (an allocation waits), bulk
- * (pageout, prefetch). Moves are cut into chunks ([swap] chunk_size) and at
- * most [swap] copies_in_flight chunks per direction are with the backend at
- * once, so an urgent move overtakes a bulk one within a chunk or two, and
- * both directions run at the same time.
+ * host, host to VRAM), each holding copies in three classes served in
+ * order — urgent (an acquire waits), eviction (an allocation waits), bulk
+ * (pageout, prefetch). Copies are cut into chunks ([swap] chunk_size) and
+ * at most [swap] copies_in_flight chunks per direction are with the
+ * backend at once, so an urgent copy overtakes a bulk one within a chunk
+ * or two, and both directions run at the same time.
+ *
+ * A copy is the byte-moving part of a move (move.h embeds one). copyq
+ * knows nothing of moves: a copy whose last chunk came back, or that was
+ * refused, goes on the device's ended list and is marked PENDING_COPIES;
+ * the scheduling pass takes it from there (copyq_take_ended). A copy
+ * stopped by its move with nothing in flight is over at once, and
+ * copyq_stop says so to the caller instead.
  */
 #ifndef GMD_COPYQ_H
 #define GMD_COPYQ_H
@@ -17,7 +24,6 @@
 #include "list.h"
 
 typedef struct gmd_server gmd_server;
-typedef struct gmd_move gmd_move;
 
 typedef enum move_class {
         MOVE_URGENT = 0,
@@ -25,38 +31,61 @@ typedef enum move_class {
         MOVE_BULK = 2,
 } move_class;
 
+/* Where a copy stands. ISSUING -> ISSUED -> ENDED, or, stopped or failed,
+ * -> STOPPING -> ENDED (straight to ENDED with nothing in flight). */
+typedef enum copy_phase {
+        COPY_ISSUING,               /* bytes left to hand over: in a queue */
+        COPY_ISSUED,                /* every byte handed over */
+        COPY_STOPPING,              /* stopped or failed: what is in flight
+                                     * still finishes */
+        COPY_ENDED,                 /* nothing in flight any more */
+} copy_phase;
+
+typedef struct gmd_copy {
+        unsigned device;
+        gmd_copy_dir dir;
+        move_class cls;
+        gmd_mem *src, *dst;
+        uint64_t size;
+        uint64_t issued, done;      /* bytes handed to the backend, copied */
+        unsigned inflight;          /* chunks with the backend */
+        int status;                 /* first error (a chunk or a submit) */
+        copy_phase phase;
+        gmd_list qlink;             /* in a queue, or in the ended list */
+} gmd_copy;
+
 typedef struct gmd_copyq {
         unsigned device;
-        gmd_list queued[2][3];      /* [dir][class]: moves with bytes to issue */
+        gmd_list queued[2][3];      /* [dir][class]: copies with bytes to issue */
         unsigned inflight[2];       /* chunks with the backend */
-        unsigned moves[2];          /* moves not finished, queued or copying */
+        unsigned moves[2];          /* copies not ended, queued or copying */
         uint64_t bytes[2];          /* copied since start */
         uint64_t busy_us[2];        /* time with at least one chunk in flight */
         uint64_t busy_since[2];
         uint64_t broken_until_us[2];   /* a copy was refused: no new moves */
         uint64_t arena_warned_ms;      /* last "host arena full" warning */
-        gmd_list failed;            /* moves refused at submit, to finish */
+        gmd_list ended;             /* copies over, for the pass to take */
 } gmd_copyq;
 
 void copyq_init(gmd_copyq *q, unsigned device);
 
-/* Queue a move's bytes and start what the limits allow. */
-void copyq_push(gmd_server *server, gmd_move *move);
+/* Queue a copy's bytes and start what the limits allow. */
+void copyq_push(gmd_server *server, gmd_copy *copy);
 
-/* Serve a queued move in another class (an acquire now waits for it). */
-void copyq_reclass(gmd_server *server, gmd_move *move, move_class cls);
+/* Serve a queued copy in another class (an acquire now waits for it). */
+void copyq_reclass(gmd_server *server, gmd_copy *copy, move_class cls);
 
-/* Issue no more of the move's bytes. What is in flight still finishes;
- * the move is handed back (move_copied) once nothing is. */
-void copyq_cancel(gmd_server *server, gmd_move *move);
+/* Issue no more of the copy's bytes. Returns true when nothing is in
+ * flight: the copy is over now (COPY_ENDED, on no list) and the caller
+ * ends its move. Otherwise it ends, later, on the ended list. */
+bool copyq_stop(gmd_server *server, gmd_copy *copy);
 
 /* May new moves start in `dir` on `device`? Not for a second after the
  * backend refused a copy, so a broken queue is not retried in a loop. */
 bool copyq_usable(gmd_server *server, unsigned device, gmd_copy_dir dir);
 
-/* Finish the moves whose copies the backend refused (move_copied), from a
- * callback of their own: never inside the call that queued them. */
-void copyq_finish_failed(gmd_server *server);
+/* The next ended copy of any device, off its list, or NULL. */
+gmd_copy *copyq_take_ended(gmd_server *server);
 
 /* The reap callback: one chunk finished. */
 void copyq_on_done(void *ctx, void *cookie, int status);

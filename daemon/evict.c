@@ -98,7 +98,7 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need)
         free(victims);
 }
 
-void evict_balance(gmd_server *server)
+bool evict_balance(gmd_server *server)
 {
         bool released = false;
 
@@ -128,6 +128,5 @@ void evict_balance(gmd_server *server)
                 if (room < demand && server_can_move(server))
                         evict_device(server, d, demand - room);
         }
-        if (released)
-                waitq_run(server);
+        return released;
 }

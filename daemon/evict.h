@@ -16,8 +16,10 @@
 typedef struct gmd_server gmd_server;
 typedef struct gmd_dbuffer gmd_dbuffer;
 
-/* For each device with waiters: start what it takes to make their room. */
-void evict_balance(gmd_server *server);
+/* For each device with waiters: start what it takes to make their room
+ * (the scheduling pass, after PENDING_EVICT). Returns whether it released
+ * kept VRAM, so that the pass serves the wait queue again. */
+bool evict_balance(gmd_server *server);
 
 /* Bytes of VRAM on `device` that eviction could free now. */
 uint64_t evict_evictable(gmd_server *server, unsigned device);

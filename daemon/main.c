@@ -16,6 +16,7 @@
 #include "config.h"
 #include "log.h"
 #include "options.h"
+#include "scheduler.h"
 #include "server.h"
 #include "systemd.h"
 
@@ -120,7 +121,9 @@ static int run(daemon_state *d, const gmd_config *config)
                 backend_close(backend);
                 return 1;
         }
-        r = systemd_listen_fd(&fd);
+        r = scheduler_start(d->server);
+        if (r >= 0)
+                r = systemd_listen_fd(&fd);
         if (r >= 0)
                 r = server_listen(d->server, fd);
         if (r < 0) {

@@ -1,5 +1,6 @@
 /*
- * move — see move.h. Pool bytes follow the memory: the destination's tier
+ * move — see move.h for the states and their legal changes. Pool bytes
+ * follow the memory: the destination's tier
  * pays when its backing is created, the source's tier is paid back when
  * its backing is destroyed (after the ack, or when an orphaned copy ends),
  * so a pool never hands out memory that is still allocated. VRAM kept for
@@ -16,11 +17,65 @@
 #include "backing.h"
 #include "buffer.h"
 #include "log.h"
+#include "pending.h"
 #include "reuse.h"
 #include "server.h"
 #include "session.h"
-#include "tiering.h"
 #include "timeutil.h"
+
+/* ---- states ------------------------------------------------------------ */
+
+static const char *const state_names[] = {
+        [MOVE_COPYING] = "copying",
+        [MOVE_COPYING_ACKED] = "copying-acked",
+        [MOVE_CANCELLING] = "cancelling",
+        [MOVE_AWAITING_ACK] = "awaiting-ack",
+        [MOVE_ROLLING_BACK] = "rolling-back",
+        [MOVE_ORPHANED] = "orphaned",
+        [MOVE_FINISHED] = "finished",
+        [MOVE_ABANDONED] = "abandoned",
+        [MOVE_DROPPED] = "dropped",
+};
+
+#define TO(s) (1u << (s))
+
+/* The table of move.h: the states each state may change to. */
+static const unsigned legal_next[] = {
+        [MOVE_COPYING] = TO(MOVE_COPYING_ACKED) | TO(MOVE_AWAITING_ACK) |
+                         TO(MOVE_CANCELLING) | TO(MOVE_ORPHANED) | TO(MOVE_DROPPED),
+        [MOVE_COPYING_ACKED] = TO(MOVE_FINISHED) | TO(MOVE_CANCELLING) |
+                               TO(MOVE_ORPHANED) | TO(MOVE_DROPPED),
+        [MOVE_CANCELLING] = TO(MOVE_ROLLING_BACK) | TO(MOVE_ABANDONED) |
+                            TO(MOVE_ORPHANED) | TO(MOVE_DROPPED),
+        [MOVE_AWAITING_ACK] = TO(MOVE_FINISHED) | TO(MOVE_DROPPED),
+        [MOVE_ROLLING_BACK] = TO(MOVE_ABANDONED) | TO(MOVE_DROPPED),
+        [MOVE_ORPHANED] = TO(MOVE_DROPPED),
+        [MOVE_FINISHED] = 0,
+        [MOVE_ABANDONED] = 0,
+        [MOVE_DROPPED] = 0,
+};
+
+const char *move_state_name(move_state state)
+{
+        return state <= MOVE_DROPPED ? state_names[state] : "?";
+}
+
+bool move_change_state(gmd_move *m, move_state next)
+{
+        if (!(legal_next[m->state] & TO(next))) {
+                log_error("buffer %llu: move %s refused to go from %s to %s "
+                          "(a bug: please report it)",
+                          (unsigned long long)m->buffer_id,
+                          m->copy.dir == GMD_COPY_OUT ? "out" : "in",
+                          move_state_name(m->state), move_state_name(next));
+                return false;
+        }
+        log_debug("buffer %llu: move %s %s -> %s", (unsigned long long)m->buffer_id,
+                  m->copy.dir == GMD_COPY_OUT ? "out" : "in",
+                  move_state_name(m->state), move_state_name(next));
+        m->state = next;
+        return true;
+}
 
 /* Make the copy streams wait for the owner's last use of the buffer (the
  * event it released with). The event is forgotten only when a move that
@@ -83,6 +138,12 @@ bool move_busy(const gmd_dbuffer *b)
         return b->move || b->move_waiter;
 }
 
+/* Something about the owner's moves changed: its MSG_WAITs may be met. */
+static void moves_changed(gmd_server *server)
+{
+        pending_mark(&server->pending, PENDING_WAITS);
+}
+
 /* ---- acquirers ------------------------------------------------------- */
 
 static void acquirer_on_closed(uv_handle_t *handle)
@@ -129,7 +190,7 @@ static void acquirer_on_deadline(uv_timer_t *timer)
         /* VRAM first, then host: a SPILLABLE buffer is used where it is.
          * Its swap-in stops, since a buffer in use must not move. */
         if ((b->flags & GMD_ALLOC_SPILLABLE) && b->tier == GMD_TIER_HOST &&
-            !(b->move && b->move->dir == GMD_COPY_OUT)) {
+            !(b->move && b->move->copy.dir == GMD_COPY_OUT)) {
                 move_cancel(server, b);
                 acquirer_grant(a);
                 return;
@@ -137,8 +198,8 @@ static void acquirer_on_deadline(uv_timer_t *timer)
         snprintf(why, sizeof(why), "not back in VRAM after %lld ms; its swap-in "
                  "goes on as a prefetch (see gpu-memctl status)",
                  (long long)a->timeout_ms);
-        if (b->move && b->move->dir == GMD_COPY_IN && !b->move->finished)
-                copyq_reclass(server, b->move, MOVE_BULK);
+        if (b->move && b->move->copy.dir == GMD_COPY_IN && move_copying(b->move))
+                copyq_reclass(server, &b->move->copy, MOVE_BULK);
         if (b->move_waiter)
                 waitq_set_rank(server, b->move_waiter, WAITQ_PREFETCH);
         acquirer_fail(a, GMD__ERROR_CODE__ERR_TIMED_OUT, why);
@@ -154,16 +215,18 @@ static gmd_move *move_new(gmd_dbuffer *b, gmd_copy_dir dir, move_class cls,
         if (!m)
                 return NULL;
         m->buffer = b;
-        m->device = b->device;
-        m->dir = dir;
-        m->cls = cls;
-        m->src = b->mem;
+        m->buffer_id = b->id;
+        m->state = MOVE_COPYING;
+        m->copy.device = b->device;
+        m->copy.dir = dir;
+        m->copy.cls = cls;
+        m->copy.src = b->mem;
+        m->copy.dst = dst;
+        m->copy.size = b->size;
+        list_init(&m->copy.qlink);
         m->src_tier = b->tier;
-        m->dst = dst;
         m->dst_tier = dir == GMD_COPY_OUT ? GMD_TIER_HOST : GMD_TIER_VRAM;
-        m->size = b->size;
         m->start_us = now_us();
-        list_init(&m->qlink);
         return m;
 }
 
@@ -210,10 +273,12 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
          * the GPU, so then the owner unmaps only after the copy, which
          * waited for it. */
         if (early) {
-                m->early = true;
+                m->remap = MOVE_REMAP_EARLY;
                 move_send_remap(server, m, dst, GMD_TIER_HOST);
         }
-        copyq_push(server, m);
+        log_debug("buffer %llu: move out starts (%s remap)",
+                  (unsigned long long)b->id, early ? "early" : "late");
+        copyq_push(server, &m->copy);
         return 0;
 }
 
@@ -229,8 +294,16 @@ int move_in_request(gmd_server *server, gmd_dbuffer *b, waitq_rank rank)
         if (r < 0)
                 return r;
         b->state = GMD_STATE_MOVING_IN;
-        waitq_run(server);
         return 0;
+}
+
+/* A swap-in that could not start: the buffer stays on host memory. */
+static void move_in_refused(gmd_server *server, gmd_dbuffer *b, const char *why)
+{
+        b->state = GMD_STATE_RESIDENT;
+        if (b->acquirer)
+                acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL, why);
+        moves_changed(server);
 }
 
 int move_in_begin(gmd_server *server, gmd_dbuffer *b)
@@ -246,7 +319,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 return 0;       /* served already: the waitq drops it */
         cls = b->move_waiter->rank == WAITQ_SWAP_IN ? MOVE_URGENT : MOVE_BULK;
         if (!copyq_usable(server, b->device, GMD_COPY_IN))
-                return -ENOSPC; /* a copy just failed: wait, do not spin */
+                return -EAGAIN; /* a copy just failed: wait, do not spin */
         /* The VRAM its own last move out left, if kept: no scrub of
          * released memory competing with the copy, nothing to create. */
         dst = reuse_take(server, b->owner, b->device, b->size);
@@ -268,11 +341,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                         backing_release(server, dst);
                 else
                         pool_give(pool, b->size);
-                b->state = GMD_STATE_RESIDENT;
-                if (b->acquirer)
-                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
-                                      "the backend could not create VRAM for it");
-                tiering_moves_changed(b->owner);
+                move_in_refused(server, b, "the backend could not create VRAM for it");
                 return 0;
         }
         /* A SPILLABLE buffer used on host memory and released with an
@@ -283,24 +352,24 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                           (unsigned long long)b->id, strerror(-r));
                 free(m);
                 backing_release(server, dst);
-                b->state = GMD_STATE_RESIDENT;
-                if (b->acquirer)
-                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
-                                      "cannot order the copy after its last use");
-                tiering_moves_changed(b->owner);
+                move_in_refused(server, b, "cannot order the copy after its last use");
                 return 0;
         }
         b->move = m;
-        m->dst_kept = kept;
+        m->dst_from = kept ? MOVE_DST_KEPT : MOVE_DST_NEW;
         /* Its owner maps nothing while a SWAPPABLE buffer is out, so it
          * can map the new VRAM while the copy runs (move.h) — if that VRAM
          * holds nothing but the owner's own bytes: new VRAM is not zeroed
          * (the copy fills it), and the owner could read it before. */
         if (kept && !(b->flags & GMD_ALLOC_SPILLABLE)) {
-                m->early = true;
+                m->remap = MOVE_REMAP_EARLY;
                 move_send_remap(server, m, dst, GMD_TIER_VRAM);
         }
-        copyq_push(server, m);
+        log_debug("buffer %llu: move in starts (%s remap, %s VRAM)",
+                  (unsigned long long)b->id,
+                  m->remap == MOVE_REMAP_EARLY ? "early" : "late",
+                  kept ? "kept" : "new");
+        copyq_push(server, &m->copy);
         return 0;
 }
 
@@ -310,28 +379,27 @@ void move_in_cancelled(gmd_dbuffer *b)
         b->state = GMD_STATE_RESIDENT;
 }
 
+static void move_copy_over(gmd_server *server, gmd_move *m);
+
 void move_cancel(gmd_server *server, gmd_dbuffer *b)
 {
+        gmd_move *m = b->move;
+
         if (b->move_waiter) {
                 waitq_drop(b->move_waiter);
                 move_in_cancelled(b);
-                tiering_moves_changed(b->owner);
+                moves_changed(server);
                 return;
         }
-        if (b->move && !b->move->finished)
-                copyq_cancel(server, b->move);
+        if (!m || !move_copying(m))
+                return;
+        if (m->state == MOVE_COPYING || m->state == MOVE_COPYING_ACKED)
+                move_change_state(m, MOVE_CANCELLING);
+        if (copyq_stop(server, &m->copy))
+                move_copy_over(server, m);
 }
 
 /* ---- end of the copy, the remap, the ack ------------------------------- */
-
-static void move_free_orphan(gmd_server *server, gmd_move *m)
-{
-        backing_release(server, m->dst);
-        if (m->owns_src)
-                backing_release(server, m->src);
-        free(m);
-        waitq_run(server);
-}
 
 /* Whether the owner maps `mem` on `tier`: always VRAM; on host memory
  * only a SPILLABLE buffer, which is used where it is. A SWAPPABLE one out
@@ -353,7 +421,6 @@ static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
         bool maps = owner_maps(m->buffer, mem, tier);
 
         m->seq = ++server->next_remap_seq;
-        m->awaiting_ack = true;
         note.buffer_id = m->buffer->id;
         note.sequence = m->seq;
         note.tier = (Gmd__Tier)tier;
@@ -374,16 +441,17 @@ static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
  * what was kept for the owner is kept again. */
 static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
 {
+        move_change_state(m, MOVE_ABANDONED);
         /* A pageout or prefetch the owner asked for that failed: its next
          * wait says so (an acquire hears of its own swap-in below). */
-        if (m->status < 0 && m->cls == MOVE_BULK)
-                b->move_error = m->status;
+        if (m->copy.status < 0 && m->copy.cls == MOVE_BULK)
+                b->move_error = m->copy.status;
         /* Kept again only if it held nothing but the owner's bytes before:
          * new VRAM is not zeroed, and a cancelled copy filled part of it. */
-        if (m->dst_kept)
-                reuse_keep(server, b->owner, m->dst);
+        if (m->dst_from == MOVE_DST_KEPT)
+                reuse_keep(server, b->owner, m->copy.dst);
         else
-                backing_release(server, m->dst);
+                backing_release(server, m->copy.dst);
         b->move = NULL;
         b->state = GMD_STATE_RESIDENT;
         if (b->acquirer) {
@@ -391,7 +459,7 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                  * acquire wants it. */
                 if (b->tier == GMD_TIER_VRAM)
                         acquirer_grant(b->acquirer);
-                else if (m->status < 0)
+                else if (m->copy.status < 0)
                         acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
                                       "copying it back to VRAM failed");
                 else if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
@@ -399,50 +467,20 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                                       "cannot queue its swap-in");
         }
         free(m);
-        tiering_moves_changed(b->owner);
-        waitq_run(server);
-}
-
-static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m);
-
-void move_copied(gmd_server *server, gmd_move *m)
-{
-        gmd_dbuffer *b = m->buffer;
-
-        if (!b) {
-                move_free_orphan(server, m);
-                return;
-        }
-        m->copied_us = now_us();
-        if (!m->cancelled) {
-                m->copied = true;
-                if (!m->early)
-                        move_send_remap(server, m, m->dst, m->dst_tier);
-                else if (m->acked)
-                        move_finish(server, b, m);
-                /* else the ack ends it */
-                return;
-        }
-        if (m->early) {
-                /* The owner maps the new VRAM, or is about to: back to the
-                 * host copy first, then abandon (move_handle_ack). */
-                m->rolling_back = true;
-                move_send_remap(server, m, m->src, m->src_tier);
-                return;
-        }
-        move_abandon(server, b, m);
+        pending_mark(&server->pending, PENDING_WAITS | PENDING_ROOM);
 }
 
 static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
 {
         uint64_t acked_us = now_us(), released_us;
-        gmd_mem *old = m->src;
+        gmd_mem *old = m->copy.src;
         gmd_tier old_tier = m->src_tier;
         gmd_session *owner = b->owner;
 
+        move_change_state(m, MOVE_FINISHED);
         owner->tier_bytes[m->src_tier] -= b->size;
         owner->tier_bytes[m->dst_tier] += b->size;
-        b->mem = m->dst;
+        b->mem = m->copy.dst;
         b->tier = m->dst_tier;
         b->state = GMD_STATE_RESIDENT;
         b->move = NULL;
@@ -466,7 +504,6 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                         acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
                                       "cannot queue its swap-in");
         }
-        tiering_moves_changed(owner);
         if (old)
                 backing_release(server, old);
         /* Back in VRAM, into kept memory or not: what its size keeps
@@ -478,22 +515,74 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
          * releasing the old backing. */
         log_debug("buffer %llu: %s %llu bytes in %llu us (copy %llu, remap and "
                   "ack %llu, release %llu)", (unsigned long long)b->id,
-                  m->dir == GMD_COPY_OUT ? "moved out" : "moved in",
-                  (unsigned long long)m->size,
+                  m->copy.dir == GMD_COPY_OUT ? "moved out" : "moved in",
+                  (unsigned long long)m->copy.size,
                   (unsigned long long)(released_us - m->start_us),
                   (unsigned long long)(m->copied_us - m->start_us),
                   (unsigned long long)(acked_us - m->copied_us),
                   (unsigned long long)(released_us - acked_us));
         free(m);
-        waitq_run(server);
+        pending_mark(&server->pending, PENDING_WAITS | PENDING_ROOM);
+}
+
+/* Nothing of the copy is in flight any more: every byte copied, or it
+ * stopped short (cancelled, failed, refused). */
+static void move_copy_over(gmd_server *server, gmd_move *m)
+{
+        gmd_dbuffer *b = m->buffer;
+
+        m->copied_us = now_us();
+        if (m->state == MOVE_ORPHANED) {
+                move_change_state(m, MOVE_DROPPED);
+                backing_release(server, m->copy.dst);
+                backing_release(server, m->copy.src);
+                free(m);
+                pending_mark(&server->pending, PENDING_ROOM);
+                return;
+        }
+        if (m->copy.status < 0 && m->state != MOVE_CANCELLING)
+                move_change_state(m, MOVE_CANCELLING);
+        switch (m->state) {
+        case MOVE_COPYING:
+                move_change_state(m, MOVE_AWAITING_ACK);
+                if (m->remap == MOVE_REMAP_LATE)
+                        move_send_remap(server, m, m->copy.dst, m->dst_tier);
+                /* else the remap is out already: the ack ends it */
+                return;
+        case MOVE_COPYING_ACKED:
+                move_finish(server, b, m);
+                return;
+        case MOVE_CANCELLING:
+                if (m->remap == MOVE_REMAP_EARLY) {
+                        /* The owner maps the new backing, or is about to:
+                         * back to the old one first, then abandon
+                         * (move_handle_ack). */
+                        move_change_state(m, MOVE_ROLLING_BACK);
+                        move_send_remap(server, m, m->copy.src, m->src_tier);
+                        return;
+                }
+                move_abandon(server, b, m);
+                return;
+        default:
+                log_error("buffer %llu: copy ended in move state %s (a bug: "
+                          "please report it)", (unsigned long long)m->buffer_id,
+                          move_state_name(m->state));
+                return;
+        }
+}
+
+void move_copy_ended(gmd_server *server, gmd_copy *copy)
+{
+        move_copy_over(server, container_of(copy, gmd_move, copy));
 }
 
 void move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ack)
 {
-        gmd_dbuffer *b = buffer_find(s->server, s, ack->buffer_id);
+        gmd_server *server = s->server;
+        gmd_dbuffer *b = buffer_find(server, s, ack->buffer_id);
         gmd_move *m = b ? b->move : NULL;
 
-        if (!m || !m->awaiting_ack || m->seq != ack->sequence) {
+        if (!m || !m->seq || m->seq != ack->sequence) {
                 log_debug("client %llu: stale remap ack for buffer %llu ignored",
                           (unsigned long long)s->id,
                           (unsigned long long)ack->buffer_id);
@@ -507,22 +596,27 @@ void move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ack)
                 log_warning("%s could not map buffer %llu after its move (%s); "
                             "freeing it", session_describe(s, who, sizeof(who)),
                             (unsigned long long)b->id, strerror(-ack->result));
-                buffer_free(s->server, b);
-                waitq_run(s->server);
+                buffer_free(server, b);
+                pending_mark(&server->pending, PENDING_ROOM);
                 return;
         }
-        m->awaiting_ack = false;
-        if (m->rolling_back) {
-                move_abandon(s->server, b, m);
+        m->seq = 0;
+        switch (m->state) {
+        case MOVE_COPYING:
+                /* Early: the copy's end finishes it. */
+                move_change_state(m, MOVE_COPYING_ACKED);
+                return;
+        case MOVE_AWAITING_ACK:
+                move_finish(server, b, m);
+                return;
+        case MOVE_ROLLING_BACK:
+                move_abandon(server, b, m);
+                return;
+        default:
+                /* Cancelled or failed after an early remap: the copy's end
+                 * rolls it back whatever the owner answered. */
                 return;
         }
-        if (!m->copied) {
-                /* Early: the copy ends it, or, cancelled or failed (perhaps
-                 * still waiting in its queue's failed list), rolls it back. */
-                m->acked = true;
-                return;
-        }
-        move_finish(s->server, b, m);
 }
 
 void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
@@ -539,20 +633,22 @@ void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
         if (!m)
                 return;
         b->move = NULL;
-        if (m->finished) {
+        if (!move_copying(m)) {
                 /* Remap sent or not, no copy touches the memory any more.
-                 * A move refused at submit still waits in its queue's
-                 * failed list: out of it first. */
-                list_remove(&m->qlink);
-                backing_release(server, m->dst);
+                 * A copy over that the pass has not taken yet is still on
+                 * its queue's ended list: out of it first. */
+                list_remove(&m->copy.qlink);
+                move_change_state(m, MOVE_DROPPED);
+                backing_release(server, m->copy.dst);
                 free(m);
                 return;
         }
         /* Copies still run on both backings: the move frees them after. */
         m->buffer = NULL;
-        m->owns_src = true;
         b->mem = NULL;
-        copyq_cancel(server, m);
+        move_change_state(m, MOVE_ORPHANED);
+        if (copyq_stop(server, &m->copy))
+                move_copy_over(server, m);
 }
 
 uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
@@ -563,8 +659,8 @@ uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
         list_for_each(pos, &server->buffers) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
 
-                if (b->device == device && b->move && b->move->dir == GMD_COPY_OUT &&
-                    !b->move->cancelled)
+                if (b->device == device && b->move &&
+                    b->move->copy.dir == GMD_COPY_OUT && !move_stopping(b->move))
                         bytes += b->size;
         }
         return bytes;
@@ -607,15 +703,14 @@ void move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b, int64_t timeout_m
         a->timer.data = a;
         b->acquirer = a;
 
-        if (b->move && b->move->dir == GMD_COPY_OUT && !b->move->finished) {
+        if (b->move && b->move->copy.dir == GMD_COPY_OUT && move_copying(b->move)) {
                 /* Still copying out: stop, it never left. */
-                copyq_cancel(server, b->move);
-        } else if (b->move && b->move->dir == GMD_COPY_IN) {
-                if (!b->move->finished)
-                        copyq_reclass(server, b->move, MOVE_URGENT);
+                move_cancel(server, b);
+        } else if (b->move && b->move->copy.dir == GMD_COPY_IN) {
+                if (move_copying(b->move))
+                        copyq_reclass(server, &b->move->copy, MOVE_URGENT);
         } else if (b->move_waiter) {
                 waitq_set_rank(server, b->move_waiter, WAITQ_SWAP_IN);
-                waitq_run(server);
         } else if (!b->move && b->tier == GMD_TIER_HOST) {
                 if (move_in_request(server, b, WAITQ_SWAP_IN) < 0) {
                         acquirer_fail(a, GMD__ERROR_CODE__ERR_INTERNAL,
@@ -629,8 +724,8 @@ void move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b, int64_t timeout_m
                 return;   /* granted or failed already */
         /* A move out that had its owner unmap early is undone by one more
          * remap: it is in VRAM, usable after that round trip. */
-        if (timeout_ms == 0 && b->move && b->move->dir == GMD_COPY_OUT &&
-            b->move->early && b->move->cancelled)
+        if (timeout_ms == 0 && b->move && b->move->copy.dir == GMD_COPY_OUT &&
+            b->move->remap == MOVE_REMAP_EARLY && move_stopping(b->move))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0)
                 acquirer_on_deadline(&a->timer);

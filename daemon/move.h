@@ -35,37 +35,100 @@
 typedef struct gmd_dbuffer gmd_dbuffer;
 typedef struct gmd_session gmd_session;
 
+/*
+ * A move's life is one state, changed only by move_change_state(), which
+ * logs each change at debug level and refuses one the table does not
+ * allow. The copy's own progress (bytes issued and in flight) is copyq's
+ * (gmd_copy, embedded); two facts are fixed when the move starts: when
+ * its owner gets the remap (remap) and where its destination came from
+ * (dst_from).
+ *
+ *   COPYING       the copy runs. An early move's remap is out.
+ *   COPYING_ACKED an early move's owner acked its remap; the copy runs.
+ *   CANCELLING    cancelled, or a chunk or submit failed: what is in
+ *                 flight finishes, nothing more is issued.
+ *   AWAITING_ACK  every byte copied; the remap to the destination is out
+ *                 (sent now, or early and not acked yet).
+ *   ROLLING_BACK  an early move stopped short: a remap back to the source
+ *                 is out.
+ *   ORPHANED      its buffer was freed while chunks were in flight: both
+ *                 backings are released once they are back.
+ *   FINISHED      (final) the buffer lives on the destination.
+ *   ABANDONED     (final) the buffer stays on the source.
+ *   DROPPED       (final) its buffer was freed; backings released.
+ *
+ * Legal changes (any other is refused and logged as an error):
+ *   COPYING       -> COPYING_ACKED (ack of the early remap)
+ *                    AWAITING_ACK (copy over) | CANCELLING (cancel, failure)
+ *                    ORPHANED | DROPPED (buffer freed, copy running | over)
+ *   COPYING_ACKED -> FINISHED (copy over) | CANCELLING | ORPHANED | DROPPED
+ *   CANCELLING    -> ROLLING_BACK (copy over, early) | ABANDONED (copy
+ *                    over, late) | ORPHANED | DROPPED
+ *   AWAITING_ACK  -> FINISHED (ack) | DROPPED (freed, or a failed ack)
+ *   ROLLING_BACK  -> ABANDONED (ack) | DROPPED
+ *   ORPHANED      -> DROPPED (copy over)
+ */
+typedef enum move_state {
+        MOVE_COPYING,
+        MOVE_COPYING_ACKED,
+        MOVE_CANCELLING,
+        MOVE_AWAITING_ACK,
+        MOVE_ROLLING_BACK,
+        MOVE_ORPHANED,
+        MOVE_FINISHED,
+        MOVE_ABANDONED,
+        MOVE_DROPPED,
+} move_state;
+
+/* When the owner is told to map the destination. */
+typedef enum move_remap {
+        MOVE_REMAP_LATE,            /* once the copy is over */
+        MOVE_REMAP_EARLY,           /* when the copy starts (move.h top) */
+} move_remap;
+
+/* Where the destination came from. */
+typedef enum move_dst_from {
+        MOVE_DST_NEW,               /* created for this move */
+        MOVE_DST_KEPT,              /* VRAM kept from the owner's own
+                                     * swap-out (reuse.h) */
+} move_dst_from;
+
 typedef struct gmd_move {
-        gmd_dbuffer *buffer;        /* NULL once the buffer was freed */
-        unsigned device;
-        gmd_copy_dir dir;
-        move_class cls;
-        gmd_mem *src, *dst;
+        gmd_dbuffer *buffer;        /* NULL once orphaned */
+        uint64_t buffer_id;         /* for the log, also once orphaned */
+        move_state state;
+        move_remap remap;
+        move_dst_from dst_from;
+        gmd_copy copy;              /* device, dir, class, src, dst, bytes */
         gmd_tier src_tier, dst_tier;
-        uint64_t size;
-        uint64_t issued, done;      /* bytes handed to the backend, copied */
-        unsigned inflight;          /* chunks with the backend */
-        int status;                 /* first copy error */
-        bool queued;                /* in a copyq list (bytes left to issue) */
-        bool cancelled;
-        bool finished;              /* copies over; move_copied ran */
-        bool awaiting_ack;          /* remap sent, old backing still mapped */
-        bool early;                 /* remap sent before the copies ended */
-        bool acked;                 /* ... and the owner acked it */
-        bool rolling_back;          /* cancelled after an early remap: a
-                                     * remap back to src is out */
-        bool copied;                /* every byte copied (move_copied ran
-                                     * on a copy that was not cancelled) */
-        bool dst_kept;              /* dst is VRAM kept from the owner's
-                                     * own swap-out (reuse.h) */
         uint32_t waited_gen;        /* the last-use event its copy waits
                                      * for (buffer's last_use_gen) */
-        bool owns_src;              /* orphaned: frees src too */
-        uint64_t seq;               /* of the remap */
+        uint64_t seq;               /* of the remap out, awaiting its ack;
+                                     * 0 when none is */
         uint64_t start_us;          /* queued */
         uint64_t copied_us;         /* copies over */
-        gmd_list qlink;
 } gmd_move;
+
+/* Change a move's state: logged at debug level; a change the table above
+ * does not allow is refused (false) and logged as an error. */
+bool move_change_state(gmd_move *move, move_state next);
+
+/* The state's name, for logs and status. */
+const char *move_state_name(move_state state);
+
+/* Is the copy still running (not over, stopped or not)? */
+static inline bool move_copying(const gmd_move *move)
+{
+        return move->copy.phase != COPY_ENDED;
+}
+
+/* Will the move end without moving (cancelled or failed)? */
+static inline bool move_stopping(const gmd_move *move)
+{
+        return move->state == MOVE_CANCELLING ||
+               move->state == MOVE_ROLLING_BACK ||
+               move->state == MOVE_ORPHANED || move->copy.status < 0;
+}
 
 /* An acquire waiting for its buffer to be usable. */
 typedef struct gmd_acquirer {
@@ -100,8 +163,9 @@ void move_in_cancelled(gmd_dbuffer *buffer);
  * over eviction): the buffer stays where it was. */
 void move_cancel(gmd_server *server, gmd_dbuffer *buffer);
 
-/* copyq: every chunk of the move is over (or it was cancelled). */
-void move_copied(gmd_server *server, gmd_move *move);
+/* The scheduling pass: a copy on copyq's ended list is over (every byte
+ * copied, or stopped, or failed): go on with its move. */
+void move_copy_ended(gmd_server *server, gmd_copy *copy);
 
 /* MSG_REMAP_ACK. */
 void move_handle_ack(gmd_session *session, uint32_t request_id,

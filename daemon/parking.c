@@ -11,12 +11,10 @@
 #include <stdlib.h>
 
 #include "buffer.h"
-#include "evict.h"
 #include "log.h"
 #include "move.h"
 #include "server.h"
 #include "session.h"
-#include "waitq.h"
 
 /* A client may list at most this many buffers in one message; more is a
  * protocol error (the packet bound keeps it far lower anyway). */
@@ -63,7 +61,7 @@ void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *lis
         /* Someone may already wait for the room this holds: let the
          * evictor ask for it back at once. */
         if (parked_any && !list_empty(&server->waiters))
-                evict_balance(server);
+                pending_mark(&server->pending, PENDING_EVICT);
 }
 
 void parking_handle_unpark(gmd_session *s, uint32_t id, const Gmd__BufferList *list)
@@ -104,7 +102,6 @@ void parking_handle_return(gmd_session *s, uint32_t id, const Gmd__BufferList *l
         if (n) {
                 log_debug("client %llu returned %u parked buffers",
                           (unsigned long long)s->id, n);
-                waitq_run(s->server);
         }
 }
 

@@ -16,7 +16,6 @@
 #include "admin.h"
 #include "alloc.h"
 #include "buffer.h"
-#include "evict.h"
 #include "gpumem.pb-c.h"
 #include "log.h"
 #include "move.h"
@@ -26,7 +25,6 @@
 #include "status.h"
 #include "tiering.h"
 #include "timeutil.h"
-#include "waitq.h"
 
 
 /* Keep printable ASCII of a client-chosen name; it ends up in logs. */
@@ -118,7 +116,6 @@ static void handle_free(gmd_session *s, uint32_t id, const Gmd__BufferRequest *m
         session_reply_ok(s, id);
         buffer_free(s->server, b);
         s->server->stats.frees++;
-        waitq_run(s->server);
 }
 
 static void handle_release(gmd_session *s, uint32_t id, const Gmd__BufferRequest *m)
@@ -161,7 +158,7 @@ static void handle_release(gmd_session *s, uint32_t id, const Gmd__BufferRequest
         session_reply_ok(s, id);
         /* An idle buffer is room for whoever waits for VRAM. */
         if (!list_empty(&s->server->waiters))
-                evict_balance(s->server);
+                pending_mark(&s->server->pending, PENDING_EVICT);
 }
 
 /* One row per request type: how to decode it and what to do with it. */

@@ -149,46 +149,6 @@ fail:
         return r;
 }
 
-/* After each poll phase: finish moves whose copies were refused, and close
- * the sessions marked for it. Closing one can mark another (its frees
- * serve waiters, whose replies may overflow their queues), hence the loop
- * until none is left. */
-static void server_on_close_check(uv_check_t *check)
-{
-        gmd_server *server = check->data;
-
-        /* Stopped first: what this pass marks re-arms it for the next. */
-        uv_check_stop(check);
-        copyq_finish_failed(server);
-        while (!list_empty(&server->close_pending)) {
-                gmd_session *s = container_of(server->close_pending.next,
-                                              gmd_session, close_link);
-
-                session_close(s, s->close_reason);
-        }
-}
-
-static void server_on_retry(uv_timer_t *timer)
-{
-        waitq_run(timer->data);
-}
-
-void server_retry_waitq_in(gmd_server *server, uint64_t ms)
-{
-        /* Counted from now, not from the loop's cached time: the pause it
-         * waits out is on the real clock (copyq_usable). */
-        if (server->retry_open && !uv_is_active((uv_handle_t *)&server->retry_timer)) {
-                uv_update_time(server->loop);
-                uv_timer_start(&server->retry_timer, server_on_retry, ms, 0);
-        }
-}
-
-void server_kick_closes(gmd_server *server)
-{
-        if (server->close_check_open)
-                uv_check_start(&server->close_check, server_on_close_check);
-}
-
 /* Any thread: the backend finished copies. */
 static void server_wake(void *ctx)
 {
@@ -361,16 +321,6 @@ int server_listen(gmd_server *server, int fd)
         r = uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
         if (r < 0)
                 return r;
-        r = uv_check_init(server->loop, &server->close_check);
-        if (r < 0)
-                return r;
-        r = uv_timer_init(server->loop, &server->retry_timer);
-        if (r < 0)
-                return r;
-        server->retry_timer.data = server;
-        server->retry_open = true;
-        server->close_check.data = server;
-        server->close_check_open = true;
         r = uv_async_init(server->loop, &server->copy_async, server_on_copies);
         if (r < 0)
                 return r;
@@ -399,14 +349,6 @@ void server_stop(gmd_server *server)
                 uv_close((uv_handle_t *)&server->listen_poll, NULL);
         if (server->maintaining)
                 uv_close((uv_handle_t *)&server->maintain_timer, NULL);
-        if (server->close_check_open) {
-                server->close_check_open = false;
-                uv_close((uv_handle_t *)&server->close_check, NULL);
-        }
-        if (server->retry_open) {
-                server->retry_open = false;
-                uv_close((uv_handle_t *)&server->retry_timer, NULL);
-        }
         server->metrics = metrics_stop(server->metrics);
         waitq_fail_all(server, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
                        "gpu-memd is stopping");
@@ -423,6 +365,9 @@ void server_stop(gmd_server *server)
                 server->copy_async_open = false;
                 uv_close((uv_handle_t *)&server->copy_async, NULL);
         }
+        /* One more pass: it ends what stopped and closes its handles once
+         * no copy is in flight (scheduler.c). */
+        pending_mark(&server->pending, PENDING_COPIES);
 }
 
 void server_summary(const gmd_server *server, char *buf, size_t len)
@@ -516,7 +461,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
                 if (!config->swap_keep_vram)
                         reuse_forget(server, s);
         }
-        waitq_run(server);
+        pending_mark(&server->pending, PENDING_ROOM);
         log_info("reloaded the configuration");
 }
 

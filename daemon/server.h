@@ -16,6 +16,7 @@
 #include "copyq.h"
 #include "idmap.h"
 #include "list.h"
+#include "pending.h"
 #include "pool.h"
 #include "server_limits.h"
 #include "stats.h"
@@ -51,13 +52,9 @@ typedef struct gmd_server {
         gmd_list kept;                /* VRAM kept for swap-ins (reuse.h) */
         uint64_t kept_on[GMD_MAX_DEVICES];   /* its bytes per device */
 
-        uv_timer_t retry_timer;       /* waitq_run again when a copy queue
-                                       * is usable again */
-        bool retry_open;
-        gmd_list close_pending;       /* sessions to close on the next check */
-        uv_check_t close_check;
-        bool close_check_open;
-        bool waitq_running, waitq_again;   /* waitq_run is not re-entered */
+        gmd_pending pending;          /* work marked for the scheduling
+                                       * pass (scheduler.h) */
+        gmd_list close_pending;       /* sessions to close in the pass */
 
         gmd_copyq *copyqs;            /* one per device */
         uv_async_t copy_async;        /* the backend finished copies */
@@ -114,14 +111,6 @@ typedef struct gmd_usage {
 } gmd_usage;
 
 void server_user_usage(gmd_server *server, uid_t uid, gmd_usage *ret_usage);
-
-/* Make sure sessions marked with session_close_later are closed once the
- * current callback returns. */
-void server_kick_closes(gmd_server *server);
-
-/* Run waitq_run in `ms` milliseconds (a copy queue refused a copy and is
- * not used for a while: what waits for it is served once it is again). */
-void server_retry_waitq_in(gmd_server *server, uint64_t ms);
 
 /* Can this backend move buffers between tiers? */
 static inline bool server_can_move(const gmd_server *server)

@@ -182,7 +182,7 @@ void session_close(gmd_session *s, const char *reason)
 
         /* Memory came back: serve whoever waits for it. */
         if (n_buffers > 0 || kept > 0)
-                waitq_run(server);
+                pending_mark(&server->pending, PENDING_ROOM);
 }
 
 static void session_update_poll(gmd_session *s)
@@ -244,7 +244,7 @@ void session_close_later(gmd_session *s, const char *reason)
         snprintf(s->close_reason, sizeof(s->close_reason), "%s", reason);
         uv_poll_stop(&s->poll);
         list_add_tail(&s->server->close_pending, &s->close_link);
-        server_kick_closes(s->server);
+        pending_mark(&s->server->pending, PENDING_CLOSES);
 }
 
 int session_send(gmd_session *s, uint16_t type, uint32_t request_id,

@@ -176,7 +176,7 @@ static int prefetch_one(gmd_server *server, gmd_dbuffer *b)
 {
         if (b->acquired || b->acquirer)
                 return 0;       /* in use where it is, or on its way */
-        if (b->move && b->move->dir == GMD_COPY_OUT && !b->move->finished) {
+        if (b->move && b->move->copy.dir == GMD_COPY_OUT && move_copying(b->move)) {
                 move_cancel(server, b);   /* still in VRAM: keep it there */
                 return 0;
         }
@@ -360,7 +360,7 @@ void tiering_handle_wait(gmd_session *s, uint32_t id, const Gmd__WaitRequest *m)
                 uv_timer_start(&w->timer, wait_on_deadline, (uint64_t)m->timeout_ms, 0);
 }
 
-void tiering_moves_changed(gmd_session *s)
+void tiering_waits_answer(gmd_session *s)
 {
         gmd_list *pos, *tmp;
 

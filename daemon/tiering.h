@@ -43,8 +43,9 @@ void tiering_handle_wait(gmd_session *session, uint32_t request_id,
  * the first that could not start (move_out_start), which stops it. */
 int tiering_pageout_all(gmd_session *session, move_class cls);
 
-/* A move of the session's ended or was cancelled: answer waits now met. */
-void tiering_moves_changed(gmd_session *session);
+/* Answer the session's waits now met (the scheduling pass, after
+ * PENDING_WAITS: a move ended or was cancelled). */
+void tiering_waits_answer(gmd_session *session);
 
 /* The session is closing: drop its waits without answering. */
 void tiering_session_closed(gmd_session *session);

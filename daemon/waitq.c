@@ -14,10 +14,10 @@
 #include "alloc.h"
 #include "backing.h"
 #include "buffer.h"
-#include "evict.h"
 #include "gpumem.pb-c.h"
 #include "log.h"
 #include "move.h"
+#include "pending.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
@@ -127,7 +127,7 @@ int waitq_add(gmd_server *server, gmd_session *session, uint32_t request_id,
                 uv_timer_start(&w->timer, waiter_on_deadline, (uint64_t)timeout_ms, 0);
         waitq_insert(server, w);
         session->n_waiting++;
-        evict_balance(server);
+        pending_mark(&server->pending, PENDING_EVICT);
         return 0;
 }
 
@@ -141,6 +141,7 @@ int waitq_add_move_in(gmd_server *server, gmd_dbuffer *buffer, waitq_rank rank,
                 return -ENOMEM;
         w->buffer = buffer;
         waitq_insert(server, w);
+        pending_mark(&server->pending, PENDING_ROOM);
         *ret_waiter = w;
         return 0;
 }
@@ -152,9 +153,12 @@ void waitq_set_rank(gmd_server *server, gmd_waiter *w, waitq_rank rank)
         list_remove(&w->link);
         w->rank = rank;
         waitq_insert(server, w);
+        pending_mark(&server->pending, PENDING_ROOM);
 }
 
-/* Try to serve one waiter: 0 served (or answered), -ENOSPC no room yet. */
+/* Try to serve one waiter: 0 served (or answered), -ENOSPC no room yet,
+ * -EAGAIN its device's copy queue rests after a refused copy (a swap-in).
+ * Either holds back those behind it on its device. */
 static int waiter_serve(gmd_waiter *w)
 {
         int r;
@@ -169,28 +173,20 @@ static int waiter_serve(gmd_waiter *w)
         return move_in_begin(w->server, w->buffer);
 }
 
-void waitq_run(gmd_server *server)
+bool waitq_serve(gmd_server *server)
 {
         gmd_list *pos, *tmp;
-        uint64_t blocked;       /* bit per device whose first waiter does not fit */
+        uint64_t blocked = 0;   /* bit per device whose first waiter does not fit */
+        int r;
 
-        /* Serving a waiter can free memory and so call here again: the
-         * outer pass starts over instead, never two passes at once. */
-        if (server->waitq_running) {
-                server->waitq_again = true;
-                return;
-        }
-        server->waitq_running = true;
-again:
-        server->waitq_again = false;
-        blocked = 0;
         list_for_each_safe(pos, tmp, &server->waiters) {
                 gmd_waiter *w = container_of(pos, gmd_waiter, link);
                 uint64_t bit = 1ull << (w->device % 64);
 
                 if (blocked & bit)
                         continue;
-                if (waiter_serve(w) == -ENOSPC) {
+                r = waiter_serve(w);
+                if (r == -ENOSPC || r == -EAGAIN) {
                         blocked |= bit;
                         continue;
                 }
@@ -205,11 +201,7 @@ again:
                 tmp = server->waiters.next;
                 blocked = 0;
         }
-        if (server->waitq_again)
-                goto again;
-        server->waitq_running = false;
-        if (blocked)
-                evict_balance(server);
+        return blocked != 0;
 }
 
 uint64_t waitq_demand(gmd_server *server, unsigned device)

@@ -6,7 +6,8 @@
  * prefetches — and in arrival order within a rank. A waiter that does not
  * fit yet holds back those behind it on the same device, so a large
  * request is not starved by a stream of small ones. Whatever still waits
- * after a pass asks the evictor for room.
+ * after a pass asks the evictor for room. Adding a waiter or moving one up
+ * only marks the work (pending.h): the scheduling pass serves the queue.
  */
 #ifndef GMD_WAITQ_H
 #define GMD_WAITQ_H
@@ -65,9 +66,10 @@ void waitq_set_rank(gmd_server *server, gmd_waiter *waiter, waitq_rank rank);
 /* Take a waiter out of the queue without answering. */
 void waitq_drop(gmd_waiter *waiter);
 
-/* Serve every waiter that fits now, in order, then ask the evictor for
- * room for those left. Call after memory is freed. */
-void waitq_run(gmd_server *server);
+/* Serve every waiter that fits now, in order (the scheduling pass, after
+ * PENDING_ROOM). Returns whether some still wait for room: the pass then
+ * asks the evictor. */
+bool waitq_serve(gmd_server *server);
 
 /* VRAM bytes waited for on `device`. */
 uint64_t waitq_demand(gmd_server *server, unsigned device);

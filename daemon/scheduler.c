@@ -1,0 +1,120 @@
+/*
+ * scheduler — see scheduler.h for the order of the pass and why. The handles are
+ * closed by the pass itself once the server is stopping and no copy is in
+ * flight any more: an orphaned move's memory is released by the pass that
+ * follows its last copy.
+ */
+#include "scheduler.h"
+
+#include "copyq.h"
+#include "evict.h"
+#include "move.h"
+#include "pending.h"
+#include "server.h"
+#include "session.h"
+#include "tiering.h"
+#include "waitq.h"
+
+static void pass_end_copies(gmd_server *server)
+{
+        gmd_copy *c;
+
+        while ((c = copyq_take_ended(server)))
+                move_copy_ended(server, c);
+}
+
+static void pass_close_sessions(gmd_server *server)
+{
+        while (!list_empty(&server->close_pending)) {
+                gmd_session *s = container_of(server->close_pending.next,
+                                              gmd_session, close_link);
+
+                session_close(s, s->close_reason);
+        }
+}
+
+static void pass_answer_waits(gmd_server *server)
+{
+        gmd_list *pos, *tmp;
+
+        list_for_each_safe(pos, tmp, &server->sessions)
+                tiering_waits_answer(container_of(pos, gmd_session, link));
+}
+
+static void pass_run(gmd_server *server)
+{
+        gmd_pending *p = &server->pending;
+
+        while (p->work) {
+                if (p->work & PENDING_COPIES) {
+                        p->work &= ~PENDING_COPIES;
+                        pass_end_copies(server);
+                }
+                if (p->work & PENDING_CLOSES) {
+                        p->work &= ~PENDING_CLOSES;
+                        pass_close_sessions(server);
+                }
+                if (p->work & PENDING_ROOM) {
+                        p->work &= ~PENDING_ROOM;
+                        if (waitq_serve(server))
+                                p->work |= PENDING_EVICT;
+                }
+                if (p->work & PENDING_EVICT) {
+                        p->work &= ~PENDING_EVICT;
+                        if (evict_balance(server))
+                                p->work |= PENDING_ROOM;
+                }
+                if (p->work & PENDING_WAITS) {
+                        p->work &= ~PENDING_WAITS;
+                        pass_answer_waits(server);
+                }
+        }
+}
+
+static void scheduler_on_check(uv_check_t *check)
+{
+        gmd_server *server = container_of(check, gmd_server, pending.check);
+        gmd_pending *p = &server->pending;
+
+        pass_run(server);
+        uv_check_stop(&p->check);
+        uv_idle_stop(&p->idle);
+        if (server->stopping && !server->copy_async_open && p->open) {
+                p->open = false;
+                uv_close((uv_handle_t *)&p->check, NULL);
+                uv_close((uv_handle_t *)&p->idle, NULL);
+                uv_close((uv_handle_t *)&p->later, NULL);
+        }
+}
+
+static void scheduler_on_idle(uv_idle_t *idle)
+{
+        (void)idle;     /* only keeps the poll from blocking */
+}
+
+int scheduler_start(gmd_server *server)
+{
+        gmd_pending *p = &server->pending;
+        int r;
+
+        r = uv_check_init(server->loop, &p->check);
+        if (r < 0)
+                return r;
+        r = uv_idle_init(server->loop, &p->idle);
+        if (r < 0) {
+                uv_close((uv_handle_t *)&p->check, NULL);
+                return r;
+        }
+        r = uv_timer_init(server->loop, &p->later);
+        if (r < 0) {
+                uv_close((uv_handle_t *)&p->check, NULL);
+                uv_close((uv_handle_t *)&p->idle, NULL);
+                return r;
+        }
+        p->run = scheduler_on_check;
+        p->spin = scheduler_on_idle;
+        p->open = true;
+        if (p->work)
+                pending_mark(p, 0);
+        return 0;
+}

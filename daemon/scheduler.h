@@ -1,0 +1,44 @@
+/*
+ * scheduler — the scheduling pass: the one place that restarts the daemon's
+ * work after something changed. Lower modules only mark what changed
+ * (pending.h); the pass runs from a libuv check handle once per loop
+ * iteration in which something was marked, after that iteration's I/O
+ * callbacks (an idle handle keeps the poll from blocking when the mark
+ * came from a timer). It never runs inside the callback that marked, so
+ * nothing a caller still holds is freed under it, and it is never
+ * re-entered.
+ *
+ * Its order, fixed (each step runs when its mark is set, clearing the mark
+ * first; a step may mark work for itself or another, and the pass goes
+ * round again, from the top, until nothing is marked):
+ *
+ *   1. copies   end the moves whose copies are over — every byte copied,
+ *               or stopped, failed or refused at submit (copyq's ended
+ *               lists, move_copy_ended): remaps, rollbacks, finished and
+ *               abandoned moves, orphans' memory released.
+ *   2. closes   close the sessions marked with session_close_later (their
+ *               buffers freed, their waiters and waits dropped).
+ *   3. room     serve the wait queue in rank order (waitq_serve): swap-ins
+ *               an acquire waits for, allocations, prefetches. A waiter
+ *               that does not fit marks eviction.
+ *   4. evict    make room for what still waits (evict_balance): release
+ *               kept VRAM (which marks room again), ask for parked
+ *               buffers, move idle buffers out.
+ *   5. waits    answer the MSG_WAITs whose buffers stopped moving
+ *               (tiering_waits_answer).
+ *
+ * Copies come first because their moves free or take memory that the
+ * wait queue counts; closes before the queue so a closing client's memory
+ * serves the others and its waiters are gone; the queue before eviction
+ * so eviction only makes room for what really does not fit; waits last,
+ * so they see every move the steps before ended or started.
+ */
+#ifndef GMD_SCHEDULER_H
+#define GMD_SCHEDULER_H
+
+typedef struct gmd_server gmd_server;
+
+/* Set up the pass's handles (server->pending). 0 or a negative errno. */
+int scheduler_start(gmd_server *server);
+
+#endif
