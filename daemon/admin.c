@@ -11,6 +11,7 @@
 
 #include "buffer.h"
 #include "log.h"
+#include "move.h"
 #include "server.h"
 #include "session.h"
 #include "tiering.h"
@@ -42,7 +43,7 @@ static void admin_apply(gmd_session *target, const Gmd__AdminRequest *m,
                         note.message = "drained by an administrator";
                         session_send(target, GMD__MSG_TYPE__MSG_REVOKE, 0,
                                      &note.base, NULL, 0);
-                        buffer_free(server, b);
+                        move_free_buffer(server, b);
                         n++;
                 }
                 log_info("%s: drained by %s (%u buffers revoked)", who, by, n);

@@ -9,7 +9,6 @@
 #include <stdio.h>
 
 #include "backend.h"
-#include "buffer.h"
 #include "server.h"
 #include "size.h"
 
@@ -64,7 +63,7 @@ void backing_destroy(gmd_server *server, gmd_mem *mem)
 
 void backing_release(gmd_server *server, gmd_mem *mem)
 {
-        gmd_pool *pool = buffer_pool(server, mem->tier, mem->device);
+        gmd_pool *pool = server_pool(server, mem->tier, mem->device);
         uint64_t size = mem->size;
 
         backing_destroy(server, mem);

@@ -11,24 +11,17 @@
 
 #include "backing.h"
 #include "log.h"
-#include "move.h"
 #include "pending.h"
 #include "reuse.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
 
-gmd_pool *buffer_pool(gmd_server *server, gmd_tier tier, unsigned device)
-{
-        return tier == GMD_TIER_HOST ? &server->host_pool :
-               server_vram_pool(server, device);
-}
-
 int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                gmd_tier tier, uint64_t size, unsigned flags,
                gmd_dbuffer **ret_buffer)
 {
-        gmd_pool *pool = buffer_pool(server, tier, device);
+        gmd_pool *pool = server_pool(server, tier, device);
         gmd_dbuffer *b;
         int r;
 
@@ -107,9 +100,6 @@ void buffer_park(gmd_dbuffer *b, bool parked)
 void buffer_free(gmd_server *server, gmd_dbuffer *b)
 {
         buffer_park(b, false);
-        /* A move under way may keep the backing alive until its copies
-         * end; it then frees it (and sets b->mem to NULL). */
-        move_buffer_freed(server, b);
         buffer_set_last_use(server, b, NULL);
         idmap_remove(&server->buffers_by_id, b->id);
         list_remove(&b->owner_link);

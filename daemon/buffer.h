@@ -58,10 +58,9 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                gmd_tier tier, uint64_t size, unsigned flags,
                gmd_dbuffer **ret_buffer);
 
-/* The pool a tier of `device` draws from. */
-gmd_pool *buffer_pool(gmd_server *server, gmd_tier tier, unsigned device);
-
 /* Release the backing, give its bytes back to the pool, forget the buffer.
+ * Its move, if any, was settled first (move_free_buffer): an orphaned move
+ * took the backing (b->mem is NULL then).
  * Marks the room for the scheduling pass; serves nobody itself. */
 void buffer_free(gmd_server *server, gmd_dbuffer *buffer);
 

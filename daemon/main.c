@@ -17,7 +17,7 @@
 #include "log.h"
 #include "options.h"
 #include "scheduler.h"
-#include "server.h"
+#include "lifecycle.h"
 #include "systemd.h"
 
 typedef struct daemon_state {

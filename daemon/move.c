@@ -596,8 +596,7 @@ void move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ack)
                 log_warning("%s could not map buffer %llu after its move (%s); "
                             "freeing it", session_describe(s, who, sizeof(who)),
                             (unsigned long long)b->id, strerror(-ack->result));
-                buffer_free(server, b);
-                pending_mark(&server->pending, PENDING_ROOM);
+                move_free_buffer(server, b);
                 return;
         }
         m->seq = 0;
@@ -619,7 +618,7 @@ void move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ack)
         }
 }
 
-void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
+static void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
 {
         gmd_move *m = b->move;
 
@@ -649,6 +648,14 @@ void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
         move_change_state(m, MOVE_ORPHANED);
         if (copyq_stop(server, &m->copy))
                 move_copy_over(server, m);
+}
+
+void move_free_buffer(gmd_server *server, gmd_dbuffer *b)
+{
+        /* A move under way may keep the backing alive until its copies
+         * end; it then frees it (and sets b->mem to NULL). */
+        move_buffer_freed(server, b);
+        buffer_free(server, b);
 }
 
 uint64_t move_leaving_bytes(gmd_server *server, unsigned device)

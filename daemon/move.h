@@ -171,8 +171,11 @@ void move_copy_ended(gmd_server *server, gmd_copy *copy);
 void move_handle_ack(gmd_session *session, uint32_t request_id,
                      const Gmd__RemapAck *ack);
 
-/* buffer_free is about to free `buffer`: settle its move and acquirer. */
-void move_buffer_freed(gmd_server *server, gmd_dbuffer *buffer);
+/* Free `buffer` (buffer_free), settling its move and acquirer first: an
+ * acquire waiting for it is told, a swap-in waiting for VRAM is dropped,
+ * a move whose copy still runs is orphaned and releases both backings
+ * once it is over. */
+void move_free_buffer(gmd_server *server, gmd_dbuffer *buffer);
 
 /* VRAM bytes on `device` that moves under way will free. */
 uint64_t move_leaving_bytes(gmd_server *server, unsigned device);

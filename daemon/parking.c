@@ -96,7 +96,7 @@ void parking_handle_return(gmd_session *s, uint32_t id, const Gmd__BufferList *l
                         continue;
                 s->reclaim_asked[b->device] = s->reclaim_asked[b->device] > b->size ?
                                               s->reclaim_asked[b->device] - b->size : 0;
-                buffer_free(s->server, b);
+                move_free_buffer(s->server, b);
                 n++;
         }
         if (n) {

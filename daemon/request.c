@@ -114,7 +114,7 @@ static void handle_free(gmd_session *s, uint32_t id, const Gmd__BufferRequest *m
         /* Answer first: destroying the backing is the driver's slowest
          * step and the client need not wait for it. */
         session_reply_ok(s, id);
-        buffer_free(s->server, b);
+        move_free_buffer(s->server, b);
         s->server->stats.frees++;
 }
 

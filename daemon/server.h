@@ -1,8 +1,10 @@
 /*
- * server — the daemon's state and its listening socket. One libuv loop
- * thread owns everything reachable from gmd_server (single writer, no
- * locks): the pools, the sessions, the buffers and the waiting requests.
- * Long work will run elsewhere and report back through uv_async_t.
+ * server — the daemon's state. One libuv loop thread owns everything
+ * reachable from gmd_server (single writer, no locks): the pools, the
+ * sessions, the buffers and the waiting requests. Long work runs elsewhere
+ * and reports back through uv_async_t. The record and its lookups are
+ * here, below every module that uses them; its life (start-up, listening,
+ * reload, stop) is lifecycle.h's.
  */
 #ifndef GMD_SERVER_H
 #define GMD_SERVER_H
@@ -21,6 +23,8 @@
 #include "server_limits.h"
 #include "stats.h"
 #include "wire.h"
+
+typedef struct gmd_session gmd_session;
 
 typedef struct gmd_server {
         uv_loop_t *loop;
@@ -68,39 +72,17 @@ typedef struct gmd_server {
         gmd_stats stats;
         struct gmd_metrics *metrics;  /* the metrics endpoint, or NULL */
 
+        /* Set by lifecycle.c, the layer above the sessions: a packet a
+         * session read, and a session that closed (what it owned is to be
+         * released). */
+        void (*on_packet)(gmd_session *session, gmd_wire_packet *packet);
+        void (*on_session_closed)(gmd_session *session);
+
         bool stopping;
         /* Receive and encode scratch: one loop thread, so one of each. */
         uint8_t rx[GMD_WIRE_MAX_PACKET];
         uint8_t tx[GMD_WIRE_MAX_PAYLOAD];
 } gmd_server;
-
-/*
- * Build pools from the backend's devices and the config. The server is
- * allocated and returned ready to listen; the backend now belongs to it.
- */
-int server_new(uv_loop_t *loop, const gmd_config *config,
-               gmd_backend *backend, gmd_server **ret_server);
-
-/* Listen on config.socket_path, or on `fd` when >= 0 (socket activation). */
-int server_listen(gmd_server *server, int fd);
-
-/*
- * Apply a re-read config: limits, quotas, priorities, pool sizes, log
- * level, socket permissions and the metrics endpoint change now; settings
- * that cannot change while running (socket path, backend, [sim]) are named
- * in the log and keep their old values.
- */
-void server_reload(gmd_server *server, const gmd_config *config);
-
-/* One line for systemd's STATUS= and the log: clients, use, waiters. */
-void server_summary(const gmd_server *server, char *buf, size_t len);
-
-/* Stop accepting, tell every client, close every session (freeing their
- * buffers). The loop ends once the handles have closed. */
-void server_stop(gmd_server *server);
-
-/* Free what is left after the loop ended. Accepts NULL, returns NULL. */
-gmd_server *server_free(gmd_server *server);
 
 /* What all clients of one user hold together. */
 typedef struct gmd_usage {
@@ -120,5 +102,8 @@ static inline bool server_can_move(const gmd_server *server)
 
 /* The VRAM pool of `device`, or NULL. */
 gmd_pool *server_vram_pool(gmd_server *server, unsigned device);
+
+/* The pool a tier of `device` draws from (the host pool for any device). */
+gmd_pool *server_pool(gmd_server *server, gmd_tier tier, unsigned device);
 
 #endif

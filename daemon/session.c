@@ -17,14 +17,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "buffer.h"
 #include "gpumem.pb-c.h"
 #include "log.h"
-#include "reuse.h"
-#include "request.h"
 #include "server.h"
-#include "tiering.h"
-#include "waitq.h"
 
 /* Packets read per poll wake-up before yielding to other clients. */
 #define SESSION_READ_BUDGET 64
@@ -158,11 +153,8 @@ void session_close(gmd_session *s, const char *reason)
         if (reason)
                 log_warning("%s: %s — disconnecting", who, reason);
 
-        waitq_cancel_session(server, s);
-        tiering_session_closed(s);
-        list_for_each_safe(pos, tmp, &s->buffers)
-                buffer_free(server, container_of(pos, gmd_dbuffer, owner_link));
-        reuse_forget(server, s);
+        /* Its buffers, waiters, waits and kept VRAM: the layer above's. */
+        server->on_session_closed(s);
         list_for_each_safe(pos, tmp, &s->sendq) {
                 queued_packet *q = container_of(pos, queued_packet, link);
 
@@ -363,7 +355,7 @@ static void session_read(gmd_session *s)
                         session_close(s, why);
                         return;
                 }
-                request_handle(s, &packet);
+                s->server->on_packet(s, &packet);
         }
 }
 

@@ -1,0 +1,483 @@
+/*
+ * lifecycle — the server's life: start-up sizes the pools from what the
+ * backend reports and the config asks; the listening socket is a raw fd
+ * watched by uv_poll_t so accepted sockets stay plain fds the sessions
+ * own; reload applies a new config; stop tells every client and closes
+ * every session. It sits above every other daemon module: it wires the
+ * session layer to the requests (server->on_packet) and to what a closed
+ * session leaves behind (server->on_session_closed), so that sessions know
+ * nothing of buffers, moves or waits.
+ */
+#include "lifecycle.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "buffer.h"
+#include "gpumem.pb-c.h"
+#include "log.h"
+#include "metrics.h"
+#include "move.h"
+#include "request.h"
+#include "reuse.h"
+#include "session.h"
+#include "tiering.h"
+#include "timeutil.h"
+#include "waitq.h"
+
+#define HOST_GRANULARITY (2ull << 20)
+
+/* A session closed: drop its waiters and waits without answering, free
+ * its buffers (settling their moves), release the VRAM kept for it. */
+static void session_release(gmd_session *s)
+{
+        gmd_server *server = s->server;
+        gmd_list *pos, *tmp;
+
+        waitq_cancel_session(server, s);
+        tiering_session_closed(s);
+        list_for_each_safe(pos, tmp, &s->buffers)
+                move_free_buffer(server, container_of(pos, gmd_dbuffer, owner_link));
+        reuse_forget(server, s);
+}
+
+/* The devices' free memory is read again: what other programs use now
+ * matters for an automatic pool after a reload too. */
+static uint64_t vram_capacity(gmd_server *server, unsigned device)
+{
+        gmd_device_info *info = &server->devices[device];
+        const gmd_size_spec *limit = &server->config.vram_limit;
+        uint64_t want;
+
+        if (limit->bytes == 0 && limit->percent == 0) {
+                uint64_t reserve = server->backend->ops->shares_device ?
+                                   server->config.vram_reserve : 0;
+                uint64_t mine = server->vram_pools[device].used;
+
+                /* What this daemon already handed out counts as free here. */
+                uint64_t avail = info->free + info->reserved + mine;
+
+                return avail > reserve ? avail - reserve : 0;
+        }
+        want = size_spec_resolve(limit, info->total);
+        if (want > info->free) {
+                char a[32], b[32];
+
+                log_warning("device %u: vram_limit %s is more than the %s free now; "
+                            "allocations may fail in the driver",
+                            device, size_format(want, a, sizeof(a)),
+                            size_format(info->free, b, sizeof(b)));
+        }
+        return want < info->total ? want : info->total;
+}
+
+int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
+               gmd_server **ret_server)
+{
+        gmd_server *server;
+        int r;
+
+        server = calloc(1, sizeof(*server));
+        if (!server)
+                return -ENOMEM;
+        server->loop = loop;
+        server->config = *config;
+        server->backend = backend;
+        server->start_ms = now_ms();
+        server->listen_fd = -1;
+        list_init(&server->sessions);
+        list_init(&server->buffers);
+        list_init(&server->waiters);
+        list_init(&server->kept);
+        list_init(&server->close_pending);
+        idmap_init(&server->buffers_by_id);
+
+        server->on_packet = request_handle;
+        server->on_session_closed = session_release;
+        server->n_devices = backend->ops->device_count(backend);
+        if (server->n_devices > GMD_MAX_DEVICES) {
+                log_warning("%u devices: serving the first %d", server->n_devices,
+                            GMD_MAX_DEVICES);
+                server->n_devices = GMD_MAX_DEVICES;
+        }
+        server->devices = calloc(server->n_devices ? server->n_devices : 1,
+                                 sizeof(*server->devices));
+        server->vram_pools = calloc(server->n_devices ? server->n_devices : 1,
+                                    sizeof(*server->vram_pools));
+        server->copyqs = calloc(server->n_devices ? server->n_devices : 1,
+                                sizeof(*server->copyqs));
+        if (!server->devices || !server->vram_pools || !server->copyqs) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        for (unsigned i = 0; i < server->n_devices; i++) {
+                gmd_device_info *info = &server->devices[i];
+                char cap[32], tot[32];
+
+                r = backend->ops->device_info(backend, i, info);
+                if (r < 0) {
+                        log_error("device %u: cannot read its memory: %s", i,
+                                  strerror(-r));
+                        goto fail;
+                }
+                pool_init(&server->vram_pools[i], i, GMD_TIER_VRAM,
+                          vram_capacity(server, i), info->granularity);
+                copyq_init(&server->copyqs[i], i);
+                log_info("device %u (%s): VRAM pool %s of %s, granularity %llu KiB",
+                         i, info->name,
+                         size_format(server->vram_pools[i].capacity, cap, sizeof(cap)),
+                         size_format(info->total, tot, sizeof(tot)),
+                         (unsigned long long)(info->granularity >> 10));
+        }
+        pool_init(&server->host_pool, 0, GMD_TIER_HOST,
+                  config_host_limit_bytes(config),
+                  HOST_GRANULARITY);
+        *ret_server = server;
+        return 0;
+
+fail:
+        server->backend = NULL;   /* still the caller's on failure */
+        server_free(server);
+        return r;
+}
+
+/* Any thread: the backend finished copies. */
+static void server_wake(void *ctx)
+{
+        gmd_server *server = ctx;
+
+        uv_async_send(&server->copy_async);
+}
+
+static bool copies_in_flight(const gmd_server *server)
+{
+        for (unsigned i = 0; i < server->n_devices; i++)
+                if (server->copyqs[i].inflight[0] || server->copyqs[i].inflight[1])
+                        return true;
+        return false;
+}
+
+static void server_on_copies(uv_async_t *async)
+{
+        gmd_server *server = async->data;
+
+        server->backend->ops->copy_reap(server->backend, copyq_on_done, server);
+        /* Stopping: the handle closes once the last copy is reaped. */
+        if (server->stopping && !copies_in_flight(server) && server->copy_async_open) {
+                server->copy_async_open = false;
+                uv_close((uv_handle_t *)&server->copy_async, NULL);
+        }
+}
+
+/* Top up the backend's reserve: every 10 ms while it has work left, every
+ * 250 ms otherwise. Each call does a bounded amount, so the loop stays
+ * responsive. */
+static void server_on_maintain(uv_timer_t *timer)
+{
+        gmd_server *server = timer->data;
+        int left = server->backend->ops->maintain(server->backend);
+
+        uv_timer_start(timer, server_on_maintain, left > 0 ? 10 : 250, 0);
+}
+
+static void server_on_accept(uv_poll_t *handle, int status, int events)
+{
+        gmd_server *server = handle->data;
+
+        if (status < 0) {
+                log_error("listening socket: %s", uv_strerror(status));
+                return;
+        }
+        for (int i = 0; i < 16; i++) {
+                gmd_session *s;
+                int fd, r;
+
+                fd = accept4(server->listen_fd, NULL, NULL,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0) {
+                        if (errno != EAGAIN && errno != EINTR &&
+                            errno != ECONNABORTED)
+                                log_error("accept: %s", strerror(errno));
+                        return;
+                }
+                if (server->n_sessions >= server->config.max_clients) {
+                        log_warning("refusing a connection: %u clients already, "
+                                    "the most [limits] max_clients allows",
+                                    server->n_sessions);
+                        close(fd);
+                        continue;
+                }
+                server->stats.connections++;
+                r = session_new(server, fd, &s);
+                if (r < 0) {
+                        log_error("cannot take a new client: %s", strerror(-r));
+                        close(fd);
+                }
+        }
+}
+
+/* Refuse to take over a socket another daemon is serving; remove a stale
+ * one left by a daemon that died. */
+static int socket_claim_path(const struct sockaddr_un *addr)
+{
+        struct stat st;
+        int fd, r;
+
+        if (lstat(addr->sun_path, &st) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (!S_ISSOCK(st.st_mode)) {
+                log_error("%s exists and is not a socket; remove it or choose "
+                          "another --socket", addr->sun_path);
+                return -EEXIST;
+        }
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        r = connect(fd, (const struct sockaddr *)addr, sizeof(*addr));
+        close(fd);
+        if (r == 0) {
+                log_error("another gpu-memd is serving %s", addr->sun_path);
+                return -EADDRINUSE;
+        }
+        if (unlink(addr->sun_path) < 0)
+                return -errno;
+        return 0;
+}
+
+/* Mode and group of the socket file; a failure is logged, not fatal. */
+static void socket_set_access(const gmd_config *config)
+{
+        if (chmod(config->socket_path, config->socket_mode) < 0)
+                log_warning("chmod %s: %s", config->socket_path, strerror(errno));
+        if (config->socket_gid != (gid_t)-1 &&
+            chown(config->socket_path, (uid_t)-1, config->socket_gid) < 0)
+                log_warning("cannot give %s to group '%s': %s", config->socket_path,
+                            config->socket_group, strerror(errno));
+}
+
+static int socket_create(const gmd_config *config, int *ret_fd)
+{
+        const char *path = config->socket_path;
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int fd, r;
+
+        if (strlen(path) >= sizeof(addr.sun_path)) {
+                log_error("socket path %s is longer than %zu bytes", path,
+                          sizeof(addr.sun_path) - 1);
+                return -ENAMETOOLONG;
+        }
+        strcpy(addr.sun_path, path);
+        r = socket_claim_path(&addr);
+        if (r < 0)
+                return r;
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        /* Not connectable before listen(), so setting the mode after bind
+         * leaves no window in which the wrong people can connect. */
+        if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+                r = -errno;
+                log_error("cannot bind %s: %s", path, strerror(errno));
+                close(fd);
+                return r;
+        }
+        socket_set_access(config);
+        if (listen(fd, 128) < 0) {
+                r = -errno;
+                log_error("cannot listen on %s: %s", path, strerror(errno));
+                close(fd);
+                return r;
+        }
+        *ret_fd = fd;
+        return 0;
+}
+
+int server_listen(gmd_server *server, int fd)
+{
+        int r;
+
+        if (fd >= 0) {
+                server->listen_fd = fd;
+                server->listen_fd_owned = false;
+        } else {
+                r = socket_create(&server->config, &server->listen_fd);
+                if (r < 0)
+                        return r;
+                server->listen_fd_owned = true;
+        }
+        r = uv_poll_init(server->loop, &server->listen_poll, server->listen_fd);
+        if (r < 0)
+                return r;
+        server->listening = true;
+        server->listen_poll.data = server;
+        r = uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
+        if (r < 0)
+                return r;
+        r = uv_async_init(server->loop, &server->copy_async, server_on_copies);
+        if (r < 0)
+                return r;
+        server->copy_async.data = server;
+        server->copy_async_open = true;
+        if (server_can_move(server))
+                server->backend->ops->set_wake(server->backend, server_wake, server);
+        if (server->backend->ops->maintain &&
+            uv_timer_init(server->loop, &server->maintain_timer) == 0) {
+                server->maintaining = true;
+                server->maintain_timer.data = server;
+                uv_timer_start(&server->maintain_timer, server_on_maintain, 0, 0);
+        }
+        return metrics_start(server, server->config.metrics_listen, &server->metrics);
+}
+
+void server_stop(gmd_server *server)
+{
+        Gmd__ShutdownNotify note = GMD__SHUTDOWN_NOTIFY__INIT;
+        gmd_list *pos, *tmp;
+
+        if (server->stopping)
+                return;
+        server->stopping = true;
+        if (server->listening)
+                uv_close((uv_handle_t *)&server->listen_poll, NULL);
+        if (server->maintaining)
+                uv_close((uv_handle_t *)&server->maintain_timer, NULL);
+        server->metrics = metrics_stop(server->metrics);
+        waitq_fail_all(server, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
+                       "gpu-memd is stopping");
+        note.message = "the daemon was told to stop; every buffer is freed";
+        list_for_each_safe(pos, tmp, &server->sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+
+                session_send(s, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &note.base, NULL, 0);
+                session_close(s, NULL);
+        }
+        /* Copies still running finish on their own; their orphaned moves
+         * free the memory when reaped (server_on_copies). */
+        if (server->copy_async_open && !copies_in_flight(server)) {
+                server->copy_async_open = false;
+                uv_close((uv_handle_t *)&server->copy_async, NULL);
+        }
+        /* One more pass: it ends what stopped and closes its handles once
+         * no copy is in flight (scheduler.c). */
+        pending_mark(&server->pending, PENDING_COPIES);
+}
+
+void server_summary(const gmd_server *server, char *buf, size_t len)
+{
+        uint64_t used = 0, capacity = 0;
+        unsigned waiting = 0;
+        char u[32], c[32];
+        gmd_list *pos;
+
+        for (unsigned i = 0; i < server->n_devices; i++) {
+                used += server->vram_pools[i].used;
+                capacity += server->vram_pools[i].capacity;
+        }
+        list_for_each(pos, &server->waiters)
+                waiting++;
+        snprintf(buf, len, "%u client%s, %s of %s VRAM in use, %u waiting",
+                 server->n_sessions, server->n_sessions == 1 ? "" : "s",
+                 size_format(used, u, sizeof(u)),
+                 size_format(capacity, c, sizeof(c)), waiting);
+}
+
+static void warn_fixed(const char *key, bool changed)
+{
+        if (changed)
+                log_warning("reload: %s cannot change while gpu-memd runs; "
+                            "restart it to apply the new value", key);
+}
+
+void server_reload(gmd_server *server, const gmd_config *config)
+{
+        gmd_config *old = &server->config;
+        gmd_list *pos;
+        int r;
+
+        warn_fixed("[daemon] socket", strcmp(old->socket_path, config->socket_path) != 0);
+        warn_fixed("[daemon] backend", strcmp(old->backend, config->backend) != 0);
+        warn_fixed("[sim] devices", old->sim_devices != config->sim_devices);
+        warn_fixed("[sim] vram", old->sim_vram != config->sim_vram);
+        warn_fixed("[sim] granularity", old->sim_granularity != config->sim_granularity);
+        warn_fixed("[sim] copy_rate", old->sim_copy_rate != config->sim_copy_rate);
+        warn_fixed("[pools] host_stock",
+                   old->host_stock.bytes != config->host_stock.bytes ||
+                   old->host_stock.percent != config->host_stock.percent);
+        warn_fixed("[pools] cuda_reserve_chunks",
+                   old->cuda_reserve_chunks != config->cuda_reserve_chunks);
+
+        gmd_config next = *config;
+        strcpy(next.socket_path, old->socket_path);
+        strcpy(next.backend, old->backend);
+        next.sim_devices = old->sim_devices;
+        next.sim_vram = old->sim_vram;
+        next.sim_granularity = old->sim_granularity;
+        next.sim_copy_rate = old->sim_copy_rate;
+        next.cuda_reserve_chunks = old->cuda_reserve_chunks;
+        next.host_stock = old->host_stock;
+        bool metrics_changed = strcmp(old->metrics_listen, next.metrics_listen) != 0;
+        *old = next;
+
+        log_set_level(old->log_level);
+        for (unsigned i = 0; i < server->n_devices; i++) {
+                gmd_pool *p = &server->vram_pools[i];
+
+                r = server->backend->ops->device_info(server->backend, i,
+                                                      &server->devices[i]);
+                if (r < 0) {
+                        log_error("reload: device %u: cannot read its memory: %s; "
+                                  "pool unchanged", i, strerror(-r));
+                        continue;
+                }
+
+                pool_resize(p, vram_capacity(server, i));
+                if (p->used > p->capacity)
+                        log_warning("device %u: the new VRAM pool is smaller than what "
+                                    "clients hold; no allocation fits until they free",
+                                    i);
+        }
+        pool_resize(&server->host_pool,
+                    config_host_limit_bytes(old));
+        if (server->listen_fd_owned)
+                socket_set_access(old);
+        if (metrics_changed) {
+                server->metrics = metrics_stop(server->metrics);
+                r = metrics_start(server, old->metrics_listen, &server->metrics);
+                if (r < 0)
+                        log_error("reload: metrics endpoint not restarted");
+        }
+        list_for_each(pos, &server->sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+
+                session_apply_config(s);
+                if (!config->swap_keep_vram)
+                        reuse_forget(server, s);
+        }
+        pending_mark(&server->pending, PENDING_ROOM);
+        log_info("reloaded the configuration");
+}
+
+gmd_server *server_free(gmd_server *server)
+{
+        if (!server)
+                return NULL;
+        if (server->listen_fd >= 0) {
+                close(server->listen_fd);
+                if (server->listen_fd_owned)
+                        unlink(server->config.socket_path);
+        }
+        idmap_clear(&server->buffers_by_id);
+        free(server->devices);
+        free(server->vram_pools);
+        free(server->copyqs);
+        backend_close(server->backend);
+        free(server);
+        return NULL;
+}
