@@ -136,6 +136,33 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
         return 0;
 }
 
+void alloc_expired(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
+                   unsigned flags, int64_t timeout_ms, uint64_t since_us)
+{
+        gmd_server *server = s->server;
+        gmd_pool *pool = server_vram_pool(server, device);
+        char asked[32], free_b[32], cap[32], name[32], host[160] = "";
+
+        /* VRAM first, then host: a SPILLABLE allocation that got no VRAM
+         * in time lives on the host tier, where the GPU still reads it. */
+        if ((flags & GMD_ALLOC_SPILLABLE) &&
+            alloc_now_on(s, id, size, device, flags, GMD_TIER_HOST,
+                         since_us) != -ENOSPC)
+                return;
+        if (flags & GMD_ALLOC_SPILLABLE)
+                backing_no_host_room(server, host, sizeof(host));
+        size_format(size, asked, sizeof(asked));
+        size_format(pool_free(pool), free_b, sizeof(free_b));
+        size_format(pool->capacity, cap, sizeof(cap));
+        session_send_error(s, id, GMD__ERROR_CODE__ERR_TIMED_OUT,
+                           "waited %lld ms for %s on %s; it has %s free of %s "
+                           "and nothing idle could be moved out in time%s "
+                           "(see gpu-memctl status)",
+                           (long long)timeout_ms, asked,
+                           pool_describe(pool, name, sizeof(name)), free_b, cap,
+                           host);
+}
+
 void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
 {
         gmd_server *server = s->server;
@@ -203,7 +230,7 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
         if (verdict == QUOTA_PARKED)
                 parking_reclaim_user(server, s->uid);
         /* Behind requests already waiting on this device, never past them. */
-        if (verdict == QUOTA_OK && waitq_demand(server, m->device) == 0) {
+        if (verdict == QUOTA_OK && waitq_demand(&server->waitq, m->device) == 0) {
                 r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_VRAM,
                                  now_us());
                 if (r != -ENOSPC)
@@ -224,7 +251,7 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
             (verdict == QUOTA_PARKED ||
              pool_free(pool) + reuse_bytes(server, m->device) +
              parking_reclaimable(server, m->device) +
-             evict_evictable(server, m->device) >= size + waitq_demand(server, m->device)))
+             evict_evictable(server, m->device) >= size + waitq_demand(&server->waitq, m->device)))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {
                 char host[160] = "";
@@ -238,15 +265,15 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
                                    asked, host);
                 return;
         }
-        if (s->n_waiting >= server->config.max_waiting_per_client) {
+        if (s->waitq.n_waiting >= server->config.max_waiting_per_client) {
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_LIMIT,
                                    "this client already has %u allocations waiting, "
                                    "the most [limits] max_waiting_per_client allows",
-                                   s->n_waiting);
+                                   s->waitq.n_waiting);
                 return;
         }
-        r = waitq_add(server, s, id, m->size, size, m->device, m->flags,
-                      timeout_ms, now_us());
+        r = waitq_add(&server->waitq, s, &s->waitq, id, m->size, size, m->device,
+                      m->flags, timeout_ms, now_us());
         if (r < 0)
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
                                    "cannot queue the allocation: %s", strerror(-r));

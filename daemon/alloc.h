@@ -32,4 +32,11 @@ int alloc_now_on(gmd_session *session, uint32_t request_id, uint64_t size,
                  unsigned device, unsigned flags, gmd_tier tier,
                  uint64_t since_us);
 
+/* A waiting allocation's deadline passed: a SPILLABLE one is placed on
+ * the host tier if it has room; any other is answered with a timeout that
+ * says what the pool holds. */
+void alloc_expired(gmd_session *session, uint32_t request_id, uint64_t size,
+                   unsigned device, unsigned flags, int64_t timeout_ms,
+                   uint64_t since_us);
+
 #endif

@@ -103,7 +103,7 @@ bool evict_balance(gmd_server *server)
         bool released = false;
 
         for (unsigned d = 0; d < server->n_devices; d++) {
-                uint64_t demand = waitq_demand(server, d), room, parked, leaving;
+                uint64_t demand = waitq_demand(&server->waitq, d), room, parked, leaving;
                 gmd_pool *pool = server_vram_pool(server, d);
 
                 if (!demand)

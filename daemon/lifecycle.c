@@ -27,6 +27,7 @@
 #include "move.h"
 #include "request.h"
 #include "reuse.h"
+#include "scheduler.h"
 #include "session.h"
 #include "tiering.h"
 #include "timeutil.h"
@@ -41,7 +42,7 @@ static void session_release(gmd_session *s)
         gmd_server *server = s->server;
         gmd_list *pos, *tmp;
 
-        waitq_cancel_session(server, s);
+        waitq_cancel_session(&server->waitq, s);
         tiering_session_closed(s);
         list_for_each_safe(pos, tmp, &s->buffers)
                 move_free_buffer(server, container_of(pos, gmd_dbuffer, owner_link));
@@ -94,7 +95,8 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         server->listen_fd = -1;
         list_init(&server->sessions);
         list_init(&server->buffers);
-        list_init(&server->waiters);
+        waitq_init(&server->waitq, loop, &server->pending,
+                   &scheduler_waitq_ops, server);
         list_init(&server->kept);
         list_init(&server->close_pending);
         idmap_init(&server->buffers_by_id);
@@ -349,7 +351,7 @@ void server_stop(gmd_server *server)
         if (server->maintaining)
                 uv_close((uv_handle_t *)&server->maintain_timer, NULL);
         server->metrics = metrics_stop(server->metrics);
-        waitq_fail_all(server, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
+        waitq_fail_all(&server->waitq, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
                        "gpu-memd is stopping");
         note.message = "the daemon was told to stop; every buffer is freed";
         list_for_each_safe(pos, tmp, &server->sessions) {
@@ -374,14 +376,12 @@ void server_summary(const gmd_server *server, char *buf, size_t len)
         uint64_t used = 0, capacity = 0;
         unsigned waiting = 0;
         char u[32], c[32];
-        gmd_list *pos;
 
         for (unsigned i = 0; i < server->n_devices; i++) {
                 used += server->vram_pools[i].used;
                 capacity += server->vram_pools[i].capacity;
         }
-        list_for_each(pos, &server->waiters)
-                waiting++;
+        waiting = waitq_count(&server->waitq);
         snprintf(buf, len, "%u client%s, %s of %s VRAM in use, %u waiting",
                  server->n_sessions, server->n_sessions == 1 ? "" : "s",
                  size_format(used, u, sizeof(u)),

@@ -90,8 +90,7 @@ static void render_clients(promtext *t, const gmd_server *server)
                                         s->tier_bytes[tier]);
                 }
         }
-        list_for_each(pos, &server->waiters)
-                n_waiting++;
+        n_waiting = waitq_count(&server->waitq);
 
         promtext_family(t, "gpumemd_clients", "gauge",
                         "Clients connected (after the hello).");

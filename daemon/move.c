@@ -201,7 +201,7 @@ static void acquirer_on_deadline(uv_timer_t *timer)
         if (b->move && b->move->copy.dir == GMD_COPY_IN && move_copying(b->move))
                 copyq_reclass(server, &b->move->copy, MOVE_BULK);
         if (b->move_waiter)
-                waitq_set_rank(server, b->move_waiter, WAITQ_PREFETCH);
+                waitq_set_rank(b->move_waiter, WAITQ_PREFETCH);
         acquirer_fail(a, GMD__ERROR_CODE__ERR_TIMED_OUT, why);
 }
 
@@ -290,7 +290,8 @@ int move_in_request(gmd_server *server, gmd_dbuffer *b, waitq_rank rank)
 
         if (!server_can_move(server))
                 return -EOPNOTSUPP;
-        r = waitq_add_move_in(server, b, rank, &b->move_waiter);
+        r = waitq_add_move_in(&server->waitq, b->owner, b, b->size, b->device, rank,
+                              &b->move_waiter);
         if (r < 0)
                 return r;
         b->state = GMD_STATE_MOVING_IN;
@@ -717,7 +718,7 @@ void move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b, int64_t timeout_m
                 if (move_copying(b->move))
                         copyq_reclass(server, &b->move->copy, MOVE_URGENT);
         } else if (b->move_waiter) {
-                waitq_set_rank(server, b->move_waiter, WAITQ_SWAP_IN);
+                waitq_set_rank(b->move_waiter, WAITQ_SWAP_IN);
         } else if (!b->move && b->tier == GMD_TIER_HOST) {
                 if (move_in_request(server, b, WAITQ_SWAP_IN) < 0) {
                         acquirer_fail(a, GMD__ERROR_CODE__ERR_INTERNAL,

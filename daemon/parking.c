@@ -60,7 +60,7 @@ void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *lis
         }
         /* Someone may already wait for the room this holds: let the
          * evictor ask for it back at once. */
-        if (parked_any && !list_empty(&server->waiters))
+        if (parked_any && !waitq_empty(&server->waitq))
                 pending_mark(&server->pending, PENDING_EVICT);
 }
 

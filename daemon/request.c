@@ -157,7 +157,7 @@ static void handle_release(gmd_session *s, uint32_t id, const Gmd__BufferRequest
         b->released_ms = now_ms();
         session_reply_ok(s, id);
         /* An idle buffer is room for whoever waits for VRAM. */
-        if (!list_empty(&s->server->waiters))
+        if (!waitq_empty(&s->server->waitq))
                 pending_mark(&s->server->pending, PENDING_EVICT);
 }
 

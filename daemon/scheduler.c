@@ -6,6 +6,7 @@
  */
 #include "scheduler.h"
 
+#include "alloc.h"
 #include "copyq.h"
 #include "evict.h"
 #include "move.h"
@@ -14,6 +15,46 @@
 #include "session.h"
 #include "tiering.h"
 #include "waitq.h"
+
+/* ---- what serving a waiter means (waitq.h) ----------------------------- */
+
+static int waiter_serve(void *ctx, gmd_waiter *w)
+{
+        gmd_server *server = ctx;
+        int r;
+
+        if (w->rank != WAITQ_ALLOC)
+                return move_in_begin(server, w->buffer);
+        r = alloc_now_on(w->session, w->request_id, w->size, w->device,
+                         w->flags, GMD_TIER_VRAM, w->since_us);
+        if (r == 0)
+                server->stats.alloc_waited++;
+        return r;
+}
+
+static void waiter_expire(void *ctx, gmd_waiter *w)
+{
+        (void)ctx;
+        alloc_expired(w->session, w->request_id, w->size, w->device, w->flags,
+                      w->timeout_ms, w->since_us);
+}
+
+static void waiter_cancel(void *ctx, gmd_waiter *w, int code, const char *message)
+{
+        (void)ctx;
+        if (w->rank == WAITQ_ALLOC)
+                session_send_error(w->session, w->request_id, code, "%s", message);
+        else
+                move_in_cancelled(w->buffer);
+}
+
+const gmd_waitq_ops scheduler_waitq_ops = {
+        .serve = waiter_serve,
+        .expire = waiter_expire,
+        .cancel = waiter_cancel,
+};
+
+/* ---- the pass ------------------------------------------------------------ */
 
 static void pass_end_copies(gmd_server *server)
 {
@@ -56,7 +97,7 @@ static void pass_run(gmd_server *server)
                 }
                 if (p->work & PENDING_ROOM) {
                         p->work &= ~PENDING_ROOM;
-                        if (waitq_serve(server))
+                        if (waitq_serve(&server->waitq))
                                 p->work |= PENDING_EVICT;
                 }
                 if (p->work & PENDING_EVICT) {

@@ -38,6 +38,12 @@
 
 typedef struct gmd_server gmd_server;
 
+#include "waitq.h"
+
+/* What serving, expiring and cancelling a waiter means: an allocation
+ * (alloc.h) or a swap-in (move.h). */
+extern const gmd_waitq_ops scheduler_waitq_ops;
+
 /* Set up the pass's handles (server->pending). 0 or a negative errno. */
 int scheduler_start(gmd_server *server);
 

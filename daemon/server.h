@@ -22,6 +22,7 @@
 #include "pool.h"
 #include "server_limits.h"
 #include "stats.h"
+#include "waitq.h"
 #include "wire.h"
 
 typedef struct gmd_session gmd_session;
@@ -52,7 +53,7 @@ typedef struct gmd_server {
         gmd_idmap buffers_by_id;
         uint64_t next_buffer_id;
 
-        gmd_list waiters;             /* VRAM requests waiting, in rank order */
+        gmd_waitq waitq;              /* VRAM requests waiting (waitq.h) */
         gmd_list kept;                /* VRAM kept for swap-ins (reuse.h) */
         uint64_t kept_on[GMD_MAX_DEVICES];   /* its bytes per device */
 

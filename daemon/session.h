@@ -18,6 +18,7 @@
 #include "list.h"
 #include "quota.h"
 #include "server_limits.h"
+#include "waitq.h"
 
 typedef struct gmd_server gmd_server;
 
@@ -51,7 +52,7 @@ typedef struct gmd_session {
         unsigned n_parked;
         uint64_t parked_on[GMD_MAX_DEVICES];      /* parked bytes per device */
         uint64_t reclaim_asked[GMD_MAX_DEVICES];  /* asked back, not returned */
-        unsigned n_waiting;
+        gmd_waitq_owner waitq;      /* its allocations waiting (waitq.h) */
 
         gmd_list waits;             /* MSG_WAITs waiting for moves (tiering.c) */
         unsigned n_waits;

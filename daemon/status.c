@@ -106,7 +106,7 @@ int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
                 clients[n].gid = c->gid;
                 clients[n].bytes = c->bytes;
                 clients[n].priority = c->priority;
-                clients[n].waiting = c->n_waiting;
+                clients[n].waiting = c->waitq.n_waiting;
                 clients[n].parked_bytes = c->parked_bytes;
                 clients[n].vram_bytes = c->tier_bytes[GMD_TIER_VRAM];
                 clients[n].host_bytes = c->tier_bytes[GMD_TIER_HOST];
