@@ -16,6 +16,7 @@
 #include "evict.h"
 #include "reuse.h"
 #include "parking.h"
+#include "placement.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
@@ -145,11 +146,11 @@ void alloc_expired(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
 
         /* VRAM first, then host: a SPILLABLE allocation that got no VRAM
          * in time lives on the host tier, where the GPU still reads it. */
-        if ((flags & GMD_ALLOC_SPILLABLE) &&
+        if (placement_host_fallback(flags) &&
             alloc_now_on(s, id, size, device, flags, GMD_TIER_HOST,
                          since_us) != -ENOSPC)
                 return;
-        if (flags & GMD_ALLOC_SPILLABLE)
+        if (placement_host_fallback(flags))
                 backing_no_host_room(server, host, sizeof(host));
         size_format(size, asked, sizeof(asked));
         size_format(pool_free(pool), free_b, sizeof(free_b));
@@ -237,7 +238,7 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
                         return;
         }
         timeout_ms = m->timeout_ms;
-        if (timeout_ms == 0 && (m->flags & GMD_ALLOC_SPILLABLE)) {
+        if (timeout_ms == 0 && placement_host_fallback(m->flags)) {
                 /* No wait and no VRAM: VRAM first, then host. */
                 r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_HOST,
                                  now_us());
@@ -256,7 +257,7 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
         if (timeout_ms == 0) {
                 char host[160] = "";
 
-                if (m->flags & GMD_ALLOC_SPILLABLE)
+                if (placement_host_fallback(m->flags))
                         backing_no_host_room(server, host, sizeof(host));
                 size_format(pool_free(pool), free_b, sizeof(free_b));
                 session_send_error(s, id, GMD__ERROR_CODE__ERR_NO_MEMORY,

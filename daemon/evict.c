@@ -14,18 +14,12 @@
 #include "log.h"
 #include "move.h"
 #include "parking.h"
+#include "placement.h"
 #include "reuse.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
 #include "waitq.h"
-
-bool evict_candidate(const gmd_dbuffer *b)
-{
-        return b->tier == GMD_TIER_VRAM && b->state == GMD_STATE_RESIDENT &&
-               !b->move && !b->acquired && !b->parked && b->mem && b->mem->fd >= 0 &&
-               !(b->flags & (GMD_ALLOC_PIN_VRAM | GMD_ALLOC_LEGACY_IPC));
-}
 
 uint64_t evict_evictable(gmd_server *server, unsigned device)
 {
@@ -37,7 +31,7 @@ uint64_t evict_evictable(gmd_server *server, unsigned device)
         list_for_each(pos, &server->buffers) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
 
-                if (b->device == device && evict_candidate(b))
+                if (b->device == device && placement_evictable(b))
                         bytes += b->size;
         }
         return bytes < pool_free(&server->host_pool) ? bytes :
@@ -69,7 +63,7 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need)
         list_for_each(pos, &server->buffers) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
 
-                if (b->device == device && evict_candidate(b))
+                if (b->device == device && placement_evictable(b))
                         victims[n++] = b;
         }
         qsort(victims, n, sizeof(*victims), by_victim_order);

@@ -24,7 +24,4 @@ bool evict_balance(gmd_server *server);
 /* Bytes of VRAM on `device` that eviction could free now. */
 uint64_t evict_evictable(gmd_server *server, unsigned device);
 
-/* May the daemon move this buffer out without its owner's say? */
-bool evict_candidate(const gmd_dbuffer *buffer);
-
 #endif

@@ -18,6 +18,7 @@
 #include "buffer.h"
 #include "log.h"
 #include "pending.h"
+#include "placement.h"
 #include "reuse.h"
 #include "server.h"
 #include "session.h"
@@ -102,7 +103,7 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
         uint64_t now, *warned;
         int r;
 
-        if (!ops->mem_create_private || (b->flags & GMD_ALLOC_SPILLABLE))
+        if (!ops->mem_create_private || !placement_host_copy_private(b))
                 return backing_create(server, GMD_TIER_HOST, b->device,
                                       b->size, true, ret_mem);
         r = ops->mem_create_private(server->backend, b->device, b->size, ret_mem);
@@ -189,7 +190,7 @@ static void acquirer_on_deadline(uv_timer_t *timer)
 
         /* VRAM first, then host: a SPILLABLE buffer is used where it is.
          * Its swap-in stops, since a buffer in use must not move. */
-        if ((b->flags & GMD_ALLOC_SPILLABLE) && b->tier == GMD_TIER_HOST &&
+        if (placement_usable_on_host(b) && b->tier == GMD_TIER_HOST &&
             !(b->move && b->move->copy.dir == GMD_COPY_OUT)) {
                 move_cancel(server, b);
                 acquirer_grant(a);
@@ -258,7 +259,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         /* The owner's last use, recorded on its stream when it released:
          * the copy streams wait for it on the GPU, not the owner on the
          * host. */
-        early = !(b->flags & GMD_ALLOC_SPILLABLE) && !b->acquired && !b->last_use;
+        early = placement_early_out(b);
         r = wait_last_use(server, b, m);
         if (r < 0) {
                 free(m);
@@ -362,7 +363,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
          * can map the new VRAM while the copy runs (move.h) — if that VRAM
          * holds nothing but the owner's own bytes: new VRAM is not zeroed
          * (the copy fills it), and the owner could read it before. */
-        if (kept && !(b->flags & GMD_ALLOC_SPILLABLE)) {
+        if (placement_early_in(b, kept)) {
                 m->remap = MOVE_REMAP_EARLY;
                 move_send_remap(server, m, dst, GMD_TIER_VRAM);
         }
@@ -402,16 +403,6 @@ void move_cancel(gmd_server *server, gmd_dbuffer *b)
 
 /* ---- end of the copy, the remap, the ack ------------------------------- */
 
-/* Whether the owner maps `mem` on `tier`: always VRAM; on host memory
- * only a SPILLABLE buffer, which is used where it is. A SWAPPABLE one out
- * on host is touched by nobody until it comes back, so its owner just
- * unmaps, and its host memory never leaves the daemon. */
-static bool owner_maps(const gmd_dbuffer *b, const gmd_mem *mem, gmd_tier tier)
-{
-        return !mem->daemon_only && (tier == GMD_TIER_VRAM ||
-                                     (b->flags & GMD_ALLOC_SPILLABLE));
-}
-
 /* Tell the owner to put `mem` (on `tier`) behind the buffer's address:
  * the move's destination, or its source again after an early remap. */
 static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
@@ -419,7 +410,7 @@ static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
 {
         Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
         Gmd__Segment segment = GMD__SEGMENT__INIT, *segments[1] = { &segment };
-        bool maps = owner_maps(m->buffer, mem, tier);
+        bool maps = placement_owner_maps(m->buffer, mem, tier);
 
         m->seq = ++server->next_remap_seq;
         note.buffer_id = m->buffer->id;
@@ -690,7 +681,7 @@ void move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b, int64_t timeout_m
         }
         /* Usable now: in VRAM and staying, or SPILLABLE anywhere it rests. */
         if ((b->tier == GMD_TIER_VRAM && !b->move) ||
-            ((b->flags & GMD_ALLOC_SPILLABLE) && !b->move && !b->move_waiter &&
+            (placement_usable_on_host(b) && !b->move && !b->move_waiter &&
              (timeout_ms == 0 || !server_can_move(server)))) {
                 b->acquired = true;
                 session_reply_ok(s, id);

@@ -15,6 +15,7 @@
 #include "buffer.h"
 #include "log.h"
 #include "move.h"
+#include "placement.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
@@ -34,11 +35,6 @@ void tiering_handle_acquire(gmd_session *s, uint32_t id,
                 return;
         }
         move_acquire(s, id, b, m->timeout_ms);
-}
-
-static bool pinned(const gmd_dbuffer *b)
-{
-        return (b->flags & (GMD_ALLOC_PIN_VRAM | GMD_ALLOC_LEGACY_IPC)) != 0;
 }
 
 /* Check every named buffer; NULL after an error reply. */
@@ -65,16 +61,13 @@ static gmd_dbuffer **named_buffers(gmd_session *s, uint32_t id, const uint64_t *
                 if (!b || b->parked) {
                         code = GMD__ERROR_CODE__ERR_NOT_FOUND;
                         why = "does not belong to this client";
-                } else if (pinned(b)) {
+                } else if (placement_pinned(b)) {
                         why = "cannot move (PIN_VRAM or legacy IPC)";
                 } else if (b->acquirer) {
                         code = GMD__ERROR_CODE__ERR_BUSY;
                         why = "has an acquire waiting for it";
-                } else if (for_pageout && b->acquired &&
-                           !(b->flags & GMD_ALLOC_SPILLABLE)) {
+                } else if (for_pageout && !placement_pageout_allowed(b, &why)) {
                         code = GMD__ERROR_CODE__ERR_BUSY;
-                        why = "is acquired: release it first (only SPILLABLE "
-                              "buffers move while in use)";
                 } else if (!for_pageout && b->acquired) {
                         code = GMD__ERROR_CODE__ERR_BUSY;
                         why = "is acquired where it is: release it, and the "
@@ -135,7 +128,7 @@ int tiering_pageout_all(gmd_session *s, move_class cls)
         list_for_each_safe(pos, tmp, &s->buffers) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
 
-                if (pinned(b) || b->parked || b->acquired || b->acquirer ||
+                if (placement_pinned(b) || b->parked || b->acquired || b->acquirer ||
                     b->tier != GMD_TIER_VRAM || move_busy(b))
                         continue;
                 r = move_out_start(s->server, b, cls);
@@ -197,7 +190,7 @@ void tiering_handle_prefetch(gmd_session *s, uint32_t id, const Gmd__MoveRequest
                 list_for_each_safe(pos, tmp, &s->buffers) {
                         gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
 
-                        if (!pinned(b) && !b->parked && r >= 0)
+                        if (!placement_pinned(b) && !b->parked && r >= 0)
                                 r = prefetch_one(s->server, b);
                 }
         } else {

@@ -1,0 +1,72 @@
+/*
+ * placement — the one policy for where a buffer may live and whether it
+ * may move, from its allocation flags and its state:
+ *
+ *   PIN_VRAM      lives in VRAM, never moves.
+ *   LEGACY_IPC    a cudaMalloc'd buffer behind a CUDA IPC handle: lives in
+ *                 VRAM, never moves (no fd to remap).
+ *   SPILLABLE     VRAM first, then host: an allocation that finds no VRAM
+ *                 in time is placed on the host tier, where the GPU still
+ *                 reads it through its mapping; its owner maps its host
+ *                 copy, so it is usable wherever it rests.
+ *   (none)        SWAPPABLE: VRAM, moved to host memory only while
+ *                 released; its owner maps nothing while it is out, and
+ *                 an acquire brings it back first.
+ *
+ * Every module asks here instead of testing flags itself, so the rule is
+ * written once.
+ */
+#ifndef GMD_PLACEMENT_H
+#define GMD_PLACEMENT_H
+
+#include <stdbool.h>
+
+#include "backend.h"
+#include "gpumem.h"
+
+typedef struct gmd_dbuffer gmd_dbuffer;
+
+/* PIN_VRAM or legacy IPC: it never leaves VRAM. */
+bool placement_pinned(const gmd_dbuffer *b);
+
+/* VRAM first, then host: an allocation of these flags that finds no VRAM
+ * (at once with no wait, or by its deadline) is placed on host memory. */
+bool placement_host_fallback(unsigned flags);
+
+/* Is the buffer used where it rests, on either tier (its owner maps its
+ * host copy)? Otherwise only VRAM is usable, and its owner maps nothing
+ * while it is on host memory. */
+bool placement_usable_on_host(const gmd_dbuffer *b);
+
+/* Does the owner map `mem`, on `tier`, behind the buffer's address?
+ * Always VRAM; host memory only where it is usable. Host memory that only
+ * the daemon holds (an arena piece) is never handed out. */
+bool placement_owner_maps(const gmd_dbuffer *b, const gmd_mem *mem,
+                          gmd_tier tier);
+
+/* May a pageout the owner asks for move it now? Not while acquired,
+ * unless it is usable on host memory. Sets *ret_why when not. */
+bool placement_pageout_allowed(const gmd_dbuffer *b, const char **ret_why);
+
+/* May the daemon move it out of VRAM on its own, to make room for what
+ * waits (eviction)? Only idle, resident, unparked, unpinned buffers with
+ * an fd to remap. */
+bool placement_evictable(const gmd_dbuffer *b);
+
+/* May a move out send its remap when the copy starts (move.h)? Only for a
+ * buffer nobody can be touching: not usable on host (its owner unmaps),
+ * released, with no GPU work pending on it (no last-use event). */
+bool placement_early_out(const gmd_dbuffer *b);
+
+/* May a move in send its remap when the copy starts? Only into VRAM kept
+ * from the owner's own swap-out (new VRAM is not zeroed: the owner must
+ * not see it before the copy filled it), and only where the owner maps
+ * nothing meanwhile. */
+bool placement_early_in(const gmd_dbuffer *b, bool dst_kept);
+
+/* Does a swap-out's host copy come from the daemon's own host arena? Not
+ * for a buffer its owner maps on host memory: that one gets a pinned
+ * allocation it can be given. */
+bool placement_host_copy_private(const gmd_dbuffer *b);
+
+#endif
