@@ -66,44 +66,37 @@ static void admin_apply(gmd_session *target, const Gmd__AdminRequest *m,
         }
 }
 
-void admin_handle(gmd_session *s, uint32_t id, const Gmd__AdminRequest *m)
+gmd_outcome admin_handle(gmd_session *s, uint32_t id, const Gmd__AdminRequest *m,
+                         gmd_result *ret)
 {
         gmd_server *server = s->server;
         gmd_list *pos, *tmp;
         char by[128];
         unsigned n = 0;
 
-        if (!s->admin) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_PERMISSION,
-                                   "administrative requests need root or membership "
-                                   "in the admin group%s%s%s",
-                                   server->config.admin_group[0] ? " '" : "",
-                                   server->config.admin_group,
-                                   server->config.admin_group[0] ? "'" :
-                                   " ([daemon] admin_group is not set)");
-                return;
-        }
-        if (m->op == GMD__ADMIN_OP__ADMIN_EVICT && !server_can_move(server)) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_UNSUPPORTED,
-                                   "evict moves a client's idle buffers to host "
-                                   "memory; the %s backend cannot move buffers yet",
-                                   server->backend->ops->name);
-                return;
-        }
+        if (!s->admin)
+                return result_error(ret, GMD__ERROR_CODE__ERR_PERMISSION,
+                                    "administrative requests need root or membership "
+                                    "in the admin group%s%s%s",
+                                    server->config.admin_group[0] ? " '" : "",
+                                    server->config.admin_group,
+                                    server->config.admin_group[0] ? "'" :
+                                    " ([daemon] admin_group is not set)");
+        if (m->op == GMD__ADMIN_OP__ADMIN_EVICT && !server_can_move(server))
+                return result_error(ret, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                                    "evict moves a client's idle buffers to host "
+                                    "memory; the %s backend cannot move buffers yet",
+                                    server->backend->ops->name);
         if (m->op != GMD__ADMIN_OP__ADMIN_DRAIN &&
             m->op != GMD__ADMIN_OP__ADMIN_PRIORITY &&
-            m->op != GMD__ADMIN_OP__ADMIN_EVICT) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
-                                   "unknown administrative operation %d", (int)m->op);
-                return;
-        }
+            m->op != GMD__ADMIN_OP__ADMIN_EVICT)
+                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                                    "unknown administrative operation %d", (int)m->op);
         if (m->op == GMD__ADMIN_OP__ADMIN_PRIORITY &&
-            (m->priority < GMD_PRIORITY_MIN || m->priority > GMD_PRIORITY_MAX)) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
-                                   "priority must be from %d to %d",
-                                   GMD_PRIORITY_MIN, GMD_PRIORITY_MAX);
-                return;
-        }
+            (m->priority < GMD_PRIORITY_MIN || m->priority > GMD_PRIORITY_MAX))
+                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                                    "priority must be from %d to %d",
+                                    GMD_PRIORITY_MIN, GMD_PRIORITY_MAX);
         session_describe(s, by, sizeof(by));
         list_for_each_safe(pos, tmp, &server->sessions) {
                 gmd_session *t = container_of(pos, gmd_session, link);
@@ -113,14 +106,11 @@ void admin_handle(gmd_session *s, uint32_t id, const Gmd__AdminRequest *m)
                 n++;
                 /* Draining yourself: answer first, the connection closes. */
                 if (t == s && m->op == GMD__ADMIN_OP__ADMIN_DRAIN)
-                        session_reply_ok(s, id);
+                        session_answer(s, id, ret);
                 admin_apply(t, m, by);
         }
-        if (n == 0) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_NOT_FOUND,
-                                   "no client of gpu-memd has pid %u", m->pid);
-                return;
-        }
-        if (!s->closing)
-                session_reply_ok(s, id);
+        if (n == 0)
+                return result_error(ret, GMD__ERROR_CODE__ERR_NOT_FOUND,
+                                    "no client of gpu-memd has pid %u", m->pid);
+        return s->closing ? OUTCOME_ANSWERED : OUTCOME_OK;
 }

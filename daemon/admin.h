@@ -9,11 +9,12 @@
 #include <stdint.h>
 
 #include "gpumem.pb-c.h"
+#include "result.h"
 
 typedef struct gmd_session gmd_session;
 
-/* Handle MSG_ADMIN. */
-void admin_handle(gmd_session *session, uint32_t request_id,
-                  const Gmd__AdminRequest *request);
+/* Handle MSG_ADMIN: its outcome (result.h). */
+gmd_outcome admin_handle(gmd_session *session, uint32_t request_id,
+                         const Gmd__AdminRequest *request, gmd_result *ret);
 
 #endif

@@ -28,15 +28,15 @@
 
 typedef enum quota_verdict {
         QUOTA_OK,
-        QUOTA_REFUSED,      /* an error reply was sent */
+        QUOTA_REFUSED,      /* `ret` says why */
         QUOTA_PARKED,       /* over only by what the user's caches hold */
 } quota_verdict;
 
 /* Would `size` more bytes on `tier` pass the quota of the client's user?
  * Parked buffers count (an unpark cannot be refused), but when they are
  * all that is in the way the caller asks for them back and waits. */
-static quota_verdict quota_check(gmd_session *s, uint32_t id, uint64_t size,
-                                 gmd_tier tier)
+static quota_verdict quota_check(gmd_session *s, uint64_t size, gmd_tier tier,
+                                 gmd_result *ret)
 {
         const gmd_limits *l = &s->limits;
         uint64_t quota = tier == GMD_TIER_HOST ? l->host_quota : l->vram_quota;
@@ -58,30 +58,30 @@ static quota_verdict quota_check(gmd_session *s, uint32_t id, uint64_t size,
 
                 if (u.bytes[tier] - parked + size <= quota)
                         return QUOTA_PARKED;
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_QUOTA,
-                                   "uid %u holds %s of %s; %s more would pass its "
-                                   "%s_quota of %s set in %s", (unsigned)s->uid,
-                                   size_format(u.bytes[tier] - parked, held, sizeof(held)),
-                                   tier == GMD_TIER_HOST ? "host memory" : "VRAM",
-                                   size_format(size, asked, sizeof(asked)),
-                                   tier == GMD_TIER_HOST ? "host" : "vram",
-                                   size_format(quota, limit, sizeof(limit)), from);
+                result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+                             "uid %u holds %s of %s; %s more would pass its "
+                             "%s_quota of %s set in %s", (unsigned)s->uid,
+                             size_format(u.bytes[tier] - parked, held, sizeof(held)),
+                             tier == GMD_TIER_HOST ? "host memory" : "VRAM",
+                             size_format(size, asked, sizeof(asked)),
+                             tier == GMD_TIER_HOST ? "host" : "vram",
+                             size_format(quota, limit, sizeof(limit)), from);
                 return QUOTA_REFUSED;
         }
         if (l->max_buffers && u.buffers + 1 > l->max_buffers) {
                 if (u.buffers - u.parked_buffers + 1 <= l->max_buffers)
                         return QUOTA_PARKED;
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_QUOTA,
-                                   "uid %u holds %u buffers, the max_buffers quota "
-                                   "set in %s", (unsigned)s->uid,
-                                   u.buffers - u.parked_buffers, l->buffers_from);
+                result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+                             "uid %u holds %u buffers, the max_buffers quota "
+                             "set in %s", (unsigned)s->uid,
+                             u.buffers - u.parked_buffers, l->buffers_from);
                 return QUOTA_REFUSED;
         }
         return QUOTA_OK;
 }
 
 int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
-                 unsigned flags, gmd_tier tier, uint64_t since_us)
+                 unsigned flags, gmd_tier tier, uint64_t since_us, gmd_result *ret)
 {
         gmd_server *server = s->server;
         Gmd__AllocReply reply = GMD__ALLOC_REPLY__INIT;
@@ -92,7 +92,7 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
         /* Checked again when a waiter is served: the user's other clients
          * may have allocated meanwhile, or a reload lowered the quota. A
          * quota full of parked buffers waits for them to come back. */
-        switch (quota_check(s, id, size, tier)) {
+        switch (quota_check(s, size, tier, ret)) {
         case QUOTA_REFUSED:
                 return -EDQUOT;
         case QUOTA_PARKED:
@@ -107,10 +107,10 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
         if (r < 0) {
                 log_error("creating %llu bytes on device %u failed: %s",
                           (unsigned long long)size, device, strerror(-r));
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
-                                   "the %s backend could not create %llu bytes on "
-                                   "device %u: %s", server->backend->ops->name,
-                                   (unsigned long long)size, device, strerror(-r));
+                result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                             "the %s backend could not create %llu bytes on "
+                             "device %u: %s", server->backend->ops->name,
+                             (unsigned long long)size, device, strerror(-r));
                 return r;
         }
         reply.buffer_id = b->id;
@@ -143,28 +143,35 @@ void alloc_expired(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
         gmd_server *server = s->server;
         gmd_pool *pool = server_vram_pool(server, device);
         char asked[32], free_b[32], cap[32], name[32], host[160] = "";
+        gmd_result res;
+        int r;
 
         /* VRAM first, then host: a SPILLABLE allocation that got no VRAM
          * in time lives on the host tier, where the GPU still reads it. */
-        if (placement_host_fallback(flags) &&
-            alloc_now_on(s, id, size, device, flags, GMD_TIER_HOST,
-                         since_us) != -ENOSPC)
-                return;
+        if (placement_host_fallback(flags)) {
+                r = alloc_now_on(s, id, size, device, flags, GMD_TIER_HOST,
+                                 since_us, &res);
+                if (r < 0 && r != -ENOSPC)
+                        session_answer(s, id, &res);
+                if (r != -ENOSPC)
+                        return;
+        }
         if (placement_host_fallback(flags))
                 backing_no_host_room(server, host, sizeof(host));
         size_format(size, asked, sizeof(asked));
         size_format(pool_free(pool), free_b, sizeof(free_b));
         size_format(pool->capacity, cap, sizeof(cap));
-        session_send_error(s, id, GMD__ERROR_CODE__ERR_TIMED_OUT,
-                           "waited %lld ms for %s on %s; it has %s free of %s "
-                           "and nothing idle could be moved out in time%s "
-                           "(see gpu-memctl status)",
-                           (long long)timeout_ms, asked,
-                           pool_describe(pool, name, sizeof(name)), free_b, cap,
-                           host);
+        result_error(&res, GMD__ERROR_CODE__ERR_TIMED_OUT,
+                     "waited %lld ms for %s on %s; it has %s free of %s "
+                     "and nothing idle could be moved out in time%s "
+                     "(see gpu-memctl status)",
+                     (long long)timeout_ms, asked,
+                     pool_describe(pool, name, sizeof(name)), free_b, cap, host);
+        session_answer(s, id, &res);
 }
 
-void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
+gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m,
+                         gmd_result *ret)
 {
         gmd_server *server = s->server;
         gmd_pool *pool = server_vram_pool(server, m->device);
@@ -174,76 +181,62 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
         uint64_t size;
         int r;
 
-        if (!pool) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
-                                   "no device %u: this daemon serves %u device%s",
-                                   m->device, server->n_devices,
-                                   server->n_devices == 1 ? "" : "s");
-                return;
-        }
-        if (m->flags & ~KNOWN_ALLOC_FLAGS) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
-                                   "unknown allocation flags 0x%x", m->flags);
-                return;
-        }
-        if ((m->flags & GMD_ALLOC_PIN_VRAM) && (m->flags & GMD_ALLOC_SPILLABLE)) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
-                                   "PIN_VRAM and SPILLABLE exclude each other");
-                return;
-        }
-        if ((m->flags & GMD_ALLOC_LEGACY_IPC) && !server->backend->ops->mem_create_ipc) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_UNSUPPORTED,
-                                   "legacy CUDA IPC handles need the cuda backend; "
-                                   "this daemon runs %s", server->backend->ops->name);
-                return;
-        }
+        if (!pool)
+                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                                    "no device %u: this daemon serves %u device%s",
+                                    m->device, server->n_devices,
+                                    server->n_devices == 1 ? "" : "s");
+        if (m->flags & ~KNOWN_ALLOC_FLAGS)
+                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                                    "unknown allocation flags 0x%x", m->flags);
+        if ((m->flags & GMD_ALLOC_PIN_VRAM) && (m->flags & GMD_ALLOC_SPILLABLE))
+                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                                    "PIN_VRAM and SPILLABLE exclude each other");
+        if ((m->flags & GMD_ALLOC_LEGACY_IPC) && !server->backend->ops->mem_create_ipc)
+                return result_error(ret, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                                    "legacy CUDA IPC handles need the cuda backend; "
+                                    "this daemon runs %s", server->backend->ops->name);
         size = pool_round(pool, m->size);
         /* cudaMalloc'd IPC buffers come in 2 MiB steps whatever the VMM
          * granularity. */
         if (m->flags & GMD_ALLOC_LEGACY_IPC)
                 size = size ? (size + LEGACY_IPC_ALIGN - 1) / LEGACY_IPC_ALIGN *
                               LEGACY_IPC_ALIGN : 0;
-        if (m->size == 0 || size == 0) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
-                                   "size must be between 1 byte and the pool's capacity");
-                return;
-        }
+        if (m->size == 0 || size == 0)
+                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                                    "size must be between 1 byte and the pool's capacity");
         pool_describe(pool, name, sizeof(name));
         size_format(m->size, asked, sizeof(asked));
         size_format(pool->capacity, cap, sizeof(cap));
-        if (size > pool->capacity) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_TOO_LARGE,
-                                   "%s is larger than the whole %s pool (%s); "
-                                   "ask for less or raise --vram-limit",
-                                   asked, name, cap);
-                return;
-        }
-        if (s->n_buffers - s->n_parked >= server->config.max_buffers_per_client) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_LIMIT,
-                                   "this client already holds %u buffers, the most "
-                                   "[limits] max_buffers_per_client allows",
-                                   s->n_buffers - s->n_parked);
-                return;
-        }
-        verdict = quota_check(s, id, size, GMD_TIER_VRAM);
+        if (size > pool->capacity)
+                return result_error(ret, GMD__ERROR_CODE__ERR_TOO_LARGE,
+                                    "%s is larger than the whole %s pool (%s); "
+                                    "ask for less or raise --vram-limit",
+                                    asked, name, cap);
+        if (s->n_buffers - s->n_parked >= server->config.max_buffers_per_client)
+                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                                    "this client already holds %u buffers, the most "
+                                    "[limits] max_buffers_per_client allows",
+                                    s->n_buffers - s->n_parked);
+        verdict = quota_check(s, size, GMD_TIER_VRAM, ret);
         if (verdict == QUOTA_REFUSED)
-                return;
+                return OUTCOME_ERROR;
         if (verdict == QUOTA_PARKED)
                 parking_reclaim_user(server, s->uid);
         /* Behind requests already waiting on this device, never past them. */
         if (verdict == QUOTA_OK && waitq_demand(&server->waitq, m->device) == 0) {
                 r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_VRAM,
-                                 now_us());
+                                 now_us(), ret);
                 if (r != -ENOSPC)
-                        return;
+                        return r == 0 ? OUTCOME_ANSWERED : OUTCOME_ERROR;
         }
         timeout_ms = m->timeout_ms;
         if (timeout_ms == 0 && placement_host_fallback(m->flags)) {
                 /* No wait and no VRAM: VRAM first, then host. */
                 r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_HOST,
-                                 now_us());
+                                 now_us(), ret);
                 if (r != -ENOSPC)
-                        return;
+                        return r == 0 ? OUTCOME_ANSWERED : OUTCOME_ERROR;
         }
         /* Room that idle buffers and clients' caches of idle mappings hold
          * is as good as free: it takes a copy or a message to get it, so
@@ -260,22 +253,20 @@ void alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m)
                 if (placement_host_fallback(m->flags))
                         backing_no_host_room(server, host, sizeof(host));
                 size_format(pool_free(pool), free_b, sizeof(free_b));
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_NO_MEMORY,
-                                   "%s has %s free of %s, not enough for %s%s; "
-                                   "not waiting (timeout 0)", name, free_b, cap,
-                                   asked, host);
-                return;
+                return result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+                                    "%s has %s free of %s, not enough for %s%s; "
+                                    "not waiting (timeout 0)", name, free_b, cap,
+                                    asked, host);
         }
-        if (s->waitq.n_waiting >= server->config.max_waiting_per_client) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_LIMIT,
-                                   "this client already has %u allocations waiting, "
-                                   "the most [limits] max_waiting_per_client allows",
-                                   s->waitq.n_waiting);
-                return;
-        }
+        if (s->waitq.n_waiting >= server->config.max_waiting_per_client)
+                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                                    "this client already has %u allocations waiting, "
+                                    "the most [limits] max_waiting_per_client allows",
+                                    s->waitq.n_waiting);
         r = waitq_add(&server->waitq, s, &s->waitq, id, m->size, size, m->device,
                       m->flags, timeout_ms, now_us());
         if (r < 0)
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
-                                   "cannot queue the allocation: %s", strerror(-r));
+                return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                                    "cannot queue the allocation: %s", strerror(-r));
+        return OUTCOME_LATER;
 }

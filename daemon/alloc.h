@@ -10,6 +10,7 @@
 
 #include "gpumem.h"
 #include "gpumem.pb-c.h"
+#include "result.h"
 
 typedef struct gmd_session gmd_session;
 
@@ -17,20 +18,22 @@ typedef struct gmd_session gmd_session;
  * (moved to host memory) or clients' caches hold (handed back). */
 #define GMD_RECLAIM_GRACE_MS 1000
 
-/* Handle MSG_ALLOC. */
-void alloc_handle(gmd_session *session, uint32_t request_id,
-                  const Gmd__AllocRequest *request);
+/* Handle MSG_ALLOC: OUTCOME_ANSWERED (its AllocReply was sent),
+ * OUTCOME_ERROR (`ret` says why) or OUTCOME_LATER (it waits for room). */
+gmd_outcome alloc_handle(gmd_session *session, uint32_t request_id,
+                         const Gmd__AllocRequest *request, gmd_result *ret);
 
 /*
  * Create the buffer of an allocation on `tier` and send its AllocReply.
  * Used for allocations that fit at once, for waiters served later and for
- * SPILLABLE ones placed on the host tier. Returns 0, -ENOSPC (no room;
- * nothing sent) or another error (an error reply sent). `since_us`
+ * SPILLABLE ones placed on the host tier. Returns 0 (the reply is sent),
+ * -ENOSPC (no room; nothing sent) or another error (nothing sent, `ret`
+ * says why: -EDQUOT over quota, else the backend failed). `since_us`
  * (now_us() when the request came) feeds the latency histogram.
  */
 int alloc_now_on(gmd_session *session, uint32_t request_id, uint64_t size,
                  unsigned device, unsigned flags, gmd_tier tier,
-                 uint64_t since_us);
+                 uint64_t since_us, gmd_result *ret);
 
 /* A waiting allocation's deadline passed: a SPILLABLE one is placed on
  * the host tier if it has room; any other is answered with a timeout that

@@ -165,19 +165,25 @@ static void acquirer_done(gmd_acquirer *a)
 /* The buffer is usable: the lease is the client's. */
 static void acquirer_grant(gmd_acquirer *a)
 {
+        gmd_result ok;
+
         if (a->done)
                 return;
+        result_ok(&ok);
         a->buffer->acquired = true;
-        session_reply_ok(a->session, a->request_id);
+        session_answer(a->session, a->request_id, &ok);
         acquirer_done(a);
 }
 
 static void acquirer_fail(gmd_acquirer *a, int code, const char *why)
 {
+        gmd_result res;
+
         if (a->done)
                 return;
-        session_send_error(a->session, a->request_id, code,
-                           "buffer %llu: %s", (unsigned long long)a->buffer->id, why);
+        result_error(&res, code, "buffer %llu: %s",
+                     (unsigned long long)a->buffer->id, why);
+        session_answer(a->session, a->request_id, &res);
         acquirer_done(a);
 }
 
@@ -563,16 +569,30 @@ static void move_copy_over(gmd_server *server, gmd_move *m)
         }
 }
 
+static void move_ack(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
+                     gmd_move *m, const Gmd__RemapAck *ack);
+
 void move_copy_ended(gmd_server *server, gmd_copy *copy)
 {
         move_copy_over(server, container_of(copy, gmd_move, copy));
 }
 
-void move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ack)
+gmd_outcome move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ack,
+                            gmd_result *ret)
 {
         gmd_server *server = s->server;
         gmd_dbuffer *b = buffer_find(server, s, ack->buffer_id);
         gmd_move *m = b ? b->move : NULL;
+
+        (void)id;
+        (void)ret;
+        move_ack(server, s, b, m, ack);
+        return OUTCOME_NONE;
+}
+
+static void move_ack(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
+                     gmd_move *m, const Gmd__RemapAck *ack)
+{
 
         if (!m || !m->seq || m->seq != ack->sequence) {
                 log_debug("client %llu: stale remap ack for buffer %llu ignored",
@@ -667,32 +687,29 @@ uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
 
 /* ---- acquire ------------------------------------------------------------ */
 
-void move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b, int64_t timeout_ms)
+gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
+                         int64_t timeout_ms, gmd_result *ret)
 {
         gmd_server *server = s->server;
         gmd_acquirer *a;
 
-        if (b->acquired || b->acquirer) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_BUSY,
-                                   "buffer %llu is already acquired%s",
-                                   (unsigned long long)b->id,
-                                   b->acquirer ? " (an acquire waits for it)" : "");
-                return;
-        }
+        if (b->acquired || b->acquirer)
+                return result_error(ret, GMD__ERROR_CODE__ERR_BUSY,
+                                    "buffer %llu is already acquired%s",
+                                    (unsigned long long)b->id,
+                                    b->acquirer ? " (an acquire waits for it)" : "");
         /* Usable now: in VRAM and staying, or SPILLABLE anywhere it rests. */
         if ((b->tier == GMD_TIER_VRAM && !b->move) ||
             (placement_usable_on_host(b) && !b->move && !b->move_waiter &&
              (timeout_ms == 0 || !server_can_move(server)))) {
                 b->acquired = true;
-                session_reply_ok(s, id);
-                return;
+                return OUTCOME_OK;
         }
         a = calloc(1, sizeof(*a));
         if (!a || uv_timer_init(server->loop, &a->timer) < 0) {
                 free(a);
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
-                                   "out of memory");
-                return;
+                return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                                    "out of memory");
         }
         a->buffer = b;
         a->session = s;
@@ -714,13 +731,13 @@ void move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b, int64_t timeout_m
                 if (move_in_request(server, b, WAITQ_SWAP_IN) < 0) {
                         acquirer_fail(a, GMD__ERROR_CODE__ERR_INTERNAL,
                                       "cannot queue its swap-in");
-                        return;
+                        return OUTCOME_ANSWERED;
                 }
         }
         /* else: a move out awaits its ack; move_finish swaps it back in. */
 
         if (b->acquirer != a)
-                return;   /* granted or failed already */
+                return OUTCOME_ANSWERED;   /* granted or failed already */
         /* A move out that had its owner unmap early is undone by one more
          * remap: it is in VRAM, usable after that round trip. */
         if (timeout_ms == 0 && b->move && b->move->copy.dir == GMD_COPY_OUT &&
@@ -730,4 +747,7 @@ void move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b, int64_t timeout_m
                 acquirer_on_deadline(&a->timer);
         else if (timeout_ms > 0)
                 uv_timer_start(&a->timer, acquirer_on_deadline, (uint64_t)timeout_ms, 0);
+        /* Granted or failed by now, or when the move ends or the deadline
+         * passes: either way through acquirer_grant / acquirer_fail. */
+        return OUTCOME_LATER;
 }

@@ -30,6 +30,7 @@
 #include "copyq.h"
 #include "gpumem.pb-c.h"
 #include "list.h"
+#include "result.h"
 #include "waitq.h"
 
 typedef struct gmd_dbuffer gmd_dbuffer;
@@ -167,9 +168,9 @@ void move_cancel(gmd_server *server, gmd_dbuffer *buffer);
  * copied, or stopped, or failed): go on with its move. */
 void move_copy_ended(gmd_server *server, gmd_copy *copy);
 
-/* MSG_REMAP_ACK. */
-void move_handle_ack(gmd_session *session, uint32_t request_id,
-                     const Gmd__RemapAck *ack);
+/* MSG_REMAP_ACK, a notification (OUTCOME_NONE). */
+gmd_outcome move_handle_ack(gmd_session *session, uint32_t request_id,
+                            const Gmd__RemapAck *ack, gmd_result *ret);
 
 /* Free `buffer` (buffer_free), settling its move and acquirer first: an
  * acquire waiting for it is told, a swap-in waiting for VRAM is dropped,
@@ -183,8 +184,11 @@ uint64_t move_leaving_bytes(gmd_server *server, unsigned device);
 /* Is the buffer moving, or waiting to? */
 bool move_busy(const gmd_dbuffer *buffer);
 
-/* MSG_ACQUIRE. */
-void move_acquire(gmd_session *session, uint32_t request_id,
-                  gmd_dbuffer *buffer, int64_t timeout_ms);
+/* MSG_ACQUIRE of `buffer`: OUTCOME_OK (usable now), OUTCOME_ERROR (busy,
+ * out of memory) or OUTCOME_LATER / OUTCOME_ANSWERED (an acquirer answers
+ * it when the buffer is usable, fails or the deadline passes). */
+gmd_outcome move_acquire(gmd_session *session, uint32_t request_id,
+                         gmd_dbuffer *buffer, int64_t timeout_ms,
+                         gmd_result *ret);
 
 #endif

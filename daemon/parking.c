@@ -29,13 +29,16 @@ static bool list_ok(gmd_session *s, const Gmd__BufferList *list, uint16_t type)
         return true;
 }
 
-void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *list)
+gmd_outcome parking_handle_park(gmd_session *s, uint32_t id,
+                                const Gmd__BufferList *list, gmd_result *ret)
 {
         gmd_server *server = s->server;
         bool parked_any = false;
 
+        (void)id;
+        (void)ret;
         if (!list_ok(s, list, GMD__MSG_TYPE__MSG_PARK))
-                return;
+                return OUTCOME_NONE;
         for (size_t i = 0; i < list->n_buffer_ids; i++) {
                 gmd_dbuffer *b = buffer_find(server, s, list->buffer_ids[i]);
 
@@ -62,12 +65,16 @@ void parking_handle_park(gmd_session *s, uint32_t id, const Gmd__BufferList *lis
          * evictor ask for it back at once. */
         if (parked_any && !waitq_empty(&server->waitq))
                 pending_mark(&server->pending, PENDING_EVICT);
+        return OUTCOME_NONE;
 }
 
-void parking_handle_unpark(gmd_session *s, uint32_t id, const Gmd__BufferList *list)
+gmd_outcome parking_handle_unpark(gmd_session *s, uint32_t id,
+                                  const Gmd__BufferList *list, gmd_result *ret)
 {
+        (void)id;
+        (void)ret;
         if (!list_ok(s, list, GMD__MSG_TYPE__MSG_UNPARK))
-                return;
+                return OUTCOME_NONE;
         for (size_t i = 0; i < list->n_buffer_ids; i++) {
                 gmd_dbuffer *b = buffer_find(s->server, s, list->buffer_ids[i]);
 
@@ -79,14 +86,18 @@ void parking_handle_unpark(gmd_session *s, uint32_t id, const Gmd__BufferList *l
                 }
                 buffer_park(b, false);
         }
+        return OUTCOME_NONE;
 }
 
-void parking_handle_return(gmd_session *s, uint32_t id, const Gmd__BufferList *list)
+gmd_outcome parking_handle_return(gmd_session *s, uint32_t id,
+                                  const Gmd__BufferList *list, gmd_result *ret)
 {
         unsigned n = 0;
 
+        (void)id;
+        (void)ret;
         if (!list_ok(s, list, GMD__MSG_TYPE__MSG_RETURN))
-                return;
+                return OUTCOME_NONE;
         for (size_t i = 0; i < list->n_buffer_ids; i++) {
                 gmd_dbuffer *b = buffer_find(s->server, s, list->buffer_ids[i]);
 
@@ -103,6 +114,7 @@ void parking_handle_return(gmd_session *s, uint32_t id, const Gmd__BufferList *l
                 log_debug("client %llu returned %u parked buffers",
                           (unsigned long long)s->id, n);
         }
+        return OUTCOME_NONE;
 }
 
 uint64_t parking_reclaimable(gmd_server *server, unsigned device)

@@ -13,17 +13,18 @@
 #include <sys/types.h>
 
 #include "gpumem.pb-c.h"
+#include "result.h"
 
 typedef struct gmd_server gmd_server;
 typedef struct gmd_session gmd_session;
 
-/* MSG_PARK, MSG_UNPARK and MSG_RETURN (no replies). */
-void parking_handle_park(gmd_session *session, uint32_t request_id,
-                         const Gmd__BufferList *list);
-void parking_handle_unpark(gmd_session *session, uint32_t request_id,
-                           const Gmd__BufferList *list);
-void parking_handle_return(gmd_session *session, uint32_t request_id,
-                           const Gmd__BufferList *list);
+/* MSG_PARK, MSG_UNPARK and MSG_RETURN: notifications (OUTCOME_NONE). */
+gmd_outcome parking_handle_park(gmd_session *session, uint32_t request_id,
+                                const Gmd__BufferList *list, gmd_result *ret);
+gmd_outcome parking_handle_unpark(gmd_session *session, uint32_t request_id,
+                                  const Gmd__BufferList *list, gmd_result *ret);
+gmd_outcome parking_handle_return(gmd_session *session, uint32_t request_id,
+                                  const Gmd__BufferList *list, gmd_result *ret);
 
 /* Bytes parked on `device` by all clients. */
 uint64_t parking_reclaimable(gmd_server *server, unsigned device);

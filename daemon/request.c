@@ -2,7 +2,8 @@
  * request — see request.h. Each handler gets a payload that passed the
  * header checks of wire.c; it decodes it (a failure to decode is a protocol
  * error that closes the session), checks every field against the daemon's
- * limits, and answers with exactly one reply carrying the request id. Bad
+ * limits, and returns an outcome (result.h): request_handle turns it into
+ * exactly one reply carrying the request id. Bad
  * values in a well-formed message are the client's mistake, not an attack:
  * they get an error reply with a message, and the session stays open.
  */
@@ -37,7 +38,8 @@ static void copy_name(char *dst, size_t len, const char *src)
         dst[n] = '\0';
 }
 
-static void handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m)
+static gmd_outcome handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m,
+                                gmd_result *ret)
 {
         gmd_server *server = s->server;
         Gmd__HelloReply reply = GMD__HELLO_REPLY__INIT;
@@ -45,21 +47,20 @@ static void handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m)
         unsigned version, n = server->n_devices < 64 ? server->n_devices : 64;
         char who[128];
 
-        if (s->hello_done) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
-                                   "hello was already sent on this connection");
-                return;
-        }
+        if (s->hello_done)
+                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                                    "hello was already sent on this connection");
         version = m->max_version < GMD_WIRE_VERSION ? m->max_version : GMD_WIRE_VERSION;
         if (m->min_version > m->max_version || version < m->min_version ||
             version < GMD_WIRE_MIN_VERSION) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_VERSION,
-                                   "client speaks protocol %u..%u, gpu-memd %u..%u: "
-                                   "upgrade the older side",
-                                   m->min_version, m->max_version,
-                                   GMD_WIRE_MIN_VERSION, GMD_WIRE_VERSION);
+                result_error(ret, GMD__ERROR_CODE__ERR_VERSION,
+                             "client speaks protocol %u..%u, gpu-memd %u..%u: "
+                             "upgrade the older side",
+                             m->min_version, m->max_version,
+                             GMD_WIRE_MIN_VERSION, GMD_WIRE_VERSION);
+                session_answer(s, id, ret);
                 session_close(s, "no protocol version in common");
-                return;
+                return OUTCOME_ANSWERED;
         }
         copy_name(s->name, sizeof(s->name), m->client_name);
         s->version = version;
@@ -92,77 +93,73 @@ static void handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m)
         log_info("%s connected (protocol %u)",
                  session_describe(s, who, sizeof(who)), version);
         session_send(s, GMD__MSG_TYPE__MSG_HELLO_REPLY, id, &reply.base, NULL, 0);
+        return OUTCOME_ANSWERED;
 }
 
-static gmd_dbuffer *find_or_reply(gmd_session *s, uint32_t id, uint64_t buffer_id)
+static gmd_outcome no_buffer(gmd_result *ret, uint64_t buffer_id)
 {
-        gmd_dbuffer *b = buffer_find(s->server, s, buffer_id);
-
-        if (!b)
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_NOT_FOUND,
-                                   "no buffer %llu belongs to this client",
-                                   (unsigned long long)buffer_id);
-        return b;
+        return result_error(ret, GMD__ERROR_CODE__ERR_NOT_FOUND,
+                            "no buffer %llu belongs to this client",
+                            (unsigned long long)buffer_id);
 }
 
-static void handle_free(gmd_session *s, uint32_t id, const Gmd__BufferRequest *m)
+static gmd_outcome handle_free(gmd_session *s, uint32_t id,
+                               const Gmd__BufferRequest *m, gmd_result *ret)
 {
-        gmd_dbuffer *b = find_or_reply(s, id, m->buffer_id);
+        gmd_dbuffer *b = buffer_find(s->server, s, m->buffer_id);
 
         if (!b)
-                return;
+                return no_buffer(ret, m->buffer_id);
         /* Answer first: destroying the backing is the driver's slowest
          * step and the client need not wait for it. */
-        session_reply_ok(s, id);
+        session_answer(s, id, ret);
         move_free_buffer(s->server, b);
         s->server->stats.frees++;
+        return OUTCOME_ANSWERED;
 }
 
-static void handle_release(gmd_session *s, uint32_t id, const Gmd__BufferRequest *m)
+static gmd_outcome handle_release(gmd_session *s, uint32_t id,
+                                  const Gmd__BufferRequest *m, gmd_result *ret)
 {
-        gmd_dbuffer *b = find_or_reply(s, id, m->buffer_id);
+        gmd_dbuffer *b = buffer_find(s->server, s, m->buffer_id);
 
+        (void)id;
         if (!b)
-                return;
-        if (!b->acquired) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_BUSY,
-                                   "buffer %llu is not acquired",
-                                   (unsigned long long)b->id);
-                return;
-        }
+                return no_buffer(ret, m->buffer_id);
+        if (!b->acquired)
+                return result_error(ret, GMD__ERROR_CODE__ERR_BUSY,
+                                    "buffer %llu is not acquired",
+                                    (unsigned long long)b->id);
         if (m->last_use_event.len) {
                 const gmd_backend_ops *ops = s->server->backend->ops;
                 gmd_event *event = NULL;
                 int r;
 
-                if (m->last_use_event.len != GMD_IPC_HANDLE_SIZE || !ops->event_open) {
-                        session_send_error(s, id, GMD__ERROR_CODE__ERR_UNSUPPORTED,
-                                           "a last-use event needs the cuda backend "
-                                           "and a %d-byte handle", GMD_IPC_HANDLE_SIZE);
-                        return;
-                }
+                if (m->last_use_event.len != GMD_IPC_HANDLE_SIZE || !ops->event_open)
+                        return result_error(ret, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                                            "a last-use event needs the cuda backend "
+                                            "and a %d-byte handle", GMD_IPC_HANDLE_SIZE);
                 /* Opened once per handle and cached by the backend: a
                  * client sends the same handle with every release. */
                 r = ops->event_open(s->server->backend, b->device,
                                     m->last_use_event.data, &event);
-                if (r < 0) {
-                        session_send_error(s, id, GMD__ERROR_CODE__ERR_INVALID,
-                                           "cannot open the last-use event: %s",
-                                           strerror(-r));
-                        return;
-                }
+                if (r < 0)
+                        return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                                            "cannot open the last-use event: %s",
+                                            strerror(-r));
                 buffer_set_last_use(s->server, b, event);
         }
         b->acquired = false;
         b->released_ms = now_ms();
-        session_reply_ok(s, id);
         /* An idle buffer is room for whoever waits for VRAM. */
         if (!waitq_empty(&s->server->waitq))
                 pending_mark(&s->server->pending, PENDING_EVICT);
+        return OUTCOME_OK;
 }
 
 /* One row per request type: how to decode it and what to do with it. */
-typedef void (*handler_fn)(gmd_session *s, uint32_t id, const void *msg);
+typedef gmd_outcome (*handler_fn)(gmd_session *s, uint32_t id, const void *msg,
+                                  gmd_result *ret);
 
 typedef struct request_type {
         uint16_t type;
@@ -172,9 +169,10 @@ typedef struct request_type {
         bool has_reply;
 } request_type;
 
-static void handle_status(gmd_session *s, uint32_t id, const Gmd__StatusRequest *m)
+static gmd_outcome handle_status(gmd_session *s, uint32_t id,
+                                 const Gmd__StatusRequest *m, gmd_result *ret)
 {
-        status_reply(s, id, m);
+        return status_reply(s, id, m, ret);
 }
 
 #define ROW(t, desc, fn, hello, reply) \
@@ -202,6 +200,7 @@ void request_handle(gmd_session *s, gmd_wire_packet *packet)
         const gmd_wire_header *h = &packet->header;
         const request_type *rt = NULL;
         ProtobufCMessage *msg;
+        gmd_result result;
 
         if (packet->n_fds > 0) {
                 gmd_wire_packet_close_fds(packet);
@@ -232,6 +231,19 @@ void request_handle(gmd_session *s, gmd_wire_packet *packet)
                 session_protocol_error(s, "undecodable payload", h->type);
                 return;
         }
-        rt->handle(s, h->request_id, msg);
+        result_ok(&result);
+        switch (rt->handle(s, h->request_id, msg, &result)) {
+        case OUTCOME_OK:
+                result_ok(&result);
+                session_answer(s, h->request_id, &result);
+                break;
+        case OUTCOME_ERROR:
+                session_answer(s, h->request_id, &result);
+                break;
+        case OUTCOME_ANSWERED:
+        case OUTCOME_LATER:
+        case OUTCOME_NONE:
+                break;
+        }
         protobuf_c_message_free_unpacked(msg, NULL);
 }

@@ -6,6 +6,8 @@
  */
 #include "scheduler.h"
 
+#include <errno.h>
+
 #include "alloc.h"
 #include "copyq.h"
 #include "evict.h"
@@ -21,14 +23,17 @@
 static int waiter_serve(void *ctx, gmd_waiter *w)
 {
         gmd_server *server = ctx;
+        gmd_result res;
         int r;
 
         if (w->rank != WAITQ_ALLOC)
                 return move_in_begin(server, w->buffer);
         r = alloc_now_on(w->session, w->request_id, w->size, w->device,
-                         w->flags, GMD_TIER_VRAM, w->since_us);
+                         w->flags, GMD_TIER_VRAM, w->since_us, &res);
         if (r == 0)
                 server->stats.alloc_waited++;
+        else if (r != -ENOSPC)
+                session_answer(w->session, w->request_id, &res);
         return r;
 }
 
@@ -41,11 +46,15 @@ static void waiter_expire(void *ctx, gmd_waiter *w)
 
 static void waiter_cancel(void *ctx, gmd_waiter *w, int code, const char *message)
 {
+        gmd_result res;
+
         (void)ctx;
-        if (w->rank == WAITQ_ALLOC)
-                session_send_error(w->session, w->request_id, code, "%s", message);
-        else
+        if (w->rank == WAITQ_ALLOC) {
+                result_error(&res, code, "%s", message);
+                session_answer(w->session, w->request_id, &res);
+        } else {
                 move_in_cancelled(w->buffer);
+        }
 }
 
 const gmd_waitq_ops scheduler_waitq_ops = {

@@ -99,7 +99,7 @@ int session_new(gmd_server *server, int fd, gmd_session **ret_session)
         session_apply_config(s);
         s->priority = s->limits.priority;
         list_init(&s->buffers);
-        list_init(&s->waits);
+        waits_init(&s->waits);
         list_init(&s->sendq);
         list_init(&s->link);
         list_init(&s->close_link);
@@ -271,28 +271,19 @@ int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
                              fds, n_fds);
 }
 
-int session_send_error(gmd_session *s, uint32_t request_id, int code,
-                       const char *fmt, ...)
+int session_answer(gmd_session *s, uint32_t request_id, const gmd_result *r)
 {
         Gmd__ErrorReply reply = GMD__ERROR_REPLY__INIT;
-        char message[512];
-        va_list ap;
-
-        va_start(ap, fmt);
-        vsnprintf(message, sizeof(message), fmt, ap);
-        va_end(ap);
-        stats_error(&s->server->stats, code);
-        reply.code = code;
-        reply.message = message;
-        return session_send(s, GMD__MSG_TYPE__MSG_ERROR_REPLY, request_id,
-                            &reply.base, NULL, 0);
-}
-
-void session_reply_ok(gmd_session *s, uint32_t request_id)
-{
         Gmd__OkReply ok = GMD__OK_REPLY__INIT;
 
-        session_send(s, GMD__MSG_TYPE__MSG_OK_REPLY, request_id, &ok.base, NULL, 0);
+        if (r->code == 0)
+                return session_send(s, GMD__MSG_TYPE__MSG_OK_REPLY, request_id,
+                                    &ok.base, NULL, 0);
+        stats_error(&s->server->stats, r->code);
+        reply.code = r->code;
+        reply.message = (char *)r->text;
+        return session_send(s, GMD__MSG_TYPE__MSG_ERROR_REPLY, request_id,
+                            &reply.base, NULL, 0);
 }
 
 void session_protocol_error(gmd_session *s, const char *what, uint16_t type)

@@ -17,8 +17,10 @@
 
 #include "list.h"
 #include "quota.h"
+#include "result.h"
 #include "server_limits.h"
 #include "waitq.h"
+#include "waits.h"
 
 typedef struct gmd_server gmd_server;
 
@@ -54,8 +56,7 @@ typedef struct gmd_session {
         uint64_t reclaim_asked[GMD_MAX_DEVICES];  /* asked back, not returned */
         gmd_waitq_owner waitq;      /* its allocations waiting (waitq.h) */
 
-        gmd_list waits;             /* MSG_WAITs waiting for moves (tiering.c) */
-        unsigned n_waits;
+        gmd_waits waits;            /* MSG_WAITs waiting for moves (waits.h) */
 
         gmd_list sendq;             /* packets the socket could not take */
         unsigned sendq_len;
@@ -91,17 +92,16 @@ void session_close_later(gmd_session *session, const char *reason);
 int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
                  const ProtobufCMessage *msg, const int *fds, unsigned n_fds);
 
-/* Send an empty OkReply. */
-void session_reply_ok(gmd_session *session, uint32_t request_id);
 
 /* Close the session for a protocol error in a message of `type`. */
 void session_protocol_error(gmd_session *session, const char *what,
                             uint16_t type);
 
-/* Send an ErrorReply with a printf-formatted message. */
-__attribute__((format(printf, 4, 5)))
-int session_send_error(gmd_session *session, uint32_t request_id, int code,
-                       const char *fmt, ...);
+/* Answer request `request_id` with `result`: an empty OkReply for a
+ * success, else an ErrorReply with its code and text (result.h). The one
+ * place OkReply and ErrorReply messages are built. */
+int session_answer(gmd_session *session, uint32_t request_id,
+                   const gmd_result *result);
 
 /* Resolve the session's limits and admin right from the server's config
  * (at connect and after a reload). Keeps the priority within the new

@@ -32,7 +32,8 @@ static bool may_see_details(const gmd_session *viewer, const gmd_session *c)
         return viewer->admin || viewer->uid == c->uid;
 }
 
-int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
+gmd_outcome status_reply(gmd_session *s, uint32_t id,
+                         const Gmd__StatusRequest *req, gmd_result *ret)
 {
         gmd_server *server = s->server;
         Gmd__StatusReply reply = GMD__STATUS_REPLY__INIT;
@@ -174,13 +175,13 @@ int status_reply(gmd_session *s, uint32_t id, const Gmd__StatusRequest *req)
                          NULL, 0);
 out:
         if (r == -ENOMEM)
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
-                                   "out of memory building the status reply");
+                result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                             "out of memory building the status reply");
         free(pools);
         free(pool_ptrs);
         free(clients);
         free(client_ptrs);
         free(buffers);
         free(buffer_ptrs);
-        return r;
+        return r == -ENOMEM ? OUTCOME_ERROR : OUTCOME_ANSWERED;
 }

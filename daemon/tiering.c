@@ -15,6 +15,7 @@
 #include "buffer.h"
 #include "log.h"
 #include "move.h"
+#include "result.h"
 #include "placement.h"
 #include "server.h"
 #include "session.h"
@@ -23,34 +24,32 @@
 /* Ids one request may name (the packet bound keeps it lower anyway). */
 #define TIERING_MAX_IDS 8192
 
-void tiering_handle_acquire(gmd_session *s, uint32_t id,
-                            const Gmd__AcquireRequest *m)
+gmd_outcome tiering_handle_acquire(gmd_session *s, uint32_t id,
+                                   const Gmd__AcquireRequest *m, gmd_result *ret)
 {
         gmd_dbuffer *b = buffer_find(s->server, s, m->buffer_id);
 
-        if (!b || b->parked) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_NOT_FOUND,
-                                   "no buffer %llu belongs to this client",
-                                   (unsigned long long)m->buffer_id);
-                return;
-        }
-        move_acquire(s, id, b, m->timeout_ms);
+        if (!b || b->parked)
+                return result_error(ret, GMD__ERROR_CODE__ERR_NOT_FOUND,
+                                    "no buffer %llu belongs to this client",
+                                    (unsigned long long)m->buffer_id);
+        return move_acquire(s, id, b, m->timeout_ms, ret);
 }
 
-/* Check every named buffer; NULL after an error reply. */
-static gmd_dbuffer **named_buffers(gmd_session *s, uint32_t id, const uint64_t *ids,
-                                   size_t n, bool for_pageout)
+/* Check every named buffer: the array, or NULL with `ret` filled. */
+static gmd_dbuffer **named_buffers(gmd_session *s, const uint64_t *ids, size_t n,
+                                   bool for_pageout, gmd_result *ret)
 {
         gmd_dbuffer **out;
 
         if (n > TIERING_MAX_IDS) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_LIMIT,
-                                   "at most %d buffers per request", TIERING_MAX_IDS);
+                result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                             "at most %d buffers per request", TIERING_MAX_IDS);
                 return NULL;
         }
         out = calloc(n ? n : 1, sizeof(*out));
         if (!out) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL, "out of memory");
+                result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL, "out of memory");
                 return NULL;
         }
         for (size_t i = 0; i < n; i++) {
@@ -74,8 +73,8 @@ static gmd_dbuffer **named_buffers(gmd_session *s, uint32_t id, const uint64_t *
                               "next acquire brings it to VRAM";
                 }
                 if (why) {
-                        session_send_error(s, id, code, "buffer %llu %s",
-                                           (unsigned long long)ids[i], why);
+                        result_error(ret, code, "buffer %llu %s",
+                                     (unsigned long long)ids[i], why);
                         free(out);
                         return NULL;
                 }
@@ -84,14 +83,14 @@ static gmd_dbuffer **named_buffers(gmd_session *s, uint32_t id, const uint64_t *
         return out;
 }
 
-/* Answer and return false when this backend cannot move buffers. */
-static bool can_move_or_reply(gmd_session *s, uint32_t id)
+/* Can this backend move buffers? If not, `ret` says so. */
+static bool can_move(gmd_session *s, gmd_result *ret)
 {
         if (server_can_move(s->server))
                 return true;
-        session_send_error(s, id, GMD__ERROR_CODE__ERR_UNSUPPORTED,
-                           "the %s backend cannot move buffers between VRAM and "
-                           "host memory yet", s->server->backend->ops->name);
+        result_error(ret, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                     "the %s backend cannot move buffers between VRAM and "
+                     "host memory yet", s->server->backend->ops->name);
         return false;
 }
 
@@ -106,18 +105,18 @@ static int pageout_one(gmd_server *server, gmd_dbuffer *b, move_class cls)
         return move_out_start(server, b, cls);
 }
 
-static void host_full_error(gmd_session *s, uint32_t id)
+static gmd_outcome host_full_error(gmd_session *s, gmd_result *ret)
 {
         gmd_pool *host = &s->server->host_pool;
         char f[32], c[32], p[32];
 
-        session_send_error(s, id, GMD__ERROR_CODE__ERR_NO_MEMORY,
-                           "not enough host memory to page out: the host pool "
-                           "has %s free of %s, and %s is pinned (host arena "
-                           "included); raise [pools] host_limit (--host-limit)",
-                           size_format(pool_free(host), f, sizeof(f)),
-                           size_format(host->capacity, c, sizeof(c)),
-                           size_format(backing_pinned(s->server), p, sizeof(p)));
+        return result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+                            "not enough host memory to page out: the host pool "
+                            "has %s free of %s, and %s is pinned (host arena "
+                            "included); raise [pools] host_limit (--host-limit)",
+                            size_format(pool_free(host), f, sizeof(f)),
+                            size_format(host->capacity, c, sizeof(c)),
+                            size_format(backing_pinned(s->server), p, sizeof(p)));
 }
 
 int tiering_pageout_all(gmd_session *s, move_class cls)
@@ -139,30 +138,31 @@ int tiering_pageout_all(gmd_session *s, move_class cls)
         return n;
 }
 
-void tiering_handle_pageout(gmd_session *s, uint32_t id, const Gmd__MoveRequest *m)
+gmd_outcome tiering_handle_pageout(gmd_session *s, uint32_t id,
+                                   const Gmd__MoveRequest *m, gmd_result *ret)
 {
         gmd_dbuffer **bufs;
         int r = 0;
 
-        if (!can_move_or_reply(s, id))
-                return;
+        (void)id;
+        if (!can_move(s, ret))
+                return OUTCOME_ERROR;
         if (m->n_buffer_ids == 0) {
                 r = tiering_pageout_all(s, MOVE_BULK);
         } else {
-                bufs = named_buffers(s, id, m->buffer_ids, m->n_buffer_ids, true);
+                bufs = named_buffers(s, m->buffer_ids, m->n_buffer_ids, true, ret);
                 if (!bufs)
-                        return;
+                        return OUTCOME_ERROR;
                 for (size_t i = 0; i < m->n_buffer_ids && r >= 0; i++)
                         r = pageout_one(s->server, bufs[i], MOVE_BULK);
                 free(bufs);
         }
         if (r == -ENOSPC)
-                host_full_error(s, id);
-        else if (r < 0)
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
-                                   "cannot start the move: %s", strerror(-r));
-        else
-                session_reply_ok(s, id);
+                return host_full_error(s, ret);
+        if (r < 0)
+                return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                                    "cannot start the move: %s", strerror(-r));
+        return OUTCOME_OK;
 }
 
 static int prefetch_one(gmd_server *server, gmd_dbuffer *b)
@@ -178,14 +178,16 @@ static int prefetch_one(gmd_server *server, gmd_dbuffer *b)
         return move_in_request(server, b, WAITQ_PREFETCH);
 }
 
-void tiering_handle_prefetch(gmd_session *s, uint32_t id, const Gmd__MoveRequest *m)
+gmd_outcome tiering_handle_prefetch(gmd_session *s, uint32_t id,
+                                    const Gmd__MoveRequest *m, gmd_result *ret)
 {
         gmd_dbuffer **bufs;
         gmd_list *pos, *tmp;
         int r = 0;
 
-        if (!can_move_or_reply(s, id))
-                return;
+        (void)id;
+        if (!can_move(s, ret))
+                return OUTCOME_ERROR;
         if (m->n_buffer_ids == 0) {
                 list_for_each_safe(pos, tmp, &s->buffers) {
                         gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
@@ -194,54 +196,34 @@ void tiering_handle_prefetch(gmd_session *s, uint32_t id, const Gmd__MoveRequest
                                 r = prefetch_one(s->server, b);
                 }
         } else {
-                bufs = named_buffers(s, id, m->buffer_ids, m->n_buffer_ids, false);
+                bufs = named_buffers(s, m->buffer_ids, m->n_buffer_ids, false, ret);
                 if (!bufs)
-                        return;
+                        return OUTCOME_ERROR;
                 for (size_t i = 0; i < m->n_buffer_ids && r >= 0; i++)
                         r = prefetch_one(s->server, bufs[i]);
                 free(bufs);
         }
         if (r < 0)
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
-                                   "cannot queue the prefetch: %s", strerror(-r));
-        else
-                session_reply_ok(s, id);
+                return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                                    "cannot queue the prefetch: %s", strerror(-r));
+        return OUTCOME_OK;
 }
 
 /* ---- wait -------------------------------------------------------------- */
 
-static void wait_on_closed(uv_handle_t *handle)
-{
-        gmd_move_wait *w = handle->data;
-
-        free(w->ids);
-        free(w);
-}
-
-static void wait_done(gmd_move_wait *w)
-{
-        if (w->done)
-                return;         /* a reply's side effects got here first */
-        w->done = true;
-        w->session->n_waits--;
-        list_remove(&w->link);
-        uv_timer_stop(&w->timer);
-        uv_close((uv_handle_t *)&w->timer, wait_on_closed);
-}
-
 static bool wait_met(const gmd_move_wait *w)
 {
-        gmd_server *server = w->session->server;
+        gmd_session *s = w->owner;
         gmd_list *pos;
 
         if (!w->ids) {
-                list_for_each(pos, &w->session->buffers)
+                list_for_each(pos, &s->buffers)
                         if (move_busy(container_of(pos, gmd_dbuffer, owner_link)))
                                 return false;
                 return true;
         }
         for (size_t i = 0; i < w->n_ids; i++) {
-                gmd_dbuffer *b = buffer_find(server, w->session, w->ids[i]);
+                gmd_dbuffer *b = buffer_find(s->server, s, w->ids[i]);
 
                 if (b && move_busy(b))
                         return false;
@@ -266,8 +248,9 @@ static void wait_take_error(gmd_dbuffer *b, gmd_dbuffer **failed, int *error)
  * move of one of them since it started. */
 static void wait_answer(gmd_move_wait *w)
 {
-        gmd_session *s = w->session;
+        gmd_session *s = w->owner;
         gmd_dbuffer *failed = NULL;
+        gmd_result res;
         gmd_list *pos;
         int error = 0;
 
@@ -280,97 +263,63 @@ static void wait_answer(gmd_move_wait *w)
                         wait_take_error(container_of(pos, gmd_dbuffer, owner_link),
                                         &failed, &error);
         }
-        if (!failed) {
-                session_reply_ok(s, w->request_id);
-                return;
-        }
-        session_send_error(s, w->request_id, GMD__ERROR_CODE__ERR_INTERNAL,
-                           "moving buffer %llu failed (%s); it stays on %s, "
-                           "intact (the daemon's log has the cause)",
-                           (unsigned long long)failed->id, strerror(-error),
-                           failed->tier == GMD_TIER_VRAM ? "VRAM" : "host memory");
+        result_ok(&res);
+        if (failed)
+                result_error(&res, GMD__ERROR_CODE__ERR_INTERNAL,
+                             "moving buffer %llu failed (%s); it stays on %s, "
+                             "intact (the daemon's log has the cause)",
+                             (unsigned long long)failed->id, strerror(-error),
+                             failed->tier == GMD_TIER_VRAM ? "VRAM" : "host memory");
+        session_answer(s, w->request_id, &res);
 }
 
-static void wait_on_deadline(uv_timer_t *timer)
+static void wait_expire(gmd_move_wait *w)
 {
-        gmd_move_wait *w = timer->data;
+        gmd_result res;
 
-        session_send_error(w->session, w->request_id, GMD__ERROR_CODE__ERR_TIMED_OUT,
-                           "moves still under way after %lld ms",
-                           (long long)w->timeout_ms);
-        wait_done(w);
+        result_error(&res, GMD__ERROR_CODE__ERR_TIMED_OUT,
+                     "moves still under way after %lld ms", (long long)w->timeout_ms);
+        session_answer(w->owner, w->request_id, &res);
 }
 
-void tiering_handle_wait(gmd_session *s, uint32_t id, const Gmd__WaitRequest *m)
+gmd_outcome tiering_handle_wait(gmd_session *s, uint32_t id,
+                                const Gmd__WaitRequest *m, gmd_result *ret)
 {
         gmd_move_wait *w;
+        int r;
 
-        if (m->n_buffer_ids > TIERING_MAX_IDS) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_LIMIT,
-                                   "at most %d buffers per request", TIERING_MAX_IDS);
-                return;
-        }
-        if (s->n_waits >= s->server->config.max_waiting_per_client) {
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_LIMIT,
-                                   "this client already has %u waits pending, the "
-                                   "most [limits] max_waiting_per_client allows",
-                                   s->n_waits);
-                return;
-        }
-        w = calloc(1, sizeof(*w));
-        if (!w || uv_timer_init(s->server->loop, &w->timer) < 0) {
-                free(w);
-                session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL, "out of memory");
-                return;
-        }
-        w->session = s;
-        w->request_id = id;
-        w->timeout_ms = m->timeout_ms;
-        w->timer.data = w;
-        list_add_tail(&s->waits, &w->link);
-        s->n_waits++;
-        if (m->n_buffer_ids) {
-                w->ids = malloc(m->n_buffer_ids * sizeof(*w->ids));
-                if (!w->ids) {
-                        session_send_error(s, id, GMD__ERROR_CODE__ERR_INTERNAL,
-                                           "out of memory");
-                        wait_done(w);
-                        return;
-                }
-                memcpy(w->ids, m->buffer_ids, m->n_buffer_ids * sizeof(*w->ids));
-                w->n_ids = m->n_buffer_ids;
-        }
+        if (m->n_buffer_ids > TIERING_MAX_IDS)
+                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                                    "at most %d buffers per request", TIERING_MAX_IDS);
+        if (s->waits.n >= s->server->config.max_waiting_per_client)
+                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                                    "this client already has %u waits pending, the "
+                                    "most [limits] max_waiting_per_client allows",
+                                    s->waits.n);
+        r = waits_add(&s->waits, s->server->loop, s, id, m->buffer_ids,
+                      m->n_buffer_ids, m->timeout_ms, wait_expire, &w);
+        if (r < 0)
+                return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL, "out of memory");
         if (wait_met(w)) {
                 wait_answer(w);
-                wait_done(w);
-                return;
+                waits_done(w);
+                return OUTCOME_ANSWERED;
         }
         if (m->timeout_ms == 0) {
-                wait_on_deadline(&w->timer);
-                return;
+                wait_expire(w);
+                waits_done(w);
+                return OUTCOME_ANSWERED;
         }
-        if (m->timeout_ms > 0)
-                uv_timer_start(&w->timer, wait_on_deadline, (uint64_t)m->timeout_ms, 0);
+        waits_arm(w);
+        return OUTCOME_LATER;
 }
 
 void tiering_waits_answer(gmd_session *s)
 {
-        gmd_list *pos, *tmp;
-
-        list_for_each_safe(pos, tmp, &s->waits) {
-                gmd_move_wait *w = container_of(pos, gmd_move_wait, link);
-
-                if (wait_met(w)) {
-                        wait_answer(w);
-                        wait_done(w);
-                }
-        }
+        waits_answer_met(&s->waits, wait_met, wait_answer);
 }
 
 void tiering_session_closed(gmd_session *s)
 {
-        gmd_list *pos, *tmp;
-
-        list_for_each_safe(pos, tmp, &s->waits)
-                wait_done(container_of(pos, gmd_move_wait, link));
+        waits_drop_all(&s->waits);
 }

@@ -14,29 +14,24 @@
 #include "copyq.h"
 #include "gpumem.pb-c.h"
 #include "list.h"
+#include "result.h"
+#include "waits.h"
 
 typedef struct gmd_session gmd_session;
 
-/* A MSG_WAIT waiting for moves to end. */
-typedef struct gmd_move_wait {
-        gmd_session *session;
-        gmd_list link;              /* in session->waits */
-        uint32_t request_id;
-        uint64_t *ids;              /* NULL: every buffer of the client */
-        size_t n_ids;
-        int64_t timeout_ms;
-        bool done;                  /* answered or dropped; freed on close */
-        uv_timer_t timer;
-} gmd_move_wait;
-
-void tiering_handle_acquire(gmd_session *session, uint32_t request_id,
-                            const Gmd__AcquireRequest *request);
-void tiering_handle_pageout(gmd_session *session, uint32_t request_id,
-                            const Gmd__MoveRequest *request);
-void tiering_handle_prefetch(gmd_session *session, uint32_t request_id,
-                             const Gmd__MoveRequest *request);
-void tiering_handle_wait(gmd_session *session, uint32_t request_id,
-                         const Gmd__WaitRequest *request);
+/* MSG_ACQUIRE, MSG_PAGEOUT, MSG_PREFETCH, MSG_WAIT: their outcomes
+ * (result.h). */
+gmd_outcome tiering_handle_acquire(gmd_session *session, uint32_t request_id,
+                                   const Gmd__AcquireRequest *request,
+                                   gmd_result *ret);
+gmd_outcome tiering_handle_pageout(gmd_session *session, uint32_t request_id,
+                                   const Gmd__MoveRequest *request,
+                                   gmd_result *ret);
+gmd_outcome tiering_handle_prefetch(gmd_session *session, uint32_t request_id,
+                                    const Gmd__MoveRequest *request,
+                                    gmd_result *ret);
+gmd_outcome tiering_handle_wait(gmd_session *session, uint32_t request_id,
+                                const Gmd__WaitRequest *request, gmd_result *ret);
 
 /* Move every released buffer of the session to host memory (admin evict,
  * whole-client pageout). Returns how many moves started, or the error of

@@ -1,0 +1,53 @@
+/*
+ * result — what handling a request came to, before any reply is built.
+ *
+ * Handlers and the modules under them do not send error replies: they
+ * return an outcome and, for an error, fill a gmd_result with the protocol
+ * error code and the sentence that says what to do. request.c turns an
+ * outcome into the reply (session_answer); an answer that comes later (a
+ * waiting allocation, acquire or MSG_WAIT) is a result too, answered
+ * through the same session_answer when it is known. Replies that carry a
+ * payload (HelloReply, AllocReply, StatusReply) are built by their one
+ * handler and counted as OUTCOME_ANSWERED.
+ */
+#ifndef GMD_RESULT_H
+#define GMD_RESULT_H
+
+#include <stdarg.h>
+#include <stdio.h>
+
+typedef enum gmd_outcome {
+        OUTCOME_OK,             /* request.c answers with an OkReply */
+        OUTCOME_ERROR,          /* request.c answers with the result's error */
+        OUTCOME_ANSWERED,       /* a typed reply was sent already */
+        OUTCOME_LATER,          /* answered later, when it is known */
+        OUTCOME_NONE,           /* a notification: nothing to answer */
+} gmd_outcome;
+
+typedef struct gmd_result {
+        int code;               /* GMD__ERROR_CODE__*; 0: success */
+        char text[512];         /* why, and what to do about it */
+} gmd_result;
+
+/* A success: no code, no text. */
+static inline void result_ok(gmd_result *r)
+{
+        r->code = 0;
+        r->text[0] = '\0';
+}
+
+/* Fill `r` with an error (`code` is a GMD__ERROR_CODE__*) and its reason;
+ * returns OUTCOME_ERROR, so a handler can `return result_error(...)`. */
+__attribute__((format(printf, 3, 4)))
+static inline gmd_outcome result_error(gmd_result *r, int code, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(r->text, sizeof(r->text), fmt, ap);
+        va_end(ap);
+        r->code = code;
+        return OUTCOME_ERROR;
+}
+
+#endif
