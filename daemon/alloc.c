@@ -26,58 +26,17 @@
                            GMD_ALLOC_LEGACY_IPC)
 #define LEGACY_IPC_ALIGN (2ull << 20)
 
-typedef enum quota_verdict {
-        QUOTA_OK,
-        QUOTA_REFUSED,      /* `ret` says why */
-        QUOTA_PARKED,       /* over only by what the user's caches hold */
-} quota_verdict;
-
-/* Would `size` more bytes on `tier` pass the quota of the client's user?
- * Parked buffers count (an unpark cannot be refused), but when they are
- * all that is in the way the caller asks for them back and waits. */
-static quota_verdict quota_check(gmd_session *s, uint64_t size, gmd_tier tier,
+/* The quota of the client's user, against what all its clients hold
+ * (quota_check). */
+static quota_verdict alloc_quota(gmd_session *s, uint64_t size, gmd_tier tier,
                                  gmd_result *ret)
 {
-        const gmd_limits *l = &s->limits;
-        uint64_t quota = tier == GMD_TIER_HOST ? l->host_quota : l->vram_quota;
-        const char *from = tier == GMD_TIER_HOST ? l->host_from : l->vram_from;
-        char held[32], asked[32], limit[32];
         gmd_usage u;
 
-        if (!quota && !l->max_buffers)
+        if (!quota_applies(&s->limits, tier))
                 return QUOTA_OK;
         server_user_usage(s->server, s->uid, &u);
-        if (quota && u.bytes[tier] + size > quota) {
-                uint64_t parked = tier == GMD_TIER_VRAM ? u.parked : 0;
-
-                /* A client that parked a buffer it had released may see it
-                 * moved to host memory after all: never count more parked
-                 * than there is. */
-                if (parked > u.bytes[tier])
-                        parked = u.bytes[tier];
-
-                if (u.bytes[tier] - parked + size <= quota)
-                        return QUOTA_PARKED;
-                result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
-                             "uid %u holds %s of %s; %s more would pass its "
-                             "%s_quota of %s set in %s", (unsigned)s->uid,
-                             size_format(u.bytes[tier] - parked, held, sizeof(held)),
-                             tier == GMD_TIER_HOST ? "host memory" : "VRAM",
-                             size_format(size, asked, sizeof(asked)),
-                             tier == GMD_TIER_HOST ? "host" : "vram",
-                             size_format(quota, limit, sizeof(limit)), from);
-                return QUOTA_REFUSED;
-        }
-        if (l->max_buffers && u.buffers + 1 > l->max_buffers) {
-                if (u.buffers - u.parked_buffers + 1 <= l->max_buffers)
-                        return QUOTA_PARKED;
-                result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
-                             "uid %u holds %u buffers, the max_buffers quota "
-                             "set in %s", (unsigned)s->uid,
-                             u.buffers - u.parked_buffers, l->buffers_from);
-                return QUOTA_REFUSED;
-        }
-        return QUOTA_OK;
+        return quota_check(&s->limits, s->uid, &u, size, tier, ret);
 }
 
 int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
@@ -92,7 +51,7 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
         /* Checked again when a waiter is served: the user's other clients
          * may have allocated meanwhile, or a reload lowered the quota. A
          * quota full of parked buffers waits for them to come back. */
-        switch (quota_check(s, size, tier, ret)) {
+        switch (alloc_quota(s, size, tier, ret)) {
         case QUOTA_REFUSED:
                 return -EDQUOT;
         case QUOTA_PARKED:
@@ -218,7 +177,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                                     "this client already holds %u buffers, the most "
                                     "[limits] max_buffers_per_client allows",
                                     s->n_buffers - s->n_parked);
-        verdict = quota_check(s, size, GMD_TIER_VRAM, ret);
+        verdict = alloc_quota(s, size, GMD_TIER_VRAM, ret);
         if (verdict == QUOTA_REFUSED)
                 return OUTCOME_ERROR;
         if (verdict == QUOTA_PARKED)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpumem.pb-c.h"
 #include "size.h"
 
 bool quota_is_section(const char *section)
@@ -248,4 +249,50 @@ void quota_dump(const gmd_quota_rule *rules, unsigned n_rules, FILE *out)
                 if (r->set & QUOTA_SET_MAX_PRIORITY)
                         fprintf(out, "max_priority = %d\n", r->max_priority);
         }
+}
+
+bool quota_applies(const gmd_limits *l, gmd_tier tier)
+{
+        return (tier == GMD_TIER_HOST ? l->host_quota : l->vram_quota) ||
+               l->max_buffers;
+}
+
+quota_verdict quota_check(const gmd_limits *l, uid_t uid, const gmd_usage *u,
+                          uint64_t size, gmd_tier tier, gmd_result *ret)
+{
+        uint64_t quota = tier == GMD_TIER_HOST ? l->host_quota : l->vram_quota;
+        const char *from = tier == GMD_TIER_HOST ? l->host_from : l->vram_from;
+        char held[32], asked[32], limit[32];
+
+        if (quota && u->bytes[tier] + size > quota) {
+                uint64_t parked = tier == GMD_TIER_VRAM ? u->parked : 0;
+
+                /* A client that parked a buffer it had released may see it
+                 * moved to host memory after all: never count more parked
+                 * than there is. */
+                if (parked > u->bytes[tier])
+                        parked = u->bytes[tier];
+
+                if (u->bytes[tier] - parked + size <= quota)
+                        return QUOTA_PARKED;
+                result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+                             "uid %u holds %s of %s; %s more would pass its "
+                             "%s_quota of %s set in %s", (unsigned)uid,
+                             size_format(u->bytes[tier] - parked, held, sizeof(held)),
+                             tier == GMD_TIER_HOST ? "host memory" : "VRAM",
+                             size_format(size, asked, sizeof(asked)),
+                             tier == GMD_TIER_HOST ? "host" : "vram",
+                             size_format(quota, limit, sizeof(limit)), from);
+                return QUOTA_REFUSED;
+        }
+        if (l->max_buffers && u->buffers + 1 > l->max_buffers) {
+                if (u->buffers - u->parked_buffers + 1 <= l->max_buffers)
+                        return QUOTA_PARKED;
+                result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+                             "uid %u holds %u buffers, the max_buffers quota "
+                             "set in %s", (unsigned)uid,
+                             u->buffers - u->parked_buffers, l->buffers_from);
+                return QUOTA_REFUSED;
+        }
+        return QUOTA_OK;
 }

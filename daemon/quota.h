@@ -20,6 +20,9 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "gpumem.h"
+#include "result.h"
+
 #define GMD_MAX_QUOTA_RULES 128
 #define GMD_PRIORITY_MIN (-100)
 #define GMD_PRIORITY_MAX 100
@@ -62,6 +65,33 @@ typedef struct gmd_limits {
         char host_from[80];
         char buffers_from[80];
 } gmd_limits;
+
+/* What all clients of one user hold together. */
+typedef struct gmd_usage {
+        uint64_t bytes[2];          /* by tier, parked buffers included */
+        uint64_t parked;            /* of bytes[GMD_TIER_VRAM], parked */
+        unsigned buffers;           /* parked included */
+        unsigned parked_buffers;
+} gmd_usage;
+
+typedef enum quota_verdict {
+        QUOTA_OK,
+        QUOTA_REFUSED,      /* `ret` says why */
+        QUOTA_PARKED,       /* over only by what the user's caches hold */
+} quota_verdict;
+
+/* Does any limit of `limits` bound a new buffer on `tier`? If not, the
+ * user's usage need not be counted. */
+bool quota_applies(const gmd_limits *limits, gmd_tier tier);
+
+/* Would `size` more bytes on `tier` pass the limits of user `uid`, who
+ * holds `usage` across its clients? Parked buffers count (an unpark cannot
+ * be refused), but when they are all that is in the way the answer is
+ * QUOTA_PARKED: the caller asks for them back and waits. QUOTA_REFUSED
+ * fills `ret` with GMD__ERROR_CODE__ERR_QUOTA and what is held. */
+quota_verdict quota_check(const gmd_limits *limits, uid_t uid,
+                          const gmd_usage *usage, uint64_t size, gmd_tier tier,
+                          gmd_result *ret);
 
 /* Is `section` a quota section ("users", "user X", "group X")? */
 bool quota_is_section(const char *section);

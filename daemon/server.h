@@ -85,14 +85,7 @@ typedef struct gmd_server {
         uint8_t tx[GMD_WIRE_MAX_PAYLOAD];
 } gmd_server;
 
-/* What all clients of one user hold together. */
-typedef struct gmd_usage {
-        uint64_t bytes[2];          /* by tier, parked buffers included */
-        uint64_t parked;            /* of bytes[GMD_TIER_VRAM], parked */
-        unsigned buffers;           /* parked included */
-        unsigned parked_buffers;
-} gmd_usage;
-
+/* What all clients of one user hold together (quota.h's gmd_usage). */
 void server_user_usage(gmd_server *server, uid_t uid, gmd_usage *ret_usage);
 
 /* Can this backend move buffers between tiers? */
