@@ -202,7 +202,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
          * even a no-wait request waits for that, briefly. */
         if (timeout_ms == 0 &&
             (verdict == QUOTA_PARKED ||
-             pool_free(pool) + reuse_bytes(server, m->device) +
+             pool_free(pool) + reuse_bytes(&server->reuse, m->device) +
              parking_reclaimable(server, m->device) +
              evict_evictable(server, m->device) >= size + waitq_demand(&server->waitq, m->device)))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;

@@ -27,7 +27,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
 
         if (!pool)
                 return -EINVAL;
-        r = tier == GMD_TIER_VRAM ? reuse_pool_take(server, device, size) :
+        r = tier == GMD_TIER_VRAM ? reuse_pool_take(&server->reuse, pool, size) :
                                     pool_take(pool, size);
         if (r < 0)
                 return r;
@@ -111,7 +111,8 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
                 backing_release(server, b->mem);
         /* One buffer fewer that could come back into kept VRAM. */
         if (b->tier == GMD_TIER_HOST)
-                reuse_trim(server, b->owner, b->device, b->size);
+                reuse_trim(&server->reuse, &b->owner->reuse, b->device, b->size,
+                           buffer_count_out(b->owner, b->device, b->size));
         free(b);
         pending_mark(&server->pending, PENDING_ROOM);
 }
@@ -123,6 +124,22 @@ void buffer_set_last_use(gmd_server *server, gmd_dbuffer *b, gmd_event *event)
         b->last_use = event;
         if (event)
                 b->last_use_gen++;
+}
+
+unsigned buffer_count_out(const gmd_session *owner, unsigned device,
+                          uint64_t size)
+{
+        unsigned out = 0;
+        const gmd_list *pos;
+
+        list_for_each(pos, &owner->buffers) {
+                const gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
+
+                if (b->tier == GMD_TIER_HOST && b->device == device &&
+                    b->size == size)
+                        out++;
+        }
+        return out;
 }
 
 gmd_dbuffer *buffer_find(gmd_server *server, gmd_session *session, uint64_t id)

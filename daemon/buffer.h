@@ -73,6 +73,11 @@ void buffer_park(gmd_dbuffer *buffer, bool parked);
 void buffer_set_last_use(gmd_server *server, gmd_dbuffer *buffer,
                          gmd_event *event);
 
+/* How many of `owner`'s buffers of `size` bytes on `device` are out on
+ * host memory (what VRAM kept for it could serve, reuse.h). */
+unsigned buffer_count_out(const gmd_session *owner, unsigned device,
+                          uint64_t size);
+
 /* The buffer `id` if `session` owns it, else NULL. */
 gmd_dbuffer *buffer_find(gmd_server *server, gmd_session *session, uint64_t id);
 

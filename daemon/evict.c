@@ -108,7 +108,7 @@ bool evict_balance(gmd_server *server)
                         continue;
                 /* VRAM kept for swap-ins is the cheapest room: no copy, no
                  * message. The waiters are served again below. */
-                if (reuse_make_room(server, d, demand - leaving)) {
+                if (reuse_make_room(&server->reuse, pool, demand - leaving)) {
                         released = true;
                         room = pool_free(pool) + leaving;
                         if (room >= demand)

@@ -20,6 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "backing.h"
 #include "buffer.h"
 #include "gpumem.pb-c.h"
 #include "log.h"
@@ -35,6 +36,12 @@
 
 #define HOST_GRANULARITY (2ull << 20)
 
+/* What reuse.c releases: destroy, pool bytes back. */
+static void reuse_release(void *ctx, gmd_mem *mem)
+{
+        backing_release(ctx, mem);
+}
+
 /* A session closed: drop its waiters and waits without answering, free
  * its buffers (settling their moves), release the VRAM kept for it. */
 static void session_release(gmd_session *s)
@@ -46,7 +53,7 @@ static void session_release(gmd_session *s)
         tiering_session_closed(s);
         list_for_each_safe(pos, tmp, &s->buffers)
                 move_free_buffer(server, container_of(pos, gmd_dbuffer, owner_link));
-        reuse_forget(server, s);
+        reuse_forget(&server->reuse, &s->reuse);
 }
 
 /* The devices' free memory is read again: what other programs use now
@@ -97,7 +104,8 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         list_init(&server->buffers);
         waitq_init(&server->waitq, loop, &server->pending,
                    &scheduler_waitq_ops, server);
-        list_init(&server->kept);
+        reuse_init(&server->reuse, config->swap_keep_vram, &server->stats,
+                   reuse_release, server);
         list_init(&server->close_pending);
         idmap_init(&server->buffers_by_id);
 
@@ -426,6 +434,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
         *old = next;
 
         log_set_level(old->log_level);
+        server->reuse.enabled = old->swap_keep_vram;
         for (unsigned i = 0; i < server->n_devices; i++) {
                 gmd_pool *p = &server->vram_pools[i];
 
@@ -458,7 +467,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
 
                 session_apply_config(s);
                 if (!config->swap_keep_vram)
-                        reuse_forget(server, s);
+                        reuse_forget(&server->reuse, &s->reuse);
         }
         pending_mark(&server->pending, PENDING_ROOM);
         log_info("reloaded the configuration");

@@ -163,7 +163,7 @@ static void render_copyqs(promtext *t, const gmd_server *server)
                         "next swap-ins (counted in the pool's used bytes).");
         for (unsigned i = 0; i < server->n_devices; i++)
                 promtext_printf(t, "gpumemd_vram_kept_bytes{device=\"%u\"} %"
-                                PRIu64 "\n", i, reuse_bytes(server, i));
+                                PRIu64 "\n", i, reuse_bytes(&server->reuse, i));
         promtext_family(t, "gpumemd_vram_kept_total", "counter",
                         "Kept VRAM by outcome: reused by a swap-in, or "
                         "released (room needed, client gone, nothing left to "

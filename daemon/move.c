@@ -330,10 +330,10 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 return -EAGAIN; /* a copy just failed: wait, do not spin */
         /* The VRAM its own last move out left, if kept: no scrub of
          * released memory competing with the copy, nothing to create. */
-        dst = reuse_take(server, b->owner, b->device, b->size);
+        dst = reuse_take(&server->reuse, &b->owner->reuse, b->device, b->size);
         kept = dst != NULL;
         if (!dst) {
-                r = reuse_pool_take(server, b->device, b->size);
+                r = reuse_pool_take(&server->reuse, pool, b->size);
                 if (r < 0)
                         return r;
         }
@@ -447,7 +447,7 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         /* Kept again only if it held nothing but the owner's bytes before:
          * new VRAM is not zeroed, and a cancelled copy filled part of it. */
         if (m->dst_from == MOVE_DST_KEPT)
-                reuse_keep(server, b->owner, m->copy.dst);
+                reuse_keep(&server->reuse, &b->owner->reuse, m->copy.dst);
         else
                 backing_release(server, m->copy.dst);
         b->move = NULL;
@@ -489,7 +489,7 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         /* VRAM it left is kept before anything else, so that the swap-in
          * an acquirer starts below copies into it. */
         if (old_tier == GMD_TIER_VRAM) {
-                reuse_keep(server, owner, old);
+                reuse_keep(&server->reuse, &owner->reuse, old);
                 old = NULL;
         }
         /* Answer whoever waits for this move first: releasing the old
@@ -507,7 +507,8 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         /* Back in VRAM, into kept memory or not: what its size keeps
          * beyond the buffers still out is of no use now. */
         if (b->tier == GMD_TIER_VRAM)
-                reuse_trim(server, owner, b->device, b->size);
+                reuse_trim(&server->reuse, &owner->reuse, b->device, b->size,
+                           buffer_count_out(owner, b->device, b->size));
         released_us = now_us();
         /* Where a move's time goes: queue and copy, the owner's remap, and
          * releasing the old backing. */

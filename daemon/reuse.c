@@ -10,61 +10,68 @@
 #include <stdlib.h>
 
 #include "backend.h"
-#include "backing.h"
-#include "buffer.h"
-#include "list.h"
-#include "log.h"
-#include "server.h"
-#include "session.h"
 
 typedef struct reuse_entry {
-        gmd_list link;              /* in server->kept, oldest first */
-        gmd_session *owner;
+        gmd_list link;              /* in reuse->kept, oldest first */
+        gmd_reuse_owner *owner;
         gmd_mem *mem;
 } reuse_entry;
 
+void reuse_init(gmd_reuse *r, bool enabled, gmd_stats *stats,
+                void (*release)(void *ctx, gmd_mem *mem), void *ctx)
+{
+        list_init(&r->kept);
+        for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
+                r->kept_on[d] = 0;
+        r->enabled = enabled;
+        r->stats = stats;
+        r->release = release;
+        r->ctx = ctx;
+}
+
 /* Unlink an entry and hand its memory to the caller. */
-static gmd_mem *entry_take(reuse_entry *e)
+static gmd_mem *entry_take(gmd_reuse *r, reuse_entry *e)
 {
         gmd_mem *mem = e->mem;
 
         list_remove(&e->link);
         e->owner->kept_bytes -= mem->size;
-        e->owner->server->kept_on[mem->device] -= mem->size;
+        r->kept_on[mem->device] -= mem->size;
         free(e);
         return mem;
 }
 
-static void entry_release(gmd_server *server, reuse_entry *e)
+static void entry_release(gmd_reuse *r, reuse_entry *e)
 {
-        backing_release(server, entry_take(e));
-        server->stats.vram_kept_released++;
+        r->release(r->ctx, entry_take(r, e));
+        r->stats->vram_kept_released++;
 }
 
-static bool entry_is(const reuse_entry *e, const gmd_session *owner,
+static bool entry_is(const reuse_entry *e, const gmd_reuse_owner *owner,
                      unsigned device, uint64_t size)
 {
         return e->owner == owner && e->mem->device == device &&
                e->mem->size == size;
 }
 
-void reuse_keep(gmd_server *server, gmd_session *owner, gmd_mem *mem)
+void reuse_keep(gmd_reuse *r, gmd_reuse_owner *owner, gmd_mem *mem)
 {
         reuse_entry *e;
 
-        if (!server->config.swap_keep_vram || owner->closing || mem->fd < 0 ||
-            mem->tier != GMD_TIER_VRAM || !(e = calloc(1, sizeof(*e)))) {
-                backing_release(server, mem);
+        if (!r->enabled || owner->gone || mem->fd < 0 ||
+            mem->tier != GMD_TIER_VRAM || mem->device >= GMD_MAX_DEVICES ||
+            !(e = calloc(1, sizeof(*e)))) {
+                r->release(r->ctx, mem);
                 return;
         }
         e->owner = owner;
         e->mem = mem;
-        list_add_tail(&server->kept, &e->link);
+        list_add_tail(&r->kept, &e->link);
         owner->kept_bytes += mem->size;
-        server->kept_on[mem->device] += mem->size;
+        r->kept_on[mem->device] += mem->size;
 }
 
-gmd_mem *reuse_take(gmd_server *server, gmd_session *owner, unsigned device,
+gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
                     uint64_t size)
 {
         gmd_list *pos;
@@ -72,63 +79,56 @@ gmd_mem *reuse_take(gmd_server *server, gmd_session *owner, unsigned device,
         if (!owner->kept_bytes)
                 return NULL;
         /* Newest first: the allocation a move just left. */
-        for (pos = server->kept.prev; pos != &server->kept; pos = pos->prev) {
+        for (pos = r->kept.prev; pos != &r->kept; pos = pos->prev) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
                 if (entry_is(e, owner, device, size)) {
-                        server->stats.vram_reused++;
-                        return entry_take(e);
+                        r->stats->vram_reused++;
+                        return entry_take(r, e);
                 }
         }
         return NULL;
 }
 
-int reuse_pool_take(gmd_server *server, unsigned device, uint64_t bytes)
+int reuse_pool_take(gmd_reuse *r, gmd_pool *pool, uint64_t bytes)
 {
-        gmd_pool *pool = server_vram_pool(server, device);
-        int r = pool_take(pool, bytes);
+        int rc = pool_take(pool, bytes);
 
-        if (r == -ENOSPC && reuse_make_room(server, device, bytes))
-                r = pool_take(pool, bytes);
-        return r;
+        if (rc == -ENOSPC && reuse_make_room(r, pool, bytes))
+                rc = pool_take(pool, bytes);
+        return rc;
 }
 
-bool reuse_make_room(gmd_server *server, unsigned device, uint64_t bytes)
+bool reuse_make_room(gmd_reuse *r, gmd_pool *pool, uint64_t bytes)
 {
-        gmd_pool *pool = server_vram_pool(server, device);
+        unsigned device = pool->device;
         gmd_list *pos, *tmp;
         bool released = false;
 
-        list_for_each_safe(pos, tmp, &server->kept) {
+        if (device >= GMD_MAX_DEVICES)
+                return false;
+        list_for_each_safe(pos, tmp, &r->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
-                if (pool_free(pool) >= bytes || !server->kept_on[device])
+                if (pool_free(pool) >= bytes || !r->kept_on[device])
                         break;
                 if (e->mem->device != device)
                         continue;
-                entry_release(server, e);
+                entry_release(r, e);
                 released = true;
         }
         return released;
 }
 
-void reuse_trim(gmd_server *server, gmd_session *owner, unsigned device,
-                uint64_t size)
+void reuse_trim(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
+                uint64_t size, unsigned out)
 {
-        unsigned out = 0;
         gmd_list *pos, *prev;
 
         if (!owner->kept_bytes)
                 return;
-        list_for_each(pos, &owner->buffers) {
-                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
-
-                if (b->tier == GMD_TIER_HOST && b->device == device &&
-                    b->size == size)
-                        out++;
-        }
         /* The newest `out` of that device and size stay; older ones go. */
-        for (pos = server->kept.prev; pos != &server->kept; pos = prev) {
+        for (pos = r->kept.prev; pos != &r->kept; pos = prev) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
                 prev = pos->prev;
@@ -137,25 +137,25 @@ void reuse_trim(gmd_server *server, gmd_session *owner, unsigned device,
                 if (out)
                         out--;
                 else
-                        entry_release(server, e);
+                        entry_release(r, e);
         }
 }
 
-void reuse_forget(gmd_server *server, gmd_session *owner)
+void reuse_forget(gmd_reuse *r, gmd_reuse_owner *owner)
 {
         gmd_list *pos, *tmp;
 
-        list_for_each_safe(pos, tmp, &server->kept) {
+        list_for_each_safe(pos, tmp, &r->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
                 if (!owner->kept_bytes)
                         break;
                 if (e->owner == owner)
-                        entry_release(server, e);
+                        entry_release(r, e);
         }
 }
 
-uint64_t reuse_bytes(const gmd_server *server, unsigned device)
+uint64_t reuse_bytes(const gmd_reuse *r, unsigned device)
 {
-        return device < GMD_MAX_DEVICES ? server->kept_on[device] : 0;
+        return device < GMD_MAX_DEVICES ? r->kept_on[device] : 0;
 }

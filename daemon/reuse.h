@@ -24,6 +24,11 @@
  * that device and size out on host memory (nothing left that could come
  * back into them), when the client disconnects, and when a reload sets
  * [swap] keep_vram = no (which turns it off).
+ *
+ * The daemon's side of it is a gmd_reuse in the server, each client's a
+ * gmd_reuse_owner in its session; the functions take those, a pool where
+ * bytes are counted, and release memory through the function the server
+ * gave (destroy the backing, give its bytes back to its pool).
  */
 #ifndef GMD_REUSE_H
 #define GMD_REUSE_H
@@ -31,38 +36,62 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef struct gmd_server gmd_server;
-typedef struct gmd_session gmd_session;
+#include "list.h"
+#include "pool.h"
+#include "server_limits.h"
+#include "stats.h"
+
 typedef struct gmd_mem gmd_mem;
+
+typedef struct gmd_reuse {
+        gmd_list kept;              /* reuse_entry, oldest first */
+        uint64_t kept_on[GMD_MAX_DEVICES];   /* their bytes per device */
+        bool enabled;               /* [swap] keep_vram */
+        gmd_stats *stats;           /* vram_reused, vram_kept_released */
+        /* Destroy `mem` and give its bytes back to its pool. */
+        void (*release)(void *ctx, gmd_mem *mem);
+        void *ctx;
+} gmd_reuse;
+
+/* One client's side. */
+typedef struct gmd_reuse_owner {
+        uint64_t kept_bytes;        /* VRAM kept for its swap-ins */
+        bool gone;                  /* closing: nothing more is kept */
+} gmd_reuse_owner;
+
+void reuse_init(gmd_reuse *reuse, bool enabled, gmd_stats *stats,
+                void (*release)(void *ctx, gmd_mem *mem), void *ctx);
 
 /* `mem`, the VRAM `owner`'s buffer just moved out of (its pool bytes still
  * taken), is no longer mapped by anyone: keep it for the owner, or release
- * it (destroy, pool bytes back) when keeping is off or it cannot be kept. */
-void reuse_keep(gmd_server *server, gmd_session *owner, gmd_mem *mem);
+ * it when keeping is off or it cannot be kept. */
+void reuse_keep(gmd_reuse *reuse, gmd_reuse_owner *owner, gmd_mem *mem);
 
 /* A kept allocation of exactly `size` bytes on `device` for `owner`, its
  * pool bytes with it, or NULL. */
-gmd_mem *reuse_take(gmd_server *server, gmd_session *owner, unsigned device,
+gmd_mem *reuse_take(gmd_reuse *reuse, gmd_reuse_owner *owner, unsigned device,
                     uint64_t size);
 
-/* pool_take on `device`'s VRAM pool, releasing kept memory first when it
- * is short (reuse_make_room): 0, or -ENOSPC with nothing taken. */
-int reuse_pool_take(gmd_server *server, unsigned device, uint64_t bytes);
+/* pool_take on `pool` (a device's VRAM), releasing kept memory of its
+ * device first when it is short (reuse_make_room): 0, or -ENOSPC with
+ * nothing taken. */
+int reuse_pool_take(gmd_reuse *reuse, gmd_pool *pool, uint64_t bytes);
 
-/* Release kept memory on `device`, oldest first, until its VRAM pool has
+/* Release kept memory of `pool`'s device, oldest first, until the pool has
  * `bytes` free or nothing is kept there. Returns whether it released any. */
-bool reuse_make_room(gmd_server *server, unsigned device, uint64_t bytes);
+bool reuse_make_room(gmd_reuse *reuse, gmd_pool *pool, uint64_t bytes);
 
 /* Release, oldest first, what `owner` keeps of `size` bytes on `device`
- * beyond its buffers of that device and size on host memory. Call when one
- * of those buffers came back or was freed. */
-void reuse_trim(gmd_server *server, gmd_session *owner, unsigned device,
-                uint64_t size);
+ * beyond `out`, the number of its buffers of that device and size on host
+ * memory (buffer_count_out). Call when one of those came back or was
+ * freed. */
+void reuse_trim(gmd_reuse *reuse, gmd_reuse_owner *owner, unsigned device,
+                uint64_t size, unsigned out);
 
 /* Release everything `owner` keeps (it is going away). */
-void reuse_forget(gmd_server *server, gmd_session *owner);
+void reuse_forget(gmd_reuse *reuse, gmd_reuse_owner *owner);
 
 /* Bytes kept on `device`, all clients. */
-uint64_t reuse_bytes(const gmd_server *server, unsigned device);
+uint64_t reuse_bytes(const gmd_reuse *reuse, unsigned device);
 
 #endif

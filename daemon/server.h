@@ -20,6 +20,7 @@
 #include "list.h"
 #include "pending.h"
 #include "pool.h"
+#include "reuse.h"
 #include "server_limits.h"
 #include "stats.h"
 #include "waitq.h"
@@ -54,8 +55,7 @@ typedef struct gmd_server {
         uint64_t next_buffer_id;
 
         gmd_waitq waitq;              /* VRAM requests waiting (waitq.h) */
-        gmd_list kept;                /* VRAM kept for swap-ins (reuse.h) */
-        uint64_t kept_on[GMD_MAX_DEVICES];   /* its bytes per device */
+        gmd_reuse reuse;              /* VRAM kept for swap-ins (reuse.h) */
 
         gmd_pending pending;          /* work marked for the scheduling
                                        * pass (scheduler.h) */

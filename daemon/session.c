@@ -137,7 +137,7 @@ static void session_on_closed(uv_handle_t *handle)
 void session_close(gmd_session *s, const char *reason)
 {
         gmd_server *server = s->server;
-        uint64_t bytes = s->bytes, kept = s->kept_bytes;
+        uint64_t bytes = s->bytes, kept = s->reuse.kept_bytes;
         unsigned n_buffers = s->n_buffers;
         gmd_list *pos, *tmp;
         char who[128];
@@ -145,6 +145,7 @@ void session_close(gmd_session *s, const char *reason)
         if (s->closing)
                 return;
         s->closing = true;
+        s->reuse.gone = true;
         if (s->close_pending) {
                 s->close_pending = false;
                 list_remove(&s->close_link);

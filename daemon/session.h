@@ -17,6 +17,7 @@
 
 #include "list.h"
 #include "quota.h"
+#include "reuse.h"
 #include "result.h"
 #include "server_limits.h"
 #include "waitq.h"
@@ -49,7 +50,7 @@ typedef struct gmd_session {
         unsigned n_buffers;
         uint64_t bytes;
         uint64_t tier_bytes[2];     /* by gmd_tier */
-        uint64_t kept_bytes;        /* VRAM kept for its swap-ins (reuse.h) */
+        gmd_reuse_owner reuse;      /* VRAM kept for its swap-ins (reuse.h) */
         uint64_t parked_bytes;      /* of `bytes`, parked in its mapping cache */
         unsigned n_parked;
         uint64_t parked_on[GMD_MAX_DEVICES];      /* parked bytes per device */

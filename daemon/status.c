@@ -68,7 +68,7 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
                         pools[i].bytes_in = q->bytes[GMD_COPY_IN];
                         pools[i].copy_us_out = q->busy_us[GMD_COPY_OUT];
                         pools[i].copy_us_in = q->busy_us[GMD_COPY_IN];
-                        pools[i].kept = reuse_bytes(server, i);
+                        pools[i].kept = reuse_bytes(&server->reuse, i);
                         if (server->backend->ops->arena_info) {
                                 gmd_arena_info arena;
 
