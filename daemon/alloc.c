@@ -55,7 +55,7 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
         case QUOTA_REFUSED:
                 return -EDQUOT;
         case QUOTA_PARKED:
-                parking_reclaim_user(server, s->uid);
+                parking_reclaim_user(&server->sessions, server->n_devices, s->uid);
                 return -ENOSPC;
         case QUOTA_OK:
                 break;
@@ -172,16 +172,16 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                                     "%s is larger than the whole %s pool (%s); "
                                     "ask for less or raise --vram-limit",
                                     asked, name, cap);
-        if (s->n_buffers - s->n_parked >= server->config.max_buffers_per_client)
+        if (s->n_buffers - s->parking.n >= server->config.max_buffers_per_client)
                 return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
                                     "this client already holds %u buffers, the most "
                                     "[limits] max_buffers_per_client allows",
-                                    s->n_buffers - s->n_parked);
+                                    s->n_buffers - s->parking.n);
         verdict = alloc_quota(s, size, GMD_TIER_VRAM, ret);
         if (verdict == QUOTA_REFUSED)
                 return OUTCOME_ERROR;
         if (verdict == QUOTA_PARKED)
-                parking_reclaim_user(server, s->uid);
+                parking_reclaim_user(&server->sessions, server->n_devices, s->uid);
         /* Behind requests already waiting on this device, never past them. */
         if (verdict == QUOTA_OK && waitq_demand(&server->waitq, m->device) == 0) {
                 r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_VRAM,
@@ -203,7 +203,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         if (timeout_ms == 0 &&
             (verdict == QUOTA_PARKED ||
              pool_free(pool) + reuse_bytes(&server->reuse, m->device) +
-             parking_reclaimable(server, m->device) +
+             parking_reclaimable(&server->sessions, m->device) +
              evict_evictable(server, m->device) >= size + waitq_demand(&server->waitq, m->device)))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {

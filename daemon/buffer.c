@@ -11,6 +11,7 @@
 
 #include "backing.h"
 #include "log.h"
+#include "parking.h"
 #include "pending.h"
 #include "reuse.h"
 #include "server.h"
@@ -80,21 +81,9 @@ void buffer_park(gmd_dbuffer *b, bool parked)
                 return;
         b->parked = parked;
         b->acquired = !parked;    /* an allocation hands it out acquired */
-        if (parked) {
-                b->owner->parked_bytes += b->size;
-                b->owner->parked_on[b->device] += b->size;
-                b->owner->n_parked++;
+        parking_mark(&b->owner->parking, b->device, b->size, parked);
+        if (parked)
                 b->released_ms = now_ms();
-        } else {
-                gmd_session *o = b->owner;
-
-                o->parked_bytes -= b->size;
-                o->parked_on[b->device] -= b->size;
-                o->n_parked--;
-                /* What was asked back cannot be more than what is parked. */
-                if (o->reclaim_asked[b->device] > o->parked_on[b->device])
-                        o->reclaim_asked[b->device] = o->parked_on[b->device];
-        }
 }
 
 void buffer_free(gmd_server *server, gmd_dbuffer *b)

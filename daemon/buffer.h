@@ -65,7 +65,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
 void buffer_free(gmd_server *server, gmd_dbuffer *buffer);
 
 /* Mark a buffer parked in (or taken back out of) its client's cache of
- * idle mappings, keeping the owner's parked_bytes right. */
+ * idle mappings, keeping the owner's parked counts right (parking.h). */
 void buffer_park(gmd_dbuffer *buffer, bool parked);
 
 /* Keep `event` (a reference the caller hands over; NULL: none) as the

@@ -114,9 +114,10 @@ bool evict_balance(gmd_server *server)
                         if (room >= demand)
                                 continue;
                 }
-                parked = parking_reclaimable(server, d);
+                parked = parking_reclaimable(&server->sessions, d);
                 if (parked) {
-                        parking_reclaim(server, d, demand - room);
+                        parking_reclaim(&server->sessions, server->n_sessions, d,
+                                        demand - room);
                         room += parked;
                 }
                 if (room < demand && server_can_move(server))

@@ -5,36 +5,49 @@
  * shape, with no round trip; the daemon keeps counting it as the client's.
  * When an allocation finds no room, the daemon asks the clients holding
  * parked buffers on that device to return them, lowest priority first.
+ *
+ * A client's side is a gmd_parking_owner in its session; the messages
+ * (MSG_PARK, MSG_UNPARK, MSG_RETURN) are handled in request.c.
  */
 #ifndef GMD_PARKING_H
 #define GMD_PARKING_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "gpumem.pb-c.h"
-#include "result.h"
+#include "list.h"
+#include "server_limits.h"
 
-typedef struct gmd_server gmd_server;
-typedef struct gmd_session gmd_session;
+/* One client's parked buffers. */
+typedef struct gmd_parking_owner {
+        uint64_t bytes;                     /* parked, all devices */
+        unsigned n;                         /* buffers parked */
+        uint64_t on[GMD_MAX_DEVICES];       /* parked bytes per device */
+        uint64_t asked[GMD_MAX_DEVICES];    /* asked back, not returned */
+} gmd_parking_owner;
 
-/* MSG_PARK, MSG_UNPARK and MSG_RETURN: notifications (OUTCOME_NONE). */
-gmd_outcome parking_handle_park(gmd_session *session, uint32_t request_id,
-                                const Gmd__BufferList *list, gmd_result *ret);
-gmd_outcome parking_handle_unpark(gmd_session *session, uint32_t request_id,
-                                  const Gmd__BufferList *list, gmd_result *ret);
-gmd_outcome parking_handle_return(gmd_session *session, uint32_t request_id,
-                                  const Gmd__BufferList *list, gmd_result *ret);
+/* A buffer of `size` bytes on `device` was parked (or taken back out). */
+void parking_mark(gmd_parking_owner *owner, unsigned device, uint64_t size,
+                  bool parked);
 
-/* Bytes parked on `device` by all clients. */
-uint64_t parking_reclaimable(gmd_server *server, unsigned device);
+/* Count `bytes` more of `device` as asked back (0: all not asked yet),
+ * never more than is parked and not asked; returns what to ask for. */
+uint64_t parking_ask(gmd_parking_owner *owner, unsigned device, uint64_t bytes);
 
-/* Ask every client of `uid` for all it has parked (its quota is full). */
-void parking_reclaim_user(gmd_server *server, uid_t uid);
+/* A parked buffer of `size` bytes on `device` came back (MSG_RETURN). */
+void parking_returned(gmd_parking_owner *owner, unsigned device, uint64_t size);
 
-/* Ask clients for at least `bytes` of parked memory on `device`, lowest
+/* Bytes parked on `device` by all `sessions` (gmd_session links). */
+uint64_t parking_reclaimable(const gmd_list *sessions, unsigned device);
+
+/* Ask every session of `uid` for all it has parked (its quota is full). */
+void parking_reclaim_user(gmd_list *sessions, unsigned n_devices, uid_t uid);
+
+/* Ask sessions for at least `bytes` of parked memory on `device`, lowest
  * priority first, not counting what was asked already and is on its way
  * back. */
-void parking_reclaim(gmd_server *server, unsigned device, uint64_t bytes);
+void parking_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
+                     uint64_t bytes);
 
 #endif

@@ -157,6 +157,113 @@ static gmd_outcome handle_release(gmd_session *s, uint32_t id,
         return OUTCOME_OK;
 }
 
+/* ---- the cache of idle mappings (parking.h) ----------------------------
+ *
+ * Messages name buffers by id; an id that is not the client's or not in the
+ * state the message expects is ignored with a debug line rather than
+ * treated as an attack: a drain or a reclaim may cross a park in flight,
+ * and both sides then agree once each has read the other's message.
+ *
+ * A client may list at most this many buffers in one message; more is a
+ * protocol error (the packet bound keeps it far lower anyway). */
+#define PARKING_MAX_IDS 8192
+
+static bool park_list_ok(gmd_session *s, const Gmd__BufferList *list, uint16_t type)
+{
+        if (list->n_buffer_ids > PARKING_MAX_IDS) {
+                session_protocol_error(s, "too many buffer ids", type);
+                return false;
+        }
+        return true;
+}
+
+static gmd_outcome handle_park(gmd_session *s, uint32_t id,
+                               const Gmd__BufferList *list, gmd_result *ret)
+{
+        gmd_server *server = s->server;
+        bool parked_any = false;
+
+        (void)id;
+        (void)ret;
+        if (!park_list_ok(s, list, GMD__MSG_TYPE__MSG_PARK))
+                return OUTCOME_NONE;
+        for (size_t i = 0; i < list->n_buffer_ids; i++) {
+                gmd_dbuffer *b = buffer_find(server, s, list->buffer_ids[i]);
+
+                /* Legacy IPC buffers cannot be parked: the client closes
+                 * them, and they are never in its cache. */
+                if (!b || b->parked || !b->mem || b->mem->fd < 0) {
+                        log_debug("client %llu: park of buffer %llu ignored",
+                                  (unsigned long long)s->id,
+                                  (unsigned long long)list->buffer_ids[i]);
+                        continue;
+                }
+                /* A move under way stops if its copy has not ended (the
+                 * buffer stays in VRAM, where a cached buffer belongs); one
+                 * whose remap is already on its way ends as usual, and the
+                 * client's cache returns a buffer it finds on host memory.
+                 * Never revoke here: the application may already have it
+                 * back from the cache. */
+                if (move_busy(b))
+                        move_cancel(s->server, b);
+                buffer_park(b, true);
+                parked_any = true;
+        }
+        /* Someone may already wait for the room this holds: let the
+         * evictor ask for it back at once. */
+        if (parked_any && !waitq_empty(&server->waitq))
+                pending_mark(&server->pending, PENDING_EVICT);
+        return OUTCOME_NONE;
+}
+
+static gmd_outcome handle_unpark(gmd_session *s, uint32_t id,
+                                 const Gmd__BufferList *list, gmd_result *ret)
+{
+        (void)id;
+        (void)ret;
+        if (!park_list_ok(s, list, GMD__MSG_TYPE__MSG_UNPARK))
+                return OUTCOME_NONE;
+        for (size_t i = 0; i < list->n_buffer_ids; i++) {
+                gmd_dbuffer *b = buffer_find(s->server, s, list->buffer_ids[i]);
+
+                if (!b || !b->parked) {
+                        log_debug("client %llu: unpark of buffer %llu ignored",
+                                  (unsigned long long)s->id,
+                                  (unsigned long long)list->buffer_ids[i]);
+                        continue;
+                }
+                buffer_park(b, false);
+        }
+        return OUTCOME_NONE;
+}
+
+static gmd_outcome handle_return(gmd_session *s, uint32_t id,
+                                 const Gmd__BufferList *list, gmd_result *ret)
+{
+        unsigned n = 0;
+
+        (void)id;
+        (void)ret;
+        if (!park_list_ok(s, list, GMD__MSG_TYPE__MSG_RETURN))
+                return OUTCOME_NONE;
+        for (size_t i = 0; i < list->n_buffer_ids; i++) {
+                gmd_dbuffer *b = buffer_find(s->server, s, list->buffer_ids[i]);
+
+                /* Only parked buffers come back this way: the client has
+                 * unmapped them. */
+                if (!b || !b->parked)
+                        continue;
+                parking_returned(&s->parking, b->device, b->size);
+                move_free_buffer(s->server, b);
+                n++;
+        }
+        if (n) {
+                log_debug("client %llu returned %u parked buffers",
+                          (unsigned long long)s->id, n);
+        }
+        return OUTCOME_NONE;
+}
+
 /* One row per request type: how to decode it and what to do with it. */
 typedef gmd_outcome (*handler_fn)(gmd_session *s, uint32_t id, const void *msg,
                                   gmd_result *ret);
@@ -190,9 +297,9 @@ static const request_type request_types[] = {
         ROW(MSG_PREFETCH, gmd__move_request__descriptor, tiering_handle_prefetch, true, true),
         ROW(MSG_WAIT, gmd__wait_request__descriptor, tiering_handle_wait, true, true),
         ROW(MSG_ADMIN, gmd__admin_request__descriptor, admin_handle, true, true),
-        ROW(MSG_PARK, gmd__buffer_list__descriptor, parking_handle_park, true, false),
-        ROW(MSG_UNPARK, gmd__buffer_list__descriptor, parking_handle_unpark, true, false),
-        ROW(MSG_RETURN, gmd__buffer_list__descriptor, parking_handle_return, true, false),
+        ROW(MSG_PARK, gmd__buffer_list__descriptor, handle_park, true, false),
+        ROW(MSG_UNPARK, gmd__buffer_list__descriptor, handle_unpark, true, false),
+        ROW(MSG_RETURN, gmd__buffer_list__descriptor, handle_return, true, false),
 };
 
 void request_handle(gmd_session *s, gmd_wire_packet *packet)

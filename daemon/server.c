@@ -30,9 +30,9 @@ void server_user_usage(gmd_server *server, uid_t uid, gmd_usage *ret_usage)
                 u.bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM];
                 u.bytes[GMD_TIER_HOST] += s->tier_bytes[GMD_TIER_HOST];
                 /* Only VRAM-resident buffers are ever parked (parking.c). */
-                u.parked += s->parked_bytes;
+                u.parked += s->parking.bytes;
                 u.buffers += s->n_buffers;
-                u.parked_buffers += s->n_parked;
+                u.parked_buffers += s->parking.n;
         }
         *ret_usage = u;
 }

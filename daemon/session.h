@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "list.h"
+#include "parking.h"
 #include "quota.h"
 #include "reuse.h"
 #include "result.h"
@@ -51,10 +52,8 @@ typedef struct gmd_session {
         uint64_t bytes;
         uint64_t tier_bytes[2];     /* by gmd_tier */
         gmd_reuse_owner reuse;      /* VRAM kept for its swap-ins (reuse.h) */
-        uint64_t parked_bytes;      /* of `bytes`, parked in its mapping cache */
-        unsigned n_parked;
-        uint64_t parked_on[GMD_MAX_DEVICES];      /* parked bytes per device */
-        uint64_t reclaim_asked[GMD_MAX_DEVICES];  /* asked back, not returned */
+        gmd_parking_owner parking;  /* of `bytes`, parked in its mapping
+                                     * cache (parking.h) */
         gmd_waitq_owner waitq;      /* its allocations waiting (waitq.h) */
 
         gmd_waits waits;            /* MSG_WAITs waiting for moves (waits.h) */

@@ -108,7 +108,7 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
                 clients[n].bytes = c->bytes;
                 clients[n].priority = c->priority;
                 clients[n].waiting = c->waitq.n_waiting;
-                clients[n].parked_bytes = c->parked_bytes;
+                clients[n].parked_bytes = c->parking.bytes;
                 clients[n].vram_bytes = c->tier_bytes[GMD_TIER_VRAM];
                 clients[n].host_bytes = c->tier_bytes[GMD_TIER_HOST];
                 if (may_see_details(s, c)) {

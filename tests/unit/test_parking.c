@@ -1,0 +1,116 @@
+/*
+ * test_parking — daemon/parking.c's accounting of a client's parked
+ * buffers, on its own: no socket, no daemon. What is parked per device,
+ * what was asked back (never twice for the same bytes, never more than is
+ * parked), what came back, and the bytes all sessions hold parked.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "parking.h"
+#include "session.h"
+
+#define MIB (1ull << 20)
+
+static void test_mark(void **state)
+{
+        gmd_parking_owner o;
+
+        (void)state;
+        memset(&o, 0, sizeof(o));
+        parking_mark(&o, 0, 4 * MIB, true);
+        parking_mark(&o, 1, 2 * MIB, true);
+        parking_mark(&o, 0, 4 * MIB, true);
+        assert_int_equal(o.bytes, 10 * MIB);
+        assert_int_equal(o.n, 3);
+        assert_int_equal(o.on[0], 8 * MIB);
+        assert_int_equal(o.on[1], 2 * MIB);
+        parking_mark(&o, 0, 4 * MIB, false);
+        assert_int_equal(o.bytes, 6 * MIB);
+        assert_int_equal(o.n, 2);
+        assert_int_equal(o.on[0], 4 * MIB);
+}
+
+static void test_ask_never_twice(void **state)
+{
+        gmd_parking_owner o;
+
+        (void)state;
+        memset(&o, 0, sizeof(o));
+        parking_mark(&o, 0, 4 * MIB, true);
+        parking_mark(&o, 0, 4 * MIB, true);
+        assert_int_equal(parking_ask(&o, 0, 3 * MIB), 3 * MIB);
+        assert_int_equal(parking_ask(&o, 0, 10 * MIB), 5 * MIB);   /* what is left */
+        assert_int_equal(parking_ask(&o, 0, 1 * MIB), 0);
+        assert_int_equal(parking_ask(&o, 1, 0), 0);                 /* nothing there */
+        assert_int_equal(o.asked[0], 8 * MIB);
+}
+
+static void test_ask_all(void **state)
+{
+        gmd_parking_owner o;
+
+        (void)state;
+        memset(&o, 0, sizeof(o));
+        parking_mark(&o, 1, 6 * MIB, true);
+        assert_int_equal(parking_ask(&o, 1, 0), 6 * MIB);
+}
+
+static void test_returned_and_unparked(void **state)
+{
+        gmd_parking_owner o;
+
+        (void)state;
+        memset(&o, 0, sizeof(o));
+        parking_mark(&o, 0, 4 * MIB, true);
+        parking_mark(&o, 0, 4 * MIB, true);
+        parking_ask(&o, 0, 0);
+        /* One came back: asked for the other only. */
+        parking_returned(&o, 0, 4 * MIB);
+        parking_mark(&o, 0, 4 * MIB, false);
+        assert_int_equal(o.asked[0], 4 * MIB);
+        /* The other was unparked by its client instead: what was asked
+         * back cannot be more than what is parked. */
+        parking_mark(&o, 0, 4 * MIB, false);
+        assert_int_equal(o.asked[0], 0);
+        parking_returned(&o, 0, 4 * MIB);
+        assert_int_equal(o.asked[0], 0);
+}
+
+static void test_reclaimable_over_sessions(void **state)
+{
+        gmd_session a, b;
+        gmd_list sessions;
+
+        (void)state;
+        memset(&a, 0, sizeof(a));
+        memset(&b, 0, sizeof(b));
+        list_init(&sessions);
+        list_add_tail(&sessions, &a.link);
+        list_add_tail(&sessions, &b.link);
+        parking_mark(&a.parking, 0, 2 * MIB, true);
+        parking_mark(&b.parking, 0, 6 * MIB, true);
+        parking_mark(&b.parking, 1, 8 * MIB, true);
+        assert_int_equal(parking_reclaimable(&sessions, 0), 8 * MIB);
+        assert_int_equal(parking_reclaimable(&sessions, 1), 8 * MIB);
+        assert_int_equal(parking_reclaimable(&sessions, 2), 0);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_mark),
+                cmocka_unit_test(test_ask_never_twice),
+                cmocka_unit_test(test_ask_all),
+                cmocka_unit_test(test_returned_and_unparked),
+                cmocka_unit_test(test_reclaimable_over_sessions),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
