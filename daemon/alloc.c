@@ -35,7 +35,7 @@ static quota_verdict alloc_quota(gmd_session *s, uint64_t size, gmd_tier tier,
 
         if (!quota_applies(&s->limits, tier))
                 return QUOTA_OK;
-        server_user_usage(s->server, s->uid, &u);
+        session_user_usage(&s->server->sessions, s->uid, &u);
         return quota_check(&s->limits, s->uid, &u, size, tier, ret);
 }
 
@@ -55,7 +55,7 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
         case QUOTA_REFUSED:
                 return -EDQUOT;
         case QUOTA_PARKED:
-                parking_reclaim_user(&server->sessions, server->n_devices, s->uid);
+                evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
                 return -ENOSPC;
         case QUOTA_OK:
                 break;
@@ -181,7 +181,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         if (verdict == QUOTA_REFUSED)
                 return OUTCOME_ERROR;
         if (verdict == QUOTA_PARKED)
-                parking_reclaim_user(&server->sessions, server->n_devices, s->uid);
+                evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
         /* Behind requests already waiting on this device, never past them. */
         if (verdict == QUOTA_OK && waitq_demand(&server->waitq, m->device) == 0) {
                 r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_VRAM,
@@ -203,7 +203,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         if (timeout_ms == 0 &&
             (verdict == QUOTA_PARKED ||
              pool_free(pool) + reuse_bytes(&server->reuse, m->device) +
-             parking_reclaimable(&server->sessions, m->device) +
+             evict_reclaimable(&server->sessions, m->device) +
              evict_evictable(server, m->device) >= size + waitq_demand(&server->waitq, m->device)))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {

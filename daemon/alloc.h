@@ -14,10 +14,6 @@
 
 typedef struct gmd_session gmd_session;
 
-/* How long a no-wait allocation may wait for room that idle buffers hold
- * (moved to host memory) or clients' caches hold (handed back). */
-#define GMD_RECLAIM_GRACE_MS 1000
-
 /* Handle MSG_ALLOC: OUTCOME_ANSWERED (its AllocReply was sent),
  * OUTCOME_ERROR (`ret` says why) or OUTCOME_LATER (it waits for room). */
 gmd_outcome alloc_handle(gmd_session *session, uint32_t request_id,

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "buffer.h"
+#include "gpumem.pb-c.h"
 #include "log.h"
 #include "move.h"
 #include "parking.h"
@@ -37,6 +38,83 @@ uint64_t evict_evictable(gmd_server *server, unsigned device)
         return bytes < pool_free(&server->host_pool) ? bytes :
                pool_free(&server->host_pool);
 }
+
+/* ---- parked buffers ---------------------------------------------------- */
+
+uint64_t evict_reclaimable(const gmd_list *sessions, unsigned device)
+{
+        uint64_t bytes = 0;
+        const gmd_list *pos;
+
+        list_for_each(pos, sessions)
+                bytes += container_of(pos, gmd_session, link)->parking.on[device];
+        return bytes;
+}
+
+/* Ask one session for up to `bytes` of what it has parked on `device` and
+ * was not asked for yet. Returns what was asked. */
+static uint64_t reclaim_from(gmd_session *s, unsigned device, uint64_t bytes)
+{
+        Gmd__ReclaimNotify note = GMD__RECLAIM_NOTIFY__INIT;
+
+        if (s->closing || s->parking.on[device] == s->parking.asked[device])
+                return 0;
+        note.device = device;
+        note.bytes = parking_ask(&s->parking, device, bytes);
+        log_debug("asking client %llu for %llu parked bytes on device %u",
+                  (unsigned long long)s->id, (unsigned long long)note.bytes, device);
+        session_send(s, GMD__MSG_TYPE__MSG_RECLAIM, 0, &note.base, NULL, 0);
+        return note.bytes;
+}
+
+void evict_reclaim_user(gmd_list *sessions, unsigned n_devices, uid_t uid)
+{
+        gmd_list *pos;
+
+        list_for_each(pos, sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (s->uid != uid || !s->parking.bytes)
+                        continue;
+                for (unsigned d = 0; d < n_devices; d++)
+                        reclaim_from(s, d, 0);
+        }
+}
+
+static int by_priority(const void *a, const void *b)
+{
+        const gmd_session *x = *(gmd_session *const *)a, *y = *(gmd_session *const *)b;
+
+        return (x->priority > y->priority) - (x->priority < y->priority);
+}
+
+void evict_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
+                     uint64_t bytes)
+{
+        gmd_session **order;
+        unsigned n = 0;
+        gmd_list *pos;
+
+        order = calloc(n_sessions ? n_sessions : 1, sizeof(*order));
+        if (!order)
+                return;
+        list_for_each(pos, sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (s->parking.on[device] > s->parking.asked[device] &&
+                    n < n_sessions)
+                        order[n++] = s;
+        }
+        qsort(order, n, sizeof(*order), by_priority);
+        for (unsigned i = 0; i < n && bytes > 0; i++) {
+                uint64_t asked = reclaim_from(order[i], device, bytes);
+
+                bytes = bytes > asked ? bytes - asked : 0;
+        }
+        free(order);
+}
+
+/* ---- moving idle buffers out ------------------------------------------- */
 
 static int by_victim_order(const void *x, const void *y)
 {
@@ -114,9 +192,9 @@ bool evict_balance(gmd_server *server)
                         if (room >= demand)
                                 continue;
                 }
-                parked = parking_reclaimable(&server->sessions, d);
+                parked = evict_reclaimable(&server->sessions, d);
                 if (parked) {
-                        parking_reclaim(&server->sessions, server->n_sessions, d,
+                        evict_reclaim(&server->sessions, server->n_sessions, d,
                                         demand - room);
                         room += parked;
                 }

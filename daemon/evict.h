@@ -12,6 +12,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+#include "list.h"
 
 typedef struct gmd_server gmd_server;
 typedef struct gmd_dbuffer gmd_dbuffer;
@@ -20,6 +23,18 @@ typedef struct gmd_dbuffer gmd_dbuffer;
  * (the scheduling pass, after PENDING_EVICT). Returns whether it released
  * kept VRAM, so that the pass serves the wait queue again. */
 bool evict_balance(gmd_server *server);
+
+/* Bytes parked on `device` by all `sessions` (gmd_session links). */
+uint64_t evict_reclaimable(const gmd_list *sessions, unsigned device);
+
+/* Ask every session of `uid` for all it has parked (its quota is full). */
+void evict_reclaim_user(gmd_list *sessions, unsigned n_devices, uid_t uid);
+
+/* Ask sessions for at least `bytes` of parked memory on `device`, lowest
+ * priority first, not counting what was asked already and is on its way
+ * back. */
+void evict_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
+                   uint64_t bytes);
 
 /* Bytes of VRAM on `device` that eviction could free now. */
 uint64_t evict_evictable(gmd_server *server, unsigned device);

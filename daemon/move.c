@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
 #include "backing.h"
 #include "buffer.h"
 #include "log.h"
@@ -21,6 +20,7 @@
 #include "placement.h"
 #include "reuse.h"
 #include "server.h"
+#include "server_limits.h"
 #include "session.h"
 #include "timeutil.h"
 

@@ -7,7 +7,8 @@
  * parked buffers on that device to return them, lowest priority first.
  *
  * A client's side is a gmd_parking_owner in its session; the messages
- * (MSG_PARK, MSG_UNPARK, MSG_RETURN) are handled in request.c.
+ * (MSG_PARK, MSG_UNPARK, MSG_RETURN) are handled in request.c, and asking
+ * clients for their parked buffers is the evictor's (evict.h).
  */
 #ifndef GMD_PARKING_H
 #define GMD_PARKING_H
@@ -16,7 +17,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "list.h"
 #include "server_limits.h"
 
 /* One client's parked buffers. */
@@ -37,17 +37,5 @@ uint64_t parking_ask(gmd_parking_owner *owner, unsigned device, uint64_t bytes);
 
 /* A parked buffer of `size` bytes on `device` came back (MSG_RETURN). */
 void parking_returned(gmd_parking_owner *owner, unsigned device, uint64_t size);
-
-/* Bytes parked on `device` by all `sessions` (gmd_session links). */
-uint64_t parking_reclaimable(const gmd_list *sessions, unsigned device);
-
-/* Ask every session of `uid` for all it has parked (its quota is full). */
-void parking_reclaim_user(gmd_list *sessions, unsigned n_devices, uid_t uid);
-
-/* Ask sessions for at least `bytes` of parked memory on `device`, lowest
- * priority first, not counting what was asked already and is on its way
- * back. */
-void parking_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
-                     uint64_t bytes);
 
 #endif

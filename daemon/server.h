@@ -85,8 +85,6 @@ typedef struct gmd_server {
         uint8_t tx[GMD_WIRE_MAX_PAYLOAD];
 } gmd_server;
 
-/* What all clients of one user hold together (quota.h's gmd_usage). */
-void server_user_usage(gmd_server *server, uid_t uid, gmd_usage *ret_usage);
 
 /* Can this backend move buffers between tiers? */
 static inline bool server_can_move(const gmd_server *server)

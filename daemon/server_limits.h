@@ -8,4 +8,10 @@
  * device bit mask hold this many. More are left unused, with a warning. */
 #define GMD_MAX_DEVICES 64
 
+/* How long a no-wait request (an allocation, an acquire) may wait for
+ * room that idle buffers hold (moved to host memory) or clients' caches
+ * hold (handed back), or for the one round trip that undoes an early
+ * remap. */
+#define GMD_RECLAIM_GRACE_MS 1000
+
 #endif

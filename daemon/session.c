@@ -364,3 +364,24 @@ static void session_on_poll(uv_poll_t *handle, int status, int events)
         if (!s->closing && (events & (UV_READABLE | UV_DISCONNECT)))
                 session_read(s);
 }
+
+void session_user_usage(const gmd_list *sessions, uid_t uid, gmd_usage *ret_usage)
+{
+        gmd_usage u = { { 0, 0 }, 0, 0, 0 };
+        const gmd_list *pos;
+
+        list_for_each(pos, sessions) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (s->uid != uid)
+                        continue;
+                u.bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM];
+                u.bytes[GMD_TIER_HOST] += s->tier_bytes[GMD_TIER_HOST];
+                /* Only VRAM-resident buffers are ever parked (parking.c). */
+                u.parked += s->parking.bytes;
+                u.buffers += s->n_buffers;
+                u.parked_buffers += s->parking.n;
+        }
+        *ret_usage = u;
+}
+

@@ -108,6 +108,10 @@ int session_answer(gmd_session *session, uint32_t request_id,
  * maximum unless an admin set it. */
 void session_apply_config(gmd_session *session);
 
+/* What all `sessions` (gmd_session links) of user `uid` hold together. */
+void session_user_usage(const gmd_list *sessions, uid_t uid,
+                        gmd_usage *ret_usage);
+
 /* "client 3 (pid 1234, uid 1000, trainer)" for log lines. */
 const char *session_describe(const gmd_session *session, char *buf, size_t len);
 

@@ -2,7 +2,7 @@
  * test_parking — daemon/parking.c's accounting of a client's parked
  * buffers, on its own: no socket, no daemon. What is parked per device,
  * what was asked back (never twice for the same bytes, never more than is
- * parked), what came back, and the bytes all sessions hold parked.
+ * parked), and what came back.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -14,7 +14,6 @@
 #include <cmocka.h>
 
 #include "parking.h"
-#include "session.h"
 
 #define MIB (1ull << 20)
 
@@ -83,25 +82,6 @@ static void test_returned_and_unparked(void **state)
         assert_int_equal(o.asked[0], 0);
 }
 
-static void test_reclaimable_over_sessions(void **state)
-{
-        gmd_session a, b;
-        gmd_list sessions;
-
-        (void)state;
-        memset(&a, 0, sizeof(a));
-        memset(&b, 0, sizeof(b));
-        list_init(&sessions);
-        list_add_tail(&sessions, &a.link);
-        list_add_tail(&sessions, &b.link);
-        parking_mark(&a.parking, 0, 2 * MIB, true);
-        parking_mark(&b.parking, 0, 6 * MIB, true);
-        parking_mark(&b.parking, 1, 8 * MIB, true);
-        assert_int_equal(parking_reclaimable(&sessions, 0), 8 * MIB);
-        assert_int_equal(parking_reclaimable(&sessions, 1), 8 * MIB);
-        assert_int_equal(parking_reclaimable(&sessions, 2), 0);
-}
-
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -109,7 +89,6 @@ int main(void)
                 cmocka_unit_test(test_ask_never_twice),
                 cmocka_unit_test(test_ask_all),
                 cmocka_unit_test(test_returned_and_unparked),
-                cmocka_unit_test(test_reclaimable_over_sessions),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
