@@ -10,8 +10,6 @@
 #include <string.h>
 
 #include "log.h"
-#include "pending.h"
-#include "server.h"
 #include "timeutil.h"
 
 typedef struct copy_chunk {
@@ -19,21 +17,38 @@ typedef struct copy_chunk {
         uint64_t len;
 } copy_chunk;
 
-void copyq_init(gmd_copyq *q, unsigned device)
+void copyqs_init(gmd_copyqs *qs, gmd_copyq *q, unsigned n, gmd_backend *backend,
+                 const gmd_config *config, gmd_stats *stats, gmd_pending *pending)
 {
-        memset(q, 0, sizeof(*q));
-        q->device = device;
-        for (int d = 0; d < 2; d++)
-                for (int c = 0; c < 3; c++)
-                        list_init(&q->queued[d][c]);
-        list_init(&q->ended);
+        qs->q = q;
+        qs->n = n;
+        qs->backend = backend;
+        qs->config = config;
+        qs->stats = stats;
+        qs->pending = pending;
+        for (unsigned i = 0; i < n; i++) {
+                memset(&q[i], 0, sizeof(q[i]));
+                q[i].device = i;
+                for (int d = 0; d < 2; d++)
+                        for (int c = 0; c < 3; c++)
+                                list_init(&q[i].queued[d][c]);
+                list_init(&q[i].ended);
+        }
+}
+
+bool copyqs_busy(const gmd_copyqs *qs)
+{
+        for (unsigned i = 0; i < qs->n; i++)
+                if (qs->q[i].inflight[0] || qs->q[i].inflight[1])
+                        return true;
+        return false;
 }
 
 #define COPYQ_BROKEN_US 1000000u
 
-bool copyq_usable(gmd_server *server, unsigned device, gmd_copy_dir dir)
+bool copyq_usable(const gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
 {
-        return now_us() >= server->copyqs[device].broken_until_us[dir];
+        return now_us() >= qs->q[device].broken_until_us[dir];
 }
 
 static gmd_copy *next_copy(gmd_copyq *q, gmd_copy_dir dir)
@@ -61,16 +76,16 @@ static void copy_halt(gmd_copy *c)
 
 /* Over, for the pass to take: never ended inside the call that queued
  * or stopped it. */
-static void copy_end_later(gmd_server *server, gmd_copyq *q, gmd_copy *c)
+static void copy_end_later(gmd_copyqs *qs, gmd_copyq *q, gmd_copy *c)
 {
         copy_end(q, c);
         list_add_tail(&q->ended, &c->qlink);
-        pending_mark(&server->pending, PENDING_COPIES);
+        pending_mark(qs->pending, PENDING_COPIES);
 }
 
-static void copyq_issue(gmd_server *server, gmd_copyq *q, gmd_copy_dir dir)
+static void copyq_issue(gmd_copyqs *qs, gmd_copyq *q, gmd_copy_dir dir)
 {
-        const gmd_config *cfg = &server->config;
+        const gmd_config *cfg = qs->config;
 
         while (q->inflight[dir] < cfg->swap_copies_in_flight) {
                 gmd_copy *c = next_copy(q, dir);
@@ -84,7 +99,7 @@ static void copyq_issue(gmd_server *server, gmd_copyq *q, gmd_copy_dir dir)
                 if (len > cfg->swap_chunk_size)
                         len = cfg->swap_chunk_size;
                 chunk = malloc(sizeof(*chunk));
-                r = chunk ? server->backend->ops->copy_submit(server->backend,
+                r = chunk ? qs->backend->ops->copy_submit(qs->backend,
                                 q->device, dir, c->dst, c->issued, c->src,
                                 c->issued, len, chunk) : -ENOMEM;
                 if (r < 0) {
@@ -93,12 +108,12 @@ static void copyq_issue(gmd_server *server, gmd_copyq *q, gmd_copy_dir dir)
                                   "moves this way for a second", q->device,
                                   strerror(-r));
                         q->broken_until_us[dir] = now_us() + COPYQ_BROKEN_US;
-                        pending_mark_after(&server->pending, PENDING_ROOM,
+                        pending_mark_after(qs->pending, PENDING_ROOM,
                                            COPYQ_BROKEN_US / 1000 + 1);
                         c->status = r;
                         copy_halt(c);
                         if (c->inflight == 0)
-                                copy_end_later(server, q, c);
+                                copy_end_later(qs, q, c);
                         continue;
                 }
                 chunk->copy = c;
@@ -114,19 +129,19 @@ static void copyq_issue(gmd_server *server, gmd_copyq *q, gmd_copy_dir dir)
         }
 }
 
-void copyq_push(gmd_server *server, gmd_copy *c)
+void copyq_push(gmd_copyqs *qs, gmd_copy *c)
 {
-        gmd_copyq *q = &server->copyqs[c->device];
+        gmd_copyq *q = &qs->q[c->device];
 
         c->phase = COPY_ISSUING;
         list_add_tail(&q->queued[c->dir][c->cls], &c->qlink);
         q->moves[c->dir]++;
-        copyq_issue(server, q, c->dir);
+        copyq_issue(qs, q, c->dir);
 }
 
-void copyq_reclass(gmd_server *server, gmd_copy *c, move_class cls)
+void copyq_reclass(gmd_copyqs *qs, gmd_copy *c, move_class cls)
 {
-        gmd_copyq *q = &server->copyqs[c->device];
+        gmd_copyq *q = &qs->q[c->device];
 
         c->cls = cls;
         if (c->phase != COPY_ISSUING)
@@ -135,9 +150,9 @@ void copyq_reclass(gmd_server *server, gmd_copy *c, move_class cls)
         list_add_tail(&q->queued[c->dir][cls], &c->qlink);
 }
 
-bool copyq_stop(gmd_server *server, gmd_copy *c)
+bool copyq_stop(gmd_copyqs *qs, gmd_copy *c)
 {
-        gmd_copyq *q = &server->copyqs[c->device];
+        gmd_copyq *q = &qs->q[c->device];
 
         if (c->phase == COPY_ENDED)
                 return false;   /* on the ended list already */
@@ -150,10 +165,10 @@ bool copyq_stop(gmd_server *server, gmd_copy *c)
 
 void copyq_on_done(void *ctx, void *cookie, int status)
 {
-        gmd_server *server = ctx;
+        gmd_copyqs *qs = ctx;
         copy_chunk *chunk = cookie;
         gmd_copy *c = chunk->copy;
-        gmd_copyq *q = &server->copyqs[c->device];
+        gmd_copyq *q = &qs->q[c->device];
         gmd_copy_dir dir = c->dir;
 
         if (--q->inflight[dir] == 0) {
@@ -161,15 +176,15 @@ void copyq_on_done(void *ctx, void *cookie, int status)
 
                 q->busy_us[dir] += busy;
                 if (dir == GMD_COPY_OUT)
-                        server->stats.copy_us_out += busy;
+                        qs->stats->copy_us_out += busy;
                 else
-                        server->stats.copy_us_in += busy;
+                        qs->stats->copy_us_in += busy;
         }
         q->bytes[dir] += chunk->len;
         if (dir == GMD_COPY_OUT)
-                server->stats.bytes_out += chunk->len;
+                qs->stats->bytes_out += chunk->len;
         else
-                server->stats.bytes_in += chunk->len;
+                qs->stats->bytes_in += chunk->len;
         c->inflight--;
         c->done += chunk->len;
         if (status < 0 && c->status == 0) {
@@ -180,14 +195,14 @@ void copyq_on_done(void *ctx, void *cookie, int status)
         free(chunk);
         if (c->inflight == 0 && c->phase != COPY_ENDED &&
             (c->phase == COPY_STOPPING || c->done == c->size))
-                copy_end_later(server, q, c);
-        copyq_issue(server, q, dir);
+                copy_end_later(qs, q, c);
+        copyq_issue(qs, q, dir);
 }
 
-gmd_copy *copyq_take_ended(gmd_server *server)
+gmd_copy *copyq_take_ended(gmd_copyqs *qs)
 {
-        for (unsigned d = 0; d < server->n_devices; d++) {
-                gmd_copyq *q = &server->copyqs[d];
+        for (unsigned d = 0; d < qs->n; d++) {
+                gmd_copyq *q = &qs->q[d];
 
                 if (!list_empty(&q->ended)) {
                         gmd_copy *c = container_of(q->ended.next, gmd_copy, qlink);

@@ -21,9 +21,10 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "config.h"
 #include "list.h"
-
-typedef struct gmd_server gmd_server;
+#include "pending.h"
+#include "stats.h"
 
 typedef enum move_class {
         MOVE_URGENT = 0,
@@ -67,27 +68,44 @@ typedef struct gmd_copyq {
         gmd_list ended;             /* copies over, for the pass to take */
 } gmd_copyq;
 
-void copyq_init(gmd_copyq *q, unsigned device);
+/* The copy queues of every device and what they need: the backend that
+ * copies, the [swap] settings, the counters, and where to mark ended
+ * copies for the scheduling pass. Embedded in the server. */
+typedef struct gmd_copyqs {
+        gmd_copyq *q;               /* one per device */
+        unsigned n;
+        gmd_backend *backend;
+        const gmd_config *config;
+        gmd_stats *stats;
+        gmd_pending *pending;
+} gmd_copyqs;
+
+/* Set up `n` queues in `q` (an array the caller owns). */
+void copyqs_init(gmd_copyqs *qs, gmd_copyq *q, unsigned n, gmd_backend *backend,
+                 const gmd_config *config, gmd_stats *stats, gmd_pending *pending);
+
+/* Is any chunk with the backend? */
+bool copyqs_busy(const gmd_copyqs *qs);
 
 /* Queue a copy's bytes and start what the limits allow. */
-void copyq_push(gmd_server *server, gmd_copy *copy);
+void copyq_push(gmd_copyqs *qs, gmd_copy *copy);
 
 /* Serve a queued copy in another class (an acquire now waits for it). */
-void copyq_reclass(gmd_server *server, gmd_copy *copy, move_class cls);
+void copyq_reclass(gmd_copyqs *qs, gmd_copy *copy, move_class cls);
 
 /* Issue no more of the copy's bytes. Returns true when nothing is in
  * flight: the copy is over now (COPY_ENDED, on no list) and the caller
  * ends its move. Otherwise it ends, later, on the ended list. */
-bool copyq_stop(gmd_server *server, gmd_copy *copy);
+bool copyq_stop(gmd_copyqs *qs, gmd_copy *copy);
 
 /* May new moves start in `dir` on `device`? Not for a second after the
  * backend refused a copy, so a broken queue is not retried in a loop. */
-bool copyq_usable(gmd_server *server, unsigned device, gmd_copy_dir dir);
+bool copyq_usable(const gmd_copyqs *qs, unsigned device, gmd_copy_dir dir);
 
 /* The next ended copy of any device, off its list, or NULL. */
-gmd_copy *copyq_take_ended(gmd_server *server);
+gmd_copy *copyq_take_ended(gmd_copyqs *qs);
 
-/* The reap callback: one chunk finished. */
+/* The reap callback (its ctx is the gmd_copyqs): one chunk finished. */
 void copyq_on_done(void *ctx, void *cookie, int status);
 
 #endif

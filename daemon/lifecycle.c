@@ -90,6 +90,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
                gmd_server **ret_server)
 {
         gmd_server *server;
+        gmd_copyq *queues;
         int r;
 
         server = calloc(1, sizeof(*server));
@@ -121,12 +122,14 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
                                  sizeof(*server->devices));
         server->vram_pools = calloc(server->n_devices ? server->n_devices : 1,
                                     sizeof(*server->vram_pools));
-        server->copyqs = calloc(server->n_devices ? server->n_devices : 1,
-                                sizeof(*server->copyqs));
-        if (!server->devices || !server->vram_pools || !server->copyqs) {
+        queues = calloc(server->n_devices ? server->n_devices : 1, sizeof(*queues));
+        if (!server->devices || !server->vram_pools || !queues) {
+                free(queues);
                 r = -ENOMEM;
                 goto fail;
         }
+        copyqs_init(&server->copyqs, queues, server->n_devices, backend,
+                    &server->config, &server->stats, &server->pending);
         for (unsigned i = 0; i < server->n_devices; i++) {
                 gmd_device_info *info = &server->devices[i];
                 char cap[32], tot[32];
@@ -139,7 +142,6 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
                 }
                 pool_init(&server->vram_pools[i], i, GMD_TIER_VRAM,
                           vram_capacity(server, i), info->granularity);
-                copyq_init(&server->copyqs[i], i);
                 log_info("device %u (%s): VRAM pool %s of %s, granularity %llu KiB",
                          i, info->name,
                          size_format(server->vram_pools[i].capacity, cap, sizeof(cap)),
@@ -168,17 +170,14 @@ static void server_wake(void *ctx)
 
 static bool copies_in_flight(const gmd_server *server)
 {
-        for (unsigned i = 0; i < server->n_devices; i++)
-                if (server->copyqs[i].inflight[0] || server->copyqs[i].inflight[1])
-                        return true;
-        return false;
+        return copyqs_busy(&server->copyqs);
 }
 
 static void server_on_copies(uv_async_t *async)
 {
         gmd_server *server = async->data;
 
-        server->backend->ops->copy_reap(server->backend, copyq_on_done, server);
+        server->backend->ops->copy_reap(server->backend, copyq_on_done, &server->copyqs);
         /* Stopping: the handle closes once the last copy is reaped. */
         if (server->stopping && !copies_in_flight(server) && server->copy_async_open) {
                 server->copy_async_open = false;
@@ -485,7 +484,7 @@ gmd_server *server_free(gmd_server *server)
         idmap_clear(&server->buffers_by_id);
         free(server->devices);
         free(server->vram_pools);
-        free(server->copyqs);
+        free(server->copyqs.q);
         backend_close(server->backend);
         free(server);
         return NULL;

@@ -135,27 +135,27 @@ static void render_copyqs(promtext *t, const gmd_server *server)
                 for (unsigned d = 0; d < 2; d++)
                         promtext_printf(t, "gpumemd_copy_queue_depth{device=\"%u\","
                                         "direction=\"%s\"} %u\n",
-                                        server->copyqs[i].device,
+                                        server->copyqs.q[i].device,
                                         direction_names[d],
-                                        server->copyqs[i].moves[d]);
+                                        server->copyqs.q[i].moves[d]);
         promtext_family(t, "gpumemd_device_bytes_moved_total", "counter",
                         "Bytes one device copied between tiers, by direction.");
         for (unsigned i = 0; i < server->n_devices; i++)
                 for (unsigned d = 0; d < 2; d++)
                         promtext_printf(t, "gpumemd_device_bytes_moved_total{"
                                         "device=\"%u\",direction=\"%s\"} %"
-                                        PRIu64 "\n", server->copyqs[i].device,
+                                        PRIu64 "\n", server->copyqs.q[i].device,
                                         direction_names[d],
-                                        server->copyqs[i].bytes[d]);
+                                        server->copyqs.q[i].bytes[d]);
         promtext_family(t, "gpumemd_device_copy_seconds_total", "counter",
                         "Time one device had a copy running, by direction.");
         for (unsigned i = 0; i < server->n_devices; i++)
                 for (unsigned d = 0; d < 2; d++) {
                         promtext_printf(t, "gpumemd_device_copy_seconds_total{"
                                         "device=\"%u\",direction=\"%s\"} ",
-                                        server->copyqs[i].device,
+                                        server->copyqs.q[i].device,
                                         direction_names[d]);
-                        promtext_seconds(t, server->copyqs[i].busy_us[d]);
+                        promtext_seconds(t, server->copyqs.q[i].busy_us[d]);
                         promtext_append(t, "\n", 1);
                 }
         promtext_family(t, "gpumemd_vram_kept_bytes", "gauge",

@@ -110,7 +110,7 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
         if (r != -ENOSPC)
                 return r;
         now = now_ms();
-        warned = &server->copyqs[b->device].arena_warned_ms;
+        warned = &server->copyqs.q[b->device].arena_warned_ms;
         if (ops->arena_info)
                 ops->arena_info(server->backend, b->device, &arena);
         /* No arena at all ([pools] host_stock = 0) is the operator's
@@ -206,7 +206,7 @@ static void acquirer_on_deadline(uv_timer_t *timer)
                  "goes on as a prefetch (see gpu-memctl status)",
                  (long long)a->timeout_ms);
         if (b->move && b->move->copy.dir == GMD_COPY_IN && move_copying(b->move))
-                copyq_reclass(server, &b->move->copy, MOVE_BULK);
+                copyq_reclass(&server->copyqs, &b->move->copy, MOVE_BULK);
         if (b->move_waiter)
                 waitq_set_rank(b->move_waiter, WAITQ_PREFETCH);
         acquirer_fail(a, GMD__ERROR_CODE__ERR_TIMED_OUT, why);
@@ -246,7 +246,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
 
         if (!server_can_move(server))
                 return -EOPNOTSUPP;
-        if (!copyq_usable(server, b->device, GMD_COPY_OUT))
+        if (!copyq_usable(&server->copyqs, b->device, GMD_COPY_OUT))
                 return -EIO;
         r = pool_take(&server->host_pool, b->size);
         if (r < 0)
@@ -285,7 +285,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         }
         log_debug("buffer %llu: move out starts (%s remap)",
                   (unsigned long long)b->id, early ? "early" : "late");
-        copyq_push(server, &m->copy);
+        copyq_push(&server->copyqs, &m->copy);
         return 0;
 }
 
@@ -326,7 +326,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         if (!b->move_waiter || b->move)
                 return 0;       /* served already: the waitq drops it */
         cls = b->move_waiter->rank == WAITQ_SWAP_IN ? MOVE_URGENT : MOVE_BULK;
-        if (!copyq_usable(server, b->device, GMD_COPY_IN))
+        if (!copyq_usable(&server->copyqs, b->device, GMD_COPY_IN))
                 return -EAGAIN; /* a copy just failed: wait, do not spin */
         /* The VRAM its own last move out left, if kept: no scrub of
          * released memory competing with the copy, nothing to create. */
@@ -377,7 +377,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                   (unsigned long long)b->id,
                   m->remap == MOVE_REMAP_EARLY ? "early" : "late",
                   kept ? "kept" : "new");
-        copyq_push(server, &m->copy);
+        copyq_push(&server->copyqs, &m->copy);
         return 0;
 }
 
@@ -403,7 +403,7 @@ void move_cancel(gmd_server *server, gmd_dbuffer *b)
                 return;
         if (m->state == MOVE_COPYING || m->state == MOVE_COPYING_ACKED)
                 move_change_state(m, MOVE_CANCELLING);
-        if (copyq_stop(server, &m->copy))
+        if (copyq_stop(&server->copyqs, &m->copy))
                 move_copy_over(server, m);
 }
 
@@ -659,7 +659,7 @@ static void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
         m->buffer = NULL;
         b->mem = NULL;
         move_change_state(m, MOVE_ORPHANED);
-        if (copyq_stop(server, &m->copy))
+        if (copyq_stop(&server->copyqs, &m->copy))
                 move_copy_over(server, m);
 }
 
@@ -725,7 +725,7 @@ gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
                 move_cancel(server, b);
         } else if (b->move && b->move->copy.dir == GMD_COPY_IN) {
                 if (move_copying(b->move))
-                        copyq_reclass(server, &b->move->copy, MOVE_URGENT);
+                        copyq_reclass(&server->copyqs, &b->move->copy, MOVE_URGENT);
         } else if (b->move_waiter) {
                 waitq_set_rank(b->move_waiter, WAITQ_SWAP_IN);
         } else if (!b->move && b->tier == GMD_TIER_HOST) {

@@ -34,6 +34,7 @@
 #include "waitq.h"
 
 typedef struct gmd_dbuffer gmd_dbuffer;
+typedef struct gmd_server gmd_server;
 typedef struct gmd_session gmd_session;
 
 /*

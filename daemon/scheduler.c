@@ -69,7 +69,7 @@ static void pass_end_copies(gmd_server *server)
 {
         gmd_copy *c;
 
-        while ((c = copyq_take_ended(server)))
+        while ((c = copyq_take_ended(&server->copyqs)))
                 move_copy_ended(server, c);
 }
 

@@ -61,7 +61,7 @@ typedef struct gmd_server {
                                        * pass (scheduler.h) */
         gmd_list close_pending;       /* sessions to close in the pass */
 
-        gmd_copyq *copyqs;            /* one per device */
+        gmd_copyqs copyqs;            /* one copy queue per device */
         uv_async_t copy_async;        /* the backend finished copies */
         bool copy_async_open;
         uint64_t next_remap_seq;

@@ -60,7 +60,7 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
                 pools[i].used = p->used;
                 pools[i].free = pool_free(p);
                 if (i < server->n_devices) {
-                        const gmd_copyq *q = &server->copyqs[i];
+                        const gmd_copyq *q = &server->copyqs.q[i];
 
                         pools[i].queued_out = q->moves[GMD_COPY_OUT];
                         pools[i].queued_in = q->moves[GMD_COPY_IN];
