@@ -56,7 +56,7 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
                 return -EDQUOT;
         case QUOTA_PARKED:
                 evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
-                return -ENOSPC;
+                return -EAGAIN;
         case QUOTA_OK:
                 break;
         }
@@ -70,7 +70,8 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
                              "the %s backend could not create %llu bytes on "
                              "device %u: %s", server->backend->ops->name,
                              (unsigned long long)size, device, strerror(-r));
-                return r;
+                /* Failed, not "wait": -EAGAIN means a full quota here. */
+                return r == -EAGAIN ? -EIO : r;
         }
         reply.buffer_id = b->id;
         reply.size = b->size;
@@ -110,9 +111,9 @@ void alloc_expired(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
         if (placement_host_fallback(flags)) {
                 r = alloc_now_on(s, id, size, device, flags, GMD_TIER_HOST,
                                  since_us, &res);
-                if (r < 0 && r != -ENOSPC)
+                if (r < 0 && !alloc_must_wait(r))
                         session_answer(s, id, &res);
-                if (r != -ENOSPC)
+                if (!alloc_must_wait(r))
                         return;
         }
         if (placement_host_fallback(flags))
@@ -186,7 +187,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         if (verdict == QUOTA_OK && waitq_demand(&server->waitq, m->device) == 0) {
                 r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_VRAM,
                                  now_us(), ret);
-                if (r != -ENOSPC)
+                if (!alloc_must_wait(r))
                         return r == 0 ? OUTCOME_ANSWERED : OUTCOME_ERROR;
         }
         timeout_ms = m->timeout_ms;
@@ -194,7 +195,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                 /* No wait and no VRAM: VRAM first, then host. */
                 r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_HOST,
                                  now_us(), ret);
-                if (r != -ENOSPC)
+                if (!alloc_must_wait(r))
                         return r == 0 ? OUTCOME_ANSWERED : OUTCOME_ERROR;
         }
         /* Room that idle buffers and clients' caches of idle mappings hold

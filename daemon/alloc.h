@@ -6,6 +6,8 @@
 #ifndef GMD_ALLOC_H
 #define GMD_ALLOC_H
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "gpumem.h"
@@ -23,9 +25,11 @@ gmd_outcome alloc_handle(gmd_session *session, uint32_t request_id,
  * Create the buffer of an allocation on `tier` and send its AllocReply.
  * Used for allocations that fit at once, for waiters served later and for
  * SPILLABLE ones placed on the host tier. Returns 0 (the reply is sent),
- * -ENOSPC (no room; nothing sent) or another error (nothing sent, `ret`
- * says why: -EDQUOT over quota, else the backend failed). `since_us`
- * (now_us() when the request came) feeds the latency histogram.
+ * -ENOSPC (the pool has no room; nothing sent), -EAGAIN (the user's quota
+ * is full of parked buffers, asked back now; nothing sent) or another
+ * error (nothing sent, `ret` says why: -EDQUOT over quota, else the
+ * backend failed). `since_us` (now_us() when the request came) feeds the
+ * latency histogram.
  */
 int alloc_now_on(gmd_session *session, uint32_t request_id, uint64_t size,
                  unsigned device, unsigned flags, gmd_tier tier,
@@ -37,5 +41,12 @@ int alloc_now_on(gmd_session *session, uint32_t request_id, uint64_t size,
 void alloc_expired(gmd_session *session, uint32_t request_id, uint64_t size,
                    unsigned device, unsigned flags, int64_t timeout_ms,
                    uint64_t since_us);
+
+/* alloc_now_on's -ENOSPC and -EAGAIN: nothing was sent, the request
+ * waits (or falls back) rather than fails. */
+static inline bool alloc_must_wait(int r)
+{
+        return r == -ENOSPC || r == -EAGAIN;
+}
 
 #endif

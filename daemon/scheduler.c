@@ -32,7 +32,7 @@ static int waiter_serve(void *ctx, gmd_waiter *w)
                          w->flags, GMD_TIER_VRAM, w->since_us, &res);
         if (r == 0)
                 server->stats.alloc_waited++;
-        else if (r != -ENOSPC)
+        else if (!alloc_must_wait(r))
                 session_answer(w->session, w->request_id, &res);
         return r;
 }

@@ -1,0 +1,228 @@
+/*
+ * test_copyq — daemon/copyq.c on its own: no socket, no daemon, a fake
+ * backend whose copy_submit records chunks (or refuses them) and whose
+ * completions the test hands back itself. Chunking, the limit of chunks in
+ * flight, class order, a stop with and without chunks in flight, a failed
+ * chunk and a refused submit ending the copy on the ended list with a mark
+ * for the scheduling pass, and the pause after a refusal.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "copyq.h"
+
+#define MIB (1ull << 20)
+#define MAX_CHUNKS 64
+
+typedef struct fake {
+        gmd_backend backend;
+        gmd_backend_ops ops;
+        void *cookies[MAX_CHUNKS];
+        gmd_mem *dsts[MAX_CHUNKS];
+        uint64_t lens[MAX_CHUNKS];
+        unsigned n, next_done;
+        int refuse;                 /* copy_submit's answer while nonzero */
+} fake;
+
+static fake *the_fake;
+
+static int fake_submit(gmd_backend *backend, unsigned device, gmd_copy_dir dir,
+                       gmd_mem *dst, uint64_t dst_off, gmd_mem *src,
+                       uint64_t src_off, uint64_t len, void *cookie)
+{
+        fake *f = the_fake;
+
+        (void)backend;
+        (void)device;
+        (void)dir;
+        (void)dst_off;
+        (void)src;
+        (void)src_off;
+        if (f->refuse)
+                return f->refuse;
+        assert_true(f->n < MAX_CHUNKS);
+        f->cookies[f->n] = cookie;
+        f->dsts[f->n] = dst;
+        f->lens[f->n] = len;
+        f->n++;
+        return 0;
+}
+
+typedef struct fixture {
+        fake fake;
+        gmd_config config;
+        gmd_stats stats;
+        gmd_pending pending;
+        gmd_copyq q[1];
+        gmd_copyqs qs;
+        gmd_mem a, b, c;            /* destinations, told apart by address */
+} fixture;
+
+static int setup(void **state)
+{
+        fixture *f = calloc(1, sizeof(*f));
+
+        assert_non_null(f);
+        the_fake = &f->fake;
+        f->fake.ops.copy_submit = fake_submit;
+        f->fake.backend.ops = &f->fake.ops;
+        f->config.swap_chunk_size = 4 * MIB;
+        f->config.swap_copies_in_flight = 2;
+        copyqs_init(&f->qs, f->q, 1, &f->fake.backend, &f->config, &f->stats,
+                    &f->pending);
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        free(*state);
+        return 0;
+}
+
+static void copy_init(gmd_copy *c, gmd_copy_dir dir, move_class cls,
+                      gmd_mem *dst, uint64_t size)
+{
+        memset(c, 0, sizeof(*c));
+        c->dir = dir;
+        c->cls = cls;
+        c->dst = dst;
+        c->size = size;
+        list_init(&c->qlink);
+}
+
+/* The backend finishes the oldest chunk in flight. */
+static void finish_one(fixture *f, int status)
+{
+        assert_true(f->fake.next_done < f->fake.n);
+        copyq_on_done(&f->qs, f->fake.cookies[f->fake.next_done++], status);
+}
+
+static void test_chunks_and_limit(void **state)
+{
+        fixture *f = *state;
+        gmd_copy c;
+
+        copy_init(&c, GMD_COPY_OUT, MOVE_BULK, &f->a, 10 * MIB);
+        copyq_push(&f->qs, &c);
+        assert_int_equal(f->fake.n, 2);         /* copies_in_flight */
+        assert_int_equal(f->fake.lens[0], 4 * MIB);
+        assert_int_equal(c.phase, COPY_ISSUING);
+        assert_int_equal(f->q[0].moves[GMD_COPY_OUT], 1);
+        finish_one(f, 0);
+        assert_int_equal(f->fake.n, 3);
+        assert_int_equal(f->fake.lens[2], 2 * MIB);     /* the rest */
+        assert_int_equal(c.phase, COPY_ISSUED);
+        finish_one(f, 0);
+        finish_one(f, 0);
+        assert_int_equal(c.done, 10 * MIB);
+        assert_int_equal(c.phase, COPY_ENDED);
+        assert_int_equal(f->pending.work, PENDING_COPIES);
+        assert_ptr_equal(copyq_take_ended(&f->qs), &c);
+        assert_null(copyq_take_ended(&f->qs));
+        assert_int_equal(f->q[0].moves[GMD_COPY_OUT], 0);
+        assert_int_equal(f->stats.bytes_out, 10 * MIB);
+}
+
+static void test_class_order(void **state)
+{
+        fixture *f = *state;
+        gmd_copy bulk, urgent, evict;
+
+        f->config.swap_copies_in_flight = 1;
+        copy_init(&bulk, GMD_COPY_IN, MOVE_BULK, &f->a, 8 * MIB);
+        copy_init(&evict, GMD_COPY_IN, MOVE_EVICT, &f->b, 4 * MIB);
+        copy_init(&urgent, GMD_COPY_IN, MOVE_BULK, &f->c, 4 * MIB);
+        copyq_push(&f->qs, &bulk);              /* its first chunk goes */
+        copyq_push(&f->qs, &evict);
+        copyq_push(&f->qs, &urgent);
+        copyq_reclass(&f->qs, &urgent, MOVE_URGENT);     /* an acquire waits */
+        finish_one(f, 0);
+        assert_ptr_equal(f->fake.dsts[1], &f->c);       /* urgent first */
+        finish_one(f, 0);
+        assert_ptr_equal(f->fake.dsts[2], &f->b);       /* then eviction */
+        finish_one(f, 0);
+        assert_ptr_equal(f->fake.dsts[3], &f->a);       /* bulk's rest last */
+        finish_one(f, 0);
+}
+
+static void test_stop(void **state)
+{
+        fixture *f = *state;
+        gmd_copy queued, running;
+
+        f->config.swap_copies_in_flight = 1;
+        copy_init(&running, GMD_COPY_OUT, MOVE_BULK, &f->a, 8 * MIB);
+        copy_init(&queued, GMD_COPY_OUT, MOVE_BULK, &f->b, 8 * MIB);
+        copyq_push(&f->qs, &running);
+        copyq_push(&f->qs, &queued);
+        /* Nothing of it in flight: over at once, for the caller to end. */
+        assert_true(copyq_stop(&f->qs, &queued));
+        assert_int_equal(queued.phase, COPY_ENDED);
+        /* A chunk in flight: it finishes, then the copy is on the list. */
+        assert_false(copyq_stop(&f->qs, &running));
+        assert_int_equal(running.phase, COPY_STOPPING);
+        f->pending.work = 0;
+        finish_one(f, 0);
+        assert_int_equal(running.phase, COPY_ENDED);
+        assert_int_equal(running.done, 4 * MIB);
+        assert_int_equal(f->pending.work, PENDING_COPIES);
+        assert_ptr_equal(copyq_take_ended(&f->qs), &running);
+        assert_int_equal(f->fake.n, 1);         /* nothing more issued */
+        assert_false(copyq_stop(&f->qs, &running));      /* over already */
+}
+
+static void test_failed_chunk(void **state)
+{
+        fixture *f = *state;
+        gmd_copy c;
+
+        copy_init(&c, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
+        copyq_push(&f->qs, &c);
+        finish_one(f, -EIO);
+        assert_int_equal(c.status, -EIO);
+        assert_int_equal(c.phase, COPY_STOPPING);
+        finish_one(f, 0);
+        assert_int_equal(c.phase, COPY_ENDED);
+        assert_int_equal(f->fake.n, 2);         /* no chunk after the failure */
+        assert_ptr_equal(copyq_take_ended(&f->qs), &c);
+}
+
+static void test_refused_submit_rests(void **state)
+{
+        fixture *f = *state;
+        gmd_copy c;
+
+        assert_true(copyq_usable(&f->qs, 0, GMD_COPY_OUT));
+        f->fake.refuse = -ENOMEM;
+        copy_init(&c, GMD_COPY_OUT, MOVE_EVICT, &f->a, 4 * MIB);
+        copyq_push(&f->qs, &c);
+        /* Never ended inside the push: on the list, for the pass. */
+        assert_int_equal(c.status, -ENOMEM);
+        assert_int_equal(c.phase, COPY_ENDED);
+        assert_int_equal(f->pending.work & PENDING_COPIES, PENDING_COPIES);
+        assert_ptr_equal(copyq_take_ended(&f->qs), &c);
+        /* The queue rests a while; the other direction does not. */
+        assert_false(copyq_usable(&f->qs, 0, GMD_COPY_OUT));
+        assert_true(copyq_usable(&f->qs, 0, GMD_COPY_IN));
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_chunks_and_limit, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_class_order, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_stop, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_failed_chunk, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_refused_submit_rests,
+                                                setup, teardown),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
