@@ -19,25 +19,7 @@
  * (or SPILLABLE); an acquire on a buffer that is out brings it back first,
  * ahead of every other move. A buffer freed while its copy runs leaves an
  * orphaned move that frees both backings once the copy is over.
- */
-#ifndef GMD_MOVE_H
-#define GMD_MOVE_H
-
-#include <stdbool.h>
-#include <stdint.h>
-#include <uv.h>
-
-#include "copyq.h"
-#include "gpumem.pb-c.h"
-#include "list.h"
-#include "result.h"
-#include "waitq.h"
-
-typedef struct gmd_dbuffer gmd_dbuffer;
-typedef struct gmd_server gmd_server;
-typedef struct gmd_session gmd_session;
-
-/*
+ *
  * A move's life is one state, changed only by move_change_state(), which
  * logs each change at debug level and refuses one the table does not
  * allow. The copy's own progress (bytes issued and in flight) is copyq's
@@ -70,6 +52,23 @@ typedef struct gmd_session gmd_session;
  *   ROLLING_BACK  -> ABANDONED (ack) | DROPPED
  *   ORPHANED      -> DROPPED (copy over)
  */
+#ifndef GMD_MOVE_H
+#define GMD_MOVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "copyq.h"
+#include "gpumem.pb-c.h"
+#include "list.h"
+#include "result.h"
+#include "waitq.h"
+
+typedef struct gmd_dbuffer gmd_dbuffer;
+typedef struct gmd_server gmd_server;
+typedef struct gmd_session gmd_session;
+
 typedef enum move_state {
         MOVE_COPYING,
         MOVE_COPYING_ACKED,

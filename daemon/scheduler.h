@@ -32,6 +32,17 @@
  * serves the others and its waiters are gone; the queue before eviction
  * so eviction only makes room for what really does not fit; waits last,
  * so they see every move the steps before ended or started.
+ *
+ * Who marks what:
+ *   copies  copyq: a copy's last chunk came back, or a submit was refused.
+ *   closes  session_close_later (a client not reading its replies).
+ *   room    buffer_free; a move finished, abandoned or orphaned and over;
+ *           a session closed that held buffers or kept VRAM; a swap-in
+ *           queued or moved up (waitq); a reload; a resting copy queue
+ *           usable again (a timer); the evictor releasing kept VRAM.
+ *   evict   an allocation starts waiting; a buffer released or parked
+ *           while something waits; the queue left a waiter unserved.
+ *   waits   a move finished or abandoned; a swap-in refused or cancelled.
  */
 #ifndef GMD_SCHEDULER_H
 #define GMD_SCHEDULER_H
