@@ -163,8 +163,10 @@ static int return_evicted(gmd_client *client, gmd_list *evicted)
 }
 
 /* Only a buffer the application held the lease on when it freed it: the
- * daemon never moves such a buffer (unless SPILLABLE), so no remap can be
- * on its way while it sits in the cache and is handed out again. */
+ * daemon never moves such a buffer, so no remap can be on its way while it
+ * sits in the cache and is handed out again. SPILLABLE buffers are kept
+ * out all the same (a choice from when the daemon moved them while held;
+ * it could be lifted). */
 static bool may_park(gmd_client *client, const gmd_buffer *buffer)
 {
         return client->cache.enabled && !buffer->ipc &&

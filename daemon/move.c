@@ -176,6 +176,13 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
 
         if (!server_can_move(server))
                 return -EOPNOTSUPP;
+        /* Never a buffer its owner holds, SPILLABLE or not: the owner may
+         * write it at any moment (its threads, its kernels), and what it
+         * writes after a chunk was copied would stay behind in the VRAM
+         * the remap drops. Callers skip or refuse such buffers; this is
+         * the last guard. */
+        if (b->acquired)
+                return -EBUSY;
         if (!copyq_usable(server, b->device, GMD_COPY_OUT))
                 return -EIO;
         r = pool_take(&server->host_pool, b->size);
@@ -195,7 +202,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         /* The owner's last use, recorded on its stream when it released:
          * the copy streams wait for it on the GPU, not the owner on the
          * host. */
-        early = !(b->flags & GMD_ALLOC_SPILLABLE) && !b->acquired && !b->last_use;
+        early = !(b->flags & GMD_ALLOC_SPILLABLE) && !b->last_use;
         r = wait_last_use(server, b, m);
         if (r < 0) {
                 free(m);

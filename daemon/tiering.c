@@ -70,11 +70,14 @@ static gmd_dbuffer **named_buffers(gmd_session *s, uint32_t id, const uint64_t *
                 } else if (b->acquirer) {
                         code = GMD__ERROR_CODE__ERR_BUSY;
                         why = "has an acquire waiting for it";
-                } else if (for_pageout && b->acquired &&
-                           !(b->flags & GMD_ALLOC_SPILLABLE)) {
+                } else if (for_pageout && b->acquired) {
+                        /* SPILLABLE too: its owner may write it at any
+                         * moment, and no copy can hold what is written
+                         * after it (move.h). */
                         code = GMD__ERROR_CODE__ERR_BUSY;
-                        why = "is acquired: release it first (only SPILLABLE "
-                              "buffers move while in use)";
+                        why = "is acquired: release it first (a buffer in use "
+                              "never moves; a SPILLABLE one in use stays where "
+                              "it is)";
                 } else if (!for_pageout && b->acquired) {
                         code = GMD__ERROR_CODE__ERR_BUSY;
                         why = "is acquired where it is: release it, and the "

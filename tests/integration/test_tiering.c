@@ -290,8 +290,9 @@ static int64_t elapsed_since(uint64_t start)
 /* VRAM -> host -> VRAM by pageout and prefetch, then host -> VRAM by a
  * passive swap-in (acquire). The pointer never changes, the bytes survive
  * every trip, and the pools' `used` follows the memory. Pageout refuses
- * an acquired SWAPPABLE buffer (busy) and a PIN_VRAM one (invalid), and
- * moves an acquired SPILLABLE one. */
+ * an acquired buffer (busy), SPILLABLE ones too, and a PIN_VRAM one
+ * (invalid); a SPILLABLE one paged out while released is acquired where it
+ * rests and used there. */
 static void test_transitions(void **state)
 {
         fixture *f = *state;
@@ -381,13 +382,23 @@ static void test_transitions(void **state)
         expect_row(f->client, gmd_buffer_id(pin), GMD_TIER_VRAM,
                    GMD_STATE_RESIDENT, "pinned pageout");
 
-        /* SPILLABLE and acquired: moves, and stays acquired on host. */
+        /* SPILLABLE and acquired: busy too, its owner may be writing it.
+         * Released, it moves; acquired where it rests, it stays on host. */
         OK(gmd_alloc(f->client, 6 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &sp));
         pattern_fill(sp, 4);
         expect_pools(f->client, 18 * MiB, 0, "three buffers");
+        assert_int_equal(gmd_pageout(f->client, sp), GMD_EBUSY);
+        assert_non_null(strstr(gmd_last_error(), "release it first"));
+        OK(gmd_wait(f->client, sp, 1000));
+        expect_row(f->client, gmd_buffer_id(sp), GMD_TIER_VRAM,
+                   GMD_STATE_RESIDENT, "busy spillable pageout");
+        OK(gmd_release(f->client, sp));
         OK(gmd_pageout(f->client, sp));
         OK(gmd_wait(f->client, sp, 5000));
         assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_HOST);
+        OK(gmd_acquire(f->client, sp, 0));
+        assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_HOST);
+        assert_int_equal(gmd_prefetch(f->client, sp), GMD_EBUSY);
         row = buffer_row(f->client, gmd_buffer_id(sp));
         assert_int_equal(row.tier, GMD_TIER_HOST);
         assert_true(row.acquired);
