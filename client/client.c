@@ -311,7 +311,7 @@ static int hello_receive(gmd_client *client, uint8_t *buf,
                 r = gmd_wire_recv(client->sock, buf, ret_packet, &reason);
                 if (r == -EAGAIN)
                         continue;
-                if (r == 0) {
+                if (r == 0 || r == -ECONNRESET) {
                         error_set("gpu-memd closed the connection during the hello");
                         return GMD_ECONN;
                 }
@@ -406,7 +406,7 @@ static int hello(gmd_client *client, const char *client_name)
         ProtobufCMessage *reply = NULL;
         uint8_t *buf;
         uint32_t id;
-        int r;
+        int r, sent;
 
         r = priority_from_env(&msg.priority);
         if (r < 0)
@@ -416,24 +416,32 @@ static int hello(gmd_client *client, const char *client_name)
         msg.max_version = GMD_WIRE_VERSION;
         msg.client_name = name;
         id = next_request_id_locked(client);    /* no other thread yet */
-        r = send_message(client, GMD__MSG_TYPE__MSG_HELLO, id, &msg.base);
-        if (r < 0) {
-                error_set("cannot send the hello to gpu-memd: %s", strerror(-r));
-                return GMD_ECONN;
-        }
+        sent = send_message(client, GMD__MSG_TYPE__MSG_HELLO, id, &msg.base);
 
         buf = malloc(GMD_WIRE_MAX_PACKET);
         if (!buf) {
                 error_set("out of memory");
                 return -ENOMEM;
         }
+        /* A daemon that refuses the connection says why and closes it,
+         * maybe before our hello arrived: its reason may be waiting even
+         * when the send failed. */
         r = hello_receive(client, buf, &packet);
+        if (r < 0 && sent < 0) {
+                error_set("cannot send the hello to gpu-memd: %s", strerror(-sent));
+                r = GMD_ECONN;
+        }
         if (r < 0)
                 goto out;
         gmd_wire_packet_close_fds(&packet);     /* a hello carries none */
 
         r = GMD_EPROTO;
-        if (packet.header.request_id != id) {
+        /* Request id 0: the daemon refused the connection before reading
+         * the hello (admission.h in the daemon). */
+        if (packet.header.request_id == 0 &&
+            packet.header.type == GMD__MSG_TYPE__MSG_ERROR_REPLY) {
+                ;
+        } else if (packet.header.request_id != id) {
                 error_set("gpu-memd answered the hello with %s for request %u",
                           gmd_wire_type_name(packet.header.type),
                           packet.header.request_id);

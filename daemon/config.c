@@ -57,6 +57,12 @@ static const config_key config_keys[] = {
         KEY("limits", "max_buffers_per_client", KEY_UINT, max_buffers_per_client, 1u << 24),
         KEY("limits", "max_waiting_per_client", KEY_UINT, max_waiting_per_client, 4096),
         KEY("limits", "max_send_queue", KEY_UINT, max_send_queue, 1u << 20),
+        KEY("limits", "max_send_queue_bytes", KEY_SIZE, max_send_queue_bytes, 0),
+        KEY("limits", "max_user_send_queue_bytes", KEY_SIZE, max_user_send_queue_bytes, 0),
+        KEY("limits", "max_clients_per_user", KEY_COUNT, max_clients_per_user, 65536),
+        KEY("limits", "admin_clients", KEY_COUNT, admin_clients, 65536),
+        KEY("limits", "hello_timeout_ms", KEY_UINT, hello_timeout_ms, 600000),
+        KEY("limits", "max_buffers_per_user", KEY_COUNT, max_buffers_per_user, 1u << 24),
         KEY("swap", "chunk_size", KEY_SIZE, swap_chunk_size, 0),
         KEY("swap", "copies_in_flight", KEY_UINT, swap_copies_in_flight, 64),
         KEY("swap", "keep_vram", KEY_BOOL, swap_keep_vram, 0),
@@ -94,6 +100,12 @@ void config_init_defaults(gmd_config *config)
         config->max_buffers_per_client = 65536;
         config->max_waiting_per_client = 64;
         config->max_send_queue = 1024;
+        config->max_send_queue_bytes = 4ull << 20;
+        config->max_user_send_queue_bytes = 16ull << 20;
+        config->max_clients_per_user = 64;
+        config->admin_clients = 4;
+        config->hello_timeout_ms = 5000;
+        config->max_buffers_per_user = 0;
         config->swap_chunk_size = 64ull << 20;
         config->swap_copies_in_flight = 2;
         config->swap_keep_vram = true;
@@ -266,6 +278,20 @@ int config_validate(gmd_config *config, FILE *err)
                 return -EINVAL;
         }
 
+        if (config->admin_clients >= config->max_clients) {
+                fprintf(err, "config: [limits] admin_clients (%u) must be less than "
+                        "max_clients (%u): the slots it keeps are part of them\n",
+                        config->admin_clients, config->max_clients);
+                return -EINVAL;
+        }
+        /* One reply is at most 128K and a bit (wire.h). */
+        if (config->max_send_queue_bytes < (256u << 10) ||
+            config->max_user_send_queue_bytes < (256u << 10)) {
+                fprintf(err, "config: [limits] max_send_queue_bytes and "
+                        "max_user_send_queue_bytes must be at least 256K (two of "
+                        "the largest replies)\n");
+                return -EINVAL;
+        }
         if (g < 4096 || (g & (g - 1)) != 0) {
                 fprintf(err, "config: [sim] granularity must be a power of two of at least 4K\n");
                 return -EINVAL;

@@ -252,6 +252,11 @@ static void render_counters(promtext *t, const gmd_stats *st)
                         "Client connections accepted.");
         promtext_printf(t, "gpumemd_connections_total %" PRIu64 "\n",
                         st->connections);
+        promtext_family(t, "gpumemd_connections_refused_total", "counter",
+                        "Client connections refused by a [limits] bound or for "
+                        "want of file descriptors.");
+        promtext_printf(t, "gpumemd_connections_refused_total %" PRIu64 "\n",
+                        st->connections_refused);
 }
 
 void metrics_render(promtext *t, const gmd_server *server)

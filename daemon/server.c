@@ -6,15 +6,18 @@
 #include "server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "admission.h"
 #include "buffer.h"
 #include "gpumem.pb-c.h"
 #include "log.h"
@@ -25,6 +28,8 @@
 #include "waitq.h"
 
 #define HOST_GRANULARITY (2ull << 20)
+/* Accepting stops this long when the daemon runs out of fds. */
+#define SERVER_ACCEPT_PAUSE_MS 250
 
 gmd_pool *server_vram_pool(gmd_server *server, unsigned device)
 {
@@ -95,6 +100,9 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         server->backend = backend;
         server->start_ms = now_ms();
         server->listen_fd = -1;
+        /* Kept open so that, out of fds, a connection can still be
+         * accepted to be told why it is refused (server_accept_pause). */
+        server->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         list_init(&server->sessions);
         list_init(&server->buffers);
         list_init(&server->waiters);
@@ -228,6 +236,53 @@ static void server_on_maintain(uv_timer_t *timer)
         uv_timer_start(timer, server_on_maintain, left > 0 ? 10 : 250, 0);
 }
 
+static void server_on_accept(uv_poll_t *handle, int status, int events);
+
+static void server_on_accept_resume(uv_timer_t *timer)
+{
+        gmd_server *server = timer->data;
+
+        if (server->listening && !server->stopping)
+                uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
+}
+
+/*
+ * accept failed for want of file descriptors. The pending connections
+ * would wake the loop again at once (a busy loop that also floods the
+ * log), so: refuse the ones waiting now, each with the reason (the spare
+ * fd kept for this makes room to accept it), then stop accepting for
+ * SERVER_ACCEPT_PAUSE_MS; buffers freed meanwhile give fds back.
+ */
+static void server_accept_pause(gmd_server *server, int err)
+{
+        char why[200];
+        struct rlimit rl = { 0, 0 };
+
+        getrlimit(RLIMIT_NOFILE, &rl);
+        snprintf(why, sizeof(why), "gpu-memd has no file descriptor left (%s; its "
+                 "limit is %llu): try again later, or ask the administrator to "
+                 "raise LimitNOFILE or lower [limits] max_buffers_per_user",
+                 strerror(err), (unsigned long long)rl.rlim_cur);
+        log_warning("accept: %s; refusing new connections for %d ms",
+                    strerror(err), SERVER_ACCEPT_PAUSE_MS);
+        server->stats.connections_refused++;
+        for (int i = 0; i < 16 && server->spare_fd >= 0; i++) {
+                int fd;
+
+                close(server->spare_fd);
+                fd = accept4(server->listen_fd, NULL, NULL,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd >= 0)
+                        admission_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
+                server->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        break;
+        }
+        uv_poll_stop(&server->listen_poll);
+        uv_timer_start(&server->accept_timer, server_on_accept_resume,
+                       SERVER_ACCEPT_PAUSE_MS, 0);
+}
+
 static void server_on_accept(uv_poll_t *handle, int status, int events)
 {
         gmd_server *server = handle->data;
@@ -238,21 +293,23 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
         }
         for (int i = 0; i < 16; i++) {
                 gmd_session *s;
+                char why[200];
                 int fd, r;
 
                 fd = accept4(server->listen_fd, NULL, NULL,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0) {
-                        if (errno != EAGAIN && errno != EINTR &&
-                            errno != ECONNABORTED)
+                        if (errno == EMFILE || errno == ENFILE)
+                                server_accept_pause(server, errno);
+                        else if (errno != EAGAIN && errno != EINTR &&
+                                 errno != ECONNABORTED)
                                 log_error("accept: %s", strerror(errno));
                         return;
                 }
-                if (server->n_sessions >= server->config.max_clients) {
-                        log_warning("refusing a connection: %u clients already, "
-                                    "the most [limits] max_clients allows",
-                                    server->n_sessions);
-                        close(fd);
+                if (admission_check_connect(server, fd, why, sizeof(why)) < 0) {
+                        log_warning("refusing a connection: %s", why);
+                        server->stats.connections_refused++;
+                        admission_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
                         continue;
                 }
                 server->stats.connections++;
@@ -260,8 +317,27 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                 if (r < 0) {
                         log_error("cannot take a new client: %s", strerror(-r));
                         close(fd);
+                        continue;
                 }
+                server_arm_hello_sweep(server);
         }
+}
+
+static void server_on_hello_sweep(uv_timer_t *timer)
+{
+        gmd_server *server = timer->data;
+        uint64_t next = admission_sweep_hellos(server);
+
+        if (next)
+                uv_timer_start(timer, server_on_hello_sweep, next, 0);
+}
+
+void server_arm_hello_sweep(gmd_server *server)
+{
+        if (server->sweep_open &&
+            !uv_is_active((uv_handle_t *)&server->sweep_timer))
+                uv_timer_start(&server->sweep_timer, server_on_hello_sweep,
+                               server->config.hello_timeout_ms, 0);
 }
 
 /* Refuse to take over a socket another daemon is serving; remove a stale
@@ -364,6 +440,15 @@ int server_listen(gmd_server *server, int fd)
         r = uv_check_init(server->loop, &server->close_check);
         if (r < 0)
                 return r;
+        r = uv_timer_init(server->loop, &server->accept_timer);
+        if (r < 0)
+                return r;
+        server->accept_timer.data = server;
+        r = uv_timer_init(server->loop, &server->sweep_timer);
+        if (r < 0)
+                return r;
+        server->sweep_timer.data = server;
+        server->sweep_open = true;
         r = uv_timer_init(server->loop, &server->retry_timer);
         if (r < 0)
                 return r;
@@ -397,6 +482,11 @@ void server_stop(gmd_server *server)
         server->stopping = true;
         if (server->listening)
                 uv_close((uv_handle_t *)&server->listen_poll, NULL);
+        if (server->sweep_open) {
+                server->sweep_open = false;
+                uv_close((uv_handle_t *)&server->accept_timer, NULL);
+                uv_close((uv_handle_t *)&server->sweep_timer, NULL);
+        }
         if (server->maintaining)
                 uv_close((uv_handle_t *)&server->maintain_timer, NULL);
         if (server->close_check_open) {
@@ -529,6 +619,8 @@ gmd_server *server_free(gmd_server *server)
                 if (server->listen_fd_owned)
                         unlink(server->config.socket_path);
         }
+        if (server->spare_fd >= 0)
+                close(server->spare_fd);
         idmap_clear(&server->buffers_by_id);
         free(server->devices);
         free(server->vram_pools);

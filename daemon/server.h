@@ -38,6 +38,11 @@ typedef struct gmd_server {
         bool listen_fd_owned;         /* false when systemd passed it */
         bool listening;               /* listen_poll is initialised */
         uv_poll_t listen_poll;
+        int spare_fd;                 /* /dev/null, given up to refuse a
+                                       * client when out of fds */
+        uv_timer_t accept_timer;      /* accepting again after EMFILE */
+        uv_timer_t sweep_timer;       /* hello deadlines (admission.h) */
+        bool sweep_open;              /* both timers are initialised */
 
         gmd_list sessions;
         unsigned n_sessions;
@@ -114,6 +119,10 @@ typedef struct gmd_usage {
 } gmd_usage;
 
 void server_user_usage(gmd_server *server, uid_t uid, gmd_usage *ret_usage);
+
+/* Start the timer that closes connections that stay silent past
+ * [limits] hello_timeout_ms, unless it runs. */
+void server_arm_hello_sweep(gmd_server *server);
 
 /* Make sure sessions marked with session_close_later are closed once the
  * current callback returns. */

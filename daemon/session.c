@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admission.h"
 #include "buffer.h"
 #include "gpumem.pb-c.h"
 #include "log.h"
@@ -24,6 +25,7 @@
 #include "request.h"
 #include "server.h"
 #include "tiering.h"
+#include "timeutil.h"
 #include "waitq.h"
 
 /* Packets read per poll wake-up before yielding to other clients. */
@@ -103,6 +105,7 @@ int session_new(gmd_server *server, int fd, gmd_session **ret_session)
         session_read_groups(s);
         session_apply_config(s);
         s->priority = s->limits.priority;
+        s->connected_ms = now_ms();
         list_init(&s->buffers);
         list_init(&s->waits);
         list_init(&s->sendq);
@@ -171,6 +174,8 @@ void session_close(gmd_session *s, const char *reason)
                 list_remove(pos);
                 free(q);
         }
+        s->sendq_len = 0;
+        s->sendq_bytes = 0;
         list_remove(&s->link);
         server->n_sessions--;
         if (s->hello_done)
@@ -199,14 +204,27 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
                          const uint8_t *payload, uint32_t length,
                          const int *fds, unsigned n_fds)
 {
+        const gmd_config *c = &s->server->config;
         queued_packet *q;
-        char why[64];
+        char why[96];
 
-        if (s->sendq_len >= s->server->config.max_send_queue) {
-                /* Never close from here: whoever is sending may go on using
-                 * this session's buffers, waits or acquirers. */
-                snprintf(why, sizeof(why),
-                         "not reading replies (%u queued)", s->sendq_len);
+        /* Never close from here: whoever is sending may go on using this
+         * session's buffers, waits or acquirers. */
+        if (s->sendq_len >= c->max_send_queue ||
+            s->sendq_bytes + length > c->max_send_queue_bytes) {
+                snprintf(why, sizeof(why), "not reading replies (%u queued, "
+                         "%llu bytes)", s->sendq_len,
+                         (unsigned long long)s->sendq_bytes);
+                session_close_later(s, why);
+                return -ENOBUFS;
+        }
+        if (admission_user_queued(s->server, s->uid) + length >
+            c->max_user_send_queue_bytes) {
+                snprintf(why, sizeof(why), "uid %u's connections do not read "
+                         "their replies (%llu bytes queued in all)",
+                         (unsigned)s->uid,
+                         (unsigned long long)admission_user_queued(s->server,
+                                                                   s->uid));
                 session_close_later(s, why);
                 return -ENOBUFS;
         }
@@ -232,6 +250,7 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
         }
         list_add_tail(&s->sendq, &q->link);
         s->sendq_len++;
+        s->sendq_bytes += length;
         session_update_poll(s);
         return 0;
 }
@@ -332,6 +351,7 @@ static void session_flush(gmd_session *s)
                         close(q->fds[i]);
                 list_remove(pos);
                 s->sendq_len--;
+                s->sendq_bytes -= q->length;
                 free(q);
         }
         session_update_poll(s);

@@ -56,8 +56,11 @@ typedef struct gmd_session {
         gmd_list waits;             /* MSG_WAITs waiting for moves (tiering.c) */
         unsigned n_waits;
 
+        uint64_t connected_ms;      /* accepted at (hello deadline) */
+
         gmd_list sendq;             /* packets the socket could not take */
         unsigned sendq_len;
+        uint64_t sendq_bytes;       /* their payloads (admission.h) */
         bool closing;
         /* To be closed by the server's next check pass (session_close_later):
          * sends are dropped, nothing is read, nothing is freed yet. */
@@ -84,7 +87,8 @@ void session_close_later(gmd_session *session, const char *reason);
  * Send one message: encode `msg` (may be NULL for an empty payload) and
  * attach `fds` (duplicated by the kernel; the caller keeps its own). If
  * the socket is full the packet is queued; a client whose queue passes
- * the configured limit is disconnected. Returns 0 or a negative errno (the
+ * [limits] max_send_queue packets or max_send_queue_bytes, or whose user's
+ * connections together pass max_user_send_queue_bytes, is disconnected. Returns 0 or a negative errno (the
  * session may then be closing).
  */
 int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
