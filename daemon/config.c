@@ -71,6 +71,7 @@ static const config_key config_keys[] = {
         KEY("sim", "granularity", KEY_SIZE, sim_granularity, 0),
         KEY("sim", "copy_rate", KEY_SIZE, sim_copy_rate, 0),
         KEY("metrics", "listen", KEY_STRING, metrics_listen, 0),
+        KEY("metrics", "clients", KEY_STRING, metrics_clients, 0),
 };
 
 static const char *const level_names[] = {
@@ -88,6 +89,7 @@ void config_init_defaults(gmd_config *config)
         config->socket_mode = 0660;
         strcpy(config->backend, "auto");
         strcpy(config->metrics_listen, "off");
+        strcpy(config->metrics_clients, "users");
         config->socket_gid = (gid_t)-1;
         config->admin_gid = (gid_t)-1;
         config->log_level = GMD_LOG_INFO;
@@ -278,6 +280,13 @@ int config_validate(gmd_config *config, FILE *err)
                 return -EINVAL;
         }
 
+        if (strcmp(config->metrics_clients, "users") != 0 &&
+            strcmp(config->metrics_clients, "ids") != 0 &&
+            strcmp(config->metrics_clients, "names") != 0) {
+                fprintf(err, "config: [metrics] clients must be users, ids or names, "
+                        "not '%s'\n", config->metrics_clients);
+                return -EINVAL;
+        }
         if (config->admin_clients >= config->max_clients) {
                 fprintf(err, "config: [limits] admin_clients (%u) must be less than "
                         "max_clients (%u): the slots it keeps are part of them\n",

@@ -36,6 +36,8 @@ typedef struct gmd_config {
 
         /* [metrics] */
         char metrics_listen[108];     /* "off", "127.0.0.1:PORT", "unix:PATH" */
+        char metrics_clients[8];      /* series per "users" (default), or
+                                       * per client too: "ids", "names" */
 
         /* [pools] */
         gmd_size_spec vram_limit;     /* per device; 0 and 0% = automatic */

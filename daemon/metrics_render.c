@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "copyq.h"
@@ -44,18 +45,23 @@ static void render_pools(promtext *t, const gmd_server *server)
 }
 
 /* The labels that name one client, without the braces:
- * `client="7",pid="123",uid="1000",name="train"`. */
-static void client_labels(promtext *t, const gmd_session *s)
+ * `client="7",pid="123",uid="1000"` and, with [metrics] clients = names,
+ * `,name="train"`. */
+static void client_labels(promtext *t, const gmd_session *s, bool names)
 {
-        promtext_printf(t, "client=\"%" PRIu64 "\",pid=\"%ld\",uid=\"%lu\","
-                        "name=\"", s->id, (long)s->pid, (unsigned long)s->uid);
+        promtext_printf(t, "client=\"%" PRIu64 "\",pid=\"%ld\",uid=\"%lu\"",
+                        s->id, (long)s->pid, (unsigned long)s->uid);
+        if (!names)
+                return;
+        promtext_append(t, ",name=\"", 7);
         promtext_label_value(t, s->name);
         promtext_append(t, "\"", 1);
 }
 
-static void render_clients(promtext *t, const gmd_server *server)
+/* Series per client connection ([metrics] clients = ids or names): one
+ * per process that ever connects, so they churn with every new process. */
+static void render_per_client(promtext *t, const gmd_server *server, bool names)
 {
-        unsigned n_clients = 0, n_buffers = 0, n_waiting = 0;
         const gmd_list *pos;
 
         /* One process may connect more than once: the client id keeps the
@@ -67,10 +73,8 @@ static void render_clients(promtext *t, const gmd_server *server)
 
                 if (!s->hello_done)
                         continue;
-                n_clients++;
-                n_buffers += s->n_buffers;
                 promtext_printf(t, "gpumemd_client_bytes{");
-                client_labels(t, s);
+                client_labels(t, s, names);
                 promtext_printf(t, "} %" PRIu64 "\n", s->bytes);
         }
         /* The same bytes by tier: VRAM (parked buffers included) and
@@ -84,11 +88,79 @@ static void render_clients(promtext *t, const gmd_server *server)
                         continue;
                 for (unsigned tier = GMD_TIER_VRAM; tier <= GMD_TIER_HOST; tier++) {
                         promtext_printf(t, "gpumemd_client_tier_bytes{");
-                        client_labels(t, s);
+                        client_labels(t, s, names);
                         promtext_printf(t, ",tier=\"%s\"} %" PRIu64 "\n",
                                         tier == GMD_TIER_VRAM ? "vram" : "host",
                                         s->tier_bytes[tier]);
                 }
+        }
+}
+
+typedef struct user_sum {
+        unsigned long uid;
+        unsigned clients;
+        uint64_t bytes[2];          /* by tier */
+} user_sum;
+
+/* Series per user (always): as many as users connected, stable while the
+ * user's processes come and go, and no client names. */
+static void render_per_user(promtext *t, const gmd_server *server)
+{
+        user_sum *users = calloc(server->n_sessions ? server->n_sessions : 1,
+                                 sizeof(*users));
+        unsigned n = 0;
+        const gmd_list *pos;
+
+        if (!users) {
+                t->failed = true;
+                return;
+        }
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+                unsigned i;
+
+                if (!s->hello_done)
+                        continue;
+                for (i = 0; i < n && users[i].uid != (unsigned long)s->uid; i++)
+                        ;
+                if (i == n)
+                        users[n++].uid = (unsigned long)s->uid;
+                users[i].clients++;
+                users[i].bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM];
+                users[i].bytes[GMD_TIER_HOST] += s->tier_bytes[GMD_TIER_HOST];
+        }
+        promtext_family(t, "gpumemd_user_clients", "gauge",
+                        "Clients connected (after the hello), by user.");
+        for (unsigned i = 0; i < n; i++)
+                promtext_printf(t, "gpumemd_user_clients{uid=\"%lu\"} %u\n",
+                                users[i].uid, users[i].clients);
+        promtext_family(t, "gpumemd_user_bytes", "gauge",
+                        "Bytes held by all clients of one user, by tier.");
+        for (unsigned i = 0; i < n; i++)
+                for (unsigned tier = GMD_TIER_VRAM; tier <= GMD_TIER_HOST; tier++)
+                        promtext_printf(t, "gpumemd_user_bytes{uid=\"%lu\","
+                                        "tier=\"%s\"} %" PRIu64 "\n", users[i].uid,
+                                        tier == GMD_TIER_VRAM ? "vram" : "host",
+                                        users[i].bytes[tier]);
+        free(users);
+}
+
+static void render_clients(promtext *t, const gmd_server *server)
+{
+        const char *mode = server->config.metrics_clients;
+        unsigned n_clients = 0, n_buffers = 0, n_waiting = 0;
+        const gmd_list *pos;
+
+        render_per_user(t, server);
+        if (strcmp(mode, "users") != 0)
+                render_per_client(t, server, strcmp(mode, "names") == 0);
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (!s->hello_done)
+                        continue;
+                n_clients++;
+                n_buffers += s->n_buffers;
         }
         list_for_each(pos, &server->waiters)
                 n_waiting++;

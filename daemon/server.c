@@ -469,7 +469,18 @@ int server_listen(gmd_server *server, int fd)
                 server->maintain_timer.data = server;
                 uv_timer_start(&server->maintain_timer, server_on_maintain, 0, 0);
         }
-        return metrics_start(server, server->config.metrics_listen, &server->metrics);
+        r = metrics_start(server, server->config.metrics_listen, &server->metrics);
+        /* A listen value that does not parse, or is not loopback, is a
+         * config error like any other; one that cannot be served now (the
+         * port is taken, the directory is missing, the unit forbids the
+         * address family) leaves the daemon serving its clients. */
+        if (r < 0 && r != -EINVAL && r != -EPERM) {
+                log_error("metrics: the endpoint %s is not served (see above); "
+                          "gpu-memd runs without it: fix [metrics] listen and "
+                          "reload", server->config.metrics_listen);
+                r = 0;
+        }
+        return r;
 }
 
 void server_stop(gmd_server *server)
@@ -568,7 +579,10 @@ void server_reload(gmd_server *server, const gmd_config *config)
         next.sim_copy_rate = old->sim_copy_rate;
         next.cuda_reserve_chunks = old->cuda_reserve_chunks;
         next.host_stock = old->host_stock;
-        bool metrics_changed = strcmp(old->metrics_listen, next.metrics_listen) != 0;
+        /* Also retried when it could not start before (a port in use). */
+        bool metrics_changed = strcmp(old->metrics_listen, next.metrics_listen) != 0 ||
+                               (!server->metrics &&
+                                strcmp(next.metrics_listen, "off") != 0);
         *old = next;
 
         log_set_level(old->log_level);

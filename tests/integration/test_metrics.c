@@ -7,7 +7,10 @@
  * client's bytes per tier must say where the bytes went; every line
  * must be well-formed exposition text; bad requests get 4xx answers and
  * leave the endpoint working; an idle connection is closed; addresses that
- * are not loopback are refused at start.
+ * are not loopback are refused at start. Issue 10, item 8: by default the
+ * series are per user, with no client names and no pids; connections
+ * that hang cannot keep a scraper out; an endpoint that cannot be served
+ * (a port in use, a missing directory) leaves the daemon running.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -315,7 +318,7 @@ static void test_scrape_after_alloc(void **state)
         const char *body;
         char *answer;
 
-        start_tcp(f, NULL);
+        start_tcp(f, "clients = names\n");
         f->clients[0] = harness_client(&f->h, "scraped");
         assert_int_equal(gmd_alloc(f->clients[0], 6 * MiB, 0, GMD_ALLOC_SWAPPABLE,
                                    GMD_NO_WAIT, &b), 0);
@@ -422,7 +425,7 @@ static void test_scrape_after_pageout(void **state)
         /* Freed buffers go back at once (ctest sets this for every
          * integration test; a run by hand needs it too). */
         setenv(GMD_CACHE_ENV, "0", 1);
-        start_tcp(f, "[pools]\nhost_limit = 64M\n");
+        start_tcp(f, "clients = names\n[pools]\nhost_limit = 64M\n");
         f->clients[0] = harness_client(&f->h, "mover");
         assert_int_equal(gmd_alloc(f->clients[0], 8 * MiB, 0, GMD_ALLOC_SWAPPABLE,
                                    GMD_NO_WAIT, &b), 0);
@@ -631,8 +634,9 @@ static void test_bad_requests(void **state)
         close(fd);
 }
 
-/* More connections than the cap at once: the endpoint refuses the extra
- * ones and serves again once they close. */
+/* More connections than the cap at once: each new one closes the oldest,
+ * so connections that hang never keep a scraper out (before, 16 silent
+ * ones left it refused until their deadline). */
 static void test_connection_cap(void **state)
 {
         fixture *f = *state;
@@ -642,14 +646,101 @@ static void test_connection_cap(void **state)
         start_tcp(f, NULL);
         for (size_t i = 0; i < 40; i++)
                 fds[i] = connect_tcp(f->port);
-        harness_sleep_ms(200);
+        for (int round = 0; round < 5; round++) {
+                answer = scrape_tcp(f->port);
+                assert_int_equal(status_code(answer), 200);
+                free(answer);
+        }
         for (size_t i = 0; i < 40; i++)
                 close(fds[i]);
-        harness_sleep_ms(200);
+        assert_true(harness_log_count(&f->h, "closing the oldest") >= 1);
+        harness_stop(&f->h);
+}
+
+/* The default: series per user, no client names, no pids (any local user
+ * may scrape a loopback port, and per-process series churn). */
+static void test_default_per_user(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        char series[128], *answer;
+        const char *body;
+
+        start_tcp(f, NULL);
+        f->clients[0] = harness_client(&f->h, "secretname");
+        f->clients[1] = harness_client(&f->h, "another");
+        assert_int_equal(gmd_alloc(f->clients[0], 4 * MiB, 0, GMD_ALLOC_SWAPPABLE,
+                                   GMD_NO_WAIT, &b), 0);
         answer = scrape_tcp(f->port);
-        assert_int_equal(status_code(answer), 200);
+        body = body_of(answer);
+        check_exposition(body);
+        assert_null(strstr(body, "secretname"));
+        assert_null(strstr(body, "pid=\""));
+        assert_null(strstr(body, "gpumemd_client_bytes"));
+        snprintf(series, sizeof(series), "gpumemd_user_clients{uid=\"%u\"}",
+                 (unsigned)getuid());
+        assert_true(sample(body, series) == 2);
+        snprintf(series, sizeof(series),
+                 "gpumemd_user_bytes{uid=\"%u\",tier=\"vram\"}", (unsigned)getuid());
+        assert_true(sample(body, series) == 4.0 * MiB);
         free(answer);
-        assert_true(harness_log_count(&f->h, "refusing more") >= 1);
+        assert_int_equal(gmd_free(f->clients[0], b), 0);
+        harness_stop(&f->h);
+}
+
+/* clients = ids: per-client series with pids, still no names. */
+static void test_ids_without_names(void **state)
+{
+        fixture *f = *state;
+        char needle[128], *answer;
+        const char *body;
+
+        start_tcp(f, "clients = ids\n");
+        f->clients[0] = harness_client(&f->h, "secretname");
+        answer = scrape_tcp(f->port);
+        body = body_of(answer);
+        check_exposition(body);
+        snprintf(needle, sizeof(needle), ",pid=\"%d\",uid=\"%u\"} 0\n",
+                 (int)getpid(), (unsigned)getuid());
+        assert_non_null(strstr(body, needle));
+        assert_null(strstr(body, "secretname"));
+        free(answer);
+        harness_stop(&f->h);
+}
+
+/* An endpoint that cannot be served does not stop the daemon: a unix
+ * socket in a missing directory, a port another process holds. */
+static void test_unservable_endpoint(void **state)
+{
+        fixture *f = *state;
+        struct sockaddr_in a = { .sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof(a);
+        char config[256];
+        int holder;
+
+        holder = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(holder >= 0);
+        assert_int_equal(bind(holder, (struct sockaddr *)&a, sizeof(a)), 0);
+        assert_int_equal(listen(holder, 1), 0);
+        assert_int_equal(getsockname(holder, (struct sockaddr *)&a, &len), 0);
+        snprintf(config, sizeof(config), "[metrics]\nlisten = 127.0.0.1:%d\n",
+                 ntohs(a.sin_port));
+        harness_start_small(&f->h, config);
+        f->clients[0] = harness_client(&f->h, "served");
+        gmd_status_free(harness_status(f->clients[0]));
+        assert_true(harness_log_count(&f->h, "gpu-memd runs without it") == 1);
+        f->clients[0] = gmd_disconnect(f->clients[0]);
+        harness_stop(&f->h);
+        harness_cleanup(&f->h);
+        close(holder);
+
+        memset(&f->h, 0, sizeof(f->h));
+        harness_start_small(&f->h, "[metrics]\nlisten = unix:/nonexistent-gmd/m.sock\n");
+        f->clients[0] = harness_client(&f->h, "served");
+        gmd_status_free(harness_status(f->clients[0]));
+        assert_true(harness_log_count(&f->h, "gpu-memd runs without it") == 1);
+        f->clients[0] = gmd_disconnect(f->clients[0]);
         harness_stop(&f->h);
 }
 
@@ -730,6 +821,11 @@ int main(void)
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_default_per_user, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_ids_without_names, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_unservable_endpoint, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_unix_socket, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_refuses_non_loopback, setup,
                                                 teardown),

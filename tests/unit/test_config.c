@@ -116,6 +116,7 @@ static void assert_config_equal(const gmd_config *a, const gmd_config *b)
         assert_int_equal(a->admin_clients, b->admin_clients);
         assert_int_equal(a->hello_timeout_ms, b->hello_timeout_ms);
         assert_int_equal(a->max_buffers_per_user, b->max_buffers_per_user);
+        assert_string_equal(a->metrics_clients, b->metrics_clients);
         assert_int_equal(a->sim_devices, b->sim_devices);
         assert_int_equal(a->sim_vram, b->sim_vram);
         assert_int_equal(a->sim_granularity, b->sim_granularity);
@@ -561,6 +562,21 @@ static void test_send_queue_bytes_floor(void **state)
                        "max_user_send_queue_bytes");
 }
 
+/* [metrics] clients: users (the default), ids or names, nothing else. */
+static void test_metrics_clients(void **state)
+{
+        fixture *f = *state;
+        gmd_config c;
+
+        config_init_defaults(&c);
+        assert_string_equal(c.metrics_clients, "users");
+        write_file(f, "[metrics]\nclients = names\n");
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(config_validate(&c, f->err), 0);
+        assert_string_equal(c.metrics_clients, "names");
+        expect_invalid(f, "[metrics]\nclients = all\n", "users, ids or names");
+}
+
 /* hello_timeout_ms is at least 1; the counts take 0 (no limit, auto). */
 static void test_limits_ranges(void **state)
 {
@@ -668,6 +684,7 @@ int main(void)
                 T(test_admin_clients_below_max),
                 T(test_send_queue_bytes_floor),
                 T(test_limits_ranges),
+                T(test_metrics_clients),
                 T(test_dump_round_trip),
                 T(test_dump_defaults_loads),
         };
