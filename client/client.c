@@ -602,10 +602,18 @@ int gmd_connect(const char *socket_path, const char *client_name,
                 return r;
         }
         if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-                r = -errno;
+                int e = errno;
+
                 close(fd);
-                error_set("cannot connect to %s: %s", path, strerror(-r));
-                return r;
+                error_set("cannot connect to %s: %s%s", path, strerror(e),
+                          e == EACCES || e == EPERM ?
+                          " — may this user use gpu-memd's socket (its group)?" :
+                          e == ENOENT || e == ECONNREFUSED ?
+                          " — is gpu-memd running?" : "");
+                /* Not -ENOENT, which is GMD_ENOENT ("no such buffer"), nor
+                 * other errnos that name something else in gpumem.h: no
+                 * daemon there is GMD_ECONN; not allowed is GMD_EPERM. */
+                return e == EACCES || e == EPERM ? GMD_EPERM : GMD_ECONN;
         }
         return gmd__connect_fd(fd, client_name, ret_client);
 }

@@ -492,16 +492,10 @@ static int run_admin(const ctl *c, const command *cmd, gmd_client *client)
 
 /* ---- running a command ---------------------------------------------- */
 
-static int connect_error(const char *path, int r)
+/* gmd_connect's error already names the socket and what to check. */
+static int connect_error(void)
 {
-        if (r == -ENOENT || r == -ECONNREFUSED)
-                fprintf(stderr, "gpu-memctl: cannot connect to %s: %s — is "
-                        "gpu-memd running?\n", path, strerror(-r));
-        else if (r == -EACCES)
-                fprintf(stderr, "gpu-memctl: cannot connect to %s: %s — is "
-                        "this user in gpu-memd's group?\n", path, strerror(-r));
-        else
-                fprintf(stderr, "gpu-memctl: %s\n", gmd_last_error());
+        fprintf(stderr, "gpu-memctl: %s\n", gmd_last_error());
         return EXIT_FAILURE;
 }
 
@@ -512,7 +506,7 @@ static int run_command(const ctl *c, const command *cmd)
 
         r = gmd_connect(c->socket, "gpu-memctl", &client);
         if (r < 0)
-                return connect_error(c->socket, r);
+                return connect_error();
         status = cmd->run(c, cmd, client);
         gmd_disconnect(client);
         if (fflush(stdout) != 0 || ferror(stdout)) {

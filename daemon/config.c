@@ -25,6 +25,7 @@ typedef enum key_kind {
         KEY_COUNT,        /* unsigned, 0..max */
         KEY_SIZE,         /* uint64_t bytes */
         KEY_SIZE_SPEC,    /* bytes or percent */
+        KEY_POOL_SIZE,    /* a pool: auto, bytes (a granule at least) or percent */
         KEY_BOOL,         /* yes | no (also true/false, on/off, 1/0) */
 } key_kind;
 
@@ -48,9 +49,9 @@ static const config_key config_keys[] = {
         KEY("daemon", "admin_group", KEY_STRING, admin_group, 0),
         KEY("daemon", "backend", KEY_BACKEND, backend, 0),
         KEY("daemon", "log_level", KEY_LOG_LEVEL, log_level, 0),
-        KEY("pools", "vram_limit", KEY_SIZE_SPEC, vram_limit, 0),
+        KEY("pools", "vram_limit", KEY_POOL_SIZE, vram_limit, 0),
         KEY("pools", "vram_reserve", KEY_SIZE, vram_reserve, 0),
-        KEY("pools", "host_limit", KEY_SIZE_SPEC, host_limit, 0),
+        KEY("pools", "host_limit", KEY_POOL_SIZE, host_limit, 0),
         KEY("pools", "cuda_reserve_chunks", KEY_COUNT, cuda_reserve_chunks, 4096),
         KEY("pools", "host_stock", KEY_SIZE_SPEC, host_stock, 0),
         KEY("limits", "max_clients", KEY_UINT, max_clients, 65536),
@@ -204,6 +205,28 @@ static const char *key_parse(const config_key *key, const char *value,
                 if (size_spec_parse(value, field) < 0)
                         return "expected auto, a size such as 40G or a percentage such as 90%";
                 return NULL;
+        case KEY_POOL_SIZE: {
+                gmd_size_spec *spec = field;
+
+                if (strcmp(value, "auto") == 0 && key->name[0] == 'v') {
+                        *spec = (gmd_size_spec){ 0, 0 };
+                        return NULL;
+                }
+                if (size_spec_parse(value, spec) < 0)
+                        return key->name[0] == 'v' ?
+                               "expected auto, a size such as 40G or a percentage such as 90%" :
+                               "expected a size such as 40G or a percentage such as 25%";
+                /* "0" used to mean auto and "512" 512 bytes: a whole device,
+                 * or a pool nothing fits in, without a word. */
+                if (spec->percent == 0 && spec->bytes == 0)
+                        return key->name[0] == 'v' ?
+                               "0 is no pool at all; write auto for the automatic size" :
+                               "0 is no pool at all; write a size such as 16G or 25%";
+                if (spec->percent == 0 && spec->bytes < (1u << 20))
+                        return "less than 1M: sizes without a unit are bytes; did you "
+                               "mean M or G (512M, 512G)?";
+                return NULL;
+        }
         case KEY_BOOL:
                 if (!strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
                     !strcasecmp(value, "on") || !strcmp(value, "1"))
@@ -412,7 +435,8 @@ static void key_print(const config_key *key, const void *field, FILE *out)
         case KEY_SIZE:
                 fprintf(out, "%s", size_format_exact(*(const uint64_t *)field, buf, sizeof(buf)));
                 break;
-        case KEY_SIZE_SPEC: {
+        case KEY_SIZE_SPEC:
+        case KEY_POOL_SIZE: {
                 const gmd_size_spec *s = field;
 
                 if (s->percent > 0)

@@ -401,7 +401,18 @@ static int socket_create(const gmd_config *config, int *ret_fd)
          * leaves no window in which the wrong people can connect. */
         if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
                 r = -errno;
-                log_error("cannot bind %s: %s", path, strerror(errno));
+                if (r == -ENOENT) {
+                        const char *slash = strrchr(path, '/');
+                        int dir_len = slash ? (int)(slash - path) : 0;
+
+                        log_error("cannot bind %s: the directory %.*s does not "
+                                  "exist: create it (mkdir -p %.*s; under systemd "
+                                  "the units create /run/gpu-memd) or choose another "
+                                  "--socket, such as ./gpu-memd.sock", path,
+                                  dir_len, path, dir_len, path);
+                } else {
+                        log_error("cannot bind %s: %s", path, strerror(errno));
+                }
                 close(fd);
                 return r;
         }

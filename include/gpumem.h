@@ -58,10 +58,11 @@ extern "C" {
 #define GMD_EBUSY       (-16)   /* -EBUSY: the buffer's state forbids it */
 #define GMD_ENOTSUP     (-95)   /* -EOPNOTSUPP: this daemon/backend cannot */
 #define GMD_EPROTO      (-71)   /* -EPROTO: protocol error; connection closed */
-#define GMD_ECONN       (-107)  /* -ENOTCONN: the daemon went away */
+#define GMD_ECONN       (-107)  /* -ENOTCONN: no daemon, or it went away */
 #define GMD_EREVOKED    (-125)  /* -ECANCELED: the daemon revoked the buffer */
-#define GMD_ELIMIT      (-11)   /* -EAGAIN: too many outstanding requests or
-                                 * buffers for the daemon; retry later */
+#define GMD_ELIMIT      (-11)   /* -EAGAIN: too many outstanding requests,
+                                 * buffers or connections for the daemon's
+                                 * [limits]; retry later */
 
 /* Placement flags of gmd_alloc (decision 4 of DESIGN.md). */
 #define GMD_ALLOC_SWAPPABLE  0u        /* default: moves only while released */
@@ -113,6 +114,14 @@ typedef enum gmd_buffer_state {
  * If the daemon stops while the client is connected, calls fail with
  * GMD_ECONN and gmd_last_error() says "gpu-memd is stopping: " followed by
  * the daemon's notice.
+ *
+ * Errors: GMD_ECONN when no daemon answers at the socket (missing, or
+ * nobody listening; gmd_last_error() names the path), GMD_EPERM when this
+ * user may not connect to it (the socket's mode and group), GMD_ELIMIT
+ * when the daemon refuses the connection for one of its [limits] (too many
+ * clients, or of this user, or no file descriptor left; gmd_last_error()
+ * says which), -ENAMETOOLONG for a path longer than a socket address
+ * holds, -EINVAL for a bad $GPU_MEMD_PRIORITY or $GPU_MEMD_CACHE*.
  */
 GMD_EXPORT
 int gmd_connect(const char *socket_path, const char *client_name,
@@ -159,7 +168,10 @@ unsigned gmd_client_device_count(const gmd_client *client);
  * SPILLABLE buffer placed on host memory that includes [pools] host_limit,
  * which bounds all the pinned host memory of the daemon), GMD_EQUOTA,
  * -EINVAL (size 0, unknown device or flags), GMD_ENOTSUP (for instance
- * GMD_ALLOC_LEGACY_IPC from a daemon without the cuda backend).
+ * GMD_ALLOC_LEGACY_IPC from a daemon without the cuda backend), GMD_ELIMIT
+ * when the client or its user holds as many buffers as the daemon's
+ * [limits] allow (max_buffers_per_client, max_buffers_per_user) or the
+ * daemon has no file descriptor left for one (gmd_last_error() says which).
  *
  * GMD_ALLOC_LEGACY_IPC buffers are opened from a plain CUDA IPC handle:
  * their address is the driver's choice, the daemon cannot move them, and

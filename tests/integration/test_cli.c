@@ -639,6 +639,41 @@ static void test_daemon_bad_option(void **state)
         assert_non_null(strstr(err, "--log-level"));
         free(out);
         free(err);
+
+        /* A pool size without a unit is bytes: 512 would be a pool nothing
+         * fits in, and 0 used to be the whole device. Both say so. */
+        assert_int_equal(harness_exit_code(run_daemon(f, (const char *[]){
+                "--backend", "sim", "--socket", f->h.socket_path,
+                "--vram-limit", "512", NULL }, &out, &err)), 2);
+        assert_non_null(strstr(err, "512M"));
+        assert_one_line(err);
+        free(out);
+        free(err);
+        assert_int_equal(harness_exit_code(run_daemon(f, (const char *[]){
+                "--backend", "sim", "--socket", f->h.socket_path,
+                "--vram-limit", "0", NULL }, &out, &err)), 2);
+        assert_non_null(strstr(err, "auto"));
+        assert_one_line(err);
+        free(out);
+        free(err);
+}
+
+/* A socket in a directory that does not exist: the error says to create
+ * it (plain `gpu-memd` fails so where /run/gpu-memd is missing). */
+static void test_socket_dir_missing(void **state)
+{
+        fixture *f = *state;
+        char *out = NULL, *err = NULL;
+        char path[192];
+
+        harness_init(&f->h, "");
+        snprintf(path, sizeof(path), "%s/no-such-dir/gpu-memd.sock", f->h.dir);
+        assert_int_equal(harness_exit_code(run_daemon(f, (const char *[]){
+                "--backend", "sim", "--socket", path, NULL }, &out, &err)), 1);
+        if (!strstr(err, "does not exist: create it (mkdir -p"))
+                fail_msg("no hint to create the directory:\n%s", err);
+        free(out);
+        free(err);
 }
 
 static void expect_bad_config(fixture *f, const char *config, int line,
@@ -816,6 +851,7 @@ int main(void)
                 T(test_ctl_no_daemon),
                 T(test_daemon_help_and_version),
                 T(test_daemon_bad_option),
+                T(test_socket_dir_missing),
                 T(test_daemon_bad_config),
                 T(test_daemon_missing_config),
                 T(test_socket_mode),

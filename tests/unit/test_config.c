@@ -344,6 +344,23 @@ static void test_bad_size_overflow(void **state)
                         "vram_reserve");
 }
 
+/* A pool size of 0, or below 1M without a unit, was taken silently: the
+ * whole device (0 meant auto) or a pool nothing fits in (512 bytes). */
+static void test_pool_size_needs_unit(void **state)
+{
+        expect_bad_line(*state, "[pools]\nvram_limit = 512\n", 2, "512M");
+}
+
+static void test_pool_size_zero(void **state)
+{
+        expect_bad_line(*state, "[pools]\nvram_limit = 0\n", 2, "auto");
+}
+
+static void test_host_pool_size_zero(void **state)
+{
+        expect_bad_line(*state, "[pools]\nhost_limit = 0\n", 2, "host_limit");
+}
+
 static void test_bad_percent(void **state)
 {
         expect_bad_line(*state, "[pools]\n; comment\nvram_limit = 150%\n", 3,
@@ -664,6 +681,9 @@ int main(void)
                 T(test_bad_size),
                 T(test_bad_size_overflow),
                 T(test_bad_percent),
+                T(test_pool_size_needs_unit),
+                T(test_pool_size_zero),
+                T(test_host_pool_size_zero),
                 T(test_percent_where_bytes_needed),
                 T(test_bool_values),
                 T(test_bad_bool),
