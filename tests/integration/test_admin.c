@@ -324,10 +324,12 @@ static void test_top_once_after_pageout(void **state)
                 free(line);
                 line = line_starting(strstr(out, "COPIES"), "gpu0 ");
         }
-        if (sscanf(line, "%15s %u %u %lf %15s", name, &q_out, &q_in, &rate,
-                   rate_unit) != 5 || q_out != 0 || q_in != 0 || rate <= 0 ||
-            !strstr(rate_unit, "/s") || !strstr(line, "      - ") ||
-            !strstr(line, "8 MiB         0 B"))
+        /* The columns of status's copies table, in its order: queued,
+         * moved, then the rates. */
+        if (sscanf(line, "%15s %u %u %*f %*s %*f %*s %lf %15s", name, &q_out,
+                   &q_in, &rate, rate_unit) != 5 || q_out != 0 || q_in != 0 ||
+            rate <= 0 || !strstr(rate_unit, "/s") ||
+            line[strlen(line) - 1] != '-' || !strstr(line, "8 MiB         0 B"))
                 fail_msg("copies row: '%s'", line);
         free(line);
         line = line_starting(out, "    PID");
@@ -455,8 +457,8 @@ static void test_top_live_rate(void **state)
                         fail_msg("a later frame without RATE OUT:\n%s", frame);
                 row = strstr(strstr(frame, "COPIES"), "\ngpu0 ");
                 assert_non_null(row);
-                if (sscanf(row + 1, "gpu0 %u %u %lf %15s", &q_out, &q_in, &rate,
-                           unit) != 4 || q_out != 1 || q_in != 0 ||
+                if (sscanf(row + 1, "gpu0 %u %u %*f %*s %*f %*s %lf %15s", &q_out,
+                           &q_in, &rate, unit) != 4 || q_out != 1 || q_in != 0 ||
                     strcmp(unit, "MiB/s") != 0 || rate < 5 || rate > 11)
                         fail_msg("copies row of a live frame: '%.80s'", row + 1);
                 rates++;
