@@ -393,6 +393,39 @@ static void test_hello_deadline(void **state)
         gmd_disconnect(c);
 }
 
+/* A flood of refusals writes a bounded number of log lines: 50 of one
+ * form per 5 s, then one line says how many were left out (the daemon
+ * once wrote millions of accept errors in seconds). */
+static void test_log_rate_limited(void **state)
+{
+        fixture *f = *state;
+        char msg[512];
+        int held, code, n;
+
+        start(f, "[limits]\nmax_clients = 1\nadmin_clients = 0\n"
+                 "hello_timeout_ms = 60000\n");
+        held = connect_silent(f);
+        for (int i = 0; i < 120; i++) {
+                int fd = connect_silent(f);
+
+                assert_int_equal(read_verdict(fd, 5000, &code, msg, sizeof(msg)),
+                                 GMD__MSG_TYPE__MSG_ERROR_REPLY);
+                close(fd);
+        }
+        /* 50 in the first 5 s (more only if this took longer). */
+        n = harness_log_count(&f->h, "refusing a connection");
+        if (n < 50 || n > 100)
+                fail_msg("%d refusal lines for 120 refusals", n);
+        /* The count comes with the next line of that form, a window later. */
+        harness_sleep_ms(5200);
+        expect_refused(f, connect_silent(f), "max_clients");
+        if (!harness_wait_log(&f->h, "more lines of the form \"refusing a "
+                              "connection", 5000))
+                fail_msg("no line counting what was left out; log:\n%s",
+                         harness_read_log(&f->h));
+        close(held);
+}
+
 /* ---- reply bytes (item 4) ------------------------------------------------------ */
 
 /* Send `n` status requests (clients and buffers: a few KB each) on `fd`
@@ -516,6 +549,7 @@ int main(void)
                 T(test_connections_per_user),
                 T(test_admin_slots),
                 T(test_hello_deadline),
+                T(test_log_rate_limited),
                 T(test_reply_bytes_per_connection),
                 T(test_reply_bytes_per_user),
         };
