@@ -231,13 +231,16 @@ static void hostile_run(double seconds)
         }
         if (gmd_connect(socket_path, "hugewait", &waiter) == 0)
                 pthread_create(&wait_thread, NULL, huge_wait_main, waiter);
-        for (int i = 0; i < SILENT; i++)
-                silent[i] = raw_connect();
+        /* The reply flood first: the silent ones then take the rest of
+         * this user's connections and are refused past them. */
         for (int i = 0; i < FLOOD; i++) {
                 flood[i] = raw_connect();
                 if (flood[i] >= 0)
                         send_hello(flood[i]);
         }
+        usleep(100000);
+        for (int i = 0; i < SILENT; i++)
+                silent[i] = raw_connect();
         while (now_us() < end) {
                 for (int i = 0; i < SILENT; i++) {
                         if (silent[i] >= 0 && !raw_dead(silent[i]))
