@@ -31,7 +31,7 @@ def with_pdeathsig(argv):
 class Daemon:
     """gpu-memd --backend sim on DIR/gpu-memd.sock."""
 
-    def __init__(self, config="[sim]\nvram = 64M\n", args=()):
+    def __init__(self, config="[sim]\nvram = 64M\n", args=(), env=None):
         self.dir = tempfile.mkdtemp(prefix="gmd-py-")
         self.socket = os.path.join(self.dir, "gpu-memd.sock")
         self.config = os.path.join(self.dir, "gpu-memd.conf")
@@ -39,6 +39,7 @@ class Daemon:
         with open(self.config, "w") as f:
             f.write(config)
         self.args = list(args)
+        self.env = dict(os.environ, **(env or {}))
         self.proc = None
 
     def start(self):
@@ -47,7 +48,8 @@ class Daemon:
                 with_pdeathsig([DAEMON, "--backend", "sim", "--socket",
                                 self.socket, "--config", self.config]
                                + self.args),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env=self.env)
         deadline = time.monotonic() + 5
         while True:
             if self.proc.poll() is not None:
@@ -145,12 +147,13 @@ def wait_until(predicate, timeout=5, what="condition"):
 class DaemonTest(unittest.TestCase):
     """A test case with its own daemon (CONFIG) and a Client on it."""
     CONFIG = "[sim]\nvram = 64M\n"
+    ENV = None
 
     def setUp(self):
         import gpumem
         fds = count_fds()
         self.addCleanup(self.check_fds, fds)     # runs last
-        self.daemon = Daemon(self.CONFIG)
+        self.daemon = Daemon(self.CONFIG, env=self.ENV)
         self.addCleanup(self.daemon.cleanup)
         self.daemon.start()
         self.client = gpumem.Client(self.daemon.socket, name="pytest")
