@@ -53,8 +53,9 @@ class Daemon:
         deadline = time.monotonic() + 5
         while True:
             if self.proc.poll() is not None:
-                raise AssertionError(f"gpu-memd exited during start-up "
-                                     f"({self.proc.returncode}):\n{self.log()}")
+                raise AssertionError("gpu-memd exited during start-up "
+                                     f"({self.proc.returncode}):\n"
+                                     f"{self.log()}")
             try:
                 with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
                     s.connect(self.socket)

@@ -107,6 +107,11 @@ class Alloc(DaemonTest):
                    what="trimmed bytes back")
 
 
+class FakeStream:
+    """What release_after reads of a torch.cuda.Stream (CPU-only here)."""
+    cuda_stream = 0
+
+
 class Tiering(DaemonTest):
     def test_release_pageout_wait_acquire(self):
         buf = self.client.alloc(4 * MiB)
@@ -150,6 +155,9 @@ class Tiering(DaemonTest):
         buf.release_after(0)                    # an int handle: default
         with buf.held(stream=0):
             pass
+        self.assertFalse(self.client.status().buffers[0].acquired)
+        buf.acquire()
+        buf.release_after(FakeStream())         # like torch.cuda.Stream
         self.assertFalse(self.client.status().buffers[0].acquired)
         with self.assertRaises(TypeError):
             buf.release_after("stream")

@@ -78,7 +78,8 @@ class Quota(DaemonTest):
     CONFIG = "[sim]\nvram = 64M\n[users]\nvram_quota = 8M\n"
 
     def test_quota(self):
-        held = self.client.alloc(8 * MiB)   # noqa: F841 (held, not freed)
+        held = self.client.alloc(8 * MiB)   # held: a dropped one is freed
+        self.addCleanup(held.free)
         with self.assertRaises(gpumem.QuotaExceeded) as cm:
             self.client.alloc(2 * MiB, timeout=0)
         self.assertIn("quota", str(cm.exception))

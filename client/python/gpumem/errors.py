@@ -31,7 +31,15 @@ Any other code raises GpumemError itself.
 import errno as _errno
 
 from . import _lib
-from ._lib import LibraryNotFound  # noqa: F401  (re-exported)
+from ._lib import LibraryNotFound
+
+__all__ = [
+    "GpumemError", "OutOfMemory", "TooLarge", "QuotaExceeded", "TimedOut",
+    "NoSuchBuffer", "NotAllowed", "Busy", "NotSupported", "Revoked",
+    "LimitReached", "InvalidArgument", "CopyFailed", "Disconnected",
+    "ProtocolError", "ConnectFailed", "LibraryNotFound",
+    "strerror", "error_for", "check", "connect_error",
+]
 
 
 class GpumemError(Exception):
