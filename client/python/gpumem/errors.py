@@ -26,7 +26,8 @@ sensibly (`except MemoryError`, `except TimeoutError`, ...):
       ProtocolError                 GMD_EPROTO: connection closed
     ConnectFailed(ConnectionError)  Client() could not reach the daemon
 
-Any other code raises GpumemError itself.
+Any other code raises GpumemError itself. LibraryNotFound (an ImportError)
+is raised on first use when libgpumem.so cannot be loaded.
 """
 import errno as _errno
 
