@@ -45,8 +45,8 @@ class _Using:
         with c._cond:
             if c._handle is None:
                 raise errors.Disconnected(
-                    _lib.GMD_ECONN, f"this gpumem.Client ({c.name}) is closed:"
-                    " connect a new one")
+                    _lib.GMD_ECONN, f"this gpumem.Client ({c.name or c.socket})"
+                    " is closed: connect a new one")
             c._calls += 1
             return c._handle
 
