@@ -29,9 +29,10 @@ def with_pdeathsig(argv):
 
 
 class Daemon:
-    """gpu-memd --backend sim on DIR/gpu-memd.sock."""
+    """gpu-memd --backend sim (or `backend`) on DIR/gpu-memd.sock."""
 
-    def __init__(self, config="[sim]\nvram = 64M\n", args=(), env=None):
+    def __init__(self, config="[sim]\nvram = 64M\n", args=(), env=None,
+                 backend="sim"):
         self.dir = tempfile.mkdtemp(prefix="gmd-py-")
         self.socket = os.path.join(self.dir, "gpu-memd.sock")
         self.config = os.path.join(self.dir, "gpu-memd.conf")
@@ -39,13 +40,14 @@ class Daemon:
         with open(self.config, "w") as f:
             f.write(config)
         self.args = list(args)
+        self.backend = backend
         self.env = dict(os.environ, **(env or {}))
         self.proc = None
 
     def start(self):
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                with_pdeathsig([DAEMON, "--backend", "sim", "--socket",
+                with_pdeathsig([DAEMON, "--backend", self.backend, "--socket",
                                 self.socket, "--config", self.config]
                                + self.args),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
