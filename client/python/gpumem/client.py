@@ -121,7 +121,8 @@ class Client:
     def close(self):
         """Disconnect. The daemon frees every buffer still held; their
         addresses, and every view of them, become invalid. Waits for calls
-        in flight on other threads. Closing twice does nothing."""
+        in flight on other threads (one waiting with timeout=None holds it
+        until it returns). Closing twice does nothing."""
         with self._cond:
             handle = self._handle
             if handle is None:
