@@ -12,7 +12,8 @@
 # the unit tests, protobuf-c for libgpumem.so users) into BUILD/lib; gpu-memd
 # and the test programs link libuv, protobuf-c and inih statically already.
 # `run` needs neither cmake nor ctest: it runs the test binaries directly
-# (tests/gpu/test_*), then the benchmarks (bench/alloc_bench,
+# (tests/gpu/test_*), the Python package's CUDA test with the machine's
+# python3 and torch (tests/python/test_cuda.py), then the benchmarks (bench/alloc_bench,
 # bench/swap_bench, bench/release_bench), and writes under $OUT (default
 # ./gpu-suite-out):
 #   gpu-suite.log    every test's output, the daemon logs, in order
@@ -82,6 +83,27 @@ for t in "$build"/tests/gpu/test_*; do
         echo "=== $name: $result (rc $rc, ${secs}s)" | tee -a "$log"
         entries+=("{\"name\": \"$name\", \"result\": \"$result\", \"rc\": $rc, \"seconds\": $secs}")
 done
+
+# The Python package on the cuda backend (tests/python/test_cuda.py) with
+# this machine's python3 and torch, from the source tree beside this script.
+# It exits 0 when it skips (no torch, no GPU) and says so in a SKIP: line.
+name=python.test_cuda
+if [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " == *" $name "* ]]; then
+        root=$(cd "$(dirname "$0")/.." && pwd)
+        echo "=== $name" | tee -a "$log"
+        start=$(date +%s.%N)
+        py_out=$(cd "$root/tests/python" && PYTHONPATH="$root/client/python" \
+                GPUMEM_LIBRARY="$build/client/libgpumem.so.0" \
+                timeout 300 python3 -m unittest -v test_cuda 2>&1)
+        rc=$?
+        echo "$py_out" >>"$log"
+        secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.2f", e - s }')
+        if [ $rc -ne 0 ]; then result=fail; failed=$((failed + 1))
+        elif grep -q "^SKIP: $name" <<<"$py_out"; then result=skip
+        else result=pass; fi
+        echo "=== $name: $result (rc $rc, ${secs}s)" | tee -a "$log"
+        entries+=("{\"name\": \"$name\", \"result\": \"$result\", \"rc\": $rc, \"seconds\": $secs}")
+fi
 
 benches=${GMD_BENCH-alloc swap release}
 bench_rc=null

@@ -1,8 +1,8 @@
 /*
  * test_install — `make install`'s tree: cmake --install into a DESTDIR
- * puts binaries, library, header, pkg-config file, systemd units, the
- * sysusers and tmpfiles entries and the config where an operator expects
- * them, for the prefix asked for; the installed units pass systemd-analyze
+ * puts binaries, library, header, pkg-config file, the Python package,
+ * systemd units, the sysusers and tmpfiles entries and the config where an
+ * operator expects them, for the prefix asked for; the installed units pass systemd-analyze
  * verify, and the sysusers and tmpfiles entries, applied to a scratch root,
  * create the user and the runtime directory.
  *
@@ -202,6 +202,10 @@ static void test_install_prefix(void **state)
         free(expect_file(problems, root, "bin/gpu-memctl", true));
         free(expect_file(problems, root, "lib*/libgpumem.so*", false));
         free(expect_file(problems, root, "include/gpumem.h", false));
+        free(expect_file(problems, root,
+                         "lib/python3*/dist-packages/gpumem/__init__.py", false));
+        free(expect_file(problems, root,
+                         "lib/python3*/dist-packages/gpumem/_install.py", false));
         free(expect_file(problems, root, "lib/systemd/system/gpu-memd.socket", false));
         free(expect_file(problems, root, "lib/sysusers.d/gpu-memd.conf", false));
         free(expect_file(problems, root, "lib/tmpfiles.d/gpu-memd.conf", false));
