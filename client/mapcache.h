@@ -1,5 +1,5 @@
 /*
- * mapcache — libgpumem's cache of idle mappings (DESIGN.md decision 6).
+ * mapcache — libgpumem's cache of idle mappings (ARCHITECTURE.md decision 6).
  *
  * Importing and mapping a buffer costs the client ~130 µs a chunk, more
  * than cudaMalloc + cudaFree, so gmd_free of an ordinary buffer keeps its

@@ -3,7 +3,7 @@
  * that pins it and releases host allocations.
  *
  * A host-located VMM allocation pins its pages when created: 235 ms for
- * 1 GiB on the GPU machine (DESIGN.md), ten times the 20 ms its copy
+ * 1 GiB on the GPU machine (ARCHITECTURE.md), ten times the 20 ms its copy
  * takes, releasing it unpins them again, and while either runs the driver
  * stalls the other processes on the machine too (measured: BENCHMARKS.md).
  * A swap-out creates its destination on the request path, so pinning there
