@@ -347,7 +347,7 @@ static const gmd_mapper_ops cuda_mapper_ops = {
         .event_destroy = cuda_event_destroy,
 };
 
-int mapper_cuda_new(gmd_mapper **ret_mapper)
+int gmd__mapper_cuda_new(gmd_mapper **ret_mapper)
 {
         CUmemAllocationProp prop = { 0 };
         const gmd_cuda_driver *cu;
