@@ -88,27 +88,6 @@ static bool path_exists(const char *path)
 
 /* ---- processes ------------------------------------------------------------- */
 
-/* Start a long-running client, stdout piped back, stderr to the client
- * log; the fixture kills it in teardown. */
-static harness_proc *proc_start(fixture *f, const spawn_opts *o,
-                                const char *const *argv)
-{
-        char err_path[160];
-        harness_proc *p;
-        int pipefd[2], err_fd;
-
-        p = harness_track(f);
-        snprintf(err_path, sizeof(err_path), "%s/clients.log", f->h.dir);
-        err_fd = open(err_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        assert_true(err_fd >= 0);
-        assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
-        p->pid = spawn_start(argv, o, pipefd[1], err_fd);
-        p->out_fd = pipefd[0];
-        close(pipefd[1]);
-        close(err_fd);
-        return p;
-}
-
 /* `gmd_test_client hold SIZE N` as `as` (NULL: us) with `env`; waits for
  * its "ready" line. */
 static harness_proc *hold_start(fixture *f, const spawn_identity *as,
@@ -118,7 +97,7 @@ static harness_proc *hold_start(fixture *f, const spawn_identity *as,
         const char *argv[] = { GMD_TEST_CLIENT_PATH, "hold", size, n, NULL };
         spawn_opts o = { .as = as, .socket = f->h.socket_path, .env = env,
                          .listen_fd = -1 };
-        harness_proc *p = proc_start(f, &o, argv);
+        harness_proc *p = spawn_tracked(f, &o, argv);
         char *line = harness_read_line(p, "ready", 5000);
 
         if (!line) {
@@ -738,7 +717,7 @@ static void test_sigterm_with_clients(void **state)
                                    &mine), 0);
         holder = hold_start(f, NULL, NULL, "16M", "2");
         /* 64M - 8M - 32M leaves 24M: the waiter's 32M waits. */
-        waiter = proc_start(f, &o, waiter_argv);
+        waiter = spawn_tracked(f, &o, waiter_argv);
         line = harness_read_line(waiter, "connected", 5000);
         assert_non_null(line);
         free(line);

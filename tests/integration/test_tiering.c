@@ -168,9 +168,6 @@ static harness_proc *spawn_tier(fixture *f, const char *const *env,
 {
         const char *argv[16] = { GMD_TIER_CLIENT_PATH };
         spawn_opts o = { .socket = f->h.socket_path, .env = env, .listen_fd = -1 };
-        char err_path[160];
-        harness_proc *p;
-        int pipefd[2], err_fd;
         size_t n = 1;
 
         for (; args && *args; args++) {
@@ -178,16 +175,7 @@ static harness_proc *spawn_tier(fixture *f, const char *const *env,
                 argv[n++] = *args;
         }
         argv[n] = NULL;
-        p = harness_track(f);
-        snprintf(err_path, sizeof(err_path), "%s/clients.log", f->h.dir);
-        err_fd = open(err_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        assert_true(err_fd >= 0);
-        assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
-        p->pid = spawn_start(argv, &o, pipefd[1], err_fd);
-        p->out_fd = pipefd[0];
-        close(pipefd[1]);
-        close(err_fd);
-        return p;
+        return spawn_tracked(f, &o, argv);
 }
 
 /* Read a line starting with `prefix` or fail, with what the process and
