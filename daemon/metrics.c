@@ -33,6 +33,7 @@
 
 #include "log.h"
 #include "metrics_render.h"
+#include "snapshot.h"
 #include "promtext.h"
 #include "server.h"
 #include "session.h"
@@ -163,7 +164,14 @@ static void conn_answer(metrics_conn *conn, int code, bool head_only)
 
         conn->answered = true;
         if (code == 200) {
-                metrics_render(&conn->body, conn->metrics->server);
+                gmd_snapshot snap;
+
+                if (snapshot_take(conn->metrics->server, 0, &snap) < 0) {
+                        conn->body.failed = true;
+                } else {
+                        metrics_render(&conn->body, &snap);
+                        snapshot_clear(&snap);
+                }
                 if (conn->body.failed) {
                         log_error("metrics: out of memory rendering a scrape");
                         promtext_clear(&conn->body);

@@ -80,17 +80,6 @@ static char *read_text(const char *path)
         return text;
 }
 
-static void write_text(const char *path, const char *text)
-{
-        FILE *f = fopen(path, "w");
-
-        if (!f)
-                fail_msg("cannot write %s: %s", path, strerror(errno));
-        fputs(text, f);
-        if (fclose(f) != 0)
-                fail_msg("cannot write %s: %s", path, strerror(errno));
-}
-
 static bool path_exists(const char *path)
 {
         struct stat st;
@@ -299,7 +288,7 @@ static void test_install_units_verify(void **state)
         snprintf(verify_dir, sizeof(verify_dir), "%s/verify", f->tmp);
         assert_int_equal(mkdir(verify_dir, 0755), 0);
         snprintf(path, sizeof(path), "%s/gpu-memd.service", verify_dir);
-        write_text(path, svc_text);
+        harness_write_file(path, svc_text);
         free(svc_text);
         free(text);
         snprintf(path, sizeof(path), "%s/gpu-memd.socket", unit_dir);
@@ -307,7 +296,7 @@ static void test_install_units_verify(void **state)
         assert_non_null(text);
         assert_non_null(strstr(text, "ListenSequentialPacket="));
         snprintf(path, sizeof(path), "%s/gpu-memd.socket", verify_dir);
-        write_text(path, text);
+        harness_write_file(path, text);
         free(text);
 
         char svc[300], sock[300];
