@@ -9,10 +9,11 @@ fixed seed; deterministic algorithms; nothing is downloaded):
          median step time over the steady-state steps, every loss, a hash
          of the final weights
   llama  a small Llama config (8 layers, hidden 1024, GQA): greedy
-         generation, batch 8, 64 prompt + 128 new tokens; tokens/s (median
-         of 3 after a warm-up), a hash of every logit
-Each workload runs in fresh processes, alternating the allocators (default,
-gpumem, default, gpumem ... `--rounds`), the gpumem ones under gpumem-run
+         generation, batch 32, 64 prompt + 128 new tokens; tokens/s (median
+         of 5 after a warm-up), a hash of every logit
+Each workload runs in fresh processes, alternating the allocators and which
+goes first in each round (`--rounds`, default 3 for gpt2 and 2 for llama),
+the gpumem ones under gpumem-run
 (the shim preloaded; nothing in the workload knows). With gpumem the child
 also counts the allocation calls that reached the daemon during the
 steady-state steps (target: none).
@@ -21,7 +22,7 @@ Output: JSON (--json FILE) and a summary on stdout: time ratio
 gpumem/default (target <= 1.02), and whether losses, final weights and
 logits are bit-identical.
 
-  bench_torch.py --build BUILD [--json FILE] [--rounds 2] [--steps 40]
+  bench_torch.py --build BUILD [--json FILE] [--rounds N] [--steps 40]
 """
 
 import argparse
@@ -125,14 +126,14 @@ def run_llama(_steps):
                          attn_implementation="eager")
     model = LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
     g = torch.Generator(device="cpu").manual_seed(7)
-    prompt = torch.randint(0, config.vocab_size, (8, 64), generator=g).cuda()
+    prompt = torch.randint(0, config.vocab_size, (32, 64), generator=g).cuda()
     kwargs = dict(max_new_tokens=128, min_new_tokens=128, do_sample=False,
                   return_dict_in_generate=True, output_logits=True,
                   pad_token_id=0)
     rates, h, calls = [], None, []
     with torch.no_grad():
         model.generate(prompt, **kwargs)        # warm-up
-        for _ in range(3):
+        for _ in range(5):
             s0 = shim_stats()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -226,7 +227,7 @@ def main():
     ap.add_argument("--build", default=os.environ.get("GMD_BUILD", "build"))
     ap.add_argument("--json")
     ap.add_argument("--log")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--workloads", default="gpt2,llama")
     a = ap.parse_args()
@@ -250,8 +251,10 @@ def main():
     runs, errors = [], []
     try:
         for workload in a.workloads.split(","):
-            for _ in range(a.rounds):
-                for alloc in ("default", "gpumem"):
+            rounds = a.rounds or {"gpt2": 3, "llama": 2}[workload]
+            for n in range(rounds):
+                order = ("default", "gpumem") if n % 2 == 0 else ("gpumem", "default")
+                for alloc in order:
                     try:
                         runs.append(run_child(workload, alloc, a.steps, build, log))
                     except Exception as e:
