@@ -12,7 +12,7 @@ fixed seed; deterministic algorithms; nothing is downloaded):
          generation, batch 32, 64 prompt + 128 new tokens; tokens/s (median
          of 5 after a warm-up), a hash of every logit
 Each workload runs in fresh processes, alternating the allocators and which
-goes first in each round (`--rounds`, default 3 for gpt2 and 2 for llama),
+goes first in each round (`--rounds`, default 2),
 the gpumem ones under gpumem-run
 (the shim preloaded; nothing in the workload knows). With gpumem the child
 also counts the allocation calls that reached the daemon during the
@@ -251,7 +251,7 @@ def main():
     runs, errors = [], []
     try:
         for workload in a.workloads.split(","):
-            rounds = a.rounds or {"gpt2": 3, "llama": 2}[workload]
+            rounds = a.rounds or 2
             for n in range(rounds):
                 order = ("default", "gpumem") if n % 2 == 0 else ("gpumem", "default")
                 for alloc in order:

@@ -60,10 +60,10 @@ def child(mode):
     import gpumem.torch as gt
     if mode == "reexec":
         import torch  # noqa: F401  (loads the CUDA runtime first)
-    if mode != "launcher":
-        gt.enable()
-    else:
+    if mode == "launcher" or os.environ.get("CHILD_UNDER_LAUNCHER"):
         gt._load(None, None)   # the preloaded shim, for its counters
+    else:
+        gt.enable()
     import torch
     result = {"mode": mode, "pid": os.getpid()}
     if mode in ("threads", "reexec", "launcher"):
@@ -238,6 +238,24 @@ def case_oom():
           "the message carries the daemon's sentence")
 
 
+def case_oom_launcher(launcher):
+    holder = start_child("hold", {"HOLD_BYTES": str(3 * GiB)})
+    cmd = [launcher, "--timeout", "1000", sys.executable,
+           os.path.abspath(__file__), "child", "want"]
+    p = subprocess.run(cmd, env=child_env({"WANT_BYTES": str(2 * GiB),
+                                           "CHILD_UNDER_LAUNCHER": "1"}),
+                       capture_output=True, text=True, timeout=240)
+    finish_child(holder, "hold", "release\n")
+    r, _ = parse_child(p.returncode, p.stdout, p.stderr, "want")
+    line = [l for l in p.stderr.splitlines() if l.startswith("gpu-memd: ")]
+    print("  under gpumem-run the user sees on stderr: " + repr(line), flush=True)
+    print("  and then: torch.OutOfMemoryError: " + repr(r.get("message")), flush=True)
+    check("oom_launcher.raised", r.get("error_type") == "OutOfMemoryError",
+          f"{r.get('error_type')} after {r['seconds']:.2f} s (deadline 1000 ms)")
+    check("oom_launcher.stderr_sentence",
+          any("gpu-memd: waited" in l for l in line), "the daemon's sentence on stderr")
+
+
 def case_three_procs():
     holder = start_child("hold", {"HOLD_BYTES": str(3 * GiB)})
     low = start_child("want", {"WANT_BYTES": str(3 * GiB),
@@ -309,6 +327,8 @@ def main():
                                                       "gpumem-run"))),
                          ("empty_cache", case_empty_cache),
                          ("oom", case_oom),
+                         ("oom_launcher", lambda: case_oom_launcher(
+                             os.path.join(build, "client", "torch", "gpumem-run"))),
                          ("three_procs", case_three_procs)):
             try:
                 fn()

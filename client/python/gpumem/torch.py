@@ -235,9 +235,15 @@ def _on_out_of_memory(device, alloc, device_total, device_free):
     if not sentence:
         return
     raise torch.OutOfMemoryError(
-        f"gpu-memd: {sentence} (PyTorch asked for {alloc} bytes on "
-        f"cuda:{device}; the pool has {device_free} of {device_total} bytes "
-        "free; gpu-memctl status shows who holds the rest)")
+        f"gpu-memd: {sentence} (PyTorch asked for {_size(alloc)} on "
+        f"cuda:{device}, after giving back what it had cached)")
+
+
+def _size(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
 
 
 def enable(timeout_ms=None, name=None):
