@@ -31,7 +31,8 @@
 # The Python GPU tests (tests/gpu/test_*.py, run with python3: PyTorch on
 # gpu-memd) run with the C ones. `run BUILD TEST...` runs only the named
 # tests (test_gpu_swap test_torch.py ...), and GMD_BENCH="alloc swap
-# release torch" (the default) picks the benchmarks; "" runs none.
+# release torch" (the default) picks the benchmarks; "" runs none;
+# GMD_TORCH_ROUNDS=N gives the torch bench N rounds (default 2).
 #   nvidia-smi.txt   the machine
 # Exit status: 0 when no test failed (skips are not failures).
 set -u
@@ -132,7 +133,8 @@ for b in $benches; do
                         >"$OUT/torch_probe.json" 2>>"$log"
                 PYTHONUNBUFFERED=1 timeout 900 python3 "$src/bench/torch/bench_torch.py" \
                         --build "$build" --json "$OUT/torch_bench.json" \
-                        --log "$OUT/torch_bench.log" >"$OUT/torch_bench.txt" 2>>"$log"
+                        --log "$OUT/torch_bench.log" ${GMD_TORCH_ROUNDS:+--rounds "$GMD_TORCH_ROUNDS"} \
+                        >"$OUT/torch_bench.txt" 2>>"$log"
                 torch_rc=$?
                 cat "$OUT/torch_bench.txt" >>"$log"
                 echo "=== torch_bench: rc $torch_rc" | tee -a "$log"
