@@ -36,6 +36,7 @@
 
 #include "log.h"
 #include "metrics_render.h"
+#include "snapshot.h"
 #include "promtext.h"
 #include "server.h"
 #include "session.h"
@@ -171,7 +172,15 @@ static void conn_answer(metrics_conn *conn, int code, bool head_only)
         uv_timer_start(&conn->timer, conn_on_timeout,
                        METRICS_DEADLINE_MS - METRICS_HEAD_MS, 0);
         if (code == 200) {
-                metrics_render(&conn->body, conn->metrics->server);
+                gmd_snapshot snap;
+
+                if (snapshot_take(conn->metrics->server, 0, &snap) < 0) {
+                        conn->body.failed = true;
+                } else {
+                        metrics_render(&conn->body, &snap,
+                                       conn->metrics->server->config.metrics_clients);
+                        snapshot_clear(&snap);
+                }
                 if (conn->body.failed) {
                         log_error("metrics: out of memory rendering a scrape");
                         promtext_clear(&conn->body);

@@ -1,6 +1,6 @@
 /*
  * move — moving a buffer's backing between VRAM and host memory without
- * changing the address its owner holds (DESIGN.md decision 2).
+ * changing the address its owner holds (ARCHITECTURE.md decision 2).
  *
  * A move creates the new backing (for a swap-in, or takes the VRAM kept
  * from the owner's last swap-out, reuse.h), copies into it (copyq), then

@@ -64,7 +64,7 @@ extern "C" {
                                  * buffers or connections for the daemon's
                                  * [limits]; retry later */
 
-/* Placement flags of gmd_alloc (decision 4 of DESIGN.md). */
+/* Placement flags of gmd_alloc (ARCHITECTURE.md, decision 4). */
 #define GMD_ALLOC_SWAPPABLE  0u        /* default: moves only while released */
 #define GMD_ALLOC_PIN_VRAM   (1u << 0) /* never leaves VRAM */
 #define GMD_ALLOC_SPILLABLE  (1u << 1) /* may be placed on HOST and used there
@@ -175,7 +175,7 @@ unsigned gmd_client_device_count(const gmd_client *client);
  *
  * GMD_ALLOC_LEGACY_IPC buffers are opened from a plain CUDA IPC handle:
  * their address is the driver's choice, the daemon cannot move them, and
- * they die with the daemon (DESIGN.md decision 1).
+ * they die with the daemon (ARCHITECTURE.md decision 1).
  */
 GMD_EXPORT
 int gmd_alloc(gmd_client *client, size_t size, unsigned device,

@@ -33,34 +33,9 @@
                      "[swap]\nchunk_size = 2M\n"
 #define NO_ROOM "the host arena has no room"
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *client;
-} fixture;
+typedef harness_fixture fixture;
 
-static int setup(void **state)
-{
-        fixture *f = calloc(1, sizeof(*f));
 
-        if (!f)
-                return -1;
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
-}
-
-static int teardown(void **state)
-{
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        gmd_disconnect(f->client);
-        harness_cleanup(&f->h);
-        free(f);
-        *state = NULL;
-        return harness_check_own_fds(own_fds);
-}
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -420,13 +395,10 @@ static void test_arena_off(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test_setup_teardown(test_arena_serves_swapouts, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_spillable_skips_arena, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_host_limit_bounds_pinned, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_arena_off, setup, teardown),
+                HARNESS_TEST(test_arena_serves_swapouts),
+                HARNESS_TEST(test_spillable_skips_arena),
+                HARNESS_TEST(test_host_limit_bounds_pinned),
+                HARNESS_TEST(test_arena_off),
         };
 
         /* Freed buffers must go back at once for the figures checked here,

@@ -26,33 +26,9 @@
 #include "gpumem.h"
 #include "harness.h"
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *client;
-} fixture;
+typedef harness_fixture fixture;
 
-static int setup(void **state)
-{
-        fixture *f = calloc(1, sizeof(*f));
 
-        if (!f)
-                return -1;
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
-}
-
-static int teardown(void **state)
-{
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        gmd_disconnect(f->client);
-        harness_cleanup(&f->h);
-        free(f);
-        return harness_check_own_fds(own_fds);
-}
 
 /* ---- a small JSON checker: is the text one well-formed JSON value? ---------- */
 
@@ -855,27 +831,28 @@ static void test_stop_with_clients(void **state)
         harness_stop(&f->h);
 }
 
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name) \
+        HARNESS_TEST(name)
 
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_json_checker),
-                T(test_ctl_status_json),
-                T(test_ctl_status_plain),
-                T(test_ctl_after_pageout),
-                T(test_ctl_while_moving),
-                T(test_ctl_no_daemon),
-                T(test_daemon_help_and_version),
-                T(test_daemon_bad_option),
-                T(test_socket_dir_missing),
-                T(test_daemon_bad_config),
-                T(test_daemon_missing_config),
-                T(test_socket_mode),
-                T(test_stale_socket),
-                T(test_second_daemon_refused),
-                T(test_sigint_stops_cleanly),
-                T(test_stop_with_clients),
+                HARNESS_TEST(test_ctl_status_json),
+                HARNESS_TEST(test_ctl_status_plain),
+                HARNESS_TEST(test_ctl_after_pageout),
+                HARNESS_TEST(test_ctl_while_moving),
+                HARNESS_TEST(test_ctl_no_daemon),
+                HARNESS_TEST(test_daemon_help_and_version),
+                HARNESS_TEST(test_daemon_bad_option),
+                HARNESS_TEST(test_socket_dir_missing),
+                HARNESS_TEST(test_daemon_bad_config),
+                HARNESS_TEST(test_daemon_missing_config),
+                HARNESS_TEST(test_socket_mode),
+                HARNESS_TEST(test_stale_socket),
+                HARNESS_TEST(test_second_daemon_refused),
+                HARNESS_TEST(test_sigint_stops_cleanly),
+                HARNESS_TEST(test_stop_with_clients),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,8 +1,8 @@
 /*
  * test_install — `make install`'s tree: cmake --install into a DESTDIR
- * puts binaries, library, header, pkg-config file, systemd units, the
- * sysusers and tmpfiles entries and the config where an operator expects
- * them, for the prefix asked for; the installed units pass systemd-analyze
+ * puts binaries, library, header, pkg-config file, the Python package,
+ * systemd units, the sysusers and tmpfiles entries and the config where an
+ * operator expects them, for the prefix asked for; the installed units pass systemd-analyze
  * verify, and the sysusers and tmpfiles entries, applied to a scratch root,
  * create the user and the runtime directory.
  *
@@ -89,17 +89,6 @@ static char *read_text(const char *path)
         fclose(f);
         fclose(out);
         return text;
-}
-
-static void write_text(const char *path, const char *text)
-{
-        FILE *f = fopen(path, "w");
-
-        if (!f)
-                fail_msg("cannot write %s: %s", path, strerror(errno));
-        fputs(text, f);
-        if (fclose(f) != 0)
-                fail_msg("cannot write %s: %s", path, strerror(errno));
 }
 
 static bool path_exists(const char *path)
@@ -213,6 +202,10 @@ static void test_install_prefix(void **state)
         free(expect_file(problems, root, "bin/gpu-memctl", true));
         free(expect_file(problems, root, "lib*/libgpumem.so*", false));
         free(expect_file(problems, root, "include/gpumem.h", false));
+        free(expect_file(problems, root,
+                         "lib/python3*/dist-packages/gpumem/__init__.py", false));
+        free(expect_file(problems, root,
+                         "lib/python3*/dist-packages/gpumem/_install.py", false));
         free(expect_file(problems, root, "lib/systemd/system/gpu-memd.socket", false));
         free(expect_file(problems, root, "lib/sysusers.d/gpu-memd.conf", false));
         free(expect_file(problems, root, "lib/tmpfiles.d/gpu-memd.conf", false));
@@ -352,7 +345,7 @@ static void test_install_units_verify(void **state)
         snprintf(verify_dir, sizeof(verify_dir), "%s/verify", f->tmp);
         assert_int_equal(mkdir(verify_dir, 0755), 0);
         snprintf(path, sizeof(path), "%s/gpu-memd.service", verify_dir);
-        write_text(path, svc_text);
+        harness_write_file(path, svc_text);
         free(svc_text);
         free(text);
         snprintf(path, sizeof(path), "%s/gpu-memd.socket", unit_dir);
@@ -360,7 +353,7 @@ static void test_install_units_verify(void **state)
         assert_non_null(text);
         assert_non_null(strstr(text, "ListenSequentialPacket="));
         snprintf(path, sizeof(path), "%s/gpu-memd.socket", verify_dir);
-        write_text(path, text);
+        harness_write_file(path, text);
         free(text);
 
         char svc[300], sock[300];
