@@ -17,6 +17,7 @@ GMD_FAKE_CUDART, GMD_LAUNCHER, GMD_MEMCTL).
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -195,8 +196,12 @@ class WithDaemon(unittest.TestCase):
         finally:
             holder.communicate("\n", timeout=30)
         self.assertIn("RC 2", out)                    # cudaErrorMemoryAllocation
-        self.assertRegex(err, r"gpu-memd: waited 2[0-9][0-9] ms for 32 MiB on device 0 VRAM; "
-                              r"it has 16 MiB free of 64 MiB")
+        # The repeat waits what is left of the first request's deadline: how
+        # much that is depends on how busy the machine was in between.
+        m = re.search(r"gpu-memd: waited (\d+) ms for 32 MiB on device 0 VRAM; "
+                      r"it has 16 MiB free of 64 MiB", err)
+        self.assertIsNotNone(m, err)
+        self.assertLessEqual(int(m.group(1)), 300)
         self.assertGreaterEqual(took, 0.3)
 
     def test_enable_loads_the_shim_first(self):
