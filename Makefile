@@ -3,9 +3,12 @@
 # (scripts/deps.sh), then CMake builds into build/.
 #
 #   make            build
-#   make run        start gpu-memd in the foreground on ./run/gpu-memd.sock
+#   make run        build quietly (log in build/make-run.log), then start
+#                   gpu-memd in the foreground on ./run/gpu-memd.sock
 #   make test       build and run the whole test suite (ctest)
-#   make install    install under PREFIX (default /usr/local), DESTDIR honoured
+#   make install    install under PREFIX (default /usr/local), DESTDIR honoured;
+#                   as root without DESTDIR, runs ldconfig so programs find
+#                   libgpumem.so.0
 #   make clean      remove build/
 
 BUILD    ?= build
@@ -14,6 +17,8 @@ JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 # CI builds with warnings as errors.
 WERROR   ?= $(if $(CI),ON,OFF)
 CMAKE_FLAGS ?=
+# Where `make run` serves.
+RUN_SOCKET ?= $(CURDIR)/run/gpu-memd.sock
 
 .PHONY: all deps configure build run test install clean
 
@@ -29,9 +34,17 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-run: build
-	@mkdir -p run
-	$(BUILD)/daemon/gpu-memd --socket $(CURDIR)/run/gpu-memd.sock
+# The build's hundred lines go to a log: the daemon's lines come first. A
+# build dir that exists is not configured again (cmake --build redoes it
+# when CMakeLists.txt changed); a failed build shows the log's end.
+run: deps
+	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) \
+		-DGMD_WERROR=$(WERROR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
+	@echo "make run: building in $(BUILD) (log: $(BUILD)/make-run.log)"
+	@cmake --build $(BUILD) -j $(JOBS) >$(BUILD)/make-run.log 2>&1 || \
+		{ tail -n 40 $(BUILD)/make-run.log; echo "make run: the build failed; the whole log is $(BUILD)/make-run.log" >&2; exit 1; }
+	@mkdir -p $(dir $(RUN_SOCKET))
+	@exec $(BUILD)/daemon/gpu-memd --socket $(RUN_SOCKET)
 
 # Skipped tests (the GPU suite without a GPU) say why in one line each.
 test: build
@@ -39,8 +52,15 @@ test: build
 	grep -h '^SKIP:' $(BUILD)/Testing/Temporary/LastTest.log 2>/dev/null | sort -u; \
 	exit $$status
 
+# ldconfig: without it the dynamic linker's cache does not know the new
+# libgpumem.so.0 and programs fail to start (PREFIX/lib must be in
+# /etc/ld.so.conf.d, as /usr/local/lib is on Debian).
 install: build
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then \
+		ldconfig && echo "ran ldconfig: programs find libgpumem.so.0"; \
+	elif [ -z "$(DESTDIR)" ]; then \
+		echo "run ldconfig as root so programs find libgpumem.so.0"; fi
 
 clean:
 	rm -rf $(BUILD)

@@ -5,7 +5,7 @@
  * One sample is a round trip, gmd_alloc then gmd_free, timed in the client;
  * alloc and free are also reported apart. Cases:
  *   cache hit  2 MiB and 64 MiB in steady state with libgpumem's cache of
- *              idle mappings on (its default, DESIGN.md decision 6): a free
+ *              idle mappings on (its default, ARCHITECTURE.md decision 6): a free
  *              parks the mapping in the client and the next alloc of the
  *              same device, size and flags takes it back, no round trip
  *   hit        2 MiB while the daemon's reserve has chunks (each daemon

@@ -19,18 +19,18 @@ static int admin_call(gmd_client *client, const char *fn, Gmd__AdminOp op,
         int r;
 
         if (!client) {
-                error_set("%s: client is NULL", fn);
+                gmd__error_set("%s: client is NULL", fn);
                 return -EINVAL;
         }
         if (pid == 0) {
-                error_set("%s: pid 0 names no process", fn);
+                gmd__error_set("%s: pid 0 names no process", fn);
                 return -EINVAL;
         }
         msg.op = op;
         msg.pid = pid;
         msg.priority = priority;
-        r = client_call(client, &req, GMD__MSG_TYPE__MSG_ADMIN, &msg.base);
-        request_clear(&req);
+        r = gmd__client_call(client, &req, GMD__MSG_TYPE__MSG_ADMIN, &msg.base);
+        gmd__request_clear(&req);
         return r;
 }
 

@@ -171,7 +171,7 @@ out:
         return r;
 }
 
-int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
+int gmd__buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
                unsigned device, unsigned flags, gmd_wire_packet *packet,
                const char **ret_reason, gmd_buffer **ret_buffer)
 {
@@ -224,14 +224,14 @@ int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
         return 0;
 }
 
-void buffer_unlink(gmd_client *client, gmd_buffer *buffer)
+void gmd__buffer_unlink(gmd_client *client, gmd_buffer *buffer)
 {
         pthread_mutex_lock(&client->buffers_lock);
         list_remove(&buffer->node);
         pthread_mutex_unlock(&client->buffers_lock);
 }
 
-gmd_buffer *buffer_destroy(gmd_client *client, gmd_buffer *buffer)
+gmd_buffer *gmd__buffer_destroy(gmd_client *client, gmd_buffer *buffer)
 {
         const gmd_mapper_ops *ops;
 
@@ -266,7 +266,7 @@ static void buffer_mark_revoked(gmd_buffer *buffer, const char *why)
         atomic_store(&buffer->revoked, true);
 }
 
-int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
+int gmd__buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
                  gmd_wire_packet *packet, const char **ret_reason)
 {
         const gmd_mapper_ops *ops = client->mapper->ops;
@@ -357,7 +357,7 @@ out:
         return r;
 }
 
-void buffer_revoke(gmd_client *client, uint64_t buffer_id, const char *message)
+void gmd__buffer_revoke(gmd_client *client, uint64_t buffer_id, const char *message)
 {
         const gmd_mapper_ops *ops = client->mapper->ops;
         gmd_buffer *buffer, *dropped = NULL;
@@ -366,7 +366,7 @@ void buffer_revoke(gmd_client *client, uint64_t buffer_id, const char *message)
         buffer = buffer_find_locked(client, buffer_id);
         if (buffer && buffer->parked) {
                 /* Nobody holds the handle: forget it altogether. */
-                mapcache_forget_locked(&client->cache, buffer);
+                gmd__mapcache_forget_locked(&client->cache, buffer);
                 list_remove(&buffer->node);
                 dropped = buffer;
         } else if (buffer && !atomic_load(&buffer->revoked)) {
@@ -378,12 +378,12 @@ void buffer_revoke(gmd_client *client, uint64_t buffer_id, const char *message)
                                     "revoked by gpu-memd");
         }
         pthread_mutex_unlock(&client->buffers_lock);
-        buffer_destroy(client, dropped);        /* unmaps, unreserves */
+        gmd__buffer_destroy(client, dropped);        /* unmaps, unreserves */
 }
 
 static int buffer_revoked_error(const gmd_buffer *buffer)
 {
-        error_set("buffer %" PRIu64 " is revoked: %s", buffer->id,
+        gmd__error_set("buffer %" PRIu64 " is revoked: %s", buffer->id,
                   buffer->revoke_reason);
         return GMD_EREVOKED;
 }
@@ -398,20 +398,20 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
         int r;
 
         if (!client || !ret_buffer) {
-                error_set("gmd_alloc: client and ret_buffer must be given");
+                gmd__error_set("gmd_alloc: client and ret_buffer must be given");
                 return -EINVAL;
         }
         if (size == 0) {
-                error_set("cannot allocate 0 bytes");
+                gmd__error_set("cannot allocate 0 bytes");
                 return -EINVAL;
         }
         if ((flags & GMD_ALLOC_LEGACY_IPC) && !client->mapper->ops->ipc_open) {
-                error_set("legacy CUDA IPC buffers need the cuda backend; "
+                gmd__error_set("legacy CUDA IPC buffers need the cuda backend; "
                           "gpu-memd runs %s", client->backend);
                 return GMD_ENOTSUP;
         }
         /* The fast path: a mapping this client parked. */
-        r = mapcache_take(client, device, size, flags, &cached);
+        r = gmd__mapcache_take(client, device, size, flags, &cached);
         if (r < 0)
                 return r;
         if (r > 0) {
@@ -423,10 +423,10 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
         msg.device = device;
         msg.flags = flags;
         msg.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
-        r = client_call(client, &req, GMD__MSG_TYPE__MSG_ALLOC, &msg.base);
+        r = gmd__client_call(client, &req, GMD__MSG_TYPE__MSG_ALLOC, &msg.base);
         if (r == 0)
                 *ret_buffer = req.buffer;
-        request_clear(&req);
+        gmd__request_clear(&req);
 
         if (r < 0 && req.unmapped) {
                 /* The daemon holds a buffer we could not map: give it back,
@@ -437,10 +437,10 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
 
                 snprintf(saved, sizeof(saved), "%s", gmd_last_error());
                 free_msg.buffer_id = req.unmapped_id;
-                client_call(client, &free_req, GMD__MSG_TYPE__MSG_FREE,
+                gmd__client_call(client, &free_req, GMD__MSG_TYPE__MSG_FREE,
                             &free_msg.base);
-                request_clear(&free_req);
-                error_set("%s", saved);
+                gmd__request_clear(&free_req);
+                gmd__error_set("%s", saved);
         }
         return r;
 }
@@ -451,8 +451,8 @@ static int buffer_call(gmd_client *client, gmd_buffer *buffer, uint16_t type,
         gmd_request req = { .device = buffer->device };
         int r;
 
-        r = client_call(client, &req, type, msg);
-        request_clear(&req);
+        r = gmd__client_call(client, &req, type, msg);
+        gmd__request_clear(&req);
         /* A revoke that crossed the request on the wire. */
         if (r == GMD_ENOENT && atomic_load(&buffer->revoked))
                 return buffer_revoked_error(buffer);
@@ -470,10 +470,10 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
         if (!buffer)
                 return 0;
         if (!client) {
-                error_set("gmd_free: no client");
+                gmd__error_set("gmd_free: no client");
                 return -EINVAL;
         }
-        if (mapcache_park(client, buffer))
+        if (gmd__mapcache_park(client, buffer))
                 return 0;
         if (buffer->ipc) {
                 /* Close our mapping before the daemon cudaFrees it. From
@@ -487,15 +487,15 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
                 pthread_mutex_unlock(&client->buffers_lock);
         }
         msg.buffer_id = buffer->id;
-        r = client_call(client, &req, GMD__MSG_TYPE__MSG_FREE, &msg.base);
-        request_clear(&req);
+        r = gmd__client_call(client, &req, GMD__MSG_TYPE__MSG_FREE, &msg.base);
+        gmd__request_clear(&req);
         revoked = atomic_load(&buffer->revoked);
         /* The daemon forgot a revoked buffer already. */
         if (revoked && r == GMD_ENOENT)
                 r = 0;
         if (r == 0 || r == GMD_ENOENT || r == GMD_ECONN || r == GMD_EPROTO) {
-                buffer_unlink(client, buffer);
-                buffer_destroy(client, buffer);
+                gmd__buffer_unlink(client, buffer);
+                gmd__buffer_destroy(client, buffer);
         }
         return r;
 }
@@ -507,7 +507,7 @@ int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms)
         int r;
 
         if (!client || !buffer) {
-                error_set("gmd_acquire: client and buffer must be given");
+                gmd__error_set("gmd_acquire: client and buffer must be given");
                 return -EINVAL;
         }
         if (atomic_load(&buffer->revoked))
@@ -545,7 +545,7 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
         int r;
 
         if (!client || !buffer) {
-                error_set("gmd_release_after: client and buffer must be given");
+                gmd__error_set("gmd_release_after: client and buffer must be given");
                 return -EINVAL;
         }
         /* No GPU, no GPU work to wait for: a plain release. */
@@ -558,7 +558,7 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
                 r = client->mapper->ops->event_record(client->mapper, buffer->device,
                                                       buffer->last_use, stream);
         if (r < 0) {
-                error_set("gmd_release_after: cannot record the last-use event: %s",
+                gmd__error_set("gmd_release_after: cannot record the last-use event: %s",
                           strerror(-r));
                 return r;
         }
@@ -578,7 +578,7 @@ int gmd_release(gmd_client *client, gmd_buffer *buffer)
         int r;
 
         if (!client || !buffer) {
-                error_set("gmd_release: client and buffer must be given");
+                gmd__error_set("gmd_release: client and buffer must be given");
                 return -EINVAL;
         }
         if (atomic_load(&buffer->revoked))

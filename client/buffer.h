@@ -57,31 +57,31 @@ struct gmd_buffer {
  * close); another negative errno when mapping failed (the daemon's buffer
  * must be freed).
  */
-int buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
+int gmd__buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
                unsigned device, unsigned flags, gmd_wire_packet *packet,
                const char **ret_reason, gmd_buffer **ret_buffer);
 
 /* Take the buffer out of the client's table. */
-void buffer_unlink(gmd_client *client, gmd_buffer *buffer);
+void gmd__buffer_unlink(gmd_client *client, gmd_buffer *buffer);
 
 /* Give back the buffer's address range (close a legacy IPC mapping) and
  * free the handle (already out of the table, or the table is going away).
  * Accepts NULL; returns NULL. */
-gmd_buffer *buffer_destroy(gmd_client *client, gmd_buffer *buffer);
+gmd_buffer *gmd__buffer_destroy(gmd_client *client, gmd_buffer *buffer);
 
 /*
  * Apply a remap notification: map the new segments at the buffer's address.
  * Returns the result for the RemapAck (0 or negative errno), or -EPROTO
  * with *ret_reason when the notification is malformed.
  */
-int buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
+int gmd__buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
                  gmd_wire_packet *packet, const char **ret_reason);
 
 /* Apply a revoke notification: unmap, keep the range, mark revoked with
  * the daemon's `message`. An unknown id is ignored (already freed). A
  * parked buffer, which the application no longer holds, is dropped from
  * the cache and its handle freed. */
-void buffer_revoke(gmd_client *client, uint64_t buffer_id,
+void gmd__buffer_revoke(gmd_client *client, uint64_t buffer_id,
                    const char *message);
 
 #endif

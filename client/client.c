@@ -100,7 +100,7 @@ static int send_message(gmd_client *client, uint16_t type, uint32_t id,
         return r;
 }
 
-void client_fail(gmd_client *client, int error, const char *reason)
+void gmd__client_fail(gmd_client *client, int error, const char *reason)
 {
         gmd_list *pos, *tmp;
 
@@ -132,7 +132,7 @@ void client_fail(gmd_client *client, int error, const char *reason)
         shutdown(client->sock, SHUT_RDWR);
 }
 
-void client_note_shutdown(gmd_client *client, const char *message)
+void gmd__client_note_shutdown(gmd_client *client, const char *message)
 {
         pthread_mutex_lock(&client->lock);
         snprintf(client->shutdown_notice, sizeof(client->shutdown_notice),
@@ -149,7 +149,7 @@ static uint16_t reply_type_of(uint16_t type)
         }
 }
 
-int client_call(gmd_client *client, gmd_request *req, uint16_t type,
+int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
                 const ProtobufCMessage *msg)
 {
         int r;
@@ -160,7 +160,7 @@ int client_call(gmd_client *client, gmd_request *req, uint16_t type,
         pthread_mutex_lock(&client->lock);
         if (client->dead) {
                 r = client->dead_error;
-                error_set("%s", client->dead_reason);
+                gmd__error_set("%s", client->dead_reason);
                 pthread_mutex_unlock(&client->lock);
                 goto out;
         }
@@ -197,7 +197,7 @@ int client_call(gmd_client *client, gmd_request *req, uint16_t type,
                 snprintf(reason, sizeof(reason),
                          "gpu-memd closed the connection (send: %s)",
                          strerror(-r));
-                client_fail(client, GMD_ECONN, reason);
+                gmd__client_fail(client, GMD_ECONN, reason);
         }
 
         pthread_mutex_lock(&client->lock);
@@ -207,13 +207,13 @@ int client_call(gmd_client *client, gmd_request *req, uint16_t type,
 
         r = req->error;
         if (r < 0)
-                error_set("%s", req->message ? req->message : gmd_strerror(r));
+                gmd__error_set("%s", req->message ? req->message : gmd_strerror(r));
 out:
         pthread_cond_destroy(&req->cond);
         return r;
 }
 
-void request_clear(gmd_request *req)
+void gmd__request_clear(gmd_request *req)
 {
         if (req->reply)
                 protobuf_c_message_free_unpacked(req->reply, NULL);
@@ -222,7 +222,7 @@ void request_clear(gmd_request *req)
         req->message = NULL;
 }
 
-int client_send(gmd_client *client, uint16_t type, const ProtobufCMessage *msg)
+int gmd__client_send(gmd_client *client, uint16_t type, const ProtobufCMessage *msg)
 {
         uint32_t id;
 
@@ -236,7 +236,7 @@ int client_send(gmd_client *client, uint16_t type, const ProtobufCMessage *msg)
         return send_message(client, type, id, msg);
 }
 
-int client_send_after(gmd_client *client, pthread_mutex_t *held,
+int gmd__client_send_after(gmd_client *client, pthread_mutex_t *held,
                       uint16_t type, const ProtobufCMessage *msg)
 {
         uint8_t small[64], *buf = small, *heap = NULL;
@@ -271,14 +271,14 @@ int client_send_after(gmd_client *client, pthread_mutex_t *held,
         return r;
 }
 
-int client_dead_error(gmd_client *client)
+int gmd__client_dead_error(gmd_client *client)
 {
         int r = 0;
 
         pthread_mutex_lock(&client->lock);
         if (client->dead) {
                 r = client->dead_error;
-                error_set("%s", client->dead_reason);
+                gmd__error_set("%s", client->dead_reason);
         }
         pthread_mutex_unlock(&client->lock);
         return r;
@@ -297,13 +297,13 @@ static int hello_receive(gmd_client *client, uint8_t *buf,
                 int r;
 
                 if (now >= deadline) {
-                        error_set("gpu-memd did not answer the hello within %d s",
+                        gmd__error_set("gpu-memd did not answer the hello within %d s",
                                   HELLO_TIMEOUT_MS / 1000);
                         return GMD_ETIMEDOUT;
                 }
                 r = poll(&p, 1, (int)(deadline - now));
                 if (r < 0 && errno != EINTR) {
-                        error_set("poll: %s", strerror(errno));
+                        gmd__error_set("poll: %s", strerror(errno));
                         return -errno;
                 }
                 if (r <= 0)
@@ -311,12 +311,12 @@ static int hello_receive(gmd_client *client, uint8_t *buf,
                 r = gmd_wire_recv(client->sock, buf, ret_packet, &reason);
                 if (r == -EAGAIN)
                         continue;
-                if (r == 0) {
-                        error_set("gpu-memd closed the connection during the hello");
+                if (r == 0 || r == -ECONNRESET) {
+                        gmd__error_set("gpu-memd closed the connection during the hello");
                         return GMD_ECONN;
                 }
                 if (r < 0) {
-                        error_set("bad hello reply from gpu-memd: %s",
+                        gmd__error_set("bad hello reply from gpu-memd: %s",
                                   reason ? reason : strerror(-r));
                         return GMD_EPROTO;
                 }
@@ -328,7 +328,7 @@ static int hello_accept(gmd_client *client, const Gmd__HelloReply *reply)
 {
         if (reply->version < GMD_WIRE_MIN_VERSION ||
             reply->version > GMD_WIRE_VERSION) {
-                error_set("gpu-memd chose protocol version %u; this libgpumem "
+                gmd__error_set("gpu-memd chose protocol version %u; this libgpumem "
                           "speaks %u to %u", reply->version,
                           GMD_WIRE_MIN_VERSION, GMD_WIRE_VERSION);
                 return GMD_EPROTO;
@@ -339,7 +339,7 @@ static int hello_accept(gmd_client *client, const Gmd__HelloReply *reply)
         client->granularity = calloc(reply->n_devices ? reply->n_devices : 1,
                                      sizeof(*client->granularity));
         if (!client->granularity) {
-                error_set("out of memory");
+                gmd__error_set("out of memory");
                 return -ENOMEM;
         }
         /* Devices are named by index; one the reply does not describe
@@ -354,7 +354,7 @@ static int hello_accept(gmd_client *client, const Gmd__HelloReply *reply)
         client->daemon_version = strdup(reply->daemon_version ?
                                         reply->daemon_version : "");
         if (!client->backend || !client->daemon_version) {
-                error_set("out of memory");
+                gmd__error_set("out of memory");
                 return -ENOMEM;
         }
         return 0;
@@ -390,7 +390,7 @@ static int priority_from_env(int32_t *ret_priority)
         errno = 0;
         v = strtol(text, &end, 10);
         if (errno || end == text || *end || v < INT32_MIN || v > INT32_MAX) {
-                error_set("%s='%.32s' is not a priority (an integer; unset "
+                gmd__error_set("%s='%.32s' is not a priority (an integer; unset "
                           "for the default)", GMD_PRIORITY_ENV, text);
                 return -EINVAL;
         }
@@ -406,7 +406,7 @@ static int hello(gmd_client *client, const char *client_name)
         ProtobufCMessage *reply = NULL;
         uint8_t *buf;
         uint32_t id;
-        int r;
+        int r, sent;
 
         r = priority_from_env(&msg.priority);
         if (r < 0)
@@ -416,25 +416,33 @@ static int hello(gmd_client *client, const char *client_name)
         msg.max_version = GMD_WIRE_VERSION;
         msg.client_name = name;
         id = next_request_id_locked(client);    /* no other thread yet */
-        r = send_message(client, GMD__MSG_TYPE__MSG_HELLO, id, &msg.base);
-        if (r < 0) {
-                error_set("cannot send the hello to gpu-memd: %s", strerror(-r));
-                return GMD_ECONN;
-        }
+        sent = send_message(client, GMD__MSG_TYPE__MSG_HELLO, id, &msg.base);
 
         buf = malloc(GMD_WIRE_MAX_PACKET);
         if (!buf) {
-                error_set("out of memory");
+                gmd__error_set("out of memory");
                 return -ENOMEM;
         }
+        /* A daemon that refuses the connection says why and closes it,
+         * maybe before our hello arrived: its reason may be waiting even
+         * when the send failed. */
         r = hello_receive(client, buf, &packet);
+        if (r < 0 && sent < 0) {
+                gmd__error_set("cannot send the hello to gpu-memd: %s", strerror(-sent));
+                r = GMD_ECONN;
+        }
         if (r < 0)
                 goto out;
         gmd_wire_packet_close_fds(&packet);     /* a hello carries none */
 
         r = GMD_EPROTO;
-        if (packet.header.request_id != id) {
-                error_set("gpu-memd answered the hello with %s for request %u",
+        /* Request id 0: the daemon refused the connection before reading
+         * the hello (admission.h in the daemon). */
+        if (packet.header.request_id == 0 &&
+            packet.header.type == GMD__MSG_TYPE__MSG_ERROR_REPLY) {
+                ;
+        } else if (packet.header.request_id != id) {
+                gmd__error_set("gpu-memd answered the hello with %s for request %u",
                           gmd_wire_type_name(packet.header.type),
                           packet.header.request_id);
                 goto out;
@@ -446,8 +454,8 @@ static int hello(gmd_client *client, const char *client_name)
                 if (reply) {
                         Gmd__ErrorReply *e = (Gmd__ErrorReply *)reply;
 
-                        r = error_from_wire(e->code);
-                        error_set("gpu-memd refused the connection: %s",
+                        r = gmd__error_from_wire(e->code);
+                        gmd__error_set("gpu-memd refused the connection: %s",
                                   e->message ? e->message : gmd_strerror(r));
                         goto out;
                 }
@@ -460,7 +468,7 @@ static int hello(gmd_client *client, const char *client_name)
                         goto out;
                 }
         }
-        error_set("gpu-memd sent a malformed %s to the hello",
+        gmd__error_set("gpu-memd sent a malformed %s to the hello",
                   gmd_wire_type_name(packet.header.type));
 out:
         if (reply)
@@ -474,27 +482,27 @@ static int mapper_choose(gmd_client *client)
         int r;
 
         if (strcmp(client->backend, "sim") == 0) {
-                r = mapper_sim_new(&client->mapper);
+                r = gmd__mapper_sim_new(&client->mapper);
                 if (r < 0)
-                        error_set("cannot create the sim mapper: %s",
+                        gmd__error_set("cannot create the sim mapper: %s",
                                   strerror(-r));
                 return r;
         }
         if (strcmp(client->backend, "cuda") == 0) {
 #ifdef GMD_HAVE_CUDA
-                r = mapper_cuda_new(&client->mapper);
+                r = gmd__mapper_cuda_new(&client->mapper);
                 if (r < 0)
-                        error_set("gpu-memd runs the cuda backend, but CUDA "
+                        gmd__error_set("gpu-memd runs the cuda backend, but CUDA "
                                   "cannot be used in this process: %s",
                                   gmd_strerror(r));
                 return r;
 #else
-                error_set("gpu-memd runs the cuda backend, but this libgpumem "
+                gmd__error_set("gpu-memd runs the cuda backend, but this libgpumem "
                           "was built without CUDA");
                 return GMD_ENOTSUP;
 #endif
         }
-        error_set("gpu-memd runs backend '%.32s', which this libgpumem does "
+        gmd__error_set("gpu-memd runs backend '%.32s', which this libgpumem does "
                   "not know", client->backend);
         return GMD_ENOTSUP;
 }
@@ -509,15 +517,15 @@ static int io_start(gmd_client *client)
         client->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (client->wake_fd < 0) {
                 r = -errno;
-                error_set("eventfd: %s", strerror(-r));
+                gmd__error_set("eventfd: %s", strerror(-r));
                 return r;
         }
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
-        r = -pthread_create(&client->io_thread, NULL, client_io_main, client);
+        r = -pthread_create(&client->io_thread, NULL, gmd__client_io_main, client);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (r < 0) {
-                error_set("cannot start the I/O thread: %s", strerror(-r));
+                gmd__error_set("cannot start the I/O thread: %s", strerror(-r));
                 return r;
         }
         client->io_started = true;
@@ -532,7 +540,7 @@ int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
         client = calloc(1, sizeof(*client));
         if (!client) {
                 close(fd);
-                error_set("out of memory");
+                gmd__error_set("out of memory");
                 return -ENOMEM;
         }
         client->sock = fd;
@@ -544,7 +552,7 @@ int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
         pthread_mutex_init(&client->lock, NULL);
         pthread_mutex_init(&client->buffers_lock, NULL);
 
-        r = mapcache_init(&client->cache);
+        r = gmd__mapcache_init(&client->cache);
         if (r < 0)
                 goto fail;
         r = hello(client, client_name);
@@ -573,7 +581,7 @@ int gmd_connect(const char *socket_path, const char *client_name,
         int fd, r;
 
         if (!ret_client) {
-                error_set("gmd_connect: ret_client is NULL");
+                gmd__error_set("gmd_connect: ret_client is NULL");
                 return -EINVAL;
         }
         if (!path || !*path)
@@ -581,7 +589,7 @@ int gmd_connect(const char *socket_path, const char *client_name,
         if (!path || !*path)
                 path = GMD_DEFAULT_SOCKET;
         if (strlen(path) >= sizeof(addr.sun_path)) {
-                error_set("cannot connect to %s: socket path longer than %zu "
+                gmd__error_set("cannot connect to %s: socket path longer than %zu "
                           "bytes", path, sizeof(addr.sun_path) - 1);
                 return -ENAMETOOLONG;
         }
@@ -590,14 +598,22 @@ int gmd_connect(const char *socket_path, const char *client_name,
         fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
         if (fd < 0) {
                 r = -errno;
-                error_set("cannot create a socket: %s", strerror(-r));
+                gmd__error_set("cannot create a socket: %s", strerror(-r));
                 return r;
         }
         if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-                r = -errno;
+                int e = errno;
+
                 close(fd);
-                error_set("cannot connect to %s: %s", path, strerror(-r));
-                return r;
+                gmd__error_set("cannot connect to %s: %s%s", path, strerror(e),
+                          e == EACCES || e == EPERM ?
+                          " — may this user use gpu-memd's socket (its group)?" :
+                          e == ENOENT || e == ECONNREFUSED ?
+                          " — is gpu-memd running?" : "");
+                /* Not -ENOENT, which is GMD_ENOENT ("no such buffer"), nor
+                 * other errnos that name something else in gpumem.h: no
+                 * daemon there is GMD_ECONN; not allowed is GMD_EPERM. */
+                return e == EACCES || e == EPERM ? GMD_EPERM : GMD_ECONN;
         }
         return gmd__connect_fd(fd, client_name, ret_client);
 }
@@ -614,10 +630,10 @@ gmd_client *gmd_disconnect(gmd_client *client)
                 ssize_t n;
 
                 /* Cannot fail on a fresh eventfd; should it, the shutdown in
-                 * client_fail wakes the thread as well. */
+                 * gmd__client_fail wakes the thread as well. */
                 n = write(client->wake_fd, &one, sizeof(one));
                 (void)n;
-                client_fail(client, GMD_ECONN, "the client disconnected");
+                gmd__client_fail(client, GMD_ECONN, "the client disconnected");
                 pthread_join(client->io_thread, NULL);
         }
         close(client->sock);
@@ -628,7 +644,7 @@ gmd_client *gmd_disconnect(gmd_client *client)
                 gmd_buffer *buffer = container_of(pos, gmd_buffer, node);
 
                 list_remove(pos);
-                buffer_destroy(client, buffer);
+                gmd__buffer_destroy(client, buffer);
         }
         if (client->mapper)
                 client->mapper->ops->destroy(client->mapper);

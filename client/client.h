@@ -15,7 +15,7 @@
  * buffer table and the mapping cache, held across a remap so a buffer
  * cannot be freed under the I/O thread), `send_lock` (one writer on the
  * socket). Only two orders nest: buffers_lock is held while send_lock is
- * taken (client_send_after: the cache's messages leave in the order its
+ * taken (gmd__client_send_after: the cache's messages leave in the order its
  * changes were made), and `lock` is a leaf taken under either for a moment.
  * Nothing takes buffers_lock while holding send_lock or `lock`.
  */
@@ -91,17 +91,17 @@ int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client);
 /*
  * Send request `type` with payload `msg` and wait for its answer in `req`,
  * which the caller zeroes (setting `device` for MSG_ALLOC) and clears with
- * request_clear() afterwards. Returns 0 with req->reply (and req->buffer
+ * gmd__request_clear() afterwards. Returns 0 with req->reply (and req->buffer
  * for MSG_ALLOC) set, or the error, which gmd_last_error() explains.
  */
-int client_call(gmd_client *client, gmd_request *req, uint16_t type,
+int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
                 const ProtobufCMessage *msg);
 
 /* Release what a finished request still holds (reply, message). */
-void request_clear(gmd_request *req);
+void gmd__request_clear(gmd_request *req);
 
 /* Send a packet that expects no answer (remap acks), from any thread. */
-int client_send(gmd_client *client, uint16_t type,
+int gmd__client_send(gmd_client *client, uint16_t type,
                 const ProtobufCMessage *msg);
 
 /*
@@ -111,22 +111,22 @@ int client_send(gmd_client *client, uint16_t type,
  * and `held` is not kept across a send that may wait for room. `held` is
  * unlocked in every case.
  */
-int client_send_after(gmd_client *client, pthread_mutex_t *held,
+int gmd__client_send_after(gmd_client *client, pthread_mutex_t *held,
                       uint16_t type, const ProtobufCMessage *msg);
 
 /* The connection's error if it is dead (gmd_last_error explains), else 0. */
-int client_dead_error(gmd_client *client);
+int gmd__client_dead_error(gmd_client *client);
 
-/* Remember the daemon's shutdown notice for client_fail. */
-void client_note_shutdown(gmd_client *client, const char *message);
+/* Remember the daemon's shutdown notice for gmd__client_fail. */
+void gmd__client_note_shutdown(gmd_client *client, const char *message);
 
 /* The I/O thread (io.c): reads until the connection dies or wake_fd
  * fires. */
-void *client_io_main(void *arg);
+void *gmd__client_io_main(void *arg);
 
 /* Mark the connection dead with `error` and `reason`; fail every waiting
  * call. Idempotent: the first reason wins. After a shutdown notice a lost
  * connection (GMD_ECONN) is explained by the notice instead. */
-void client_fail(gmd_client *client, int error, const char *reason);
+void gmd__client_fail(gmd_client *client, int error, const char *reason);
 
 #endif

@@ -21,7 +21,7 @@
 
 static _Thread_local char last_error[512];
 
-void error_set(const char *fmt, ...)
+void gmd__error_set(const char *fmt, ...)
 {
         va_list ap;
 
@@ -30,7 +30,7 @@ void error_set(const char *fmt, ...)
         va_end(ap);
 }
 
-int error_from_wire(int code)
+int gmd__error_from_wire(int code)
 {
         switch (code) {
         case GMD__ERROR_CODE__ERR_INVALID:       return -EINVAL;
@@ -111,7 +111,7 @@ int gmd_parse_size(const char *text, uint64_t *ret_bytes)
 
         r = size_parse(text, &bytes);
         if (r < 0) {
-                error_set("'%s' is not a size (examples: 4096, 512M, 1.5G)",
+                gmd__error_set("'%s' is not a size (examples: 4096, 512M, 1.5G)",
                           text ? text : "(null)");
                 return -EINVAL;
         }

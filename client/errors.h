@@ -8,9 +8,9 @@
 #define GMD_ERRORS_H
 
 /* Set this thread's last error, printf style. */
-void error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void gmd__error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The return code for a daemon ErrorReply code (Gmd__ErrorCode). */
-int error_from_wire(int code);
+int gmd__error_from_wire(int code);
 
 #endif

@@ -43,7 +43,7 @@ static void request_complete(gmd_client *client, gmd_request *req, int error,
 }
 
 /* Take the request a reply answers out of the pending list, so that a
- * concurrent client_fail cannot complete it under us. */
+ * concurrent gmd__client_fail cannot complete it under us. */
 static gmd_request *request_take(gmd_client *client, uint32_t id)
 {
         gmd_request *found = NULL;
@@ -75,7 +75,7 @@ static int protocol_error(gmd_client *client, gmd_request *req,
                  "protocol error from gpu-memd (%s, request %" PRIu32 "): %s; "
                  "connection closed", gmd_wire_type_name(header->type),
                  header->request_id, what);
-        client_fail(client, GMD_EPROTO, reason);
+        gmd__client_fail(client, GMD_EPROTO, reason);
         if (req)
                 request_complete(client, req, GMD_EPROTO, reason);
         return -1;
@@ -104,7 +104,7 @@ static int handle_alloc_reply(gmd_client *client, gmd_request *req,
         if (reply->size < req->size)
                 return protocol_error(client, req, header,
                                       "alloc reply smaller than the request");
-        r = buffer_new(client, reply, req->device, req->flags, packet, &reason,
+        r = gmd__buffer_new(client, reply, req->device, req->flags, packet, &reason,
                        &buffer);
         if (r < 0 && reason)
                 return protocol_error(client, req, header, reason);
@@ -146,7 +146,7 @@ static int handle_reply(gmd_client *client, gmd_wire_packet *packet)
 
         if (header->type == GMD__MSG_TYPE__MSG_ERROR_REPLY) {
                 Gmd__ErrorReply *e = (Gmd__ErrorReply *)msg;
-                int error = error_from_wire(e->code);
+                int error = gmd__error_from_wire(e->code);
 
                 request_complete(client, req, error,
                                  e->message && *e->message ? e->message :
@@ -176,7 +176,7 @@ static int handle_remap(gmd_client *client, gmd_wire_packet *packet)
         if (!notify)
                 return protocol_error(client, NULL, &packet->header,
                                       "payload does not decode");
-        r = buffer_remap(client, notify, packet, &reason);
+        r = gmd__buffer_remap(client, notify, packet, &reason);
         if (r < 0 && reason) {
                 gmd__remap_notify__free_unpacked(notify, NULL);
                 return protocol_error(client, NULL, &packet->header, reason);
@@ -187,7 +187,7 @@ static int handle_remap(gmd_client *client, gmd_wire_packet *packet)
         gmd__remap_notify__free_unpacked(notify, NULL);
         /* A failed send means the connection is going; the next read
          * finds out and fails everyone with the reason. */
-        client_send(client, GMD__MSG_TYPE__MSG_REMAP_ACK, &ack.base);
+        gmd__client_send(client, GMD__MSG_TYPE__MSG_REMAP_ACK, &ack.base);
         return 0;
 }
 
@@ -200,7 +200,7 @@ static int handle_revoke(gmd_client *client, gmd_wire_packet *packet)
         if (!notify)
                 return protocol_error(client, NULL, &packet->header,
                                       "payload does not decode");
-        buffer_revoke(client, notify->buffer_id,
+        gmd__buffer_revoke(client, notify->buffer_id,
                       notify->message ? notify->message : "");
         gmd__revoke_notify__free_unpacked(notify, NULL);
         return 0;
@@ -220,7 +220,7 @@ static int handle_reclaim(gmd_client *client, gmd_wire_packet *packet)
         if (!notify)
                 return protocol_error(client, NULL, &packet->header,
                                       "payload does not decode");
-        mapcache_return(client, false, notify->device, notify->bytes);
+        gmd__mapcache_return(client, false, notify->device, notify->bytes);
         gmd__reclaim_notify__free_unpacked(notify, NULL);
         return 0;
 }
@@ -237,7 +237,7 @@ static int handle_shutdown(gmd_client *client, gmd_wire_packet *packet)
         if (!notify)
                 return protocol_error(client, NULL, &packet->header,
                                       "payload does not decode");
-        client_note_shutdown(client, notify->message);
+        gmd__client_note_shutdown(client, notify->message);
         gmd__shutdown_notify__free_unpacked(notify, NULL);
         return 0;
 }
@@ -275,7 +275,7 @@ static int read_packets(gmd_client *client, uint8_t *buf)
                 if (r == -EAGAIN)
                         return 0;
                 if (r == 0) {
-                        client_fail(client, GMD_ECONN,
+                        gmd__client_fail(client, GMD_ECONN,
                                     "gpu-memd closed the connection");
                         return -1;
                 }
@@ -285,12 +285,12 @@ static int read_packets(gmd_client *client, uint8_t *buf)
                                          "bad packet from gpu-memd: %s; "
                                          "connection closed",
                                          reason ? reason : strerror(-r));
-                                client_fail(client, GMD_EPROTO, message);
+                                gmd__client_fail(client, GMD_EPROTO, message);
                         } else {
                                 snprintf(message, sizeof(message),
                                          "connection to gpu-memd lost: %s",
                                          strerror(-r));
-                                client_fail(client, GMD_ECONN, message);
+                                gmd__client_fail(client, GMD_ECONN, message);
                         }
                         return -1;
                 }
@@ -311,13 +311,13 @@ static bool client_is_dead(gmd_client *client)
         return dead;
 }
 
-void *client_io_main(void *arg)
+void *gmd__client_io_main(void *arg)
 {
         gmd_client *client = arg;
         uint8_t *buf = malloc(GMD_WIRE_MAX_PACKET);
 
         if (!buf) {
-                client_fail(client, GMD_ECONN,
+                gmd__client_fail(client, GMD_ECONN,
                             "libgpumem I/O thread: out of memory");
                 return NULL;
         }
@@ -330,7 +330,7 @@ void *client_io_main(void *arg)
                 if (poll(p, 2, -1) < 0) {
                         if (errno == EINTR)
                                 continue;
-                        client_fail(client, GMD_ECONN,
+                        gmd__client_fail(client, GMD_ECONN,
                                     "libgpumem I/O thread: poll failed");
                         break;
                 }

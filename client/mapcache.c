@@ -42,12 +42,12 @@ static int enabled_from_env(bool *ret_enabled)
                 *ret_enabled = false;
                 return 0;
         }
-        error_set("%s='%.32s' is neither 0 (no mapping cache) nor 1",
+        gmd__error_set("%s='%.32s' is neither 0 (no mapping cache) nor 1",
                   GMD_CACHE_ENV, text);
         return -EINVAL;
 }
 
-int mapcache_init(gmd_mapcache *cache)
+int gmd__mapcache_init(gmd_mapcache *cache)
 {
         const char *text;
         int r;
@@ -60,7 +60,7 @@ int mapcache_init(gmd_mapcache *cache)
                 return r;
         text = secure_getenv(GMD_CACHE_LIMIT_ENV);
         if (text && *text && gmd_parse_size(text, &cache->limit) < 0) {
-                error_set("%s='%.32s' is not a size (examples: 0, 256M, 2G)",
+                gmd__error_set("%s='%.32s' is not a size (examples: 0, 256M, 2G)",
                           GMD_CACHE_LIMIT_ENV, text);
                 return -EINVAL;
         }
@@ -76,7 +76,7 @@ static void cache_insert_locked(gmd_mapcache *cache, gmd_buffer *buffer)
         cache->count++;
 }
 
-void mapcache_forget_locked(gmd_mapcache *cache, gmd_buffer *buffer)
+void gmd__mapcache_forget_locked(gmd_mapcache *cache, gmd_buffer *buffer)
 {
         if (!buffer->parked)
                 return;
@@ -91,7 +91,7 @@ void mapcache_forget_locked(gmd_mapcache *cache, gmd_buffer *buffer)
 static void cache_evict_locked(gmd_client *client, gmd_buffer *buffer,
                                gmd_list *out)
 {
-        mapcache_forget_locked(&client->cache, buffer);
+        gmd__mapcache_forget_locked(&client->cache, buffer);
         list_remove(&buffer->node);
         list_add_tail(out, &buffer->cache_node);
 }
@@ -106,7 +106,7 @@ static int send_return(gmd_client *client, uint64_t *ids, size_t n)
                 msg.buffer_ids = ids + done;
                 msg.n_buffer_ids = n - done < RETURN_BATCH ? n - done :
                                    RETURN_BATCH;
-                r = client_send(client, GMD__MSG_TYPE__MSG_RETURN, &msg.base);
+                r = gmd__client_send(client, GMD__MSG_TYPE__MSG_RETURN, &msg.base);
         }
         return r;
 }
@@ -118,7 +118,7 @@ static void drop_list(gmd_client *client, gmd_list *list)
 
         list_for_each_safe(pos, tmp, list) {
                 list_remove(pos);
-                buffer_destroy(client, container_of(pos, gmd_buffer, cache_node));
+                gmd__buffer_destroy(client, container_of(pos, gmd_buffer, cache_node));
         }
 }
 
@@ -149,12 +149,12 @@ static int return_evicted(gmd_client *client, gmd_list *evicted)
                 if (ids)
                         ids[n++] = buffer->id;
                 /* Unreserving unmaps first (mapper.h): one call, not two. */
-                buffer_destroy(client, buffer);
+                gmd__buffer_destroy(client, buffer);
         }
         if (!ids) {
                 /* Unmapped but not reported: the daemon keeps counting them
                  * as ours until the connection closes. Say so. */
-                error_set("out of memory listing returned buffers");
+                gmd__error_set("out of memory listing returned buffers");
                 return -ENOMEM;
         }
         r = send_return(client, ids, n);
@@ -163,8 +163,10 @@ static int return_evicted(gmd_client *client, gmd_list *evicted)
 }
 
 /* Only a buffer the application held the lease on when it freed it: the
- * daemon never moves such a buffer (unless SPILLABLE), so no remap can be
- * on its way while it sits in the cache and is handed out again. */
+ * daemon never moves such a buffer, so no remap can be on its way while it
+ * sits in the cache and is handed out again. SPILLABLE buffers are kept
+ * out all the same (a choice from when the daemon moved them while held;
+ * it could be lifted). */
 static bool may_park(gmd_client *client, const gmd_buffer *buffer)
 {
         return client->cache.enabled && !buffer->ipc &&
@@ -176,7 +178,7 @@ static bool may_park(gmd_client *client, const gmd_buffer *buffer)
                !atomic_load(&buffer->revoked);
 }
 
-bool mapcache_park(gmd_client *client, gmd_buffer *buffer)
+bool gmd__mapcache_park(gmd_client *client, gmd_buffer *buffer)
 {
         gmd_mapcache *cache = &client->cache;
         Gmd__BufferList msg = GMD__BUFFER_LIST__INIT;
@@ -184,7 +186,7 @@ bool mapcache_park(gmd_client *client, gmd_buffer *buffer)
         gmd_list evicted;
         int r;
 
-        if (!may_park(client, buffer) || client_dead_error(client) < 0)
+        if (!may_park(client, buffer) || gmd__client_dead_error(client) < 0)
                 return false;
         list_init(&evicted);
 
@@ -208,7 +210,7 @@ bool mapcache_park(gmd_client *client, gmd_buffer *buffer)
         msg.n_buffer_ids = 1;
         /* A failed send means the connection is going: the buffer then
          * waits in the cache for gmd_disconnect, like every other. */
-        client_send_after(client, &client->buffers_lock,
+        gmd__client_send_after(client, &client->buffers_lock,
                           GMD__MSG_TYPE__MSG_PARK, &msg.base);
         r = return_evicted(client, &evicted);
         (void)r;        /* gmd_free has succeeded either way */
@@ -229,7 +231,7 @@ static uint64_t round_size(const gmd_client *client, unsigned device,
         return (size + g - 1) / g * g;
 }
 
-int mapcache_take(gmd_client *client, unsigned device, uint64_t size,
+int gmd__mapcache_take(gmd_client *client, unsigned device, uint64_t size,
                   unsigned flags, gmd_buffer **ret_buffer)
 {
         gmd_mapcache *cache = &client->cache;
@@ -259,7 +261,7 @@ int mapcache_take(gmd_client *client, unsigned device, uint64_t size,
                  * allocation: it goes back. One whose remap failed is
                  * revoked: the daemon freed it already. */
                 if (atomic_load(&b->revoked)) {
-                        mapcache_forget_locked(cache, b);
+                        gmd__mapcache_forget_locked(cache, b);
                         list_remove(&b->node);
                         list_add_tail(&dropped, &b->cache_node);
                         continue;
@@ -277,11 +279,11 @@ int mapcache_take(gmd_client *client, unsigned device, uint64_t size,
                 (void)return_evicted(client, &stale);
                 return 0;
         }
-        mapcache_forget_locked(cache, found);
+        gmd__mapcache_forget_locked(cache, found);
         id = found->id;
         msg.buffer_ids = &id;
         msg.n_buffer_ids = 1;
-        r = client_send_after(client, &client->buffers_lock,
+        r = gmd__client_send_after(client, &client->buffers_lock,
                               GMD__MSG_TYPE__MSG_UNPARK, &msg.base);
         drop_list(client, &dropped);
         (void)return_evicted(client, &stale);
@@ -296,17 +298,17 @@ int mapcache_take(gmd_client *client, unsigned device, uint64_t size,
         if (r < 0) {
                 /* The connection died: the daemon dropped the memory with
                  * it, so the handle must not reach the application. */
-                buffer_unlink(client, found);
-                buffer_destroy(client, found);
+                gmd__buffer_unlink(client, found);
+                gmd__buffer_destroy(client, found);
                 if (r != GMD_ECONN && r != GMD_EPROTO) {
                         char reason[160];
 
                         snprintf(reason, sizeof(reason),
                                  "gpu-memd closed the connection (send: %s)",
                                  strerror(-r));
-                        client_fail(client, GMD_ECONN, reason);
+                        gmd__client_fail(client, GMD_ECONN, reason);
                 }
-                r = client_dead_error(client);
+                r = gmd__client_dead_error(client);
                 return r < 0 ? r : GMD_ECONN;
         }
         atomic_store(&found->leased, true);
@@ -314,7 +316,7 @@ int mapcache_take(gmd_client *client, unsigned device, uint64_t size,
         return 1;
 }
 
-int mapcache_return(gmd_client *client, bool all_devices, unsigned device,
+int gmd__mapcache_return(gmd_client *client, bool all_devices, unsigned device,
                     uint64_t bytes)
 {
         gmd_mapcache *cache = &client->cache;
@@ -343,19 +345,19 @@ int gmd_trim_cache(gmd_client *client)
         int r;
 
         if (!client) {
-                error_set("gmd_trim_cache: no client");
+                gmd__error_set("gmd_trim_cache: no client");
                 return -EINVAL;
         }
-        r = client_dead_error(client);
+        r = gmd__client_dead_error(client);
         if (r < 0)
                 return r;
-        r = mapcache_return(client, true, 0, 0);
+        r = gmd__mapcache_return(client, true, 0, 0);
         if (r < 0 && r != -ENOMEM) {
-                int dead = client_dead_error(client);
+                int dead = gmd__client_dead_error(client);
 
                 if (dead < 0)
                         return dead;
-                error_set("cannot return cached buffers to gpu-memd: %s",
+                gmd__error_set("cannot return cached buffers to gpu-memd: %s",
                           strerror(-r));
         }
         return r;

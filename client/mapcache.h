@@ -1,5 +1,5 @@
 /*
- * mapcache — libgpumem's cache of idle mappings (DESIGN.md decision 6).
+ * mapcache — libgpumem's cache of idle mappings (ARCHITECTURE.md decision 6).
  *
  * Importing and mapping a buffer costs the client ~130 µs a chunk, more
  * than cudaMalloc + cudaFree, so gmd_free of an ordinary buffer keeps its
@@ -18,7 +18,7 @@
  * Locking: the cache shares client->buffers_lock. Every change of a
  * buffer's parked state is announced to the daemon in the order the changes
  * were made: the thread that made one takes send_lock before it lets go of
- * buffers_lock (client_send_after), so a PARK cannot overtake the UNPARK or
+ * buffers_lock (gmd__client_send_after), so a PARK cannot overtake the UNPARK or
  * RETURN of the same buffer on the socket, and the daemon's view always
  * agrees with ours once it has read our messages. buffers_lock is never
  * held across the send itself, nor across unmapping.
@@ -49,7 +49,7 @@ typedef struct gmd_mapcache {
 
 /* Read $GPU_MEMD_CACHE and $GPU_MEMD_CACHE_LIMIT. -EINVAL (explained by
  * gmd_last_error) when either does not parse. */
-int mapcache_init(gmd_mapcache *cache);
+int gmd__mapcache_init(gmd_mapcache *cache);
 
 /*
  * gmd_free's first step: park `buffer` if it may be (the cache is on, the
@@ -59,7 +59,7 @@ int mapcache_init(gmd_mapcache *cache);
  * buffers to the daemon if the bound is passed. Returns true when the
  * buffer was parked (gmd_free is done), false when it must be freed.
  */
-bool mapcache_park(gmd_client *client, gmd_buffer *buffer);
+bool gmd__mapcache_park(gmd_client *client, gmd_buffer *buffer);
 
 /*
  * gmd_alloc's first step: the most recently parked buffer of `device`,
@@ -67,7 +67,7 @@ bool mapcache_park(gmd_client *client, gmd_buffer *buffer);
  * MSG_UNPARK (no reply awaited). Returns 1 with *ret_buffer set, 0 on a
  * miss (ask the daemon), or the connection's error.
  */
-int mapcache_take(gmd_client *client, unsigned device, uint64_t size,
+int gmd__mapcache_take(gmd_client *client, unsigned device, uint64_t size,
                   unsigned flags, gmd_buffer **ret_buffer);
 
 /*
@@ -77,11 +77,11 @@ int mapcache_take(gmd_client *client, unsigned device, uint64_t size,
  * thread for MSG_RECLAIM and by gmd_trim_cache. Returns how many buffers
  * went back, or the connection's error when the RETURN could not be sent.
  */
-int mapcache_return(gmd_client *client, bool all_devices, unsigned device,
+int gmd__mapcache_return(gmd_client *client, bool all_devices, unsigned device,
                     uint64_t bytes);
 
 /* Under buffers_lock: take a parked buffer off the cache's list (the
  * daemon revoked it). */
-void mapcache_forget_locked(gmd_mapcache *cache, gmd_buffer *buffer);
+void gmd__mapcache_forget_locked(gmd_mapcache *cache, gmd_buffer *buffer);
 
 #endif

@@ -78,10 +78,10 @@ struct gmd_mapper {
         const gmd_mapper_ops *ops;
 };
 
-int mapper_sim_new(gmd_mapper **ret_mapper);
+int gmd__mapper_sim_new(gmd_mapper **ret_mapper);
 #ifdef GMD_HAVE_CUDA
 /* -ENOTSUP when no CUDA driver can be loaded in this process. */
-int mapper_cuda_new(gmd_mapper **ret_mapper);
+int gmd__mapper_cuda_new(gmd_mapper **ret_mapper);
 #endif
 
 #endif

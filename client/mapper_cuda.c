@@ -4,7 +4,7 @@
  * per segment cuMemImportFromShareableHandle(fd) + cuMemMap + cuMemRelease
  * (the mapping keeps the memory alive), and ONE cuMemSetAccess over the
  * whole buffer: per-chunk access calls cost ~62 µs each, one call over 200
- * chunks ~72 µs (DESIGN.md figures).
+ * chunks ~72 µs (ARCHITECTURE.md figures).
  *
  * Contexts: every call runs inside the device's *primary* context, pushed
  * and popped around the call (cuCtxPushCurrent/cuCtxPopCurrent), so the
@@ -347,7 +347,7 @@ static const gmd_mapper_ops cuda_mapper_ops = {
         .event_destroy = cuda_event_destroy,
 };
 
-int mapper_cuda_new(gmd_mapper **ret_mapper)
+int gmd__mapper_cuda_new(gmd_mapper **ret_mapper)
 {
         CUmemAllocationProp prop = { 0 };
         const gmd_cuda_driver *cu;

@@ -133,7 +133,7 @@ static const gmd_mapper_ops sim_ops = {
 };
 
 /* Create the sim mapper. Returns 0 or -ENOMEM. */
-int mapper_sim_new(gmd_mapper **ret_mapper)
+int gmd__mapper_sim_new(gmd_mapper **ret_mapper)
 {
         mapper_sim *m = calloc(1, sizeof(*m));
 

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpumem.h"
 #include "json.h"
@@ -193,17 +194,18 @@ static void print_copies(const gmd_status *status)
 {
         char dev[16], out[16], in[16], rate_out[24], rate_in[24];
 
-        printf("%-6s %10s %10s %11s %11s %12s %12s\n", "COPIES",
-               "QUEUED OUT", "QUEUED IN", "MOVED OUT", "MOVED IN", "AVG OUT",
-               "AVG IN");
+        printf(CTL_COPIES_FORMAT "\n", "COPIES", "QUEUED OUT", "QUEUED IN",
+               "MOVED OUT", "MOVED IN", "AVG OUT", "AVG IN");
         for (size_t i = 0; i < status->n_pools; i++) {
                 const gmd_pool_status *p = &status->pools[i];
+                char queued_out[12], queued_in[12];
 
                 if (p->tier != GMD_TIER_VRAM)
                         continue;
                 snprintf(dev, sizeof(dev), "gpu%u", p->device);
-                printf("%-6s %10" PRIu32 " %10" PRIu32 " %11s %11s %12s %12s\n",
-                       dev, p->queued_out, p->queued_in,
+                snprintf(queued_out, sizeof(queued_out), "%" PRIu32, p->queued_out);
+                snprintf(queued_in, sizeof(queued_in), "%" PRIu32, p->queued_in);
+                printf(CTL_COPIES_FORMAT "\n", dev, queued_out, queued_in,
                        ctl_size_text(p->bytes_out, out, sizeof(out)),
                        ctl_size_text(p->bytes_in, in, sizeof(in)),
                        ctl_rate_text(p->bytes_out, p->copy_us_out, rate_out,
@@ -261,22 +263,56 @@ static void print_clients(const gmd_status *status, bool waiting)
         }
 }
 
+void ctl_drop_self(gmd_status *status)
+{
+        uint32_t self = (uint32_t)getpid();
+        size_t kept = 0;
+
+        for (size_t i = 0; i < status->n_clients; i++) {
+                if (status->clients[i].pid == self) {
+                        if (status->total_clients)
+                                status->total_clients--;
+                        continue;
+                }
+                status->clients[kept++] = status->clients[i];
+        }
+        status->n_clients = kept;
+}
+
+const char *ctl_tiers_text(const gmd_status *status, char *buf, size_t len)
+{
+        uint64_t used[2] = { 0, 0 }, cap[2] = { 0, 0 };
+        char u[2][16], c[2][16];
+
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+                unsigned t = p->tier == GMD_TIER_HOST;
+
+                used[t] += p->used;
+                cap[t] += p->capacity;
+        }
+        snprintf(buf, len, "used: VRAM %s of %s, host %s of %s",
+                 ctl_size_text(used[0], u[0], sizeof(u[0])),
+                 ctl_size_text(cap[0], c[0], sizeof(c[0])),
+                 ctl_size_text(used[1], u[1], sizeof(u[1])),
+                 ctl_size_text(cap[1], c[1], sizeof(c[1])));
+        return buf;
+}
+
 /* Parked bytes are part of "used": memory clients keep mapped for reuse,
  * which the daemon takes back when it needs room. */
 static void print_totals(const gmd_status *status)
 {
-        char used[16], cap[16], cached[16];
+        char tiers[160], cached[16];
         uint64_t parked = 0;
 
         for (size_t i = 0; i < status->n_clients; i++)
                 parked += status->clients[i].parked_bytes;
-        printf("\ntotal: %s used of %s (%s cached), %" PRIu32 " client%s, %"
-               PRIu32 " buffer%s\n",
-               ctl_size_text(status->total_used, used, sizeof(used)),
-               ctl_size_text(status->total_capacity, cap, sizeof(cap)),
-               ctl_size_text(parked, cached, sizeof(cached)),
+        printf("\n%s\n%" PRIu32 " client%s, %" PRIu32 " buffer%s, %s cached\n",
+               ctl_tiers_text(status, tiers, sizeof(tiers)),
                status->total_clients, status->total_clients == 1 ? "" : "s",
-               status->total_buffers, status->total_buffers == 1 ? "" : "s");
+               status->total_buffers, status->total_buffers == 1 ? "" : "s",
+               ctl_size_text(parked, cached, sizeof(cached)));
 }
 
 static void show_status(const gmd_status *status)
@@ -433,6 +469,7 @@ static int run_show(const ctl *c, const command *cmd, gmd_client *client)
                         gmd_last_error());
                 return EXIT_FAILURE;
         }
+        ctl_drop_self(status);
         if (c->json)
                 ctl_print_json(status, cmd->what);
         else
@@ -492,16 +529,10 @@ static int run_admin(const ctl *c, const command *cmd, gmd_client *client)
 
 /* ---- running a command ---------------------------------------------- */
 
-static int connect_error(const char *path, int r)
+/* gmd_connect's error already names the socket and what to check. */
+static int connect_error(void)
 {
-        if (r == -ENOENT || r == -ECONNREFUSED)
-                fprintf(stderr, "gpu-memctl: cannot connect to %s: %s — is "
-                        "gpu-memd running?\n", path, strerror(-r));
-        else if (r == -EACCES)
-                fprintf(stderr, "gpu-memctl: cannot connect to %s: %s — is "
-                        "this user in gpu-memd's group?\n", path, strerror(-r));
-        else
-                fprintf(stderr, "gpu-memctl: %s\n", gmd_last_error());
+        fprintf(stderr, "gpu-memctl: %s\n", gmd_last_error());
         return EXIT_FAILURE;
 }
 
@@ -512,7 +543,7 @@ static int run_command(const ctl *c, const command *cmd)
 
         r = gmd_connect(c->socket, "gpu-memctl", &client);
         if (r < 0)
-                return connect_error(c->socket, r);
+                return connect_error();
         status = cmd->run(c, cmd, client);
         gmd_disconnect(client);
         if (fflush(stdout) != 0 || ferror(stdout)) {

@@ -39,6 +39,19 @@ const char *ctl_rate_text(uint64_t bytes, uint64_t us, char *buf, size_t len);
 /* "3m 02s" into buf. */
 const char *ctl_uptime_text(uint64_t ms, char *buf, size_t len);
 
+/* gpu-memctl's own connection is not a client anyone asked about: drop
+ * it (every client of this process) from the list and the total. */
+void ctl_drop_self(gmd_status *status);
+
+/* "used: VRAM 1.0 GiB of 4.0 GiB, host 0 B of 2.0 GiB": the tiers apart
+ * (one sum of both would read as a device that large). */
+const char *ctl_tiers_text(const gmd_status *status, char *buf, size_t len);
+
+/* The copies table of status and top, the same columns in the same order:
+ * device, moves queued each way, bytes moved each way, then the rate each
+ * way (the average while copying; top's later frames: the last second). */
+#define CTL_COPIES_FORMAT "%-8s %10s %9s %11s %11s %12s %12s"
+
 /* The status as one JSON object on stdout; the buffer list only with
  * GMD_STATUS_BUFFERS. */
 void ctl_print_json(const gmd_status *status, gmd_status_what what);

@@ -168,12 +168,13 @@ static void top_copies(top_view *v, const gmd_status *s)
         char name[16], rate_out[24], rate_in[24], out[16], in[16];
         bool recent = v->have_prev;
 
-        top_line(v, "%-8s %10s %9s %12s %12s %11s %11s", "COPIES",
-                 "QUEUED OUT", "QUEUED IN", recent ? "RATE OUT" : "AVG OUT",
-                 recent ? "RATE IN" : "AVG IN", "MOVED OUT", "MOVED IN");
+        top_line(v, CTL_COPIES_FORMAT, "COPIES", "QUEUED OUT", "QUEUED IN",
+                 "MOVED OUT", "MOVED IN", recent ? "RATE OUT" : "AVG OUT",
+                 recent ? "RATE IN" : "AVG IN");
         for (size_t i = 0; i < s->n_pools; i++) {
                 const gmd_pool_status *p = &s->pools[i];
                 uint64_t prev_out = 0, prev_in = 0;
+                char queued_out[12], queued_in[12];
 
                 if (p->tier != GMD_TIER_VRAM)
                         continue;
@@ -182,14 +183,15 @@ static void top_copies(top_view *v, const gmd_status *s)
                         prev_in = v->prev_in[p->device];
                 }
                 snprintf(name, sizeof(name), "gpu%u", p->device);
-                top_line(v, "%-8s %10" PRIu32 " %9" PRIu32 " %12s %12s %11s %11s",
-                         name, p->queued_out, p->queued_in,
+                snprintf(queued_out, sizeof(queued_out), "%" PRIu32, p->queued_out);
+                snprintf(queued_in, sizeof(queued_in), "%" PRIu32, p->queued_in);
+                top_line(v, CTL_COPIES_FORMAT, name, queued_out, queued_in,
+                         ctl_size_text(p->bytes_out, out, sizeof(out)),
+                         ctl_size_text(p->bytes_in, in, sizeof(in)),
                          top_rate(v, s->uptime_ms, p->bytes_out, prev_out,
                                   p->copy_us_out, rate_out, sizeof(rate_out)),
                          top_rate(v, s->uptime_ms, p->bytes_in, prev_in,
-                                  p->copy_us_in, rate_in, sizeof(rate_in)),
-                         ctl_size_text(p->bytes_out, out, sizeof(out)),
-                         ctl_size_text(p->bytes_in, in, sizeof(in)));
+                                  p->copy_us_in, rate_in, sizeof(rate_in)));
         }
 }
 
@@ -250,7 +252,7 @@ static void top_clients(top_view *v, gmd_status *s)
 
 static void top_frame(top_view *v, gmd_status *s)
 {
-        char title[128], up[32], used[16], cap[16];
+        char title[128], up[32], tiers[160];
         uint32_t waiting = 0;
         struct winsize ws;
 
@@ -277,11 +279,9 @@ static void top_frame(top_view *v, gmd_status *s)
         top_copies(v, s);
         top_remember(v, s);
         top_line(v, "%s", "");
-        top_line(v, "total: %s used of %s, %" PRIu32 " client%s, %" PRIu32
-                 " buffer%s, %" PRIu32 " waiting",
-                 ctl_size_text(s->total_used, used, sizeof(used)),
-                 ctl_size_text(s->total_capacity, cap, sizeof(cap)),
-                 s->total_clients, s->total_clients == 1 ? "" : "s",
+        top_line(v, "%s", ctl_tiers_text(s, tiers, sizeof(tiers)));
+        top_line(v, "%" PRIu32 " client%s, %" PRIu32 " buffer%s, %" PRIu32
+                 " waiting", s->total_clients, s->total_clients == 1 ? "" : "s",
                  s->total_buffers, s->total_buffers == 1 ? "" : "s", waiting);
         top_line(v, "%s", "");
         top_clients(v, s);
@@ -337,6 +337,7 @@ int ctl_top(const ctl *c, gmd_client *client)
                         status = EXIT_FAILURE;
                         break;
                 }
+                ctl_drop_self(s);
                 if (c->json)
                         ctl_print_json(s, GMD_STATUS_CLIENTS);
                 else

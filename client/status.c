@@ -119,7 +119,7 @@ int gmd_query_status(gmd_client *client, gmd_status_what what, uint32_t pid,
         int r;
 
         if (!client || !ret_status) {
-                error_set("gmd_query_status: client and ret_status must be given");
+                gmd__error_set("gmd_query_status: client and ret_status must be given");
                 return -EINVAL;
         }
         switch (what) {
@@ -133,19 +133,19 @@ int gmd_query_status(gmd_client *client, gmd_status_what what, uint32_t pid,
                 msg.what = GMD__STATUS_WHAT__STATUS_BUFFERS;
                 break;
         default:
-                error_set("gmd_query_status: unknown 'what' %d", (int)what);
+                gmd__error_set("gmd_query_status: unknown 'what' %d", (int)what);
                 return -EINVAL;
         }
         msg.pid = pid;
 
-        r = client_call(client, &req, GMD__MSG_TYPE__MSG_STATUS, &msg.base);
+        r = gmd__client_call(client, &req, GMD__MSG_TYPE__MSG_STATUS, &msg.base);
         if (r == 0) {
                 r = status_from_wire((const Gmd__StatusReply *)req.reply,
                                      ret_status);
                 if (r < 0)
-                        error_set("out of memory for the status reply");
+                        gmd__error_set("out of memory for the status reply");
         }
-        request_clear(&req);
+        gmd__request_clear(&req);
         return r;
 }
 

@@ -22,11 +22,11 @@ static int tiering_call(gmd_client *client, const char *fn, uint16_t type,
         int r;
 
         if (!client) {
-                error_set("%s: client is NULL", fn);
+                gmd__error_set("%s: client is NULL", fn);
                 return -EINVAL;
         }
         if (buffer && atomic_load(&buffer->revoked)) {
-                error_set("%s: buffer %llu was revoked: %s", fn,
+                gmd__error_set("%s: buffer %llu was revoked: %s", fn,
                           (unsigned long long)buffer->id, buffer->revoke_reason);
                 return GMD_EREVOKED;
         }
@@ -36,9 +36,9 @@ static int tiering_call(gmd_client *client, const char *fn, uint16_t type,
                 move.buffer_ids = wait.buffer_ids = &id;
         }
         wait.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
-        r = client_call(client, &req, type,
+        r = gmd__client_call(client, &req, type,
                         type == GMD__MSG_TYPE__MSG_WAIT ? &wait.base : &move.base);
-        request_clear(&req);
+        gmd__request_clear(&req);
         return r;
 }
 

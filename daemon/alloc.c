@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "admission.h"
 #include "backing.h"
 #include "buffer.h"
 #include "log.h"
@@ -63,6 +64,17 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
         r = buffer_new(server, s, device, tier, size, flags, &b);
         if (r == -ENOSPC)
                 return r;
+        if (r == -EMFILE || r == -ENFILE) {
+                /* Not the driver's failure: the daemon's fd table is full
+                 * (each buffer keeps an fd). Said so, as a limit. */
+                log_warning("creating a buffer: %s", strerror(-r));
+                result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                             "gpu-memd has no file descriptor left for "
+                             "another buffer (%s): free buffers, or ask the "
+                             "administrator to raise LimitNOFILE or lower "
+                             "[limits] max_buffers_per_user", strerror(-r));
+                return r;
+        }
         if (r < 0) {
                 log_error("creating %llu bytes on device %u failed: %s",
                           (unsigned long long)size, device, strerror(-r));
@@ -178,6 +190,8 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                                     "this client already holds %u buffers, the most "
                                     "[limits] max_buffers_per_client allows",
                                     s->n_buffers - s->parking.n);
+        if (!admission_allow_buffer(s, ret))
+                return OUTCOME_ERROR;
         verdict = alloc_quota(s, size, GMD_TIER_VRAM, ret);
         if (verdict == QUOTA_REFUSED)
                 return OUTCOME_ERROR;

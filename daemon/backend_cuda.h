@@ -33,7 +33,7 @@
 
 #include "backend.h"
 #include "cuda_driver.h"
-#include "extent.h"
+#include "host_arena.h"
 
 /* Legacy IPC buffers are cuMemAlloc'd in whole 2 MiB steps: below that
  * the driver may sub-allocate, and a handle names the whole underlying
@@ -46,9 +46,8 @@ typedef struct cuda_mem {
         bool ipc;                /* legacy: cuMemAlloc'd, freed by cuMemFree */
         /* A piece of the device's host arena (mem.daemon_only): no
          * allocation, fd or mapping of its own (va is 0); its bytes are
-         * `parts`, offsets from the arena's base, in order. */
-        gmd_extent *parts;
-        unsigned n_parts;
+         * the span's parts, offsets from the arena's base, in order. */
+        gmd_arena_span span;
         struct cuda_mem *next;   /* reserve stack / host worker's list */
 } cuda_mem;
 
@@ -92,15 +91,13 @@ typedef struct cuda_queue {
 
 typedef struct cuda_arena {
         CUdeviceptr base;        /* reserved at open; 0: no arena */
-        uint64_t target;
         /* Under cuda_host.lock: */
-        uint64_t built;          /* bytes pinned and mapped from base */
-        gmd_extents free;        /* what is not handed out, of `built` */
+        gmd_host_arena ranges;   /* target, bytes pinned and mapped from
+                                  * base (built), what is free, counts */
         uint64_t piece;          /* bytes per piece (the last may be less) */
         CUmemGenericAllocationHandle pieces[CUDA_ARENA_MAX_PIECES];
         unsigned n_pieces;
         bool failed;             /* a piece failed: building stopped */
-        uint64_t served, refused;
 } cuda_arena;
 
 typedef struct cuda_event {

@@ -1,5 +1,5 @@
 /*
- * backend_cuda_copy — the copy engine of the cuda backend (DESIGN.md
+ * backend_cuda_copy — the copy engine of the cuda backend (ARCHITECTURE.md
  * decision 5): per device one non-blocking stream per direction, made at
  * open in the device's primary context, so a swap-out and a swap-in run on
  * the GPU's two copy engines at once.
@@ -18,7 +18,7 @@
  * on its own stream because a stream stalls while one runs: on the copy
  * stream every chunk would wait for the driver's callback thread (the
  * first GPU run measured 0.82..0.89 of the line rate that way, 64 MiB
- * chunks; DESIGN.md / BENCHMARKS.md). copy_reap, on the loop thread, pops
+ * chunks; ARCHITECTURE.md / BENCHMARKS.md). copy_reap, on the loop thread, pops
  * fired records from the head of each queue's in-flight list (the notify
  * stream runs in order, so they fire in order) and hands them to the
  * daemon. The list itself is touched by the loop thread only; records and

@@ -1,6 +1,6 @@
 /*
  * backend_cuda_event — CUDA IPC events for cross-process ordering without
- * host-side syncs (DESIGN.md decision 1): a client records "last use" into
+ * host-side syncs (ARCHITECTURE.md decision 1): a client records "last use" into
  * an interprocess event and the daemon's copy stream waits on it; the daemon
  * records "copy done" into an event of its own that the client's stream
  * waits on.

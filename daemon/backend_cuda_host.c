@@ -3,7 +3,7 @@
  * that pins it and releases host allocations.
  *
  * A host-located VMM allocation pins its pages when created: 235 ms for
- * 1 GiB on the GPU machine (DESIGN.md), ten times the 20 ms its copy
+ * 1 GiB on the GPU machine (ARCHITECTURE.md), ten times the 20 ms its copy
  * takes, releasing it unpins them again, and while either runs the driver
  * stalls the other processes on the machine too (measured: BENCHMARKS.md).
  * A swap-out creates its destination on the request path, so pinning there
@@ -15,7 +15,8 @@
  *     its progress: the pinning happens once, off the loop thread.
  *   - mem_create_private carves a swap-out's host copy out of what is
  *     built, best fit, in up to CUDA_ARENA_MAX_PARTS ranges when no single
- *     free range holds it (daemon/extent.c; no range crosses a piece, as
+ *     free range holds it (daemon/host_arena.c, the bookkeeping the sim
+ *     backend's arena shares; no range crosses a piece, as
  *     one copy cannot span two physical allocations). The copy engine
  *     walks the parts (cuda_mem_at). Freeing gives the ranges back: no
  *     driver call either way, so a steady swap workload pins nothing.
@@ -89,7 +90,7 @@ static cuda_device *arena_next(cuda_backend *b)
         for (unsigned i = 0; i < b->n_devices; i++) {
                 cuda_arena *a = &b->devices[i].arena;
 
-                if (a->base && !a->failed && a->built < a->target)
+                if (a->base && !a->failed && a->ranges.built < a->ranges.target)
                         return &b->devices[i];
         }
         return NULL;
@@ -104,8 +105,8 @@ static void arena_progress(cuda_backend *b, bool done)
                 return;
         b->host.progress_us = now;
         for (unsigned i = 0; i < b->n_devices; i++) {
-                built += b->devices[i].arena.built;
-                target += b->devices[i].arena.target;
+                built += b->devices[i].arena.ranges.built;
+                target += b->devices[i].arena.ranges.target;
         }
         if (done)
                 log_info("cuda: host arena ready: %llu MiB pinned in %.1f s "
@@ -123,7 +124,7 @@ static void arena_grow(cuda_backend *b, cuda_device *d)
 {
         cuda_host *h = &b->host;
         cuda_arena *a = &d->arena;
-        uint64_t at = a->built, bytes = a->target - a->built;
+        uint64_t at = a->ranges.built, bytes = a->ranges.target - at;
         CUmemGenericAllocationHandle handle = 0;
         int r;
 
@@ -137,7 +138,7 @@ static void arena_grow(cuda_backend *b, cuda_device *d)
         if (r == 0 && a->n_pieces == CUDA_ARENA_MAX_PIECES)
                 r = -E2BIG;   /* cannot happen: arena_reserve sized the pieces */
         if (r == 0)
-                r = extents_add(&a->free, at, bytes);
+                r = host_arena_add(&a->ranges, at, bytes);
         if (r < 0) {
                 /* Most likely the machine cannot pin more (RLIMIT_MEMLOCK,
                  * RAM): keep what is built, say so, make nothing more. */
@@ -150,12 +151,12 @@ static void arena_grow(cuda_backend *b, cuda_device *d)
                             "%llu MiB: %s; swap-outs beyond it pin their host "
                             "memory on the spot (slower)",
                             (unsigned)(d - b->devices),
-                            (unsigned long long)(a->built >> 20),
-                            (unsigned long long)(a->target >> 20), strerror(-r));
+                            (unsigned long long)(a->ranges.built >> 20),
+                            (unsigned long long)(a->ranges.target >> 20),
+                            strerror(-r));
                 return;
         }
         a->pieces[a->n_pieces++] = handle;
-        a->built += bytes;
         arena_progress(b, arena_next(b) == NULL);
 }
 
@@ -213,7 +214,7 @@ static void arena_reserve(cuda_backend *b, cuda_device *d, uint64_t target)
         cuda_arena *a = &d->arena;
         uint64_t gran = d->host_granularity;
 
-        extents_init(&a->free, gran ? gran : 1);
+        host_arena_init(&a->ranges, gran ? gran : 1, 0);
         if (!gran || target < gran)
                 return;
         target -= target % gran;
@@ -228,7 +229,7 @@ static void arena_reserve(cuda_backend *b, cuda_device *d, uint64_t target)
                 a->base = 0;
                 return;
         }
-        a->target = target;
+        a->ranges.target = target;
 }
 
 int cuda_host_open(cuda_backend *b, uint64_t total)
@@ -242,7 +243,7 @@ int cuda_host_open(cuda_backend *b, uint64_t total)
         if (arena_next(b))
                 log_info("cuda: pinning a host arena of %llu MiB per device for "
                          "swap-outs ([pools] host_stock), in the background",
-                         (unsigned long long)(b->devices[0].arena.target >> 20));
+                         (unsigned long long)(b->devices[0].arena.ranges.target >> 20));
         h->build_start_us = now_us();
         pthread_mutex_init(&h->lock, NULL);
         pthread_cond_init(&h->cond, NULL);
@@ -261,19 +262,21 @@ static void arena_close(cuda_backend *b, cuda_device *d, unsigned device)
 {
         cuda_arena *a = &d->arena;
 
-        if (a->served + a->refused)
+        const gmd_host_arena *r = &a->ranges;
+
+        if (r->served + r->refused)
                 log_info("cuda: device %u: the host arena served %llu of %llu "
-                         "swap-outs", device, (unsigned long long)a->served,
-                         (unsigned long long)(a->served + a->refused));
+                         "swap-outs", device, (unsigned long long)r->served,
+                         (unsigned long long)(r->served + r->refused));
         if (a->base) {
                 (void)cuda_device_enter(b, d);
-                if (a->built)
-                        b->cu->cuMemUnmap(a->base, a->built);
+                if (r->built)
+                        b->cu->cuMemUnmap(a->base, r->built);
                 for (unsigned i = 0; i < a->n_pieces; i++)
                         b->cu->cuMemRelease(a->pieces[i]);
-                b->cu->cuMemAddressFree(a->base, a->target);
+                b->cu->cuMemAddressFree(a->base, r->target);
         }
-        extents_clear(&a->free);
+        host_arena_clear(&a->ranges);
         memset(a, 0, sizeof(*a));
 }
 
@@ -317,8 +320,6 @@ int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
 {
         cuda_backend *b = (cuda_backend *)backend;
         cuda_device *d = cuda_device_get(b, device);
-        gmd_extent parts[CUDA_ARENA_MAX_PARTS];
-        unsigned n = 0;
         cuda_mem *m;
         int r;
 
@@ -330,27 +331,17 @@ int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
                 return -ENOSPC;
         if (size % d->host_granularity)
                 return -EINVAL;
-        pthread_mutex_lock(&b->host.lock);
-        r = extents_take(&d->arena.free, size, CUDA_ARENA_MAX_PARTS, parts, &n);
-        if (r < 0)
-                d->arena.refused++;
-        else
-                d->arena.served++;
-        pthread_mutex_unlock(&b->host.lock);
-        if (r < 0)
-                return r == -EINVAL ? r : -ENOSPC;
         m = calloc(1, sizeof(*m));
-        if (m)
-                m->parts = malloc(sizeof(*parts) * n);
-        if (!m || !m->parts) {
-                free(m);
-                pthread_mutex_lock(&b->host.lock);
-                (void)extents_give(&d->arena.free, parts, n);
-                pthread_mutex_unlock(&b->host.lock);
+        if (!m)
                 return -ENOMEM;
+        pthread_mutex_lock(&b->host.lock);
+        r = host_arena_take(&d->arena.ranges, size, CUDA_ARENA_MAX_PARTS,
+                            &m->span);
+        pthread_mutex_unlock(&b->host.lock);
+        if (r < 0) {
+                free(m);
+                return r;
         }
-        memcpy(m->parts, parts, sizeof(*parts) * n);
-        m->n_parts = n;
         m->mem.fd = -1;
         m->mem.size = size;
         m->mem.tier = GMD_TIER_HOST;
@@ -365,15 +356,15 @@ void cuda_host_destroy(cuda_backend *b, cuda_mem *m)
         cuda_host *h = &b->host;
         cuda_device *d = cuda_device_get(b, m->mem.device);
 
-        if (m->parts) {
+        if (m->span.parts) {
                 if (d) {
                         pthread_mutex_lock(&h->lock);
-                        if (extents_give(&d->arena.free, m->parts, m->n_parts) < 0)
+                        if (host_arena_give(&d->arena.ranges, &m->span) < 0)
                                 log_error("cuda: device %u: a host copy went back "
                                           "to the arena twice", m->mem.device);
                         pthread_mutex_unlock(&h->lock);
                 }
-                free(m->parts);
+                free(m->span.parts);   /* NULL once given back */
                 free(m);
                 return;
         }
@@ -396,13 +387,13 @@ CUdeviceptr cuda_mem_at(cuda_backend *b, const cuda_mem *m, uint64_t off,
         *ret_run = 0;
         if (off >= m->mem.size)
                 return 0;
-        if (!m->parts) {
+        if (!m->span.parts) {
                 if (!m->va)
                         return 0;
                 *ret_run = m->mem.size - off;
                 return m->va + off;
         }
-        if (extents_locate(m->parts, m->n_parts, off, &at, ret_run) < 0)
+        if (host_arena_locate(&m->span, off, &at, ret_run) < 0)
                 return 0;
         return b->devices[m->mem.device].arena.base + at;
 }
@@ -417,11 +408,6 @@ void cuda_ops_arena_info(gmd_backend *backend, unsigned device,
         if (!d || !b->host.started)
                 return;
         pthread_mutex_lock(&b->host.lock);
-        ret_info->target = d->arena.target;
-        ret_info->built = d->arena.built;
-        ret_info->free = d->arena.free.avail;
-        ret_info->largest = extents_largest(&d->arena.free);
-        ret_info->served = d->arena.served;
-        ret_info->refused = d->arena.refused;
+        host_arena_info(&d->arena.ranges, ret_info);
         pthread_mutex_unlock(&b->host.lock);
 }

@@ -1,5 +1,5 @@
 /*
- * backend_cuda_ipc — legacy CUDA IPC buffers (GMD_ALLOC_LEGACY_IPC, DESIGN.md
+ * backend_cuda_ipc — legacy CUDA IPC buffers (GMD_ALLOC_LEGACY_IPC, ARCHITECTURE.md
  * decision 1): plain cuMemAlloc memory whose cudaIpcMemHandle the daemon
  * sends in AllocReply.ipc_handle, for programs that want to open a buffer
  * with cudaIpcOpenMemHandle rather than through libgpumem's mapper.

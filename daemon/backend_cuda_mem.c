@@ -4,7 +4,7 @@
  * once and kept for its life, and mapped into the daemon's own address
  * space so the daemon can zero it (and, with the swap engine, copy it).
  *
- * Exporting is the costly step (75..590 µs, DESIGN.md), which is why a
+ * Exporting is the costly step (75..590 µs, ARCHITECTURE.md), which is why a
  * granule-sized request is served from the reserve (backend_cuda_reserve.c)
  * and only other sizes, or an empty reserve, reach cuda_mem_new on the
  * request path. Freed allocations are destroyed, never recycled: an fd once
@@ -19,7 +19,7 @@
  * the same way and mapped into the daemon with access for the device, so
  * the copy engine (backend_cuda_copy.c) copies between two device
  * addresses and the GPU's copy engines move the bytes. Creating one pins
- * its pages (235 ms per GiB, DESIGN.md), so a swap-out's host copy comes
+ * its pages (235 ms per GiB, ARCHITECTURE.md), so a swap-out's host copy comes
  * from the host arena pinned ahead of time (backend_cuda_host.c), and only
  * host memory a client maps (SPILLABLE buffers) is created here; the host
  * worker releases it, off the loop thread.

@@ -1,6 +1,6 @@
 /*
  * backend_cuda_reserve — chunks made ahead of demand. Creating and
- * exporting a VMM chunk costs ~10 + 75..590 µs (DESIGN.md decision 6), so
+ * exporting a VMM chunk costs ~10 + 75..590 µs (ARCHITECTURE.md decision 6), so
  * each device keeps a stack of zeroed, exported, one-granule chunks that
  * mem_create pops in well under a microsecond. The daemon's maintain timer
  * tops the stack up off the request path, a few chunks per call so one

@@ -12,11 +12,12 @@
  * so copies between tiers are plain memcpy, run by sim_copier's worker
  * threads: one per device and direction, like the cuda backend's streams.
  *
- * The host arena (mem_create_private) has the cuda backend's shape too:
- * per device one memfd of its share of [pools] host_stock, mapped once,
- * added to the allocator as SIM_ARENA_PIECES separate pieces so a host
- * copy may come in parts and no part crosses a piece, as on a GPU. Freed
- * parts are punched out, so the arena costs only what is in use.
+ * The host arena (mem_create_private) has the cuda backend's shape and
+ * its bookkeeping (host_arena.c, shared by both): per device one memfd of
+ * its share of [pools] host_stock, mapped once, added as SIM_ARENA_PIECES
+ * separate pieces so a host copy may come in parts and no part crosses a
+ * piece, as on a GPU. Freed parts are punched out, so the arena costs
+ * only what is in use.
  *
  * For tests only: with GMD_SIM_FAIL_COPIES naming a file, every copy
  * submitted while that file exists fails with -EIO, as a refused
@@ -36,7 +37,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "extent.h"
+#include "host_arena.h"
 #include "log.h"
 #include "sim_copier.h"
 
@@ -46,19 +47,19 @@
 /* Stretches of one copy: each end's parts split it at most that often. */
 #define SIM_COPY_MAX_PARTS (2 * SIM_ARENA_MAX_PARTS)
 
-/* A gmd_mem with, for an arena piece, its parts (offsets in the arena). */
+/* A gmd_mem with, for a host copy from the arena, its parts there. */
 typedef struct sim_mem {
         gmd_mem mem;
-        gmd_extent *parts;
-        unsigned n_parts;
+        gmd_arena_span span;
 } sim_mem;
 
+/* One device's host arena: a memfd mapped once; its bookkeeping is
+ * host_arena.c's, as the cuda backend's is. */
 typedef struct sim_arena {
         int fd;                 /* -1: none */
         char *base;
         uint64_t size;
-        gmd_extents free;
-        uint64_t served, refused;
+        gmd_host_arena ranges;
 } sim_arena;
 
 typedef struct sim_backend {
@@ -153,26 +154,29 @@ static sim_mem *sim_mem_of(gmd_mem *mem)
         return (sim_mem *)((char *)mem - offsetof(sim_mem, mem));
 }
 
-static void arena_give(sim_arena *a, sim_mem *sm)
+/* Give a host copy back to the arena and drop its pages. */
+static void sim_arena_give(sim_arena *a, sim_mem *sm)
 {
+        gmd_extent parts[SIM_ARENA_MAX_PARTS];
+        unsigned n = sm->span.n_parts;
+
+        memcpy(parts, sm->span.parts, sizeof(*parts) * n);
         /* A bad give (a bug) must not punch out someone else's copy. */
-        if (extents_give(&a->free, sm->parts, sm->n_parts) < 0)
+        if (host_arena_give(&a->ranges, &sm->span) < 0)
                 return;
-        for (unsigned i = 0; i < sm->n_parts; i++)
+        for (unsigned i = 0; i < n; i++)
                 (void)fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                                (off_t)sm->parts[i].offset,
-                                (off_t)sm->parts[i].len);
+                                (off_t)parts[i].offset, (off_t)parts[i].len);
 }
 
 static void sim_mem_destroy(gmd_backend *b, gmd_mem *mem)
 {
         if (!mem)
                 return;
-        if (sim_mem_of(mem)->parts) {
+        if (sim_mem_of(mem)->span.parts) {
                 sim_mem *sm = sim_mem_of(mem);
 
-                arena_give(&to_sim(b)->arenas[mem->device], sm);
-                free(sm->parts);
+                sim_arena_give(&to_sim(b)->arenas[mem->device], sm);
                 free(sm);
                 return;
         }
@@ -187,10 +191,8 @@ static int sim_mem_create_private(gmd_backend *b, unsigned device,
                                   uint64_t size, gmd_mem **ret_mem)
 {
         sim_backend *sim = to_sim(b);
-        gmd_extent parts[SIM_ARENA_MAX_PARTS];
         sim_arena *a;
         sim_mem *sm;
-        unsigned n;
         int r;
 
         if (device >= sim->n_devices || size == 0 || size % sim->granularity)
@@ -198,22 +200,14 @@ static int sim_mem_create_private(gmd_backend *b, unsigned device,
         a = &sim->arenas[device];
         if (a->fd < 0)
                 return -ENOSPC;
-        r = extents_take(&a->free, size, SIM_ARENA_MAX_PARTS, parts, &n);
-        if (r < 0) {
-                a->refused++;
-                return -ENOSPC;
-        }
         sm = calloc(1, sizeof(*sm));
-        if (sm)
-                sm->parts = malloc(sizeof(*parts) * n);
-        if (!sm || !sm->parts) {
-                (void)extents_give(&a->free, parts, n);
-                free(sm);
+        if (!sm)
                 return -ENOMEM;
+        r = host_arena_take(&a->ranges, size, SIM_ARENA_MAX_PARTS, &sm->span);
+        if (r < 0) {
+                free(sm);
+                return r;
         }
-        a->served++;
-        memcpy(sm->parts, parts, sizeof(*parts) * n);
-        sm->n_parts = n;
         sm->mem.fd = -1;
         sm->mem.size = size;
         sm->mem.tier = GMD_TIER_HOST;
@@ -232,12 +226,7 @@ static void sim_arena_info(gmd_backend *b, unsigned device,
         memset(ret_info, 0, sizeof(*ret_info));
         if (device >= sim->n_devices || a->fd < 0)
                 return;
-        ret_info->target = a->size;
-        ret_info->built = a->size;
-        ret_info->free = a->free.avail;
-        ret_info->largest = extents_largest(&a->free);
-        ret_info->served = a->served;
-        ret_info->refused = a->refused;
+        host_arena_info(&a->ranges, ret_info);
 }
 
 /* The address of byte `off` of `mem` in the daemon and how many bytes are
@@ -251,11 +240,11 @@ static char *sim_mem_at(sim_backend *sim, gmd_mem *mem, uint64_t off,
         *ret_run = 0;
         if (off >= mem->size)
                 return NULL;
-        if (!sm->parts) {
+        if (!sm->span.parts) {
                 *ret_run = mem->size - off;
                 return (char *)(uintptr_t)mem->handle + off;
         }
-        if (extents_locate(sm->parts, sm->n_parts, off, &at, ret_run) < 0)
+        if (host_arena_locate(&sm->span, off, &at, ret_run) < 0)
                 return NULL;
         return sim->arenas[mem->device].base + at;
 }
@@ -330,7 +319,7 @@ static void sim_destroy(gmd_backend *b)
                         munmap(a->base, a->size);
                 if (a->fd >= 0)
                         close(a->fd);
-                extents_clear(&a->free);
+                host_arena_clear(&a->ranges);
         }
         free(sim->fail_copies);
         free(b);
@@ -358,6 +347,7 @@ static int sim_arena_open(sim_backend *sim, unsigned device, uint64_t size)
                 return -errno;
         a->base = base;
         a->size = size;
+        host_arena_init(&a->ranges, sim->granularity, size);
         piece = size / SIM_ARENA_PIECES;
         piece -= piece % sim->granularity;
         if (piece < sim->granularity)
@@ -365,7 +355,7 @@ static int sim_arena_open(sim_backend *sim, unsigned device, uint64_t size)
         while (at < size) {
                 uint64_t n = size - at < 2 * piece ? size - at : piece;
 
-                r = extents_add(&a->free, at, n);
+                r = host_arena_add(&a->ranges, at, n);
                 if (r < 0)
                         return r;
                 at += n;
@@ -406,7 +396,7 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
                 sim->n_devices = SIM_MAX_DEVICES;
         for (unsigned i = 0; i < SIM_MAX_DEVICES; i++) {
                 sim->arenas[i].fd = -1;
-                extents_init(&sim->arenas[i].free, sim->granularity);
+                host_arena_init(&sim->arenas[i].ranges, sim->granularity, 0);
         }
         fail_copies = getenv("GMD_SIM_FAIL_COPIES");
         if (fail_copies && *fail_copies) {

@@ -136,7 +136,7 @@ gmd_dbuffer *buffer_find(gmd_server *server, gmd_session *session, uint64_t id)
         gmd_dbuffer *b = idmap_get(&server->buffers_by_id, id);
 
         /* Another client's buffer is as good as absent: a client can only
-         * name its own (DESIGN.md decision 7). */
+         * name its own (ARCHITECTURE.md decision 7). */
         if (!b || b->owner != session)
                 return NULL;
         return b;

@@ -25,6 +25,7 @@ typedef enum key_kind {
         KEY_COUNT,        /* unsigned, 0..max */
         KEY_SIZE,         /* uint64_t bytes */
         KEY_SIZE_SPEC,    /* bytes or percent */
+        KEY_POOL_SIZE,    /* a pool: auto, bytes (a granule at least) or percent */
         KEY_BOOL,         /* yes | no (also true/false, on/off, 1/0) */
 } key_kind;
 
@@ -48,15 +49,21 @@ static const config_key config_keys[] = {
         KEY("daemon", "admin_group", KEY_STRING, admin_group, 0),
         KEY("daemon", "backend", KEY_BACKEND, backend, 0),
         KEY("daemon", "log_level", KEY_LOG_LEVEL, log_level, 0),
-        KEY("pools", "vram_limit", KEY_SIZE_SPEC, vram_limit, 0),
+        KEY("pools", "vram_limit", KEY_POOL_SIZE, vram_limit, 0),
         KEY("pools", "vram_reserve", KEY_SIZE, vram_reserve, 0),
-        KEY("pools", "host_limit", KEY_SIZE_SPEC, host_limit, 0),
+        KEY("pools", "host_limit", KEY_POOL_SIZE, host_limit, 0),
         KEY("pools", "cuda_reserve_chunks", KEY_COUNT, cuda_reserve_chunks, 4096),
         KEY("pools", "host_stock", KEY_SIZE_SPEC, host_stock, 0),
         KEY("limits", "max_clients", KEY_UINT, max_clients, 65536),
         KEY("limits", "max_buffers_per_client", KEY_UINT, max_buffers_per_client, 1u << 24),
         KEY("limits", "max_waiting_per_client", KEY_UINT, max_waiting_per_client, 4096),
         KEY("limits", "max_send_queue", KEY_UINT, max_send_queue, 1u << 20),
+        KEY("limits", "max_send_queue_bytes", KEY_SIZE, max_send_queue_bytes, 0),
+        KEY("limits", "max_user_send_queue_bytes", KEY_SIZE, max_user_send_queue_bytes, 0),
+        KEY("limits", "max_clients_per_user", KEY_COUNT, max_clients_per_user, 65536),
+        KEY("limits", "admin_clients", KEY_COUNT, admin_clients, 65536),
+        KEY("limits", "hello_timeout_ms", KEY_UINT, hello_timeout_ms, 600000),
+        KEY("limits", "max_buffers_per_user", KEY_COUNT, max_buffers_per_user, 1u << 24),
         KEY("swap", "chunk_size", KEY_SIZE, swap_chunk_size, 0),
         KEY("swap", "copies_in_flight", KEY_UINT, swap_copies_in_flight, 64),
         KEY("swap", "keep_vram", KEY_BOOL, swap_keep_vram, 0),
@@ -65,6 +72,7 @@ static const config_key config_keys[] = {
         KEY("sim", "granularity", KEY_SIZE, sim_granularity, 0),
         KEY("sim", "copy_rate", KEY_SIZE, sim_copy_rate, 0),
         KEY("metrics", "listen", KEY_STRING, metrics_listen, 0),
+        KEY("metrics", "clients", KEY_STRING, metrics_clients, 0),
 };
 
 static const char *const level_names[] = {
@@ -82,6 +90,7 @@ void config_init_defaults(gmd_config *config)
         config->socket_mode = 0660;
         strcpy(config->backend, "auto");
         strcpy(config->metrics_listen, "off");
+        strcpy(config->metrics_clients, "users");
         config->socket_gid = (gid_t)-1;
         config->admin_gid = (gid_t)-1;
         config->log_level = GMD_LOG_INFO;
@@ -94,6 +103,12 @@ void config_init_defaults(gmd_config *config)
         config->max_buffers_per_client = 65536;
         config->max_waiting_per_client = 64;
         config->max_send_queue = 1024;
+        config->max_send_queue_bytes = 4ull << 20;
+        config->max_user_send_queue_bytes = 16ull << 20;
+        config->max_clients_per_user = 64;
+        config->admin_clients = 4;
+        config->hello_timeout_ms = 5000;
+        config->max_buffers_per_user = 0;
         config->swap_chunk_size = 64ull << 20;
         config->swap_copies_in_flight = 2;
         config->swap_keep_vram = true;
@@ -190,6 +205,28 @@ static const char *key_parse(const config_key *key, const char *value,
                 if (size_spec_parse(value, field) < 0)
                         return "expected auto, a size such as 40G or a percentage such as 90%";
                 return NULL;
+        case KEY_POOL_SIZE: {
+                gmd_size_spec *spec = field;
+
+                if (strcmp(value, "auto") == 0 && key->name[0] == 'v') {
+                        *spec = (gmd_size_spec){ 0, 0 };
+                        return NULL;
+                }
+                if (size_spec_parse(value, spec) < 0)
+                        return key->name[0] == 'v' ?
+                               "expected auto, a size such as 40G or a percentage such as 90%" :
+                               "expected a size such as 40G or a percentage such as 25%";
+                /* "0" used to mean auto and "512" 512 bytes: a whole device,
+                 * or a pool nothing fits in, without a word. */
+                if (spec->percent == 0 && spec->bytes == 0)
+                        return key->name[0] == 'v' ?
+                               "0 is no pool at all; write auto for the automatic size" :
+                               "0 is no pool at all; write a size such as 16G or 25%";
+                if (spec->percent == 0 && spec->bytes < (1u << 20))
+                        return "less than 1M: sizes without a unit are bytes; did you "
+                               "mean M or G (512M, 512G)?";
+                return NULL;
+        }
         case KEY_BOOL:
                 if (!strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
                     !strcasecmp(value, "on") || !strcmp(value, "1"))
@@ -266,6 +303,27 @@ int config_validate(gmd_config *config, FILE *err)
                 return -EINVAL;
         }
 
+        if (strcmp(config->metrics_clients, "users") != 0 &&
+            strcmp(config->metrics_clients, "ids") != 0 &&
+            strcmp(config->metrics_clients, "names") != 0) {
+                fprintf(err, "config: [metrics] clients must be users, ids or names, "
+                        "not '%s'\n", config->metrics_clients);
+                return -EINVAL;
+        }
+        if (config->admin_clients >= config->max_clients) {
+                fprintf(err, "config: [limits] admin_clients (%u) must be less than "
+                        "max_clients (%u): the slots it keeps are part of them\n",
+                        config->admin_clients, config->max_clients);
+                return -EINVAL;
+        }
+        /* One reply is at most 128K and a bit (wire.h). */
+        if (config->max_send_queue_bytes < (256u << 10) ||
+            config->max_user_send_queue_bytes < (256u << 10)) {
+                fprintf(err, "config: [limits] max_send_queue_bytes and "
+                        "max_user_send_queue_bytes must be at least 256K (two of "
+                        "the largest replies)\n");
+                return -EINVAL;
+        }
         if (g < 4096 || (g & (g - 1)) != 0) {
                 fprintf(err, "config: [sim] granularity must be a power of two of at least 4K\n");
                 return -EINVAL;
@@ -377,7 +435,8 @@ static void key_print(const config_key *key, const void *field, FILE *out)
         case KEY_SIZE:
                 fprintf(out, "%s", size_format_exact(*(const uint64_t *)field, buf, sizeof(buf)));
                 break;
-        case KEY_SIZE_SPEC: {
+        case KEY_SIZE_SPEC:
+        case KEY_POOL_SIZE: {
                 const gmd_size_spec *s = field;
 
                 if (s->percent > 0)

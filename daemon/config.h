@@ -36,6 +36,8 @@ typedef struct gmd_config {
 
         /* [metrics] */
         char metrics_listen[108];     /* "off", "127.0.0.1:PORT", "unix:PATH" */
+        char metrics_clients[8];      /* series per "users" (default), or
+                                       * per client too: "ids", "names" */
 
         /* [pools] */
         gmd_size_spec vram_limit;     /* per device; 0 and 0% = automatic */
@@ -50,6 +52,14 @@ typedef struct gmd_config {
         unsigned max_buffers_per_client;
         unsigned max_waiting_per_client;  /* allocations waiting for room */
         unsigned max_send_queue;          /* replies queued to a slow reader */
+        uint64_t max_send_queue_bytes;    /* their bytes, per connection */
+        uint64_t max_user_send_queue_bytes;  /* all of one user's connections */
+        unsigned max_clients_per_user;    /* connections of a user who is not
+                                           * an admin; 0 = no limit */
+        unsigned admin_clients;           /* of max_clients, kept for admins */
+        unsigned hello_timeout_ms;        /* a connection must say hello */
+        unsigned max_buffers_per_user;    /* all of one user's clients; 0 =
+                                           * half the open-file limit */
 
         /* [swap] */
         uint64_t swap_chunk_size;         /* bytes per copy handed to the backend */

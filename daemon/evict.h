@@ -1,5 +1,5 @@
 /*
- * evict — making room in VRAM for what waits for it (DESIGN.md decision 5).
+ * evict — making room in VRAM for what waits for it (ARCHITECTURE.md decision 5).
  * First VRAM kept for swap-ins is released (reuse.h), then the clients'
  * caches of idle mappings are asked for their parked buffers (they cost
  * nothing to give back); then released SWAPPABLE and

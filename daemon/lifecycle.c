@@ -11,15 +11,18 @@
 #include "lifecycle.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "admission.h"
 #include "backing.h"
 #include "buffer.h"
 #include "gpumem.pb-c.h"
@@ -35,6 +38,8 @@
 #include "waitq.h"
 
 #define HOST_GRANULARITY (2ull << 20)
+/* Accepting stops this long when the daemon runs out of fds. */
+#define SERVER_ACCEPT_PAUSE_MS 250
 
 /* What reuse.c releases: destroy, pool bytes back. */
 static void reuse_release(void *ctx, gmd_mem *mem)
@@ -101,6 +106,9 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         server->backend = backend;
         server->start_ms = now_ms();
         server->listen_fd = -1;
+        /* Kept open so that, out of fds, a connection can still be
+         * accepted to be told why it is refused (server_accept_pause). */
+        server->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         list_init(&server->sessions);
         list_init(&server->buffers);
         waitq_init(&server->waitq, loop, &server->pending,
@@ -196,6 +204,54 @@ static void server_on_maintain(uv_timer_t *timer)
         uv_timer_start(timer, server_on_maintain, left > 0 ? 10 : 250, 0);
 }
 
+static void server_on_accept(uv_poll_t *handle, int status, int events);
+static void server_arm_hello_sweep(gmd_server *server);
+
+static void server_on_accept_resume(uv_timer_t *timer)
+{
+        gmd_server *server = timer->data;
+
+        if (server->listening && !server->stopping)
+                uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
+}
+
+/*
+ * accept failed for want of file descriptors. The pending connections
+ * would wake the loop again at once (a busy loop that also floods the
+ * log), so: refuse the ones waiting now, each with the reason (the spare
+ * fd kept for this makes room to accept it), then stop accepting for
+ * SERVER_ACCEPT_PAUSE_MS; buffers freed meanwhile give fds back.
+ */
+static void server_accept_pause(gmd_server *server, int err)
+{
+        char why[200];
+        struct rlimit rl = { 0, 0 };
+
+        getrlimit(RLIMIT_NOFILE, &rl);
+        snprintf(why, sizeof(why), "gpu-memd has no file descriptor left (%s; its "
+                 "limit is %llu): try again later, or ask the administrator to "
+                 "raise LimitNOFILE or lower [limits] max_buffers_per_user",
+                 strerror(err), (unsigned long long)rl.rlim_cur);
+        log_warning("accept: %s; refusing new connections for %d ms",
+                    strerror(err), SERVER_ACCEPT_PAUSE_MS);
+        server->stats.connections_refused++;
+        for (int i = 0; i < 16 && server->spare_fd >= 0; i++) {
+                int fd;
+
+                close(server->spare_fd);
+                fd = accept4(server->listen_fd, NULL, NULL,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd >= 0)
+                        admission_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
+                server->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        break;
+        }
+        uv_poll_stop(&server->listen_poll);
+        uv_timer_start(&server->accept_timer, server_on_accept_resume,
+                       SERVER_ACCEPT_PAUSE_MS, 0);
+}
+
 static void server_on_accept(uv_poll_t *handle, int status, int events)
 {
         gmd_server *server = handle->data;
@@ -206,21 +262,23 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
         }
         for (int i = 0; i < 16; i++) {
                 gmd_session *s;
+                char why[200];
                 int fd, r;
 
                 fd = accept4(server->listen_fd, NULL, NULL,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd < 0) {
-                        if (errno != EAGAIN && errno != EINTR &&
-                            errno != ECONNABORTED)
+                        if (errno == EMFILE || errno == ENFILE)
+                                server_accept_pause(server, errno);
+                        else if (errno != EAGAIN && errno != EINTR &&
+                                 errno != ECONNABORTED)
                                 log_error("accept: %s", strerror(errno));
                         return;
                 }
-                if (server->n_sessions >= server->config.max_clients) {
-                        log_warning("refusing a connection: %u clients already, "
-                                    "the most [limits] max_clients allows",
-                                    server->n_sessions);
-                        close(fd);
+                if (admission_check_connect(server, fd, why, sizeof(why)) < 0) {
+                        log_warning("refusing a connection: %s", why);
+                        server->stats.connections_refused++;
+                        admission_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
                         continue;
                 }
                 server->stats.connections++;
@@ -228,8 +286,27 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                 if (r < 0) {
                         log_error("cannot take a new client: %s", strerror(-r));
                         close(fd);
+                        continue;
                 }
+                server_arm_hello_sweep(server);
         }
+}
+
+static void server_on_hello_sweep(uv_timer_t *timer)
+{
+        gmd_server *server = timer->data;
+        uint64_t next = admission_sweep_hellos(server);
+
+        if (next)
+                uv_timer_start(timer, server_on_hello_sweep, next, 0);
+}
+
+static void server_arm_hello_sweep(gmd_server *server)
+{
+        if (server->sweep_open &&
+            !uv_is_active((uv_handle_t *)&server->sweep_timer))
+                uv_timer_start(&server->sweep_timer, server_on_hello_sweep,
+                               server->config.hello_timeout_ms, 0);
 }
 
 /* Refuse to take over a socket another daemon is serving; remove a stale
@@ -293,7 +370,18 @@ static int socket_create(const gmd_config *config, int *ret_fd)
          * leaves no window in which the wrong people can connect. */
         if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
                 r = -errno;
-                log_error("cannot bind %s: %s", path, strerror(errno));
+                if (r == -ENOENT) {
+                        const char *slash = strrchr(path, '/');
+                        int dir_len = slash ? (int)(slash - path) : 0;
+
+                        log_error("cannot bind %s: the directory %.*s does not "
+                                  "exist: create it (mkdir -p %.*s; under systemd "
+                                  "the units create /run/gpu-memd) or choose another "
+                                  "--socket, such as ./gpu-memd.sock", path,
+                                  dir_len, path, dir_len, path);
+                } else {
+                        log_error("cannot bind %s: %s", path, strerror(errno));
+                }
                 close(fd);
                 return r;
         }
@@ -332,6 +420,15 @@ int server_listen(gmd_server *server, int fd)
         r = uv_async_init(server->loop, &server->copy_async, server_on_copies);
         if (r < 0)
                 return r;
+        r = uv_timer_init(server->loop, &server->accept_timer);
+        if (r < 0)
+                return r;
+        server->accept_timer.data = server;
+        r = uv_timer_init(server->loop, &server->sweep_timer);
+        if (r < 0)
+                return r;
+        server->sweep_timer.data = server;
+        server->sweep_open = true;
         server->copy_async.data = server;
         server->copy_async_open = true;
         if (server_can_move(server))
@@ -342,7 +439,18 @@ int server_listen(gmd_server *server, int fd)
                 server->maintain_timer.data = server;
                 uv_timer_start(&server->maintain_timer, server_on_maintain, 0, 0);
         }
-        return metrics_start(server, server->config.metrics_listen, &server->metrics);
+        r = metrics_start(server, server->config.metrics_listen, &server->metrics);
+        /* A listen value that does not parse, or is not loopback, is a
+         * config error like any other; one that cannot be served now (the
+         * port is taken, the directory is missing, the unit forbids the
+         * address family) leaves the daemon serving its clients. */
+        if (r < 0 && r != -EINVAL && r != -EPERM) {
+                log_error("metrics: the endpoint %s is not served (see above); "
+                          "gpu-memd runs without it: fix [metrics] listen and "
+                          "reload", server->config.metrics_listen);
+                r = 0;
+        }
+        return r;
 }
 
 void server_stop(gmd_server *server)
@@ -355,6 +463,11 @@ void server_stop(gmd_server *server)
         server->stopping = true;
         if (server->listening)
                 uv_close((uv_handle_t *)&server->listen_poll, NULL);
+        if (server->sweep_open) {
+                server->sweep_open = false;
+                uv_close((uv_handle_t *)&server->accept_timer, NULL);
+                uv_close((uv_handle_t *)&server->sweep_timer, NULL);
+        }
         if (server->maintaining)
                 uv_close((uv_handle_t *)&server->maintain_timer, NULL);
         server->metrics = metrics_stop(server->metrics);
@@ -429,7 +542,10 @@ void server_reload(gmd_server *server, const gmd_config *config)
         next.sim_copy_rate = old->sim_copy_rate;
         next.cuda_reserve_chunks = old->cuda_reserve_chunks;
         next.host_stock = old->host_stock;
-        bool metrics_changed = strcmp(old->metrics_listen, next.metrics_listen) != 0;
+        /* Also retried when it could not start before (a port in use). */
+        bool metrics_changed = strcmp(old->metrics_listen, next.metrics_listen) != 0 ||
+                               (!server->metrics &&
+                                strcmp(next.metrics_listen, "off") != 0);
         *old = next;
 
         log_set_level(old->log_level);
@@ -481,6 +597,8 @@ gmd_server *server_free(gmd_server *server)
                 if (server->listen_fd_owned)
                         unlink(server->config.socket_path);
         }
+        if (server->spare_fd >= 0)
+                close(server->spare_fd);
         idmap_clear(&server->buffers_by_id);
         free(server->devices);
         free(server->vram_pools);

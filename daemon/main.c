@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include "backend.h"
@@ -98,6 +99,27 @@ static void handles_start(daemon_state *d, uv_loop_t *loop)
         signal(SIGPIPE, SIG_IGN);
 }
 
+/* Every buffer keeps an fd open (its memfd or exported handle): raise
+ * the soft open-file limit (often 1024) to the hard one. */
+static void nofile_raise(void)
+{
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rlim_t was = rl.rlim_cur;
+
+                rl.rlim_cur = rl.rlim_max;
+                if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+                        log_warning("cannot raise the open-file limit from %llu: %s",
+                                    (unsigned long long)was, strerror(errno));
+                        return;
+                }
+        }
+        log_info("open-file limit %llu", (unsigned long long)rl.rlim_cur);
+}
+
 static int run(daemon_state *d, const gmd_config *config)
 {
         gmd_backend *backend = NULL;
@@ -175,5 +197,6 @@ int main(int argc, char **argv)
                 break;
         }
         log_setup(config.log_level);
+        nofile_raise();
         return run(&d, &config);
 }

@@ -2,10 +2,13 @@
  * metrics — see metrics.h. A deliberately small HTTP/1.0 server: one
  * request per connection, answered from the daemon's state on the loop
  * thread the moment its head has arrived, then closed. Everything a
- * scraper sends is untrusted: the head is bounded (METRICS_HEAD_MAX), a
- * connection lives at most METRICS_DEADLINE_MS, at most METRICS_MAX_CONNS
- * are open at once, and anything that is not a plain GET or HEAD gets a
- * 4xx status and the door.
+ * scraper sends is untrusted: the head is bounded (METRICS_HEAD_MAX) and
+ * must arrive within METRICS_HEAD_MS, a connection lives at most
+ * METRICS_DEADLINE_MS, and anything that is not a plain GET or HEAD gets a
+ * 4xx status and the door. At most METRICS_MAX_CONNS are open at once; a
+ * new connection past that closes the oldest instead of being refused, so
+ * connections that hang (slow or hostile local users) cannot keep a
+ * scraper out.
  *
  * After the answer is written the connection is shut down for writing and
  * read (and discarded) until the peer closes: closing with unread input
@@ -33,12 +36,14 @@
 
 #include "log.h"
 #include "metrics_render.h"
+#include "snapshot.h"
 #include "promtext.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
 
 #define METRICS_HEAD_MAX    8192      /* bytes of request line and headers */
+#define METRICS_HEAD_MS     2000      /* until the request's head is in */
 #define METRICS_DEADLINE_MS 5000      /* a connection's whole life */
 #define METRICS_MAX_CONNS   16
 
@@ -58,7 +63,7 @@ struct gmd_metrics {
         bool listener_open;           /* until its close callback */
         gmd_list conns;               /* open connections */
         unsigned n_conns;             /* allocated, closing ones too */
-        bool refusing;                /* at the cap; logged once per spell */
+        bool evicting;                /* at the cap; logged once per spell */
         bool stopping;
 };
 
@@ -119,7 +124,8 @@ static void conn_on_timeout(uv_timer_t *timer)
 {
         metrics_conn *conn = timer->data;
 
-        log_debug("metrics: closing a connection after %d s", METRICS_DEADLINE_MS / 1000);
+        log_debug("metrics: closing a connection: %s", conn->answered ?
+                  "its answer was not read in time" : "no request in time");
         conn_close(conn);
 }
 
@@ -162,8 +168,19 @@ static void conn_answer(metrics_conn *conn, int code, bool head_only)
         uv_buf_t bufs[2];
 
         conn->answered = true;
+        /* The rest of its life, from its start, to read the answer. */
+        uv_timer_start(&conn->timer, conn_on_timeout,
+                       METRICS_DEADLINE_MS - METRICS_HEAD_MS, 0);
         if (code == 200) {
-                metrics_render(&conn->body, conn->metrics->server);
+                gmd_snapshot snap;
+
+                if (snapshot_take(conn->metrics->server, 0, &snap) < 0) {
+                        conn->body.failed = true;
+                } else {
+                        metrics_render(&conn->body, &snap,
+                                       conn->metrics->server->config.metrics_clients);
+                        snapshot_clear(&snap);
+                }
                 if (conn->body.failed) {
                         log_error("metrics: out of memory rendering a scrape");
                         promtext_clear(&conn->body);
@@ -359,15 +376,21 @@ static void metrics_on_connection(uv_stream_t *listener, int status)
                 log_warning("metrics: accept: %s", uv_strerror(status));
                 return;
         }
-        if (m->n_conns >= METRICS_MAX_CONNS) {
-                if (!m->refusing)
-                        log_warning("metrics: %d connections open; refusing "
-                                    "more until some close", METRICS_MAX_CONNS);
-                m->refusing = true;
+        if (m->n_conns >= METRICS_MAX_CONNS && !list_empty(&m->conns) &&
+            m->n_conns < 2 * METRICS_MAX_CONNS) {
+                /* The oldest has had the longest to send its request. */
+                if (!m->evicting)
+                        log_warning("metrics: %d connections open; closing the "
+                                    "oldest for each new one", METRICS_MAX_CONNS);
+                m->evicting = true;
+                conn_close(container_of(m->conns.next, metrics_conn, link));
+        } else if (m->n_conns >= METRICS_MAX_CONNS) {
+                /* Closing ones not yet gone: a flood; refuse it. */
                 metrics_refuse(m);
                 return;
+        } else {
+                m->evicting = false;
         }
-        m->refusing = false;
         conn = calloc(1, sizeof(*conn));
         if (!conn) {
                 log_error("metrics: out of memory for a connection");
@@ -398,7 +421,7 @@ static void metrics_on_connection(uv_stream_t *listener, int status)
                 r = uv_read_start(&conn->stream.stream, conn_on_alloc, conn_on_read);
         if (r == 0)
                 r = uv_timer_start(&conn->timer, conn_on_timeout,
-                                   METRICS_DEADLINE_MS, 0);
+                                   METRICS_HEAD_MS, 0);
         if (r < 0) {
                 log_warning("metrics: cannot take a connection: %s", uv_strerror(r));
                 conn_close(conn);

@@ -1,25 +1,21 @@
 /*
  * metrics_render — the exposition text of the metrics endpoint: one
  * family per gpu-memd quantity, HELP and TYPE lines first, labels escaped
- * by promtext. Read from daemon state on the loop thread; nothing here
- * does I/O.
+ * by promtext. Rendered from a snapshot (snapshot.h, the one the status
+ * reply is rendered from), never from live state; nothing here does I/O.
  */
 #include "metrics_render.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "copyq.h"
+#include "backend.h"
 #include "gpumem.h"
-#include "backing.h"
-#include "reuse.h"
-#include "server.h"
-#include "session.h"
-#include "timeutil.h"
-#include "waitq.h"
+#include "snapshot.h"
 
-static void render_pools(promtext *t, const gmd_server *server)
+static void render_pools(promtext *t, const gmd_snapshot *snap)
 {
         static const char *const names[2] = {
                 "gpumemd_pool_capacity_bytes", "gpumemd_pool_used_bytes",
@@ -31,9 +27,8 @@ static void render_pools(promtext *t, const gmd_server *server)
 
         for (unsigned k = 0; k < 2; k++) {
                 promtext_family(t, names[k], "gauge", helps[k]);
-                for (unsigned i = 0; i <= server->n_devices; i++) {
-                        const gmd_pool *p = i < server->n_devices ?
-                                &server->vram_pools[i] : &server->host_pool;
+                for (unsigned i = 0; i < snap->n_pools; i++) {
+                        const gmd_pool_snapshot *p = &snap->pools[i];
 
                         promtext_printf(t, "%s{device=\"%u\",tier=\"%s\"} %" PRIu64 "\n",
                                         names[k], p->device,
@@ -44,62 +39,112 @@ static void render_pools(promtext *t, const gmd_server *server)
 }
 
 /* The labels that name one client, without the braces:
- * `client="7",pid="123",uid="1000",name="train"`. */
-static void client_labels(promtext *t, const gmd_session *s)
+ * `client="7",pid="123",uid="1000"` and, with [metrics] clients = names,
+ * `,name="train"`. */
+static void client_labels(promtext *t, const gmd_client_snapshot *s, bool names)
 {
-        promtext_printf(t, "client=\"%" PRIu64 "\",pid=\"%ld\",uid=\"%lu\","
-                        "name=\"", s->id, (long)s->pid, (unsigned long)s->uid);
+        promtext_printf(t, "client=\"%" PRIu64 "\",pid=\"%ld\",uid=\"%lu\"",
+                        s->id, (long)s->pid, (unsigned long)s->uid);
+        if (!names)
+                return;
+        promtext_append(t, ",name=\"", 7);
         promtext_label_value(t, s->name);
         promtext_append(t, "\"", 1);
 }
 
-static void render_clients(promtext *t, const gmd_server *server)
+/* Series per client connection ([metrics] clients = ids or names): one
+ * per process that ever connects, so they churn with every new process. */
+static void render_per_client(promtext *t, const gmd_snapshot *snap, bool names)
 {
-        unsigned n_clients = 0, n_buffers = 0, n_waiting = 0;
-        const gmd_list *pos;
-
         /* One process may connect more than once: the client id keeps the
          * series apart. */
         promtext_family(t, "gpumemd_client_bytes", "gauge",
                         "Bytes held by one client connection.");
-        list_for_each(pos, &server->sessions) {
-                const gmd_session *s = container_of(pos, gmd_session, link);
+        for (unsigned i = 0; i < snap->n_clients; i++) {
+                const gmd_client_snapshot *s = &snap->clients[i];
 
-                if (!s->hello_done)
-                        continue;
-                n_clients++;
-                n_buffers += s->n_buffers;
                 promtext_printf(t, "gpumemd_client_bytes{");
-                client_labels(t, s);
+                client_labels(t, s, names);
                 promtext_printf(t, "} %" PRIu64 "\n", s->bytes);
         }
         /* The same bytes by tier: VRAM (parked buffers included) and
          * what was moved out to host memory. */
         promtext_family(t, "gpumemd_client_tier_bytes", "gauge",
                         "Bytes held by one client connection, by tier.");
-        list_for_each(pos, &server->sessions) {
-                const gmd_session *s = container_of(pos, gmd_session, link);
+        for (unsigned i = 0; i < snap->n_clients; i++) {
+                const gmd_client_snapshot *s = &snap->clients[i];
 
-                if (!s->hello_done)
-                        continue;
                 for (unsigned tier = GMD_TIER_VRAM; tier <= GMD_TIER_HOST; tier++) {
                         promtext_printf(t, "gpumemd_client_tier_bytes{");
-                        client_labels(t, s);
+                        client_labels(t, s, names);
                         promtext_printf(t, ",tier=\"%s\"} %" PRIu64 "\n",
                                         tier == GMD_TIER_VRAM ? "vram" : "host",
                                         s->tier_bytes[tier]);
                 }
         }
-        n_waiting = waitq_count(&server->waitq);
+}
 
+typedef struct user_sum {
+        unsigned long uid;
+        unsigned clients;
+        uint64_t bytes[2];          /* by tier */
+} user_sum;
+
+/* Series per user (always): as many as users connected, stable while the
+ * user's processes come and go, and no client names. */
+static void render_per_user(promtext *t, const gmd_snapshot *snap)
+{
+        user_sum *users = calloc(snap->n_clients ? snap->n_clients : 1,
+                                 sizeof(*users));
+        unsigned n = 0;
+
+        if (!users) {
+                t->failed = true;
+                return;
+        }
+        for (unsigned c = 0; c < snap->n_clients; c++) {
+                const gmd_client_snapshot *s = &snap->clients[c];
+                unsigned i;
+
+                for (i = 0; i < n && users[i].uid != (unsigned long)s->uid; i++)
+                        ;
+                if (i == n)
+                        users[n++].uid = (unsigned long)s->uid;
+                users[i].clients++;
+                users[i].bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM];
+                users[i].bytes[GMD_TIER_HOST] += s->tier_bytes[GMD_TIER_HOST];
+        }
+        promtext_family(t, "gpumemd_user_clients", "gauge",
+                        "Clients connected (after the hello), by user.");
+        for (unsigned i = 0; i < n; i++)
+                promtext_printf(t, "gpumemd_user_clients{uid=\"%lu\"} %u\n",
+                                users[i].uid, users[i].clients);
+        promtext_family(t, "gpumemd_user_bytes", "gauge",
+                        "Bytes held by all clients of one user, by tier.");
+        for (unsigned i = 0; i < n; i++)
+                for (unsigned tier = GMD_TIER_VRAM; tier <= GMD_TIER_HOST; tier++)
+                        promtext_printf(t, "gpumemd_user_bytes{uid=\"%lu\","
+                                        "tier=\"%s\"} %" PRIu64 "\n", users[i].uid,
+                                        tier == GMD_TIER_VRAM ? "vram" : "host",
+                                        users[i].bytes[tier]);
+        free(users);
+}
+
+static void render_clients(promtext *t, const gmd_snapshot *snap,
+                           const char *clients)
+{
+        render_per_user(t, snap);
+        if (strcmp(clients, "users") != 0)
+                render_per_client(t, snap, strcmp(clients, "names") == 0);
         promtext_family(t, "gpumemd_clients", "gauge",
                         "Clients connected (after the hello).");
-        promtext_printf(t, "gpumemd_clients %u\n", n_clients);
+        promtext_printf(t, "gpumemd_clients %u\n", snap->n_clients);
         promtext_family(t, "gpumemd_buffers", "gauge", "Buffers alive.");
-        promtext_printf(t, "gpumemd_buffers %u\n", n_buffers);
+        promtext_printf(t, "gpumemd_buffers %" PRIu64 "\n", snap->total_buffers);
         promtext_family(t, "gpumemd_waiting_allocations", "gauge",
                         "Allocations waiting for room (queue depth).");
-        promtext_printf(t, "gpumemd_waiting_allocations %u\n", n_waiting);
+        promtext_printf(t, "gpumemd_waiting_allocations %u\n",
+                        snap->waiting_allocations);
 }
 
 static void render_moves(promtext *t, const gmd_stats *st)
@@ -127,72 +172,71 @@ static const char *const direction_names[2] = {
 /* The copy engine of each device: what its queues hold now, what they
  * moved and how long they were busy. The sums over devices are the
  * global families above. */
-static void render_copyqs(promtext *t, const gmd_server *server)
+static void render_copyqs(promtext *t, const gmd_snapshot *snap)
 {
+        unsigned n_devices = snap->n_pools - 1;   /* the host pool is last */
+
         promtext_family(t, "gpumemd_copy_queue_depth", "gauge",
                         "Moves queued or copying on a device, by direction.");
-        for (unsigned i = 0; i < server->n_devices; i++)
+        for (unsigned i = 0; i < n_devices; i++)
                 for (unsigned d = 0; d < 2; d++)
                         promtext_printf(t, "gpumemd_copy_queue_depth{device=\"%u\","
                                         "direction=\"%s\"} %u\n",
-                                        server->copyqs.q[i].device,
+                                        snap->pools[i].device,
                                         direction_names[d],
-                                        server->copyqs.q[i].moves[d]);
+                                        snap->pools[i].queued[d]);
         promtext_family(t, "gpumemd_device_bytes_moved_total", "counter",
                         "Bytes one device copied between tiers, by direction.");
-        for (unsigned i = 0; i < server->n_devices; i++)
+        for (unsigned i = 0; i < n_devices; i++)
                 for (unsigned d = 0; d < 2; d++)
                         promtext_printf(t, "gpumemd_device_bytes_moved_total{"
                                         "device=\"%u\",direction=\"%s\"} %"
-                                        PRIu64 "\n", server->copyqs.q[i].device,
+                                        PRIu64 "\n", snap->pools[i].device,
                                         direction_names[d],
-                                        server->copyqs.q[i].bytes[d]);
+                                        snap->pools[i].bytes[d]);
         promtext_family(t, "gpumemd_device_copy_seconds_total", "counter",
                         "Time one device had a copy running, by direction.");
-        for (unsigned i = 0; i < server->n_devices; i++)
+        for (unsigned i = 0; i < n_devices; i++)
                 for (unsigned d = 0; d < 2; d++) {
                         promtext_printf(t, "gpumemd_device_copy_seconds_total{"
                                         "device=\"%u\",direction=\"%s\"} ",
-                                        server->copyqs.q[i].device,
+                                        snap->pools[i].device,
                                         direction_names[d]);
-                        promtext_seconds(t, server->copyqs.q[i].busy_us[d]);
+                        promtext_seconds(t, snap->pools[i].busy_us[d]);
                         promtext_append(t, "\n", 1);
                 }
         promtext_family(t, "gpumemd_vram_kept_bytes", "gauge",
                         "VRAM that swap-outs left, kept for the same clients' "
                         "next swap-ins (counted in the pool's used bytes).");
-        for (unsigned i = 0; i < server->n_devices; i++)
+        for (unsigned i = 0; i < n_devices; i++)
                 promtext_printf(t, "gpumemd_vram_kept_bytes{device=\"%u\"} %"
-                                PRIu64 "\n", i, reuse_bytes(&server->reuse, i));
+                                PRIu64 "\n", i, snap->pools[i].kept);
         promtext_family(t, "gpumemd_vram_kept_total", "counter",
                         "Kept VRAM by outcome: reused by a swap-in, or "
                         "released (room needed, client gone, nothing left to "
                         "come back).");
         promtext_printf(t, "gpumemd_vram_kept_total{outcome=\"reused\"} %" PRIu64
                         "\ngpumemd_vram_kept_total{outcome=\"released\"} %"
-                        PRIu64 "\n", server->stats.vram_reused,
-                        server->stats.vram_kept_released);
+                        PRIu64 "\n", snap->stats.vram_reused,
+                        snap->stats.vram_kept_released);
         promtext_family(t, "gpumemd_host_pinned_bytes", "gauge",
                         "Host memory pinned, the host arenas included, which "
                         "[pools] host_limit bounds; and that limit.");
         promtext_printf(t, "gpumemd_host_pinned_bytes{state=\"pinned\"} %" PRIu64
                         "\ngpumemd_host_pinned_bytes{state=\"limit\"} %" PRIu64
-                        "\n", backing_pinned(server), server->host_pool.capacity);
-        if (!server->backend->ops->arena_info)
+                        "\n", snap->host_pinned, snap->host_limit);
+        if (n_devices == 0 || !snap->pools[0].has_arena)
                 return;
         promtext_family(t, "gpumemd_host_arena_bytes", "gauge",
                         "A device's host arena, pinned ahead of swap-outs: "
                         "bytes pinned, and of those free.");
-        for (unsigned i = 0; i < server->n_devices; i++) {
-                gmd_arena_info a;
-
-                server->backend->ops->arena_info(server->backend, i, &a);
+        for (unsigned i = 0; i < n_devices; i++)
                 promtext_printf(t, "gpumemd_host_arena_bytes{device=\"%u\","
                                 "state=\"pinned\"} %" PRIu64 "\n"
                                 "gpumemd_host_arena_bytes{device=\"%u\","
                                 "state=\"free\"} %" PRIu64 "\n",
-                                i, a.built, i, a.free);
-        }
+                                i, snap->pools[i].arena_built,
+                                i, snap->pools[i].arena_free);
 }
 
 static void render_latency(promtext *t, const gmd_stats *st)
@@ -251,25 +295,30 @@ static void render_counters(promtext *t, const gmd_stats *st)
                         "Client connections accepted.");
         promtext_printf(t, "gpumemd_connections_total %" PRIu64 "\n",
                         st->connections);
+        promtext_family(t, "gpumemd_connections_refused_total", "counter",
+                        "Client connections refused by a [limits] bound or for "
+                        "want of file descriptors.");
+        promtext_printf(t, "gpumemd_connections_refused_total %" PRIu64 "\n",
+                        st->connections_refused);
 }
 
-void metrics_render(promtext *t, const gmd_server *server)
+void metrics_render(promtext *t, const gmd_snapshot *snap, const char *clients)
 {
-        render_pools(t, server);
-        render_clients(t, server);
-        render_moves(t, &server->stats);
-        render_copyqs(t, server);
-        render_latency(t, &server->stats);
-        render_counters(t, &server->stats);
+        render_pools(t, snap);
+        render_clients(t, snap, clients);
+        render_moves(t, &snap->stats);
+        render_copyqs(t, snap);
+        render_latency(t, &snap->stats);
+        render_counters(t, &snap->stats);
         promtext_family(t, "gpumemd_uptime_seconds", "gauge",
                         "Seconds since the daemon started.");
         promtext_printf(t, "gpumemd_uptime_seconds ");
-        promtext_seconds(t, (now_ms() - server->start_ms) * 1000);
+        promtext_seconds(t, snap->uptime_ms * 1000);
         promtext_append(t, "\n", 1);
         promtext_family(t, "gpumemd_info", "gauge",
                         "The daemon's version and backend; always 1.");
         promtext_printf(t, "gpumemd_info{version=\"%s\",backend=\"",
-                        GMD_VERSION_STRING);
-        promtext_label_value(t, server->backend->ops->name);
+                        snap->version);
+        promtext_label_value(t, snap->backend);
         promtext_printf(t, "\"} 1\n");
 }

@@ -246,6 +246,13 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
 
         if (!server_can_move(server))
                 return -EOPNOTSUPP;
+        /* Never a buffer its owner holds, SPILLABLE or not: the owner may
+         * write it at any moment (its threads, its kernels), and what it
+         * writes after a chunk was copied would stay behind in the VRAM
+         * the remap drops (placement.h). Callers skip or refuse such
+         * buffers; this is the last guard. */
+        if (!placement_may_move(b))
+                return -EBUSY;
         if (!copyq_usable(&server->copyqs, b->device, GMD_COPY_OUT))
                 return -EIO;
         r = pool_take(&server->host_pool, b->size);

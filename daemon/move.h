@@ -1,6 +1,6 @@
 /*
  * move — moving a buffer's backing between VRAM and host memory without
- * changing the address its owner holds (DESIGN.md decision 2).
+ * changing the address its owner holds (ARCHITECTURE.md decision 2).
  *
  * A move creates the new backing (for a swap-in, or takes the VRAM kept
  * from the owner's last swap-out, reuse.h), copies into it (copyq), then
@@ -15,8 +15,12 @@
  * it was released with no GPU work pending on it (no last-use event). The
  * move then ends when both the copy and the ack are done. Such a move
  * cancelled or failed sends a second remap back to the old backing and
- * ends on its ack. A buffer moves out only while released
- * (or SPILLABLE); an acquire on a buffer that is out brings it back first,
+ * ends on its ack. A buffer moves, either way, only while released,
+ * SPILLABLE ones too: its owner may write a buffer it holds at any moment
+ * (from its threads or its kernels), so no copy of it could be complete. A
+ * SPILLABLE buffer is only ever *placed* on host memory while in use (an
+ * allocation or an acquire that found no VRAM) and stays there until it
+ * is released. An acquire on a buffer that is out brings it back first,
  * ahead of every other move. A buffer freed while its copy runs leaves an
  * orphaned move that frees both backings once the copy is over.
  *
@@ -142,8 +146,9 @@ typedef struct gmd_acquirer {
         uv_timer_t timer;
 } gmd_acquirer;
 
-/* Start moving a VRAM-resident buffer to host memory. Nothing changed on
- * failure: -ENOSPC when the host pool or [pools] host_limit has no room,
+/* Start moving a VRAM-resident, released buffer to host memory. Nothing
+ * changed on failure: -EBUSY when its owner holds it (acquired), -ENOSPC
+ * when the host pool or [pools] host_limit has no room,
  * -EIO while the copy queue rests after a refused copy, -EOPNOTSUPP when
  * the backend cannot move, -ENOMEM. */
 int move_out_start(gmd_server *server, gmd_dbuffer *buffer, move_class cls);

@@ -1,6 +1,6 @@
 /*
  * parking — the daemon's side of libgpumem's cache of idle mappings
- * (DESIGN.md decision 6). A client parks a buffer its application freed
+ * (ARCHITECTURE.md decision 6). A client parks a buffer its application freed
  * instead of freeing it, and unparks it for a later allocation of the same
  * shape, with no round trip; the daemon keeps counting it as the client's.
  * When an allocation finds no room, the daemon asks the clients holding

@@ -29,11 +29,17 @@ bool placement_owner_maps(const gmd_dbuffer *b, const gmd_mem *mem,
                (tier == GMD_TIER_VRAM || placement_usable_on_host(b));
 }
 
+bool placement_may_move(const gmd_dbuffer *b)
+{
+        return !b->acquired;
+}
+
 bool placement_pageout_allowed(const gmd_dbuffer *b, const char **ret_why)
 {
-        if (b->acquired && !placement_usable_on_host(b)) {
-                *ret_why = "is acquired: release it first (only SPILLABLE "
-                           "buffers move while in use)";
+        if (!placement_may_move(b)) {
+                *ret_why = "is acquired: release it first (a buffer in use "
+                           "never moves; a SPILLABLE one in use stays where "
+                           "it is)";
                 return false;
         }
         return true;
@@ -42,13 +48,14 @@ bool placement_pageout_allowed(const gmd_dbuffer *b, const char **ret_why)
 bool placement_evictable(const gmd_dbuffer *b)
 {
         return b->tier == GMD_TIER_VRAM && b->state == GMD_STATE_RESIDENT &&
-               !b->move && !b->acquired && !b->parked && b->mem &&
+               !b->move && placement_may_move(b) && !b->parked && b->mem &&
                b->mem->fd >= 0 && !placement_pinned(b);
 }
 
 bool placement_early_out(const gmd_dbuffer *b)
 {
-        return !placement_usable_on_host(b) && !b->acquired && !b->last_use;
+        return !placement_usable_on_host(b) && placement_may_move(b) &&
+               !b->last_use;
 }
 
 bool placement_early_in(const gmd_dbuffer *b, bool dst_kept)

@@ -13,6 +13,13 @@
  *                 released; its owner maps nothing while it is out, and
  *                 an acquire brings it back first.
  *
+ * Whatever the flags, a buffer its owner holds (acquired) never moves:
+ * the owner may write it at any moment (its threads, its kernels), and no
+ * copy could hold what is written after it. SPILLABLE is about placement
+ * only: such a buffer is placed on host memory while in use (an
+ * allocation or an acquire that found no VRAM) and stays there until it
+ * is released.
+ *
  * Every module asks here instead of testing flags itself, so the rule is
  * written once.
  */
@@ -44,8 +51,11 @@ bool placement_usable_on_host(const gmd_dbuffer *b);
 bool placement_owner_maps(const gmd_dbuffer *b, const gmd_mem *mem,
                           gmd_tier tier);
 
+/* May it be moved now, either way? Not while its owner holds it. */
+bool placement_may_move(const gmd_dbuffer *b);
+
 /* May a pageout the owner asks for move it now? Not while acquired,
- * unless it is usable on host memory. Sets *ret_why when not. */
+ * SPILLABLE or not. Sets *ret_why when not. */
 bool placement_pageout_allowed(const gmd_dbuffer *b, const char **ret_why);
 
 /* May the daemon move it out of VRAM on its own, to make room for what

@@ -45,6 +45,11 @@ typedef struct gmd_server {
         bool listen_fd_owned;         /* false when systemd passed it */
         bool listening;               /* listen_poll is initialised */
         uv_poll_t listen_poll;
+        int spare_fd;                 /* /dev/null, given up to refuse a
+                                       * client when out of fds */
+        uv_timer_t accept_timer;      /* accepting again after EMFILE */
+        uv_timer_t sweep_timer;       /* hello deadlines (admission.h) */
+        bool sweep_open;              /* both timers are initialised */
 
         gmd_list sessions;
         unsigned n_sessions;

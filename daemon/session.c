@@ -20,6 +20,7 @@
 #include "gpumem.pb-c.h"
 #include "log.h"
 #include "server.h"
+#include "timeutil.h"
 
 /* Packets read per poll wake-up before yielding to other clients. */
 #define SESSION_READ_BUDGET 64
@@ -98,6 +99,7 @@ int session_new(gmd_server *server, int fd, gmd_session **ret_session)
         session_read_groups(s);
         session_apply_config(s);
         s->priority = s->limits.priority;
+        s->connected_ms = now_ms();
         list_init(&s->buffers);
         waits_init(&s->waits);
         list_init(&s->sendq);
@@ -164,6 +166,8 @@ void session_close(gmd_session *s, const char *reason)
                 list_remove(pos);
                 free(q);
         }
+        s->sendq_len = 0;
+        s->sendq_bytes = 0;
         list_remove(&s->link);
         server->n_sessions--;
         if (s->hello_done)
@@ -192,14 +196,27 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
                          const uint8_t *payload, uint32_t length,
                          const int *fds, unsigned n_fds)
 {
+        const gmd_config *c = &s->server->config;
         queued_packet *q;
-        char why[64];
+        char why[96];
 
-        if (s->sendq_len >= s->server->config.max_send_queue) {
-                /* Never close from here: whoever is sending may go on using
-                 * this session's buffers, waits or acquirers. */
-                snprintf(why, sizeof(why),
-                         "not reading replies (%u queued)", s->sendq_len);
+        /* Never close from here: whoever is sending may go on using this
+         * session's buffers, waits or acquirers. */
+        if (s->sendq_len >= c->max_send_queue ||
+            s->sendq_bytes + length > c->max_send_queue_bytes) {
+                snprintf(why, sizeof(why), "not reading replies (%u queued, "
+                         "%llu bytes)", s->sendq_len,
+                         (unsigned long long)s->sendq_bytes);
+                session_close_later(s, why);
+                return -ENOBUFS;
+        }
+        if (session_user_queued(&s->server->sessions, s->uid) + length >
+            c->max_user_send_queue_bytes) {
+                snprintf(why, sizeof(why), "uid %u's connections do not read "
+                         "their replies (%llu bytes queued in all)",
+                         (unsigned)s->uid,
+                         (unsigned long long)
+                         session_user_queued(&s->server->sessions, s->uid));
                 session_close_later(s, why);
                 return -ENOBUFS;
         }
@@ -225,6 +242,7 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
         }
         list_add_tail(&s->sendq, &q->link);
         s->sendq_len++;
+        s->sendq_bytes += length;
         session_update_poll(s);
         return 0;
 }
@@ -316,6 +334,7 @@ static void session_flush(gmd_session *s)
                         close(q->fds[i]);
                 list_remove(pos);
                 s->sendq_len--;
+                s->sendq_bytes -= q->length;
                 free(q);
         }
         session_update_poll(s);
@@ -385,3 +404,16 @@ void session_user_usage(const gmd_list *sessions, uid_t uid, gmd_usage *ret_usag
         *ret_usage = u;
 }
 
+uint64_t session_user_queued(const gmd_list *sessions, uid_t uid)
+{
+        uint64_t bytes = 0;
+        const gmd_list *pos;
+
+        list_for_each(pos, sessions) {
+                const gmd_session *o = container_of(pos, gmd_session, link);
+
+                if (o->uid == uid)
+                        bytes += o->sendq_bytes;
+        }
+        return bytes;
+}

@@ -58,8 +58,11 @@ typedef struct gmd_session {
 
         gmd_waits waits;            /* MSG_WAITs waiting for moves (waits.h) */
 
+        uint64_t connected_ms;      /* accepted at (hello deadline) */
+
         gmd_list sendq;             /* packets the socket could not take */
         unsigned sendq_len;
+        uint64_t sendq_bytes;       /* their payloads (admission.h) */
         bool closing;
         /* To be closed by the server's next check pass (session_close_later):
          * sends are dropped, nothing is read, nothing is freed yet. */
@@ -86,7 +89,8 @@ void session_close_later(gmd_session *session, const char *reason);
  * Send one message: encode `msg` (may be NULL for an empty payload) and
  * attach `fds` (duplicated by the kernel; the caller keeps its own). If
  * the socket is full the packet is queued; a client whose queue passes
- * the configured limit is disconnected. Returns 0 or a negative errno (the
+ * [limits] max_send_queue packets or max_send_queue_bytes, or whose user's
+ * connections together pass max_user_send_queue_bytes, is disconnected. Returns 0 or a negative errno (the
  * session may then be closing).
  */
 int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
@@ -111,6 +115,9 @@ void session_apply_config(gmd_session *session);
 /* What all `sessions` (gmd_session links) of user `uid` hold together. */
 void session_user_usage(const gmd_list *sessions, uid_t uid,
                         gmd_usage *ret_usage);
+
+/* Bytes of replies queued for all `sessions` of user `uid`. */
+uint64_t session_user_queued(const gmd_list *sessions, uid_t uid);
 
 /* "client 3 (pid 1234, uid 1000, trainer)" for log lines. */
 const char *session_describe(const gmd_session *session, char *buf, size_t len);

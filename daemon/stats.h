@@ -18,6 +18,7 @@ extern const uint64_t gmd_stats_latency_bounds_us[GMD_STATS_LATENCY_BUCKETS];
 
 typedef struct gmd_stats {
         uint64_t connections;          /* accepted, ever */
+        uint64_t connections_refused;  /* refused: limits or out of fds */
         uint64_t disconnects_protocol; /* closed for a protocol error */
         uint64_t allocations;          /* succeeded */
         uint64_t frees;

@@ -66,6 +66,9 @@ static gmd_dbuffer **named_buffers(gmd_session *s, const uint64_t *ids, size_t n
                         code = GMD__ERROR_CODE__ERR_BUSY;
                         why = "has an acquire waiting for it";
                 } else if (for_pageout && !placement_pageout_allowed(b, &why)) {
+                        /* SPILLABLE too: its owner may write it at any
+                         * moment, and no copy can hold what is written
+                         * after it (placement.h). */
                         code = GMD__ERROR_CODE__ERR_BUSY;
                 } else if (!for_pageout && b->acquired) {
                         code = GMD__ERROR_CODE__ERR_BUSY;

@@ -1,5 +1,5 @@
 /*
- * waitq — requests for VRAM that found no room and wait for it (DESIGN.md
+ * waitq — requests for VRAM that found no room and wait for it (ARCHITECTURE.md
  * decision 5): allocations, each with the deadline its client chose, and
  * buffers waiting to come back from host memory. They are served in rank
  * order — passive swap-ins (an acquire waits), then allocations, then

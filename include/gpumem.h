@@ -58,15 +58,18 @@ extern "C" {
 #define GMD_EBUSY       (-16)   /* -EBUSY: the buffer's state forbids it */
 #define GMD_ENOTSUP     (-95)   /* -EOPNOTSUPP: this daemon/backend cannot */
 #define GMD_EPROTO      (-71)   /* -EPROTO: protocol error; connection closed */
-#define GMD_ECONN       (-107)  /* -ENOTCONN: the daemon went away */
+#define GMD_ECONN       (-107)  /* -ENOTCONN: no daemon, or it went away */
 #define GMD_EREVOKED    (-125)  /* -ECANCELED: the daemon revoked the buffer */
-#define GMD_ELIMIT      (-11)   /* -EAGAIN: too many outstanding requests or
-                                 * buffers for the daemon; retry later */
+#define GMD_ELIMIT      (-11)   /* -EAGAIN: too many outstanding requests,
+                                 * buffers or connections for the daemon's
+                                 * [limits]; retry later */
 
-/* Placement flags of gmd_alloc (decision 4 of DESIGN.md). */
+/* Placement flags of gmd_alloc (ARCHITECTURE.md, decision 4). */
 #define GMD_ALLOC_SWAPPABLE  0u        /* default: moves only while released */
 #define GMD_ALLOC_PIN_VRAM   (1u << 0) /* never leaves VRAM */
-#define GMD_ALLOC_SPILLABLE  (1u << 1) /* may live on HOST even while in use */
+#define GMD_ALLOC_SPILLABLE  (1u << 1) /* may be placed on HOST and used there
+                                        * (zero-copy) when VRAM is short;
+                                        * moves only while released too */
 #define GMD_ALLOC_LEGACY_IPC (1u << 2) /* cuda only: plain cudaIpcMemHandle */
 
 /* gmd_alloc timeouts. */
@@ -111,6 +114,14 @@ typedef enum gmd_buffer_state {
  * If the daemon stops while the client is connected, calls fail with
  * GMD_ECONN and gmd_last_error() says "gpu-memd is stopping: " followed by
  * the daemon's notice.
+ *
+ * Errors: GMD_ECONN when no daemon answers at the socket (missing, or
+ * nobody listening; gmd_last_error() names the path), GMD_EPERM when this
+ * user may not connect to it (the socket's mode and group), GMD_ELIMIT
+ * when the daemon refuses the connection for one of its [limits] (too many
+ * clients, or of this user, or no file descriptor left; gmd_last_error()
+ * says which), -ENAMETOOLONG for a path longer than a socket address
+ * holds, -EINVAL for a bad $GPU_MEMD_PRIORITY or $GPU_MEMD_CACHE*.
  */
 GMD_EXPORT
 int gmd_connect(const char *socket_path, const char *client_name,
@@ -157,11 +168,14 @@ unsigned gmd_client_device_count(const gmd_client *client);
  * SPILLABLE buffer placed on host memory that includes [pools] host_limit,
  * which bounds all the pinned host memory of the daemon), GMD_EQUOTA,
  * -EINVAL (size 0, unknown device or flags), GMD_ENOTSUP (for instance
- * GMD_ALLOC_LEGACY_IPC from a daemon without the cuda backend).
+ * GMD_ALLOC_LEGACY_IPC from a daemon without the cuda backend), GMD_ELIMIT
+ * when the client or its user holds as many buffers as the daemon's
+ * [limits] allow (max_buffers_per_client, max_buffers_per_user) or the
+ * daemon has no file descriptor left for one (gmd_last_error() says which).
  *
  * GMD_ALLOC_LEGACY_IPC buffers are opened from a plain CUDA IPC handle:
  * their address is the driver's choice, the daemon cannot move them, and
- * they die with the daemon (DESIGN.md decision 1).
+ * they die with the daemon (ARCHITECTURE.md decision 1).
  */
 GMD_EXPORT
 int gmd_alloc(gmd_client *client, size_t size, unsigned device,
@@ -230,8 +244,9 @@ GMD_EXPORT
 gmd_tier gmd_buffer_tier(const gmd_buffer *buffer);
 
 /*
- * Take the buffer's lease before using it: the daemon will not move it
- * away while it is acquired (SWAPPABLE). Release it when idle so the
+ * Take the buffer's lease before using it: the daemon never moves a buffer
+ * while it is acquired (whatever its flags: the owner may be writing it,
+ * and no copy could catch those writes). Release it when idle so the
  * daemon may move it to host memory when VRAM runs short.
  *
  * A buffer that was moved to host memory is brought back first, ahead of
@@ -243,7 +258,7 @@ gmd_tier gmd_buffer_tier(const gmd_buffer *buffer);
  * already unmapped, counts as usable now and takes one more round trip,
  * at most a second). A SPILLABLE buffer that gets no VRAM by the deadline
  * is acquired where it is, on the host tier, where kernels still reach it
- * (gmd_buffer_tier tells). Acquire on an acquired buffer is GMD_EBUSY;
+ * (gmd_buffer_tier tells); it stays there until released. Acquire on an acquired buffer is GMD_EBUSY;
  * -EIO when its swap-in failed (the GPU refused the copy: the buffer stays
  * on host memory, intact).
  */
@@ -266,21 +281,28 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream);
 /*
  * Tiering. With `buffer` NULL each acts on every buffer of the client.
  *
- * A released SWAPPABLE buffer may be moved to host memory at any time (by
- * gmd_pageout, or by the daemon when another allocation needs room). While
- * it is there its address stays reserved but is NOT mapped: touching it
- * faults. Acquire it first; the acquire brings it back. A SPILLABLE buffer
- * on host memory stays mapped there and usable by kernels.
+ * A released buffer (SWAPPABLE or SPILLABLE) may be moved to host memory
+ * at any time (by gmd_pageout, or by the daemon when another allocation
+ * needs room); an acquired one never moves. While a SWAPPABLE buffer is
+ * there its address stays reserved but is NOT mapped: touching it faults.
+ * Acquire it first; the acquire brings it back. A SPILLABLE buffer on host
+ * memory stays mapped there and usable by kernels; acquired there (see
+ * gmd_acquire), it stays there until released. With `buffer` NULL,
+ * gmd_pageout and gmd_prefetch skip the buffers that are acquired.
  *
  * gmd_pageout: move released buffers to host memory, asynchronously: it
- *   returns once the moves are queued. GMD_EBUSY for an acquired buffer
- *   that is not SPILLABLE; -EINVAL for PIN_VRAM or legacy IPC buffers;
+ *   returns once the moves are queued. GMD_EBUSY for an acquired buffer,
+ *   SPILLABLE ones included: release it first (gmd_release_after lets the
+ *   copy wait on the GPU for work still queued on it), or let it stay
+ *   where it is; -EINVAL for PIN_VRAM or legacy IPC buffers;
  *   GMD_ENOMEM when the host pool is full or [pools] host_limit leaves no
  *   room to pin a host copy; -EIO for about a second after the GPU refused
  *   a copy. With several buffers, those before the one that failed stay
  *   queued. Cancels a prefetch under way.
  * gmd_prefetch: bring buffers back to VRAM, queued behind every other
  *   move; returns at once. Cancels a pageout whose copy has not ended.
+ *   GMD_EBUSY for an acquired buffer (in use where it is: release it, and
+ *   the next acquire that may wait brings it to VRAM).
  * gmd_wait: wait until the buffer (or all of the client's) is not moving,
  *   up to `timeout_ms` (GMD_ETIMEDOUT after it). -EIO when a pageout or
  *   prefetch of one of them failed (the GPU refused a copy) and no wait

@@ -4,11 +4,14 @@
 # command to run and fail. The CUDA toolkit is optional and never installed
 # here: when /usr/local/cuda is present the cuda backend is built too.
 # systemd is listed for systemd-socket-activate, which the socket
-# activation test runs; the build itself needs only libsystemd.
+# activation test runs; the build itself needs only libsystemd. python3,
+# python3-numpy and python3-torch (CPU) are for the gpumem Python package's
+# tests (tests/python), run with Debian's /usr/bin/python3.
 set -eu
 
 PACKAGES="build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev \
-protobuf-c-compiler libsystemd-dev libinih-dev libcmocka-dev systemd"
+protobuf-c-compiler libsystemd-dev libinih-dev libcmocka-dev systemd \
+python3 python3-numpy python3-torch"
 
 missing=""
 for p in $PACKAGES; do

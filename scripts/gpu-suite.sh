@@ -12,7 +12,8 @@
 # the unit tests, protobuf-c for libgpumem.so users) into BUILD/lib; gpu-memd
 # and the test programs link libuv, protobuf-c and inih statically already.
 # `run` needs neither cmake nor ctest: it runs the test binaries directly
-# (tests/gpu/test_*), then the benchmarks (bench/alloc_bench,
+# (tests/gpu/test_*), the Python package's CUDA test with the machine's
+# python3 and torch (tests/python/test_cuda.py), then the benchmarks (bench/alloc_bench,
 # bench/swap_bench, bench/release_bench), and writes under $OUT (default
 # ./gpu-suite-out):
 #   gpu-suite.log    every test's output, the daemon logs, in order
@@ -21,9 +22,17 @@
 #   swap_bench.json / swap_bench.txt     the swap benchmark's results
 #   release_bench.json / release_bench.txt   copies right after a VRAM
 #                                        release (cuMemRelease), ~20 s
-# `run BUILD TEST...` runs only the named tests (test_gpu_swap ...), and
-# GMD_BENCH="alloc swap release" (the default) picks the benchmarks; ""
-# runs none.
+#   torch_bench.json / torch_bench.txt   PyTorch on gpu-memd against the
+#                                        default allocator (bench/torch/,
+#                                        GMD_BENCH entry "torch", ~3 min),
+#                                        with torch_probe.json (the facts
+#                                        gpumem.torch's mechanism rests on)
+#                                        and torch_bench.log (children's output)
+# The Python GPU tests (tests/gpu/test_*.py, run with python3: PyTorch on
+# gpu-memd) run with the C ones. `run BUILD TEST...` runs only the named
+# tests (test_gpu_swap test_torch.py ...), and GMD_BENCH="alloc swap
+# release torch" (the default) picks the benchmarks; "" runs none;
+# GMD_TORCH_ROUNDS=N gives the torch bench N rounds (default 2).
 #   nvidia-smi.txt   the machine
 # Exit status: 0 when no test failed (skips are not failures).
 set -u
@@ -57,21 +66,29 @@ json="$OUT/gpu-suite.json"
 export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GMD_DAEMON="$build/daemon/gpu-memd"
 export GMD_BUILD="$build"
+# The GPU machine's python3 is the one with PyTorch; gpumem.torch finds the
+# shim of this build.
+export GPU_MEMD_TORCH_LIB="$build/client/torch/libgpumem_torch.so.0"
 
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >>"$OUT/nvidia-smi.txt"
 nvidia-smi -L >>"$log" 2>&1
 
+src=$(cd "$(dirname "$0")/.." && pwd)
 failed=0
 entries=()
-for t in "$build"/tests/gpu/test_*; do
-        [ -x "$t" ] && [ -f "$t" ] || continue
+for t in "$build"/tests/gpu/test_* "$src"/tests/gpu/test_*.py; do
+        [ -f "$t" ] || continue
+        case $t in
+        *.py) cmd=(python3 "$t") ;;
+        *) [ -x "$t" ] || continue; cmd=("$t") ;;
+        esac
         name=$(basename "$t")
         if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then
                 continue
         fi
         echo "=== $name" | tee -a "$log"
         start=$(date +%s.%N)
-        timeout 300 "$t" >>"$log" 2>&1
+        timeout 300 "${cmd[@]}" >>"$log" 2>&1
         rc=$?
         secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.2f", e - s }')
         case $rc in
@@ -83,11 +100,46 @@ for t in "$build"/tests/gpu/test_*; do
         entries+=("{\"name\": \"$name\", \"result\": \"$result\", \"rc\": $rc, \"seconds\": $secs}")
 done
 
-benches=${GMD_BENCH-alloc swap release}
+# The Python package on the cuda backend (tests/python/test_cuda.py) with
+# this machine's python3 and torch, from the source tree beside this script.
+# It exits 0 when it skips (no torch, no GPU) and says so in a SKIP: line.
+name=python.test_cuda
+if [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " == *" $name "* ]]; then
+        root=$(cd "$(dirname "$0")/.." && pwd)
+        echo "=== $name" | tee -a "$log"
+        start=$(date +%s.%N)
+        py_out=$(cd "$root/tests/python" && PYTHONPATH="$root/client/python" \
+                GPUMEM_LIBRARY="$build/client/libgpumem.so.0" \
+                timeout 300 python3 -m unittest -v test_cuda 2>&1)
+        rc=$?
+        echo "$py_out" >>"$log"
+        secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.2f", e - s }')
+        if [ $rc -ne 0 ]; then result=fail; failed=$((failed + 1))
+        elif grep -q "^SKIP: $name" <<<"$py_out"; then result=skip
+        else result=pass; fi
+        echo "=== $name: $result (rc $rc, ${secs}s)" | tee -a "$log"
+        entries+=("{\"name\": \"$name\", \"result\": \"$result\", \"rc\": $rc, \"seconds\": $secs}")
+fi
+
+benches=${GMD_BENCH-alloc swap release torch}
 bench_rc=null
 swap_rc=null
 release_rc=null
+torch_rc=null
 for b in $benches; do
+        if [ "$b" = torch ]; then
+                echo "=== torch_bench" | tee -a "$log"
+                timeout 120 python3 "$src/bench/torch/probe_torch.py" \
+                        >"$OUT/torch_probe.json" 2>>"$log"
+                PYTHONUNBUFFERED=1 timeout 900 python3 "$src/bench/torch/bench_torch.py" \
+                        --build "$build" --json "$OUT/torch_bench.json" \
+                        --log "$OUT/torch_bench.log" ${GMD_TORCH_ROUNDS:+--rounds "$GMD_TORCH_ROUNDS"} \
+                        >"$OUT/torch_bench.txt" 2>>"$log"
+                torch_rc=$?
+                cat "$OUT/torch_bench.txt" >>"$log"
+                echo "=== torch_bench: rc $torch_rc" | tee -a "$log"
+                continue
+        fi
         bench="$build/bench/${b}_bench"
         [ -x "$bench" ] || continue
         echo "=== ${b}_bench" | tee -a "$log"
@@ -106,8 +158,8 @@ done
         printf '{"gpu": "%s",\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)"
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
-        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s}\n' \
-                "$failed" "$bench_rc" "$swap_rc" "$release_rc"
+        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "torch_bench_rc": %s}\n' \
+                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$torch_rc"
 } >"$json"
 cat "$json"
 exit $((failed > 0))

@@ -129,12 +129,14 @@ static void test_connect_errors(void **ctx)
         char long_path[200];
         gmd_client *c = NULL;
 
+        /* Not -ENOENT: that is GMD_ENOENT, "no such buffer" (issue 10). */
         assert_int_equal(gmd_connect("/nonexistent/gpu-memd.sock", NULL, &c),
-                         -ENOENT);
+                         GMD_ECONN);
+        assert_string_equal(gmd_strerror(GMD_ECONN), "not connected to gpu-memd");
         assert_null(c);
         assert_string_equal(gmd_last_error(),
                             "cannot connect to /nonexistent/gpu-memd.sock: "
-                            "No such file or directory");
+                            "No such file or directory — is gpu-memd running?");
 
         memset(long_path, 'x', sizeof(long_path) - 1);
         long_path[0] = '/';
@@ -142,7 +144,7 @@ static void test_connect_errors(void **ctx)
         assert_int_equal(gmd_connect(long_path, NULL, &c), -ENAMETOOLONG);
 
         setenv(GMD_SOCKET_ENV, "/nonexistent/from-env.sock", 1);
-        assert_int_equal(gmd_connect(NULL, NULL, &c), -ENOENT);
+        assert_int_equal(gmd_connect(NULL, NULL, &c), GMD_ECONN);
         assert_non_null(strstr(gmd_last_error(), "/nonexistent/from-env.sock"));
         unsetenv(GMD_SOCKET_ENV);
         assert_null(c);

@@ -172,8 +172,7 @@ static void test_free_parks_alloc_reuses(void **ctx)
         assert_int_equal(cache_bytes(st, NULL), MiB);
 
         /* The most recently parked of a shape comes back first. A
-         * SPILLABLE buffer is not parked: the daemon may move it even while
-         * the application holds it, so a remap could be on its way. */
+         * SPILLABLE buffer is not parked (mapcache.c says why). */
         assert_int_equal(gmd_free(st->client, spill), 0);
         assert_int_equal(st->fake.n_frees, 1);
         assert_int_equal(gmd_free(st->client, other), 0);

@@ -39,7 +39,7 @@ static void test_map_unmap_remap(void **ctx)
         gmd_map_segment segs[2];
         uint8_t *addr = NULL;
 
-        assert_int_equal(mapper_sim_new(&m), 0);
+        assert_int_equal(gmd__mapper_sim_new(&m), 0);
         assert_int_equal(m->ops->reserve(m, 4 * PAGE, (void **)&addr), 0);
 
         segs[0] = (gmd_map_segment){ memfd_with(2 * PAGE, 0x11), 0, 2 * PAGE };
@@ -76,7 +76,7 @@ static void test_short_memfd_refused(void **ctx)
         gmd_map_segment seg;
         void *addr = NULL;
 
-        assert_int_equal(mapper_sim_new(&m), 0);
+        assert_int_equal(gmd__mapper_sim_new(&m), 0);
         assert_int_equal(m->ops->reserve(m, 4 * PAGE, &addr), 0);
         seg = (gmd_map_segment){ memfd_with(PAGE, 0), 0, 4 * PAGE };
         assert_int_equal(m->ops->map(m, addr, 0, &seg, 1), -EINVAL);

@@ -135,6 +135,43 @@ extern "C" int gpu_fill_late(void *ptr, size_t bytes, uint32_t seed,
         return 0;
 }
 
+extern "C" int gpu_fill_slow(void *ptr, size_t bytes, uint32_t seed,
+                             unsigned slices, unsigned spin_us,
+                             void **ret_stream)
+{
+        size_t words = bytes / 4, per = (words + slices - 1) / slices;
+        cudaStream_t s;
+        cudaError_t err;
+
+        err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (err != cudaSuccess)
+                return fail(err, "stream");
+        for (size_t first = 0; first < words; first += per) {
+                size_t n = words - first < per ? words - first : per;
+
+                /* About 2,000 clock ticks a microsecond at the H200's clock. */
+                spin_kernel<<<1, 1, 0, s>>>(2000LL * spin_us);
+                fill_kernel<<<528, 256, 0, s>>>((uint32_t *)ptr + first, n, first,
+                                                seed);
+        }
+        err = cudaGetLastError();
+        if (err != cudaSuccess) {
+                cudaStreamDestroy(s);
+                return fail(err, "fill slowly");
+        }
+        *ret_stream = s;
+        return 0;
+}
+
+extern "C" int gpu_stream_busy(void *stream)
+{
+        cudaError_t err = cudaStreamQuery((cudaStream_t)stream);
+
+        if (err == cudaErrorNotReady)
+                return 1;
+        return err == cudaSuccess ? 0 : fail(err, "stream query");
+}
+
 extern "C" int gpu_stream_done(void *stream)
 {
         cudaError_t err = cudaStreamSynchronize((cudaStream_t)stream);

@@ -40,7 +40,18 @@ int gpu_wait_event(void *event);
  * return without waiting: *ret_stream still has the fill to run. */
 int gpu_fill_late(void *ptr, size_t bytes, uint32_t seed, void **ret_stream);
 
-/* Wait for a stream from gpu_fill_late and destroy it. */
+/* Fill like gpu_fill, but slowly, on a new stream: `slices` pieces, each
+ * behind about `spin_us` microseconds of GPU work, so kernels are still
+ * writing the buffer long after this returns (without waiting).
+ * *ret_stream still has the fill to run. */
+int gpu_fill_slow(void *ptr, size_t bytes, uint32_t seed, unsigned slices,
+                  unsigned spin_us, void **ret_stream);
+
+/* 1 while a stream still has work to run, 0 when it is idle, -1 on an
+ * error. */
+int gpu_stream_busy(void *stream);
+
+/* Wait for a stream from gpu_fill_late or gpu_fill_slow and destroy it. */
 int gpu_stream_done(void *stream);
 
 /* cudaMemGetInfo on the current device (creates this process's context). */

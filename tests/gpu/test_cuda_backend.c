@@ -58,7 +58,7 @@ static int worker(int sock)
         int fds[GPU_PROC_MAX_FDS];
         cmd c;
 
-        if (mapper_cuda_new(&mapper) < 0)
+        if (gmd__mapper_cuda_new(&mapper) < 0)
                 return 2;
         while (gpu_proc_recv(sock, &c, sizeof(c), fds) == 0) {
                 reply rep = { 0 };

@@ -286,8 +286,8 @@ int main(void)
                        (unsigned long long)(SIZE / MiB), gpu_now_us() - t0);
                 CHECK(r == 0, "an arena copy in parts: %s", strerror(-r));
                 if (r == 0) {
-                        CHECK(cuda_mem_of(c)->n_parts == 2, "in 2 parts (%u)",
-                              cuda_mem_of(c)->n_parts);
+                        CHECK(cuda_mem_of(c)->span.n_parts == 2, "in 2 parts (%u)",
+                              cuda_mem_of(c)->span.n_parts);
                         CHECK(c->fd == -1 && c->daemon_only &&
                               c->tier == GMD_TIER_HOST, "no fd, the daemon's only");
                         CHECK(ops->mem_zero(be, c) == -EINVAL, "not zeroed by mem_zero");

@@ -48,7 +48,7 @@ void harness_sleep_ms(int ms)
                 ;
 }
 
-static void write_text(const char *path, const char *text)
+void harness_write_file(const char *path, const char *text)
 {
         FILE *f = fopen(path, "w");
 
@@ -72,7 +72,42 @@ void harness_init(harness *h, const char *config)
         snprintf(h->log_path, sizeof(h->log_path), "%s/gpu-memd.log", h->dir);
         snprintf(h->metrics_path, sizeof(h->metrics_path), "%s/metrics.sock",
                  h->dir);
-        write_text(h->config_path, config ? config : "");
+        harness_write_file(h->config_path, config ? config : "");
+}
+
+static char *small_config(const char *extra_config)
+{
+        char *config;
+
+        if (asprintf(&config, "%s%s", HARNESS_SMALL_CONFIG,
+                     extra_config ? extra_config : "") < 0)
+                fail_msg("asprintf");
+        return config;
+}
+
+void harness_init_small(harness *h, const char *extra_config)
+{
+        char *config = small_config(extra_config);
+
+        harness_init(h, config);
+        free(config);
+}
+
+void harness_write_config(const harness *h, const char *extra_config)
+{
+        char *config = small_config(extra_config);
+
+        harness_write_file(h->config_path, config);
+        free(config);
+}
+
+void harness_append_config(const harness *h, const char *more_config)
+{
+        FILE *f = fopen(h->config_path, "a");
+
+        if (!f || fputs(more_config, f) < 0 || fclose(f) != 0)
+                fail_msg("cannot append to %s: %s", h->config_path,
+                         strerror(errno));
 }
 
 char *harness_read_log(const harness *h)
@@ -323,13 +358,7 @@ void harness_start(harness *h, const char *const *extra_args)
 
 void harness_start_small(harness *h, const char *extra_config)
 {
-        char *config;
-
-        if (asprintf(&config, "%s%s", HARNESS_SMALL_CONFIG,
-                     extra_config ? extra_config : "") < 0)
-                fail_msg("asprintf");
-        harness_init(h, config);
-        free(config);
+        harness_init_small(h, extra_config);
         harness_start(h, NULL);
 }
 
@@ -342,7 +371,7 @@ void harness_start_small_metrics(harness *h, const char *extra_config)
                      HARNESS_SMALL_CONFIG, extra_config ? extra_config : "",
                      h->metrics_path) < 0)
                 fail_msg("asprintf");
-        write_text(h->config_path, config);
+        harness_write_file(h->config_path, config);
         free(config);
         harness_start(h, NULL);
         /* The daemon's socket accepts a moment before the endpoint listens. */
@@ -358,11 +387,8 @@ void harness_reload(harness *h, const char *more_config)
         static const char done[] = "reloaded the configuration";
         int before = harness_log_count(h, done);
         uint64_t deadline = harness_now_ms() + 5000;
-        FILE *f = fopen(h->config_path, "a");
 
-        if (!f || fputs(more_config, f) < 0 || fclose(f) != 0)
-                fail_msg("cannot append to %s: %s", h->config_path,
-                         strerror(errno));
+        harness_append_config(h, more_config);
         assert_int_equal(kill(h->pid, SIGHUP), 0);
         while (harness_log_count(h, done) <= before) {
                 if (harness_now_ms() >= deadline)
@@ -819,6 +845,60 @@ int harness_check_own_fds(int before)
                 return -1;
         }
         return 0;
+}
+
+int harness_setup(void **state)
+{
+        harness_fixture *f = calloc(1, sizeof(*f));
+
+        if (!f)
+                return -1;
+        f->own_fds = harness_count_own_fds();
+        *state = f;
+        return 0;
+}
+
+int harness_teardown(void **state)
+{
+        harness_fixture *f = *state;
+        int own_fds = f->own_fds;
+
+        for (size_t i = 0; i < f->n_procs; i++) {
+                harness_proc *p = &f->procs[i];
+
+                if (p->pid > 0) {
+                        kill(p->pid, SIGKILL);
+                        waitpid(p->pid, NULL, 0);
+                }
+                if (p->out_fd >= 0)
+                        close(p->out_fd);
+        }
+        gmd_disconnect(f->client);
+        gmd_disconnect(f->other);
+        harness_cleanup(&f->h);
+        free(f);
+        *state = NULL;
+        return harness_check_own_fds(own_fds);
+}
+
+harness_proc *harness_track(harness_fixture *f)
+{
+        harness_proc *p;
+
+        if (f->n_procs == HARNESS_PROCS)
+                fail_msg("more than %d client processes in one test",
+                         HARNESS_PROCS);
+        p = &f->procs[f->n_procs++];
+        *p = (harness_proc){ .pid = -1, .out_fd = -1 };
+        return p;
+}
+
+harness_proc *harness_track_client(harness_fixture *f, const char *const *args)
+{
+        harness_proc *p = harness_track(f);
+
+        *p = harness_spawn_client(&f->h, args);
+        return p;
 }
 
 int harness_exit_code(int status)

@@ -6,7 +6,10 @@
  * real processes against it.
  *
  * Every helper that can fail fails the running cmocka test itself (with the
- * reason and the daemon's log), so tests read as a list of steps.
+ * reason and the daemon's log), so tests read as a list of steps. A test's
+ * fixture (harness_fixture: the daemon, its connections and client
+ * processes) is made and released here too, so every test file tears down
+ * the same way and checks the same things (no process left, no fd leaked).
  */
 #ifndef GMD_TEST_HARNESS_H
 #define GMD_TEST_HARNESS_H
@@ -37,6 +40,21 @@ typedef struct harness {
 
 /* Make the temp dir and write `config` (INI text) to it. */
 void harness_init(harness *h, const char *config);
+
+/* harness_init with HARNESS_SMALL_CONFIG followed by `extra_config` (may
+ * be NULL); the daemon is not started. */
+void harness_init_small(harness *h, const char *extra_config);
+
+/* Replace the config file with HARNESS_SMALL_CONFIG followed by
+ * `extra_config` (may be NULL), for the daemon's next start or reload. */
+void harness_write_config(const harness *h, const char *extra_config);
+
+/* Append `more_config` (INI lines; later keys win) to the config file. */
+void harness_append_config(const harness *h, const char *more_config);
+
+/* Write `text` to `path` (created or truncated); fails the test if it
+ * cannot. */
+void harness_write_file(const char *path, const char *text);
 
 /* Start gpu-memd with --backend sim --socket --config and `extra_args`
  * (NULL-terminated, may be NULL); wait up to 5 s until the socket accepts.
@@ -132,6 +150,39 @@ void harness_sleep_ms(int ms);
 
 /* Connect a raw SOCK_SEQPACKET socket to the daemon; -1 on failure. */
 int harness_connect_raw(const harness *h);
+
+/* ---- the fixture of a test --------------------------------------------------- */
+
+#define HARNESS_PROCS 8
+
+/* What one integration test holds. harness_setup makes it (the cmocka
+ * state), the test fills in what it uses, and harness_teardown releases
+ * all of it, whatever the test got to before it ended or failed: client
+ * processes killed and reaped, connections closed, the daemon killed, the
+ * temp dir removed, and no fd of the test process leaked. */
+typedef struct harness_fixture {
+        harness h;
+        int own_fds;                        /* the test process's, at setup */
+        gmd_client *client;                 /* the test's own connections, */
+        gmd_client *other;                  /* or NULL */
+        harness_proc procs[HARNESS_PROCS];  /* client processes, */
+        size_t n_procs;                     /* from harness_track */
+} harness_fixture;
+
+/* cmocka setup and teardown for a harness_fixture. */
+int harness_setup(void **state);
+int harness_teardown(void **state);
+
+/* A cmocka test with them. */
+#define HARNESS_TEST(name) \
+        cmocka_unit_test_setup_teardown(name, harness_setup, harness_teardown)
+
+/* A slot for a client process that teardown kills (pid -1 and out_fd -1
+ * until the test sets them); fails the test when all are taken. */
+harness_proc *harness_track(harness_fixture *f);
+
+/* harness_spawn_client into a tracked slot. */
+harness_proc *harness_track_client(harness_fixture *f, const char *const *args);
 
 /* ---- through libgpumem ---------------------------------------------------- */
 

@@ -233,3 +233,21 @@ int spawn_run(const char *const *argv, const spawn_opts *o, char **ret_out,
                 free(texts[1]);
         return status;
 }
+
+harness_proc *spawn_tracked(harness_fixture *f, const spawn_opts *o,
+                            const char *const *argv)
+{
+        harness_proc *p = harness_track(f);
+        char err_path[160];
+        int pipefd[2], err_fd;
+
+        snprintf(err_path, sizeof(err_path), "%s/clients.log", f->h.dir);
+        err_fd = open(err_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        assert_true(err_fd >= 0);
+        assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
+        p->pid = spawn_start(argv, o, pipefd[1], err_fd);
+        p->out_fd = pipefd[0];
+        close(pipefd[1]);
+        close(err_fd);
+        return p;
+}

@@ -14,6 +14,8 @@
 
 #include <sys/types.h>
 
+#include "harness.h"
+
 /* Who a process runs as; fill it with spawn_identity_of. */
 typedef struct spawn_identity {
         const char *name;
@@ -50,6 +52,12 @@ pid_t spawn_start(const char *const *argv, const spawn_opts *o, int out_fd,
  * drop it). Returns the wait status. */
 int spawn_run(const char *const *argv, const spawn_opts *o, char **ret_out,
               char **ret_err, int timeout_ms);
+
+/* spawn_start `argv` with `o` into a slot of the fixture (harness_track),
+ * stdout piped back, stderr appended to the temp dir's clients.log, as
+ * harness_spawn does: a long-running client that teardown kills. */
+harness_proc *spawn_tracked(harness_fixture *f, const spawn_opts *o,
+                            const char *const *argv);
 
 /* Exit status as a shell shows it: 128 + signal when killed. */
 int spawn_exit_code(int status);

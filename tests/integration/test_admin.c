@@ -40,43 +40,9 @@
 /* Root may give any priority; a client may ask for up to 50 itself. */
 #define ADMIN_CONFIG "[users]\nmax_priority = 50\n"
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *client;
-        harness_proc proc;
-} fixture;
+typedef harness_fixture fixture;
 
-static int setup(void **state)
-{
-        fixture *f = calloc(1, sizeof(*f));
 
-        if (!f)
-                return -1;
-        f->own_fds = harness_count_own_fds();
-        f->proc.pid = -1;
-        f->proc.out_fd = -1;
-        *state = f;
-        return 0;
-}
-
-static int teardown(void **state)
-{
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        if (f->proc.pid > 0) {
-                kill(f->proc.pid, SIGKILL);
-                waitpid(f->proc.pid, NULL, 0);
-        }
-        if (f->proc.out_fd >= 0)
-                close(f->proc.out_fd);
-        gmd_disconnect(f->client);
-        harness_cleanup(&f->h);
-        free(f);
-        *state = NULL;
-        return harness_check_own_fds(own_fds);
-}
 
 /* gpu-memctl with `args` (NULL-terminated) as the test's user. */
 static int ctl(const fixture *f, const char *const *args, char **ret_out,
@@ -324,10 +290,12 @@ static void test_top_once_after_pageout(void **state)
                 free(line);
                 line = line_starting(strstr(out, "COPIES"), "gpu0 ");
         }
-        if (sscanf(line, "%15s %u %u %lf %15s", name, &q_out, &q_in, &rate,
-                   rate_unit) != 5 || q_out != 0 || q_in != 0 || rate <= 0 ||
-            !strstr(rate_unit, "/s") || !strstr(line, "      - ") ||
-            !strstr(line, "8 MiB         0 B"))
+        /* The columns of status's copies table, in its order: queued,
+         * moved, then the rates. */
+        if (sscanf(line, "%15s %u %u %*f %*s %*f %*s %lf %15s", name, &q_out,
+                   &q_in, &rate, rate_unit) != 5 || q_out != 0 || q_in != 0 ||
+            rate <= 0 || !strstr(rate_unit, "/s") ||
+            line[strlen(line) - 1] != '-' || !strstr(line, "8 MiB         0 B"))
                 fail_msg("copies row: '%s'", line);
         free(line);
         line = line_starting(out, "    PID");
@@ -390,6 +358,7 @@ static void pty_read(int master, char **text, size_t *len, size_t *cap, int ms)
 static void test_top_live_rate(void **state)
 {
         fixture *f = *state;
+        harness_proc *proc = harness_track(f);
         struct winsize ws = { .ws_row = 40, .ws_col = 80 };
         char sock_arg[160];
         const char *argv[] = { GMD_CTL_PATH, "--socket", sock_arg, "top", NULL };
@@ -411,9 +380,9 @@ static void test_top_live_rate(void **state)
 
         snprintf(sock_arg, sizeof(sock_arg), "%s", f->h.socket_path);
         assert_int_equal(openpty(&master, &slave, NULL, NULL, &ws), 0);
-        f->proc.pid = fork();
-        assert_true(f->proc.pid >= 0);
-        if (f->proc.pid == 0) {
+        proc->pid = fork();
+        assert_true(proc->pid >= 0);
+        if (proc->pid == 0) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
                 setsid();
                 if (ioctl(slave, TIOCSCTTY, 0) < 0 || dup2(slave, 0) < 0 ||
@@ -427,12 +396,12 @@ static void test_top_live_rate(void **state)
         assert_int_equal(write(master, "q", 1), 1);
         pty_read(master, &text, &len, &cap, 3000);
         deadline = harness_now_ms() + 5000;
-        while (waitpid(f->proc.pid, &status, WNOHANG) == 0) {
+        while (waitpid(proc->pid, &status, WNOHANG) == 0) {
                 if (harness_now_ms() > deadline)
                         fail_msg("top did not quit on 'q'; it wrote:\n%s", text);
                 harness_sleep_ms(10);
         }
-        f->proc.pid = -1;
+        proc->pid = -1;
         close(master);
         assert_int_equal(harness_exit_code(status), 0);
         /* Hidden while it ran, shown again at the end. */
@@ -455,8 +424,8 @@ static void test_top_live_rate(void **state)
                         fail_msg("a later frame without RATE OUT:\n%s", frame);
                 row = strstr(strstr(frame, "COPIES"), "\ngpu0 ");
                 assert_non_null(row);
-                if (sscanf(row + 1, "gpu0 %u %u %lf %15s", &q_out, &q_in, &rate,
-                           unit) != 4 || q_out != 1 || q_in != 0 ||
+                if (sscanf(row + 1, "gpu0 %u %u %*f %*s %*f %*s %lf %15s", &q_out,
+                           &q_in, &rate, unit) != 4 || q_out != 1 || q_in != 0 ||
                     strcmp(unit, "MiB/s") != 0 || rate < 5 || rate > 11)
                         fail_msg("copies row of a live frame: '%.80s'", row + 1);
                 rates++;
@@ -474,6 +443,7 @@ static void test_top_live_rate(void **state)
 static void test_top_json(void **state)
 {
         fixture *f = *state;
+        harness_proc *proc = harness_track(f);
         const char *args[] = { "top", "--once", "--json", NULL };
         const char *stream[] = { GMD_CTL_PATH, "top", "--json", NULL };
         char *out = NULL, *err = NULL;
@@ -493,11 +463,11 @@ static void test_top_json(void **state)
         free(err);
 
         /* Streaming: one object a second until SIGTERM, then exit 0. */
-        f->proc = harness_spawn(&f->h, NULL, stream);
+        *proc = harness_spawn(&f->h, NULL, stream);
         harness_sleep_ms(2300);
-        kill(f->proc.pid, SIGTERM);
-        status = harness_finish(&f->proc, &out, 5000);
-        f->proc.pid = -1;
+        kill(proc->pid, SIGTERM);
+        status = harness_finish(proc, &out, 5000);
+        proc->pid = -1;
         assert_int_equal(harness_exit_code(status), 0);
         assert_true(count(out, "\"daemon_version\"") >= 2);
         free(out);
@@ -567,6 +537,7 @@ static void test_priority_by_root(void **state)
 static void test_drain_by_root(void **state)
 {
         fixture *f = *state;
+        harness_proc *proc = harness_track(f);
         const char *hold[] = { "hold", "4M", NULL };
         char pid[16], *out = NULL, *err = NULL, *line;
 
@@ -574,12 +545,12 @@ static void test_drain_by_root(void **state)
                 return;
         harness_start_small(&f->h, NULL);
         f->client = harness_client(&f->h, "watcher");
-        f->proc = harness_spawn_client(&f->h, hold);
-        line = harness_read_line(&f->proc, "ready", 5000);
+        *proc = harness_spawn_client(&f->h, hold);
+        line = harness_read_line(proc, "ready", 5000);
         assert_non_null(line);
         free(line);
         assert_int_equal(harness_vram_used(f->client, 0), 4 * MiB);
-        pid_text(pid, sizeof(pid), f->proc.pid);
+        pid_text(pid, sizeof(pid), proc->pid);
 
         {
                 const char *args[] = { "drain", pid, NULL };
@@ -699,18 +670,15 @@ static void test_shutdown_notice(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test_setup_teardown(test_top_once, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_top_once_after_pageout, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_top_live_rate, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_top_json, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_priority_by_root, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_drain_by_root, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_unprivileged_refused, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_priority_env, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_shutdown_notice, setup, teardown),
+                HARNESS_TEST(test_top_once),
+                HARNESS_TEST(test_top_once_after_pageout),
+                HARNESS_TEST(test_top_live_rate),
+                HARNESS_TEST(test_top_json),
+                HARNESS_TEST(test_priority_by_root),
+                HARNESS_TEST(test_drain_by_root),
+                HARNESS_TEST(test_unprivileged_refused),
+                HARNESS_TEST(test_priority_env),
+                HARNESS_TEST(test_shutdown_notice),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

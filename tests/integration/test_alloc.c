@@ -24,54 +24,9 @@
 
 #define POOL (64 * MiB)
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *client;      /* the test's own connection, if any */
-        harness_proc procs[8];
-        size_t n_procs;
-} fixture;
+typedef harness_fixture fixture;
 
-static int setup(void **state)
-{
-        fixture *f = calloc(1, sizeof(*f));
 
-        if (!f)
-                return -1;
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
-}
-
-static int teardown(void **state)
-{
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        for (size_t i = 0; i < f->n_procs; i++) {
-                if (f->procs[i].pid > 0) {
-                        kill(f->procs[i].pid, SIGKILL);
-                        waitpid(f->procs[i].pid, NULL, 0);
-                }
-                if (f->procs[i].out_fd >= 0)
-                        close(f->procs[i].out_fd);
-        }
-        gmd_disconnect(f->client);
-        harness_cleanup(&f->h);
-        free(f);
-        *state = NULL;
-        return harness_check_own_fds(own_fds);
-}
-
-static harness_proc *spawn(fixture *f, const char *const *args)
-{
-        harness_proc *p;
-
-        assert_true(f->n_procs < sizeof(f->procs) / sizeof(f->procs[0]));
-        p = &f->procs[f->n_procs++];
-        *p = harness_spawn_client(&f->h, args);
-        return p;
-}
 
 /* Read "key value" from a client's output text. */
 static long long output_value(const char *output, const char *key)
@@ -120,7 +75,7 @@ static void assert_exit_ok(int status, const char *what, const char *output)
 static harness_proc *hold(fixture *f, const char *size, const char *n)
 {
         const char *args[] = { "hold", size, n, NULL };
-        harness_proc *p = spawn(f, args);
+        harness_proc *p = harness_track_client(f, args);
         char *line = harness_read_line(p, "ready", 5000);
 
         if (!line)
@@ -160,7 +115,7 @@ static void test_concurrent_patterns(void **state)
                         const char *args[] = { "pattern", "3", "4M", seeds[i],
                                                NULL };
 
-                        p[i] = spawn(f, args);
+                        p[i] = harness_track_client(f, args);
                 }
                 for (int i = 0; i < 4; i++) {
                         char *out = NULL;
@@ -471,7 +426,7 @@ static void test_too_large(void **state)
         char *out = NULL;
 
         harness_start_small(&f->h, NULL);
-        p = spawn(f, args);
+        p = harness_track_client(f, args);
         harness_finish(p, &out, 5000);
         assert_int_equal(output_value(out, "rc"), GMD_ETOOLARGE);
         assert_true(output_value(out, "elapsed_ms") < 1000);
@@ -507,7 +462,7 @@ static void test_no_wait(void **state)
 
         harness_start_small(&f->h, NULL);
         hold(f, "16M", "3");
-        p = spawn(f, args);
+        p = harness_track_client(f, args);
         harness_finish(p, &out, 5000);
         assert_int_equal(output_value(out, "rc"), GMD_ENOMEM);
         assert_true(output_value(out, "elapsed_ms") < 1000);
@@ -529,7 +484,7 @@ static void test_timeout(void **state)
 
         harness_start_small(&f->h, NULL);
         hold(f, "16M", "3");
-        p = spawn(f, args);
+        p = harness_track_client(f, args);
         harness_finish(p, &out, 10000);
         assert_int_equal(output_value(out, "rc"), GMD_ETIMEDOUT);
         elapsed = output_value(out, "elapsed_ms");
@@ -581,7 +536,7 @@ static void test_waiter_served_on_free(void **state)
         harness_start_small(&f->h, NULL);
         f->client = harness_client(&f->h, "observer");
         holder = hold(f, "16M", "3");
-        waiter = spawn(f, args);
+        waiter = harness_track_client(f, args);
         wait_for_waiter(f);
 
         freed_at = harness_now_ms();
@@ -615,7 +570,7 @@ static void test_waiter_served_on_death(void **state)
         harness_start_small(&f->h, NULL);
         f->client = harness_client(&f->h, "observer");
         holder = hold(f, "8M", "4");
-        waiter = spawn(f, args);
+        waiter = harness_track_client(f, args);
         wait_for_waiter(f);
         kill(holder->pid, SIGKILL);
         harness_wait_proc(holder, 3000);
@@ -638,7 +593,7 @@ static void test_waiter_dies(void **state)
         harness_start_small(&f->h, NULL);
         f->client = harness_client(&f->h, "observer");
         holder = hold(f, "16M", "3");
-        waiter = spawn(f, args);
+        waiter = harness_track_client(f, args);
         wait_for_waiter(f);
         kill(waiter->pid, SIGKILL);
         harness_wait_proc(waiter, 3000);
@@ -654,26 +609,24 @@ static void test_waiter_dies(void **state)
         harness_stop(&f->h);
 }
 
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
-
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                T(test_concurrent_patterns),
-                T(test_in_process_buffer),
-                T(test_client_does_not_leak),
-                T(test_invalid_requests),
-                T(test_status_pools),
-                T(test_status_two_devices),
-                T(test_accounting_after_free),
-                T(test_accounting_after_kill),
-                T(test_accounting_after_disconnect),
-                T(test_too_large),
-                T(test_no_wait),
-                T(test_timeout),
-                T(test_waiter_served_on_free),
-                T(test_waiter_served_on_death),
-                T(test_waiter_dies),
+                HARNESS_TEST(test_concurrent_patterns),
+                HARNESS_TEST(test_in_process_buffer),
+                HARNESS_TEST(test_client_does_not_leak),
+                HARNESS_TEST(test_invalid_requests),
+                HARNESS_TEST(test_status_pools),
+                HARNESS_TEST(test_status_two_devices),
+                HARNESS_TEST(test_accounting_after_free),
+                HARNESS_TEST(test_accounting_after_kill),
+                HARNESS_TEST(test_accounting_after_disconnect),
+                HARNESS_TEST(test_too_large),
+                HARNESS_TEST(test_no_wait),
+                HARNESS_TEST(test_timeout),
+                HARNESS_TEST(test_waiter_served_on_free),
+                HARNESS_TEST(test_waiter_served_on_death),
+                HARNESS_TEST(test_waiter_dies),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

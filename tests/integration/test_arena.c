@@ -33,34 +33,9 @@
                      "[swap]\nchunk_size = 2M\n"
 #define NO_ROOM "the host arena has no room"
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *client;
-} fixture;
+typedef harness_fixture fixture;
 
-static int setup(void **state)
-{
-        fixture *f = calloc(1, sizeof(*f));
 
-        if (!f)
-                return -1;
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
-}
-
-static int teardown(void **state)
-{
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        gmd_disconnect(f->client);
-        harness_cleanup(&f->h);
-        free(f);
-        *state = NULL;
-        return harness_check_own_fds(own_fds);
-}
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -240,9 +215,13 @@ static void test_spillable_skips_arena(void **state)
         OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &sp));
         ptr = gmd_buffer_ptr(sp);
         pattern_fill(sp, 2);
-        /* Acquired, and still it moves: its owner maps the host copy. */
+        /* Released, it moves; acquired again where it rests, its owner
+         * uses the host copy. */
+        OK(gmd_release(f->client, sp));
         OK(gmd_pageout(f->client, sp));
         OK(gmd_wait(f->client, sp, 5000));
+        assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_HOST);
+        OK(gmd_acquire(f->client, sp, 0));
         assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_HOST);
         assert_ptr_equal(gmd_buffer_ptr(sp), ptr);
         assert_int_equal(host_used(f->client), 12 * MiB);
@@ -272,15 +251,19 @@ static void test_spillable_skips_arena(void **state)
 
 /* ---- 3. host_limit bounds the arena and what is pinned beside it ------------ */
 
-/* A SPILLABLE buffer moved out at `seed`; fails the test unless it went. */
+/* A SPILLABLE buffer holding `seed`, moved out while released and held
+ * again where it rests; fails the test unless it went. */
 static gmd_buffer *spilled(fixture *f, uint64_t seed)
 {
         gmd_buffer *b = NULL;
 
         OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &b));
         pattern_fill(b, seed);
+        OK(gmd_release(f->client, b));
         OK(gmd_pageout(f->client, b));
         OK(gmd_wait(f->client, b, 5000));
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+        OK(gmd_acquire(f->client, b, 0));
         assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
         return b;
 }
@@ -303,12 +286,14 @@ static void test_host_limit_bounds_pinned(void **state)
         s2 = spilled(f, 32);
         OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &s3));
         pattern_fill(s3, 33);
+        OK(gmd_release(f->client, s3));
         r = gmd_pageout(f->client, s3);
         if (r != GMD_ENOMEM || !strstr(gmd_last_error(), "host_limit"))
                 fail_msg("a third 8 MiB pinned on its own: gmd_pageout = %d (%s), "
                          "want GMD_ENOMEM naming host_limit", r, gmd_last_error());
         OK(gmd_wait(f->client, s3, 5000));
         assert_int_equal(gmd_buffer_tier(s3), GMD_TIER_VRAM);
+        OK(gmd_acquire(f->client, s3, 0));      /* held: it cannot move */
         pattern_check(s3, 33, "refused its pageout");
         assert_int_equal(host_used(f->client), 16 * MiB);
 
@@ -335,9 +320,11 @@ static void test_host_limit_bounds_pinned(void **state)
         expect_arena(f, 32 * MiB, 24 * MiB, "swappable out beside the spilled");
 
         OK(gmd_free(f->client, s1));
+        OK(gmd_release(f->client, s3));
         OK(gmd_pageout(f->client, s3));
         OK(gmd_wait(f->client, s3, 5000));
         assert_int_equal(gmd_buffer_tier(s3), GMD_TIER_HOST);
+        OK(gmd_acquire(f->client, s3, 0));
         pattern_check(s3, 33, "on host after room was freed");
         pattern_check(s2, 32, "spilled beside it");
         OK(gmd_acquire(f->client, sw, 5000));
@@ -408,13 +395,10 @@ static void test_arena_off(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test_setup_teardown(test_arena_serves_swapouts, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_spillable_skips_arena, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_host_limit_bounds_pinned, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_arena_off, setup, teardown),
+                HARNESS_TEST(test_arena_serves_swapouts),
+                HARNESS_TEST(test_spillable_skips_arena),
+                HARNESS_TEST(test_host_limit_bounds_pinned),
+                HARNESS_TEST(test_arena_off),
         };
 
         /* Freed buffers must go back at once for the figures checked here,

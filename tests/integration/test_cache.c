@@ -32,36 +32,20 @@
 #define N_PARKED 8
 #define PARKED_SIZE (4 * MiB)
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *a;
-} fixture;
+typedef harness_fixture fixture;
 
+/* The cache as it ships: no setting of a test before leaks into this one. */
 static int setup(void **state)
 {
-        fixture *f = calloc(1, sizeof(*f));
-
-        if (!f)
-                return -1;
         unsetenv(GMD_CACHE_ENV);
         unsetenv(GMD_CACHE_LIMIT_ENV);
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
+        return harness_setup(state);
 }
 
 static int teardown(void **state)
 {
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        gmd_disconnect(f->a);
-        harness_cleanup(&f->h);
         unsetenv(GMD_CACHE_ENV);
-        free(f);
-        *state = NULL;
-        return harness_check_own_fds(own_fds);
+        return harness_teardown(state);
 }
 
 /* This client's row in the daemon's status. */
@@ -113,20 +97,20 @@ static uint64_t park_eight(fixture *f)
         gmd_buffer *b[N_PARKED];
         uint64_t id;
 
-        f->a = harness_client(&f->h, "cache-a");
-        id = own_client_id(f->a);
+        f->client = harness_client(&f->h, "cache-a");
+        id = own_client_id(f->client);
         for (int i = 0; i < N_PARKED; i++) {
-                assert_int_equal(gmd_alloc(f->a, PARKED_SIZE, 0, 0, GMD_NO_WAIT,
+                assert_int_equal(gmd_alloc(f->client, PARKED_SIZE, 0, 0, GMD_NO_WAIT,
                                            &b[i]), 0);
                 memset(gmd_buffer_ptr(b[i]), 0xa0 + i, PARKED_SIZE);
         }
         for (int i = 0; i < N_PARKED; i++)
-                assert_int_equal(gmd_free(f->a, b[i]), 0);
-        assert_int_equal(client_row(f->a, id).parked_bytes,
+                assert_int_equal(gmd_free(f->client, b[i]), 0);
+        assert_int_equal(client_row(f->client, id).parked_bytes,
                          N_PARKED * PARKED_SIZE);
-        assert_int_equal(client_row(f->a, id).bytes, N_PARKED * PARKED_SIZE);
-        assert_int_equal(harness_vram_used(f->a, 0), N_PARKED * PARKED_SIZE);
-        assert_int_equal(parked_buffers(f->a, (uint32_t)getpid()), N_PARKED);
+        assert_int_equal(client_row(f->client, id).bytes, N_PARKED * PARKED_SIZE);
+        assert_int_equal(harness_vram_used(f->client, 0), N_PARKED * PARKED_SIZE);
+        assert_int_equal(parked_buffers(f->client, (uint32_t)getpid()), N_PARKED);
         return id;
 }
 
@@ -158,30 +142,30 @@ static void test_hit_reuses_and_counts(void **state)
         void *p;
 
         harness_start_small(&f->h, NULL);
-        f->a = harness_client(&f->h, "cache-a");
-        id = own_client_id(f->a);
-        assert_int_equal(gmd_alloc(f->a, 3 * MiB, 0, 0, GMD_NO_WAIT, &b), 0);
+        f->client = harness_client(&f->h, "cache-a");
+        id = own_client_id(f->client);
+        assert_int_equal(gmd_alloc(f->client, 3 * MiB, 0, 0, GMD_NO_WAIT, &b), 0);
         p = gmd_buffer_ptr(b);
         memset(p, 0x3c, 4 * MiB);
-        assert_int_equal(gmd_free(f->a, b), 0);
+        assert_int_equal(gmd_free(f->client, b), 0);
         /* Parked: still the client's, listed as cached. */
-        assert_int_equal(client_row(f->a, id).parked_bytes, 4 * MiB);
-        assert_int_equal(parked_buffers(f->a, (uint32_t)getpid()), 1);
+        assert_int_equal(client_row(f->client, id).parked_bytes, 4 * MiB);
+        assert_int_equal(parked_buffers(f->client, (uint32_t)getpid()), 1);
 
         /* 3.5 MiB rounds to the same 4 MiB: the same buffer, its bytes. */
-        assert_int_equal(gmd_alloc(f->a, 3 * MiB + MiB / 2, 0, 0, GMD_NO_WAIT,
+        assert_int_equal(gmd_alloc(f->client, 3 * MiB + MiB / 2, 0, 0, GMD_NO_WAIT,
                                    &again), 0);
         assert_ptr_equal(gmd_buffer_ptr(again), p);
         assert_int_equal(((uint8_t *)p)[4 * MiB - 1], 0x3c);
-        assert_int_equal(client_row(f->a, id).parked_bytes, 0);
-        assert_int_equal(client_row(f->a, id).buffers, 1);
-        assert_int_equal(harness_vram_used(f->a, 0), 4 * MiB);
+        assert_int_equal(client_row(f->client, id).parked_bytes, 0);
+        assert_int_equal(client_row(f->client, id).buffers, 1);
+        assert_int_equal(harness_vram_used(f->client, 0), 4 * MiB);
 
-        assert_int_equal(gmd_free(f->a, again), 0);
-        assert_int_equal(gmd_trim_cache(f->a), 1);
-        assert_int_equal(harness_wait_vram_used(f->a, 0, 0, 5000), 0);
-        assert_int_equal(client_row(f->a, id).parked_bytes, 0);
-        f->a = gmd_disconnect(f->a);
+        assert_int_equal(gmd_free(f->client, again), 0);
+        assert_int_equal(gmd_trim_cache(f->client), 1);
+        assert_int_equal(harness_wait_vram_used(f->client, 0, 0, 5000), 0);
+        assert_int_equal(client_row(f->client, id).parked_bytes, 0);
+        f->client = gmd_disconnect(f->client);
         harness_stop(&f->h);
 }
 
@@ -196,27 +180,27 @@ static void test_other_process_reclaims(void **state)
 
         /* 48 MiB: the 32 MiB free and 16 MiB of A's cache. */
         run_b(f, "48M", "5000");
-        assert_int_equal(client_row(f->a, id).parked_bytes, 16 * MiB);
-        assert_int_equal(parked_buffers(f->a, (uint32_t)getpid()), 4);
+        assert_int_equal(client_row(f->client, id).parked_bytes, 16 * MiB);
+        assert_int_equal(parked_buffers(f->client, (uint32_t)getpid()), 4);
 
         /* The whole pool, not waiting: only the grace for reclaims lets
          * it through, and it takes the rest of A's cache. */
         run_b(f, "64M", "0");
-        assert_int_equal(client_row(f->a, id).parked_bytes, 0);
-        assert_int_equal(client_row(f->a, id).bytes, 0);
-        assert_int_equal(parked_buffers(f->a, (uint32_t)getpid()), 0);
+        assert_int_equal(client_row(f->client, id).parked_bytes, 0);
+        assert_int_equal(client_row(f->client, id).bytes, 0);
+        assert_int_equal(parked_buffers(f->client, (uint32_t)getpid()), 0);
         /* A's side agrees: nothing left to return. */
-        assert_int_equal(gmd_trim_cache(f->a), 0);
+        assert_int_equal(gmd_trim_cache(f->client), 0);
 
         /* A still works, and nothing stays counted once both are gone. */
         {
                 gmd_buffer *b = NULL;
 
-                assert_int_equal(gmd_alloc(f->a, PARKED_SIZE, 0, 0,
+                assert_int_equal(gmd_alloc(f->client, PARKED_SIZE, 0, 0,
                                            GMD_NO_WAIT, &b), 0);
-                assert_int_equal(gmd_free(f->a, b), 0);
+                assert_int_equal(gmd_free(f->client, b), 0);
         }
-        f->a = gmd_disconnect(f->a);
+        f->client = gmd_disconnect(f->client);
         watch = harness_client(&f->h, "watch");
         assert_int_equal(harness_wait_clients(watch, 1, 5000), 1);
         assert_int_equal(harness_wait_vram_used(watch, 0, 0, 5000), 0);
@@ -231,14 +215,14 @@ static void test_cache_off_frees_at_once(void **state)
 
         setenv(GMD_CACHE_ENV, "0", 1);
         harness_start_small(&f->h, NULL);
-        f->a = harness_client(&f->h, "cache-off");
-        assert_int_equal(gmd_alloc(f->a, PARKED_SIZE, 0, 0, GMD_NO_WAIT, &b),
+        f->client = harness_client(&f->h, "cache-off");
+        assert_int_equal(gmd_alloc(f->client, PARKED_SIZE, 0, 0, GMD_NO_WAIT, &b),
                          0);
-        assert_int_equal(harness_vram_used(f->a, 0), PARKED_SIZE);
-        assert_int_equal(gmd_free(f->a, b), 0);
-        assert_int_equal(harness_wait_vram_used(f->a, 0, 0, 5000), 0);
-        assert_int_equal(parked_buffers(f->a, (uint32_t)getpid()), 0);
-        f->a = gmd_disconnect(f->a);
+        assert_int_equal(harness_vram_used(f->client, 0), PARKED_SIZE);
+        assert_int_equal(gmd_free(f->client, b), 0);
+        assert_int_equal(harness_wait_vram_used(f->client, 0, 0, 5000), 0);
+        assert_int_equal(parked_buffers(f->client, (uint32_t)getpid()), 0);
+        f->client = gmd_disconnect(f->client);
         harness_stop(&f->h);
 }
 

@@ -60,13 +60,19 @@
 #define STALE_ACK "stale remap ack"
 #define SUBMIT_FAILED "cannot start a copy: Input/output error"
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        char fail_path[128];     /* copies fail while this file exists */
-        gmd_client *client;
-        raw_client raw;
-} fixture;
+typedef harness_fixture fixture;
+
+/* The running test's protocol-level client, for exact ack timing. */
+static raw_client raw;
+
+/* Copies fail while this file exists. */
+static const char *fail_path(const fixture *f)
+{
+        static char path[sizeof(f->h.dir) + 16];
+
+        snprintf(path, sizeof(path), "%s/fail-copies", f->h.dir);
+        return path;
+}
 
 /* gmd_wait on `b` after a move of it failed: -EIO naming the buffer,
  * once; the next wait is clean. */
@@ -85,28 +91,15 @@ static void wait_reports_failure(gmd_client *c, gmd_buffer *b, const char *when)
 
 static int setup(void **state)
 {
-        fixture *f = calloc(1, sizeof(*f));
-
-        if (!f)
-                return -1;
-        raw_init(&f->raw);
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
+        raw_init(&raw);
+        return harness_setup(state);
 }
 
 static int teardown(void **state)
 {
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        raw_close(&f->raw);
-        gmd_disconnect(f->client);
-        harness_cleanup(&f->h);
+        raw_close(&raw);
         unsetenv(FAIL_ENV);
-        free(f);
-        *state = NULL;
-        return harness_check_own_fds(own_fds);
+        return harness_teardown(state);
 }
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -116,15 +109,11 @@ static int teardown(void **state)
  * is set only around the start. */
 static void start(fixture *f, const char *extra_config)
 {
-        char *config, *line;
+        char *line;
 
-        if (asprintf(&config, "%s[daemon]\nlog_level = debug\n%s",
-                     HARNESS_SMALL_CONFIG, extra_config) < 0)
-                fail_msg("asprintf");
-        harness_init(&f->h, config);
-        free(config);
-        snprintf(f->fail_path, sizeof(f->fail_path), "%s/fail-copies", f->h.dir);
-        setenv(FAIL_ENV, f->fail_path, 1);
+        harness_init_small(&f->h, "[daemon]\nlog_level = debug\n");
+        harness_append_config(&f->h, extra_config);
+        setenv(FAIL_ENV, fail_path(f), 1);
         harness_start(&f->h, NULL);
         unsetenv(FAIL_ENV);
         line = harness_wait_log(&f->h, FAIL_ENV " is set", 2000);
@@ -137,17 +126,17 @@ static void start(fixture *f, const char *extra_config)
 
 static void failures_on(fixture *f)
 {
-        int fd = open(f->fail_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        int fd = open(fail_path(f), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 
         if (fd < 0)
-                fail_msg("cannot create %s: %s", f->fail_path, strerror(errno));
+                fail_msg("cannot create %s: %s", fail_path(f), strerror(errno));
         close(fd);
 }
 
 static void failures_off(fixture *f)
 {
-        if (unlink(f->fail_path) < 0)
-                fail_msg("cannot remove %s: %s", f->fail_path, strerror(errno));
+        if (unlink(fail_path(f)) < 0)
+                fail_msg("cannot remove %s: %s", fail_path(f), strerror(errno));
 }
 
 /* The daemon must still run (under ASan, a use after free ends it). */
@@ -427,8 +416,8 @@ static void test_early_ack_of_failed_pageout(void **state)
         raw_msg m;
 
         start(f, HOST_256M);
-        raw_hello(&f->raw, &f->h, "raw-copyfail");
-        id = raw_alloc_release(&f->raw, &next_id, 8 * MiB, 3);
+        raw_hello(&raw, &f->h, "raw-copyfail");
+        id = raw_alloc_release(&raw, &next_id, 8 * MiB, 3);
         wait_held(f, 8 * MiB, 0, "raw buffer");
         pageout.n_buffer_ids = 1;
         pageout.buffer_ids = &id;
@@ -440,18 +429,18 @@ static void test_early_ack_of_failed_pageout(void **state)
                 if (tries++)
                         harness_sleep_ms(1100);   /* the copy queue's rest */
                 req = next_id++;
-                raw_send(&f->raw, GMD__MSG_TYPE__MSG_PAGEOUT, req, &pageout.base);
-                raw_ack(&f->raw, id, seq + 1);
-                got = raw_expect_remap(&f->raw, id, GMD_TIER_HOST, 8 * MiB, 3);
+                raw_send(&raw, GMD__MSG_TYPE__MSG_PAGEOUT, req, &pageout.base);
+                raw_ack(&raw, id, seq + 1);
+                got = raw_expect_remap(&raw, id, GMD_TIER_HOST, 8 * MiB, 3);
                 if (got != seq + 1)
                         fail_msg("the pageout's remap has sequence %llu, the test "
                                  "acked %llu ahead of it", (unsigned long long)got,
                                  (unsigned long long)(seq + 1));
-                m = raw_expect(&f->raw, GMD__MSG_TYPE__MSG_OK_REPLY, req);
+                m = raw_expect(&raw, GMD__MSG_TYPE__MSG_OK_REPLY, req);
                 raw_msg_clear(&m);
                 /* The rollback: back to its VRAM, bytes as they were. */
-                seq = raw_expect_remap(&f->raw, id, GMD_TIER_VRAM, 8 * MiB, 3);
-                raw_ack(&f->raw, id, seq);
+                seq = raw_expect_remap(&raw, id, GMD_TIER_VRAM, 8 * MiB, 3);
+                raw_ack(&raw, id, seq);
                 wait_resident(f, id, GMD_TIER_VRAM, "failed pageout, acked early");
                 wait_held(f, 8 * MiB, 0, "failed pageout, acked early");
                 expect_alive(f, "failed pageout, acked early");
@@ -463,20 +452,20 @@ static void test_early_ack_of_failed_pageout(void **state)
                 fail_msg("in %d tries the ack never came before the failed move "
                          "was reaped: the race this test is about was not set up; "
                          "log:\n%s", tries, harness_read_log(&f->h));
-        pattern_check_mem(f->raw.maps[0], 8 * MiB, 3, "raw buffer's first mapping");
+        pattern_check_mem(raw.maps[0], 8 * MiB, 3, "raw buffer's first mapping");
 
         /* Failures off: the next pageout moves it. */
         failures_off(f);
         harness_sleep_ms(1100);
         req = next_id++;
-        raw_send(&f->raw, GMD__MSG_TYPE__MSG_PAGEOUT, req, &pageout.base);
-        seq = raw_expect_remap(&f->raw, id, GMD_TIER_HOST, 8 * MiB, 3);
-        m = raw_expect(&f->raw, GMD__MSG_TYPE__MSG_OK_REPLY, req);
+        raw_send(&raw, GMD__MSG_TYPE__MSG_PAGEOUT, req, &pageout.base);
+        seq = raw_expect_remap(&raw, id, GMD_TIER_HOST, 8 * MiB, 3);
+        m = raw_expect(&raw, GMD__MSG_TYPE__MSG_OK_REPLY, req);
         raw_msg_clear(&m);
-        raw_ack(&f->raw, id, seq);
+        raw_ack(&raw, id, seq);
         wait_resident(f, id, GMD_TIER_HOST, "pageout after");
         wait_held(f, 0, 8 * MiB, "pageout after");
-        raw_close(&f->raw);
+        raw_close(&raw);
         wait_held(f, 0, 0, "raw client gone");
         harness_stop(&f->h);
 }

@@ -7,7 +7,10 @@
  * client's bytes per tier must say where the bytes went; every line
  * must be well-formed exposition text; bad requests get 4xx answers and
  * leave the endpoint working; an idle connection is closed; addresses that
- * are not loopback are refused at start.
+ * are not loopback are refused at start. Issue 10, item 8: by default the
+ * series are per user, with no client names and no pids; connections
+ * that hang cannot keep a scraper out; an endpoint that cannot be served
+ * (a port in use, a missing directory) leaves the daemon running.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,37 +35,12 @@
 #include "gpumem.h"
 #include "harness.h"
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *clients[2];
-        int port;
-        char metrics_path[128];
-} fixture;
+typedef harness_fixture fixture;
 
-static int setup(void **state)
-{
-        fixture *f = calloc(1, sizeof(*f));
+/* The TCP port of the running test's endpoint (start_tcp). */
+static int tcp_port;
 
-        if (!f)
-                return -1;
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
-}
 
-static int teardown(void **state)
-{
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        for (size_t i = 0; i < 2; i++)
-                gmd_disconnect(f->clients[i]);
-        harness_cleanup(&f->h);
-        free(f);
-        *state = NULL;
-        return harness_check_own_fds(own_fds);
-}
 
 /* A loopback port nobody listens on now: bind port 0 and let it go. Another
  * process could take it before the daemon does; on a test machine that
@@ -275,7 +253,7 @@ static void check_exposition(const char *body)
 
 static char *scrape_tcp(int port)
 {
-        return exchange(connect_tcp(port),
+        return exchange(connect_tcp(tcp_port),
                         "GET /metrics HTTP/1.1\r\nHost: localhost\r\n"
                         "User-Agent: test_metrics\r\nAccept: text/plain\r\n\r\n");
 }
@@ -299,9 +277,9 @@ static void start_tcp(fixture *f, const char *extra)
 {
         char config[256];
 
-        f->port = free_port();
+        tcp_port = free_port();
         snprintf(config, sizeof(config), "[metrics]\nlisten = 127.0.0.1:%d\n%s",
-                 f->port, extra ? extra : "");
+                 tcp_port, extra ? extra : "");
         harness_start_small(&f->h, config);
         wait_serving(f);
 }
@@ -315,14 +293,14 @@ static void test_scrape_after_alloc(void **state)
         const char *body;
         char *answer;
 
-        start_tcp(f, NULL);
-        f->clients[0] = harness_client(&f->h, "scraped");
-        assert_int_equal(gmd_alloc(f->clients[0], 6 * MiB, 0, GMD_ALLOC_SWAPPABLE,
+        start_tcp(f, "clients = names\n");
+        f->client = harness_client(&f->h, "scraped");
+        assert_int_equal(gmd_alloc(f->client, 6 * MiB, 0, GMD_ALLOC_SWAPPABLE,
                                    GMD_NO_WAIT, &b), 0);
         /* A second client whose name needs escaping, holding nothing. */
-        f->clients[1] = harness_client(&f->h, "we\"ird\\name");
+        f->other = harness_client(&f->h, "we\"ird\\name");
 
-        answer = scrape_tcp(f->port);
+        answer = scrape_tcp(tcp_port);
         assert_int_equal(status_code(answer), 200);
         assert_non_null(strstr(answer, "\r\nContent-Type: text/plain; version=0.0.4"));
         body = body_of(answer);
@@ -368,11 +346,11 @@ static void test_scrape_after_alloc(void **state)
         {
                 gmd_buffer *big = NULL;
 
-                assert_int_equal(gmd_alloc(f->clients[0], 128 * MiB, 0, 0,
+                assert_int_equal(gmd_alloc(f->client, 128 * MiB, 0, 0,
                                            GMD_NO_WAIT, &big), GMD_ETOOLARGE);
         }
-        assert_int_equal(gmd_free(f->clients[0], b), 0);
-        answer = scrape_tcp(f->port);
+        assert_int_equal(gmd_free(f->client, b), 0);
+        answer = scrape_tcp(tcp_port);
         body = body_of(answer);
         check_exposition(body);
         assert_true(sample(body, "gpumemd_pool_used_bytes{device=\"0\",tier=\"vram\"}") == 0);
@@ -422,13 +400,13 @@ static void test_scrape_after_pageout(void **state)
         /* Freed buffers go back at once (ctest sets this for every
          * integration test; a run by hand needs it too). */
         setenv(GMD_CACHE_ENV, "0", 1);
-        start_tcp(f, "[pools]\nhost_limit = 64M\n");
-        f->clients[0] = harness_client(&f->h, "mover");
-        assert_int_equal(gmd_alloc(f->clients[0], 8 * MiB, 0, GMD_ALLOC_SWAPPABLE,
+        start_tcp(f, "clients = names\n[pools]\nhost_limit = 64M\n");
+        f->client = harness_client(&f->h, "mover");
+        assert_int_equal(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE,
                                    GMD_NO_WAIT, &b), 0);
-        assert_int_equal(gmd_release(f->clients[0], b), 0);
+        assert_int_equal(gmd_release(f->client, b), 0);
 
-        answer = scrape_tcp(f->port);
+        answer = scrape_tcp(tcp_port);
         body = body_of(answer);
         check_exposition(body);
         assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"out\"}") == 0);
@@ -447,9 +425,9 @@ static void test_scrape_after_pageout(void **state)
         assert_true(sample(body, "gpumemd_host_pinned_bytes{state=\"limit\"}") == 64.0 * MiB);
         free(answer);
 
-        assert_int_equal(gmd_pageout(f->clients[0], b), 0);
-        assert_int_equal(gmd_wait(f->clients[0], b, 5000), 0);
-        answer = scrape_tcp(f->port);
+        assert_int_equal(gmd_pageout(f->client, b), 0);
+        assert_int_equal(gmd_wait(f->client, b, 5000), 0);
+        answer = scrape_tcp(tcp_port);
         body = body_of(answer);
         check_exposition(body);
         assert_true(sample(body, "gpumemd_pool_used_bytes{device=\"0\",tier=\"host\"}")
@@ -479,9 +457,9 @@ static void test_scrape_after_pageout(void **state)
                     == 8.0 * MiB);
         free(answer);
 
-        assert_int_equal(gmd_prefetch(f->clients[0], b), 0);
-        assert_int_equal(gmd_wait(f->clients[0], b, 5000), 0);
-        answer = scrape_tcp(f->port);
+        assert_int_equal(gmd_prefetch(f->client, b), 0);
+        assert_int_equal(gmd_wait(f->client, b, 5000), 0);
+        answer = scrape_tcp(tcp_port);
         body = body_of(answer);
         check_exposition(body);
         assert_true(sample(body, "gpumemd_device_bytes_moved_total{device=\"0\",direction=\"out\"}")
@@ -502,7 +480,7 @@ static void test_scrape_after_pageout(void **state)
                                   ",tier=\"host\"") == 0);
         free(answer);
 
-        assert_int_equal(gmd_free(f->clients[0], b), 0);
+        assert_int_equal(gmd_free(f->client, b), 0);
         harness_stop(&f->h);
 }
 
@@ -516,19 +494,19 @@ static void test_scrape_queue_depth(void **state)
 
         setenv(GMD_CACHE_ENV, "0", 1);
         start_tcp(f, "[pools]\nhost_limit = 64M\n[sim]\ncopy_rate = 8M\n");
-        f->clients[0] = harness_client(&f->h, "slow");
-        assert_int_equal(gmd_alloc(f->clients[0], 16 * MiB, 0, GMD_ALLOC_SWAPPABLE,
+        f->client = harness_client(&f->h, "slow");
+        assert_int_equal(gmd_alloc(f->client, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE,
                                    GMD_NO_WAIT, &b), 0);
-        assert_int_equal(gmd_release(f->clients[0], b), 0);
-        assert_int_equal(gmd_pageout(f->clients[0], b), 0);
-        answer = scrape_tcp(f->port);
+        assert_int_equal(gmd_release(f->client, b), 0);
+        assert_int_equal(gmd_pageout(f->client, b), 0);
+        answer = scrape_tcp(tcp_port);
         body = body_of(answer);
         check_exposition(body);
         assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"out\"}") == 1);
         assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"in\"}") == 0);
         free(answer);
-        assert_int_equal(gmd_wait(f->clients[0], b, 10000), 0);
-        assert_int_equal(gmd_free(f->clients[0], b), 0);
+        assert_int_equal(gmd_wait(f->client, b, 10000), 0);
+        assert_int_equal(gmd_free(f->client, b), 0);
         harness_stop(&f->h);
 }
 
@@ -540,21 +518,21 @@ static void test_bad_requests(void **state)
 
         start_tcp(f, NULL);
 
-        answer = exchange(connect_tcp(f->port), "GET /nope HTTP/1.0\r\n\r\n");
+        answer = exchange(connect_tcp(tcp_port), "GET /nope HTTP/1.0\r\n\r\n");
         assert_int_equal(status_code(answer), 404);
         body_of(answer);
         free(answer);
 
-        answer = exchange(connect_tcp(f->port), "\x16\x03\x01 garbage\r\n\r\n");
+        answer = exchange(connect_tcp(tcp_port), "\x16\x03\x01 garbage\r\n\r\n");
         assert_int_equal(status_code(answer), 400);
         free(answer);
 
         /* Garbage without the blank line is answered at once too. */
-        answer = exchange(connect_tcp(f->port), "HELLO THERE\n");
+        answer = exchange(connect_tcp(tcp_port), "HELLO THERE\n");
         assert_int_equal(status_code(answer), 400);
         free(answer);
 
-        answer = exchange(connect_tcp(f->port), "POST /metrics HTTP/1.1\r\n"
+        answer = exchange(connect_tcp(tcp_port), "POST /metrics HTTP/1.1\r\n"
                           "Content-Length: 3\r\n\r\nabc");
         assert_int_equal(status_code(answer), 405);
         free(answer);
@@ -563,7 +541,7 @@ static void test_bad_requests(void **state)
         {
                 static const char slow[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
 
-                fd = connect_tcp(f->port);
+                fd = connect_tcp(tcp_port);
                 for (size_t i = 0; i < sizeof(slow) - 1; i += 3) {
                         size_t n = sizeof(slow) - 1 - i < 3 ? sizeof(slow) - 1 - i : 3;
 
@@ -578,7 +556,7 @@ static void test_bad_requests(void **state)
         }
 
         /* HEAD: the headers alone. The query string is ignored. */
-        answer = exchange(connect_tcp(f->port), "HEAD /metrics?x=1 HTTP/1.0\r\n\r\n");
+        answer = exchange(connect_tcp(tcp_port), "HEAD /metrics?x=1 HTTP/1.0\r\n\r\n");
         assert_int_equal(status_code(answer), 200);
         assert_non_null(strstr(answer, "\r\n\r\n"));
         assert_string_equal(strstr(answer, "\r\n\r\n"), "\r\n\r\n");
@@ -592,7 +570,7 @@ static void test_bad_requests(void **state)
                 memset(big, 'a', sizeof(big));
                 memcpy(big, "GET /metrics HTTP/1.0\r\nX-Long: ", 31);
                 memcpy(big + n, "\r\n\r\n", 5);
-                fd = connect_tcp(f->port);
+                fd = connect_tcp(tcp_port);
                 /* The daemon may answer and close before reading it all. */
                 (void)!write(fd, big, strlen(big));
                 answer = read_all(fd, 5000, &ms);
@@ -603,7 +581,7 @@ static void test_bad_requests(void **state)
         }
 
         /* A connection that says nothing is closed after a few seconds. */
-        fd = connect_tcp(f->port);
+        fd = connect_tcp(tcp_port);
         answer = read_all(fd, 10000, &ms);
         close(fd);
         assert_string_equal(answer, "");
@@ -611,7 +589,7 @@ static void test_bad_requests(void **state)
         free(answer);
 
         /* The endpoint still serves, and the daemon's clients saw nothing. */
-        answer = scrape_tcp(f->port);
+        answer = scrape_tcp(tcp_port);
         assert_int_equal(status_code(answer), 200);
         check_exposition(body_of(answer));
         free(answer);
@@ -619,9 +597,9 @@ static void test_bad_requests(void **state)
         /* Stopping with connections open (one silent, one halfway through
          * its head) closes them and exits cleanly (sanitizer builds check
          * that nothing leaks). */
-        fd = connect_tcp(f->port);
+        fd = connect_tcp(tcp_port);
         {
-                int half = connect_tcp(f->port);
+                int half = connect_tcp(tcp_port);
 
                 assert_int_equal(write(half, "GET /met", 8), 8);
                 harness_sleep_ms(100);
@@ -631,8 +609,9 @@ static void test_bad_requests(void **state)
         close(fd);
 }
 
-/* More connections than the cap at once: the endpoint refuses the extra
- * ones and serves again once they close. */
+/* More connections than the cap at once: each new one closes the oldest,
+ * so connections that hang never keep a scraper out (before, 16 silent
+ * ones left it refused until their deadline). */
 static void test_connection_cap(void **state)
 {
         fixture *f = *state;
@@ -641,15 +620,102 @@ static void test_connection_cap(void **state)
 
         start_tcp(f, NULL);
         for (size_t i = 0; i < 40; i++)
-                fds[i] = connect_tcp(f->port);
-        harness_sleep_ms(200);
+                fds[i] = connect_tcp(tcp_port);
+        for (int round = 0; round < 5; round++) {
+                answer = scrape_tcp(tcp_port);
+                assert_int_equal(status_code(answer), 200);
+                free(answer);
+        }
         for (size_t i = 0; i < 40; i++)
                 close(fds[i]);
-        harness_sleep_ms(200);
-        answer = scrape_tcp(f->port);
-        assert_int_equal(status_code(answer), 200);
+        assert_true(harness_log_count(&f->h, "closing the oldest") >= 1);
+        harness_stop(&f->h);
+}
+
+/* The default: series per user, no client names, no pids (any local user
+ * may scrape a loopback port, and per-process series churn). */
+static void test_default_per_user(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        char series[128], *answer;
+        const char *body;
+
+        start_tcp(f, NULL);
+        f->client = harness_client(&f->h, "secretname");
+        f->other = harness_client(&f->h, "another");
+        assert_int_equal(gmd_alloc(f->client, 4 * MiB, 0, GMD_ALLOC_SWAPPABLE,
+                                   GMD_NO_WAIT, &b), 0);
+        answer = scrape_tcp(tcp_port);
+        body = body_of(answer);
+        check_exposition(body);
+        assert_null(strstr(body, "secretname"));
+        assert_null(strstr(body, "pid=\""));
+        assert_null(strstr(body, "gpumemd_client_bytes"));
+        snprintf(series, sizeof(series), "gpumemd_user_clients{uid=\"%u\"}",
+                 (unsigned)getuid());
+        assert_true(sample(body, series) == 2);
+        snprintf(series, sizeof(series),
+                 "gpumemd_user_bytes{uid=\"%u\",tier=\"vram\"}", (unsigned)getuid());
+        assert_true(sample(body, series) == 4.0 * MiB);
         free(answer);
-        assert_true(harness_log_count(&f->h, "refusing more") >= 1);
+        assert_int_equal(gmd_free(f->client, b), 0);
+        harness_stop(&f->h);
+}
+
+/* clients = ids: per-client series with pids, still no names. */
+static void test_ids_without_names(void **state)
+{
+        fixture *f = *state;
+        char needle[128], *answer;
+        const char *body;
+
+        start_tcp(f, "clients = ids\n");
+        f->client = harness_client(&f->h, "secretname");
+        answer = scrape_tcp(tcp_port);
+        body = body_of(answer);
+        check_exposition(body);
+        snprintf(needle, sizeof(needle), ",pid=\"%d\",uid=\"%u\"} 0\n",
+                 (int)getpid(), (unsigned)getuid());
+        assert_non_null(strstr(body, needle));
+        assert_null(strstr(body, "secretname"));
+        free(answer);
+        harness_stop(&f->h);
+}
+
+/* An endpoint that cannot be served does not stop the daemon: a unix
+ * socket in a missing directory, a port another process holds. */
+static void test_unservable_endpoint(void **state)
+{
+        fixture *f = *state;
+        struct sockaddr_in a = { .sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof(a);
+        char config[256];
+        int holder;
+
+        holder = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(holder >= 0);
+        assert_int_equal(bind(holder, (struct sockaddr *)&a, sizeof(a)), 0);
+        assert_int_equal(listen(holder, 1), 0);
+        assert_int_equal(getsockname(holder, (struct sockaddr *)&a, &len), 0);
+        snprintf(config, sizeof(config), "[metrics]\nlisten = 127.0.0.1:%d\n",
+                 ntohs(a.sin_port));
+        harness_start_small(&f->h, config);
+        f->client = harness_client(&f->h, "served");
+        gmd_status_free(harness_status(f->client));
+        assert_true(harness_log_count(&f->h, "gpu-memd runs without it") == 1);
+        f->client = gmd_disconnect(f->client);
+        harness_stop(&f->h);
+        close(holder);
+        harness_cleanup(&f->h);
+
+        memset(&f->h, 0, sizeof(f->h));
+        harness_start_small(&f->h, "[metrics]\nlisten = unix:/nonexistent-gmd/m.sock\n");
+        f->client = harness_client(&f->h, "served");
+        gmd_status_free(harness_status(f->client));
+        assert_true(harness_log_count(&f->h, "gpu-memd runs without it") == 1);
+        f->client = gmd_disconnect(f->client);
         harness_stop(&f->h);
 }
 
@@ -663,38 +729,36 @@ static void test_unix_socket(void **state)
         int fd;
 
         harness_init(&f->h, HARNESS_SMALL_CONFIG);
-        snprintf(f->metrics_path, sizeof(f->metrics_path), "%s/metrics.sock",
-                 f->h.dir);
         /* A stale socket file, as a daemon that died leaves it. */
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        strcpy(a.sun_path, f->metrics_path);
+        strcpy(a.sun_path, f->h.metrics_path);
         assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
         close(fd);
-        assert_int_equal(stat(f->metrics_path, &st), 0);
+        assert_int_equal(stat(f->h.metrics_path, &st), 0);
 
         config = fopen(f->h.config_path, "a");
         assert_non_null(config);
-        snprintf(line, sizeof(line), "[metrics]\nlisten = unix:%s\n", f->metrics_path);
+        snprintf(line, sizeof(line), "[metrics]\nlisten = unix:%s\n", f->h.metrics_path);
         fputs(line, config);
         fclose(config);
         harness_start(&f->h, NULL);
         wait_serving(f);
 
-        f->clients[0] = harness_client(&f->h, "unixscrape");
-        answer = exchange(connect_unix(f->metrics_path),
+        f->client = harness_client(&f->h, "unixscrape");
+        answer = exchange(connect_unix(f->h.metrics_path),
                           "GET /metrics HTTP/1.0\r\n\r\n");
         assert_int_equal(status_code(answer), 200);
         check_exposition(body_of(answer));
         assert_true(sample(body_of(answer), "gpumemd_clients") == 1);
         free(answer);
 
-        answer = exchange(connect_unix(f->metrics_path), "GET /x HTTP/1.0\r\n\r\n");
+        answer = exchange(connect_unix(f->h.metrics_path), "GET /x HTTP/1.0\r\n\r\n");
         assert_int_equal(status_code(answer), 404);
         free(answer);
 
-        f->clients[0] = gmd_disconnect(f->clients[0]);
+        f->client = gmd_disconnect(f->client);
         harness_stop(&f->h);
-        assert_int_equal(stat(f->metrics_path, &st), -1);
+        assert_int_equal(stat(f->h.metrics_path, &st), -1);
         assert_int_equal(errno, ENOENT);
 }
 
@@ -723,16 +787,16 @@ static void test_refuses_non_loopback(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test_setup_teardown(test_scrape_after_alloc, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_scrape_after_pageout, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_scrape_queue_depth, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_unix_socket, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_refuses_non_loopback, setup,
-                                                teardown),
+                HARNESS_TEST(test_scrape_after_alloc),
+                HARNESS_TEST(test_scrape_after_pageout),
+                HARNESS_TEST(test_scrape_queue_depth),
+                HARNESS_TEST(test_bad_requests),
+                HARNESS_TEST(test_connection_cap),
+                HARNESS_TEST(test_default_per_user),
+                HARNESS_TEST(test_ids_without_names),
+                HARNESS_TEST(test_unservable_endpoint),
+                HARNESS_TEST(test_unix_socket),
+                HARNESS_TEST(test_refuses_non_loopback),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

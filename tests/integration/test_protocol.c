@@ -31,14 +31,13 @@
 #include "harness.h"
 #include "wire.h"
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *good;
-        gmd_buffer *good_buf;
-        int daemon_fds;          /* before the bad client connected */
-        int raw;                 /* the bad client's socket */
-} fixture;
+/* f->client is the good client. */
+typedef harness_fixture fixture;
+
+/* The running test's state beside the fixture, set by setup. */
+static gmd_buffer *good_buf;     /* the good client's buffer */
+static int daemon_fds;           /* before the bad client connected */
+static int raw = -1;             /* the bad client's socket */
 
 #define GOOD_SIZE (4 * MiB)
 
@@ -61,53 +60,43 @@ static void check(const gmd_buffer *b, uint8_t seed)
 
 static int setup(void **state)
 {
-        fixture *f = calloc(1, sizeof(*f));
+        fixture *f;
 
-        if (!f)
+        if (harness_setup(state) < 0)
                 return -1;
-        f->raw = -1;
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-
+        f = *state;
+        raw = -1;
         /* cmocka runs no teardown after a failed setup, so a failure here
          * cleans up before it returns. */
         harness_start_small(&f->h, "[limits]\nmax_send_queue = 16\n");
-        f->good = harness_client(&f->h, "good");
-        if (gmd_alloc(f->good, GOOD_SIZE, 0, 0, GMD_NO_WAIT, &f->good_buf) < 0) {
+        f->client = harness_client(&f->h, "good");
+        if (gmd_alloc(f->client, GOOD_SIZE, 0, 0, GMD_NO_WAIT, &good_buf) < 0) {
                 print_error("good client cannot allocate: %s\n",
                             gmd_last_error());
-                gmd_disconnect(f->good);
-                harness_cleanup(&f->h);
-                free(f);
-                *state = NULL;
+                harness_teardown(state);
                 return -1;
         }
-        fill(f->good_buf, 3);
-        f->daemon_fds = harness_count_fds(f->h.pid);
+        fill(good_buf, 3);
+        daemon_fds = harness_count_fds(f->h.pid);
         return 0;
 }
 
 static int teardown(void **state)
 {
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        if (f->raw >= 0)
-                close(f->raw);
-        gmd_disconnect(f->good);
-        harness_cleanup(&f->h);
-        free(f);
-        return harness_check_own_fds(own_fds);
+        if (raw >= 0)
+                close(raw);
+        raw = -1;
+        return harness_teardown(state);
 }
 
 /* ---- the raw client ---------------------------------------------------------- */
 
 static int raw_connect(fixture *f)
 {
-        f->raw = harness_connect_raw(&f->h);
-        if (f->raw < 0)
+        raw = harness_connect_raw(&f->h);
+        if (raw < 0)
                 fail_msg("cannot connect to %s", f->h.socket_path);
-        return f->raw;
+        return raw;
 }
 
 static void raw_send(int fd, uint16_t type, const void *payload, size_t len)
@@ -217,7 +206,7 @@ static void expect_disconnected(fixture *f)
 
         assert_non_null(buf);
         for (;;) {
-                struct pollfd pfd = { .fd = f->raw, .events = POLLIN };
+                struct pollfd pfd = { .fd = raw, .events = POLLIN };
                 uint64_t now = harness_now_ms();
                 ssize_t n;
 
@@ -226,15 +215,15 @@ static void expect_disconnected(fixture *f)
                                  "log:\n%s", harness_read_log(&f->h));
                 if (poll(&pfd, 1, (int)(deadline - now)) <= 0)
                         continue;
-                n = recv(f->raw, buf, GMD_WIRE_MAX_PACKET, MSG_DONTWAIT);
+                n = recv(raw, buf, GMD_WIRE_MAX_PACKET, MSG_DONTWAIT);
                 if (n == 0 || (n < 0 && errno == ECONNRESET))
                         break;
                 if (n < 0 && errno != EAGAIN && errno != EINTR)
                         fail_msg("recv: %s", strerror(errno));
         }
         free(buf);
-        close(f->raw);
-        f->raw = -1;
+        close(raw);
+        raw = -1;
 }
 
 /* After the bad client: one log line with `marker` and one of the reason
@@ -261,21 +250,21 @@ static void expect_only_bad_client_gone(fixture *f, const char *marker,
         assert_int_equal(harness_log_count(&f->h, marker), 1);
 
         /* The daemon is as it was. */
-        fds = harness_wait_fds(f->h.pid, f->daemon_fds, 2000);
-        if (fds != f->daemon_fds)
+        fds = harness_wait_fds(f->h.pid, daemon_fds, 2000);
+        if (fds != daemon_fds)
                 fail_msg("daemon has %d fds, %d before the bad client", fds,
-                         f->daemon_fds);
-        assert_int_equal(harness_wait_clients(f->good, 1, 2000), 1);
+                         daemon_fds);
+        assert_int_equal(harness_wait_clients(f->client, 1, 2000), 1);
 
         /* The good client's bytes are intact, and it keeps working. */
-        check(f->good_buf, 3);
-        assert_int_equal(gmd_alloc(f->good, GOOD_SIZE, 0, 0, GMD_NO_WAIT, &b),
+        check(good_buf, 3);
+        assert_int_equal(gmd_alloc(f->client, GOOD_SIZE, 0, 0, GMD_NO_WAIT, &b),
                          0);
         fill(b, 9);
         check(b, 9);
-        check(f->good_buf, 3);
-        assert_int_equal(gmd_free(f->good, b), 0);
-        assert_int_equal(harness_vram_used(f->good, 0), GOOD_SIZE);
+        check(good_buf, 3);
+        assert_int_equal(gmd_free(f->client, b), 0);
+        assert_int_equal(harness_vram_used(f->client, 0), GOOD_SIZE);
         harness_stop(&f->h);
 }
 
@@ -461,10 +450,10 @@ static void test_many_bad_clients(void **state)
                 send_header(fd, 0xdeadbeef, 1, 1, 0, NULL, 0);
                 expect_disconnected(f);
         }
-        assert_int_equal(harness_wait_fds(f->h.pid, f->daemon_fds, 2000),
-                         f->daemon_fds);
-        assert_int_equal(harness_wait_clients(f->good, 1, 2000), 1);
-        check(f->good_buf, 3);
+        assert_int_equal(harness_wait_fds(f->h.pid, daemon_fds, 2000),
+                         daemon_fds);
+        assert_int_equal(harness_wait_clients(f->client, 1, 2000), 1);
+        check(good_buf, 3);
         {
                 char *log;
 

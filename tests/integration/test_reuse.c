@@ -38,43 +38,10 @@
 #define REUSE_CONFIG "[pools]\nhost_limit = 256M\n[swap]\nchunk_size = 2M\n"
 #define KEEP_OFF "[swap]\nkeep_vram = no\n"
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *a, *b;       /* two clients of the test process */
-        harness_proc child;      /* a client process that is killed */
-} fixture;
+/* f->client is client A, f->other client B. */
+typedef harness_fixture fixture;
 
-static int setup(void **state)
-{
-        fixture *f = calloc(1, sizeof(*f));
 
-        if (!f)
-                return -1;
-        f->child = (harness_proc){ .pid = -1, .out_fd = -1 };
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
-}
-
-static int teardown(void **state)
-{
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        if (f->child.pid > 0) {
-                kill(f->child.pid, SIGKILL);
-                waitpid(f->child.pid, NULL, 0);
-        }
-        if (f->child.out_fd >= 0)
-                close(f->child.out_fd);
-        gmd_disconnect(f->a);
-        gmd_disconnect(f->b);
-        harness_cleanup(&f->h);
-        free(f);
-        *state = NULL;
-        return harness_check_own_fds(own_fds);
-}
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -86,7 +53,7 @@ static void start(fixture *f, const char *extra)
 
         snprintf(config, sizeof(config), "%s%s", REUSE_CONFIG, extra ? extra : "");
         harness_start_small_metrics(&f->h, config);
-        f->a = harness_client(&f->h, "owner");
+        f->client = harness_client(&f->h, "owner");
 }
 
 /* Poll (2 s at most: the old VRAM of a move is kept or let go when the
@@ -100,7 +67,7 @@ static void expect_vram(fixture *f, uint64_t used, uint64_t kept,
         double gauge;
 
         for (;;) {
-                p = harness_vram_pool(f->a, 0);
+                p = harness_vram_pool(f->client, 0);
                 if (p.used == used && p.kept == kept)
                         break;
                 if (harness_now_ms() >= deadline)
@@ -189,19 +156,19 @@ static void test_swapin_reuses_kept(void **state)
         void *ptr;
 
         start(f, NULL);
-        a = harness_released_buffer(f->a, 8 * MiB, 1);
+        a = harness_released_buffer(f->client, 8 * MiB, 1);
         ptr = gmd_buffer_ptr(a);
-        harness_page_out(f->a, a);
+        harness_page_out(f->client, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
         expect_outcomes(f, 0, 0, "paged out");
 
-        bring_back(f->a, a, 1, "back into kept VRAM");
+        bring_back(f->client, a, 1, "back into kept VRAM");
         assert_ptr_equal(gmd_buffer_ptr(a), ptr);
         /* Into the kept 8 MiB, not into 8 MiB more. */
         expect_vram(f, 8 * MiB, 0, "prefetched");
         expect_outcomes(f, 1, 0, "prefetched");
 
-        OK(gmd_free(f->a, a));
+        OK(gmd_free(f->client, a));
         expect_vram(f, 0, 0, "freed");
         harness_stop(&f->h);
 }
@@ -220,15 +187,15 @@ static void test_kept_only_for_its_client(void **state)
         uint64_t t0, ms;
 
         start(f, NULL);
-        f->b = harness_client(&f->h, "other");
-        a = harness_released_buffer(f->a, 16 * MiB, 1);
-        c = harness_released_buffer(f->a, 2 * MiB, 2);
-        other = harness_released_buffer(f->b, 40 * MiB, 3);
-        harness_page_out(f->a, a);
+        f->other = harness_client(&f->h, "other");
+        a = harness_released_buffer(f->client, 16 * MiB, 1);
+        c = harness_released_buffer(f->client, 2 * MiB, 2);
+        other = harness_released_buffer(f->other, 40 * MiB, 3);
+        harness_page_out(f->client, a);
         expect_vram(f, 58 * MiB, 16 * MiB, "A's buffer out");
 
         t0 = harness_now_ms();
-        OK(gmd_alloc(f->b, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &n));
+        OK(gmd_alloc(f->other, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &n));
         ms = harness_now_ms() - t0;
         /* Not after the daemon's 1 s grace for making room. */
         if (ms > 500)
@@ -242,26 +209,26 @@ static void test_kept_only_for_its_client(void **state)
         assert_int_equal(gmd_buffer_tier(a), GMD_TIER_HOST);
         assert_int_equal(gmd_buffer_tier(c), GMD_TIER_VRAM);
         assert_int_equal(gmd_buffer_tier(other), GMD_TIER_VRAM);
-        OK(gmd_acquire(f->b, other, 0));
+        OK(gmd_acquire(f->other, other, 0));
         pattern_check(other, 3, "B's other buffer");
 
         pattern_fill(n, 4);
-        OK(gmd_release(f->b, n));
-        harness_page_out(f->b, n);
-        harness_page_out(f->a, c);
+        OK(gmd_release(f->other, n));
+        harness_page_out(f->other, n);
+        harness_page_out(f->client, c);
         expect_vram(f, 58 * MiB, 18 * MiB, "B's new buffer and A's small one out");
-        bring_back(f->a, a, 1, "A's buffer back, into fresh VRAM");
+        bring_back(f->client, a, 1, "A's buffer back, into fresh VRAM");
         expect_vram(f, 58 * MiB, 2 * MiB, "A's buffer back");
         expect_outcomes(f, 0, 2, "A's buffer back");
         assert_int_equal(gmd_buffer_tier(n), GMD_TIER_HOST);
-        bring_back(f->a, c, 2, "A's small buffer back");
+        bring_back(f->client, c, 2, "A's small buffer back");
         expect_vram(f, 58 * MiB, 0, "A's small buffer back");
         expect_outcomes(f, 1, 2, "A's small buffer back");
 
-        OK(gmd_free(f->b, n));
-        OK(gmd_free(f->b, other));
-        OK(gmd_free(f->a, a));
-        OK(gmd_free(f->a, c));
+        OK(gmd_free(f->other, n));
+        OK(gmd_free(f->other, other));
+        OK(gmd_free(f->client, a));
+        OK(gmd_free(f->client, c));
         expect_vram(f, 0, 0, "freed");
         harness_stop(&f->h);
 }
@@ -277,37 +244,37 @@ static void test_kept_only_for_its_size(void **state)
         gmd_buffer *x, *y, *z = NULL, *w = NULL;
 
         start(f, NULL);
-        x = harness_released_buffer(f->a, 4 * MiB, 1);
-        y = harness_released_buffer(f->a, 6 * MiB, 2);
-        harness_page_out(f->a, x);
-        harness_page_out(f->a, y);
+        x = harness_released_buffer(f->client, 4 * MiB, 1);
+        y = harness_released_buffer(f->client, 6 * MiB, 2);
+        harness_page_out(f->client, x);
+        harness_page_out(f->client, y);
         expect_vram(f, 10 * MiB, 10 * MiB, "both out");
-        bring_back(f->a, x, 1, "X back");
+        bring_back(f->client, x, 1, "X back");
         expect_vram(f, 10 * MiB, 6 * MiB, "X back");
-        bring_back(f->a, y, 2, "Y back");
+        bring_back(f->client, y, 2, "Y back");
         expect_vram(f, 10 * MiB, 0, "Y back");
         expect_outcomes(f, 2, 0, "both back");
 
         /* 50 MiB more in use: 4 MiB free. Y out; an 8 MiB allocation needs
          * the room Y's kept VRAM holds, so nothing is kept for Y. X out:
          * its 4 MiB kept. */
-        OK(gmd_alloc(f->a, 50 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &z));
-        OK(gmd_release(f->a, x));
-        OK(gmd_release(f->a, y));
-        harness_page_out(f->a, y);
-        OK(gmd_alloc(f->a, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &w));
-        harness_page_out(f->a, x);
+        OK(gmd_alloc(f->client, 50 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &z));
+        OK(gmd_release(f->client, x));
+        OK(gmd_release(f->client, y));
+        harness_page_out(f->client, y);
+        OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &w));
+        harness_page_out(f->client, x);
         expect_vram(f, 62 * MiB, 4 * MiB, "X out, Y's VRAM released");
         expect_outcomes(f, 2, 1, "X out, Y's VRAM released");
         /* Y's 6 MiB: not into X's 4, which is released for the room. */
-        bring_back(f->a, y, 2, "Y back into a full pool");
+        bring_back(f->client, y, 2, "Y back into a full pool");
         expect_vram(f, 64 * MiB, 0, "Y back into a full pool");
         expect_outcomes(f, 2, 2, "Y back into a full pool");
 
-        OK(gmd_free(f->a, x));
-        OK(gmd_free(f->a, y));
-        OK(gmd_free(f->a, z));
-        OK(gmd_free(f->a, w));
+        OK(gmd_free(f->client, x));
+        OK(gmd_free(f->client, y));
+        OK(gmd_free(f->client, z));
+        OK(gmd_free(f->client, w));
         expect_vram(f, 0, 0, "freed");
         harness_stop(&f->h);
 }
@@ -322,30 +289,31 @@ static void test_released_on_free_and_exit(void **state)
         static const char *const argv[] = { GMD_TIER_CLIENT_PATH, "move", "8M",
                                             "out", NULL };
         fixture *f = *state;
+        harness_proc *child = harness_track(f);
         gmd_buffer *a;
         char *line;
         int fds_idle;
 
         start(f, NULL);
         fds_idle = harness_count_fds(f->h.pid);
-        a = harness_released_buffer(f->a, 8 * MiB, 1);
-        harness_page_out(f->a, a);
+        a = harness_released_buffer(f->client, 8 * MiB, 1);
+        harness_page_out(f->client, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
-        OK(gmd_free(f->a, a));
+        OK(gmd_free(f->client, a));
         expect_vram(f, 0, 0, "freed while out");
         expect_outcomes(f, 0, 1, "freed while out");
         assert_int_equal(harness_wait_fds(f->h.pid, fds_idle, 3000), fds_idle);
 
-        f->child = harness_spawn(&f->h, NULL, argv);
-        line = harness_read_line(&f->child, "moving", 10000);
+        *child = harness_spawn(&f->h, NULL, argv);
+        line = harness_read_line(child, "moving", 10000);
         if (!line)
                 fail_msg("the client process did not start its pageout; log:\n%s",
                          harness_read_log(&f->h));
         free(line);
         expect_vram(f, 8 * MiB, 8 * MiB, "the client process's buffer out");
-        kill(f->child.pid, SIGKILL);
-        harness_wait_proc(&f->child, 5000);
-        assert_int_equal(harness_wait_clients(f->a, 1, 3000), 1);
+        kill(child->pid, SIGKILL);
+        harness_wait_proc(child, 5000);
+        assert_int_equal(harness_wait_clients(f->client, 1, 3000), 1);
         expect_vram(f, 0, 0, "the client process killed");
         expect_outcomes(f, 0, 2, "the client process killed");
         assert_int_equal(harness_wait_fds(f->h.pid, fds_idle, 3000), fds_idle);
@@ -361,18 +329,18 @@ static void test_free_releases_its_size(void **state)
         gmd_buffer *y, *x;
 
         start(f, NULL);
-        y = harness_released_buffer(f->a, 6 * MiB, 11);
-        x = harness_released_buffer(f->a, 4 * MiB, 12);
-        harness_page_out(f->a, y);
-        harness_page_out(f->a, x);
+        y = harness_released_buffer(f->client, 6 * MiB, 11);
+        x = harness_released_buffer(f->client, 4 * MiB, 12);
+        harness_page_out(f->client, y);
+        harness_page_out(f->client, x);
         expect_vram(f, 10 * MiB, 10 * MiB, "both out");
-        OK(gmd_free(f->a, x));
+        OK(gmd_free(f->client, x));
         expect_vram(f, 6 * MiB, 6 * MiB, "the newer one freed while out");
         expect_outcomes(f, 0, 1, "the newer one freed while out");
-        bring_back(f->a, y, 11, "the older one back");
+        bring_back(f->client, y, 11, "the older one back");
         expect_vram(f, 6 * MiB, 0, "the older one back");
         expect_outcomes(f, 1, 1, "the older one back");
-        OK(gmd_free(f->a, y));
+        OK(gmd_free(f->client, y));
         expect_vram(f, 0, 0, "all freed");
         harness_stop(&f->h);
 }
@@ -385,14 +353,14 @@ static void test_keep_vram_off(void **state)
         gmd_buffer *a;
 
         start(f, KEEP_OFF);
-        a = harness_released_buffer(f->a, 8 * MiB, 1);
-        harness_page_out(f->a, a);
+        a = harness_released_buffer(f->client, 8 * MiB, 1);
+        harness_page_out(f->client, a);
         expect_vram(f, 0, 0, "paged out");
-        bring_back(f->a, a, 1, "back");
+        bring_back(f->client, a, 1, "back");
         expect_vram(f, 8 * MiB, 0, "back");
         /* Nothing was kept, so nothing was reused or released either. */
         expect_outcomes(f, 0, 0, "back");
-        OK(gmd_free(f->a, a));
+        OK(gmd_free(f->client, a));
         harness_stop(&f->h);
 }
 
@@ -403,18 +371,18 @@ static void test_reload_turns_keep_off(void **state)
         gmd_buffer *a;
 
         start(f, NULL);
-        a = harness_released_buffer(f->a, 8 * MiB, 1);
-        harness_page_out(f->a, a);
+        a = harness_released_buffer(f->client, 8 * MiB, 1);
+        harness_page_out(f->client, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
         harness_reload(&f->h, KEEP_OFF);
         expect_vram(f, 0, 0, "reloaded");
         expect_outcomes(f, 0, 1, "reloaded");
-        bring_back(f->a, a, 1, "back after the reload");
-        OK(gmd_release(f->a, a));
-        harness_page_out(f->a, a);
+        bring_back(f->client, a, 1, "back after the reload");
+        OK(gmd_release(f->client, a));
+        harness_page_out(f->client, a);
         expect_vram(f, 0, 0, "out again");
         expect_outcomes(f, 0, 1, "out again");
-        OK(gmd_free(f->a, a));
+        OK(gmd_free(f->client, a));
         harness_stop(&f->h);
 }
 
@@ -429,24 +397,24 @@ static void test_eviction_releases_kept(void **state)
         gmd_buffer *a, *other, *n = NULL;
 
         start(f, NULL);
-        f->b = harness_client(&f->h, "other");
-        a = harness_released_buffer(f->a, 16 * MiB, 1);
-        harness_page_out(f->a, a);
-        other = harness_released_buffer(f->b, 40 * MiB, 2);
+        f->other = harness_client(&f->h, "other");
+        a = harness_released_buffer(f->client, 16 * MiB, 1);
+        harness_page_out(f->client, a);
+        other = harness_released_buffer(f->other, 40 * MiB, 2);
         expect_vram(f, 56 * MiB, 16 * MiB, "A's buffer out, B's in");
 
-        OK(gmd_alloc(f->b, 32 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &n));
+        OK(gmd_alloc(f->other, 32 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &n));
         expect_zeros(n, "B's new buffer");
         assert_int_equal(gmd_buffer_tier(other), GMD_TIER_HOST);
         expect_vram(f, 32 * MiB, 0, "B allocated");
         expect_outcomes(f, 0, 2, "B allocated");
 
-        bring_back(f->a, a, 1, "A's buffer back");
-        OK(gmd_free(f->a, a));
-        OK(gmd_free(f->b, n));
-        OK(gmd_acquire(f->b, other, 5000));
+        bring_back(f->client, a, 1, "A's buffer back");
+        OK(gmd_free(f->client, a));
+        OK(gmd_free(f->other, n));
+        OK(gmd_acquire(f->other, other, 5000));
         pattern_check(other, 2, "B's evicted buffer back");
-        OK(gmd_free(f->b, other));
+        OK(gmd_free(f->other, other));
         expect_vram(f, 0, 0, "freed");
         harness_stop(&f->h);
 }
@@ -459,38 +427,30 @@ static void test_ctl_json_shows_kept(void **state)
         gmd_buffer *a;
 
         start(f, NULL);
-        a = harness_released_buffer(f->a, 8 * MiB, 1);
+        a = harness_released_buffer(f->client, 8 * MiB, 1);
         assert_int_equal(ctl_json_kept(f), 0);
-        harness_page_out(f->a, a);
+        harness_page_out(f->client, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
         assert_int_equal(ctl_json_kept(f), 8 * MiB);
-        bring_back(f->a, a, 1, "back");
+        bring_back(f->client, a, 1, "back");
         expect_vram(f, 8 * MiB, 0, "back");
         assert_int_equal(ctl_json_kept(f), 0);
-        OK(gmd_free(f->a, a));
+        OK(gmd_free(f->client, a));
         harness_stop(&f->h);
 }
 
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test_setup_teardown(test_swapin_reuses_kept, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_kept_only_for_its_client,
-                                                setup, teardown),
-                cmocka_unit_test_setup_teardown(test_kept_only_for_its_size, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_released_on_free_and_exit,
-                                                setup, teardown),
-                cmocka_unit_test_setup_teardown(test_free_releases_its_size, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_keep_vram_off, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_reload_turns_keep_off, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_eviction_releases_kept, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_ctl_json_shows_kept, setup,
-                                                teardown),
+                HARNESS_TEST(test_swapin_reuses_kept),
+                HARNESS_TEST(test_kept_only_for_its_client),
+                HARNESS_TEST(test_kept_only_for_its_size),
+                HARNESS_TEST(test_released_on_free_and_exit),
+                HARNESS_TEST(test_free_releases_its_size),
+                HARNESS_TEST(test_keep_vram_off),
+                HARNESS_TEST(test_reload_turns_keep_off),
+                HARNESS_TEST(test_eviction_releases_kept),
+                HARNESS_TEST(test_ctl_json_shows_kept),
         };
 
         /* Freed buffers must go back at once for the figures checked here,

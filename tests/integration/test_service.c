@@ -45,15 +45,8 @@
 #define USER_A "gmdtest-a"
 #define USER_B "gmdtest-b"
 #define GROUP_G "gmdtest-g"
-#define MAX_PROCS 8
 
-typedef struct fixture {
-        harness h;
-        gmd_client *client;
-        harness_proc procs[MAX_PROCS];   /* killed in teardown */
-        unsigned n_procs;
-        int own_fds;
-} fixture;
+typedef harness_fixture fixture;
 
 /* ---- small utilities ------------------------------------------------------- */
 
@@ -86,28 +79,6 @@ static void skip_because(const char *fmt, ...)
         skip();
 }
 
-static void write_text(const char *path, const char *text)
-{
-        FILE *f = fopen(path, "w");
-
-        if (!f)
-                fail_long("cannot write %s: %s", path, strerror(errno));
-        fputs(text, f);
-        if (fclose(f) != 0)
-                fail_long("cannot write %s: %s", path, strerror(errno));
-}
-
-/* The harness's small config followed by `extra`. */
-static void write_config(const harness *h, const char *extra)
-{
-        char *text;
-
-        if (asprintf(&text, "%s%s", HARNESS_SMALL_CONFIG, extra) < 0)
-                fail_long("asprintf");
-        write_text(h->config_path, text);
-        free(text);
-}
-
 static bool path_exists(const char *path)
 {
         struct stat st;
@@ -116,28 +87,6 @@ static bool path_exists(const char *path)
 }
 
 /* ---- processes ------------------------------------------------------------- */
-
-/* Start a long-running client, stdout piped back, stderr to the client
- * log; the fixture kills it in teardown. */
-static harness_proc *proc_start(fixture *f, const spawn_opts *o,
-                                const char *const *argv)
-{
-        char err_path[160];
-        harness_proc *p;
-        int pipefd[2], err_fd;
-
-        assert_true(f->n_procs < MAX_PROCS);
-        snprintf(err_path, sizeof(err_path), "%s/clients.log", f->h.dir);
-        err_fd = open(err_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        assert_true(err_fd >= 0);
-        assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
-        p = &f->procs[f->n_procs++];
-        p->pid = spawn_start(argv, o, pipefd[1], err_fd);
-        p->out_fd = pipefd[0];
-        close(pipefd[1]);
-        close(err_fd);
-        return p;
-}
 
 /* `gmd_test_client hold SIZE N` as `as` (NULL: us) with `env`; waits for
  * its "ready" line. */
@@ -148,7 +97,7 @@ static harness_proc *hold_start(fixture *f, const spawn_identity *as,
         const char *argv[] = { GMD_TEST_CLIENT_PATH, "hold", size, n, NULL };
         spawn_opts o = { .as = as, .socket = f->h.socket_path, .env = env,
                          .listen_fd = -1 };
-        harness_proc *p = proc_start(f, &o, argv);
+        harness_proc *p = spawn_tracked(f, &o, argv);
         char *line = harness_read_line(p, "ready", 5000);
 
         if (!line) {
@@ -343,13 +292,8 @@ static void users_ensure(void)
 /* A harness whose temp dir and socket other users can reach. */
 static void start_shared(harness *h, const char *extra_config)
 {
-        char *config;
-
-        if (asprintf(&config, "%s[daemon]\nsocket_mode = 0666\n%s",
-                     HARNESS_SMALL_CONFIG, extra_config) < 0)
-                fail_long("asprintf");
-        harness_init(h, config);
-        free(config);
+        harness_init_small(h, "[daemon]\nsocket_mode = 0666\n");
+        harness_append_config(h, extra_config);
         assert_int_equal(chmod(h->dir, 0755), 0);
         harness_start(h, NULL);
 }
@@ -461,37 +405,7 @@ static gmd_client_status client_row(gmd_client *client, pid_t pid)
 
 /* ---- fixture ---------------------------------------------------------------- */
 
-static int setup(void **state)
-{
-        fixture *f = calloc(1, sizeof(*f));
 
-        if (!f)
-                return -1;
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
-}
-
-static int teardown(void **state)
-{
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        for (unsigned i = 0; i < f->n_procs; i++) {
-                harness_proc *p = &f->procs[i];
-
-                if (p->pid > 0) {
-                        kill(p->pid, SIGKILL);
-                        waitpid(p->pid, NULL, 0);
-                }
-                if (p->out_fd >= 0)
-                        close(p->out_fd);
-        }
-        gmd_disconnect(f->client);
-        harness_cleanup(&f->h);
-        free(f);
-        return harness_check_own_fds(own_fds);
-}
 
 /* ---- 1. socket activation ------------------------------------------------------ */
 
@@ -510,7 +424,7 @@ static void test_socket_activate(void **state)
         if (access(SOCKET_ACTIVATE, X_OK) != 0)
                 skip_because(SOCKET_ACTIVATE " is missing: install Debian's "
                              "systemd package (scripts/deps.sh should list it)");
-        harness_init(h, HARNESS_SMALL_CONFIG);
+        harness_init_small(h, NULL);
         const char *argv[] = {
                 SOCKET_ACTIVATE, "--seqpacket", "-l", h->socket_path,
                 GMD_DAEMON_PATH, "--backend", "sim", "--config", h->config_path,
@@ -566,7 +480,7 @@ static void test_listen_fds_handoff(void **state)
         struct stat st;
         int fd, status;
 
-        harness_init(h, HARNESS_SMALL_CONFIG);
+        harness_init_small(h, NULL);
         snprintf(unused, sizeof(unused), "%s/unused.sock", h->dir);
         const char *argv[] = {
                 GMD_DAEMON_PATH, "--backend", "sim", "--config", h->config_path,
@@ -602,7 +516,7 @@ static void test_listen_fds_wrong_type(void **state)
         harness *h = &f->h;
         int fd, status;
 
-        harness_init(h, HARNESS_SMALL_CONFIG);
+        harness_init_small(h, NULL);
         const char *argv[] = {
                 GMD_DAEMON_PATH, "--backend", "sim", "--config", h->config_path,
                 "--socket", h->socket_path, NULL,
@@ -701,7 +615,7 @@ static void test_reload_quota_live(void **state)
         assert_non_null(strstr(gmd_last_error(), "vram_quota of 4 MiB"));
 
         /* Raised on disk, applied to the connected client. */
-        write_config(h, "[users]\nvram_quota = 32M\n");
+        harness_write_config(h, "[users]\nvram_quota = 32M\n");
         reload_and_wait(h, "reloaded the configuration");
         r = gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, 0, &b8);
         if (r != 0)
@@ -709,7 +623,7 @@ static void test_reload_quota_live(void **state)
                           gmd_last_error());
 
         /* A bad line: named with file and line, the old settings stay. */
-        write_config(h, "[users]\nvram_quota = lots\n");
+        harness_write_config(h, "[users]\nvram_quota = lots\n");
         for (const char *p = HARNESS_SMALL_CONFIG; *p; p++)
                 line += *p == '\n';
         snprintf(where, sizeof(where), "%s:%d: bad value 'lots' for key 'vram_quota'",
@@ -728,7 +642,7 @@ static void test_reload_quota_live(void **state)
 
         /* Lowered below what is held: new allocations refused, held ones
          * kept. */
-        write_config(h, "[users]\nvram_quota = 16M\n");
+        harness_write_config(h, "[users]\nvram_quota = 16M\n");
         reload_and_wait(h, "reloaded the configuration");
         r = gmd_alloc(f->client, 2 * MiB, 0, GMD_ALLOC_SWAPPABLE, 0, &b2);
         assert_int_equal(r, GMD_EQUOTA);
@@ -751,7 +665,7 @@ static void test_reload_fixed_keys(void **state)
         snprintf(other, sizeof(other), "%s/other.sock", h->dir);
         snprintf(config, sizeof(config), "%s[daemon]\nsocket = %s\n",
                  HARNESS_SMALL_CONFIG, h->socket_path);
-        write_text(h->config_path, config);
+        harness_write_file(h->config_path, config);
         /* No --socket: the file's key is the one in effect. */
         const char *argv[] = { GMD_DAEMON_PATH, "--config", h->config_path, NULL };
 
@@ -761,7 +675,7 @@ static void test_reload_fixed_keys(void **state)
         snprintf(config, sizeof(config),
                  "[daemon]\nbackend = sim\nsocket = %s\n"
                  "[sim]\ndevices = 1\nvram = 128M\ngranularity = 2M\n", other);
-        write_text(h->config_path, config);
+        harness_write_file(h->config_path, config);
         reload_and_wait(h, "reloaded the configuration");
         assert_log_has(h, "[daemon] socket cannot change while gpu-memd runs");
         assert_log_has(h, "[sim] vram cannot change while gpu-memd runs");
@@ -803,7 +717,7 @@ static void test_sigterm_with_clients(void **state)
                                    &mine), 0);
         holder = hold_start(f, NULL, NULL, "16M", "2");
         /* 64M - 8M - 32M leaves 24M: the waiter's 32M waits. */
-        waiter = proc_start(f, &o, waiter_argv);
+        waiter = spawn_tracked(f, &o, waiter_argv);
         line = harness_read_line(waiter, "connected", 5000);
         assert_non_null(line);
         free(line);
@@ -887,7 +801,7 @@ static void test_priorities(void **state)
         assert_int_equal(client_row(f->client, lo->pid).priority, -20);
 
         /* A lower max_priority applies to running clients. */
-        write_config(h, "[users]\npriority = 5\nmax_priority = 7\n");
+        harness_write_config(h, "[users]\npriority = 5\nmax_priority = 7\n");
         reload_and_wait(h, "reloaded the configuration");
         assert_int_equal(client_row(f->client, hi->pid).priority, 7);
         assert_int_equal(client_row(f->client, def->pid).priority, 5);
@@ -1026,15 +940,15 @@ static void test_visibility_and_admin(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test_setup_teardown(test_socket_activate, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_listen_fds_handoff, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_listen_fds_wrong_type, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_quotas_per_user, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_reload_quota_live, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_reload_fixed_keys, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_sigterm_with_clients, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_priorities, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_visibility_and_admin, setup, teardown),
+                HARNESS_TEST(test_socket_activate),
+                HARNESS_TEST(test_listen_fds_handoff),
+                HARNESS_TEST(test_listen_fds_wrong_type),
+                HARNESS_TEST(test_quotas_per_user),
+                HARNESS_TEST(test_reload_quota_live),
+                HARNESS_TEST(test_reload_fixed_keys),
+                HARNESS_TEST(test_sigterm_with_clients),
+                HARNESS_TEST(test_priorities),
+                HARNESS_TEST(test_visibility_and_admin),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -42,46 +42,21 @@
 
 #define POOL (64 * MiB)
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *client;      /* the test's own connection, if any */
-        harness_proc procs[8];
-        size_t n_procs;
-        raw_client raw;          /* for the ack tests */
-} fixture;
+typedef harness_fixture fixture;
+
+/* The running test's protocol-level client, for exact ack timing. */
+static raw_client raw;
 
 static int setup(void **state)
 {
-        fixture *f = calloc(1, sizeof(*f));
-
-        if (!f)
-                return -1;
-        raw_init(&f->raw);
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
+        raw_init(&raw);
+        return harness_setup(state);
 }
 
 static int teardown(void **state)
 {
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        for (size_t i = 0; i < f->n_procs; i++) {
-                if (f->procs[i].pid > 0) {
-                        kill(f->procs[i].pid, SIGKILL);
-                        waitpid(f->procs[i].pid, NULL, 0);
-                }
-                if (f->procs[i].out_fd >= 0)
-                        close(f->procs[i].out_fd);
-        }
-        raw_close(&f->raw);
-        gmd_disconnect(f->client);
-        harness_cleanup(&f->h);
-        free(f);
-        *state = NULL;
-        return harness_check_own_fds(own_fds);
+        raw_close(&raw);
+        return harness_teardown(state);
 }
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -193,9 +168,6 @@ static harness_proc *spawn_tier(fixture *f, const char *const *env,
 {
         const char *argv[16] = { GMD_TIER_CLIENT_PATH };
         spawn_opts o = { .socket = f->h.socket_path, .env = env, .listen_fd = -1 };
-        char err_path[160];
-        harness_proc *p;
-        int pipefd[2], err_fd;
         size_t n = 1;
 
         for (; args && *args; args++) {
@@ -203,27 +175,7 @@ static harness_proc *spawn_tier(fixture *f, const char *const *env,
                 argv[n++] = *args;
         }
         argv[n] = NULL;
-        assert_true(f->n_procs < sizeof(f->procs) / sizeof(f->procs[0]));
-        snprintf(err_path, sizeof(err_path), "%s/clients.log", f->h.dir);
-        err_fd = open(err_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        assert_true(err_fd >= 0);
-        assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
-        p = &f->procs[f->n_procs++];
-        p->pid = spawn_start(argv, &o, pipefd[1], err_fd);
-        p->out_fd = pipefd[0];
-        close(pipefd[1]);
-        close(err_fd);
-        return p;
-}
-
-static harness_proc *spawn_test_client(fixture *f, const char *const *args)
-{
-        harness_proc *p;
-
-        assert_true(f->n_procs < sizeof(f->procs) / sizeof(f->procs[0]));
-        p = &f->procs[f->n_procs++];
-        *p = harness_spawn_client(&f->h, args);
-        return p;
+        return spawn_tracked(f, &o, argv);
 }
 
 /* Read a line starting with `prefix` or fail, with what the process and
@@ -290,8 +242,9 @@ static int64_t elapsed_since(uint64_t start)
 /* VRAM -> host -> VRAM by pageout and prefetch, then host -> VRAM by a
  * passive swap-in (acquire). The pointer never changes, the bytes survive
  * every trip, and the pools' `used` follows the memory. Pageout refuses
- * an acquired SWAPPABLE buffer (busy) and a PIN_VRAM one (invalid), and
- * moves an acquired SPILLABLE one. */
+ * an acquired buffer (busy), SPILLABLE ones too, and a PIN_VRAM one
+ * (invalid); a SPILLABLE one paged out while released is acquired where it
+ * rests and used there. */
 static void test_transitions(void **state)
 {
         fixture *f = *state;
@@ -381,13 +334,23 @@ static void test_transitions(void **state)
         expect_row(f->client, gmd_buffer_id(pin), GMD_TIER_VRAM,
                    GMD_STATE_RESIDENT, "pinned pageout");
 
-        /* SPILLABLE and acquired: moves, and stays acquired on host. */
+        /* SPILLABLE and acquired: busy too, its owner may be writing it.
+         * Released, it moves; acquired where it rests, it stays on host. */
         OK(gmd_alloc(f->client, 6 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &sp));
         pattern_fill(sp, 4);
         expect_pools(f->client, 18 * MiB, 0, "three buffers");
+        assert_int_equal(gmd_pageout(f->client, sp), GMD_EBUSY);
+        assert_non_null(strstr(gmd_last_error(), "release it first"));
+        OK(gmd_wait(f->client, sp, 1000));
+        expect_row(f->client, gmd_buffer_id(sp), GMD_TIER_VRAM,
+                   GMD_STATE_RESIDENT, "busy spillable pageout");
+        OK(gmd_release(f->client, sp));
         OK(gmd_pageout(f->client, sp));
         OK(gmd_wait(f->client, sp, 5000));
         assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_HOST);
+        OK(gmd_acquire(f->client, sp, 0));
+        assert_int_equal(gmd_buffer_tier(sp), GMD_TIER_HOST);
+        assert_int_equal(gmd_prefetch(f->client, sp), GMD_EBUSY);
         row = buffer_row(f->client, gmd_buffer_id(sp));
         assert_int_equal(row.tier, GMD_TIER_HOST);
         assert_true(row.acquired);
@@ -922,7 +885,7 @@ static void test_cancellations(void **state)
         OK(gmd_alloc(f->client, 16 * MiB, 0, 0, GMD_NO_WAIT, &filler));
         {
                 const char *args[] = { "alloc", "32M", "10000", NULL };
-                harness_proc *p = spawn_test_client(f, args);
+                harness_proc *p = harness_track_client(f, args);
                 uint64_t deadline = harness_now_ms() + 3000;
                 char *out;
 
@@ -1018,15 +981,15 @@ static void test_unacked_remap_keeps_backing(void **state)
                                    "[pools]\nhost_limit = 256M\n");
         f->client = harness_client(&f->h, "observer");
         fds_idle = harness_count_fds(f->h.pid);
-        raw_hello(&f->raw, &f->h, "raw-tier");
+        raw_hello(&raw, &f->h, "raw-tier");
 
-        id = raw_alloc_release(&f->raw, &next_id, 8 * MiB, 90);
+        id = raw_alloc_release(&raw, &next_id, 8 * MiB, 90);
         expect_pools(f->client, 8 * MiB, 0, "raw buffer");
 
         /* Pressure from another process evicts it. */
-        p = spawn_test_client(f, alloc_args);
+        p = harness_track_client(f, alloc_args);
         free(read_line(f, p, "connected", 5000));
-        seq = raw_expect_remap(&f->raw, id, GMD_TIER_HOST, 8 * MiB, 90);
+        seq = raw_expect_remap(&raw, id, GMD_TIER_HOST, 8 * MiB, 90);
 
         harness_sleep_ms(300);
         expect_pools(f->client, 8 * MiB, 8 * MiB, "remap not acked");
@@ -1034,9 +997,9 @@ static void test_unacked_remap_keeps_backing(void **state)
                    "remap not acked");
 
         /* Wrong sequence, wrong buffer: ignored. */
-        raw_ack(&f->raw, id, seq + 1);
-        raw_ack(&f->raw, id, seq - 1);
-        raw_ack(&f->raw, id + 1000, seq);
+        raw_ack(&raw, id, seq + 1);
+        raw_ack(&raw, id, seq - 1);
+        raw_ack(&raw, id + 1000, seq);
         line = harness_wait_log(&f->h, "stale remap ack", 2000);
         if (!line)
                 fail_msg("no \"stale remap ack\" in the log:\n%s",
@@ -1053,7 +1016,7 @@ static void test_unacked_remap_keeps_backing(void **state)
         assert_int_equal(harness_wait_clients(f->client, 3, 1000), 3);
 
         t_ack = harness_now_ms();
-        raw_ack(&f->raw, id, seq);
+        raw_ack(&raw, id, seq);
         out = finish_ok(f, p, "alloc 64M behind the unacked remap", 10000);
         if (!strstr(out, "rc 0\n") || !strstr(out, "bytes ok"))
                 fail_msg("the allocation was not served after the ack:\n%s", out);
@@ -1063,21 +1026,21 @@ static void test_unacked_remap_keeps_backing(void **state)
         expect_row(f->client, id, GMD_TIER_HOST, GMD_STATE_RESIDENT, "acked");
         wait_pools(f, f->client, 0, 8 * MiB, 3000, "after the ack");
         /* An ack for a move that is over is stale too. */
-        raw_ack(&f->raw, id, seq);
+        raw_ack(&raw, id, seq);
         harness_sleep_ms(50);
         expect_row(f->client, id, GMD_TIER_HOST, GMD_STATE_RESIDENT, "late ack");
 
         /* A pageout of its own, never acked, then the client leaves. */
-        id2 = raw_alloc_release(&f->raw, &next_id, 4 * MiB, 91);
+        id2 = raw_alloc_release(&raw, &next_id, 4 * MiB, 91);
         pageout.n_buffer_ids = 1;
         pageout.buffer_ids = &id2;
-        raw_send(&f->raw, GMD__MSG_TYPE__MSG_PAGEOUT, next_id, &pageout.base);
+        raw_send(&raw, GMD__MSG_TYPE__MSG_PAGEOUT, next_id, &pageout.base);
         /* Released with no last-use event, it is unmapped while its copy
          * runs: the remap may come before the reply (daemon/move.h). */
-        m = raw_recv(&f->raw, 5000);
+        m = raw_recv(&raw, 5000);
         if (m.type == GMD__MSG_TYPE__MSG_REMAP) {
-                raw_check_remap(&f->raw, m, id2, GMD_TIER_HOST, 4 * MiB, 91);
-                m = raw_expect(&f->raw, GMD__MSG_TYPE__MSG_OK_REPLY, next_id++);
+                raw_check_remap(&raw, m, id2, GMD_TIER_HOST, 4 * MiB, 91);
+                m = raw_expect(&raw, GMD__MSG_TYPE__MSG_OK_REPLY, next_id++);
                 raw_msg_clear(&m);
         } else {
                 if (m.type != GMD__MSG_TYPE__MSG_OK_REPLY || m.request_id != next_id)
@@ -1086,13 +1049,13 @@ static void test_unacked_remap_keeps_backing(void **state)
                                  m.request_id);
                 raw_msg_clear(&m);
                 next_id++;
-                raw_expect_remap(&f->raw, id2, GMD_TIER_HOST, 4 * MiB, 91);
+                raw_expect_remap(&raw, id2, GMD_TIER_HOST, 4 * MiB, 91);
         }
         harness_sleep_ms(100);
         expect_pools(f->client, 4 * MiB, 12 * MiB, "own pageout not acked");
         expect_row(f->client, id2, GMD_TIER_VRAM, GMD_STATE_MOVING_OUT,
                    "own pageout not acked");
-        raw_close(&f->raw);
+        raw_close(&raw);
         wait_pools(f, f->client, 0, 0, 3000, "raw client gone");
         assert_int_equal(harness_wait_fds(f->h.pid, fds_idle, 3000), fds_idle);
         harness_stop(&f->h);

@@ -110,6 +110,13 @@ static void assert_config_equal(const gmd_config *a, const gmd_config *b)
         assert_int_equal(a->max_buffers_per_client, b->max_buffers_per_client);
         assert_int_equal(a->max_waiting_per_client, b->max_waiting_per_client);
         assert_int_equal(a->max_send_queue, b->max_send_queue);
+        assert_int_equal(a->max_send_queue_bytes, b->max_send_queue_bytes);
+        assert_int_equal(a->max_user_send_queue_bytes, b->max_user_send_queue_bytes);
+        assert_int_equal(a->max_clients_per_user, b->max_clients_per_user);
+        assert_int_equal(a->admin_clients, b->admin_clients);
+        assert_int_equal(a->hello_timeout_ms, b->hello_timeout_ms);
+        assert_int_equal(a->max_buffers_per_user, b->max_buffers_per_user);
+        assert_string_equal(a->metrics_clients, b->metrics_clients);
         assert_int_equal(a->sim_devices, b->sim_devices);
         assert_int_equal(a->sim_vram, b->sim_vram);
         assert_int_equal(a->sim_granularity, b->sim_granularity);
@@ -137,6 +144,14 @@ static void test_defaults(void **state)
         assert_true(c.max_buffers_per_client > 0);
         assert_true(c.max_waiting_per_client > 0);
         assert_true(c.max_send_queue > 0);
+        /* The per-user bounds (issue 10) are on by default. */
+        assert_int_equal(c.max_send_queue_bytes, 4 * MiB);
+        assert_int_equal(c.max_user_send_queue_bytes, 16 * MiB);
+        assert_int_equal(c.max_clients_per_user, 64);
+        assert_int_equal(c.admin_clients, 4);
+        assert_int_equal(c.hello_timeout_ms, 5000);
+        assert_int_equal(c.max_buffers_per_user, 0);   /* half the fd limit */
+        assert_true(c.admin_clients < c.max_clients);
         assert_true(c.swap_keep_vram);
         assert_true(c.log_level >= GMD_LOG_ERR && c.log_level <= GMD_LOG_DEBUG);
         assert_non_null(config_log_level_name(c.log_level));
@@ -177,6 +192,12 @@ static void test_load_good_file(void **state)
                    "max_buffers_per_client = 1000\n"
                    "max_waiting_per_client = 3\n"
                    "max_send_queue = 9\n"
+                   "max_send_queue_bytes = 1M\n"
+                   "max_user_send_queue_bytes = 3M\n"
+                   "max_clients_per_user = 5\n"
+                   "admin_clients = 2\n"
+                   "hello_timeout_ms = 750\n"
+                   "max_buffers_per_user = 77\n"
                    "\n"
                    "[swap]\n"
                    "keep_vram = no\n"
@@ -201,6 +222,12 @@ static void test_load_good_file(void **state)
         assert_int_equal(c.max_buffers_per_client, 1000);
         assert_int_equal(c.max_waiting_per_client, 3);
         assert_int_equal(c.max_send_queue, 9);
+        assert_int_equal(c.max_send_queue_bytes, MiB);
+        assert_int_equal(c.max_user_send_queue_bytes, 3 * MiB);
+        assert_int_equal(c.max_clients_per_user, 5);
+        assert_int_equal(c.admin_clients, 2);
+        assert_int_equal(c.hello_timeout_ms, 750);
+        assert_int_equal(c.max_buffers_per_user, 77);
         assert_false(c.swap_keep_vram);
         assert_int_equal(c.sim_devices, 2);
         assert_int_equal(c.sim_vram, 64 * MiB);
@@ -315,6 +342,23 @@ static void test_bad_size_overflow(void **state)
 {
         expect_bad_line(*state, "[pools]\nvram_reserve = 16E\n", 2,
                         "vram_reserve");
+}
+
+/* A pool size of 0, or below 1M without a unit, was taken silently: the
+ * whole device (0 meant auto) or a pool nothing fits in (512 bytes). */
+static void test_pool_size_needs_unit(void **state)
+{
+        expect_bad_line(*state, "[pools]\nvram_limit = 512\n", 2, "512M");
+}
+
+static void test_pool_size_zero(void **state)
+{
+        expect_bad_line(*state, "[pools]\nvram_limit = 0\n", 2, "auto");
+}
+
+static void test_host_pool_size_zero(void **state)
+{
+        expect_bad_line(*state, "[pools]\nhost_limit = 0\n", 2, "host_limit");
 }
 
 static void test_bad_percent(void **state)
@@ -505,6 +549,67 @@ static void test_set_after_file_wins(void **state)
         assert_int_equal(c.vram_limit.bytes, 64 * MiB);
 }
 
+/* ---- limits checked across keys ------------------------------------------- */
+
+static void expect_invalid(fixture *f, const char *text, const char *part)
+{
+        gmd_config c;
+
+        write_file(f, text);
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(config_validate(&c, f->err), -EINVAL);
+        assert_mentions(f, part);
+}
+
+/* The slots kept for admins are part of max_clients. */
+static void test_admin_clients_below_max(void **state)
+{
+        expect_invalid(*state, "[limits]\nmax_clients = 4\nadmin_clients = 4\n",
+                       "admin_clients");
+}
+
+/* A queue bound below two of the largest replies would drop every
+ * client that ever gets one. */
+static void test_send_queue_bytes_floor(void **state)
+{
+        expect_invalid(*state, "[limits]\nmax_send_queue_bytes = 100K\n",
+                       "max_send_queue_bytes");
+        expect_invalid(*state, "[limits]\nmax_user_send_queue_bytes = 200K\n",
+                       "max_user_send_queue_bytes");
+}
+
+/* [metrics] clients: users (the default), ids or names, nothing else. */
+static void test_metrics_clients(void **state)
+{
+        fixture *f = *state;
+        gmd_config c;
+
+        config_init_defaults(&c);
+        assert_string_equal(c.metrics_clients, "users");
+        write_file(f, "[metrics]\nclients = names\n");
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(config_validate(&c, f->err), 0);
+        assert_string_equal(c.metrics_clients, "names");
+        expect_invalid(f, "[metrics]\nclients = all\n", "users, ids or names");
+}
+
+/* hello_timeout_ms is at least 1; the counts take 0 (no limit, auto). */
+static void test_limits_ranges(void **state)
+{
+        fixture *f = *state;
+        gmd_config c;
+
+        expect_bad_line(f, "[limits]\nhello_timeout_ms = 0\n", 2, "hello_timeout_ms");
+        write_file(f, "[limits]\nmax_clients_per_user = 0\nmax_buffers_per_user = 0\n"
+                   "admin_clients = 0\n");
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(config_validate(&c, f->err), 0);
+        assert_int_equal(c.max_clients_per_user, 0);
+        assert_int_equal(c.admin_clients, 0);
+}
+
 /* ---- dump ------------------------------------------------------------------ */
 
 /* What config_dump writes reads back to the same config. */
@@ -521,6 +626,9 @@ static void test_dump_round_trip(void **state)
                    "host_limit = 3G\n"
                    "[limits]\nmax_clients = 12\nmax_buffers_per_client = 34\n"
                    "max_waiting_per_client = 5\nmax_send_queue = 67\n"
+                   "max_send_queue_bytes = 300K\nmax_user_send_queue_bytes = 2G\n"
+                   "max_clients_per_user = 0\nadmin_clients = 3\n"
+                   "hello_timeout_ms = 12\nmax_buffers_per_user = 9\n"
                    "[swap]\nkeep_vram = off\n"
                    "[sim]\ndevices = 3\nvram = 96M\ngranularity = 1M\n");
         config_init_defaults(&c);
@@ -573,6 +681,9 @@ int main(void)
                 T(test_bad_size),
                 T(test_bad_size_overflow),
                 T(test_bad_percent),
+                T(test_pool_size_needs_unit),
+                T(test_pool_size_zero),
+                T(test_host_pool_size_zero),
                 T(test_percent_where_bytes_needed),
                 T(test_bool_values),
                 T(test_bad_bool),
@@ -590,6 +701,10 @@ int main(void)
                 T(test_set_good),
                 T(test_set_bad),
                 T(test_set_after_file_wins),
+                T(test_admin_clients_below_max),
+                T(test_send_queue_bytes_floor),
+                T(test_limits_ranges),
+                T(test_metrics_clients),
                 T(test_dump_round_trip),
                 T(test_dump_defaults_loads),
         };

@@ -1,8 +1,8 @@
 /*
  * test_placement — daemon/placement.c, the one policy for where a buffer
  * may live and whether it may move: PIN_VRAM and legacy IPC never move,
- * SPILLABLE falls back to host memory and is used where it rests, a
- * SWAPPABLE buffer moves only while released and its owner maps nothing
+ * SPILLABLE falls back to host memory and is used where it rests, no
+ * buffer its owner holds ever moves, and a SWAPPABLE owner maps nothing
  * on host memory.
  */
 #include <errno.h>
@@ -91,19 +91,28 @@ static void test_spillable_lives_anywhere(void **state)
         assert_true(placement_host_copy_private(&swap));
 }
 
-static void test_pageout_while_acquired(void **state)
+/* A buffer its owner holds never moves, SPILLABLE ones included: the
+ * owner may be writing it. */
+static void test_held_never_moves(void **state)
 {
         gmd_dbuffer spill = idle(GMD_ALLOC_SPILLABLE), swap = idle(0);
         const char *why = NULL;
 
         (void)state;
         spill.acquired = swap.acquired = true;
+        assert_false(placement_may_move(&spill));
+        assert_false(placement_may_move(&swap));
         assert_false(placement_pageout_allowed(&swap, &why));
         assert_non_null(why);
         assert_non_null(strstr(why, "release it first"));
-        swap.acquired = false;
+        why = NULL;
+        assert_false(placement_pageout_allowed(&spill, &why));
+        assert_non_null(strstr(why, "a buffer in use never moves"));
+        assert_false(placement_evictable(&spill));
+        spill.acquired = swap.acquired = false;
+        assert_true(placement_may_move(&spill));
         assert_true(placement_pageout_allowed(&swap, &why));
-        (void)spill;
+        assert_true(placement_pageout_allowed(&spill, &why));
 }
 
 static void test_early_remaps(void **state)
@@ -129,7 +138,7 @@ int main(void)
                 cmocka_unit_test(test_pinned_never_moves),
                 cmocka_unit_test(test_evictable_only_idle),
                 cmocka_unit_test(test_spillable_lives_anywhere),
-                cmocka_unit_test(test_pageout_while_acquired),
+                cmocka_unit_test(test_held_never_moves),
                 cmocka_unit_test(test_early_remaps),
         };
 

@@ -1,0 +1,107 @@
+"""status — gmd_status as plain Python data (dataclasses), copied out of
+the C structs before gmd_status_free. Field names are those of gpumem.h;
+tiers and states are the library's names ("vram", "host", "resident", ...).
+Status.to_dict() gives dicts and lists, for JSON.
+"""
+import dataclasses
+
+from . import _lib
+
+
+@dataclasses.dataclass
+class Pool:
+    device: int
+    tier: str
+    capacity: int
+    used: int
+    free: int
+    queued_out: int
+    queued_in: int
+    bytes_out: int
+    bytes_in: int
+    copy_us_out: int
+    copy_us_in: int
+    arena_size: int
+    arena_free: int
+    kept: int
+
+
+@dataclasses.dataclass
+class ClientInfo:
+    client_id: int
+    pid: int
+    uid: int
+    gid: int
+    name: str
+    bytes: int
+    buffers: int
+    waiting: int
+    priority: int
+    details_hidden: bool
+    parked_bytes: int
+    vram_bytes: int
+    host_bytes: int
+
+
+@dataclasses.dataclass
+class BufferInfo:
+    buffer_id: int
+    client_id: int
+    pid: int
+    device: int
+    size: int
+    tier: str
+    state: str
+    flags: int
+    acquired: bool
+    parked: bool
+
+
+@dataclasses.dataclass
+class Status:
+    daemon_version: str
+    backend: str
+    uptime_ms: int
+    total_capacity: int
+    total_used: int
+    total_clients: int
+    total_buffers: int
+    pools: list
+    clients: list
+    buffers: list
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def _fields(cls, record, **names):
+    values = {}
+    for field in dataclasses.fields(cls):
+        value = getattr(record, field.name)
+        if field.name in names:
+            value = names[field.name](value)
+        elif field.type is bool:
+            value = bool(value)
+        values[field.name] = value
+    return cls(**values)
+
+
+def status_from_c(s):
+    """A Status from a gmd_status (ctypes), copying everything."""
+    lib = _lib.lib()
+    tier = lambda t: _lib.text(lib.gmd_tier_name(t))  # noqa: E731
+    state = lambda t: _lib.text(lib.gmd_state_name(t))  # noqa: E731
+    return Status(
+        daemon_version=_lib.text(s.daemon_version),
+        backend=_lib.text(s.backend),
+        uptime_ms=s.uptime_ms,
+        total_capacity=s.total_capacity,
+        total_used=s.total_used,
+        total_clients=s.total_clients,
+        total_buffers=s.total_buffers,
+        pools=[_fields(Pool, s.pools[i], tier=tier)
+               for i in range(s.n_pools)],
+        clients=[_fields(ClientInfo, s.clients[i], name=_lib.text)
+                 for i in range(s.n_clients)],
+        buffers=[_fields(BufferInfo, s.buffers[i], tier=tier, state=state)
+                 for i in range(s.n_buffers)])

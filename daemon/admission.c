@@ -1,0 +1,193 @@
+/*
+ * admission — see admission.h. Counts are taken by walking the sessions:
+ * max_clients bounds the walk, and it runs once per accept, per queued
+ * reply and per allocation, never per packet read.
+ */
+#include "admission.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gpumem.pb-c.h"
+#include "log.h"
+#include "evict.h"
+#include "server.h"
+#include "session.h"
+#include "timeutil.h"
+#include "wire.h"
+
+/* Is the peer root or in [daemon] admin_group (as session_apply_config
+ * decides for a session)? Its uid in `ret_uid`. */
+static bool peer_is_admin(const gmd_config *c, int fd, uid_t *ret_uid)
+{
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        gid_t groups[32];
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+                *ret_uid = (uid_t)-1;
+                return false;
+        }
+        *ret_uid = cred.uid;
+        if (cred.uid == 0 || (c->admin_gid != (gid_t)-1 && cred.gid == c->admin_gid))
+                return true;
+        len = sizeof(groups);
+        if (c->admin_gid == (gid_t)-1 ||
+            getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+                return false;
+        for (unsigned i = 0; i < len / sizeof(gid_t); i++)
+                if (groups[i] == c->admin_gid)
+                        return true;
+        return false;
+}
+
+static unsigned user_sessions(gmd_server *server, uid_t uid)
+{
+        unsigned n = 0;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->sessions)
+                if (container_of(pos, gmd_session, link)->uid == uid)
+                        n++;
+        return n;
+}
+
+int admission_check_connect(gmd_server *server, int fd, char *why, size_t len)
+{
+        const gmd_config *c = &server->config;
+        uid_t uid;
+        bool admin = peer_is_admin(c, fd, &uid);
+        unsigned open_to_all = c->max_clients - c->admin_clients;
+
+        if (server->n_sessions >= c->max_clients) {
+                snprintf(why, len, "gpu-memd serves %u clients, the most [limits] "
+                         "max_clients allows; try again when some have left",
+                         server->n_sessions);
+                return -EUSERS;
+        }
+        if (admin)
+                return 0;
+        if (server->n_sessions >= open_to_all) {
+                snprintf(why, len, "gpu-memd serves %u clients; the last %u of "
+                         "[limits] max_clients (%u) are kept for administrators",
+                         server->n_sessions, c->admin_clients, c->max_clients);
+                return -EUSERS;
+        }
+        if (c->max_clients_per_user &&
+            user_sessions(server, uid) >= c->max_clients_per_user) {
+                snprintf(why, len, "uid %u already has %u connections, the most "
+                         "[limits] max_clients_per_user allows", (unsigned)uid,
+                         c->max_clients_per_user);
+                return -EUSERS;
+        }
+        return 0;
+}
+
+void admission_refuse(int fd, int code, const char *why)
+{
+        Gmd__ErrorReply reply = GMD__ERROR_REPLY__INIT;
+        uint8_t payload[1024];
+        uint8_t drain[64];
+        size_t n;
+
+        reply.code = code;
+        reply.message = (char *)why;
+        n = protobuf_c_message_get_packed_size(&reply.base);
+        if (n <= sizeof(payload)) {
+                protobuf_c_message_pack(&reply.base, payload);
+                (void)gmd_wire_send(fd, GMD__MSG_TYPE__MSG_ERROR_REPLY, 0, payload,
+                                    (uint32_t)n, NULL, 0);
+        }
+        /* Closing with unread packets (the peer's hello) would make the
+         * kernel report ECONNRESET to the peer before it reads our reply.
+         * After the shutdown nothing more can arrive, so drain, then
+         * close. MSG_TRUNC: a packet is dropped whole whatever its size;
+         * fds sent with it are closed by the kernel with the packet
+         * (no MSG_CMSG: none are received). */
+        shutdown(fd, SHUT_RDWR);
+        for (int i = 0; i < 256; i++)
+                if (recv(fd, drain, sizeof(drain), MSG_DONTWAIT | MSG_TRUNC) < 0)
+                        break;
+        close(fd);
+}
+
+unsigned admission_buffers_per_user(const gmd_server *server)
+{
+        struct rlimit rl;
+        rlim_t half;
+
+        if (server->config.max_buffers_per_user)
+                return server->config.max_buffers_per_user;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+                return 1u << 24;
+        half = rl.rlim_cur / 2;
+        return half > (1u << 24) ? 1u << 24 : (unsigned)half;
+}
+
+bool admission_allow_buffer(gmd_session *s, gmd_result *ret)
+{
+        unsigned limit = admission_buffers_per_user(s->server);
+        unsigned n = 0, parked = 0;
+        gmd_list *pos;
+
+        list_for_each(pos, &s->server->sessions) {
+                const gmd_session *o = container_of(pos, gmd_session, link);
+
+                if (o->uid == s->uid) {
+                        n += o->n_buffers;   /* parked ones keep their fds too */
+                        parked += o->parking.n;
+                }
+        }
+        if (n < limit)
+                return true;
+        /* Over only by what the user's mapping caches hold: they are asked
+         * back (and come back at once), so the cache never costs a client
+         * an allocation; the overshoot is bounded by what was parked. */
+        if (n - parked < limit) {
+                evict_reclaim_user(&s->server->sessions, s->server->n_devices,
+                                   s->uid);
+                return true;
+        }
+        n -= parked;
+        result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                     "uid %u holds %u buffers, the most [limits] "
+                     "max_buffers_per_user allows%s; free some first",
+                     (unsigned)s->uid, n,
+                     s->server->config.max_buffers_per_user ? "" :
+                     " (half of gpu-memd's open-file limit)");
+        return false;
+}
+
+uint64_t admission_sweep_hellos(gmd_server *server)
+{
+        uint64_t now = now_ms(), limit = server->config.hello_timeout_ms;
+        uint64_t next = 0;
+        gmd_list *pos;
+        gmd_result res;
+        char why[96];
+
+        list_for_each(pos, &server->sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+                uint64_t due = s->connected_ms + limit;
+
+                if (s->hello_done || s->closing || s->close_pending)
+                        continue;
+                if (due <= now) {
+                        snprintf(why, sizeof(why), "no hello within %llu ms "
+                                 "([limits] hello_timeout_ms)",
+                                 (unsigned long long)limit);
+                        server->stats.disconnects_protocol++;
+                        result_error(&res, GMD__ERROR_CODE__ERR_TIMED_OUT,
+                                     "gpu-memd closed the connection: %s", why);
+                        session_answer(s, 0, &res);
+                        session_close_later(s, why);
+                } else if (!next || due - now < next) {
+                        next = due - now;
+                }
+        }
+        return next;
+}

@@ -1,0 +1,96 @@
+/*
+ * host_arena — see host_arena.h. The span's parts are copied out of a
+ * stack array into storage of their own, so a take either hands out a
+ * whole span or takes nothing.
+ */
+#include "host_arena.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The most parts one take may ask for: the stack array's size. */
+#define HOST_ARENA_MAX_PARTS 64
+
+void host_arena_init(gmd_host_arena *a, uint64_t unit, uint64_t target)
+{
+        memset(a, 0, sizeof(*a));
+        extents_init(&a->free, unit);
+        a->target = target;
+}
+
+void host_arena_clear(gmd_host_arena *a)
+{
+        uint64_t unit = a->free.unit;
+
+        extents_clear(&a->free);
+        memset(a, 0, sizeof(*a));
+        extents_init(&a->free, unit);
+}
+
+int host_arena_add(gmd_host_arena *a, uint64_t offset, uint64_t len)
+{
+        int r = extents_add(&a->free, offset, len);
+
+        if (r < 0)
+                return r;
+        a->built += len;
+        return 0;
+}
+
+int host_arena_take(gmd_host_arena *a, uint64_t size, unsigned max_parts,
+                    gmd_arena_span *ret_span)
+{
+        gmd_extent parts[HOST_ARENA_MAX_PARTS];
+        gmd_extent *copy;
+        unsigned n;
+        int r;
+
+        if (size == 0 || !a->free.unit || size % a->free.unit ||
+            max_parts == 0 || max_parts > HOST_ARENA_MAX_PARTS)
+                return -EINVAL;
+        r = extents_take(&a->free, size, max_parts, parts, &n);
+        if (r < 0) {
+                /* -ENOMEM here is the room to give the parts back later,
+                 * which the arena could not set aside: no room either. */
+                a->refused++;
+                return -ENOSPC;
+        }
+        copy = malloc(sizeof(*parts) * n);
+        if (!copy) {
+                (void)extents_give(&a->free, parts, n);
+                return -ENOMEM;
+        }
+        memcpy(copy, parts, sizeof(*parts) * n);
+        a->served++;
+        *ret_span = (gmd_arena_span){ .parts = copy, .n_parts = n };
+        return 0;
+}
+
+int host_arena_give(gmd_host_arena *a, gmd_arena_span *span)
+{
+        int r = 0;
+
+        if (span->parts)
+                r = extents_give(&a->free, span->parts, span->n_parts);
+        free(span->parts);
+        *span = (gmd_arena_span){ 0 };
+        return r;
+}
+
+int host_arena_locate(const gmd_arena_span *span, uint64_t off,
+                      uint64_t *ret_at, uint64_t *ret_run)
+{
+        return extents_locate(span->parts, span->n_parts, off, ret_at, ret_run);
+}
+
+void host_arena_info(const gmd_host_arena *a, gmd_arena_info *ret_info)
+{
+        memset(ret_info, 0, sizeof(*ret_info));
+        ret_info->target = a->target;
+        ret_info->built = a->built;
+        ret_info->free = a->free.avail;
+        ret_info->largest = extents_largest(&a->free);
+        ret_info->served = a->served;
+        ret_info->refused = a->refused;
+}

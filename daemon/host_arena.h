@@ -1,0 +1,81 @@
+/*
+ * host_arena — the bookkeeping of one device's host arena, shared by both
+ * backends: host memory pinned ahead of swap-outs ([pools] host_stock) and
+ * carved into their host copies, so no swap-out pins on the request path.
+ *
+ * An arena is one address range in the daemon, filled from its start with
+ * pieces that were pinned (cuda) or created (sim) one by one. A copy
+ * cannot span two physical allocations, so a host copy handed out never
+ * crosses a piece's edge: when no single free range holds it, it comes as
+ * several parts (a gmd_arena_span), and the copy engine walks them
+ * (host_arena_locate). The ranges themselves are extent.c's; this adds
+ * what both backends did around it: the build progress (target, built),
+ * the served/refused counts, the span's own storage, and the figures
+ * gpu-memctl and the metrics show (gmd_arena_info).
+ *
+ * Holds no memory and makes no driver call: the backend owns the pieces
+ * and the address range, and turns a span's offsets into addresses from
+ * its base. Not thread safe: the cuda backend, whose worker adds pieces
+ * while the loop thread takes and gives, calls it under its host lock.
+ */
+#ifndef GMD_HOST_ARENA_H
+#define GMD_HOST_ARENA_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "extent.h"
+
+typedef struct gmd_host_arena {
+        uint64_t target;        /* bytes it is to have */
+        uint64_t built;         /* bytes of pieces added so far */
+        uint64_t served;        /* host_arena_take calls served ... */
+        uint64_t refused;       /* ... and refused for want of room */
+        gmd_extents free;       /* what is not handed out, of `built` */
+} gmd_host_arena;
+
+/* A host copy carved out of an arena: its parts, offsets from the arena's
+ * start, in order. Empty (parts NULL) when it is not from an arena. */
+typedef struct gmd_arena_span {
+        gmd_extent *parts;
+        unsigned n_parts;
+} gmd_arena_span;
+
+/* An empty arena that will hold `target` bytes in pieces that are
+ * multiples of `unit` (a power of two; 0 makes every take fail -EINVAL). */
+void host_arena_init(gmd_host_arena *a, uint64_t unit, uint64_t target);
+
+/* Forget every piece and span (not the memory: the backend's). The arena
+ * is empty afterwards and may be initialised again. */
+void host_arena_clear(gmd_host_arena *a);
+
+/* A piece of `len` bytes at `offset` is pinned and mapped: all of it free.
+ * -EINVAL (offset or len not a unit multiple, overlapping a piece) or
+ * -ENOMEM, and nothing added, on failure. */
+int host_arena_add(gmd_host_arena *a, uint64_t offset, uint64_t len);
+
+/* Carve `size` bytes (a unit multiple, > 0) in at most `max_parts` parts
+ * (1 to 64) into *ret_span: the best-fitting single free range when one
+ * holds it, else the largest ones (extents_take). -EINVAL for a bad size
+ * or max_parts; -ENOSPC, counted as refused, when the arena has no such
+ * room; -ENOMEM when the span's storage cannot be had. On failure nothing
+ * is taken and *ret_span is untouched. */
+int host_arena_take(gmd_host_arena *a, uint64_t size, unsigned max_parts,
+                    gmd_arena_span *ret_span);
+
+/* Give a span's parts back to the arena (they merge with their free
+ * neighbours) and free its storage; the span is empty afterwards. -EINVAL
+ * when a part was not the arena's to take back (a caller bug: given back
+ * twice, or never taken), which the arena ignores. */
+int host_arena_give(gmd_host_arena *a, gmd_arena_span *span);
+
+/* Where byte `off` of the span lies: its offset in the arena, with how
+ * many bytes from there are in the same part in *ret_run. -ERANGE (and
+ * *ret_run 0) past the span's end. */
+int host_arena_locate(const gmd_arena_span *span, uint64_t off,
+                      uint64_t *ret_at, uint64_t *ret_run);
+
+/* The arena's figures for gpu-memctl and the metrics (backend.h). */
+void host_arena_info(const gmd_host_arena *a, gmd_arena_info *ret_info);
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * snapshot — see snapshot.h. Everything is read on the loop thread, which
+ * owns the state, in one pass per list; the arrays are sized from the
+ * lists' lengths first, so a snapshot is either whole or not made.
+ */
+#include "snapshot.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backing.h"
+#include "buffer.h"
+#include "copyq.h"
+#include "gpumem.h"
+#include "pool.h"
+#include "reuse.h"
+#include "server.h"
+#include "session.h"
+#include "timeutil.h"
+
+static void take_pool(const gmd_server *server, unsigned i,
+                      gmd_pool_snapshot *ret)
+{
+        const gmd_pool *p = i < server->n_devices ?
+                &server->vram_pools[i] : &server->host_pool;
+
+        ret->device = p->device;
+        ret->tier = p->tier;
+        ret->capacity = p->capacity;
+        ret->used = p->used;
+        ret->free = pool_free(p);
+        if (i >= server->n_devices)
+                return;
+        for (unsigned d = 0; d < 2; d++) {
+                ret->queued[d] = server->copyqs.q[i].moves[d];
+                ret->bytes[d] = server->copyqs.q[i].bytes[d];
+                ret->busy_us[d] = server->copyqs.q[i].busy_us[d];
+        }
+        ret->kept = reuse_bytes(&server->reuse, i);
+        if (server->backend->ops->arena_info) {
+                gmd_arena_info arena;
+
+                server->backend->ops->arena_info(server->backend, i, &arena);
+                ret->has_arena = true;
+                ret->arena_built = arena.built;
+                ret->arena_free = arena.free;
+        }
+}
+
+static void take_client(const gmd_session *s, gmd_client_snapshot *ret)
+{
+        ret->id = s->id;
+        ret->pid = s->pid;
+        ret->uid = s->uid;
+        ret->gid = s->gid;
+        snprintf(ret->name, sizeof(ret->name), "%s", s->name);
+        ret->priority = s->priority;
+        ret->n_buffers = s->n_buffers;
+        ret->waiting = s->waitq.n_waiting;
+        ret->bytes = s->bytes;
+        ret->tier_bytes[0] = s->tier_bytes[0];
+        ret->tier_bytes[1] = s->tier_bytes[1];
+        ret->parked_bytes = s->parking.bytes;
+}
+
+static void take_buffer(const gmd_dbuffer *b, gmd_buffer_snapshot *ret)
+{
+        ret->id = b->id;
+        ret->client_id = b->owner->id;
+        ret->pid = b->owner->pid;
+        ret->uid = b->owner->uid;
+        ret->device = b->device;
+        ret->size = b->size;
+        ret->tier = b->tier;
+        ret->state = b->state;
+        ret->flags = b->flags;
+        ret->acquired = b->acquired;
+        ret->parked = b->parked;
+}
+
+static size_t list_length(const gmd_list *list)
+{
+        const gmd_list *pos;
+        size_t n = 0;
+
+        list_for_each(pos, list)
+                n++;
+        return n;
+}
+
+int snapshot_take(const gmd_server *server, unsigned what, gmd_snapshot *ret)
+{
+        gmd_snapshot s = { 0 };
+        const gmd_list *pos;
+        size_t n_sessions = list_length(&server->sessions);
+
+        s.n_pools = server->n_devices + 1;
+        s.pools = calloc(s.n_pools, sizeof(*s.pools));
+        s.clients = calloc(n_sessions ? n_sessions : 1, sizeof(*s.clients));
+        if (what & SNAPSHOT_BUFFERS) {
+                size_t n = list_length(&server->buffers);
+
+                s.buffers = calloc(n ? n : 1, sizeof(*s.buffers));
+        }
+        if (!s.pools || !s.clients || ((what & SNAPSHOT_BUFFERS) && !s.buffers)) {
+                snapshot_clear(&s);
+                return -ENOMEM;
+        }
+
+        for (unsigned i = 0; i < s.n_pools; i++) {
+                take_pool(server, i, &s.pools[i]);
+                s.total_capacity += s.pools[i].capacity;
+                s.total_used += s.pools[i].used;
+        }
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *c = container_of(pos, gmd_session, link);
+
+                if (!c->hello_done)
+                        continue;
+                take_client(c, &s.clients[s.n_clients++]);
+                s.total_buffers += c->n_buffers;
+        }
+        if (s.buffers)
+                list_for_each(pos, &server->buffers)
+                        take_buffer(container_of(pos, gmd_dbuffer, server_link),
+                                    &s.buffers[s.n_buffers++]);
+        s.waiting_allocations = waitq_count(&server->waitq);
+        s.host_pinned = backing_pinned(server);
+        s.host_limit = server->host_pool.capacity;
+        s.stats = server->stats;
+        s.uptime_ms = now_ms() - server->start_ms;
+        s.version = GMD_VERSION_STRING;
+        s.backend = server->backend->ops->name;
+        *ret = s;
+        return 0;
+}
+
+void snapshot_clear(gmd_snapshot *snapshot)
+{
+        free(snapshot->pools);
+        free(snapshot->clients);
+        free(snapshot->buffers);
+        *snapshot = (gmd_snapshot){ 0 };
+}

@@ -1,0 +1,99 @@
+/*
+ * snapshot — the daemon's state as status and metrics report it, copied
+ * once: pools (with each device's copy queues, kept VRAM and host arena),
+ * clients, totals, pinned host memory, counters and, when asked for,
+ * buffers.
+ *
+ * The status reply (status.c) and the metrics page (metrics_render.c) are
+ * both rendered from one of these, so they cannot disagree about what a
+ * figure means or where it comes from, and neither reads the scheduler's
+ * structures itself. A snapshot holds no pointer into live state (names
+ * are copied), so a renderer needs nothing but the snapshot: the metrics
+ * page is unit tested from a snapshot made by hand.
+ */
+#ifndef GMD_SNAPSHOT_H
+#define GMD_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "stats.h"
+
+typedef struct gmd_server gmd_server;
+
+/* One memory pool: the VRAM of a device, or the host pool (the last). */
+typedef struct gmd_pool_snapshot {
+        unsigned device;
+        int tier;                    /* gmd_tier */
+        uint64_t capacity, used, free;
+        /* VRAM pools only (zero on the host pool): */
+        unsigned queued[2];          /* moves queued or copying, by gmd_copy_dir */
+        uint64_t bytes[2];           /* bytes copied since start, by direction */
+        uint64_t busy_us[2];         /* time a copy ran, by direction */
+        uint64_t kept;               /* VRAM kept for swap-ins (reuse.h) */
+        bool has_arena;              /* the backend has host arenas */
+        uint64_t arena_built;        /* this device's arena: pinned */
+        uint64_t arena_free;         /* ... and of that, free */
+} gmd_pool_snapshot;
+
+/* One client, after its hello. */
+typedef struct gmd_client_snapshot {
+        uint64_t id;
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+        char name[65];
+        int priority;
+        unsigned n_buffers;
+        unsigned waiting;            /* its allocations waiting for room */
+        uint64_t bytes;
+        uint64_t tier_bytes[2];      /* by gmd_tier */
+        uint64_t parked_bytes;       /* of `bytes`, in its mapping cache */
+} gmd_client_snapshot;
+
+/* One buffer (only with SNAPSHOT_BUFFERS), in the daemon's list order. */
+typedef struct gmd_buffer_snapshot {
+        uint64_t id;
+        uint64_t client_id;
+        pid_t pid;                   /* its owner's */
+        uid_t uid;                   /* its owner's */
+        unsigned device;
+        uint64_t size;
+        int tier;                    /* gmd_tier */
+        int state;                   /* gmd_state */
+        uint32_t flags;
+        bool acquired, parked;
+} gmd_buffer_snapshot;
+
+typedef struct gmd_snapshot {
+        unsigned n_pools;            /* one per device, then the host pool */
+        gmd_pool_snapshot *pools;
+        unsigned n_clients;
+        gmd_client_snapshot *clients;
+        size_t n_buffers;
+        gmd_buffer_snapshot *buffers;   /* NULL without SNAPSHOT_BUFFERS */
+        uint64_t total_capacity, total_used;  /* over every pool */
+        uint64_t total_buffers;         /* buffers of every client */
+        unsigned waiting_allocations;   /* the wait queue's length */
+        uint64_t host_pinned;           /* pinned host memory (backing.h) */
+        uint64_t host_limit;            /* [pools] host_limit */
+        gmd_stats stats;
+        uint64_t uptime_ms;
+        const char *version;            /* static strings */
+        const char *backend;
+} gmd_snapshot;
+
+/* What snapshot_take copies beyond pools, clients and counters. */
+enum {
+        SNAPSHOT_BUFFERS = 1u << 0,
+};
+
+/* Fill `ret` from the daemon's state now; `what` is SNAPSHOT_* flags.
+ * Returns 0 or -ENOMEM (then `ret` holds nothing to clear). */
+int snapshot_take(const gmd_server *server, unsigned what, gmd_snapshot *ret);
+
+/* Free what a snapshot holds; it may be cleared again. */
+void snapshot_clear(gmd_snapshot *snapshot);
+
+#endif

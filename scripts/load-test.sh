@@ -1,0 +1,52 @@
+#!/bin/sh
+# load-test.sh — issue 10's load test: a sim gpu-memd with the default
+# [limits], CLIENTS ordinary clients allocating and freeing for SECONDS,
+# and (unless HOSTILE=0) one hostile user: a connection flood, an fd flood
+# of tiny buffers, a flood of unread status replies and a request for the
+# whole pool that waits forever. It prints the probe client's allocation
+# latency idle and under that load, what the hostile user got, and the
+# daemon's peak memory and log size. Not part of `make test` (minutes).
+#
+#   scripts/load-test.sh                       # 64 clients x 60 s, hostile
+#   CLIENTS=16 SECONDS=15 scripts/load-test.sh # smaller
+#
+# As root the hostile user is uid 65534, so the per-user bounds separate it
+# from the others, as on a shared machine. Needs a built tree (make).
+set -eu
+
+BUILD=${BUILD:-build}
+CLIENTS=${CLIENTS:-64}
+SECONDS_=${SECONDS:-60}
+IDLE=${IDLE:-10}
+HOSTILE=${HOSTILE:-1}
+
+for f in "$BUILD/daemon/gpu-memd" "$BUILD/tests/load/load_bench"; do
+        [ -x "$f" ] || { echo "load-test: $f is missing; run make first" >&2; exit 1; }
+done
+dir=$(mktemp -d /tmp/gmd-load-XXXXXX)
+chmod 0711 "$dir"
+cat >"$dir/gpu-memd.conf" <<CONF
+[daemon]
+backend = sim
+socket_mode = 0666
+[sim]
+vram = 1G
+granularity = 4K
+CONF
+"$BUILD/daemon/gpu-memd" --config "$dir/gpu-memd.conf" --socket "$dir/gpu-memd.sock" \
+        2>"$dir/gpu-memd.log" &
+daemon=$!
+trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 50); do [ -S "$dir/gpu-memd.sock" ] && break; sleep 0.1; done
+
+flag=""
+[ "$HOSTILE" = 1 ] && flag="--hostile"
+echo "load-test: $CLIENTS clients x ${SECONDS_} s${flag:+, a hostile user}, idle ${IDLE} s first"
+# No mapping cache: every allocation is a round trip to the daemon.
+GPU_MEMD_CACHE=0 GPU_MEMD_SOCKET="$dir/gpu-memd.sock" "$BUILD/tests/load/load_bench" \
+        --clients "$CLIENTS" --seconds "$SECONDS_" --idle "$IDLE" $flag
+echo "daemon: peak RSS $(awk '/VmHWM/ {print $2, $3}' /proc/$daemon/status)," \
+     "$(wc -l <"$dir/gpu-memd.log") log lines," \
+     "$(grep -c 'refusing a connection' "$dir/gpu-memd.log" || true) refusals logged," \
+     "$(grep -c 'not reading replies\|do not read their replies' "$dir/gpu-memd.log" || true) reply floods cut"
+kill -0 $daemon && echo "daemon: still running"

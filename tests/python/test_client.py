@@ -1,0 +1,267 @@
+"""test_client — every call of the gpumem package against the real sim
+daemon: connect and its properties, alloc with flags/device/timeout, the
+buffer's fields, acquire/release/release_after/held, pageout/prefetch/wait
+of one, several and all buffers (the tier seen from Python and in the
+daemon's status), status as Python data, the cache (free parks, trim
+returns), the default client and use_client, admin calls (as root), and
+that `import gpumem` needs neither torch nor the library.
+"""
+import os
+import subprocess
+import sys
+import unittest
+
+import gpumem
+from gmd_daemon import MiB, DaemonTest, reap, spawn_python, wait_until
+
+
+class Connect(DaemonTest):
+    def test_properties(self):
+        c = self.client
+        self.assertEqual(c.backend, "sim")
+        self.assertEqual(c.device_count, 1)
+        self.assertGreaterEqual(c.protocol_version, 1)
+        self.assertEqual(c.socket, self.daemon.socket)
+        self.assertFalse(c.closed)
+        names = [x.name for x in self.mine()]
+        self.assertEqual(names, ["pytest"])
+
+    def test_close_is_idempotent_and_frees(self):
+        other = gpumem.Client(self.daemon.socket, name="other")
+        buf = other.alloc(4 * MiB)
+        self.assertEqual(len(self.mine()), 2)
+        other.close()
+        other.close()
+        self.assertTrue(other.closed)
+        self.assertTrue(buf.freed)
+        self.assertEqual(self.mine()[0].name, "pytest")
+        self.assertEqual(len(self.mine()), 1)
+        self.assertEqual(self.client.status().total_used, 0)
+
+    def test_context_manager(self):
+        with gpumem.Client(self.daemon.socket, name="scoped") as c:
+            c.alloc(2 * MiB)
+            self.assertIn("scoped", [x.name for x in self.mine()])
+        self.assertTrue(c.closed)
+        self.assertNotIn("scoped", [x.name for x in self.mine()])
+
+
+class Alloc(DaemonTest):
+    CONFIG = "[sim]\nvram = 64M\ndevices = 2\n"
+
+    def test_fields(self):
+        buf = self.client.alloc(3 * MiB + 1)     # rounded to 2 MiB steps
+        self.assertEqual(buf.size, 4 * MiB)
+        self.assertNotEqual(buf.ptr, 0)
+        self.assertEqual(buf.ptr % (2 * MiB), 0)
+        self.assertEqual(buf.device, 0)
+        self.assertEqual(buf.tier, "vram")
+        self.assertIs(buf.client, self.client)
+        self.assertEqual(self.client.buffers, [buf])
+        st = self.client.status()
+        self.assertEqual([(b.buffer_id, b.size, b.acquired, b.tier, b.state)
+                          for b in st.buffers],
+                         [(buf.id, 4 * MiB, True, "vram", "resident")])
+
+    def test_size_strings_device_flags(self):
+        a = self.client.alloc("4M", device=1, flags=gpumem.PIN_VRAM)
+        b = self.client.alloc(2 * MiB, flags=gpumem.SPILLABLE, timeout=0)
+        st = self.client.status()
+        flags = {x.buffer_id: (x.device, x.flags) for x in st.buffers}
+        self.assertEqual(flags[a.id], (1, gpumem.PIN_VRAM))
+        self.assertEqual(flags[b.id], (0, gpumem.SPILLABLE))
+        self.assertEqual(a.size, 4 * MiB)
+        self.assertEqual(gpumem.parse_size("1.5G"), 3 << 29)
+        self.assertEqual(gpumem.format_size(3 << 29), "1.5 GiB")
+
+    def test_free_and_context_manager(self):
+        with self.client.alloc(2 * MiB) as buf:
+            self.assertEqual(self.mine()[0].buffers, 1)
+        self.assertTrue(buf.freed)
+        buf.free()                              # twice: nothing
+        self.assertEqual(self.client.buffers, [])
+
+    def test_garbage_collected_buffer_is_freed(self):
+        os.environ["GPU_MEMD_CACHE"] = "0"
+        try:
+            c = gpumem.Client(self.daemon.socket, name="nocache")
+        finally:
+            del os.environ["GPU_MEMD_CACHE"]
+        self.addCleanup(c.close)
+        buf = c.alloc(8 * MiB)
+        self.assertEqual(self.client.status().total_used, 8 * MiB)
+        del buf
+        self.assertEqual(self.client.status().total_used, 0)
+
+    def test_freed_buffer_is_parked_then_trimmed(self):
+        buf = self.client.alloc(4 * MiB)
+        ptr = buf.ptr
+        buf.free()
+        me = self.mine()[0]
+        self.assertEqual((me.parked_bytes, me.buffers), (4 * MiB, 1))
+        again = self.client.alloc(4 * MiB)       # from the cache
+        self.assertEqual(again.ptr, ptr)
+        again.free()
+        self.assertEqual(self.client.trim_cache(), 1)
+        wait_until(lambda: self.client.status().total_used == 0,
+                   what="trimmed bytes back")
+
+
+class FakeStream:
+    """What release_after reads of a torch.cuda.Stream (CPU-only here)."""
+    cuda_stream = 0
+
+
+class Tiering(DaemonTest):
+    def test_release_pageout_wait_acquire(self):
+        buf = self.client.alloc(4 * MiB)
+        buf.release()
+        buf.pageout()
+        buf.wait(timeout=5)
+        self.assertEqual(buf.tier, "host")
+        st = self.client.status()
+        self.assertEqual(st.buffers[0].tier, "host")
+        self.assertFalse(st.buffers[0].acquired)
+        self.assertEqual(self.mine(st)[0].host_bytes, 4 * MiB)
+        buf.acquire(timeout=5)
+        self.assertEqual(buf.tier, "vram")
+        self.assertTrue(self.client.status().buffers[0].acquired)
+
+    def test_prefetch_named_and_all(self):
+        bufs = [self.client.alloc(2 * MiB) for _ in range(3)]
+        for b in bufs:
+            b.release()
+        self.client.pageout(bufs[0], bufs[1])
+        self.client.wait(bufs[0], bufs[1], timeout=5)
+        self.assertEqual([b.tier for b in bufs], ["host", "host", "vram"])
+        bufs[0].prefetch()
+        bufs[0].wait(timeout=5)
+        self.assertEqual([b.tier for b in bufs], ["vram", "host", "vram"])
+        self.client.pageout()                    # all
+        self.client.wait(timeout=5)
+        self.assertEqual([b.tier for b in bufs], ["host"] * 3)
+        self.client.prefetch()
+        self.client.wait(timeout=5)
+        self.assertEqual([b.tier for b in bufs], ["vram"] * 3)
+
+    def test_release_after_and_held(self):
+        buf = self.client.alloc(2 * MiB)
+        buf.release_after(None)                 # sim: release
+        self.assertFalse(self.client.status().buffers[0].acquired)
+        with buf.held(timeout=5):
+            self.assertTrue(self.client.status().buffers[0].acquired)
+        self.assertFalse(self.client.status().buffers[0].acquired)
+        buf.acquire()
+        buf.release_after(0)                    # an int handle: default
+        with buf.held(stream=0):
+            pass
+        self.assertFalse(self.client.status().buffers[0].acquired)
+        buf.acquire()
+        buf.release_after(FakeStream())         # like torch.cuda.Stream
+        self.assertFalse(self.client.status().buffers[0].acquired)
+        with self.assertRaises(TypeError):
+            buf.release_after("stream")
+
+
+class Status(DaemonTest):
+    def test_status_as_data(self):
+        self.client.alloc(4 * MiB)
+        st = self.client.status()
+        self.assertIsInstance(st, gpumem.Status)
+        self.assertEqual(st.backend, "sim")
+        self.assertTrue(st.daemon_version)
+        self.assertEqual(st.total_used, 4 * MiB)
+        self.assertEqual(st.total_buffers, 1)
+        vram = [p for p in st.pools if p.tier == "vram"]
+        self.assertEqual((vram[0].capacity, vram[0].used),
+                         (64 * MiB, 4 * MiB))
+        d = st.to_dict()
+        self.assertEqual(d["pools"][0]["device"], 0)
+        self.assertEqual(d["clients"][0]["name"], "pytest")
+        self.assertEqual(len(self.client.status("pools").clients), 0)
+        self.assertEqual(len(self.client.status("clients").buffers), 0)
+        self.assertEqual(len(self.client.status("buffers", pid=1).buffers),
+                         0)
+
+
+class Default(DaemonTest):
+    def test_default_and_use_client(self):
+        os.environ["GPU_MEMD_SOCKET"] = self.daemon.socket
+        try:
+            d = gpumem.default_client()
+        finally:
+            del os.environ["GPU_MEMD_SOCKET"]
+        self.addCleanup(d.close)
+        self.assertIs(gpumem.default_client(), d)
+        self.assertIs(gpumem.current_client(), d)
+        buf = gpumem.alloc(2 * MiB)
+        self.assertIs(buf.client, d)
+        with gpumem.use_client(self.client):
+            self.assertIs(gpumem.current_client(), self.client)
+            inner = gpumem.alloc(2 * MiB)
+            self.assertIs(inner.client, self.client)
+            self.assertEqual(gpumem.status().total_buffers, 2)
+        self.assertIs(gpumem.current_client(), d)
+
+
+@unittest.skipUnless(os.geteuid() == 0, "admin calls need root")
+class Admin(DaemonTest):
+    CHILD = ("import gpumem, sys\n"
+             "c = gpumem.Client(name='victim')\n"
+             "b = c.alloc(4 << 20); b.release()\n"
+             "print('ready', flush=True); sys.stdin.readline()\n"
+             "try:\n    b.acquire(timeout=5)\n"
+             "except gpumem.GpumemError as e:\n"
+             "    print(type(e).__name__, e, flush=True)\n")
+
+    def test_priority_evict_drain(self):
+        child = spawn_python(self.daemon, self.CHILD)
+        self.addCleanup(reap, child)
+        self.assertEqual(child.stdout.readline().strip(), "ready")
+        self.client.admin_set_priority(child.pid, 7)
+        st = self.client.status()
+        victim = [c for c in st.clients if c.pid == child.pid][0]
+        self.assertEqual(victim.priority, 7)
+        self.client.admin_evict(child.pid)
+        wait_until(lambda: [b for b in self.client.status().buffers
+                            if b.pid == child.pid][0].tier == "host",
+                   what="evicted to host")
+        self.client.admin_drain(child.pid)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out = child.stdout.readline()
+        self.assertRegex(out, r"^(Revoked|Disconnected) ")
+        child.wait(5)
+        with self.assertRaises(gpumem.NoSuchBuffer):
+            self.client.admin_evict(child.pid)
+
+
+class Import(unittest.TestCase):
+    def run_python(self, code, **env):
+        full = dict(os.environ, **env)
+        return subprocess.run([sys.executable, "-c", code], env=full,
+                              capture_output=True, text=True, timeout=60)
+
+    def test_import_needs_no_torch_nor_numpy(self):
+        r = self.run_python(
+            "import sys; sys.modules['torch'] = None; "
+            "sys.modules['numpy'] = None; import gpumem; "
+            "print(sorted(m for m in ('torch', 'numpy') "
+            "if sys.modules.get(m)))")
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "[]"),
+                         r.stderr)
+
+    def test_library_not_found_says_what_to_do(self):
+        r = self.run_python(
+            "import gpumem\n"
+            "try:\n    gpumem.Client()\n"
+            "except gpumem.LibraryNotFound as e:\n    print(e)\n",
+            GPUMEM_LIBRARY="/nonexistent/libgpumem.so")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("GPUMEM_LIBRARY=/nonexistent/libgpumem.so cannot be "
+                      "loaded", r.stdout)
+        self.assertIn("build/client/libgpumem.so", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

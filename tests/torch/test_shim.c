@@ -1,0 +1,285 @@
+/*
+ * test_shim — libgpumem_torch.so against the real gpu-memd (sim backend)
+ * and a fake libcudart (fake_cudart.c), where there is no GPU. This program
+ * links the shim ahead of the fake, so its cudaMalloc, cudaFree and
+ * cudaMemGetInfo are the shim's, as PyTorch's are when the shim is
+ * preloaded; the fake plays the rest of the runtime (current device,
+ * synchronize) and counts what reaches it.
+ *
+ * One daemon (two sim devices of 64 MiB) serves the whole program: the
+ * shim keeps one connection per process, as it does under PyTorch.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gpumem.h"
+#include "gpumem_torch.h"
+#include "harness.h"
+
+int cudaMalloc(void **ptr, size_t size);
+int cudaFree(void *ptr);
+int cudaMemGetInfo(size_t *ret_free, size_t *ret_total);
+int fake_cudart_count(int which);
+void *fake_cudart_last_free(void);
+void fake_cudart_set_device(int device);
+
+#define CUDA_ERROR_MEMORY_ALLOC 2
+enum { SYNCS = 0, FREES = 1, SET_DEVICES = 2, MALLOCS = 3 };
+
+static harness h;
+static gmd_client *probe;     /* the test's own view of the daemon */
+
+static uint64_t stat(int which)
+{
+        uint64_t v[GMD_TORCH_N_STATS];
+
+        assert_int_equal(gmd_torch_stats(v, GMD_TORCH_N_STATS), GMD_TORCH_N_STATS);
+        return v[which];
+}
+
+/* Bytes the daemon counts for the shim's client (named "shim-test"). */
+static uint64_t shim_client_bytes(void)
+{
+        gmd_status *st = harness_status(probe);
+        uint64_t bytes = UINT64_MAX;
+
+        for (size_t i = 0; i < st->n_clients; i++)
+                if (strcmp(st->clients[i].name, "shim-test") == 0)
+                        bytes = st->clients[i].bytes;
+        gmd_status_free(st);
+        return bytes;
+}
+
+static int group_setup(void **state)
+{
+        harness_init(&h, "[daemon]\nbackend = sim\n"
+                         "[sim]\ndevices = 2\nvram = 64M\ngranularity = 2M\n");
+        harness_start(&h, NULL);
+        setenv("GPU_MEMD_SOCKET", h.socket_path, 1);
+        setenv("GPU_MEMD_TORCH_NAME", "shim-test", 1);
+        setenv("GPU_MEMD_TORCH_QUIET", "1", 1);
+        setenv("GPU_MEMD_TORCH_CUDART", FAKE_CUDART_PATH, 1);
+        unsetenv("GPU_MEMD_TORCH_TIMEOUT_MS");
+        probe = harness_client(&h, "probe");
+        return 0;
+}
+
+static int group_teardown(void **state)
+{
+        gmd_disconnect(probe);
+        harness_stop(&h);
+        harness_cleanup(&h);
+        return 0;
+}
+
+static void test_alloc_free(void **state)
+{
+        int syncs = fake_cudart_count(SYNCS);
+        void *p = NULL;
+
+        if (cudaMalloc(&p, 5 * MiB) != 0)
+                fail_msg("cudaMalloc: %s", gmd_torch_last_error());
+        assert_non_null(p);
+        memset(p, 0xab, 5 * MiB);               /* sim: host memory */
+        /* Rounded to the 2 MiB granularity, as PyTorch's segments are. */
+        assert_int_equal(shim_client_bytes(), 6 * MiB);
+        assert_int_equal(stat(GMD_TORCH_BYTES_HELD), 6 * MiB);
+        assert_int_equal(stat(GMD_TORCH_SEGMENTS_HELD), 1);
+        assert_int_equal(cudaFree(p), 0);
+        /* Stream-ordered: the device was synchronized before the free. */
+        assert_int_equal(fake_cudart_count(SYNCS), syncs + 1);
+        /* Given back, not parked in libgpumem's cache. */
+        assert_int_equal(shim_client_bytes(), 0);
+        assert_int_equal(stat(GMD_TORCH_BYTES_HELD), 0);
+        assert_int_equal(fake_cudart_count(MALLOCS), 0);
+}
+
+static void test_zero_null_and_foreign(void **state)
+{
+        int frees = fake_cudart_count(FREES);
+        uint64_t foreign = stat(GMD_TORCH_FOREIGN_FREES);
+        void *p = (void *)1;
+
+        assert_int_equal(cudaMalloc(&p, 0), 0);
+        assert_null(p);
+        /* cudaFree(NULL) initializes a context: the runtime's to answer. */
+        assert_int_equal(cudaFree(NULL), 0);
+        assert_int_equal(fake_cudart_count(FREES), frees + 1);
+        assert_int_equal(stat(GMD_TORCH_FOREIGN_FREES), foreign);
+        /* A pointer the shim never handed out goes to libcudart. */
+        assert_int_equal(cudaFree((void *)0x12345000), 0);
+        assert_ptr_equal(fake_cudart_last_free(), (void *)0x12345000);
+        assert_int_equal(stat(GMD_TORCH_FOREIGN_FREES), foreign + 1);
+}
+
+static void test_mem_get_info_is_the_pool(void **state)
+{
+        size_t f = 0, t = 0;
+        void *p;
+
+        assert_int_equal(cudaMalloc(&p, 8 * MiB), 0);
+        assert_int_equal(cudaMemGetInfo(&f, &t), 0);
+        assert_int_equal(t, 64 * MiB);
+        assert_int_equal(f, 56 * MiB);
+        assert_int_equal(cudaFree(p), 0);
+}
+
+static void test_device_n(void **state)
+{
+        gmd_status *st;
+        int sets, found = 0;
+        void *p;
+
+        fake_cudart_set_device(1);
+        assert_int_equal(cudaMalloc(&p, 4 * MiB), 0);
+        fake_cudart_set_device(0);
+        OK(gmd_query_status(probe, GMD_STATUS_BUFFERS, 0, &st));
+        for (size_t i = 0; i < st->n_buffers; i++)
+                if (st->buffers[i].size == 4 * MiB && st->buffers[i].device == 1)
+                        found = 1;
+        gmd_status_free(st);
+        assert_true(found);
+        /* Freed from device 0: synchronize device 1, then switch back. */
+        sets = fake_cudart_count(SET_DEVICES);
+        assert_int_equal(cudaFree(p), 0);
+        assert_int_equal(fake_cudart_count(SET_DEVICES), sets + 2);
+}
+
+/* What PyTorch's allocator does when cudaMalloc fails: free its cache and
+ * ask again for the same size. The first request does not wait; the
+ * repeat waits until the deadline, then fails with the daemon's words. */
+static void test_deadline(void **state)
+{
+        gmd_buffer *hog;
+        uint64_t t0, first_ms, repeat_ms;
+        void *p = NULL;
+
+        OK(gmd_alloc(probe, 48 * MiB, 0, 0, GMD_NO_WAIT, &hog));
+        assert_int_equal(gmd_torch_set_timeout(400), 0);
+        t0 = harness_now_ms();
+        assert_int_equal(cudaMalloc(&p, 32 * MiB), CUDA_ERROR_MEMORY_ALLOC);
+        first_ms = harness_now_ms() - t0;
+        t0 = harness_now_ms();
+        assert_int_equal(cudaMalloc(&p, 32 * MiB), CUDA_ERROR_MEMORY_ALLOC);
+        repeat_ms = harness_now_ms() - t0;
+        assert_true(first_ms < 200);
+        assert_in_range(repeat_ms, 380, 3000);
+        /* The repeat waits what is left of the deadline the first one set. */
+        assert_non_null(strstr(gmd_torch_last_error(), " ms for 32 MiB on device 0 VRAM"));
+        assert_int_equal(stat(GMD_TORCH_BYTES_HELD), 0);
+        /* Too large for the pool: at once, the first time. */
+        t0 = harness_now_ms();
+        assert_int_equal(cudaMalloc(&p, 128 * MiB), CUDA_ERROR_MEMORY_ALLOC);
+        assert_true(harness_now_ms() - t0 < 200);
+        assert_non_null(strstr(gmd_torch_last_error(), "larger than"));
+        assert_int_equal(gmd_torch_set_timeout(-2), -EINVAL);
+        OK(gmd_free(probe, hog));
+        gmd_trim_cache(probe);
+        assert_int_equal(gmd_torch_set_timeout(-1), 0);
+}
+
+static void *free_later(void *arg)
+{
+        harness_sleep_ms(300);
+        gmd_free(probe, arg);
+        gmd_trim_cache(probe);
+        return NULL;
+}
+
+static void test_repeat_waits_for_room(void **state)
+{
+        uint64_t waits = stat(GMD_TORCH_WAITS), t0;
+        gmd_buffer *hog;
+        pthread_t t;
+        void *p = NULL;
+
+        OK(gmd_alloc(probe, 48 * MiB, 0, 0, GMD_NO_WAIT, &hog));
+        assert_int_equal(pthread_create(&t, NULL, free_later, hog), 0);
+        t0 = harness_now_ms();
+        assert_int_equal(cudaMalloc(&p, 32 * MiB), CUDA_ERROR_MEMORY_ALLOC);
+        assert_int_equal(cudaMalloc(&p, 32 * MiB), 0);
+        assert_true(harness_now_ms() - t0 >= 250);
+        pthread_join(t, NULL);
+        assert_int_equal(stat(GMD_TORCH_WAITS), waits + 1);
+        assert_int_equal(cudaFree(p), 0);
+}
+
+/* Every thread allocates through the one connection. */
+static void *alloc_in_thread(void *arg)
+{
+        void *p = NULL;
+
+        if (cudaMalloc(&p, 2 * MiB) == 0)
+                *(void **)arg = p;
+        return NULL;
+}
+
+static void test_threads(void **state)
+{
+        uint64_t threads = stat(GMD_TORCH_THREADS);
+        void *got[4] = { 0 };
+        pthread_t t[4];
+
+        for (int i = 0; i < 4; i++)
+                assert_int_equal(pthread_create(&t[i], NULL, alloc_in_thread, &got[i]), 0);
+        for (int i = 0; i < 4; i++)
+                pthread_join(t[i], NULL);
+        assert_int_equal(stat(GMD_TORCH_THREADS), threads + 4);
+        assert_int_equal(shim_client_bytes(), 8 * MiB);
+        for (int i = 0; i < 4; i++) {
+                assert_non_null(got[i]);
+                assert_int_equal(cudaFree(got[i]), 0);
+        }
+}
+
+/* A forked child forgets the parent's connection and makes its own; with
+ * no daemon there it says so. */
+static void test_fork_and_no_daemon(void **state)
+{
+        pid_t pid;
+        int status;
+
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                void *p;
+
+                setenv("GPU_MEMD_SOCKET", "/nonexistent/gpu-memd.sock", 1);
+                if (cudaMalloc(&p, 2 * MiB) != CUDA_ERROR_MEMORY_ALLOC)
+                        _exit(1);
+                if (!strstr(gmd_torch_last_error(), "cannot connect to gpu-memd "
+                            "at /nonexistent/gpu-memd.sock") ||
+                    !strstr(gmd_torch_last_error(), "is gpu-memd running?"))
+                        _exit(2);
+                _exit(0);
+        }
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_int_equal(harness_exit_code(status), 0);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_alloc_free),
+                cmocka_unit_test(test_zero_null_and_foreign),
+                cmocka_unit_test(test_mem_get_info_is_the_pool),
+                cmocka_unit_test(test_device_n),
+                cmocka_unit_test(test_deadline),
+                cmocka_unit_test(test_repeat_waits_for_room),
+                cmocka_unit_test(test_threads),
+                cmocka_unit_test(test_fork_and_no_daemon),
+        };
+
+        return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
