@@ -176,7 +176,8 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                               LEGACY_IPC_ALIGN : 0;
         if (m->size == 0 || size == 0)
                 return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
-                                    "size must be between 1 byte and the pool's capacity");
+                                    "size must be between 1 byte and the "
+                                    "pool's capacity");
         pool_describe(pool, name, sizeof(name));
         size_format(m->size, asked, sizeof(asked));
         size_format(pool->capacity, cap, sizeof(cap));
@@ -219,7 +220,8 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
             (verdict == QUOTA_PARKED ||
              pool_free(pool) + reuse_bytes(&server->reuse, m->device) +
              evict_reclaimable(&server->sessions, m->device) +
-             evict_evictable(server, m->device) >= size + waitq_demand(&server->waitq, m->device)))
+             evict_evictable(server, m->device) >=
+             size + waitq_demand(&server->waitq, m->device)))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {
                 char host[160] = "";

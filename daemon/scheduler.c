@@ -1,8 +1,8 @@
 /*
- * scheduler — see scheduler.h for the order of the pass and why. The handles are
- * closed by the pass itself once the server is stopping and no copy is in
- * flight any more: an orphaned move's memory is released by the pass that
- * follows its last copy.
+ * scheduler — see scheduler.h for the order of the pass and why. The
+ * handles are closed by the pass itself once the server is stopping and no
+ * copy is in flight any more: an orphaned move's memory is released by the
+ * pass that follows its last copy.
  */
 #include "scheduler.h"
 
