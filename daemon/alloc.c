@@ -40,12 +40,10 @@ static quota_verdict alloc_quota(gmd_session *s, uint64_t size, gmd_tier tier,
         return quota_check(&s->limits, s->uid, &u, size, tier, ret);
 }
 
-int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
-                 unsigned flags, gmd_tier tier, uint64_t since_us, gmd_result *ret)
+int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
+                 gmd_tier tier, uint64_t since_us, gmd_result *ret)
 {
         gmd_server *server = s->server;
-        Gmd__AllocReply reply = GMD__ALLOC_REPLY__INIT;
-        Gmd__Segment segment = GMD__SEGMENT__INIT, *segments[1] = { &segment };
         gmd_dbuffer *b;
         int r;
 
@@ -85,61 +83,40 @@ int alloc_now_on(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
                 /* Failed, not "wait": -EAGAIN means a full quota here. */
                 return r == -EAGAIN ? -EIO : r;
         }
-        reply.buffer_id = b->id;
-        reply.size = b->size;
-        reply.tier = (Gmd__Tier)b->tier;
-        if (b->mem->fd < 0) {
-                /* Legacy IPC: the handle instead of segments and an fd. */
-                reply.ipc_handle.len = sizeof(b->mem->ipc_handle);
-                reply.ipc_handle.data = b->mem->ipc_handle;
-                session_send(s, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base,
-                             NULL, 0);
-        } else {
-                segment.fd_index = 0;
-                segment.offset = 0;
-                segment.size = b->mem->size;
-                reply.n_segments = 1;
-                reply.segments = segments;
-                b->mem->shared = true;
-                session_send(s, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base,
-                             &b->mem->fd, 1);
-        }
-        server->stats.allocations++;
-        stats_alloc_latency(&server->stats, now_us() - since_us);
+        ret->buffer = b;
+        ret->since_us = since_us;
         return 0;
 }
 
-void alloc_expired(gmd_session *s, uint32_t id, uint64_t size, unsigned device,
-                   unsigned flags, int64_t timeout_ms, uint64_t since_us)
+gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
+                          unsigned flags, int64_t timeout_ms, uint64_t since_us,
+                          gmd_result *ret)
 {
         gmd_server *server = s->server;
         gmd_pool *pool = server_vram_pool(server, device);
         char asked[32], free_b[32], cap[32], name[32], host[160] = "";
-        gmd_result res;
         int r;
 
         /* VRAM first, then host: a SPILLABLE allocation that got no VRAM
          * in time lives on the host tier, where the GPU still reads it. */
         if (placement_host_fallback(flags)) {
-                r = alloc_now_on(s, id, size, device, flags, GMD_TIER_HOST,
-                                 since_us, &res);
-                if (r < 0 && !alloc_must_wait(r))
-                        session_answer(s, id, &res);
+                r = alloc_now_on(s, size, device, flags, GMD_TIER_HOST, since_us,
+                                 ret);
                 if (!alloc_must_wait(r))
-                        return;
+                        return r == 0 ? OUTCOME_ALLOCATED : OUTCOME_ERROR;
         }
         if (placement_host_fallback(flags))
                 backing_no_host_room(server, host, sizeof(host));
         size_format(size, asked, sizeof(asked));
         size_format(pool_free(pool), free_b, sizeof(free_b));
         size_format(pool->capacity, cap, sizeof(cap));
-        result_error(&res, GMD__ERROR_CODE__ERR_TIMED_OUT,
-                     "waited %lld ms for %s on %s; it has %s free of %s "
-                     "and nothing idle could be moved out in time%s "
-                     "(see gpu-memctl status)",
-                     (long long)timeout_ms, asked,
-                     pool_describe(pool, name, sizeof(name)), free_b, cap, host);
-        session_answer(s, id, &res);
+        return result_error(ret, GMD__ERROR_CODE__ERR_TIMED_OUT,
+                            "waited %lld ms for %s on %s; it has %s free of %s "
+                            "and nothing idle could be moved out in time%s "
+                            "(see gpu-memctl status)",
+                            (long long)timeout_ms, asked,
+                            pool_describe(pool, name, sizeof(name)), free_b, cap,
+                            host);
 }
 
 gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m,
@@ -200,18 +177,18 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                 evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
         /* Behind requests already waiting on this device, never past them. */
         if (verdict == QUOTA_OK && waitq_demand(&server->waitq, m->device) == 0) {
-                r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_VRAM,
+                r = alloc_now_on(s, size, m->device, m->flags, GMD_TIER_VRAM,
                                  now_us(), ret);
                 if (!alloc_must_wait(r))
-                        return r == 0 ? OUTCOME_ANSWERED : OUTCOME_ERROR;
+                        return r == 0 ? OUTCOME_ALLOCATED : OUTCOME_ERROR;
         }
         timeout_ms = m->timeout_ms;
         if (timeout_ms == 0 && placement_host_fallback(m->flags)) {
                 /* No wait and no VRAM: VRAM first, then host. */
-                r = alloc_now_on(s, id, size, m->device, m->flags, GMD_TIER_HOST,
+                r = alloc_now_on(s, size, m->device, m->flags, GMD_TIER_HOST,
                                  now_us(), ret);
                 if (!alloc_must_wait(r))
-                        return r == 0 ? OUTCOME_ANSWERED : OUTCOME_ERROR;
+                        return r == 0 ? OUTCOME_ALLOCATED : OUTCOME_ERROR;
         }
         /* Room that idle buffers and clients' caches of idle mappings hold
          * is as good as free: it takes a copy or a message to get it, so

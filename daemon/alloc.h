@@ -1,7 +1,8 @@
 /*
  * alloc — the allocation request: validation, quotas, creating the buffer
- * and its reply, and what happens when the pool has no room (reclaim idle
- * mappings from clients' caches, then wait with the client's deadline).
+ * (its AllocReply is request.c's), and what happens when the pool has no
+ * room (reclaim idle mappings from clients' caches, then wait with the
+ * client's deadline).
  */
 #ifndef GMD_ALLOC_H
 #define GMD_ALLOC_H
@@ -16,31 +17,31 @@
 
 typedef struct gmd_session gmd_session;
 
-/* Handle MSG_ALLOC: OUTCOME_ANSWERED (its AllocReply was sent),
- * OUTCOME_ERROR (`ret` says why) or OUTCOME_LATER (it waits for room). */
+/* Handle MSG_ALLOC: OUTCOME_ALLOCATED (`ret` holds the buffer, for
+ * request.c's AllocReply), OUTCOME_ERROR (`ret` says why) or
+ * OUTCOME_LATER (it waits for room). */
 gmd_outcome alloc_handle(gmd_session *session, uint32_t request_id,
                          const Gmd__AllocRequest *request, gmd_result *ret);
 
 /*
- * Create the buffer of an allocation on `tier` and send its AllocReply.
- * Used for allocations that fit at once, for waiters served later and for
- * SPILLABLE ones placed on the host tier. Returns 0 (the reply is sent),
- * -ENOSPC (the pool has no room; nothing sent), -EAGAIN (the user's quota
- * is full of parked buffers, asked back now; nothing sent) or another
- * error (nothing sent, `ret` says why: -EDQUOT over quota, else the
- * backend failed). `since_us` (now_us() when the request came) feeds the
- * latency histogram.
+ * Create the buffer of an allocation on `tier`. Used for allocations that
+ * fit at once, for waiters served later and for SPILLABLE ones placed on
+ * the host tier. Returns 0 (`ret` holds the buffer and `since_us`, now_us()
+ * when the request came, for the reply and the latency histogram:
+ * OUTCOME_ALLOCATED), -ENOSPC (the pool has no room), -EAGAIN (the user's
+ * quota is full of parked buffers, asked back now) or another error
+ * (`ret` says why: -EDQUOT over quota, else the backend failed).
  */
-int alloc_now_on(gmd_session *session, uint32_t request_id, uint64_t size,
-                 unsigned device, unsigned flags, gmd_tier tier,
-                 uint64_t since_us, gmd_result *ret);
+int alloc_now_on(gmd_session *session, uint64_t size, unsigned device,
+                 unsigned flags, gmd_tier tier, uint64_t since_us,
+                 gmd_result *ret);
 
 /* A waiting allocation's deadline passed: a SPILLABLE one is placed on
- * the host tier if it has room; any other is answered with a timeout that
- * says what the pool holds. */
-void alloc_expired(gmd_session *session, uint32_t request_id, uint64_t size,
-                   unsigned device, unsigned flags, int64_t timeout_ms,
-                   uint64_t since_us);
+ * the host tier if it has room (OUTCOME_ALLOCATED); any other gets a
+ * timeout that says what the pool holds (OUTCOME_ERROR). */
+gmd_outcome alloc_expired(gmd_session *session, uint64_t size, unsigned device,
+                          unsigned flags, int64_t timeout_ms, uint64_t since_us,
+                          gmd_result *ret);
 
 /* alloc_now_on's -ENOSPC and -EAGAIN: nothing was sent, the request
  * waits (or falls back) rather than fails. */

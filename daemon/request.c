@@ -96,6 +96,59 @@ static gmd_outcome handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m
         return OUTCOME_ANSWERED;
 }
 
+/* The AllocReply of a buffer just created: its id, size and tier, and
+ * the fd to map (or, legacy IPC, the handle instead). */
+static void answer_alloc(gmd_session *s, uint32_t id, const gmd_result *r)
+{
+        gmd_server *server = s->server;
+        Gmd__AllocReply reply = GMD__ALLOC_REPLY__INIT;
+        Gmd__Segment segment = GMD__SEGMENT__INIT, *segments[1] = { &segment };
+        gmd_dbuffer *b = r->buffer;
+
+        reply.buffer_id = b->id;
+        reply.size = b->size;
+        reply.tier = (Gmd__Tier)b->tier;
+        if (b->mem->fd < 0) {
+                /* Legacy IPC: the handle instead of segments and an fd. */
+                reply.ipc_handle.len = sizeof(b->mem->ipc_handle);
+                reply.ipc_handle.data = b->mem->ipc_handle;
+                session_send(s, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base,
+                             NULL, 0);
+        } else {
+                segment.fd_index = 0;
+                segment.offset = 0;
+                segment.size = b->mem->size;
+                reply.n_segments = 1;
+                reply.segments = segments;
+                b->mem->shared = true;
+                session_send(s, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base,
+                             &b->mem->fd, 1);
+        }
+        server->stats.allocations++;
+        stats_alloc_latency(&server->stats, now_us() - r->since_us);
+}
+
+void request_answer(gmd_session *s, uint32_t id, gmd_outcome outcome,
+                    gmd_result *r)
+{
+        switch (outcome) {
+        case OUTCOME_OK:
+                result_ok(r);
+                session_answer(s, id, r);
+                return;
+        case OUTCOME_ERROR:
+                session_answer(s, id, r);
+                return;
+        case OUTCOME_ALLOCATED:
+                answer_alloc(s, id, r);
+                return;
+        case OUTCOME_ANSWERED:
+        case OUTCOME_LATER:
+        case OUTCOME_NONE:
+                return;
+        }
+}
+
 static gmd_outcome no_buffer(gmd_result *ret, uint64_t buffer_id)
 {
         return result_error(ret, GMD__ERROR_CODE__ERR_NOT_FOUND,
@@ -307,6 +360,7 @@ void request_handle(gmd_session *s, gmd_wire_packet *packet)
         const gmd_wire_header *h = &packet->header;
         const request_type *rt = NULL;
         ProtobufCMessage *msg;
+        gmd_outcome outcome;
         gmd_result result;
 
         if (packet->n_fds > 0) {
@@ -339,18 +393,7 @@ void request_handle(gmd_session *s, gmd_wire_packet *packet)
                 return;
         }
         result_ok(&result);
-        switch (rt->handle(s, h->request_id, msg, &result)) {
-        case OUTCOME_OK:
-                result_ok(&result);
-                session_answer(s, h->request_id, &result);
-                break;
-        case OUTCOME_ERROR:
-                session_answer(s, h->request_id, &result);
-                break;
-        case OUTCOME_ANSWERED:
-        case OUTCOME_LATER:
-        case OUTCOME_NONE:
-                break;
-        }
+        outcome = rt->handle(s, h->request_id, msg, &result);
+        request_answer(s, h->request_id, outcome, &result);
         protobuf_c_message_free_unpacked(msg, NULL);
 }

@@ -6,19 +6,24 @@
  * error code and the sentence that says what to do. request.c turns an
  * outcome into the reply (session_answer); an answer that comes later (a
  * waiting allocation, acquire or MSG_WAIT) is a result too, answered
- * through the same session_answer when it is known. Replies that carry a
- * payload (HelloReply, AllocReply, StatusReply) are built by their one
- * handler and counted as OUTCOME_ANSWERED.
+ * through the same session_answer when it is known. An allocation's
+ * result is its buffer (OUTCOME_ALLOCATED): request.c builds the
+ * AllocReply, also for one served later from the wait queue
+ * (request_answer). HelloReply is request.c's too; StatusReply is built
+ * by status.c for request.c's handler (OUTCOME_ANSWERED).
  */
 #ifndef GMD_RESULT_H
 #define GMD_RESULT_H
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef enum gmd_outcome {
         OUTCOME_OK,             /* request.c answers with an OkReply */
         OUTCOME_ERROR,          /* request.c answers with the result's error */
+        OUTCOME_ALLOCATED,      /* request.c answers with the AllocReply of
+                                 * the result's buffer */
         OUTCOME_ANSWERED,       /* a typed reply was sent already */
         OUTCOME_LATER,          /* answered later, when it is known */
         OUTCOME_NONE,           /* a notification: nothing to answer */
@@ -27,6 +32,10 @@ typedef enum gmd_outcome {
 typedef struct gmd_result {
         int code;               /* GMD__ERROR_CODE__*; 0: success */
         char text[512];         /* why, and what to do about it */
+        /* OUTCOME_ALLOCATED: the buffer created, and when the request
+         * came (now_us(), for the latency histogram). */
+        struct gmd_dbuffer *buffer;
+        uint64_t since_us;
 } gmd_result;
 
 /* A success: no code, no text. */
@@ -34,6 +43,8 @@ static inline void result_ok(gmd_result *r)
 {
         r->code = 0;
         r->text[0] = '\0';
+        r->buffer = NULL;
+        r->since_us = 0;
 }
 
 /* Fill `r` with an error (`code` is a GMD__ERROR_CODE__*) and its reason;

@@ -13,6 +13,7 @@
 #include "evict.h"
 #include "move.h"
 #include "pending.h"
+#include "request.h"
 #include "server.h"
 #include "session.h"
 #include "tiering.h"
@@ -28,20 +29,28 @@ static int waiter_serve(void *ctx, gmd_waiter *w)
 
         if (w->rank != WAITQ_ALLOC)
                 return move_in_begin(server, w->buffer);
-        r = alloc_now_on(w->session, w->request_id, w->size, w->device,
-                         w->flags, GMD_TIER_VRAM, w->since_us, &res);
-        if (r == 0)
+        result_ok(&res);
+        r = alloc_now_on(w->session, w->size, w->device, w->flags,
+                         GMD_TIER_VRAM, w->since_us, &res);
+        if (r == 0) {
+                request_answer(w->session, w->request_id, OUTCOME_ALLOCATED, &res);
                 server->stats.alloc_waited++;
-        else if (!alloc_must_wait(r))
-                session_answer(w->session, w->request_id, &res);
+        } else if (!alloc_must_wait(r)) {
+                request_answer(w->session, w->request_id, OUTCOME_ERROR, &res);
+        }
         return r;
 }
 
 static void waiter_expire(void *ctx, gmd_waiter *w)
 {
+        gmd_result res;
+
         (void)ctx;
-        alloc_expired(w->session, w->request_id, w->size, w->device, w->flags,
-                      w->timeout_ms, w->since_us);
+        result_ok(&res);
+        request_answer(w->session, w->request_id,
+                       alloc_expired(w->session, w->size, w->device, w->flags,
+                                     w->timeout_ms, w->since_us, &res),
+                       &res);
 }
 
 static void waiter_cancel(void *ctx, gmd_waiter *w, int code, const char *message)
@@ -51,7 +60,7 @@ static void waiter_cancel(void *ctx, gmd_waiter *w, int code, const char *messag
         (void)ctx;
         if (w->rank == WAITQ_ALLOC) {
                 result_error(&res, code, "%s", message);
-                session_answer(w->session, w->request_id, &res);
+                request_answer(w->session, w->request_id, OUTCOME_ERROR, &res);
         } else {
                 move_in_cancelled(w->buffer);
         }
