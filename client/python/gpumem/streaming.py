@@ -1,0 +1,436 @@
+"""streaming — a model's weights in gpu-memd buffers, one block at a time
+in VRAM (issue 13, item 2).
+
+    streamer = gpumem.torch.stream(model, optimizer, budget="8G")
+    out = model(x)                     # unchanged code
+
+The model is cut into blocks: the entries of its largest nn.ModuleList
+(the transformer layers) unless `blocks` names them, plus one block "rest"
+of every other parameter (embeddings, head, norms). Each block's parameters
+are copied into one SWAPPABLE buffer, packed at 256-byte offsets, and each
+param.data becomes a tensor view of it; module buffers (masks, rotary
+tables) move to the buffers' device as ordinary tensors.
+
+Within `budget` (bytes of weights this model may hold at once) the rest and
+as many blocks as fit, after room for the block running and the `lead`
+blocks prefetched ahead, stay resident: acquired for good. The others
+stream: a forward pre-hook acquires the block (waiting for its swap-in only
+when its prefetch is not over), prefetches the next `lead` non-resident
+blocks, and a forward hook releases it after the work queued on the current
+stream (release_after: no host synchronization), paging it out when
+`pageout` (else the daemon moves it when it needs the room). The order is
+learned on the first forward pass; until then it is the blocks' order in
+the model.
+
+Training: a block's forward hook puts a hook on its output's gradient,
+which acquires the block again (and prefetches the blocks before it, in
+backward order) before autograd runs the block's backward nodes, which read
+the weights they saved (views of the buffer: its address never changes). A
+hook on the block's input gradient releases it when its backward is over;
+what is still held when the backward pass ends is released then. With
+`optimizer`, optimizer.step() is wrapped to step one block at a time,
+acquiring each in turn (per-parameter state makes that the same
+arithmetic). Not done yet: gradients and optimizer state are ordinary
+PyTorch memory, not streamed; step closures; activation checkpointing
+inside a streamed block.
+"""
+import threading
+
+from . import _torchdev
+from ._args import parse_size
+from .client import SWAPPABLE
+from .errors import Busy
+
+ALIGN = 256
+
+
+def _largest_modulelist(model):
+    import torch
+    best, best_n = None, 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) > 1:
+            n = sum(p.numel() for p in module.parameters())
+            if n > best_n:
+                best, best_n = module, n
+    if best is None:
+        raise ValueError("gpumem.torch.stream: the model has no nn.ModuleList "
+                         "of layers; name the blocks (blocks=[...modules])")
+    return list(best)
+
+
+def _first_grad_tensor(value):
+    """The first tensor needing a gradient in a module's input or output
+    (a tensor, or tuples, lists and dicts of them)."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value if value.requires_grad else None
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            found = _first_grad_tensor(item)
+            if found is not None:
+                return found
+    if hasattr(value, "to_tuple"):          # transformers' ModelOutput
+        return _first_grad_tensor(value.to_tuple())
+    return None
+
+
+class Block:
+    """One buffer's worth of parameters, and whether it is in use."""
+
+    def __init__(self, name, module, params):
+        self.name = name
+        self.module = module
+        self.params = params            # [(parameter, offset)]
+        self.nbytes = 0
+        self.buf = None
+        self.resident = False
+        self.held = False
+        self.hooks = []
+
+    def __repr__(self):
+        return (f"<Block {self.name} {self.nbytes} bytes "
+                f"{'resident' if self.resident else 'streamed'}>")
+
+
+class Streamer:
+    """What gpumem.torch.stream() returns: the blocks, their order, `stats`
+    and `remove()` (weights back into ordinary tensors, hooks off)."""
+
+    def __init__(self, model, client, budget, blocks, lead, pageout,
+                 timeout, device):
+        self.model = model
+        self.client = client
+        self.ops = _torchdev.ops_for(client)
+        self.lead = int(lead)
+        self.pageout = pageout
+        self.timeout = timeout
+        self.device = device
+        self._lock = threading.RLock()
+        self.order = []             # learned on the first forward pass
+        self._learning = True
+        self._seen = []
+        self._in_backward = False
+        self.stats = {"acquires": 0, "releases": 0, "prefetches": 0,
+                      "pageouts": 0, "backward_acquires": 0}
+        self.blocks = self._make_blocks(blocks)
+        self._place(None if budget is None else parse_size(budget))
+        self._optimizer = None
+        self._optimizer_step = None
+
+    # ---- setup -----------------------------------------------------------
+
+    def _make_blocks(self, modules):
+        modules = list(modules) if modules is not None else \
+            _largest_modulelist(self.model)
+        names = {id(m): n for n, m in self.model.named_modules()}
+        seen = set()
+        blocks = []
+        for module in modules:
+            params = [p for p in module.parameters() if id(p) not in seen]
+            seen.update(id(p) for p in params)
+            blocks.append(Block(names.get(id(module), repr(module)), module,
+                                [(p, 0) for p in params]))
+        rest = [p for p in self.model.parameters() if id(p) not in seen]
+        self.rest = Block("rest", self.model, [(p, 0) for p in rest])
+        self.rest.resident = True
+        return blocks
+
+    def _fill(self, block, resident):
+        """Allocate the block's buffer, copy its parameters in and point
+        them at it. Leaves it held when resident, else released."""
+        offset, placed = 0, []
+        for p, _ in block.params:
+            placed.append((p, offset))
+            nbytes = p.numel() * p.element_size()
+            offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        block.params, block.nbytes = placed, offset
+        if offset == 0:
+            block.resident = True
+            return
+        block.buf = self.client.alloc(offset, device=self.device_index,
+                                      flags=SWAPPABLE, timeout=self.timeout)
+        block.held = True
+        for p, off in block.params:
+            view = block.buf.as_tensor(p.dtype, tuple(p.shape), off)
+            view.copy_(p.data)
+            p.data = view
+        block.resident = resident
+        if not resident:
+            self._release(block)
+
+    def _place(self, budget):
+        import torch
+        self.device_index = 0 if self.device is None else \
+            (torch.device(self.device).index or 0)
+        for module in self.model.modules():      # masks, rotary tables
+            for key, value in list(module._buffers.items()):
+                if value is not None:
+                    module._buffers[key] = value.to(self.torch_device)
+        sizes = [sum((p.numel() * p.element_size() + ALIGN - 1)
+                     // ALIGN * ALIGN for p, _ in b.params)
+                 for b in self.blocks]
+        rest_size = sum(p.numel() * p.element_size() for p, _ in
+                        self.rest.params)
+        if budget is None:
+            room = float("inf")
+        else:
+            streaming = (1 + self.lead) * max(sizes, default=0)
+            room = budget - rest_size - streaming
+            if room < 0:
+                raise ValueError(
+                    f"gpumem.torch.stream: budget {budget} bytes is below "
+                    f"what streaming needs at least: the rest of the model "
+                    f"({rest_size} bytes) plus {1 + self.lead} blocks of up "
+                    f"to {max(sizes, default=0)} bytes (the one running and "
+                    f"lead={self.lead} ahead)")
+        self._fill(self.rest, True)
+        for block, size in zip(self.blocks, sizes):
+            resident = size <= room
+            if resident:
+                room -= size
+            self._fill(block, resident)
+        for block in self.blocks:
+            block.hooks.append(block.module.register_forward_pre_hook(
+                self._pre_hook(block)))
+            block.hooks.append(block.module.register_forward_hook(
+                self._post_hook(block)))
+        self.order = list(self.blocks)
+
+    @property
+    def torch_device(self):
+        import torch
+        if not self.ops.cuda:
+            return torch.device("cpu")
+        return torch.device("cuda", self.device_index)
+
+    # ---- acquire, release, prefetch --------------------------------------
+
+    def _acquire(self, block):
+        with self._lock:
+            if block.held or block.buf is None:
+                return
+            block.buf.acquire(self.timeout)
+            block.held = True
+            self.stats["acquires"] += 1
+
+    def _release(self, block):
+        with self._lock:
+            if not block.held or block.buf is None:
+                return
+            block.buf.release_after(self.ops.current_stream(
+                self.torch_device))
+            block.held = False
+            self.stats["releases"] += 1
+            if self.pageout:
+                block.buf.pageout()
+                self.stats["pageouts"] += 1
+
+    def _prefetch_from(self, block, step):
+        """Prefetch the `lead` streamed blocks after `block` in the learned
+        order (step 1: forward; -1: backward)."""
+        with self._lock:
+            if block not in self.order:
+                return
+            i = self.order.index(block) + step
+            count = 0
+            while 0 <= i < len(self.order) and count < self.lead:
+                other = self.order[i]
+                i += step
+                if other.resident or other.buf is None:
+                    continue
+                count += 1
+                if other.held:
+                    continue
+                try:
+                    other.buf.prefetch()
+                    self.stats["prefetches"] += 1
+                except Busy:
+                    pass
+
+    # ---- hooks -----------------------------------------------------------
+
+    def _pre_hook(self, block):
+        def hook(module, inputs):
+            if self._learning:
+                self._learn(block)
+            if block.resident:
+                return None
+            self._acquire(block)
+            self._prefetch_from(block, 1)
+            if _torch_grad_enabled():
+                block.input_grad = _first_grad_tensor(inputs)
+            return None
+        return hook
+
+    def _learn(self, block):
+        """Record the first forward pass's order of blocks; it ends when
+        every block ran or one runs a second time."""
+        with self._lock:
+            if block not in self._seen:
+                self._seen.append(block)
+                if len(self._seen) < len(self.blocks):
+                    return
+            self.order = self._seen + [b for b in self.blocks
+                                       if b not in self._seen]
+            self._learning = False
+
+    def _post_hook(self, block):
+        def hook(module, inputs, output):
+            if block.resident:
+                return None
+            if _torch_grad_enabled():
+                out = _first_grad_tensor(output)
+                if out is not None:
+                    out.register_hook(self._backward_enter(block))
+                    inp = getattr(block, "input_grad", None)
+                    if inp is not None:
+                        inp.register_hook(self._backward_leave(block))
+            block.input_grad = None
+            self._release(block)
+            return None
+        return hook
+
+    def _backward_enter(self, block):
+        def hook(grad):
+            import torch
+            with self._lock:
+                if not self._in_backward:
+                    self._in_backward = True
+                    torch.autograd.Variable._execution_engine.queue_callback(
+                        self._backward_done)
+            if not block.held:
+                self.stats["backward_acquires"] += 1
+            self._acquire(block)
+            self._prefetch_from(block, -1)
+        return hook
+
+    def _backward_leave(self, block):
+        def hook(grad):
+            self._release(block)
+        return hook
+
+    def _backward_done(self):
+        with self._lock:
+            self._in_backward = False
+            for block in self.blocks:
+                if not block.resident:
+                    self._release(block)
+
+    # ---- optimizer -------------------------------------------------------
+
+    def attach_optimizer(self, optimizer):
+        """Wrap optimizer.step() to step block by block (see the module
+        comment)."""
+        self._optimizer = optimizer
+        self._optimizer_step = optimizer.step
+        streamer = self
+
+        def step(closure=None):
+            if closure is not None:
+                raise NotImplementedError(
+                    "gpumem.torch.stream: optimizer.step(closure) is not "
+                    "supported; call the closure first, then step()")
+            return streamer._step()
+        optimizer.step = step
+
+    def _step(self):
+        optimizer = self._optimizer
+        groups = [g["params"] for g in optimizer.param_groups]
+        resident = [self.rest] + [b for b in self.blocks if b.resident]
+        batches = [resident] + [[b] for b in self.order if not b.resident]
+        try:
+            for i, batch in enumerate(batches):
+                ids = {id(p) for b in batch for p, _ in b.params}
+                for group, params in zip(optimizer.param_groups, groups):
+                    group["params"] = [p for p in params if id(p) in ids]
+                if i + 1 < len(batches):
+                    for b in batches[i + 1]:
+                        if not b.held and b.buf is not None:
+                            b.buf.prefetch()
+                for b in batch:
+                    self._acquire(b)
+                self._optimizer_step()
+                for b in batch:
+                    if not b.resident:
+                        self._release(b)
+        finally:
+            for group, params in zip(optimizer.param_groups, groups):
+                group["params"] = params
+
+    # ---- idle and removal ------------------------------------------------
+
+    def _held_resident(self):
+        return [b for b in [self.rest] + self.blocks
+                if b.resident and b.buf is not None]
+
+    def _idle_enter(self):
+        for block in self._held_resident():
+            block.resident = False      # the hooks would stream it meanwhile
+            block.idle_back = True
+            self._release(block)
+            if not self.pageout:
+                block.buf.pageout()
+                self.stats["pageouts"] += 1
+
+    def _idle_exit(self):
+        back = [b for b in [self.rest] + self.blocks
+                if getattr(b, "idle_back", False) and b.buf is not None]
+        for block in back:
+            try:
+                block.buf.prefetch()
+                self.stats["prefetches"] += 1
+            except Busy:
+                pass
+        for block in back:
+            self._acquire(block)
+            block.resident = True
+            block.idle_back = False
+
+    def remove(self):
+        """Copy the weights back into ordinary tensors on the buffers'
+        device, take the hooks off, free the buffers."""
+        import torch
+        if self._optimizer is not None:
+            self._optimizer.step = self._optimizer_step
+            self._optimizer = None
+        for block in [self.rest] + self.blocks:
+            for handle in block.hooks:
+                handle.remove()
+            block.hooks = []
+            if block.buf is None:
+                continue
+            self._acquire(block)
+            for p, _ in block.params:
+                p.data = p.data.clone(memory_format=torch.contiguous_format)
+            if self.ops.cuda:
+                torch.cuda.synchronize(self.torch_device)
+            block.buf.free()
+            block.buf = None
+            block.held = False
+
+
+def _torch_grad_enabled():
+    import torch
+    return torch.is_grad_enabled()
+
+
+def stream(model, optimizer=None, budget=None, *, blocks=None, lead=1,
+           client=None, pageout=False, timeout=None, device=None):
+    """Stream `model`'s weights through gpu-memd (see the module comment).
+    `budget`: bytes (or "8G") of weights held at once (None: all resident,
+    which still lets idle() page them out); `blocks`: the modules to stream
+    one by one (None: the largest nn.ModuleList's entries); `lead`: blocks
+    prefetched ahead; `pageout`: page a block out as soon as it is released
+    (False: the daemon moves it when it needs the room); `timeout`: seconds
+    an acquire may wait; `device`: the CUDA device (None: 0; sim: CPU).
+    The model may sit on the CPU: its blocks are copied to the buffers.
+    Returns the Streamer."""
+    from . import current_client, idle
+    streamer = Streamer(model, client or current_client(), budget, blocks,
+                        lead, pageout, timeout, device)
+    if optimizer is not None:
+        streamer.attach_optimizer(optimizer)
+    idle.register(streamer)
+    return streamer
