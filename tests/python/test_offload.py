@@ -168,6 +168,19 @@ class Offload(DaemonTest):
         self.assertGreater(stats["offloaded"], 0)
         self.assertEqual(stats["kept"], 2, stats)
 
+    def test_weights_and_their_copies_are_weights(self):
+        from gpumem.offload import _is_weight
+        w = torch.nn.Linear(8, 8).weight
+        half = w.to(torch.bfloat16)         # what autocast saves
+        x = torch.randn(4, 8)
+        self.assertTrue(_is_weight(w))
+        self.assertTrue(_is_weight(w.t()))
+        self.assertTrue(_is_weight(half))
+        self.assertTrue(_is_weight(half.t()))
+        self.assertFalse(_is_weight(x))
+        self.assertFalse(_is_weight(x @ w.t()))
+        self.assertFalse(_is_weight((x @ w.t()).to(torch.bfloat16)))
+
     def test_transformer_bit_identical(self):
         def run(offload):
             torch.manual_seed(0)
@@ -197,15 +210,31 @@ class Offload(DaemonTest):
                 pass
 
 
+class Residual(torch.nn.Module if torch else object):
+    """A block as transformers writes them: the residual inside, keyword
+    arguments, a tuple out."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(128, 256),
+                                       torch.nn.GELU(),
+                                       torch.nn.Linear(256, 128))
+
+    def forward(self, hidden, scale=None):
+        return (hidden + self.mlp(hidden) * scale, None)
+
+
 class Layers(torch.nn.Module if torch else object):
     """An embedding, four blocks in a ModuleList, a head; `order` says in
-    which order forward runs the blocks."""
+    which order forward runs the blocks; `hf`: Residual blocks."""
 
-    def __init__(self, order=(0, 1, 2, 3)):
+    def __init__(self, order=(0, 1, 2, 3), hf=False):
         super().__init__()
         torch.manual_seed(0)
         self.embed = torch.nn.Embedding(64, 128)
+        self.hf = hf
         self.layers = torch.nn.ModuleList(
+            Residual() if hf else
             torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(),
                                 torch.nn.Linear(256, 128))
             for _ in range(4))
@@ -215,7 +244,10 @@ class Layers(torch.nn.Module if torch else object):
     def forward(self, tokens):
         h = self.embed(tokens)
         for i in self.order:
-            h = h + self.layers[i](h)
+            if self.hf:
+                h = self.layers[i](h, scale=0.5)[0]
+            else:
+                h = h + self.layers[i](h)
         return self.head(h)
 
 
@@ -265,8 +297,14 @@ class Stream(DaemonTest):
             self.assertTrue(torch.equal(model(self.tokens), expected))
 
     def test_training_bit_identical(self):
+        self.check_training(hf=False)
+
+    def test_training_bit_identical_transformers_style(self):
+        self.check_training(hf=True)
+
+    def check_training(self, hf):
         def train(streamed):
-            model = Layers()
+            model = Layers(hf=hf)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             if streamed:
                 s = gt.stream(model, opt, client=self.client, pageout=True)
@@ -297,6 +335,9 @@ class Stream(DaemonTest):
         assert_same(self, weights, ref_weights, "weight")
         stats = self.streamer.stats
         self.assertGreaterEqual(stats["backward_acquires"], 3 * 4, stats)
+        # each block is released as soon as its backward is over (its
+        # input's gradient is there), not only when the pass ends
+        self.assertEqual(stats["backward_releases"], 3 * 4, stats)
 
     def test_order_learned(self):
         model = Layers(order=(2, 0, 3, 1))

@@ -48,11 +48,18 @@ LEAD = 512 << 20
 
 
 def _is_weight(tensor):
-    """A parameter, or a view of one (autograd saves weight.t())."""
+    """A parameter, a view of one (autograd saves weight.t()), or autocast's
+    copy of one in another dtype (and views of that)."""
     t = tensor
     while t is not None:
         if t.is_leaf and t.requires_grad:
             return True
+        fn = t.grad_fn
+        if fn is not None and type(fn).__name__ == "ToCopyBackward0":
+            nxt = fn.next_functions
+            if nxt and nxt[0][0] is not None and \
+                    type(nxt[0][0]).__name__ == "AccumulateGrad":
+                return True
         t = t._base
     return False
 

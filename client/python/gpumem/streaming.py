@@ -113,7 +113,8 @@ class Streamer:
         self._seen = []
         self._in_backward = False
         self.stats = {"acquires": 0, "releases": 0, "prefetches": 0,
-                      "pageouts": 0, "backward_acquires": 0}
+                      "pageouts": 0, "backward_acquires": 0,
+                      "backward_releases": 0}
         self.blocks = self._make_blocks(blocks)
         self._place(None if budget is None else parse_size(budget))
         self._optimizer = None
@@ -308,6 +309,8 @@ class Streamer:
 
     def _backward_leave(self, block):
         def hook(grad):
+            if block.held:
+                self.stats["backward_releases"] += 1
             self._release(block)
         return hook
 
