@@ -125,6 +125,28 @@ class Offload(DaemonTest):
         self.assertEqual(stats["freed"], stats["offloaded"])
         self.assertEqual(self.client.buffers, [])
 
+    def test_buffers_parked_and_reused_next_step(self):
+        ref_loss, ref_grads = self.run_mlp(mlp())
+        self.run_mlp(mlp(), {"min_bytes": MiB})
+        first = self.offloader.stats["offloaded_bytes"]
+        parked = sum(c.parked_bytes for c in self.mine())
+        self.assertGreaterEqual(parked, first, "freed acquired: parked")
+        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB})
+        self.assertTrue(torch.equal(loss, ref_loss))
+        assert_same(self, g, ref_grads, "gradient")
+        self.assertEqual(sum(c.parked_bytes for c in self.mine()), parked)
+
+    def test_retain_graph_backward_twice(self):
+        model = mlp()
+        ref = mlp()
+        (ref(self.x).square().mean() * 2).backward()
+        with gt.offload_activations(min_bytes=MiB, client=self.client) as o:
+            loss = model(self.x).square().mean()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        assert_same(self, grads(model), grads(ref), "gradient")
+        self.assertEqual(o.stats["unpacked"], 2 * o.stats["offloaded"])
+
     def test_backward_acquires_in_reverse_prefetched_first(self):
         spy = Spy(self)
         packed = {}

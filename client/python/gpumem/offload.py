@@ -18,9 +18,11 @@ order it packed them. Each unpack prefetches the ones before it, until
 `lead` bytes are on their way back, then acquires its own buffer (at once
 when its prefetch is over; a passive swap-in at the head of the daemon's
 queue when not), copies it into a fresh tensor on the compute stream and
-releases the buffer after that copy. The buffer is freed when autograd
-drops the saved tensor (after the backward pass, unless retain_graph),
-once the copies that use it are over.
+keeps it acquired. autograd drops a saved tensor once the node that used
+it has run (unless retain_graph); the buffer is then freed as soon as the
+copy out of it is over (an event; at once on sim). Freed while acquired, it
+is parked in libgpumem's cache of mappings, so the next step's pack of the
+same size is a cache hit instead of a fresh allocation and mapping.
 
 Left where they are: tensors under `min_bytes` (a move of a small tensor
 costs a round trip and mapping work that its copy time does not pay for),
@@ -67,7 +69,7 @@ def _is_weight(tensor):
 class _Saved:
     """One offloaded tensor: its buffer, the view of it, and where it is."""
     __slots__ = ("offloader", "index", "buf", "view", "nbytes", "device",
-                 "event", "prefetched", "__weakref__")
+                 "event", "prefetched", "acquired", "__weakref__")
 
     def __init__(self, offloader, index, buf, view, nbytes, device, event):
         self.offloader = offloader
@@ -78,6 +80,7 @@ class _Saved:
         self.device = device
         self.event = event          # the last copy that touches the buffer
         self.prefetched = False
+        self.acquired = False
 
     def __del__(self):
         offloader = self.offloader
@@ -141,13 +144,13 @@ class Offloader:
     def unpack(self, packed):
         if not isinstance(packed, _Saved):
             return packed
+        self._free_retired()
         self._prefetch_before(packed.index)
-        buf = packed.buf
-        buf.acquire(self.timeout)
+        if not packed.acquired:         # a second unpack (retain_graph)
+            packed.buf.acquire(self.timeout)
+            packed.acquired = True
         out = packed.view.clone()   # on the compute stream
-        stream = self.ops.current_stream(packed.device)
-        packed.event = self.ops.record(stream)
-        buf.release_after(stream)
+        packed.event = self.ops.record(self.ops.current_stream(packed.device))
         self.stats["unpacked"] += 1
         return out
 
