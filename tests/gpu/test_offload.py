@@ -14,7 +14,8 @@ fixed seed, deterministic algorithms, fp32 training / bf16 inference):
   stream_train the same config in fp32 trained 3 steps, weights streamed and
                AdamW stepped block by block: losses and weights identical
   cycles       the streamed model runs forward passes until its blocks made
-               at least 300 (--quick: 60) page-out / swap-in cycles: the
+               at least 300 (--quick: 60) page-out / swap-in cycles (the
+               daemon's byte counters confirm the moves): the
                logits of every pass equal the first, and the weights'
                checksum (bytes of every parameter, after remove()) equals
                the one taken before streaming
@@ -211,6 +212,7 @@ def case_cycles(torch, gt, client, quick):
         s._release(b)
     want = 60 if quick else 300
     first, same, passes = None, True, 0
+    m0 = vram_pool(client)
     t0 = time.monotonic()
     while s.stats["pageouts"] - len(s.blocks) < want:
         with torch.no_grad():
@@ -220,11 +222,20 @@ def case_cycles(torch, gt, client, quick):
         elif not torch.equal(logits, first):
             same = False
         passes += 1
+        client.wait(timeout=30)     # every pageout done: each pass swaps in
     torch.cuda.synchronize()
     secs = time.monotonic() - t0
     cycles = s.stats["pageouts"] - len(s.blocks)
+    client.wait(timeout=30)
+    m1 = vram_pool(client)
+    block = s.blocks[0].nbytes
+    out_moves = (m1.bytes_out - m0.bytes_out) / block
+    in_moves = (m1.bytes_in - m0.bytes_in) / block
     check("cycles.logits_stable", same,
-          f"{passes} passes, {cycles} page-out/swap-in cycles in {secs:.1f} s")
+          f"{passes} passes, {cycles} pageouts asked in {secs:.1f} s; the "
+          f"daemon moved {out_moves:.0f} blocks out, {in_moves:.0f} in")
+    check("cycles.moved", in_moves >= want and out_moves >= want,
+          f"at least {want} real moves each way")
     s.remove()
     check("cycles.weights_checksum", weights_hash(model) == before,
           f"sha256 of the weights after {cycles} cycles")
