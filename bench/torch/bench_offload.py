@@ -23,8 +23,9 @@ Inference (a Llama config in bf16, batch 1, greedy generate; full: hidden
 --quick: 8 layers, 16 tokens), tokens/s, one fresh process per method:
   vram             the model in VRAM
   stream           gpumem.torch.stream(model, budget=B) with B about half
-                   the weights; the daemon's --vram-limit is B (+64 MiB for
-                   rounding): blocks past the budget are evicted on demand
+                   the weights; the daemon's --vram-limit is B (+256 MiB for
+                   2 MiB rounding and the daemon's reserve chunks): blocks
+                   past the budget are evicted on demand
   accelerate       accelerate.cpu_offload(model, execution_device=cuda:0)
                    (skipped when accelerate is missing)
 Generated tokens are compared with the vram run's.
@@ -247,7 +248,12 @@ class Daemon:
 
 
 def run_child(build, log, kind, args, vram_limit=None, timeout=300):
-    daemon = Daemon(build, vram_limit, log) if vram_limit else None
+    try:
+        daemon = Daemon(build, vram_limit, log) if vram_limit else None
+    except (OSError, RuntimeError) as e:
+        print(f"  {kind} {args['method']}: gpu-memd: {e}", flush=True)
+        return {"method": args["method"], "error": f"gpu-memd: {e}",
+                "rc": None, **args}
     env = dict(os.environ, PYTHONUNBUFFERED="1",
                GPUMEM_LIBRARY=os.path.join(build, "client", "libgpumem.so.0"))
     env["PYTHONPATH"] = os.path.join(ROOT, "client", "python") + \
@@ -290,10 +296,10 @@ def summarize_train(results):
         if "error" in r:
             print(f"  {name:32} error: {r['error']}")
             continue
-        ratio = r["step_ms_median"] / base["step_ms_median"] if base else None
         same = base is not None and r["losses"] == base["losses"]
-        line = (f"  {name:32} {r['step_ms_median']:8.1f} ms"
-                f"  x{ratio:.2f}" if ratio else f"  {name:32}")
+        line = f"  {name:32} {r['step_ms_median']:8.1f} ms"
+        if base:
+            line += f"  x{r['step_ms_median'] / base['step_ms_median']:.2f}"
         line += f"  peak {r['max_allocated'] / GiB:.2f} GiB"
         line += "  losses bit-identical" if same else "  losses DIFFER"
         d = r.get("daemon_moves_steady")
@@ -394,7 +400,7 @@ def main():
                      {"method": "accelerate"}):
             args["quick"] = quick
             print(f"infer {args['method']} ...", flush=True)
-            limit = f"{(budget + 64 * MiB) // MiB}M" \
+            limit = f"{(budget + 256 * MiB) // MiB}M" \
                 if args["method"] == "stream" else None
             infer.append(run_child(build, log, "infer", args,
                                    vram_limit=limit))
