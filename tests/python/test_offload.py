@@ -14,6 +14,8 @@ here (issue 13, items 1, 2 and 4):
             the order is learned from the first pass; a budget too small is
             refused with what it needs; remove() restores plain tensors
   Idle      idle() pages out every resident block and brings it back
+  HostFull  a host pool too small for the activations: pageouts refused,
+            counted, the buffers stay in VRAM and the results are the same
 Skips with one SKIP: line where torch is missing.
 """
 import copy
@@ -230,6 +232,24 @@ class Offload(DaemonTest):
         with self.assertRaises(ValueError):
             with gt.offload_activations(min_bytes=0, client=self.client):
                 pass
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class HostFull(DaemonTest):
+    # room on host for two of the 1 MiB activations
+    CONFIG = CONFIG + "[pools]\nhost_limit = 2M\nhost_stock = 0\n"
+
+    def test_pageout_refused_keeps_going(self):
+        torch.manual_seed(1)
+        x = torch.randn(512, 128)
+        ref = mlp()
+        ref(x).square().mean().backward()
+        model = mlp()
+        with gt.offload_activations(min_bytes=MiB, client=self.client) as o:
+            loss = model(x).square().mean()
+        self.assertGreater(o.stats["pageouts_refused"], 0, o.stats)
+        loss.backward()
+        assert_same(self, grads(model), grads(ref), "gradient")
 
 
 class Residual(torch.nn.Module if torch else object):

@@ -43,7 +43,7 @@ import weakref
 
 from . import _torchdev
 from .client import SWAPPABLE
-from .errors import Busy
+from .errors import Busy, GpumemError
 
 MIN_BYTES = 16 << 20
 LEAD = 512 << 20
@@ -111,7 +111,7 @@ class Offloader:
         self._retired = []          # (_Saved fields) waiting for their event
         self.stats = {"packed": 0, "offloaded": 0, "offloaded_bytes": 0,
                       "kept": 0, "kept_bytes": 0, "unpacked": 0,
-                      "prefetched": 0, "freed": 0}
+                      "prefetched": 0, "freed": 0, "pageouts_refused": 0}
 
     # ---- pack: forward pass ----------------------------------------------
 
@@ -130,7 +130,13 @@ class Offloader:
         stream, event = self.ops.copy_aside(view, tensor)
         buf.release_after(stream)
         if self.pageout:
-            buf.pageout()
+            try:
+                buf.pageout()
+            except GpumemError:
+                # host pool full (or the GPU refused a copy a moment ago):
+                # the buffer stays released in VRAM, the daemon moves it
+                # when it needs the room
+                self.stats["pageouts_refused"] += 1
         with self._lock:
             saved = _Saved(self, len(self._saved), buf, view, nbytes,
                            tensor.device, event)

@@ -39,7 +39,7 @@ import threading
 from . import _torchdev
 from ._args import parse_size
 from .client import SWAPPABLE
-from .errors import Busy
+from .errors import Busy, GpumemError
 
 ALIGN = 256
 
@@ -113,8 +113,8 @@ class Streamer:
         self._seen = []
         self._in_backward = False
         self.stats = {"acquires": 0, "releases": 0, "prefetches": 0,
-                      "pageouts": 0, "backward_acquires": 0,
-                      "backward_releases": 0}
+                      "pageouts": 0, "pageouts_refused": 0,
+                      "backward_acquires": 0, "backward_releases": 0}
         self.blocks = self._make_blocks(blocks)
         self._place(None if budget is None else parse_size(budget))
         self._optimizer = None
@@ -225,8 +225,16 @@ class Streamer:
             block.held = False
             self.stats["releases"] += 1
             if self.pageout:
-                block.buf.pageout()
-                self.stats["pageouts"] += 1
+                self._pageout(block)
+
+    def _pageout(self, block):
+        try:
+            block.buf.pageout()
+            self.stats["pageouts"] += 1
+        except GpumemError:
+            # host pool full: it stays released in VRAM, for the daemon to
+            # move when it needs the room
+            self.stats["pageouts_refused"] += 1
 
     def _prefetch_from(self, block, step):
         """Prefetch the `lead` streamed blocks after `block` in the learned
@@ -374,8 +382,7 @@ class Streamer:
             block.idle_back = True
             self._release(block)
             if not self.pageout:
-                block.buf.pageout()
-                self.stats["pageouts"] += 1
+                self._pageout(block)
 
     def _idle_exit(self):
         back = [b for b in [self.rest] + self.blocks
