@@ -367,8 +367,20 @@ class Stream(DaemonTest):
                     self.client.wait(timeout=10)
                     self.assertEqual([b.buf.tier for b in s.blocks],
                                      ["host"] * 4)
+                    # AdamW's exp_avg and exp_avg_sq moved into a buffer
+                    # per block, streamed with it
+                    self.assertEqual([b.state.buf.tier for b in s.blocks],
+                                     ["host"] * 4)
+                    for b in s.blocks:
+                        lo, hi = b.state.buf.ptr, b.state.buf.ptr + \
+                            b.state.buf.size
+                        for p, _ in b.params:
+                            for key in ("exp_avg", "exp_avg_sq"):
+                                ptr = opt.state[p][key].data_ptr()
+                                self.assertTrue(lo <= ptr < hi, key)
             if streamed:
                 s.remove()      # acquires every block: weights readable
+                self.assertEqual(self.client.buffers, [])
             weights = [p.detach().clone() for p in model.parameters()]
             return losses, weights
         ref_losses, ref_weights = train(False)
@@ -422,6 +434,31 @@ class Idle(DaemonTest):
         self.assertTrue(all(b.resident for b in s.blocks))
         with torch.no_grad():
             self.assertTrue(torch.equal(model(tokens), expected))
+
+    def test_idle_with_optimizer_state(self):
+        torch.manual_seed(3)
+        tokens = torch.randint(0, 64, (16, 32))
+        ref, model = Layers(), Layers()
+        ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        s = gt.stream(model, opt, client=self.client)   # all resident
+
+        def step(m, o):
+            o.zero_grad()
+            m(tokens).square().mean().backward()
+            o.step()
+        for _ in range(2):
+            step(ref, ref_opt)
+            step(model, opt)
+            with gt.idle():
+                self.client.wait(timeout=10)
+                parts = [b.state for b in s.blocks] + [s.rest.state]
+                self.assertEqual([p.buf.tier for p in parts], ["host"] * 5)
+        step(ref, ref_opt)
+        step(model, opt)
+        s.remove()
+        assert_same(self, list(model.parameters()), list(ref.parameters()),
+                    "weight")
 
 
 if __name__ == "__main__":

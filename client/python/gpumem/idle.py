@@ -26,14 +26,16 @@ _lock = threading.Lock()
 
 
 def register(member):
-    """Take part in idle(): `member` has _idle_enter() and _idle_exit()."""
+    """Take part in idle(): `member` has `client`, _idle_enter() and
+    _idle_exit()."""
     with _lock:
         _members.add(member)
 
 
 def members():
+    """What takes part now: those whose Client is still open."""
     with _lock:
-        return list(_members)
+        return [m for m in _members if not m.client.closed]
 
 
 @contextlib.contextmanager

@@ -28,11 +28,17 @@ backward order) before autograd runs the block's backward nodes, which read
 the weights they saved (views of the buffer: its address never changes). A
 hook on the block's input gradient releases it when its backward is over;
 what is still held when the backward pass ends is released then. With
-`optimizer`, optimizer.step() is wrapped to step one block at a time,
-acquiring each in turn (per-parameter state makes that the same
-arithmetic). Not done yet: gradients and optimizer state are ordinary
-PyTorch memory, not streamed; step closures; activation checkpointing
-inside a streamed block.
+`optimizer`, optimizer.step() is wrapped to step one block at a time
+(per-parameter state makes that the same arithmetic), acquiring each block
+in turn with the next one prefetched; after a block's first step the state
+the optimizer made for it (exp_avg, exp_avg_sq: tensors on the device of
+more than one element) moves into a second buffer of the block's own,
+streamed, resident or idled with it. `budget` counts weights only: a
+resident block's optimizer state is resident too. Not done yet: gradients
+stay ordinary PyTorch memory (user code reads them between backward and
+step: clipping, logging); step closures; optimizer.state_dict() of a
+released block (remove() first); activation checkpointing inside a
+streamed block.
 """
 import threading
 
@@ -88,6 +94,7 @@ class Block:
         self.resident = False
         self.held = False
         self.hooks = []
+        self.state = None               # the optimizer state's Block
 
     def __repr__(self):
         return (f"<Block {self.name} {self.nbytes} bytes "
@@ -358,23 +365,63 @@ class Streamer:
                     group["params"] = [p for p in params if id(p) in ids]
                 if i + 1 < len(batches):
                     for b in batches[i + 1]:
-                        if not b.held and b.buf is not None:
-                            b.buf.prefetch()
+                        for part in (b, b.state):
+                            if part is not None and not part.held and \
+                                    part.buf is not None:
+                                part.buf.prefetch()
                 for b in batch:
                     self._acquire(b)
+                    if b.state is not None:
+                        self._acquire(b.state)
                 self._optimizer_step()
                 for b in batch:
+                    if b.state is None:
+                        self._stash_state(b)
                     if not b.resident:
                         self._release(b)
+                        if b.state is not None:
+                            self._release(b.state)
         finally:
             for group, params in zip(optimizer.param_groups, groups):
                 group["params"] = params
 
+    def _stash_state(self, block):
+        """After the optimizer's first step of `block`: move the state it
+        made for the block's parameters (tensors of more than one element
+        on the buffers' device: exp_avg, exp_avg_sq; not the step counts)
+        into a buffer of the block's own, streamed with it."""
+        state = self._optimizer.state
+        items, offset = [], 0
+        for p, _ in block.params:
+            for key, value in state.get(p, {}).items():
+                if _is_state_tensor(value, self.torch_device):
+                    items.append((p, key, offset))
+                    nbytes = value.numel() * value.element_size()
+                    offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        if not items:
+            return
+        part = Block(block.name + ".state", None, [])
+        part.nbytes = offset
+        part.buf = self.client.alloc(offset, device=self.device_index,
+                                     flags=SWAPPABLE, timeout=self.timeout)
+        part.held = True
+        part.resident = block.resident
+        part.items = items
+        for p, key, off in items:
+            value = state[p][key]
+            view = part.buf.as_tensor(value.dtype, tuple(value.shape), off)
+            view.copy_(value)
+            state[p][key] = view
+        block.state = part
+
     # ---- idle and removal ------------------------------------------------
 
     def _held_resident(self):
-        return [b for b in [self.rest] + self.blocks
-                if b.resident and b.buf is not None]
+        parts = []
+        for b in [self.rest] + self.blocks:
+            parts += [x for x in (b, b.state) if x is not None]
+        return [x for x in parts if x.resident and x.buf is not None
+                and not x.buf.freed]
 
     def _idle_enter(self):
         for block in self._held_resident():
@@ -385,8 +432,10 @@ class Streamer:
                 self._pageout(block)
 
     def _idle_exit(self):
-        back = [b for b in [self.rest] + self.blocks
-                if getattr(b, "idle_back", False) and b.buf is not None]
+        back = []
+        for b in [self.rest] + self.blocks:
+            back += [x for x in (b, b.state) if x is not None
+                     and getattr(x, "idle_back", False) and x.buf is not None]
         for block in back:
             try:
                 block.buf.prefetch()
@@ -402,23 +451,42 @@ class Streamer:
         """Copy the weights back into ordinary tensors on the buffers'
         device, take the hooks off, free the buffers."""
         import torch
+        self._optimizer_state = {}
         if self._optimizer is not None:
             self._optimizer.step = self._optimizer_step
+            self._optimizer_state = self._optimizer.state
             self._optimizer = None
         for block in [self.rest] + self.blocks:
             for handle in block.hooks:
                 handle.remove()
             block.hooks = []
+            if block.state is not None:
+                part, state = block.state, self._optimizer_state
+                self._acquire(part)
+                for p, key, _ in part.items:
+                    state[p][key] = state[p][key].clone()
+                self._free(part)
+                block.state = None
             if block.buf is None:
                 continue
             self._acquire(block)
             for p, _ in block.params:
                 p.data = p.data.clone(memory_format=torch.contiguous_format)
-            if self.ops.cuda:
-                torch.cuda.synchronize(self.torch_device)
-            block.buf.free()
-            block.buf = None
-            block.held = False
+            self._free(block)
+
+    def _free(self, block):
+        import torch
+        if self.ops.cuda:
+            torch.cuda.synchronize(self.torch_device)
+        block.buf.free()
+        block.buf = None
+        block.held = False
+
+
+def _is_state_tensor(value, device):
+    import torch
+    return isinstance(value, torch.Tensor) and value.numel() > 1 and \
+        value.device == device
 
 
 def _torch_grad_enabled():
