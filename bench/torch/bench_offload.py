@@ -14,6 +14,9 @@ warm-up, one fresh process per method:
                    (128 MiB, 2 GiB) at the default M (full only): this is
                    where the defaults get measured
   save_on_cpu      torch.autograd.graph.save_on_cpu(pin_memory=True)
+  stream           gpumem.torch.stream(model, opt, budget=half the blocks)
+                   (weights and AdamW state streamed) with activations
+                   offloaded at the defaults
 Each reports losses (bit-identical to plain or not), peak VRAM PyTorch
 allocated, and for offload what it moved and the daemon's bytes and time
 copying each way (GB/s).
@@ -101,7 +104,24 @@ def child_train(args):
                          generator=g)
     method = args["method"]
     client = None
-    if method == "offload":
+    streamer = None
+    if method == "stream":
+        # weights and AdamW state streamed, half the blocks resident, and
+        # the activations offloaded at the default threshold
+        import gpumem
+        import gpumem.torch as gt
+        client = gpumem.Client(name="bench_offload")
+        blocks = model.transformer.h
+        per_block = sum(p.numel() * p.element_size()
+                        for p in blocks[0].parameters()) + 4096
+        rest = sum(p.numel() * p.element_size() for n, p in
+                   model.named_parameters() if ".h." not in n)
+        streamer = gt.stream(model, opt, client=client, device=0,
+                             budget=rest + (2 + len(blocks) // 2) * per_block)
+
+        def scope():
+            return gt.offload_activations(client=client)
+    elif method == "offload":
         import gpumem
         import gpumem.torch as gt
         client = gpumem.Client(name="bench_offload")
@@ -134,7 +154,7 @@ def child_train(args):
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         losses.append(out.loss.item())
-        if method == "offload":
+        if method in ("offload", "stream"):
             last = dict(o.stats)
     result = {"method": method, "min_bytes": args.get("min_bytes"),
               "lead": args.get("lead"), "model": f"gpt2 {layers}x{width}",
@@ -145,6 +165,9 @@ def child_train(args):
               "max_allocated": torch.cuda.max_memory_allocated()}
     if client is not None:
         result["offload_stats_last_step"] = last
+    if streamer is not None:
+        result["stream_stats"] = dict(streamer.stats)
+        result["resident_blocks"] = sum(b.resident for b in streamer.blocks)
         result["daemon_moves_steady"] = moved(m0, pool_moves(client))
         result["daemon_moves_steady"]["steps"] = steps - warmup
     return result
@@ -370,7 +393,8 @@ def main():
     t0 = time.monotonic()
 
     if "train" not in opts.skip:
-        runs = [{"method": "plain"}, {"method": "save_on_cpu"}]
+        runs = [{"method": "plain"}, {"method": "save_on_cpu"},
+                {"method": "stream"}]
         sweep = (4, 16) if quick else (1, 4, 16, 64)
         runs += [{"method": "offload", "min_bytes": m * MiB, "lead": LEAD}
                  for m in sweep]
@@ -382,8 +406,8 @@ def main():
             args["quick"] = quick
             print(f"train {args['method']} ...", flush=True)
             train.append(run_child(build, log, "train", args,
-                                   vram_limit="16G" if args["method"] ==
-                                   "offload" else None))
+                                   vram_limit="16G" if args["method"] in
+                                   ("offload", "stream") else None))
         out["train"] = train
         out["measured_defaults"] = summarize_train(train)
 
