@@ -17,8 +17,8 @@ warm-up, one fresh process per method:
   stream           gpumem.torch.stream(model, opt, budget=half the blocks)
                    (weights and AdamW state streamed) with activations
                    offloaded at the defaults
-Each reports losses (bit-identical to plain or not), peak VRAM PyTorch
-allocated, and for offload what it moved and the daemon's bytes and time
+Each reports losses (bit-identical to plain or not), peak VRAM PyTorch's
+allocator held (gpu-memd's buffers are not in that figure), and for offload what it moved and the daemon's bytes and time
 copying each way (GB/s).
 
 Inference (a Llama config in bf16, batch 1, greedy generate; full: hidden
