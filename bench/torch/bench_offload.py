@@ -12,7 +12,9 @@ warm-up, one fresh process per method:
                    lead=L)` around the forward pass; a sweep of M (1, 4, 16,
                    64 MiB; --quick: 4, 16) at the default lead, and of L
                    (128 MiB, 2 GiB) at the default M (full only): this is
-                   where the defaults get measured
+                   where the defaults get measured. The sweep runs last,
+                   and methods that would start past --deadline (170 s
+                   quick, 540 s full) are skipped and marked so
   save_on_cpu      torch.autograd.graph.save_on_cpu(pin_memory=True)
   stream           gpumem.torch.stream(model, opt, budget=half the blocks)
                    (weights and AdamW state streamed) with activations
@@ -382,6 +384,10 @@ def main():
                     help="smaller models and sweeps: under 3 minutes")
     ap.add_argument("--skip", default="",
                     help="comma list: train, infer")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds for the whole run, after which the "
+                    "methods left are skipped (default 170 with --quick, "
+                    "else 540)")
     opts = ap.parse_args()
     build = os.path.abspath(opts.build)
     log = open(opts.log or os.devnull, "w")
@@ -392,44 +398,61 @@ def main():
                                         "lead": LEAD}}
     t0 = time.monotonic()
 
+    # Most telling first; the rest of the sweep last, so that a deadline
+    # cuts the sweep, not the comparison.
+    deadline = opts.deadline or (170 if quick else 540)
+    layers = 8 if quick else 16
+    # the Llama config's bytes, without building it here
+    per_block = 2 * (4 * 2048 * 2048 // 2 * 3 // 2 + 3 * 2048 * 5632
+                     + 2 * 2048)
+    rest = 2 * (2 * 32000 * 2048 + 2048)
+    budget = rest + (layers // 2) * per_block
+    sweep = (4,) if quick else (1, 4, 64)
+    jobs = []
     if "train" not in opts.skip:
-        runs = [{"method": "plain"}, {"method": "save_on_cpu"},
-                {"method": "stream"}]
-        sweep = (4, 16) if quick else (1, 4, 16, 64)
-        runs += [{"method": "offload", "min_bytes": m * MiB, "lead": LEAD}
-                 for m in sweep]
-        if not quick:
-            runs += [{"method": "offload", "min_bytes": MIN_BYTES,
-                      "lead": lead} for lead in (128 * MiB, 2 * GiB)]
-        train = []
-        for args in runs:
-            args["quick"] = quick
-            print(f"train {args['method']} ...", flush=True)
-            train.append(run_child(build, log, "train", args,
-                                   vram_limit="16G" if args["method"] in
-                                   ("offload", "stream") else None))
-        out["train"] = train
-        out["measured_defaults"] = summarize_train(train)
-
+        jobs += [("train", {"method": "plain"}),
+                 ("train", {"method": "offload", "min_bytes": MIN_BYTES,
+                            "lead": LEAD}),
+                 ("train", {"method": "save_on_cpu"}),
+                 ("train", {"method": "stream"})]
     if "infer" not in opts.skip:
-        infer = []
-        layers = 8 if quick else 16
-        # the Llama config's bytes, without building it here
-        per_block = 2 * (4 * 2048 * 2048 // 2 * 3 // 2 + 3 * 2048 * 5632
-                         + 2 * 2048)
-        rest = 2 * (2 * 32000 * 2048 + 2048)
-        budget = rest + (layers // 2) * per_block
-        for args in ({"method": "vram"},
-                     {"method": "stream", "budget": budget, "lead": 2},
-                     {"method": "accelerate"}):
-            args["quick"] = quick
-            print(f"infer {args['method']} ...", flush=True)
-            limit = f"{(budget + 256 * MiB) // MiB}M" \
-                if args["method"] == "stream" else None
-            infer.append(run_child(build, log, "infer", args,
-                                   vram_limit=limit))
-        out["infer"] = infer
-        summarize_infer(infer)
+        jobs += [("infer", {"method": "vram"}),
+                 ("infer", {"method": "stream", "budget": budget,
+                            "lead": 2}),
+                 ("infer", {"method": "accelerate"})]
+    if "train" not in opts.skip:
+        jobs += [("train", {"method": "offload", "min_bytes": m * MiB,
+                            "lead": LEAD}) for m in sweep]
+        if not quick:
+            jobs += [("train", {"method": "offload", "min_bytes": MIN_BYTES,
+                                "lead": lead})
+                     for lead in (128 * MiB, 2 * GiB)]
+    results = {"train": [], "infer": []}
+    for kind, args in jobs:
+        args["quick"] = quick
+        left = deadline - (time.monotonic() - t0)
+        if left < 30:
+            print(f"{kind} {args['method']}: skipped (deadline {deadline} s)",
+                  flush=True)
+            results[kind].append({"error": f"skipped: deadline {deadline} s",
+                                  "rc": None, **args})
+            continue
+        print(f"{kind} {args['method']} ...", flush=True)
+        if args["method"] in ("offload", "stream") and kind == "train":
+            limit = "16G"
+        elif args["method"] == "stream":
+            limit = f"{(budget + 256 * MiB) // MiB}M"
+        else:
+            limit = None
+        results[kind].append(run_child(build, log, kind, args,
+                                       vram_limit=limit,
+                                       timeout=int(min(300, left))))
+    if results["train"]:
+        out["train"] = results["train"]
+        out["measured_defaults"] = summarize_train(results["train"])
+    if results["infer"]:
+        out["infer"] = results["infer"]
+        summarize_infer(results["infer"])
     out["seconds"] = time.monotonic() - t0
     print(f"bench_offload: {out['seconds']:.0f} s")
     if opts.json:
