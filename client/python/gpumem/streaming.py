@@ -168,14 +168,24 @@ class Streamer:
         if not resident:
             self._release(block)
 
-    def _place(self, budget):
+    def _device_index(self):
+        """`device`'s index; else that of the model's first CUDA
+        parameter; else 0."""
         import torch
-        self.device_index = 0 if self.device is None else \
-            (torch.device(self.device).index or 0)
-        for module in self.model.modules():      # masks, rotary tables
-            for key, value in list(module._buffers.items()):
-                if value is not None:
-                    module._buffers[key] = value.to(self.torch_device)
+        if self.device is not None:
+            return torch.device(self.device).index or 0
+        for p in self.model.parameters():
+            if p.device.type == "cuda":
+                if not self.ops.cuda:
+                    raise ValueError(
+                        "gpumem.torch.stream: the model is on the GPU but "
+                        f"gpu-memd runs the {self.client.backend} backend "
+                        "(host memory): start it with --backend cuda")
+                return p.device.index or 0
+        return 0
+
+    def _place(self, budget):
+        self.device_index = self._device_index()
         sizes = [sum((p.numel() * p.element_size() + ALIGN - 1)
                      // ALIGN * ALIGN for p, _ in b.params)
                  for b in self.blocks]
@@ -193,6 +203,10 @@ class Streamer:
                     f"({rest_size} bytes) plus {1 + self.lead} blocks of up "
                     f"to {max(sizes, default=0)} bytes (the one running and "
                     f"lead={self.lead} ahead)")
+        for module in self.model.modules():      # masks, rotary tables
+            for key, value in list(module._buffers.items()):
+                if value is not None:
+                    module._buffers[key] = value.to(self.torch_device)
         self._fill(self.rest, True)
         for block, size in zip(self.blocks, sizes):
             resident = size <= room
@@ -502,7 +516,8 @@ def stream(model, optimizer=None, budget=None, *, blocks=None, lead=1,
     one by one (None: the largest nn.ModuleList's entries); `lead`: blocks
     prefetched ahead; `pageout`: page a block out as soon as it is released
     (False: the daemon moves it when it needs the room); `timeout`: seconds
-    an acquire may wait; `device`: the CUDA device (None: 0; sim: CPU).
+    an acquire may wait; `device`: the CUDA device (None: the model's, or
+    0 for a model on the CPU; sim: the CPU).
     The model may sit on the CPU: its blocks are copied to the buffers.
     Returns the Streamer."""
     from . import current_client, idle
