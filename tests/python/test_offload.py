@@ -11,7 +11,8 @@ here (issue 13, items 1, 2 and 4):
   Stream    inference and training (AdamW, several steps) bit-identical to
             the plain model; the budget decides which blocks stay resident
             (acquired in VRAM) and which stream (host tier between passes);
-            the order is learned from the first pass; a budget too small is
+            the order is learned from the first pass, and each block is
+            prefetched while the one before it runs, before its acquire; a budget too small is
             refused with what it needs; remove() restores plain tensors
   Idle      idle() pages out every resident block and brings it back
   HostFull  a host pool too small for the activations: pageouts refused,
@@ -402,6 +403,27 @@ class Stream(DaemonTest):
             model(self.tokens)
         self.assertEqual([b.name for b in s.order],
                          ["layers.2", "layers.0", "layers.3", "layers.1"])
+
+    def test_forward_prefetches_the_next_block_first(self):
+        model = Layers(order=(3, 1, 0, 2))
+        s = gt.stream(model, client=self.client, pageout=True, lead=1)
+        for b in s.blocks:                  # stream every block
+            b.resident = False
+            s._release(b)
+        with torch.no_grad():
+            model(self.tokens)              # learns the order
+        self.client.wait(timeout=10)
+        spy = Spy(self)
+        with torch.no_grad():
+            model(self.tokens)
+        ids = [s.blocks[i].buf.id for i in (3, 1, 0, 2)]
+        self.assertEqual(spy.ids("acquire"), ids)
+        self.assertEqual(spy.ids("prefetch"), ids[1:])
+        for buf_id in ids[1:]:
+            # prefetched while the block before it runs, before its acquire
+            self.assertLess(spy.calls.index(("prefetch", buf_id)),
+                            spy.calls.index(("acquire", buf_id)))
+        self.assertEqual(spy.ids("release_after"), ids)
 
     def test_budget_too_small(self):
         with self.assertRaises(ValueError) as e:
