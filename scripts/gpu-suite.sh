@@ -28,11 +28,21 @@
 #                                        with torch_probe.json (the facts
 #                                        gpumem.torch's mechanism rests on)
 #                                        and torch_bench.log (children's output)
+#   offload_bench.json / offload_bench.txt / offload_bench.log
+#                                        activation offload and weight
+#                                        streaming against plain VRAM,
+#                                        save_on_cpu and accelerate
+#                                        (bench/torch/bench_offload.py,
+#                                        GMD_BENCH entry "offload", not in
+#                                        the default list; ~8 min, or
+#                                        GMD_OFFLOAD_QUICK=1: under 3 min)
 # The Python GPU tests (tests/gpu/test_*.py, run with python3: PyTorch on
 # gpu-memd) run with the C ones. `run BUILD TEST...` runs only the named
 # tests (test_gpu_swap test_torch.py ...), and GMD_BENCH="alloc swap
 # release torch" (the default) picks the benchmarks; "" runs none;
 # GMD_TORCH_ROUNDS=N gives the torch bench N rounds (default 2).
+# tests/gpu/test_offload.py runs with the other Python GPU tests
+# (GMD_OFFLOAD_QUICK=1 passes it --quick too).
 #   nvidia-smi.txt   the machine
 # Exit status: 0 when no test failed (skips are not failures).
 set -u
@@ -79,6 +89,7 @@ entries=()
 for t in "$build"/tests/gpu/test_* "$src"/tests/gpu/test_*.py; do
         [ -f "$t" ] || continue
         case $t in
+        *test_offload.py) cmd=(python3 "$t" ${GMD_OFFLOAD_QUICK:+--quick}) ;;
         *.py) cmd=(python3 "$t") ;;
         *) [ -x "$t" ] || continue; cmd=("$t") ;;
         esac
@@ -126,7 +137,19 @@ bench_rc=null
 swap_rc=null
 release_rc=null
 torch_rc=null
+offload_rc=null
 for b in $benches; do
+        if [ "$b" = offload ]; then
+                echo "=== offload_bench" | tee -a "$log"
+                PYTHONUNBUFFERED=1 timeout 900 python3 "$src/bench/torch/bench_offload.py" \
+                        --build "$build" --json "$OUT/offload_bench.json" \
+                        --log "$OUT/offload_bench.log" ${GMD_OFFLOAD_QUICK:+--quick} \
+                        >"$OUT/offload_bench.txt" 2>>"$log"
+                offload_rc=$?
+                cat "$OUT/offload_bench.txt" >>"$log"
+                echo "=== offload_bench: rc $offload_rc" | tee -a "$log"
+                continue
+        fi
         if [ "$b" = torch ]; then
                 echo "=== torch_bench" | tee -a "$log"
                 timeout 120 python3 "$src/bench/torch/probe_torch.py" \
@@ -158,8 +181,8 @@ done
         printf '{"gpu": "%s",\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)"
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
-        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "torch_bench_rc": %s}\n' \
-                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$torch_rc"
+        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s}\n' \
+                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$torch_rc" "$offload_rc"
 } >"$json"
 cat "$json"
 exit $((failed > 0))

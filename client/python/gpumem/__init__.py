@@ -23,7 +23,9 @@ them use `c` in a block (per thread and per asyncio task).
 
 torch and numpy are optional and imported only by the views that need them.
 gpumem.torch (the PyTorch allocator integration) is a separate module,
-imported on its own.
+imported on its own; its oversubscription preview (offload_activations,
+stream, idle) lives in offload.py, streaming.py and idle.py, over the thin
+CUDA/sim layer _torchdev.py, and uses this package's Client and Buffer.
 """
 import contextlib
 import contextvars

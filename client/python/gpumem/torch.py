@@ -23,6 +23,12 @@ or $GPU_MEMD_TORCH_TIMEOUT_MS, else as long as it takes; then PyTorch raises
 torch.OutOfMemoryError and, with enable(), its message is the daemon's
 sentence (who holds what). This module does not import torch until enable()
 has put the shim in place, and needs no other part of the gpumem package.
+
+Oversubscription (preview, issue 13), loaded on first use and independent
+of enable(): offload_activations() (offload.py: saved activations to
+gpu-memd buffers in the forward pass, prefetched back in the backward),
+stream() (streaming.py: a model's weights block by block) and idle()
+(idle.py: give their buffers back between steps).
 """
 
 import ctypes
@@ -269,3 +275,19 @@ def enable(timeout_ms=None, name=None):
             lib.gmd_torch_set_quiet(1)
             _observer_attached = True
     return stats()
+
+
+_LAZY = {"offload_activations": "offload", "Offloader": "offload",
+         "stream": "streaming", "Streamer": "streaming", "idle": "idle"}
+
+
+def __getattr__(name):
+    # offload_activations, stream, idle: imported on first use, so that
+    # `import gpumem.torch` stays free of the rest of the package.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpumem.torch' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f"gpumem.{module}"), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,116 @@
+"""_torchdev — the only CUDA-specific code of gpumem's offload, streaming
+and idle modules: which tensors a backend's buffers can stand in for, the
+side stream the offload copies run on, and the events that say a copy is
+over.
+
+On the sim backend a buffer is host memory and its tensor views are CPU
+tensors, so a copy is synchronous, there are no streams (release_after is
+release) and every "event" is already done: HostOps. On the cuda backend
+the views are CUDA tensors and copies are queued on streams: CudaOps. The
+rest of offload.py and streaming.py is the same code on both, which is
+what lets CI test their logic, their calls to the daemon and their results
+bit for bit on CPU.
+"""
+import threading
+
+
+class HostOps:
+    """sim: tensors are CPU tensors, copies end when copy_ returns."""
+    cuda = False
+
+    def __init__(self, client):
+        self.client = client
+
+    @staticmethod
+    def accepts(tensor):
+        return tensor.device.type == "cpu"
+
+    @staticmethod
+    def device_index(tensor):
+        return 0
+
+    @staticmethod
+    def device_of(buf):
+        import torch
+        return torch.device("cpu")
+
+    @staticmethod
+    def current_stream(device=None):
+        return None
+
+    def copy_aside(self, dst, src):
+        """Copy src into dst off the compute stream; returns the stream the
+        copy is queued on (for release_after) and an event to wait for."""
+        dst.copy_(src)
+        return None, None
+
+    @staticmethod
+    def record(stream=None):
+        return None
+
+    @staticmethod
+    def done(event):
+        return True
+
+
+class CudaOps:
+    """cuda: the pack copy runs on one side stream per device, after the
+    work queued on the compute stream (wait_stream), and the source tensor
+    is kept from reuse until it ends (record_stream)."""
+    cuda = True
+
+    def __init__(self, client):
+        self.client = client
+        self._side = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def accepts(tensor):
+        return tensor.device.type == "cuda"
+
+    @staticmethod
+    def device_index(tensor):
+        return tensor.device.index or 0
+
+    @staticmethod
+    def device_of(buf):
+        import torch
+        return torch.device("cuda", buf.device)
+
+    @staticmethod
+    def current_stream(device=None):
+        import torch
+        return torch.cuda.current_stream(device)
+
+    def side_stream(self, device):
+        import torch
+        with self._lock:
+            stream = self._side.get(device)
+            if stream is None:
+                stream = self._side[device] = torch.cuda.Stream(device)
+            return stream
+
+    def copy_aside(self, dst, src):
+        import torch
+        side = self.side_stream(src.device)
+        side.wait_stream(torch.cuda.current_stream(src.device))
+        with torch.cuda.stream(side):
+            dst.copy_(src, non_blocking=True)
+        src.record_stream(side)
+        return side, self.record(side)
+
+    @staticmethod
+    def record(stream=None):
+        import torch
+        event = torch.cuda.Event()
+        event.record(stream)
+        return event
+
+    @staticmethod
+    def done(event):
+        return event is None or event.query()
+
+
+def ops_for(client):
+    """HostOps on the sim backend, CudaOps otherwise."""
+    return HostOps(client) if client.backend == "sim" else CudaOps(client)

@@ -1,0 +1,54 @@
+"""idle — give the daemon what this process's streamed and offloaded
+buffers hold while no step runs (issue 13, item 4).
+
+    for batch in loader:
+        train_step(batch)
+        with gpumem.torch.idle():      # evaluation elsewhere, data loading
+            batch = next_batch()
+
+On entry every gpumem.torch.stream() of the process releases the blocks it
+keeps resident (after the work queued on the current stream) and pages them
+out, and every offload_activations() frees what autograd already dropped;
+other processes can then take the VRAM. On exit the resident blocks are
+prefetched together and acquired again (the acquire waits for each), so the
+next step finds them in VRAM. Offloaded activations are released between
+uses already: nothing more to give.
+
+What registers here (streaming.Streamer, offload.Offloader) is held weakly:
+a model or offload block that goes away drops out.
+"""
+import contextlib
+import threading
+import weakref
+
+_members = weakref.WeakSet()
+_lock = threading.Lock()
+
+
+def register(member):
+    """Take part in idle(): `member` has `client`, _idle_enter() and
+    _idle_exit()."""
+    with _lock:
+        _members.add(member)
+
+
+def members():
+    """What takes part now: those whose Client is still open."""
+    with _lock:
+        return [m for m in _members if not m.client.closed]
+
+
+@contextlib.contextmanager
+def idle():
+    """Release and page out this process's streamed weights for the block;
+    bring them back on exit (see the module comment). Yields the list of
+    what took part."""
+    entered = []
+    try:
+        for member in members():
+            member._idle_enter()
+            entered.append(member)
+        yield entered
+    finally:
+        for member in entered:
+            member._idle_exit()

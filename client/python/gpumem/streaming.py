@@ -1,0 +1,529 @@
+"""streaming — a model's weights in gpu-memd buffers, one block at a time
+in VRAM (issue 13, item 2).
+
+    streamer = gpumem.torch.stream(model, optimizer, budget="8G")
+    out = model(x)                     # unchanged code
+
+The model is cut into blocks: the entries of its largest nn.ModuleList
+(the transformer layers) unless `blocks` names them, plus one block "rest"
+of every other parameter (embeddings, head, norms). Each block's parameters
+are copied into one SWAPPABLE buffer, packed at 256-byte offsets, and each
+param.data becomes a tensor view of it; module buffers (masks, rotary
+tables) move to the buffers' device as ordinary tensors.
+
+Within `budget` (bytes of weights this model may hold at once) the rest and
+as many blocks as fit, after room for the block running and the `lead`
+blocks prefetched ahead, stay resident: acquired for good. The others
+stream: a forward pre-hook acquires the block (waiting for its swap-in only
+when its prefetch is not over), prefetches the next `lead` non-resident
+blocks, and a forward hook releases it after the work queued on the current
+stream (release_after: no host synchronization), paging it out when
+`pageout` (else the daemon moves it when it needs the room). The order is
+learned on the first forward pass; until then it is the blocks' order in
+the model.
+
+Training: a block's forward hook puts a hook on its output's gradient,
+which acquires the block again (and prefetches the blocks before it, in
+backward order) before autograd runs the block's backward nodes, which read
+the weights they saved (views of the buffer: its address never changes). A
+hook on the block's input gradient releases it when its backward is over;
+what is still held when the backward pass ends is released then. With
+`optimizer`, optimizer.step() is wrapped to step one block at a time
+(per-parameter state makes that the same arithmetic), acquiring each block
+in turn with the next one prefetched; after a block's first step the state
+the optimizer made for it (exp_avg, exp_avg_sq: tensors on the device of
+more than one element) moves into a second buffer of the block's own,
+streamed, resident or idled with it. `budget` counts weights only: a
+resident block's optimizer state is resident too. Not done yet: gradients
+stay ordinary PyTorch memory (user code reads them between backward and
+step: clipping, logging); step closures; optimizer.state_dict() of a
+released block (remove() first); activation checkpointing inside a
+streamed block.
+"""
+import threading
+
+from . import _torchdev
+from ._args import parse_size
+from .client import SWAPPABLE
+from .errors import Busy, GpumemError
+
+ALIGN = 256
+
+
+def _largest_modulelist(model):
+    import torch
+    best, best_n = None, 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) > 1:
+            n = sum(p.numel() for p in module.parameters())
+            if n > best_n:
+                best, best_n = module, n
+    if best is None:
+        raise ValueError("gpumem.torch.stream: the model has no nn.ModuleList "
+                         "of layers; name the blocks (blocks=[...modules])")
+    return list(best)
+
+
+def _first_grad_tensor(value):
+    """The first tensor needing a gradient in a module's input or output
+    (a tensor, or tuples, lists and dicts of them)."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value if value.requires_grad else None
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            found = _first_grad_tensor(item)
+            if found is not None:
+                return found
+    if hasattr(value, "to_tuple"):          # transformers' ModelOutput
+        return _first_grad_tensor(value.to_tuple())
+    return None
+
+
+class Block:
+    """One buffer's worth of parameters, and whether it is in use."""
+
+    def __init__(self, name, module, params):
+        self.name = name
+        self.module = module
+        self.params = params            # [(parameter, offset)]
+        self.nbytes = 0
+        self.buf = None
+        self.resident = False
+        self.held = False
+        self.hooks = []
+        self.state = None               # the optimizer state's Block
+
+    def __repr__(self):
+        return (f"<Block {self.name} {self.nbytes} bytes "
+                f"{'resident' if self.resident else 'streamed'}>")
+
+
+class Streamer:
+    """What gpumem.torch.stream() returns: the blocks, their order, `stats`
+    and `remove()` (weights back into ordinary tensors, hooks off)."""
+
+    def __init__(self, model, client, budget, blocks, lead, pageout,
+                 timeout, device):
+        self.model = model
+        self.client = client
+        self.ops = _torchdev.ops_for(client)
+        self.lead = int(lead)
+        self.pageout = pageout
+        self.timeout = timeout
+        self.device = device
+        self._lock = threading.RLock()
+        self.order = []             # learned on the first forward pass
+        self._learning = True
+        self._seen = []
+        self._in_backward = False
+        self.stats = {"acquires": 0, "releases": 0, "prefetches": 0,
+                      "pageouts": 0, "pageouts_refused": 0,
+                      "backward_acquires": 0, "backward_releases": 0}
+        self.blocks = self._make_blocks(blocks)
+        self._place(None if budget is None else parse_size(budget))
+        self._optimizer = None
+        self._optimizer_step = None
+
+    # ---- setup -----------------------------------------------------------
+
+    def _make_blocks(self, modules):
+        modules = list(modules) if modules is not None else \
+            _largest_modulelist(self.model)
+        names = {id(m): n for n, m in self.model.named_modules()}
+        seen = set()
+        blocks = []
+        for module in modules:
+            params = [p for p in module.parameters() if id(p) not in seen]
+            seen.update(id(p) for p in params)
+            blocks.append(Block(names.get(id(module), repr(module)), module,
+                                [(p, 0) for p in params]))
+        rest = [p for p in self.model.parameters() if id(p) not in seen]
+        self.rest = Block("rest", self.model, [(p, 0) for p in rest])
+        self.rest.resident = True
+        return blocks
+
+    def _fill(self, block, resident):
+        """Allocate the block's buffer, copy its parameters in and point
+        them at it. Leaves it held when resident, else released."""
+        offset, placed = 0, []
+        for p, _ in block.params:
+            placed.append((p, offset))
+            nbytes = p.numel() * p.element_size()
+            offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        block.params, block.nbytes = placed, offset
+        if offset == 0:
+            block.resident = True
+            return
+        block.buf = self.client.alloc(offset, device=self.device_index,
+                                      flags=SWAPPABLE, timeout=self.timeout)
+        block.held = True
+        for p, off in block.params:
+            view = block.buf.as_tensor(p.dtype, tuple(p.shape), off)
+            view.copy_(p.data)
+            p.data = view
+        block.resident = resident
+        if not resident:
+            self._release(block)
+
+    def _device_index(self):
+        """`device`'s index; else that of the model's first CUDA
+        parameter; else 0."""
+        import torch
+        if self.device is not None:
+            return torch.device(self.device).index or 0
+        for p in self.model.parameters():
+            if p.device.type == "cuda":
+                if not self.ops.cuda:
+                    raise ValueError(
+                        "gpumem.torch.stream: the model is on the GPU but "
+                        f"gpu-memd runs the {self.client.backend} backend "
+                        "(host memory): start it with --backend cuda")
+                return p.device.index or 0
+        return 0
+
+    def _place(self, budget):
+        self.device_index = self._device_index()
+        sizes = [sum((p.numel() * p.element_size() + ALIGN - 1)
+                     // ALIGN * ALIGN for p, _ in b.params)
+                 for b in self.blocks]
+        rest_size = sum(p.numel() * p.element_size() for p, _ in
+                        self.rest.params)
+        if budget is None:
+            room = float("inf")
+        else:
+            streaming = (1 + self.lead) * max(sizes, default=0)
+            room = budget - rest_size - streaming
+            if room < 0:
+                raise ValueError(
+                    f"gpumem.torch.stream: budget {budget} bytes is below "
+                    f"what streaming needs at least: the rest of the model "
+                    f"({rest_size} bytes) plus {1 + self.lead} blocks of up "
+                    f"to {max(sizes, default=0)} bytes (the one running and "
+                    f"lead={self.lead} ahead)")
+        for module in self.model.modules():      # masks, rotary tables
+            for key, value in list(module._buffers.items()):
+                if value is not None:
+                    module._buffers[key] = value.to(self.torch_device)
+        self._fill(self.rest, True)
+        for block, size in zip(self.blocks, sizes):
+            resident = size <= room
+            if resident:
+                room -= size
+            self._fill(block, resident)
+        for block in self.blocks:
+            block.hooks.append(block.module.register_forward_pre_hook(
+                self._pre_hook(block)))
+            block.hooks.append(block.module.register_forward_hook(
+                self._post_hook(block)))
+        self.order = list(self.blocks)
+
+    @property
+    def torch_device(self):
+        import torch
+        if not self.ops.cuda:
+            return torch.device("cpu")
+        return torch.device("cuda", self.device_index)
+
+    # ---- acquire, release, prefetch --------------------------------------
+
+    def _acquire(self, block):
+        with self._lock:
+            if block.held or block.buf is None:
+                return
+            block.buf.acquire(self.timeout)
+            block.held = True
+            self.stats["acquires"] += 1
+
+    def _release(self, block):
+        with self._lock:
+            if not block.held or block.buf is None:
+                return
+            block.buf.release_after(self.ops.current_stream(
+                self.torch_device))
+            block.held = False
+            self.stats["releases"] += 1
+            if self.pageout:
+                self._pageout(block)
+
+    def _pageout(self, block):
+        try:
+            block.buf.pageout()
+            self.stats["pageouts"] += 1
+        except GpumemError:
+            # host pool full: it stays released in VRAM, for the daemon to
+            # move when it needs the room
+            self.stats["pageouts_refused"] += 1
+
+    def _prefetch_from(self, block, step):
+        """Prefetch the `lead` streamed blocks after `block` in the learned
+        order (step 1: forward; -1: backward)."""
+        with self._lock:
+            if block not in self.order:
+                return
+            i = self.order.index(block) + step
+            count = 0
+            while 0 <= i < len(self.order) and count < self.lead:
+                other = self.order[i]
+                i += step
+                if other.resident or other.buf is None:
+                    continue
+                count += 1
+                if other.held:
+                    continue
+                try:
+                    other.buf.prefetch()
+                    self.stats["prefetches"] += 1
+                except Busy:
+                    pass
+
+    # ---- hooks -----------------------------------------------------------
+
+    def _pre_hook(self, block):
+        def hook(module, inputs):
+            if self._learning:
+                self._learn(block)
+            if block.resident:
+                return None
+            self._acquire(block)
+            self._prefetch_from(block, 1)
+            if _torch_grad_enabled():
+                block.input_grad = _first_grad_tensor(inputs)
+            return None
+        return hook
+
+    def _learn(self, block):
+        """Record the first forward pass's order of blocks; it ends when
+        every block ran or one runs a second time."""
+        with self._lock:
+            if block not in self._seen:
+                self._seen.append(block)
+                if len(self._seen) < len(self.blocks):
+                    return
+            self.order = self._seen + [b for b in self.blocks
+                                       if b not in self._seen]
+            self._learning = False
+
+    def _post_hook(self, block):
+        def hook(module, inputs, output):
+            if block.resident:
+                return None
+            if _torch_grad_enabled():
+                out = _first_grad_tensor(output)
+                if out is not None:
+                    out.register_hook(self._backward_enter(block))
+                    inp = getattr(block, "input_grad", None)
+                    if inp is not None:
+                        inp.register_hook(self._backward_leave(block))
+            block.input_grad = None
+            self._release(block)
+            return None
+        return hook
+
+    def _backward_enter(self, block):
+        def hook(grad):
+            import torch
+            with self._lock:
+                if not self._in_backward:
+                    self._in_backward = True
+                    torch.autograd.Variable._execution_engine.queue_callback(
+                        self._backward_done)
+            if not block.held:
+                self.stats["backward_acquires"] += 1
+            self._acquire(block)
+            self._prefetch_from(block, -1)
+        return hook
+
+    def _backward_leave(self, block):
+        def hook(grad):
+            if block.held:
+                self.stats["backward_releases"] += 1
+            self._release(block)
+        return hook
+
+    def _backward_done(self):
+        with self._lock:
+            self._in_backward = False
+            for block in self.blocks:
+                if not block.resident:
+                    self._release(block)
+
+    # ---- optimizer -------------------------------------------------------
+
+    def attach_optimizer(self, optimizer):
+        """Wrap optimizer.step() to step block by block (see the module
+        comment)."""
+        self._optimizer = optimizer
+        self._optimizer_step = optimizer.step
+        streamer = self
+
+        def step(closure=None):
+            if closure is not None:
+                raise NotImplementedError(
+                    "gpumem.torch.stream: optimizer.step(closure) is not "
+                    "supported; call the closure first, then step()")
+            return streamer._step()
+        optimizer.step = step
+
+    def _step(self):
+        optimizer = self._optimizer
+        groups = [g["params"] for g in optimizer.param_groups]
+        resident = [self.rest] + [b for b in self.blocks if b.resident]
+        batches = [resident] + [[b] for b in self.order if not b.resident]
+        try:
+            for i, batch in enumerate(batches):
+                ids = {id(p) for b in batch for p, _ in b.params}
+                for group, params in zip(optimizer.param_groups, groups):
+                    group["params"] = [p for p in params if id(p) in ids]
+                if i + 1 < len(batches):
+                    for b in batches[i + 1]:
+                        for part in (b, b.state):
+                            if part is not None and not part.held and \
+                                    part.buf is not None:
+                                part.buf.prefetch()
+                for b in batch:
+                    self._acquire(b)
+                    if b.state is not None:
+                        self._acquire(b.state)
+                self._optimizer_step()
+                for b in batch:
+                    if b.state is None:
+                        self._stash_state(b)
+                    if not b.resident:
+                        self._release(b)
+                        if b.state is not None:
+                            self._release(b.state)
+        finally:
+            for group, params in zip(optimizer.param_groups, groups):
+                group["params"] = params
+
+    def _stash_state(self, block):
+        """After the optimizer's first step of `block`: move the state it
+        made for the block's parameters (tensors of more than one element
+        on the buffers' device: exp_avg, exp_avg_sq; not the step counts)
+        into a buffer of the block's own, streamed with it."""
+        state = self._optimizer.state
+        items, offset = [], 0
+        for p, _ in block.params:
+            for key, value in state.get(p, {}).items():
+                if _is_state_tensor(value, self.torch_device):
+                    items.append((p, key, offset))
+                    nbytes = value.numel() * value.element_size()
+                    offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        if not items:
+            return
+        part = Block(block.name + ".state", None, [])
+        part.nbytes = offset
+        part.buf = self.client.alloc(offset, device=self.device_index,
+                                     flags=SWAPPABLE, timeout=self.timeout)
+        part.held = True
+        part.resident = block.resident
+        part.items = items
+        for p, key, off in items:
+            value = state[p][key]
+            view = part.buf.as_tensor(value.dtype, tuple(value.shape), off)
+            view.copy_(value)
+            state[p][key] = view
+        block.state = part
+
+    # ---- idle and removal ------------------------------------------------
+
+    def _held_resident(self):
+        parts = []
+        for b in [self.rest] + self.blocks:
+            parts += [x for x in (b, b.state) if x is not None]
+        return [x for x in parts if x.resident and x.buf is not None
+                and not x.buf.freed]
+
+    def _idle_enter(self):
+        for block in self._held_resident():
+            block.resident = False      # the hooks would stream it meanwhile
+            block.idle_back = True
+            self._release(block)
+            if not self.pageout:
+                self._pageout(block)
+
+    def _idle_exit(self):
+        back = []
+        for b in [self.rest] + self.blocks:
+            back += [x for x in (b, b.state) if x is not None
+                     and getattr(x, "idle_back", False) and x.buf is not None]
+        for block in back:
+            try:
+                block.buf.prefetch()
+                self.stats["prefetches"] += 1
+            except Busy:
+                pass
+        for block in back:
+            self._acquire(block)
+            block.resident = True
+            block.idle_back = False
+
+    def remove(self):
+        """Copy the weights back into ordinary tensors on the buffers'
+        device, take the hooks off, free the buffers."""
+        import torch
+        self._optimizer_state = {}
+        if self._optimizer is not None:
+            self._optimizer.step = self._optimizer_step
+            self._optimizer_state = self._optimizer.state
+            self._optimizer = None
+        for block in [self.rest] + self.blocks:
+            for handle in block.hooks:
+                handle.remove()
+            block.hooks = []
+            if block.state is not None:
+                part, state = block.state, self._optimizer_state
+                self._acquire(part)
+                for p, key, _ in part.items:
+                    state[p][key] = state[p][key].clone()
+                self._free(part)
+                block.state = None
+            if block.buf is None:
+                continue
+            self._acquire(block)
+            for p, _ in block.params:
+                p.data = p.data.clone(memory_format=torch.contiguous_format)
+            self._free(block)
+
+    def _free(self, block):
+        import torch
+        if self.ops.cuda:
+            torch.cuda.synchronize(self.torch_device)
+        block.buf.free()
+        block.buf = None
+        block.held = False
+
+
+def _is_state_tensor(value, device):
+    import torch
+    return isinstance(value, torch.Tensor) and value.numel() > 1 and \
+        value.device == device
+
+
+def _torch_grad_enabled():
+    import torch
+    return torch.is_grad_enabled()
+
+
+def stream(model, optimizer=None, budget=None, *, blocks=None, lead=1,
+           client=None, pageout=False, timeout=None, device=None):
+    """Stream `model`'s weights through gpu-memd (see the module comment).
+    `budget`: bytes (or "8G") of weights held at once (None: all resident,
+    which still lets idle() page them out); `blocks`: the modules to stream
+    one by one (None: the largest nn.ModuleList's entries); `lead`: blocks
+    prefetched ahead; `pageout`: page a block out as soon as it is released
+    (False: the daemon moves it when it needs the room); `timeout`: seconds
+    an acquire may wait; `device`: the CUDA device (None: the model's, or
+    0 for a model on the CPU; sim: the CPU).
+    The model may sit on the CPU: its blocks are copied to the buffers.
+    Returns the Streamer."""
+    from . import current_client, idle
+    streamer = Streamer(model, client or current_client(), budget, blocks,
+                        lead, pageout, timeout, device)
+    if optimizer is not None:
+        streamer.attach_optimizer(optimizer)
+    idle.register(streamer)
+    return streamer
