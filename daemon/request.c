@@ -2,10 +2,10 @@
  * request — see request.h. Each handler gets a payload that passed the
  * header checks of wire.c; it decodes it (a failure to decode is a protocol
  * error that closes the session), checks every field against the daemon's
- * limits, and returns an outcome (result.h): request_handle turns it into
- * exactly one reply carrying the request id. Bad
- * values in a well-formed message are the client's mistake, not an attack:
- * they get an error reply with a message, and the session stays open.
+ * limits, and returns an outcome (result.h): request_answer turns it into
+ * exactly one reply carrying the request id. Bad values in a well-formed
+ * message are the client's mistake, not an attack: they get an error reply
+ * with a message, and the session stays open.
  */
 #include "request.h"
 
@@ -26,7 +26,6 @@
 #include "status.h"
 #include "tiering.h"
 #include "timeutil.h"
-
 
 /* Keep printable ASCII of a client-chosen name; it ends up in logs. */
 static void copy_name(char *dst, size_t len, const char *src)
