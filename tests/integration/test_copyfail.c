@@ -2,13 +2,13 @@
  * test_copyfail — the swap engine when copies fail, and the early remaps
  * around a move that stops, on the sim backend with the real daemon.
  *
- * Failures come from the sim backend's test hook (daemon/backend_sim.c):
+ * Failures come from the sim backend's test hook (daemon/backend/backend_sim.c):
  * with GMD_SIM_FAIL_COPIES naming a file, every copy submitted while that
  * file exists fails with -EIO. The file lives in the test's temp dir and is
  * created and removed while the daemon runs. A refused submit sends the
  * move to its copy queue's failed list, finished from the loop's check
  * phase; the queue then starts no move that way for a second
- * (daemon/copyq.c). What must hold: a failed pageout or swap-in leaves the
+ * (daemon/core/copyq.c). What must hold: a failed pageout or swap-in leaves the
  * buffer where it was, with its bytes, nothing allocated on the other side,
  * and a daemon that goes on serving; the owner's next gmd_wait says so,
  * once (-EIO naming the buffer); an owner's ack that arrives while the
@@ -21,7 +21,7 @@
  * acked; and an acquire that waits through a cancelled swap-in gets a new
  * swap-in.
  *
- * Each of the fixes of commit "Early remap, after review" in daemon/move.c
+ * Each of the fixes of commit "Early remap, after review" in daemon/core/move.c
  * has a test here that fails without it: move_handle_ack testing
  * m->copied (test_early_ack_of_failed_pageout, reliably; the libgpumem
  * tests when the race comes up), move_abandon's move_in_request

@@ -1,5 +1,5 @@
 /*
- * test_reuse — VRAM kept for swap-ins ([swap] keep_vram, daemon/reuse.c)
+ * test_reuse — VRAM kept for swap-ins ([swap] keep_vram, daemon/core/reuse.c)
  * on the sim backend, with the real daemon: after a buffer moves out, its
  * VRAM stays allocated (counted in the pool's `used`, shown as `kept`) so
  * that the same client's next swap-in of a buffer of exactly that size

@@ -947,7 +947,7 @@ static void test_cancellations(void **state)
                 fail_msg("a pageout (answered %d) during an acquire's swap-in left "
                          "the acquire waiting until its 3000 ms deadline: the "
                          "swap-in was cancelled under it (%s)", r,
-                         "daemon/tiering.c pageout_one -> move_cancel");
+                         "daemon/core/tiering.c pageout_one -> move_cancel");
         OK(job.result);
         assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
         pattern_check(b, 123, "after acquire with a pageout");
@@ -1036,7 +1036,7 @@ static void test_unacked_remap_keeps_backing(void **state)
         pageout.buffer_ids = &id2;
         raw_send(&raw, GMD__MSG_TYPE__MSG_PAGEOUT, next_id, &pageout.base);
         /* Released with no last-use event, it is unmapped while its copy
-         * runs: the remap may come before the reply (daemon/move.h). */
+         * runs: the remap may come before the reply (daemon/core/move.h). */
         m = raw_recv(&raw, 5000);
         if (m.type == GMD__MSG_TYPE__MSG_REMAP) {
                 raw_check_remap(&raw, m, id2, GMD_TIER_HOST, 4 * MiB, 91);

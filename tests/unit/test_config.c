@@ -1,5 +1,5 @@
 /*
- * test_config — daemon/config.c: embedded defaults, the INI file, and single
+ * test_config — daemon/base/config.c: embedded defaults, the INI file, and single
  * keys set the way command-line options set them.
  *
  * An operator meets this code when a line is wrong, so most cases here are

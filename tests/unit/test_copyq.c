@@ -1,5 +1,5 @@
 /*
- * test_copyq — daemon/copyq.c on its own: no socket, no daemon, a fake
+ * test_copyq — daemon/core/copyq.c on its own: no socket, no daemon, a fake
  * backend whose copy_submit records chunks (or refuses them) and whose
  * completions the test hands back itself. Chunking, the limit of chunks in
  * flight, class order, a stop with and without chunks in flight, a failed

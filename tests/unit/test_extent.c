@@ -1,5 +1,5 @@
 /*
- * test_extent — daemon/extent.c: best fit and its tie rule, parts that
+ * test_extent — daemon/backend/extent.c: best fit and its tie rule, parts that
  * never cross a region, coalescing, the -ENOSPC and -EINVAL cases with
  * nothing changed, and a randomized run checked against a unit bitmap
  * model after every operation.

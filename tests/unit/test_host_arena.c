@@ -1,5 +1,5 @@
 /*
- * test_host_arena — daemon/host_arena.c, the host arena bookkeeping both
+ * test_host_arena — daemon/backend/host_arena.c, the host arena bookkeeping both
  * backends use, with no backend and no memory: pieces added as they are
  * built, takes served from one piece or in parts that never cross a
  * piece's edge, served and refused counted, spans given back (and a bad

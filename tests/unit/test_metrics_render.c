@@ -1,5 +1,5 @@
 /*
- * test_metrics_render — daemon/metrics_render.c from a snapshot made by
+ * test_metrics_render — daemon/service/metrics_render.c from a snapshot made by
  * hand, no daemon: every figure of the snapshot lands in its series
  * (pools, clients by tier, queues, kept VRAM, pinned host memory, the
  * latency histogram, errors), client names are escaped, the host arena

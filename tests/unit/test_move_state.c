@@ -1,5 +1,5 @@
 /*
- * test_move_state — the move's state machine (daemon/move.h): every legal
+ * test_move_state — the move's state machine (daemon/core/move.h): every legal
  * change is taken, every other one refused with the state left as it was,
  * and the final states lead nowhere.
  */

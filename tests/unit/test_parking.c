@@ -1,5 +1,5 @@
 /*
- * test_parking — daemon/parking.c's accounting of a client's parked
+ * test_parking — daemon/core/parking.c's accounting of a client's parked
  * buffers, on its own: no socket, no daemon. What is parked per device,
  * what was asked back (never twice for the same bytes, never more than is
  * parked), and what came back.

@@ -1,5 +1,5 @@
 /*
- * test_placement — daemon/placement.c, the one policy for where a buffer
+ * test_placement — daemon/core/placement.c, the one policy for where a buffer
  * may live and whether it may move: PIN_VRAM and legacy IPC never move,
  * SPILLABLE falls back to host memory and is used where it rests, no
  * buffer its owner holds ever moves, and a SWAPPABLE owner maps nothing

@@ -1,5 +1,5 @@
 /*
- * test_pool — daemon/pool.c: rounding to the granularity, taking and
+ * test_pool — daemon/core/pool.c: rounding to the granularity, taking and
  * giving bytes, and the used <= capacity invariant.
  */
 #include <errno.h>

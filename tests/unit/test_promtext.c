@@ -1,5 +1,5 @@
 /*
- * test_promtext — daemon/promtext.c: label values escaped as the
+ * test_promtext — daemon/service/promtext.c: label values escaped as the
  * Prometheus text format requires (backslash, quote, newline), invalid
  * UTF-8 replaced, seconds written exactly, and a buffer that grows past
  * its first allocation without losing text.

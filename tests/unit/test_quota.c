@@ -1,5 +1,5 @@
 /*
- * test_quota — quota_check of daemon/quota.c: a new buffer against the
+ * test_quota — quota_check of daemon/base/quota.c: a new buffer against the
  * limits of its user and what the user holds, with parked buffers counted
  * but reclaimable (QUOTA_PARKED), and the refusal's code and sentence.
  */

@@ -1,5 +1,5 @@
 /*
- * test_reuse_kept — daemon/reuse.c, VRAM kept for swap-ins, on its own: no
+ * test_reuse_kept — daemon/core/reuse.c, VRAM kept for swap-ins, on its own: no
  * socket, no daemon, no backend. Memory is plain gmd_mem records; the
  * release function records what was released and gives its bytes back
  * to the pool, as backing_release does.

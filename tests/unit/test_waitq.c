@@ -1,5 +1,5 @@
 /*
- * test_waitq — daemon/waitq.c on its own: no socket, no daemon, a libuv
+ * test_waitq — daemon/core/waitq.c on its own: no socket, no daemon, a libuv
  * loop for the deadline timers and ops that record what the queue asked
  * of the layer above. Rank order, arrival order within a rank, a waiter
  * that does not fit holding back its device only, the marks it leaves for

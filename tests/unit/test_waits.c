@@ -1,5 +1,5 @@
 /*
- * test_waits — daemon/waits.c, the MSG_WAIT registry of a session, on its
+ * test_waits — daemon/core/waits.c, the MSG_WAIT registry of a session, on its
  * own: no socket, no daemon. Waits are answered when the caller says they
  * are met, in order, once; a deadline answers through the wait's own
  * expire function; dropping them all answers none; the count follows.

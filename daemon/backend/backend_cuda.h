@@ -1,7 +1,7 @@
 /*
  * backend_cuda — internals shared by the cuda backend's files. Nothing
  * outside daemon/backend_cuda*.c (and the GPU test of the backend) includes
- * this; the daemon sees only daemon/backend.h.
+ * this; the daemon sees only daemon/backend/backend.h.
  *
  * The backend is split by job, one file each:
  *   backend_cuda.c          driver, devices and their contexts, the ops

@@ -1,6 +1,6 @@
 /*
  * metrics_render — builds the Prometheus text-format page that
- * daemon/metrics.c serves, from a snapshot of the daemon's state.
+ * daemon/service/metrics.c serves, from a snapshot of the daemon's state.
  */
 #ifndef GMD_METRICS_RENDER_H
 #define GMD_METRICS_RENDER_H

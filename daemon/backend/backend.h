@@ -3,8 +3,8 @@
  * daemon's bookkeeping and the memory itself.
  *
  * Two backends implement it: `cuda` (CUDA VMM physical allocations exported
- * as POSIX fds, daemon/backend_cuda.c) and `sim` (memfd chunks standing in
- * for VRAM, daemon/backend_sim.c), so every scheduling, protocol and failure
+ * as POSIX fds, daemon/backend/backend_cuda.c) and `sim` (memfd chunks standing in
+ * for VRAM, daemon/backend/backend_sim.c), so every scheduling, protocol and failure
  * path runs where there is no GPU. Both hand out the same thing: a gmd_mem,
  * one physical allocation with an fd a client can map. The daemon keeps the
  * fd for the allocation's life and sends duplicates of it (SCM_RIGHTS does

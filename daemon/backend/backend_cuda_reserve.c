@@ -4,7 +4,7 @@
  * each device keeps a stack of zeroed, exported, one-granule chunks that
  * mem_create pops in well under a microsecond. The daemon's maintain timer
  * tops the stack up off the request path, a few chunks per call so one
- * call stays around a millisecond (daemon/server.c calls again after 10 ms
+ * call stays around a millisecond (daemon/core/server.c calls again after 10 ms
  * while work is left, else after 250 ms).
  *
  * Its size is [pools] cuda_reserve_chunks, read when the backend opens (0

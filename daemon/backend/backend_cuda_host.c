@@ -15,7 +15,7 @@
  *     its progress: the pinning happens once, off the loop thread.
  *   - mem_create_private carves a swap-out's host copy out of what is
  *     built, best fit, in up to CUDA_ARENA_MAX_PARTS ranges when no single
- *     free range holds it (daemon/host_arena.c, the bookkeeping the sim
+ *     free range holds it (daemon/backend/host_arena.c, the bookkeeping the sim
  *     backend's arena shares; no range crosses a piece, as
  *     one copy cannot span two physical allocations). The copy engine
  *     walks the parts (cuda_mem_at). Freeing gives the ranges back: no
