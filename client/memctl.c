@@ -231,6 +231,20 @@ static void print_copies(const gmd_status *status)
                        "needed)\n", p->device,
                        ctl_size_text(p->kept, out, sizeof(out)));
         }
+        /* What the pool cannot see: memory other processes (or a client
+         * keeping freed buffers' fds) hold on the GPU, which no
+         * allocation can use however free the pool looks. */
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+
+                if (p->tier != GMD_TIER_VRAM || !p->unaccounted)
+                        continue;
+                printf("gpu%u VRAM held outside gpu-memd: %s (the GPU has %s "
+                       "free; other processes, CUDA contexts, or freed buffers "
+                       "whose fds a client keeps)\n", p->device,
+                       ctl_size_text(p->unaccounted, out, sizeof(out)),
+                       ctl_size_text(p->device_free, in, sizeof(in)));
+        }
 }
 
 /* Another user's client seen by a non-admin: its name and buffer count
@@ -404,6 +418,8 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                         json_uint(&w, "arena_size", p->arena_size);
                         json_uint(&w, "arena_free", p->arena_free);
                         json_uint(&w, "kept", p->kept);
+                        json_uint(&w, "device_free", p->device_free);
+                        json_uint(&w, "unaccounted", p->unaccounted);
                 }
                 json_end_object(&w);
         }

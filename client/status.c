@@ -70,6 +70,8 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 p->arena_size = w->arena_size;
                 p->arena_free = w->arena_free;
                 p->kept = w->kept;
+                p->device_free = w->device_free;
+                p->unaccounted = w->unaccounted;
         }
         s->n_clients = reply->n_clients;
         for (size_t i = 0; i < reply->n_clients; i++) {

@@ -347,6 +347,14 @@ typedef struct gmd_pool_status {
          * same clients' next swap-ins ([swap] keep_vram) and released as
          * soon as any request needs the room. */
         uint64_t kept;
+        /* VRAM pools: the GPU as its driver sees it (read at most a few
+         * seconds ago): bytes free on the device, and bytes used on it
+         * that gpu-memd did not create — other processes, CUDA contexts,
+         * freed buffers whose fds a client keeps. An allocation the pool
+         * has room for but the GPU has not fails with GMD_ENOMEM saying
+         * so. Both 0 when the daemon could not read the driver. */
+        uint64_t device_free;
+        uint64_t unaccounted;
 } gmd_pool_status;
 
 typedef struct gmd_client_status {

@@ -73,6 +73,14 @@ typedef struct gmd_device_info {
          * backend's reserve of pre-created chunks). They are not in `free`:
          * a pool sized from the driver's view gets free + reserved. */
         uint64_t reserved;
+        /* Bytes of this device's memory the backend holds allocated, all
+         * of it: buffers, VRAM kept for swap-ins, the reserve, legacy IPC
+         * buffers. The driver's used bytes (total - free) minus these is
+         * memory held outside gpu-memd (core/vram.h): other processes,
+         * CUDA contexts, and freed buffers whose fds a client still holds
+         * (an exported handle keeps its memory alive after the daemon
+         * releases its own). */
+        uint64_t own;
 } gmd_device_info;
 
 /* The host arena of one device: pinned host memory made ahead of demand
@@ -93,6 +101,10 @@ typedef struct gmd_backend_ops {
         bool shares_device;
         /* Number of devices served. */
         unsigned (*device_count)(gmd_backend *backend);
+        /* The device's memory as the driver sees it now (cuda:
+         * cuMemGetInfo in the device's context, a few µs), and what the
+         * backend holds of it. Called at start, at each VRAM allocation
+         * and periodically (core/vram.c). */
         int (*device_info)(gmd_backend *backend, unsigned device,
                            gmd_device_info *ret_info);
         /* Create `size` bytes (granularity multiple) on `tier` of `device`,

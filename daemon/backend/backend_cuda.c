@@ -73,6 +73,7 @@ static int cuda_ops_device_info(gmd_backend *backend, unsigned device,
         ret_info->free = free_b;
         ret_info->granularity = d->granularity;
         ret_info->reserved = cuda_reserve_bytes(d);
+        ret_info->own = d->vram_own;
         return 0;
 }
 

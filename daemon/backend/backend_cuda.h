@@ -130,6 +130,10 @@ typedef struct cuda_device {
          * second. */
         uint64_t refill_after_us;
         cuda_arena arena;
+        /* Bytes of VRAM alive that this backend created (cuMemCreate on
+         * the device, cuMemAlloc of legacy IPC buffers), reserve and
+         * anchor included: device_info's `own`. Loop thread only. */
+        uint64_t vram_own;
 } cuda_device;
 
 /* The worker that pins the host arenas and releases host allocations

@@ -26,8 +26,13 @@ void cuda_ipc_free(cuda_backend *b, cuda_mem *m)
 {
         if (!m)
                 return;
-        if (m->va)
+        if (m->va) {
+                cuda_device *d = cuda_device_get(b, m->mem.device);
+
                 b->cu->cuMemFree(m->va);
+                if (d)
+                        d->vram_own -= m->mem.size;
+        }
         free(m);
 }
 
@@ -72,6 +77,7 @@ int cuda_ops_mem_create_ipc(gmd_backend *backend, unsigned device,
         r = cuda_ipc_alloc(b, d, device, size, &m->va);
         if (r < 0)
                 goto fail;
+        d->vram_own += size;
         r = cuda_fill_zero(b, d->stream, m->va, size);
         if (r < 0)
                 goto fail;

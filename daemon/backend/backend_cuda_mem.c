@@ -57,8 +57,13 @@ void cuda_mem_free(cuda_backend *b, cuda_mem *m)
                 cu->cuMemUnmap(m->va, m->mem.size);
                 cu->cuMemAddressFree(m->va, m->mem.size);
         }
-        if (m->mem.handle)
+        if (m->mem.handle) {
+                cuda_device *d = cuda_device_get(b, m->mem.device);
+
                 cu->cuMemRelease(m->mem.handle);
+                if (d && m->mem.tier == GMD_TIER_VRAM)
+                        d->vram_own -= m->mem.size;
+        }
         if (m->mem.fd >= 0)
                 close(m->mem.fd);
         free(m);
@@ -144,6 +149,8 @@ int cuda_mem_make_as(cuda_backend *b, cuda_device *d, unsigned device,
         if (r < 0)
                 goto fail;
         m->mem.handle = h;
+        if (tier == GMD_TIER_VRAM)
+                d->vram_own += size;
         t1 = now_us();
 
         r = cuda_check(b, cu->cuMemExportToShareableHandle(&fd, h,

@@ -24,6 +24,15 @@
  * cudaMemcpyAsync would. The copy-failure paths of the swap engine have no
  * other way to run in CI; tests switch failures on and off by creating and
  * removing the file. The variable is read once, at open.
+ *
+ * For tests only: with GMD_SIM_VRAM_OTHERS naming a file, the size written
+ * in it ("3G", "512M", a byte count) is VRAM "used by others" on every
+ * device while the file exists: device_info's free shrinks by it, as
+ * cuMemGetInfo's does when another process (or a client keeping a freed
+ * buffer's fd) holds GPU memory, and mem_create of VRAM fails with
+ * -ENOMEM, as cuMemCreate does, when it would not fit beside it. Tests
+ * write and remove the file to make memory appear and go outside the pool
+ * (core/vram.c).
  */
 #include "backend.h"
 
@@ -40,6 +49,7 @@
 #include "host_arena.h"
 #include "log.h"
 #include "sim_copier.h"
+#include "size.h"
 
 #define SIM_MAX_DEVICES 16
 #define SIM_ARENA_PIECES 4
@@ -72,6 +82,7 @@ typedef struct sim_backend {
         sim_arena arenas[SIM_MAX_DEVICES];
         sim_copier *copier;     /* queue 2 * device + direction */
         char *fail_copies;      /* GMD_SIM_FAIL_COPIES, or NULL */
+        char *vram_others;      /* GMD_SIM_VRAM_OTHERS, or NULL */
 } sim_backend;
 
 static sim_backend *to_sim(gmd_backend *b)
@@ -84,6 +95,40 @@ static unsigned sim_device_count(gmd_backend *b)
         return to_sim(b)->n_devices;
 }
 
+/* The bytes GMD_SIM_VRAM_OTHERS's file names now: 0 without the hook,
+ * without the file, or with something in it that is not a size. */
+static uint64_t sim_vram_others(const sim_backend *sim)
+{
+        char text[64];
+        uint64_t bytes = 0;
+        ssize_t n;
+        int fd;
+
+        if (!sim->vram_others)
+                return 0;
+        fd = open(sim->vram_others, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return 0;
+        n = read(fd, text, sizeof(text) - 1);
+        close(fd);
+        if (n <= 0)
+                return 0;
+        text[n] = '\0';
+        text[strcspn(text, " \t\r\n")] = '\0';
+        if (size_parse(text, &bytes) < 0)
+                return 0;
+        return bytes;
+}
+
+/* What the "driver" has free on `device`: the budget less what the
+ * backend created there and what others use (the test hook). */
+static uint64_t sim_vram_free(const sim_backend *sim, unsigned device)
+{
+        uint64_t used = sim->created[device] + sim_vram_others(sim);
+
+        return sim->vram > used ? sim->vram - used : 0;
+}
+
 static int sim_device_info(gmd_backend *b, unsigned device,
                            gmd_device_info *ret_info)
 {
@@ -94,9 +139,9 @@ static int sim_device_info(gmd_backend *b, unsigned device,
         memset(ret_info, 0, sizeof(*ret_info));
         snprintf(ret_info->name, sizeof(ret_info->name), "sim%u", device);
         ret_info->total = sim->vram;
-        ret_info->free = sim->vram > sim->created[device] ?
-                         sim->vram - sim->created[device] : 0;
+        ret_info->free = sim_vram_free(sim, device);
         ret_info->granularity = sim->granularity;
+        ret_info->own = sim->created[device];
         return 0;
 }
 
@@ -111,6 +156,11 @@ static int sim_mem_create(gmd_backend *b, gmd_tier tier, unsigned device,
 
         if (device >= sim->n_devices || size == 0 || size % sim->granularity)
                 return -EINVAL;
+        /* As cuMemCreate: VRAM others hold is not there to take. Only
+         * with the test hook: without it the sim device is the pool's. */
+        if (tier == GMD_TIER_VRAM && sim->vram_others &&
+            size > sim_vram_free(sim, device))
+                return -ENOMEM;
         sm = calloc(1, sizeof(*sm));
         if (!sm)
                 return -ENOMEM;
@@ -322,6 +372,7 @@ static void sim_destroy(gmd_backend *b)
                 host_arena_clear(&a->ranges);
         }
         free(sim->fail_copies);
+        free(sim->vram_others);
         free(b);
 }
 
@@ -382,7 +433,7 @@ static const gmd_backend_ops sim_ops = {
 int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
 {
         sim_backend *sim = calloc(1, sizeof(*sim));
-        const char *fail_copies;
+        const char *fail_copies, *vram_others;
         uint64_t share;
         int r;
 
@@ -407,6 +458,17 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
                 }
                 log_warning("sim: GMD_SIM_FAIL_COPIES is set: copies fail while "
                             "%s exists (a test hook)", sim->fail_copies);
+        }
+        vram_others = getenv("GMD_SIM_VRAM_OTHERS");
+        if (vram_others && *vram_others) {
+                sim->vram_others = strdup(vram_others);
+                if (!sim->vram_others) {
+                        sim_destroy(&sim->base);
+                        return -ENOMEM;
+                }
+                log_warning("sim: GMD_SIM_VRAM_OTHERS is set: the size in %s "
+                            "counts as VRAM used by others (a test hook)",
+                            sim->vram_others);
         }
         r = sim_copier_new(2 * sim->n_devices, config->sim_copy_rate, &sim->copier);
         if (r < 0) {

@@ -32,6 +32,9 @@ typedef struct gmd_stats {
         /* VRAM a swap-out left (reuse.h): swap-ins that copied into it,
          * and kept allocations released instead. */
         uint64_t vram_reused, vram_kept_released;
+        /* VRAM allocations the pool had room for and the driver had not:
+         * memory held outside gpu-memd (core/vram.h). */
+        uint64_t vram_refused;
 } gmd_stats;
 
 /* Count one allocation that took `us` microseconds from request to reply. */

@@ -21,6 +21,7 @@
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
+#include "vram.h"
 #include "waitq.h"
 
 #define KNOWN_ALLOC_FLAGS (GMD_ALLOC_PIN_VRAM | GMD_ALLOC_SPILLABLE | \
@@ -59,9 +60,21 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
         case QUOTA_OK:
                 break;
         }
+        /* The pool has room: does the GPU? Memory held outside gpu-memd
+         * (vram.h) is refused here, in words, not by the driver. */
+        if (tier == GMD_TIER_VRAM &&
+            pool_free(server_vram_pool(server, device)) >= size &&
+            vram_check(server, device, size, ret) < 0)
+                return -ENOMEM;
         r = buffer_new(server, s, device, tier, size, flags, &b);
         if (r == -ENOSPC)
                 return r;
+        if (r == -ENOMEM && tier == GMD_TIER_VRAM) {
+                /* The driver said out of memory after all (memory taken
+                 * outside gpu-memd since the check): the same sentence. */
+                vram_explain(server, device, size, ret);
+                return r;
+        }
         if (r == -EMFILE || r == -ENFILE) {
                 /* Not the driver's failure: the daemon's fd table is full
                  * (each buffer keeps an fd). Said so, as a limit. */

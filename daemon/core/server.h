@@ -23,6 +23,7 @@
 #include "reuse.h"
 #include "server_limits.h"
 #include "stats.h"
+#include "vram.h"
 #include "waitq.h"
 #include "wire.h"
 
@@ -37,6 +38,9 @@ typedef struct gmd_server {
         unsigned n_devices;
         gmd_pool *vram_pools;         /* one per device */
         gmd_device_info *devices;
+        gmd_vram_view vram[GMD_MAX_DEVICES];  /* the driver's view (vram.h) */
+        uv_timer_t vram_timer;        /* reads it periodically */
+        bool vram_timer_open;
         gmd_pool host_pool;
         uint64_t host_pinned_own;     /* host backings outside the arenas
                                        * (backing.h) */

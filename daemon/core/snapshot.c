@@ -39,6 +39,11 @@ static void take_pool(const gmd_server *server, unsigned i,
                 ret->busy_us[d] = server->copyqs.q[i].busy_us[d];
         }
         ret->kept = reuse_bytes(&server->reuse, i);
+        if (server->vram[i].known) {
+                ret->has_driver_view = true;
+                ret->device_free = server->vram[i].free;
+                ret->unaccounted = server->vram[i].unaccounted;
+        }
         if (server->backend->ops->arena_info) {
                 gmd_arena_info arena;
 

@@ -35,6 +35,9 @@ typedef struct gmd_pool_snapshot {
         bool has_arena;              /* the backend has host arenas */
         uint64_t arena_built;        /* this device's arena: pinned */
         uint64_t arena_free;         /* ... and of that, free */
+        bool has_driver_view;        /* the driver was read (vram.h) */
+        uint64_t device_free;        /* free on the GPU, the driver's */
+        uint64_t unaccounted;        /* used on the GPU, not by gpu-memd */
 } gmd_pool_snapshot;
 
 /* One client, after its hello. */

@@ -35,11 +35,15 @@
 #include "session.h"
 #include "tiering.h"
 #include "timeutil.h"
+#include "vram.h"
 #include "waitq.h"
 
 #define HOST_GRANULARITY (2ull << 20)
 /* Accepting stops this long when the daemon runs out of fds. */
 #define SERVER_ACCEPT_PAUSE_MS 250
+/* How often the driver's free memory is read besides at allocations
+ * (core/vram.h); a read costs a few µs. */
+#define VRAM_POLL_MS 5000
 
 /* What reuse.c releases: destroy, pool bytes back. */
 static void reuse_release(void *ctx, gmd_mem *mem)
@@ -196,6 +200,11 @@ static void server_on_copies(uv_async_t *async)
 /* Top up the backend's reserve: every 10 ms while it has work left, every
  * 250 ms otherwise. Each call does a bounded amount, so the loop stays
  * responsive. */
+static void server_on_vram_timer(uv_timer_t *timer)
+{
+        vram_refresh_all(timer->data);
+}
+
 static void server_on_maintain(uv_timer_t *timer)
 {
         gmd_server *server = timer->data;
@@ -439,6 +448,15 @@ int server_listen(gmd_server *server, int fd)
                 server->maintain_timer.data = server;
                 uv_timer_start(&server->maintain_timer, server_on_maintain, 0, 0);
         }
+        /* Memory held outside gpu-memd comes and goes unannounced: read
+         * the driver now and then, so status, metrics and the log know. */
+        vram_refresh_all(server);
+        if (uv_timer_init(server->loop, &server->vram_timer) == 0) {
+                server->vram_timer_open = true;
+                server->vram_timer.data = server;
+                uv_timer_start(&server->vram_timer, server_on_vram_timer,
+                               VRAM_POLL_MS, VRAM_POLL_MS);
+        }
         r = metrics_start(server, server->config.metrics_listen, &server->metrics);
         /* A listen value that does not parse, or is not loopback, is a
          * config error like any other; one that cannot be served now (the
@@ -470,6 +488,10 @@ void server_stop(gmd_server *server)
         }
         if (server->maintaining)
                 uv_close((uv_handle_t *)&server->maintain_timer, NULL);
+        if (server->vram_timer_open) {
+                server->vram_timer_open = false;
+                uv_close((uv_handle_t *)&server->vram_timer, NULL);
+        }
         server->metrics = metrics_stop(server->metrics);
         waitq_fail_all(&server->waitq, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
                        "gpu-memd is stopping");

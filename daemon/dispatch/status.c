@@ -20,8 +20,10 @@
 #include "backend.h"
 #include "gpumem.h"
 #include "gpumem.pb-c.h"
+#include "server.h"
 #include "session.h"
 #include "snapshot.h"
+#include "vram.h"
 #include "wire.h"
 
 /* Room kept in the packet for everything but the buffer rows. */
@@ -50,6 +52,8 @@ static void render_pool(const gmd_pool_snapshot *p, Gmd__PoolInfo *ret)
         ret->kept = p->kept;
         ret->arena_size = p->arena_built;
         ret->arena_free = p->arena_free;
+        ret->device_free = p->device_free;
+        ret->unaccounted = p->unaccounted;
 }
 
 static void render_client(const gmd_session *viewer,
@@ -102,6 +106,9 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
         gmd_snapshot snap = { 0 };
         int r;
 
+        /* The driver's view as of now (a few µs a device, vram.h). */
+        for (unsigned d = 0; d < s->server->n_devices; d++)
+                (void)vram_refresh(s->server, d);
         r = snapshot_take(s->server, want_buffers ? SNAPSHOT_BUFFERS : 0, &snap);
         if (r < 0)
                 goto out;

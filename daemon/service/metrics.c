@@ -41,6 +41,7 @@
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
+#include "vram.h"
 
 #define METRICS_HEAD_MAX    8192      /* bytes of request line and headers */
 #define METRICS_HEAD_MS     2000      /* until the request's head is in */
@@ -172,9 +173,12 @@ static void conn_answer(metrics_conn *conn, int code, bool head_only)
         uv_timer_start(&conn->timer, conn_on_timeout,
                        METRICS_DEADLINE_MS - METRICS_HEAD_MS, 0);
         if (code == 200) {
+                gmd_server *server = conn->metrics->server;
                 gmd_snapshot snap;
 
-                if (snapshot_take(conn->metrics->server, 0, &snap) < 0) {
+                for (unsigned d = 0; d < server->n_devices; d++)
+                        (void)vram_refresh(server, d);
+                if (snapshot_take(server, 0, &snap) < 0) {
                         conn->body.failed = true;
                 } else {
                         metrics_render(&conn->body, &snap,

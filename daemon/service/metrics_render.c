@@ -211,6 +211,28 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
         for (unsigned i = 0; i < n_devices; i++)
                 promtext_printf(t, "gpumemd_vram_kept_bytes{device=\"%u\"} %"
                                 PRIu64 "\n", i, snap->pools[i].kept);
+        promtext_family(t, "gpumemd_vram_unaccounted_bytes", "gauge",
+                        "VRAM used on the device that gpu-memd did not create, "
+                        "as the driver's free memory shows: other processes, "
+                        "CUDA contexts, freed buffers whose fds a client "
+                        "keeps.");
+        for (unsigned i = 0; i < n_devices; i++)
+                if (snap->pools[i].has_driver_view)
+                        promtext_printf(t, "gpumemd_vram_unaccounted_bytes{"
+                                        "device=\"%u\"} %" PRIu64 "\n", i,
+                                        snap->pools[i].unaccounted);
+        promtext_family(t, "gpumemd_vram_device_free_bytes", "gauge",
+                        "VRAM free on the device, as the driver says.");
+        for (unsigned i = 0; i < n_devices; i++)
+                if (snap->pools[i].has_driver_view)
+                        promtext_printf(t, "gpumemd_vram_device_free_bytes{"
+                                        "device=\"%u\"} %" PRIu64 "\n", i,
+                                        snap->pools[i].device_free);
+        promtext_family(t, "gpumemd_vram_refused_total", "counter",
+                        "VRAM allocations the pool had room for and the GPU "
+                        "had not (memory held outside gpu-memd).");
+        promtext_printf(t, "gpumemd_vram_refused_total %" PRIu64 "\n",
+                        snap->stats.vram_refused);
         promtext_family(t, "gpumemd_vram_kept_total", "counter",
                         "Kept VRAM by outcome: reused by a swap-in, or "
                         "released (room needed, client gone, nothing left to "

@@ -1,0 +1,125 @@
+/*
+ * vram — see vram.h. Reading the driver costs a few µs (cuMemGetInfo), so
+ * it is done at every VRAM allocation rather than trusted from a cache:
+ * memory held outside gpu-memd comes and goes without telling anyone.
+ */
+#include "vram.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "gpumem.pb-c.h"
+#include "log.h"
+#include "pool.h"
+#include "server.h"
+#include "size.h"
+#include "timeutil.h"
+
+/* A warning when the unaccounted bytes grew by this much since the last
+ * one: a GiB, or a sixteenth of a smaller device's memory. */
+#define VRAM_WARN_STEP (1ull << 30)
+
+uint64_t vram_unaccounted(uint64_t total, uint64_t free, uint64_t own)
+{
+        uint64_t used = total > free ? total - free : 0;
+
+        return used > own ? used - own : 0;
+}
+
+bool vram_fits(const gmd_vram_view *view, uint64_t size)
+{
+        return !view->known || view->free + view->spare >= size;
+}
+
+int vram_refresh(gmd_server *server, unsigned device)
+{
+        gmd_device_info info;
+        gmd_vram_view *v;
+        int r;
+
+        if (device >= server->n_devices)
+                return -EINVAL;
+        r = server->backend->ops->device_info(server->backend, device, &info);
+        if (r < 0)
+                return r;
+        v = &server->vram[device];
+        v->known = true;
+        v->total = info.total;
+        v->free = info.free;
+        v->own = info.own;
+        v->spare = info.reserved;
+        v->unaccounted = vram_unaccounted(info.total, info.free, info.own);
+        v->read_us = now_us();
+        return 0;
+}
+
+void vram_refresh_all(gmd_server *server)
+{
+        for (unsigned d = 0; d < server->n_devices; d++) {
+                gmd_vram_view *v = &server->vram[d];
+                char out[32], freeb[32];
+
+                uint64_t step;
+
+                if (vram_refresh(server, d) < 0)
+                        continue;
+                step = v->total / 16 < VRAM_WARN_STEP ? v->total / 16 :
+                                                        VRAM_WARN_STEP;
+                if (step == 0 || v->unaccounted < v->warned + step) {
+                        /* Shrunk: warn again when it grows back. */
+                        if (v->unaccounted + step <= v->warned)
+                                v->warned = v->unaccounted;
+                        continue;
+                }
+                v->warned = v->unaccounted;
+                log_warning("device %u: %s of VRAM is held outside gpu-memd "
+                            "(%s free on the GPU): other processes, or freed "
+                            "buffers whose fds a client keeps; see gpu-memctl "
+                            "status", d,
+                            size_format(v->unaccounted, out, sizeof(out)),
+                            size_format(v->free, freeb, sizeof(freeb)));
+        }
+}
+
+static void vram_sentence(gmd_server *server, unsigned device, uint64_t size,
+                          gmd_result *ret)
+{
+        const gmd_vram_view *v = &server->vram[device];
+        const gmd_pool *pool = &server->vram_pools[device];
+        char asked[32], pfree[32], gfree[32], out[32], name[32];
+
+        result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+                     "%s: the pool has %s free but the GPU has only %s free, "
+                     "not enough for %s: %s is held outside gpu-memd (freed "
+                     "buffers whose fds a client keeps, or processes not "
+                     "using gpu-memd; see gpu-memctl status)",
+                     pool_describe(pool, name, sizeof(name)),
+                     size_format(pool_free(pool), pfree, sizeof(pfree)),
+                     size_format(v->free + v->spare, gfree, sizeof(gfree)),
+                     size_format(size, asked, sizeof(asked)),
+                     size_format(v->unaccounted, out, sizeof(out)));
+}
+
+int vram_check(gmd_server *server, unsigned device, uint64_t size,
+               gmd_result *ret)
+{
+        if (vram_refresh(server, device) < 0)
+                return 0;
+        if (vram_fits(&server->vram[device], size))
+                return 0;
+        vram_sentence(server, device, size, ret);
+        server->stats.vram_refused++;
+        log_info("device %u: refused %llu bytes the pool has room for: %s",
+                 device, (unsigned long long)size, ret->text);
+        return -ENOMEM;
+}
+
+void vram_explain(gmd_server *server, unsigned device, uint64_t size,
+                  gmd_result *ret)
+{
+        (void)vram_refresh(server, device);
+        vram_sentence(server, device, size, ret);
+        server->stats.vram_refused++;
+}

@@ -1,0 +1,200 @@
+/*
+ * test_vram — VRAM held outside gpu-memd (daemon/core/vram.c), on the sim
+ * backend with the real daemon.
+ *
+ * On a GPU, memory other processes hold, and freed buffers whose exported
+ * fds a client keeps, are invisible to the pool: before this check an
+ * allocation the pool said fits failed inside the driver with an internal
+ * error (cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY). The sim backend's test
+ * hook stands in for that memory: with GMD_SIM_VRAM_OTHERS naming a file,
+ * the size written in it is VRAM "used by others" while the file exists
+ * (daemon/backend/backend_sim.c). What must hold: an allocation the pool has
+ * room for but the GPU has not is refused at once with GMD_ENOMEM and a
+ * sentence naming what is held outside gpu-memd (also one that would wait);
+ * what still fits beside it is served; status, gpu-memctl status and the
+ * metrics page show the bytes; and once the outside use is gone the same
+ * allocation fits again. tests/gpu/test_gpu_vram_outside.c is the same on
+ * a GPU, with a real second process.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gpumem.h"
+#include "harness.h"
+
+#define OTHERS_ENV "GMD_SIM_VRAM_OTHERS"
+#define OUTSIDE "held outside gpu-memd"
+
+typedef harness_fixture fixture;
+
+/* The hook's file. Not in the fixture's temp dir: the daemon's
+ * environment is set before harness_start_small_metrics makes that. */
+static const char *others_path(const fixture *f)
+{
+        static char path[64];
+
+        (void)f;
+        snprintf(path, sizeof(path), "/tmp/gmd-vram-others-%d", (int)getpid());
+        return path;
+}
+
+static int teardown(void **state)
+{
+        unlink(others_path(*state));
+        return harness_teardown(state);
+}
+
+/* The small daemon (64 MiB of sim VRAM) with the hook armed and its
+ * metrics on a Unix socket; the file not there yet. */
+static void start(fixture *f)
+{
+        char *line;
+
+        setenv(OTHERS_ENV, others_path(f), 1);
+        harness_start_small_metrics(&f->h, NULL);
+        unsetenv(OTHERS_ENV);
+        line = harness_wait_log(&f->h, OTHERS_ENV " is set", 2000);
+        if (!line)
+                fail_msg("the daemon did not take up " OTHERS_ENV "; log:\n%s",
+                         harness_read_log(&f->h));
+        free(line);
+        f->client = harness_client(&f->h, "vram");
+}
+
+static char *ctl_status(fixture *f)
+{
+        const char *argv[] = { GMD_CTL_PATH, "status", NULL };
+        char *out = NULL, *err = NULL;
+        int status = harness_run(&f->h, NULL, argv, &out, &err, 5000);
+
+        if (harness_exit_code(status) != 0)
+                fail_msg("gpu-memctl status exited %d; stderr:\n%s",
+                         harness_exit_code(status), err);
+        free(err);
+        return out;
+}
+
+static void expect_pool(fixture *f, uint64_t unaccounted, uint64_t device_free,
+                        const char *when)
+{
+        gmd_pool_status p = harness_vram_pool(f->client, 0);
+
+        if (p.unaccounted != unaccounted || p.device_free != device_free)
+                fail_msg("%s: status says %llu bytes unaccounted and %llu free "
+                         "on the GPU, want %llu and %llu", when,
+                         (unsigned long long)p.unaccounted,
+                         (unsigned long long)p.device_free,
+                         (unsigned long long)unaccounted,
+                         (unsigned long long)device_free);
+}
+
+/* An allocation that must be refused for memory held outside gpu-memd. */
+static void expect_refused(fixture *f, uint64_t size, int64_t timeout_ms)
+{
+        uint64_t t0 = harness_now_ms();
+        gmd_buffer *b = NULL;
+        int r = gmd_alloc(f->client, size, 0, 0, timeout_ms, &b);
+        const char *why = gmd_last_error();
+
+        if (r != GMD_ENOMEM)
+                fail_msg("alloc of %llu MiB (timeout %lld ms) = %d (%s), want "
+                         "GMD_ENOMEM", (unsigned long long)(size / MiB),
+                         (long long)timeout_ms, r, why);
+        if (!strstr(why, OUTSIDE) || !strstr(why, "the pool has") ||
+            !strstr(why, "gpu-memctl status"))
+                fail_msg("the refusal does not say what is held outside "
+                         "gpu-memd: \"%s\"", why);
+        /* Refused, not queued: waiting would not make it fit. */
+        if (harness_now_ms() - t0 > 1000)
+                fail_msg("the refusal took %llu ms", (unsigned long long)
+                         (harness_now_ms() - t0));
+}
+
+/* 48 MiB outside a 64 MiB device: 32 MiB the pool has room for is
+ * refused, with or without a deadline; 16 MiB fits beside it; status,
+ * gpu-memctl and metrics show the 48 MiB; gone, the 32 MiB fits. */
+static void test_outside_memory_refused_then_fits(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *small = NULL, *big = NULL;
+        char *out;
+
+        start(f);
+        expect_pool(f, 0, 64 * MiB, "before");
+        harness_write_file(others_path(f), "48M\n");
+
+        expect_refused(f, 32 * MiB, 0);
+        expect_refused(f, 32 * MiB, 2000);
+        if (harness_vram_used(f->client, 0) != 0)
+                fail_msg("a refused allocation left pool bytes in use");
+        OK(gmd_alloc(f->client, 16 * MiB, 0, 0, 0, &small));
+        expect_pool(f, 48 * MiB, 0, "outside use, 16 MiB allocated");
+
+        out = ctl_status(f);
+        if (!strstr(out, "gpu0 VRAM " OUTSIDE ": 48 MiB"))
+                fail_msg("gpu-memctl status does not show the 48 MiB:\n%s", out);
+        free(out);
+        assert_true(harness_metric(&f->h, "gpumemd_vram_unaccounted_bytes"
+                                   "{device=\"0\"}") == (double)(48 * MiB));
+        assert_true(harness_metric(&f->h, "gpumemd_vram_refused_total") == 2.0);
+        if (harness_log_count(&f->h, OUTSIDE) < 2)
+                fail_msg("the refusals are not logged; log:\n%s",
+                         harness_read_log(&f->h));
+
+        if (unlink(others_path(f)) < 0)
+                fail_msg("cannot remove %s", others_path(f));
+        OK(gmd_alloc(f->client, 32 * MiB, 0, 0, 0, &big));
+        expect_pool(f, 0, 16 * MiB, "outside use gone");
+        assert_true(harness_metric(&f->h, "gpumemd_vram_unaccounted_bytes"
+                                   "{device=\"0\"}") == 0.0);
+        OK(gmd_free(f->client, big));
+        OK(gmd_free(f->client, small));
+        harness_stop(&f->h);
+}
+
+/* Outside memory that nobody allocates through gpu-memd is noticed
+ * without an allocation: the daemon reads the driver every few seconds
+ * and logs a warning when what is held outside grew (by a GiB, or a
+ * sixteenth of a small device). */
+static void test_outside_memory_logged(void **state)
+{
+        fixture *f = *state;
+        char *line;
+
+        start(f);
+        harness_write_file(others_path(f), "40M\n");
+        line = harness_wait_log(&f->h, OUTSIDE, 8000);
+        if (!line)
+                fail_msg("no warning about memory " OUTSIDE "; log:\n%s",
+                         harness_read_log(&f->h));
+        if (!strstr(line, "40 MiB"))
+                fail_msg("the warning does not say how much: %s", line);
+        free(line);
+        expect_pool(f, 40 * MiB, 24 * MiB, "40 MiB outside");
+        expect_refused(f, 32 * MiB, 0);
+        harness_stop(&f->h);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(
+                        test_outside_memory_refused_then_fits, harness_setup,
+                        teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_outside_memory_logged, harness_setup, teardown),
+        };
+
+        setenv("GPU_MEMD_CACHE", "0", 1);
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
