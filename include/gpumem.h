@@ -166,7 +166,11 @@ unsigned gmd_client_device_count(const gmd_client *client);
  * Errors: GMD_ETOOLARGE at once when the pool could never hold it,
  * GMD_ENOMEM / GMD_ETIMEDOUT when no room appeared in time (for a
  * SPILLABLE buffer placed on host memory that includes [pools] host_limit,
- * which bounds all the pinned host memory of the daemon), GMD_EQUOTA,
+ * which bounds all the pinned host memory of the daemon), GMD_ENOMEM at
+ * once when the pool has room but the GPU has not because memory is held
+ * outside gpu-memd (other processes, or freed buffers whose fds a client
+ * keeps: gmd_last_error() says how much; see gmd_pool_status.unaccounted),
+ * GMD_EQUOTA,
  * -EINVAL (size 0, unknown device or flags), GMD_ENOTSUP (for instance
  * GMD_ALLOC_LEGACY_IPC from a daemon without the cuda backend), GMD_ELIMIT
  * when the client or its user holds as many buffers as the daemon's
