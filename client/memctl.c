@@ -185,6 +185,28 @@ static void print_pools(const gmd_status *status)
         }
 }
 
+/* Who holds `device`'s memory besides gpu-memd, where the daemon can tell
+ * (NVML): one line per process, the largest first, naming the client when
+ * it is one (`gpu-memctl drain PID` disconnects it; a process keeping
+ * fds frees them only when it exits). */
+static void print_gpu_processes(const gmd_status *status, unsigned device)
+{
+        char bytes[16];
+
+        for (size_t i = 0; i < status->n_gpu_processes; i++) {
+                const gmd_gpu_process_status *g = &status->gpu_processes[i];
+
+                if (g->device != device)
+                        continue;
+                printf("  pid %-8" PRIu32 " %10s", g->pid,
+                       ctl_size_text(g->bytes, bytes, sizeof(bytes)));
+                if (g->client_id)
+                        printf("  gpu-memd client %" PRIu64 "\n", g->client_id);
+                else
+                        printf("  not a gpu-memd client\n");
+        }
+}
+
 /* The copy engine of each device: moves queued or copying each way, the
  * bytes moved since the daemon started, and the average rate while
  * copying (bytes over the time a copy was running); then a line per
@@ -244,6 +266,7 @@ static void print_copies(const gmd_status *status)
                        "whose fds a client keeps)\n", p->device,
                        ctl_size_text(p->unaccounted, out, sizeof(out)),
                        ctl_size_text(p->device_free, in, sizeof(in)));
+                print_gpu_processes(status, p->device);
         }
 }
 
@@ -421,6 +444,19 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                         json_uint(&w, "device_free", p->device_free);
                         json_uint(&w, "unaccounted", p->unaccounted);
                 }
+                json_end_object(&w);
+        }
+        json_end_array(&w);
+
+        json_begin_array(&w, "gpu_processes");
+        for (size_t i = 0; i < status->n_gpu_processes; i++) {
+                const gmd_gpu_process_status *g = &status->gpu_processes[i];
+
+                json_begin_object(&w, NULL);
+                json_uint(&w, "device", g->device);
+                json_uint(&w, "pid", g->pid);
+                json_uint(&w, "bytes", g->bytes);
+                json_uint(&w, "client_id", g->client_id);
                 json_end_object(&w);
         }
         json_end_array(&w);

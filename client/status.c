@@ -46,7 +46,9 @@ static int status_from_wire(const Gmd__StatusReply *reply,
             array_new(reply->n_clients, sizeof(*s->clients),
                       (void **)&s->clients) < 0 ||
             array_new(reply->n_buffers, sizeof(*s->buffers),
-                      (void **)&s->buffers) < 0) {
+                      (void **)&s->buffers) < 0 ||
+            array_new(reply->n_gpu_processes, sizeof(*s->gpu_processes),
+                      (void **)&s->gpu_processes) < 0) {
                 gmd_status_free(s);
                 return -ENOMEM;
         }
@@ -108,6 +110,16 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 b->acquired = w->acquired ? 1 : 0;
                 b->parked = w->parked ? 1 : 0;
         }
+        s->n_gpu_processes = reply->n_gpu_processes;
+        for (size_t i = 0; i < reply->n_gpu_processes; i++) {
+                const Gmd__GpuProcess *w = reply->gpu_processes[i];
+                gmd_gpu_process_status *p = &s->gpu_processes[i];
+
+                p->device = w->device;
+                p->pid = w->pid;
+                p->bytes = w->bytes;
+                p->client_id = w->client_id;
+        }
         *ret_status = s;
         return 0;
 }
@@ -159,6 +171,7 @@ gmd_status *gmd_status_free(gmd_status *status)
         free(status->pools);
         free(status->clients);
         free(status->buffers);
+        free(status->gpu_processes);
         free(status);
         return NULL;
 }

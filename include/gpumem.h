@@ -391,6 +391,18 @@ typedef struct gmd_buffer_status {
         int parked;             /* idle in its client's mapping cache */
 } gmd_buffer_status;
 
+/* A process holding a device's memory, other than gpu-memd, as the
+ * driver's management library (NVML) reports it; none where the daemon
+ * cannot tell. Memory a process holds only through a freed buffer's fd may
+ * be charged to no process, so these can add up to less than
+ * gmd_pool_status.unaccounted. */
+typedef struct gmd_gpu_process_status {
+        unsigned device;
+        uint32_t pid;
+        uint64_t bytes;
+        uint64_t client_id;     /* its gpu-memd client, 0 when not one */
+} gmd_gpu_process_status;
+
 typedef struct gmd_status {
         char daemon_version[32];
         char backend[16];
@@ -405,6 +417,8 @@ typedef struct gmd_status {
         gmd_client_status *clients;    /* filled with GMD_STATUS_CLIENTS+ */
         size_t n_buffers;
         gmd_buffer_status *buffers;    /* filled with GMD_STATUS_BUFFERS */
+        size_t n_gpu_processes;
+        gmd_gpu_process_status *gpu_processes;  /* largest first, per device */
 } gmd_status;
 
 typedef enum gmd_status_what {

@@ -83,6 +83,13 @@ typedef struct gmd_device_info {
         uint64_t own;
 } gmd_device_info;
 
+/* One process using a device's memory, as the driver's management
+ * library reports it (NVML on cuda). */
+typedef struct gmd_gpu_process {
+        uint32_t pid;
+        uint64_t bytes;         /* its memory on the device */
+} gmd_gpu_process;
+
 /* The host arena of one device: pinned host memory made ahead of demand
  * for swap-outs (mem_create_private). */
 typedef struct gmd_arena_info {
@@ -154,6 +161,14 @@ typedef struct gmd_backend_ops {
          * (mem_create_filled), which pins on the spot. */
         int (*mem_create_private)(gmd_backend *backend, unsigned device,
                                   uint64_t size, gmd_mem **ret_mem);
+        /* The processes using `device`'s memory and how much each holds,
+         * up to `max` of them into `ret`: how many, or -ENOSYS when the
+         * backend cannot tell (no NVML: libnvidia-ml.so.1 is loaded at
+         * run time when present). Costs more than device_info (NVML
+         * asks the kernel driver): called periodically and for status,
+         * not per allocation. */
+        int (*device_processes)(gmd_backend *backend, unsigned device,
+                                gmd_gpu_process *ret, unsigned max);
         /* The host arena of `device`, for logs and status. */
         void (*arena_info)(gmd_backend *backend, unsigned device,
                            gmd_arena_info *ret_info);

@@ -121,6 +121,7 @@ static const gmd_backend_ops cuda_ops = {
         .shares_device = true,
         .device_count = cuda_ops_device_count,
         .device_info = cuda_ops_device_info,
+        .device_processes = cuda_ops_device_processes,
         .mem_create = cuda_ops_mem_create,
         .mem_create_filled = cuda_ops_mem_create_filled,
         .mem_destroy = cuda_ops_mem_destroy,

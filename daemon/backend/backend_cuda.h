@@ -18,6 +18,8 @@
  *   backend_cuda_host.c     the HOST tier: the host arena pinned ahead of
  *                           swap-outs, and the worker thread that builds it
  *                           and releases other host allocations
+ *   backend_cuda_nvml.c     the processes holding a device's memory (NVML,
+ *                           loaded at run time when present)
  * Everything runs on the daemon's loop thread except two things, each
  * behind its own mutex: the copy engine's host functions (driver threads
  * mark copies finished) and the host worker (it creates and releases
@@ -134,6 +136,8 @@ typedef struct cuda_device {
          * the device, cuMemAlloc of legacy IPC buffers), reserve and
          * anchor included: device_info's `own`. Loop thread only. */
         uint64_t vram_own;
+        void *nvml_handle;       /* its NVML device, once found
+                                  * (backend_cuda_nvml.c) */
 } cuda_device;
 
 /* The worker that pins the host arenas and releases host allocations
@@ -291,6 +295,11 @@ void cuda_host_destroy(cuda_backend *b, cuda_mem *m);
  * `off` is past the end or `m` is not mapped in the daemon. */
 CUdeviceptr cuda_mem_at(cuda_backend *b, const cuda_mem *m, uint64_t off,
                         uint64_t *ret_run);
+
+/* ---- backend_cuda_nvml.c ------------------------------------------------ */
+
+int cuda_ops_device_processes(gmd_backend *backend, unsigned device,
+                              gmd_gpu_process *ret, unsigned max);
 
 int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
                                 uint64_t size, gmd_mem **ret_mem);

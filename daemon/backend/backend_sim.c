@@ -32,7 +32,8 @@
  * buffer's fd) holds GPU memory, and mem_create of VRAM fails with
  * -ENOMEM, as cuMemCreate does, when it would not fit beside it. Tests
  * write and remove the file to make memory appear and go outside the pool
- * (core/vram.c).
+ * (core/vram.c). Lines after the first, "PID SIZE", are the processes
+ * holding it, as NVML would report them (device_processes).
  */
 #include "backend.h"
 
@@ -95,29 +96,66 @@ static unsigned sim_device_count(gmd_backend *b)
         return to_sim(b)->n_devices;
 }
 
-/* The bytes GMD_SIM_VRAM_OTHERS's file names now: 0 without the hook,
- * without the file, or with something in it that is not a size. */
-static uint64_t sim_vram_others(const sim_backend *sim)
+/* GMD_SIM_VRAM_OTHERS's file now, into `buf`: 0 bytes, or -ENOENT without
+ * the hook or the file. */
+static int sim_others_read(const sim_backend *sim, char *buf, size_t len)
 {
-        char text[64];
-        uint64_t bytes = 0;
         ssize_t n;
         int fd;
 
         if (!sim->vram_others)
-                return 0;
+                return -ENOENT;
         fd = open(sim->vram_others, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
-                return 0;
-        n = read(fd, text, sizeof(text) - 1);
+                return -ENOENT;
+        n = read(fd, buf, len - 1);
         close(fd);
-        if (n <= 0)
+        buf[n > 0 ? n : 0] = '\0';
+        return 0;
+}
+
+/* The bytes GMD_SIM_VRAM_OTHERS's file names now (its first line): 0
+ * without the hook, without the file, or with something that is not a
+ * size. */
+static uint64_t sim_vram_others(const sim_backend *sim)
+{
+        char text[1024];
+        uint64_t bytes = 0;
+
+        if (sim_others_read(sim, text, sizeof(text)) < 0)
                 return 0;
-        text[n] = '\0';
         text[strcspn(text, " \t\r\n")] = '\0';
         if (size_parse(text, &bytes) < 0)
                 return 0;
         return bytes;
+}
+
+/* The file's "PID SIZE" lines, after the first: who holds it. */
+static int sim_device_processes(gmd_backend *b, unsigned device,
+                                gmd_gpu_process *ret, unsigned max)
+{
+        sim_backend *sim = to_sim(b);
+        char text[1024], *line, *save = NULL;
+        unsigned n = 0;
+
+        if (device >= sim->n_devices || !sim->vram_others)
+                return -ENOSYS;
+        if (sim_others_read(sim, text, sizeof(text)) < 0)
+                return 0;
+        line = strtok_r(text, "\n", &save);            /* the total */
+        while (n < max && (line = strtok_r(NULL, "\n", &save))) {
+                char size[32];
+                unsigned pid;
+                uint64_t bytes;
+
+                if (sscanf(line, "%u %31s", &pid, size) == 2 &&
+                    size_parse(size, &bytes) == 0) {
+                        ret[n].pid = pid;
+                        ret[n].bytes = bytes;
+                        n++;
+                }
+        }
+        return (int)n;
 }
 
 /* What the "driver" has free on `device`: the budget less what the
@@ -419,6 +457,7 @@ static const gmd_backend_ops sim_ops = {
         .shares_device = false,
         .device_count = sim_device_count,
         .device_info = sim_device_info,
+        .device_processes = sim_device_processes,
         .mem_create = sim_mem_create,
         .mem_destroy = sim_mem_destroy,
         .mem_zero = sim_mem_zero,

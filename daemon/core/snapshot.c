@@ -85,6 +85,36 @@ static void take_buffer(const gmd_dbuffer *b, gmd_buffer_snapshot *ret)
         ret->parked = b->parked;
 }
 
+/* The client of process `pid`, or 0. */
+static uint64_t client_of_pid(const gmd_server *server, pid_t pid)
+{
+        const gmd_list *pos;
+
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *c = container_of(pos, gmd_session, link);
+
+                if (c->hello_done && c->pid == pid)
+                        return c->id;
+        }
+        return 0;
+}
+
+static void take_processes(const gmd_server *server, gmd_snapshot *s)
+{
+        for (unsigned d = 0; d < server->n_devices; d++) {
+                const gmd_vram_view *v = &server->vram[d];
+
+                for (unsigned i = 0; i < v->n_processes; i++) {
+                        gmd_process_snapshot *p = &s->processes[s->n_processes++];
+
+                        p->device = d;
+                        p->pid = (pid_t)v->processes[i].pid;
+                        p->bytes = v->processes[i].bytes;
+                        p->client_id = client_of_pid(server, p->pid);
+                }
+        }
+}
+
 static size_t list_length(const gmd_list *list)
 {
         const gmd_list *pos;
@@ -104,12 +134,14 @@ int snapshot_take(const gmd_server *server, unsigned what, gmd_snapshot *ret)
         s.n_pools = server->n_devices + 1;
         s.pools = calloc(s.n_pools, sizeof(*s.pools));
         s.clients = calloc(n_sessions ? n_sessions : 1, sizeof(*s.clients));
+        s.processes = calloc(server->n_devices * VRAM_MAX_PROCESSES + 1,
+                             sizeof(*s.processes));
         if (what & SNAPSHOT_BUFFERS) {
                 size_t n = list_length(&server->buffers);
 
                 s.buffers = calloc(n ? n : 1, sizeof(*s.buffers));
         }
-        if (!s.pools || !s.clients || ((what & SNAPSHOT_BUFFERS) && !s.buffers)) {
+        if (!s.pools || !s.clients || !s.processes || ((what & SNAPSHOT_BUFFERS) && !s.buffers)) {
                 snapshot_clear(&s);
                 return -ENOMEM;
         }
@@ -131,6 +163,7 @@ int snapshot_take(const gmd_server *server, unsigned what, gmd_snapshot *ret)
                 list_for_each(pos, &server->buffers)
                         take_buffer(container_of(pos, gmd_dbuffer, server_link),
                                     &s.buffers[s.n_buffers++]);
+        take_processes(server, &s);
         s.waiting_allocations = waitq_count(&server->waitq);
         s.host_pinned = backing_pinned(server);
         s.host_limit = server->host_pool.capacity;
@@ -147,5 +180,6 @@ void snapshot_clear(gmd_snapshot *snapshot)
         free(snapshot->pools);
         free(snapshot->clients);
         free(snapshot->buffers);
+        free(snapshot->processes);
         *snapshot = (gmd_snapshot){ 0 };
 }

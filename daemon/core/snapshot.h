@@ -69,6 +69,15 @@ typedef struct gmd_buffer_snapshot {
         bool acquired, parked;
 } gmd_buffer_snapshot;
 
+/* A process holding a device's memory, other than this daemon (vram.h),
+ * with the client it is when it is one. */
+typedef struct gmd_process_snapshot {
+        unsigned device;
+        pid_t pid;
+        uint64_t bytes;
+        uint64_t client_id;          /* 0: not a client of gpu-memd */
+} gmd_process_snapshot;
+
 typedef struct gmd_snapshot {
         unsigned n_pools;            /* one per device, then the host pool */
         gmd_pool_snapshot *pools;
@@ -76,6 +85,9 @@ typedef struct gmd_snapshot {
         gmd_client_snapshot *clients;
         size_t n_buffers;
         gmd_buffer_snapshot *buffers;   /* NULL without SNAPSHOT_BUFFERS */
+        size_t n_processes;
+        gmd_process_snapshot *processes;  /* who holds the devices' memory,
+                                           * where the backend can tell */
         uint64_t total_capacity, total_used;  /* over every pool */
         uint64_t total_buffers;         /* buffers of every client */
         unsigned waiting_allocations;   /* the wait queue's length */

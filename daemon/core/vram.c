@@ -7,7 +7,9 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "gpumem.pb-c.h"
@@ -55,6 +57,43 @@ int vram_refresh(gmd_server *server, unsigned device)
         return 0;
 }
 
+static int process_cmp(const void *a, const void *b)
+{
+        const gmd_gpu_process *x = a, *y = b;
+
+        return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : 0;
+}
+
+void vram_refresh_processes(gmd_server *server, unsigned device)
+{
+        const gmd_backend_ops *ops = server->backend->ops;
+        gmd_gpu_process all[4 * VRAM_MAX_PROCESSES];
+        gmd_vram_view *v;
+        unsigned n = 0;
+        int got;
+
+        if (device >= server->n_devices)
+                return;
+        v = &server->vram[device];
+        got = ops->device_processes ?
+              ops->device_processes(server->backend, device, all,
+                                    sizeof(all) / sizeof(all[0])) : -ENOSYS;
+        if (got < 0) {
+                v->processes_known = false;
+                v->n_processes = 0;
+                return;
+        }
+        for (int i = 0; i < got; i++)
+                if (all[i].pid != (uint32_t)getpid())  /* counted as own */
+                        all[n++] = all[i];
+        qsort(all, n, sizeof(all[0]), process_cmp);
+        if (n > VRAM_MAX_PROCESSES)
+                n = VRAM_MAX_PROCESSES;
+        memcpy(v->processes, all, n * sizeof(all[0]));
+        v->n_processes = n;
+        v->processes_known = true;
+}
+
 void vram_refresh_all(gmd_server *server)
 {
         for (unsigned d = 0; d < server->n_devices; d++) {
@@ -65,6 +104,7 @@ void vram_refresh_all(gmd_server *server)
 
                 if (vram_refresh(server, d) < 0)
                         continue;
+                vram_refresh_processes(server, d);
                 step = v->total / 16 < VRAM_WARN_STEP ? v->total / 16 :
                                                         VRAM_WARN_STEP;
                 if (step == 0 || v->unaccounted < v->warned + step) {
@@ -73,13 +113,21 @@ void vram_refresh_all(gmd_server *server)
                                 v->warned = v->unaccounted;
                         continue;
                 }
+                char top[64] = "", topb[32];
+
                 v->warned = v->unaccounted;
+                if (v->n_processes)
+                        snprintf(top, sizeof(top), "; the largest other "
+                                 "process, pid %u, holds %s",
+                                 v->processes[0].pid,
+                                 size_format(v->processes[0].bytes, topb,
+                                             sizeof(topb)));
                 log_warning("device %u: %s of VRAM is held outside gpu-memd "
                             "(%s free on the GPU): other processes, or freed "
-                            "buffers whose fds a client keeps; see gpu-memctl "
-                            "status", d,
+                            "buffers whose fds a client keeps%s; see "
+                            "gpu-memctl status", d,
                             size_format(v->unaccounted, out, sizeof(out)),
-                            size_format(v->free, freeb, sizeof(freeb)));
+                            size_format(v->free, freeb, sizeof(freeb)), top);
         }
 }
 

@@ -28,7 +28,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "result.h"
+
+/* Processes kept per device, the largest holders first. */
+#define VRAM_MAX_PROCESSES 16
 
 typedef struct gmd_server gmd_server;
 
@@ -43,6 +47,12 @@ typedef struct gmd_vram_view {
         uint64_t unaccounted;   /* used on the device, not by gpu-memd */
         uint64_t read_us;       /* when (now_us) */
         uint64_t warned;        /* unaccounted at the last warning */
+        /* Who holds the device's memory, other than this daemon, as the
+         * backend can tell (NVML): largest first. processes_known is
+         * false where it cannot (no NVML, sim without its hook). */
+        bool processes_known;
+        unsigned n_processes;
+        gmd_gpu_process processes[VRAM_MAX_PROCESSES];
 } gmd_vram_view;
 
 /* (total - free) - own, never below 0 (the driver's figures and the
@@ -57,7 +67,12 @@ bool vram_fits(const gmd_vram_view *view, uint64_t size);
  * negative errno (the view is then left as it was). */
 int vram_refresh(gmd_server *server, unsigned device);
 
-/* Every device; logs a warning when a device's unaccounted VRAM grew by
+/* Read which processes hold `device`'s memory into server->vram[device]
+ * (the backend's device_processes; this daemon left out). Slower than
+ * vram_refresh: periodic and for status only. */
+void vram_refresh_processes(gmd_server *server, unsigned device);
+
+/* Every device, processes included; logs a warning when a device's unaccounted VRAM grew by
  * a GiB or more since the last warning. For the periodic timer. */
 void vram_refresh_all(gmd_server *server);
 

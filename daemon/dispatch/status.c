@@ -101,14 +101,17 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
         Gmd__PoolInfo *pools = NULL, **pool_ptrs = NULL;
         Gmd__ClientInfo *clients = NULL, **client_ptrs = NULL;
         Gmd__BufferInfo *buffers = NULL, **buffer_ptrs = NULL;
+        Gmd__GpuProcess *procs = NULL, **proc_ptrs = NULL;
         bool want_buffers = req->what == GMD__STATUS_WHAT__STATUS_BUFFERS;
         size_t max_buffers = 0, budget = 0, n = 0;
         gmd_snapshot snap = { 0 };
         int r;
 
         /* The driver's view as of now (a few µs a device, vram.h). */
-        for (unsigned d = 0; d < s->server->n_devices; d++)
+        for (unsigned d = 0; d < s->server->n_devices; d++) {
                 (void)vram_refresh(s->server, d);
+                vram_refresh_processes(s->server, d);
+        }
         r = snapshot_take(s->server, want_buffers ? SNAPSHOT_BUFFERS : 0, &snap);
         if (r < 0)
                 goto out;
@@ -175,6 +178,23 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
                 reply.buffers = buffer_ptrs;
         }
 
+        if (snap.n_processes) {
+                procs = calloc(snap.n_processes, sizeof(*procs));
+                proc_ptrs = calloc(snap.n_processes, sizeof(*proc_ptrs));
+                if (!procs || !proc_ptrs)
+                        goto out;
+                for (size_t i = 0; i < snap.n_processes; i++) {
+                        gmd__gpu_process__init(&procs[i]);
+                        procs[i].device = snap.processes[i].device;
+                        procs[i].pid = (uint32_t)snap.processes[i].pid;
+                        procs[i].bytes = snap.processes[i].bytes;
+                        procs[i].client_id = snap.processes[i].client_id;
+                        proc_ptrs[i] = &procs[i];
+                }
+                reply.n_gpu_processes = snap.n_processes;
+                reply.gpu_processes = proc_ptrs;
+        }
+
         reply.daemon_version = (char *)snap.version;
         reply.backend = (char *)snap.backend;
         reply.uptime_ms = snap.uptime_ms;
@@ -186,6 +206,8 @@ out:
                              "out of memory building the status reply");
         free(pools);
         free(pool_ptrs);
+        free(procs);
+        free(proc_ptrs);
         free(clients);
         free(client_ptrs);
         free(buffers);

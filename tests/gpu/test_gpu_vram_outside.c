@@ -6,7 +6,8 @@
  * cuMemAlloc's most of what the GPU has free, leaving a few GiB. gpu-memd's
  * pool, sized at its start, still says it has room. Then:
  *   - status shows at least the worker's bytes as unaccounted, and the
- *     driver's free memory;
+ *     driver's free memory; where NVML is there, it names the worker's
+ *     pid with at least its bytes;
  *   - an allocation the pool has room for but the GPU has not (1 GiB more
  *     than the GPU has free) is refused at once with GMD_ENOMEM and the
  *     sentence naming what is held outside gpu-memd, not ERR_INTERNAL
@@ -131,6 +132,25 @@ static int vram_pool(gmd_client *c, gmd_pool_status *ret)
         return r;
 }
 
+/* What status says process `pid` holds on device 0: its bytes, 0 when it
+ * is not listed, -1 when status lists no process at all (no NVML). */
+static long long process_bytes(gmd_client *c, pid_t pid)
+{
+        gmd_status *s = NULL;
+        long long bytes = -1;
+
+        if (gmd_query_status(c, GMD_STATUS_POOLS, 0, &s) < 0)
+                return -1;
+        if (s->n_gpu_processes)
+                bytes = 0;
+        for (size_t i = 0; i < s->n_gpu_processes; i++)
+                if (s->gpu_processes[i].pid == (uint32_t)pid &&
+                    s->gpu_processes[i].device == 0)
+                        bytes = (long long)s->gpu_processes[i].bytes;
+        gmd_status_free(s);
+        return bytes;
+}
+
 /* gmd_alloc that must be refused for memory outside gpu-memd. */
 static void expect_refused(gmd_client *c, uint64_t size, int64_t timeout_ms)
 {
@@ -159,6 +179,7 @@ static void run(gmd_client *c)
         gmd_pool_status before, during, after;
         gmd_buffer *fits = NULL, *again = NULL;
         uint64_t refused_size;
+        long long held;
         hreply rep;
         gpu_proc h;
         int r;
@@ -192,6 +213,21 @@ static void run(gmd_client *c)
               "status shows the outside block as unaccounted (%llu MiB, want "
               "at least %llu)", (unsigned long long)(during.unaccounted / MiB),
               (unsigned long long)((before.unaccounted + rep.taken) / MiB));
+
+        /* Attribution where NVML is there: the outside process by pid. */
+        held = process_bytes(c, h.pid);
+
+        if (held < 0)
+                printf("status lists no processes (no NVML on this machine): "
+                       "no attribution to check\n");
+        else
+                CHECK((uint64_t)held >= rep.taken, "status attributes %lld MiB "
+                      "to the outside process (pid %d), want at least %llu",
+                      held / (long long)MiB, (int)h.pid,
+                      (unsigned long long)(rep.taken / MiB));
+        if (held >= 0)
+                printf("status: the outside process (pid %d) holds %lld MiB\n",
+                       (int)h.pid, held / (long long)MiB);
 
         refused_size = (during.device_free + GiB) / (2 * MiB) * (2 * MiB);
         CHECK(refused_size <= during.free, "the pool says %llu MiB fits (it has "

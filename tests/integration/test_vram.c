@@ -12,7 +12,8 @@
  * room for but the GPU has not is refused at once with GMD_ENOMEM and a
  * sentence naming what is held outside gpu-memd (also one that would wait);
  * what still fits beside it is served; status, gpu-memctl status and the
- * metrics page show the bytes; and once the outside use is gone the same
+ * metrics page show the bytes, and status the processes holding them (the
+ * hook's "PID SIZE" lines stand for NVML's figures); and once the outside use is gone the same
  * allocation fits again. tests/gpu/test_gpu_vram_outside.c is the same on
  * a GPU, with a real second process.
  */
@@ -120,6 +121,45 @@ static void expect_refused(fixture *f, uint64_t size, int64_t timeout_ms)
                          (harness_now_ms() - t0));
 }
 
+/* The attribution: the hook's "PID SIZE" lines stand for NVML's
+ * per-process figures. This process (a client) holds 40 MiB, pid 999999
+ * (no client) 8 MiB: status lists both, largest first, the first with
+ * this process's client id; gpu-memctl shows them under the device. */
+static void expect_processes(fixture *f)
+{
+        gmd_status *s = harness_status(f->client);
+        uint64_t mine = 0;
+        char *out;
+
+        for (size_t i = 0; i < s->n_clients; i++)
+                if (s->clients[i].pid == (uint32_t)getpid())
+                        mine = s->clients[i].client_id;
+        if (s->n_gpu_processes != 2 ||
+            s->gpu_processes[0].pid != (uint32_t)getpid() ||
+            s->gpu_processes[0].bytes != 40 * MiB ||
+            s->gpu_processes[0].client_id != mine || mine == 0 ||
+            s->gpu_processes[1].pid != 999999 ||
+            s->gpu_processes[1].bytes != 8 * MiB ||
+            s->gpu_processes[1].client_id != 0)
+                fail_msg("status lists %zu processes (first pid %u, %llu bytes, "
+                         "client %llu), want this process (client %llu) with "
+                         "40 MiB, then pid 999999 with 8 MiB",
+                         s->n_gpu_processes,
+                         s->n_gpu_processes ? s->gpu_processes[0].pid : 0,
+                         (unsigned long long)(s->n_gpu_processes ?
+                                              s->gpu_processes[0].bytes : 0),
+                         (unsigned long long)(s->n_gpu_processes ?
+                                              s->gpu_processes[0].client_id : 0),
+                         (unsigned long long)mine);
+        gmd_status_free(s);
+        out = ctl_status(f);
+        if (!strstr(out, "pid 999999") || !strstr(out, "not a gpu-memd client") ||
+            !strstr(out, "gpu-memd client "))
+                fail_msg("gpu-memctl status does not list the processes:\n%s",
+                         out);
+        free(out);
+}
+
 /* 48 MiB outside a 64 MiB device: 32 MiB the pool has room for is
  * refused, with or without a deadline; 16 MiB fits beside it; status,
  * gpu-memctl and metrics show the 48 MiB; gone, the 32 MiB fits. */
@@ -127,11 +167,13 @@ static void test_outside_memory_refused_then_fits(void **state)
 {
         fixture *f = *state;
         gmd_buffer *small = NULL, *big = NULL;
-        char *out;
+        char others[64], *out;
 
         start(f);
         expect_pool(f, 0, 64 * MiB, "before");
-        harness_write_file(others_path(f), "48M\n");
+        snprintf(others, sizeof(others), "48M\n%d 40M\n999999 8M\n",
+                 (int)getpid());
+        harness_write_file(others_path(f), others);
 
         expect_refused(f, 32 * MiB, 0);
         expect_refused(f, 32 * MiB, 2000);
@@ -139,6 +181,7 @@ static void test_outside_memory_refused_then_fits(void **state)
                 fail_msg("a refused allocation left pool bytes in use");
         OK(gmd_alloc(f->client, 16 * MiB, 0, 0, 0, &small));
         expect_pool(f, 48 * MiB, 0, "outside use, 16 MiB allocated");
+        expect_processes(f);
 
         out = ctl_status(f);
         if (!strstr(out, "gpu0 VRAM " OUTSIDE ": 48 MiB"))
