@@ -198,8 +198,8 @@ static void print_gpu_processes(const gmd_status *status, unsigned device)
 
                 if (g->device != device)
                         continue;
-                printf("  pid %-8" PRIu32 " %10s", g->pid,
-                       ctl_size_text(g->bytes, bytes, sizeof(bytes)));
+                printf("  pid %-8" PRIu32 " %10s", g->pid, g->bytes ?
+                       ctl_size_text(g->bytes, bytes, sizeof(bytes)) : "unknown");
                 if (g->client_id)
                         printf("  gpu-memd client %" PRIu64 "\n", g->client_id);
                 else

@@ -399,7 +399,7 @@ typedef struct gmd_buffer_status {
 typedef struct gmd_gpu_process_status {
         unsigned device;
         uint32_t pid;
-        uint64_t bytes;
+        uint64_t bytes;         /* 0: the driver does not say how much */
         uint64_t client_id;     /* its gpu-memd client, 0 when not one */
 } gmd_gpu_process_status;
 

@@ -30,6 +30,8 @@
 #define NVML_SUCCESS 0
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_MAX_PROCESSES 64
+/* usedGpuMemory when the driver will not say (some containers, Windows). */
+#define NVML_VALUE_NOT_AVAILABLE (~0ull)
 
 typedef int nvml_return;
 typedef struct nvml_device_st *nvml_device;
@@ -132,7 +134,10 @@ int cuda_ops_device_processes(gmd_backend *backend, unsigned device,
                 return -EIO;
         for (unsigned int i = 0; i < count && i < NVML_MAX_PROCESSES && n < max; i++) {
                 ret[n].pid = infos[i].pid;
-                ret[n].bytes = infos[i].used_gpu_memory;
+                /* 0: held, amount unknown (gpumem.h says so). */
+                ret[n].bytes = infos[i].used_gpu_memory ==
+                               NVML_VALUE_NOT_AVAILABLE ? 0 :
+                               infos[i].used_gpu_memory;
                 n++;
         }
         return (int)n;
