@@ -175,6 +175,11 @@ class Status(DaemonTest):
         vram = [p for p in st.pools if p.tier == "vram"]
         self.assertEqual((vram[0].capacity, vram[0].used),
                          (64 * MiB, 4 * MiB))
+        # The driver's view (sim: nothing outside gpu-memd), and the
+        # fields after the pools read right (the C struct's layout).
+        self.assertEqual((vram[0].device_free, vram[0].unaccounted),
+                         (60 * MiB, 0))
+        self.assertEqual(st.gpu_processes, [])
         d = st.to_dict()
         self.assertEqual(d["pools"][0]["device"], 0)
         self.assertEqual(d["clients"][0]["name"], "pytest")

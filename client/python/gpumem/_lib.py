@@ -59,6 +59,8 @@ class PoolStatus(ctypes.Structure):
         ("arena_size", ctypes.c_uint64),
         ("arena_free", ctypes.c_uint64),
         ("kept", ctypes.c_uint64),
+        ("device_free", ctypes.c_uint64),
+        ("unaccounted", ctypes.c_uint64),
     ]
 
 
@@ -95,6 +97,15 @@ class BufferStatus(ctypes.Structure):
     ]
 
 
+class GpuProcessStatus(ctypes.Structure):
+    _fields_ = [
+        ("device", ctypes.c_uint),
+        ("pid", ctypes.c_uint32),
+        ("bytes", ctypes.c_uint64),
+        ("client_id", ctypes.c_uint64),
+    ]
+
+
 class Status(ctypes.Structure):
     _fields_ = [
         ("daemon_version", ctypes.c_char * 32),
@@ -110,6 +121,8 @@ class Status(ctypes.Structure):
         ("clients", ctypes.POINTER(ClientStatus)),
         ("n_buffers", ctypes.c_size_t),
         ("buffers", ctypes.POINTER(BufferStatus)),
+        ("n_gpu_processes", ctypes.c_size_t),
+        ("gpu_processes", ctypes.POINTER(GpuProcessStatus)),
     ]
 
 

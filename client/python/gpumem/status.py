@@ -24,6 +24,8 @@ class Pool:
     arena_size: int
     arena_free: int
     kept: int
+    device_free: int      # VRAM pools: free on the GPU, the driver's
+    unaccounted: int      # VRAM pools: used on the GPU, not by gpu-memd
 
 
 @dataclasses.dataclass
@@ -58,6 +60,14 @@ class BufferInfo:
 
 
 @dataclasses.dataclass
+class GpuProcess:
+    device: int
+    pid: int
+    bytes: int            # 0: the driver does not say
+    client_id: int        # 0: not a gpu-memd client
+
+
+@dataclasses.dataclass
 class Status:
     daemon_version: str
     backend: str
@@ -69,6 +79,7 @@ class Status:
     pools: list
     clients: list
     buffers: list
+    gpu_processes: list   # who holds VRAM outside gpu-memd, where known
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -104,4 +115,6 @@ def status_from_c(s):
         clients=[_fields(ClientInfo, s.clients[i], name=_lib.text)
                  for i in range(s.n_clients)],
         buffers=[_fields(BufferInfo, s.buffers[i], tier=tier, state=state)
-                 for i in range(s.n_buffers)])
+                 for i in range(s.n_buffers)],
+        gpu_processes=[_fields(GpuProcess, s.gpu_processes[i])
+                       for i in range(s.n_gpu_processes)])
