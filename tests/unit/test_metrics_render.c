@@ -1,7 +1,8 @@
 /*
  * test_metrics_render — daemon/service/metrics_render.c from a snapshot made by
  * hand, no daemon: every figure of the snapshot lands in its series
- * (pools, clients by tier, queues, kept VRAM, pinned host memory, the
+ * (pools, clients by tier, queues, kept VRAM, VRAM held outside gpu-memd,
+ * pinned host memory, the
  * latency histogram, errors), client names are escaped, the host arena
  * family appears only where the backend has arenas, and each family is
  * declared once.
@@ -40,6 +41,8 @@ static gmd_snapshot example(bool arena)
                 .busy_us = { [GMD_COPY_OUT] = 2500, [GMD_COPY_IN] = 10000000 },
                 .kept = 4 * MiB, .has_arena = arena,
                 .arena_built = 16 * MiB, .arena_free = 12 * MiB,
+                .has_driver_view = true, .device_free = 30 * MiB,
+                .unaccounted = 10 * MiB,
         };
         pools[1] = (gmd_pool_snapshot){
                 .device = 0, .tier = GMD_TIER_HOST, .capacity = 256 * MiB,
@@ -71,6 +74,7 @@ static gmd_snapshot example(bool arena)
         s.stats.latency_sum_us = 1500;
         s.stats.vram_reused = 2;
         s.stats.vram_kept_released = 1;
+        s.stats.vram_refused = 3;
         s.uptime_ms = 1500;
         s.version = GMD_VERSION_STRING;
         s.backend = "sim";
@@ -178,6 +182,9 @@ static void test_copies_and_host(void **state)
         expect_line(page, "gpumemd_vram_kept_bytes{device=\"0\"} 4194304");
         expect_line(page, "gpumemd_vram_kept_total{outcome=\"reused\"} 2");
         expect_line(page, "gpumemd_vram_kept_total{outcome=\"released\"} 1");
+        expect_line(page, "gpumemd_vram_unaccounted_bytes{device=\"0\"} 10485760");
+        expect_line(page, "gpumemd_vram_device_free_bytes{device=\"0\"} 31457280");
+        expect_line(page, "gpumemd_vram_refused_total 3");
         expect_line(page, "gpumemd_host_pinned_bytes{state=\"pinned\"} 41943040");
         expect_line(page, "gpumemd_host_pinned_bytes{state=\"limit\"} 268435456");
         /* No arena, no arena family. */
