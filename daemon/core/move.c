@@ -23,6 +23,7 @@
 #include "server_limits.h"
 #include "session.h"
 #include "timeutil.h"
+#include "vram.h"
 
 /* ---- states ------------------------------------------------------------ */
 
@@ -313,11 +314,12 @@ int move_in_request(gmd_server *server, gmd_dbuffer *b, waitq_rank rank)
 }
 
 /* A swap-in that could not start: the buffer stays on host memory. */
-static void move_in_refused(gmd_server *server, gmd_dbuffer *b, const char *why)
+static void move_in_refused(gmd_server *server, gmd_dbuffer *b, int code,
+                            const char *why)
 {
         b->state = GMD_STATE_RESIDENT;
         if (b->acquirer)
-                acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL, why);
+                acquirer_fail(b->acquirer, code, why);
         moves_changed(server);
 }
 
@@ -345,18 +347,41 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                         return r;
         }
         b->move_waiter = NULL;   /* the waitq drops it once we return */
+        /* The pool has room; the GPU may not, for memory held outside
+         * gpu-memd (vram.h): said in words, as for an allocation. */
+        if (!dst) {
+                gmd_result why;
+
+                result_ok(&why);
+                r = vram_check(server, b->device, b->size, &why);
+                if (r < 0) {
+                        pool_give(pool, b->size);
+                        move_in_refused(server, b, why.code, why.text);
+                        return 0;
+                }
+        }
         r = dst ? 0 : backing_create(server, GMD_TIER_VRAM, b->device, b->size,
                                      true, &dst);
         b->move_error = 0;
         m = r < 0 ? NULL : move_new(b, GMD_COPY_IN, cls, dst);
         if (!m) {
+                gmd_result why;
+
                 log_error("buffer %llu: cannot create VRAM to bring it back: %s",
                           (unsigned long long)b->id, strerror(r < 0 ? -r : ENOMEM));
                 if (r == 0)
                         backing_release(server, dst);
                 else
                         pool_give(pool, b->size);
-                move_in_refused(server, b, "the backend could not create VRAM for it");
+                if (r == -ENOMEM) {
+                        /* The driver's out of memory: who holds it. */
+                        vram_explain(server, b->device, b->size, &why);
+                        move_in_refused(server, b, why.code, why.text);
+                } else {
+                        move_in_refused(server, b, GMD__ERROR_CODE__ERR_INTERNAL,
+                                        "the backend could not create VRAM "
+                                        "for it");
+                }
                 return 0;
         }
         /* A SPILLABLE buffer used on host memory and released with an
@@ -367,7 +392,8 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                           (unsigned long long)b->id, strerror(-r));
                 free(m);
                 backing_release(server, dst);
-                move_in_refused(server, b, "cannot order the copy after its last use");
+                move_in_refused(server, b, GMD__ERROR_CODE__ERR_INTERNAL,
+                                "cannot order the copy after its last use");
                 return 0;
         }
         b->move = m;

@@ -32,6 +32,7 @@
 
 #include "gpumem.h"
 #include "harness.h"
+#include "pattern.h"
 
 #define OTHERS_ENV "GMD_SIM_VRAM_OTHERS"
 #define OUTSIDE "held outside gpu-memd"
@@ -57,12 +58,12 @@ static int teardown(void **state)
 
 /* The small daemon (64 MiB of sim VRAM) with the hook armed and its
  * metrics on a Unix socket; the file not there yet. */
-static void start(fixture *f)
+static void start(fixture *f, const char *extra_config)
 {
         char *line;
 
         setenv(OTHERS_ENV, others_path(f), 1);
-        harness_start_small_metrics(&f->h, NULL);
+        harness_start_small_metrics(&f->h, extra_config);
         unsetenv(OTHERS_ENV);
         line = harness_wait_log(&f->h, OTHERS_ENV " is set", 2000);
         if (!line)
@@ -169,7 +170,7 @@ static void test_outside_memory_refused_then_fits(void **state)
         gmd_buffer *small = NULL, *big = NULL;
         char others[64], *out;
 
-        start(f);
+        start(f, NULL);
         expect_pool(f, 0, 64 * MiB, "before");
         snprintf(others, sizeof(others), "48M\n%d 40M\n999999 8M\n",
                  (int)getpid());
@@ -214,7 +215,7 @@ static void test_outside_memory_logged(void **state)
         fixture *f = *state;
         char *line;
 
-        start(f);
+        start(f, NULL);
         harness_write_file(others_path(f), "40M\n");
         line = harness_wait_log(&f->h, OUTSIDE, 8000);
         if (!line)
@@ -228,6 +229,41 @@ static void test_outside_memory_logged(void **state)
         harness_stop(&f->h);
 }
 
+/* A swap-in is an allocation too: a paged-out buffer whose VRAM the pool
+ * has room for but the GPU has not (outside use appeared meanwhile) is
+ * refused at acquire with the same sentence, stays on host memory with
+ * its bytes, and comes back once the outside use is gone. */
+static void test_swapin_refused_then_served(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b;
+        int r;
+
+        /* No VRAM kept from the swap-out: it would serve the swap-in
+         * without asking the GPU for more (and does, kept on). */
+        start(f, "[swap]\nkeep_vram = no\n");
+        b = harness_released_buffer(f->client, 32 * MiB, 77);
+        harness_page_out(f->client, b);
+        harness_write_file(others_path(f), "48M\n");
+        r = gmd_acquire(f->client, b, 2000);
+        if (r != GMD_ENOMEM || !strstr(gmd_last_error(), OUTSIDE))
+                fail_msg("acquire of a paged-out buffer beside 48 MiB outside = "
+                         "%d (%s), want GMD_ENOMEM naming what is " OUTSIDE, r,
+                         gmd_last_error());
+        if (gmd_buffer_tier(b) != GMD_TIER_HOST)
+                fail_msg("the refused buffer left host memory");
+        if (harness_vram_used(f->client, 0) != 0)
+                fail_msg("the refused swap-in left pool bytes in use");
+        if (unlink(others_path(f)) < 0)
+                fail_msg("cannot remove %s", others_path(f));
+        OK(gmd_acquire(f->client, b, 5000));
+        if (gmd_buffer_tier(b) != GMD_TIER_VRAM)
+                fail_msg("acquired, but not back in VRAM");
+        pattern_check(b, 77, "after the refused swap-in");
+        OK(gmd_free(f->client, b));
+        harness_stop(&f->h);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -236,6 +272,8 @@ int main(void)
                         teardown),
                 cmocka_unit_test_setup_teardown(
                         test_outside_memory_logged, harness_setup, teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_swapin_refused_then_served, harness_setup, teardown),
         };
 
         setenv("GPU_MEMD_CACHE", "0", 1);
