@@ -6,6 +6,7 @@
 #   make run        build quietly (log in build/make-run.log), then start
 #                   gpu-memd in the foreground on ./run/gpu-memd.sock
 #   make test       build and run the whole test suite (ctest)
+#   make fuzz       fuzz the wire decoder for FUZZ_SECONDS (default 60)
 #   make install    install under PREFIX (default /usr/local), DESTDIR honoured;
 #                   as root without DESTDIR, runs ldconfig so programs find
 #                   libgpumem.so.0
@@ -19,8 +20,9 @@ WERROR   ?= $(if $(CI),ON,OFF)
 CMAKE_FLAGS ?=
 # Where `make run` serves.
 RUN_SOCKET ?= $(CURDIR)/run/gpu-memd.sock
+FUZZ_SECONDS ?= 60
 
-.PHONY: all deps configure build run test install clean
+.PHONY: all deps configure build run test fuzz install clean
 
 all: build
 
@@ -52,6 +54,11 @@ test: build
 	grep -h '^SKIP:' $(BUILD)/Testing/Temporary/LastTest.log 2>/dev/null | sort -u; \
 	exit $$status
 
+# libFuzzer with ASan+UBSan on the wire decoder (scripts/fuzz.sh says more):
+# a minute by default, `make fuzz FUZZ_SECONDS=3600` for an hour.
+fuzz: deps
+	@GMD_WERROR=$(WERROR) sh scripts/fuzz.sh $(FUZZ_SECONDS)
+
 # ldconfig: without it the dynamic linker's cache does not know the new
 # libgpumem.so.0 and programs fail to start (PREFIX/lib must be in
 # /etc/ld.so.conf.d, as /usr/local/lib is on Debian).
@@ -63,4 +70,4 @@ install: build
 		echo "run ldconfig as root so programs find libgpumem.so.0"; fi
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-fuzz
