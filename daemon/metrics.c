@@ -249,9 +249,10 @@ static int request_line_status(const char *line, size_t len, bool *ret_head_only
         *ret_head_only = method_len == 4 && memcmp(line, "HEAD", 4) == 0;
         if (!*ret_head_only && !(method_len == 3 && memcmp(line, "GET", 3) == 0))
                 return 405;
-        path_len = strcspn(target, "? ");       /* the query is ignored */
-        if (path_len > target_len)
-                path_len = target_len;
+        /* The query is ignored. head[] holds no NUL: no str*() here. */
+        for (path_len = 0; path_len < target_len && target[path_len] != '?';
+             path_len++)
+                ;
         if ((path_len == 1) ||
             (path_len == 8 && memcmp(target, "/metrics", 8) == 0))
                 return 0;

@@ -83,7 +83,9 @@ double harness_metric(const harness *h, const char *series);
  * the socket file is gone. */
 void harness_stop(harness *h);
 
-/* Kill a daemon still running (SIGKILL), remove the temp dir. */
+/* Kill a daemon still running (SIGKILL; in the sanitizer build SIGTERM
+ * first, so LeakSanitizer runs as it exits), remove the temp dir. Fails the
+ * test if the daemon's log or the client log holds a sanitizer's report. */
 void harness_cleanup(harness *h);
 
 /* The daemon's log so far; free() it. */
@@ -137,7 +139,8 @@ int harness_wait_proc(harness_proc *p, int timeout_ms);
 int harness_finish(harness_proc *p, char **ret_output, int timeout_ms);
 
 /* Run to completion: returns the wait status; output as above. `err`, if
- * not NULL, receives stderr instead of the client log. */
+ * not NULL, receives stderr instead of the client log. Fails the test if
+ * the output holds a sanitizer's report. */
 int harness_run(const harness *h, const char *socket_override,
                 const char *const *argv, char **ret_out, char **ret_err,
                 int timeout_ms);
