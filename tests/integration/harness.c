@@ -283,23 +283,14 @@ static int wait_exit(pid_t pid, int timeout_ms, int *ret_status)
         }
 }
 
-/* The readiness probe's connection is accepted and closed by the daemon a
- * moment after we close our end; wait for its fd count to stop moving so
- * tests can take it as the idle baseline. */
-static void wait_fds_settled(pid_t pid)
-{
-        int last = harness_count_fds(pid), same = 0;
-
-        for (int i = 0; i < 200 && same < 3; i++) {
-                int n;
-
-                harness_sleep_ms(10);
-                n = harness_count_fds(pid);
-                same = n == last ? same + 1 : 0;
-                last = n;
-        }
-}
-
+/*
+ * Ready is when the daemon logs "ready: " (it listens by then). Not a
+ * connection to the socket: the daemon accepts and closes such a probe
+ * when its loop gets to it, and on a loaded machine that can be after the
+ * test has taken the daemon's fd count as its idle baseline, which then
+ * holds the probe (test_tiering's oversubscription test failed so, now
+ * and then). The log line costs the daemon nothing and cannot be late.
+ */
 void harness_start(harness *h, const char *const *extra_args)
 {
         const char *argv[32] = {
@@ -310,7 +301,7 @@ void harness_start(harness *h, const char *const *extra_args)
         uint64_t deadline;
         char *var;
         char **env;
-        int log_fd, status;
+        int log_fd, status, readies;
 
         for (; extra_args && *extra_args; extra_args++) {
                 assert_true(n + 1 < sizeof(argv) / sizeof(argv[0]));
@@ -318,6 +309,8 @@ void harness_start(harness *h, const char *const *extra_args)
         }
         argv[n] = NULL;
 
+        /* A daemon started again appends to the same log. */
+        readies = harness_log_count(h, "ready: ");
         log_fd = open(h->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                       0644);
         assert_true(log_fd >= 0);
@@ -327,15 +320,10 @@ void harness_start(harness *h, const char *const *extra_args)
         free(var);
         close(log_fd);
 
-        deadline = harness_now_ms() + 5000;
+        deadline = harness_now_ms() + 10000;
         for (;;) {
-                int fd = harness_connect_raw(h);
-
-                if (fd >= 0) {
-                        close(fd);
-                        wait_fds_settled(h->pid);
+                if (harness_log_count(h, "ready: ") > readies)
                         return;
-                }
                 if (waitpid(h->pid, &status, WNOHANG) == h->pid) {
                         char *log = harness_read_log(h);
 
@@ -349,10 +337,11 @@ void harness_start(harness *h, const char *const *extra_args)
                         char *log = harness_read_log(h);
 
                         harness_cleanup(h);
-                        fail_msg("gpu-memd's socket %s did not accept within "
-                                 "5 s; log:\n%s", h->socket_path, log);
+                        fail_msg("gpu-memd did not log \"ready: \" within 10 s "
+                                 "(a log_level above info hides it); log:\n%s",
+                                 log);
                 }
-                harness_sleep_ms(5);
+                harness_sleep_ms(2);
         }
 }
 
