@@ -6,10 +6,12 @@
 #   make run        build quietly (log in build/make-run.log), then start
 #                   gpu-memd in the foreground on ./run/gpu-memd.sock
 #   make test       build and run the whole test suite (ctest)
+#   make test-sanitize  the same suite built with ASan+UBSan in build-asan/
+#   make fuzz       fuzz the wire decoder for FUZZ_SECONDS (default 60)
 #   make install    install under PREFIX (default /usr/local), DESTDIR honoured;
 #                   as root without DESTDIR, runs ldconfig so programs find
 #                   libgpumem.so.0
-#   make clean      remove build/
+#   make clean      remove build/, build-asan/ and build-fuzz/
 
 BUILD    ?= build
 PREFIX   ?= /usr/local
@@ -19,8 +21,15 @@ WERROR   ?= $(if $(CI),ON,OFF)
 CMAKE_FLAGS ?=
 # Where `make run` serves.
 RUN_SOCKET ?= $(CURDIR)/run/gpu-memd.sock
+SANITIZE_BUILD ?= build-asan
+FUZZ_SECONDS ?= 60
+# Sanitizer reports fail the run: UBSan is built not to recover, ASan and
+# LeakSanitizer exit non-zero, and the test harness fails a test whose
+# daemon or client logged a report (tests/integration/harness.c).
+SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: all deps configure build run test install clean
+.PHONY: all deps configure build run test test-sanitize fuzz install clean
 
 all: build
 
@@ -52,6 +61,24 @@ test: build
 	grep -h '^SKIP:' $(BUILD)/Testing/Temporary/LastTest.log 2>/dev/null | sort -u; \
 	exit $$status
 
+# The suite again, built with AddressSanitizer, LeakSanitizer and UBSan in
+# its own folder (the sim backend only: CUDA's driver and ASan disagree).
+# The tests run by Python (python.*, torch.python) are left out: an
+# instrumented libgpumem loads into an uninstrumented interpreter only with
+# libasan preloaded, and LeakSanitizer then reports the interpreter's own
+# allocations; the C paths they use are tested here by the C tests.
+test-sanitize: deps
+	@cmake -S . -B $(SANITIZE_BUILD) -DGMD_SANITIZE=ON -DGMD_WITH_CUDA=OFF \
+		-DGMD_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
+	@$(SANITIZE_ENV) ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j $(JOBS) \
+		-E '^(python\.|torch\.python$$)'
+
+# libFuzzer with ASan+UBSan on the wire decoder (scripts/fuzz.sh says more):
+# a minute by default, `make fuzz FUZZ_SECONDS=3600` for an hour.
+fuzz: deps
+	@GMD_WERROR=$(WERROR) sh scripts/fuzz.sh $(FUZZ_SECONDS)
+
 # ldconfig: without it the dynamic linker's cache does not know the new
 # libgpumem.so.0 and programs fail to start (PREFIX/lib must be in
 # /etc/ld.so.conf.d, as /usr/local/lib is on Debian).
@@ -63,4 +90,4 @@ install: build
 		echo "run ldconfig as root so programs find libgpumem.so.0"; fi
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(SANITIZE_BUILD) build-fuzz

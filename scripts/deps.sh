@@ -6,12 +6,14 @@
 # systemd is listed for systemd-socket-activate, which the socket
 # activation test runs; the build itself needs only libsystemd. python3,
 # python3-numpy and python3-torch (CPU) are for the gpumem Python package's
-# tests (tests/python), run with Debian's /usr/bin/python3.
+# tests (tests/python), run with Debian's /usr/bin/python3. clang and
+# libclang-rt-dev (libFuzzer, the sanitizer runtimes) are for `make fuzz`,
+# which CI runs.
 set -eu
 
 PACKAGES="build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev \
 protobuf-c-compiler libsystemd-dev libinih-dev libcmocka-dev systemd \
-python3 python3-numpy python3-torch"
+python3 python3-numpy python3-torch clang libclang-rt-dev"
 
 missing=""
 for p in $PACKAGES; do

@@ -65,6 +65,7 @@ struct gmd_metrics {
         gmd_list conns;               /* open connections */
         unsigned n_conns;             /* allocated, closing ones too */
         bool evicting;                /* at the cap; logged once per spell */
+        bool accept_deferred;         /* a connection waits in the listener */
         bool stopping;
 };
 
@@ -98,6 +99,8 @@ static void metrics_maybe_free(gmd_metrics *m)
                 free(m);
 }
 
+static void metrics_on_connection(uv_stream_t *listener, int status);
+
 static void conn_on_close(uv_handle_t *handle)
 {
         metrics_conn *conn = handle->data;
@@ -108,6 +111,12 @@ static void conn_on_close(uv_handle_t *handle)
         promtext_clear(&conn->body);
         free(conn);
         m->n_conns--;
+        /* Room again for the connection left waiting (see
+         * metrics_on_connection). */
+        if (m->accept_deferred && !m->stopping && m->listener_open) {
+                m->accept_deferred = false;
+                metrics_on_connection(&m->listener.stream, 0);
+        }
         metrics_maybe_free(m);
 }
 
@@ -253,9 +262,10 @@ static int request_line_status(const char *line, size_t len, bool *ret_head_only
         *ret_head_only = method_len == 4 && memcmp(line, "HEAD", 4) == 0;
         if (!*ret_head_only && !(method_len == 3 && memcmp(line, "GET", 3) == 0))
                 return 405;
-        path_len = strcspn(target, "? ");       /* the query is ignored */
-        if (path_len > target_len)
-                path_len = target_len;
+        /* The query is ignored. head[] holds no NUL: no str*() here. */
+        for (path_len = 0; path_len < target_len && target[path_len] != '?';
+             path_len++)
+                ;
         if ((path_len == 1) ||
             (path_len == 8 && memcmp(target, "/metrics", 8) == 0))
                 return 0;
@@ -389,8 +399,15 @@ static void metrics_on_connection(uv_stream_t *listener, int status)
                 m->evicting = true;
                 conn_close(container_of(m->conns.next, metrics_conn, link));
         } else if (m->n_conns >= METRICS_MAX_CONNS) {
-                /* Closing ones not yet gone: a flood; refuse it. */
-                metrics_refuse(m);
+                /* As many again are closing and not yet gone: their close
+                 * callbacks come in the loop's next turn, but one accept
+                 * burst can bring more than 2 * METRICS_MAX_CONNS (40
+                 * connections waiting when the loop gets to them, as on a
+                 * loaded machine). Refusing would refuse the newest, the
+                 * scraper among them; instead this one stays unaccepted
+                 * (libuv stops polling the listener until uv_accept) and
+                 * is taken when a closing one is gone (conn_on_close). */
+                m->accept_deferred = true;
                 return;
         } else {
                 m->evicting = false;

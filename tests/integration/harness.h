@@ -57,7 +57,8 @@ void harness_append_config(const harness *h, const char *more_config);
 void harness_write_file(const char *path, const char *text);
 
 /* Start gpu-memd with --backend sim --socket --config and `extra_args`
- * (NULL-terminated, may be NULL); wait up to 5 s until the socket accepts.
+ * (NULL-terminated, may be NULL); wait up to 10 s until it logs "ready: "
+ * (it listens by then; the config must not raise log_level above info).
  * The daemon gets this process's environment as it is now (with
  * GPU_MEMD_SOCKET set): a test may setenv first. */
 void harness_start(harness *h, const char *const *extra_args);
@@ -83,7 +84,9 @@ double harness_metric(const harness *h, const char *series);
  * the socket file is gone. */
 void harness_stop(harness *h);
 
-/* Kill a daemon still running (SIGKILL), remove the temp dir. */
+/* Kill a daemon still running (SIGKILL; in the sanitizer build SIGTERM
+ * first, so LeakSanitizer runs as it exits), remove the temp dir. Fails the
+ * test if the daemon's log or the client log holds a sanitizer's report. */
 void harness_cleanup(harness *h);
 
 /* The daemon's log so far; free() it. */
@@ -137,7 +140,8 @@ int harness_wait_proc(harness_proc *p, int timeout_ms);
 int harness_finish(harness_proc *p, char **ret_output, int timeout_ms);
 
 /* Run to completion: returns the wait status; output as above. `err`, if
- * not NULL, receives stderr instead of the client log. */
+ * not NULL, receives stderr instead of the client log. Fails the test if
+ * the output holds a sanitizer's report. */
 int harness_run(const harness *h, const char *socket_override,
                 const char *const *argv, char **ret_out, char **ret_err,
                 int timeout_ms);

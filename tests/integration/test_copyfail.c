@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -396,10 +397,39 @@ static void test_swapin_fails_new_vram(void **state)
 
 /* ---- c. an ack before the failed move is reaped ------------------------------ */
 
+/* SIGSTOP the daemon and wait until it is stopped ('T' in /proc/PID/stat),
+ * so that what is sent meanwhile waits in its socket, read in one pass once
+ * it runs again (SIGCONT). */
+static void daemon_stop(fixture *f)
+{
+        char path[64], stat[256], *state;
+        uint64_t deadline = harness_now_ms() + 5000;
+
+        assert_int_equal(kill(f->h.pid, SIGSTOP), 0);
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)f->h.pid);
+        for (;;) {
+                FILE *in = fopen(path, "r");
+                size_t n = in ? fread(stat, 1, sizeof(stat) - 1, in) : 0;
+
+                if (in)
+                        fclose(in);
+                stat[n] = '\0';
+                state = strrchr(stat, ')');
+                if (state && state[1] == ' ' && state[2] == 'T')
+                        return;
+                if (harness_now_ms() >= deadline)
+                        fail_msg("gpu-memd (pid %d) did not stop on SIGSTOP: %s",
+                                 (int)f->h.pid, stat);
+                harness_sleep_ms(1);
+        }
+}
+
 /* The raw client sends a pageout and, right behind it, the ack of the
  * early remap that pageout is about to send (sequences count up from 1
- * daemon-wide, and no one else moves anything): both are read in one loop
- * pass, so the ack comes while the refused move waits in the failed list.
+ * daemon-wide, and no one else moves anything), while the daemon is
+ * stopped: both are read in one loop pass, so the ack comes while the
+ * refused move waits in the failed list. (Sent to a running daemon, the two
+ * were read in separate passes on a loaded machine in all 5 tries.)
  * It must only be noted: the move then rolls back (a remap to its VRAM,
  * bytes intact) and ends on that ack. Had the ack finished the move, the
  * buffer would be "on host" with bytes never copied and the failed list
@@ -429,8 +459,10 @@ static void test_early_ack_of_failed_pageout(void **state)
                 if (tries++)
                         harness_sleep_ms(1100);   /* the copy queue's rest */
                 req = next_id++;
+                daemon_stop(f);
                 raw_send(&raw, GMD__MSG_TYPE__MSG_PAGEOUT, req, &pageout.base);
                 raw_ack(&raw, id, seq + 1);
+                assert_int_equal(kill(f->h.pid, SIGCONT), 0);
                 got = raw_expect_remap(&raw, id, GMD_TIER_HOST, 8 * MiB, 3);
                 if (got != seq + 1)
                         fail_msg("the pageout's remap has sequence %llu, the test "

@@ -45,6 +45,16 @@ typedef struct fixture {
         harness h;
 } fixture;
 
+/* harness_wait_log, for a yes or no: the line it returns is freed. */
+static bool log_seen(const harness *h, const char *needle, int timeout_ms)
+{
+        char *line = harness_wait_log(h, needle, timeout_ms);
+        bool seen = line != NULL;
+
+        free(line);
+        return seen;
+}
+
 static int setup(void **state)
 {
         fixture *f = calloc(1, sizeof(*f));
@@ -419,7 +429,7 @@ static void test_log_rate_limited(void **state)
         /* The count comes with the next line of that form, a window later. */
         harness_sleep_ms(5200);
         expect_refused(f, connect_silent(f), "max_clients");
-        if (!harness_wait_log(&f->h, "more lines of the form \"refusing a "
+        if (!log_seen(&f->h, "more lines of the form \"refusing a "
                               "connection", 5000))
                 fail_msg("no line counting what was left out; log:\n%s",
                          harness_read_log(&f->h));
@@ -498,7 +508,7 @@ static void test_reply_bytes_per_connection(void **state)
         c = fill_status(f, bufs);
         fd = hello_raw(f, "flood");
         flood_status(fd, 2000);
-        if (!harness_wait_log(&f->h, "not reading replies", 10000))
+        if (!log_seen(&f->h, "not reading replies", 10000))
                 fail_msg("a connection with MBs of unread replies stays; log:\n%s",
                          harness_read_log(&f->h));
         close(fd);
@@ -523,7 +533,7 @@ static void test_reply_bytes_per_user(void **state)
                 fds[i] = hello_raw(f, "flood");
         for (int i = 0; i < 4; i++)
                 flood_status(fds[i], 500);
-        if (!harness_wait_log(&f->h, "do not read their replies", 10000))
+        if (!log_seen(&f->h, "do not read their replies", 10000))
                 fail_msg("one user's connections hold MBs of unread replies; "
                          "log:\n%s", harness_read_log(&f->h));
         assert_int_equal(harness_log_count(&f->h, "not reading replies ("), 0);
