@@ -81,6 +81,7 @@ const ProtobufCMessageDescriptor *const fuzz_wire_messages[] = {
         &gmd__pool_info__descriptor,
         &gmd__client_info__descriptor,
         &gmd__buffer_info__descriptor,
+        &gmd__gpu_process__descriptor,
         &gmd__status_reply__descriptor,
 };
 const size_t fuzz_wire_n_messages =

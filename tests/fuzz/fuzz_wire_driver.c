@@ -252,11 +252,17 @@ static void build_corpus(void)
                 Gmd__ClientInfo *clients[] = { &client };
                 Gmd__BufferInfo buffer = GMD__BUFFER_INFO__INIT;
                 Gmd__BufferInfo *buffers[] = { &buffer };
+                Gmd__GpuProcess proc = GMD__GPU_PROCESS__INIT;
+                Gmd__GpuProcess *procs[] = { &proc };
                 Gmd__StatusReply m = GMD__STATUS_REPLY__INIT;
 
                 pool.capacity = 1u << 30;
                 pool.used = 4u << 20;
                 pool.kept = 2u << 20;
+                pool.device_free = 1u << 29;
+                pool.unaccounted = 3u << 28;
+                proc.pid = 4321;
+                proc.bytes = 3u << 28;
                 client.client_id = 3;
                 client.pid = 1234;
                 client.name = "trainer";
@@ -274,6 +280,8 @@ static void build_corpus(void)
                 m.clients = clients;
                 m.n_buffers = 1;
                 m.buffers = buffers;
+                m.n_gpu_processes = 1;
+                m.gpu_processes = procs;
                 len = gmd__status_reply__pack(&m, out);
                 add_good("status-reply", GMD__MSG_TYPE__MSG_STATUS_REPLY, out,
                          len);
