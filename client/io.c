@@ -339,6 +339,11 @@ void *gmd__client_io_main(void *arg)
                 if (p[0].revents && read_packets(client, buf) < 0)
                         break;
         }
+        /* Whatever ended the connection (the daemon stopped, an
+         * administrator drained this client, gmd_disconnect), the daemon
+         * freed every buffer of it: parked mappings hold VRAM nobody can
+         * use any more, outside gpu-memd's pools. Give it back now. */
+        gmd__mapcache_drop_all(client);
         free(buf);
         return NULL;
 }

@@ -339,6 +339,19 @@ int gmd__mapcache_return(gmd_client *client, bool all_devices, unsigned device,
         return return_evicted(client, &evicted);
 }
 
+void gmd__mapcache_drop_all(gmd_client *client)
+{
+        gmd_list dropped, *pos, *tmp;
+
+        list_init(&dropped);
+        pthread_mutex_lock(&client->buffers_lock);
+        list_for_each_safe(pos, tmp, &client->cache.lru)
+                cache_evict_locked(client, container_of(pos, gmd_buffer,
+                                                        cache_node), &dropped);
+        pthread_mutex_unlock(&client->buffers_lock);
+        drop_list(client, &dropped);
+}
+
 /** Return every parked buffer to the daemon; see gpumem.h. */
 int gmd_trim_cache(gmd_client *client)
 {

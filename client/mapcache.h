@@ -80,6 +80,12 @@ int gmd__mapcache_take(gmd_client *client, unsigned device, uint64_t size,
 int gmd__mapcache_return(gmd_client *client, bool all_devices, unsigned device,
                     uint64_t bytes);
 
+/* The connection is gone: unmap every parked buffer without telling the
+ * daemon (it freed them when the connection closed). Run by the I/O thread
+ * as it ends, so memory of buffers the application freed is not held
+ * outside gpu-memd until the program exits. */
+void gmd__mapcache_drop_all(gmd_client *client);
+
 /* Under buffers_lock: take a parked buffer off the cache's list (the
  * daemon revoked it). */
 void gmd__mapcache_forget_locked(gmd_mapcache *cache, gmd_buffer *buffer);

@@ -197,6 +197,9 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
  * that quota is full) it asks, and the library's I/O thread unmaps and
  * returns it. At most
  * $GPU_MEMD_CACHE_LIMIT bytes stay parked; past that the oldest go back.
+ * When the connection ends (the daemon stopped, an administrator drained
+ * this client), every parked mapping is unmapped at once: the daemon freed
+ * those buffers, and their memory must not stay held outside it.
  * Only a buffer the application holds the lease on (allocated or acquired,
  * not released since) and that is not SPILLABLE is parked: the daemon
  * never moves such a buffer, so none can be on its way to host memory

@@ -264,6 +264,92 @@ static void test_swapin_refused_then_served(void **state)
         harness_stop(&f->h);
 }
 
+/* Mappings of this process onto the sim's VRAM memfds. */
+static int vram_mappings(void)
+{
+        FILE *maps = fopen("/proc/self/maps", "re");
+        char line[512];
+        int n = 0;
+
+        if (!maps)
+                fail_msg("cannot read /proc/self/maps");
+        while (fgets(line, sizeof(line), maps))
+                if (strstr(line, "gmd-vram"))
+                        n++;
+        fclose(maps);
+        return n;
+}
+
+/* The admin's disconnect: gpu-memctl drain PID revokes every buffer of
+ * the process's connections and closes them; libgpumem unmaps what it
+ * held, its cache of idle mappings (buffers the application freed)
+ * included, so none of it stays held outside gpu-memd. Root only (drain
+ * is an admin verb; CI runs as root). */
+static void test_drain_releases_cached_mappings(void **state)
+{
+        fixture *f = *state;
+        const char *argv[] = { GMD_CTL_PATH, "drain", NULL, NULL };
+        gmd_buffer *b = NULL;
+        char pid[16], *out = NULL, *err = NULL;
+        uint64_t t0;
+        int status;
+
+        if (geteuid() != 0)
+                skip();
+        start(f, NULL);
+        setenv("GPU_MEMD_CACHE", "1", 1);
+        f->other = harness_client(&f->h, "cached");
+        setenv("GPU_MEMD_CACHE", "0", 1);
+        OK(gmd_alloc(f->other, 8 * MiB, 0, 0, 0, &b));
+        OK(gmd_free(f->other, b));
+        if (vram_mappings() == 0)
+                fail_msg("the freed buffer is not parked in the cache");
+
+        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+        argv[2] = pid;
+        status = harness_run(&f->h, NULL, argv, &out, &err, 5000);
+        if (harness_exit_code(status) != 0)
+                fail_msg("gpu-memctl drain exited %d: %s", harness_exit_code(status),
+                         err);
+        free(out);
+        free(err);
+        t0 = harness_now_ms();
+        while (vram_mappings() > 0 && harness_now_ms() - t0 < 5000)
+                harness_sleep_ms(20);
+        if (vram_mappings() != 0)
+                fail_msg("%d mappings of freed buffers are still there 5 s after "
+                         "the drain", vram_mappings());
+        harness_stop(&f->h);
+}
+
+/* A connection that ends without revokes (the daemon stopped, or died):
+ * the daemon's side of every buffer is gone, so the mappings parked in
+ * libgpumem's cache would hold VRAM nobody can use, outside any pool,
+ * until the program exits. The library's I/O thread unmaps them as the
+ * connection ends. */
+static void test_daemon_gone_releases_cached_mappings(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        uint64_t t0;
+
+        start(f, NULL);
+        setenv("GPU_MEMD_CACHE", "1", 1);
+        f->other = harness_client(&f->h, "cached");
+        setenv("GPU_MEMD_CACHE", "0", 1);
+        OK(gmd_alloc(f->other, 8 * MiB, 0, 0, 0, &b));
+        OK(gmd_free(f->other, b));
+        if (vram_mappings() == 0)
+                fail_msg("the freed buffer is not parked in the cache");
+        harness_stop(&f->h);
+        t0 = harness_now_ms();
+        while (vram_mappings() > 0 && harness_now_ms() - t0 < 5000)
+                harness_sleep_ms(20);
+        if (vram_mappings() != 0)
+                fail_msg("%d mappings of freed buffers are still there 5 s after "
+                         "the daemon stopped", vram_mappings());
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -274,6 +360,12 @@ int main(void)
                         test_outside_memory_logged, harness_setup, teardown),
                 cmocka_unit_test_setup_teardown(
                         test_swapin_refused_then_served, harness_setup, teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_drain_releases_cached_mappings, harness_setup,
+                        teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_daemon_gone_releases_cached_mappings,
+                        harness_setup, teardown),
         };
 
         setenv("GPU_MEMD_CACHE", "0", 1);
