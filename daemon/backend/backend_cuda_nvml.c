@@ -111,7 +111,9 @@ int cuda_ops_device_processes(gmd_backend *backend, unsigned device,
 {
         cuda_backend *b = (cuda_backend *)backend;
         cuda_device *d = cuda_device_get(b, device);
-        nvml_process_info infos[NVML_MAX_PROCESSES];
+        /* Twice the room asked for: a driver whose record is larger than
+         * the one declared here still writes inside the array. */
+        nvml_process_info infos[2 * NVML_MAX_PROCESSES];
         unsigned int count = NVML_MAX_PROCESSES, n = 0;
         nvml_device handle;
         nvml_return res;
