@@ -53,9 +53,28 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
         switch (alloc_quota(s, size, tier, ret)) {
         case QUOTA_REFUSED:
                 return -EDQUOT;
-        case QUOTA_PARKED:
+        case QUOTA_PARKED: {
+                uint64_t ignored;
+                char bytes[32];
+
+                if (evict_user_reclaim_overdue(&server->sessions, server->n_devices,
+                                               s->uid, server->config.reclaim_timeout_ms,
+                                               &ignored)) {
+                        size_format(ignored, bytes, sizeof(bytes));
+                        result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+                                     "over quota: it counts on %s of parked buffers "
+                                     "that uid %u's clients were asked to return "
+                                     "and did not within %u ms ([limits] "
+                                     "reclaim_timeout_ms); free buffers, or let "
+                                     "libgpumem's I/O thread run (a process "
+                                     "stopped or not reading its socket)", bytes,
+                                     (unsigned)s->uid,
+                                     server->config.reclaim_timeout_ms);
+                        return -EDQUOT;
+                }
                 evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
-                return -EAGAIN;
+                return -EINPROGRESS;
+        }
         case QUOTA_OK:
                 break;
         }
@@ -86,6 +105,30 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
         ret->buffer = b;
         ret->since_us = since_us;
         return 0;
+}
+
+bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size)
+{
+        return pool_free(server_vram_pool(server, device)) +
+               reuse_bytes(&server->reuse, device) +
+               evict_reclaimable(&server->sessions, device,
+                                 server->config.reclaim_timeout_ms) +
+               evict_evictable(server, device) >= size;
+}
+
+/* How many allocations all clients of `uid` have waiting. */
+static unsigned alloc_user_waiting(const gmd_list *sessions, uid_t uid)
+{
+        const gmd_list *pos;
+        unsigned n = 0;
+
+        list_for_each(pos, sessions) {
+                const gmd_session *o = container_of(pos, gmd_session, link);
+
+                if (o->uid == uid)
+                        n += o->waitq.n_waiting;
+        }
+        return n;
 }
 
 gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
@@ -126,6 +169,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         gmd_pool *pool = server_vram_pool(server, m->device);
         char name[32], asked[32], cap[32], free_b[32];
         quota_verdict verdict;
+        gmd_waitq_who who;
         int64_t timeout_ms;
         uint64_t size;
         int r;
@@ -175,8 +219,10 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                 return OUTCOME_ERROR;
         if (verdict == QUOTA_PARKED)
                 evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
-        /* Behind requests already waiting on this device, never past them. */
-        if (verdict == QUOTA_OK && waitq_demand(&server->waitq, m->device) == 0) {
+        /* What fits is served now, past waiters that do not fit — unless
+         * one of them has waited past [limits] wait_hold_ms and holds the
+         * device so that room accumulates for it (waitq.h). */
+        if (verdict == QUOTA_OK && !waitq_holds(&server->waitq, m->device)) {
                 r = alloc_now_on(s, size, m->device, m->flags, GMD_TIER_VRAM,
                                  now_us(), ret);
                 if (!alloc_must_wait(r))
@@ -195,10 +241,8 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
          * even a no-wait request waits for that, briefly. */
         if (timeout_ms == 0 &&
             (verdict == QUOTA_PARKED ||
-             pool_free(pool) + reuse_bytes(&server->reuse, m->device) +
-             evict_reclaimable(&server->sessions, m->device) +
-             evict_evictable(server, m->device) >=
-             size + waitq_demand(&server->waitq, m->device)))
+             alloc_room_reachable(server, m->device,
+                                  size + waitq_demand(&server->waitq, m->device))))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {
                 char host[160] = "";
@@ -216,7 +260,18 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                                     "this client already has %u allocations waiting, "
                                     "the most [limits] max_waiting_per_client allows",
                                     s->waitq.n_waiting);
-        r = waitq_add(&server->waitq, s, &s->waitq, id, m->size, size, m->device,
+        if (server->config.max_waiting_per_user &&
+            alloc_user_waiting(&server->sessions, s->uid) >=
+            server->config.max_waiting_per_user)
+                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                                    "uid %u's clients already have %u allocations "
+                                    "waiting for room, the most [limits] "
+                                    "max_waiting_per_user allows; wait for them or "
+                                    "ask with a shorter timeout",
+                                    (unsigned)s->uid,
+                                    alloc_user_waiting(&server->sessions, s->uid));
+        who = (gmd_waitq_who){ s, s->priority, (uint32_t)s->uid };
+        r = waitq_add(&server->waitq, &who, &s->waitq, id, m->size, size, m->device,
                       m->flags, timeout_ms, now_us());
         if (r < 0)
                 return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,

@@ -24,8 +24,17 @@ typedef struct gmd_dbuffer gmd_dbuffer;
  * kept VRAM, so that the pass serves the wait queue again. */
 bool evict_balance(gmd_server *server);
 
-/* Bytes parked on `device` by all `sessions` (gmd_session links). */
-uint64_t evict_reclaimable(const gmd_list *sessions, unsigned device);
+/* Bytes parked on `device` by all `sessions` (gmd_session links), but for
+ * those of clients that were asked for some and returned none within
+ * `timeout_ms` ([limits] reclaim_timeout_ms): those are not counted on. */
+uint64_t evict_reclaimable(const gmd_list *sessions, unsigned device,
+                           uint64_t timeout_ms);
+
+/* Did clients of `uid` leave an ask for their parked buffers unanswered
+ * past `timeout_ms`? *ret_bytes: how many bytes they were asked for. */
+bool evict_user_reclaim_overdue(const gmd_list *sessions, unsigned n_devices,
+                                uid_t uid, uint64_t timeout_ms,
+                                uint64_t *ret_bytes);
 
 /* Ask every session of `uid` for all it has parked (its quota is full). */
 void evict_reclaim_user(gmd_list *sessions, unsigned n_devices, uid_t uid);
