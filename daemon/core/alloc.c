@@ -131,6 +131,42 @@ static unsigned alloc_user_waiting(const gmd_list *sessions, uid_t uid)
         return n;
 }
 
+/* Why an allocation of `size` on `device`, asked at `since_us`, is still
+ * waiting: what holds the pool, and what it was behind. */
+static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
+                             uint64_t since_us, char *buf, size_t len)
+{
+        gmd_pool *pool = server_vram_pool(server, device);
+        const gmd_waiter *oldest = waitq_oldest(&server->waitq, device);
+        uint64_t movable = reuse_bytes(&server->reuse, device) +
+                           evict_reclaimable(&server->sessions, device,
+                                             server->config.reclaim_timeout_ms) +
+                           evict_evictable(server, device);
+        uint64_t used = pool->capacity - pool_free(pool);
+        uint64_t stuck = used > movable ? used - movable : 0;
+        char stuck_b[32], movable_b[32], other[32];
+        int n;
+
+        size_format(stuck, stuck_b, sizeof(stuck_b));
+        size_format(movable, movable_b, sizeof(movable_b));
+        n = snprintf(buf, len, "; %s of it is in use (acquired, pinned or moving: "
+                     "cannot be moved out) and %s idle could not be moved out "
+                     "in time", stuck_b, movable_b);
+        if (n < 0 || (size_t)n >= len)
+                return;
+        if (oldest && oldest->since_us < since_us &&
+            waitq_holds(&server->waitq, device)) {
+                size_format(oldest->size, other, sizeof(other));
+                snprintf(buf + n, len - (size_t)n, "; it was held behind an older "
+                         "request for %s, waiting %llu ms, for which room is "
+                         "being made ([limits] wait_hold_ms)", other,
+                         (unsigned long long)((now_us() - oldest->since_us) / 1000));
+        } else if (stuck + size > pool->capacity) {
+                snprintf(buf + n, len - (size_t)n, "; it cannot fit until "
+                         "buffers in use are released or freed");
+        }
+}
+
 gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
                           unsigned flags, int64_t timeout_ms, uint64_t since_us,
                           gmd_result *ret)
@@ -138,6 +174,7 @@ gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
         gmd_server *server = s->server;
         gmd_pool *pool = server_vram_pool(server, device);
         char asked[32], free_b[32], cap[32], name[32], host[160] = "";
+        char why[320];
         int r;
 
         /* VRAM first, then host: a SPILLABLE allocation that got no VRAM
@@ -150,16 +187,16 @@ gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
         }
         if (placement_host_fallback(flags))
                 backing_no_host_room(server, host, sizeof(host));
+        alloc_why_waited(server, device, size, since_us, why, sizeof(why));
         size_format(size, asked, sizeof(asked));
         size_format(pool_free(pool), free_b, sizeof(free_b));
         size_format(pool->capacity, cap, sizeof(cap));
         return result_error(ret, GMD__ERROR_CODE__ERR_TIMED_OUT,
-                            "waited %lld ms for %s on %s; it has %s free of %s "
-                            "and nothing idle could be moved out in time%s "
+                            "waited %lld ms for %s on %s; it has %s free of %s%s%s "
                             "(see gpu-memctl status)",
                             (long long)timeout_ms, asked,
                             pool_describe(pool, name, sizeof(name)), free_b, cap,
-                            host);
+                            why, host);
 }
 
 gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m,
