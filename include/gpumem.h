@@ -166,12 +166,22 @@ unsigned gmd_client_device_count(const gmd_client *client);
  * Errors: GMD_ETOOLARGE at once when the pool could never hold it,
  * GMD_ENOMEM / GMD_ETIMEDOUT when no room appeared in time (for a
  * SPILLABLE buffer placed on host memory that includes [pools] host_limit,
- * which bounds all the pinned host memory of the daemon), GMD_EQUOTA,
+ * which bounds all the pinned host memory of the daemon), GMD_EQUOTA
+ * (also when the quota counted on this user's parked buffers and a client
+ * of theirs did not give them back within [limits] reclaim_timeout_ms),
  * -EINVAL (size 0, unknown device or flags), GMD_ENOTSUP (for instance
  * GMD_ALLOC_LEGACY_IPC from a daemon without the cuda backend), GMD_ELIMIT
  * when the client or its user holds as many buffers as the daemon's
- * [limits] allow (max_buffers_per_client, max_buffers_per_user) or the
- * daemon has no file descriptor left for one (gmd_last_error() says which).
+ * [limits] allow (max_buffers_per_client, max_buffers_per_user), has as
+ * many allocations waiting as they allow (max_waiting_per_client,
+ * max_waiting_per_user) or the daemon has no file descriptor left for one
+ * (gmd_last_error() says which).
+ *
+ * Waiting allocations are served in the order of the daemon's wait queue:
+ * what fits first (a large request does not hold back a small one), a
+ * higher priority before a lower one, users taking turns; a request that
+ * has waited [limits] wait_hold_ms holds back smaller ones until it fits
+ * (README, "quotas and priorities").
  *
  * GMD_ALLOC_LEGACY_IPC buffers are opened from a plain CUDA IPC handle:
  * their address is the driver's choice, the daemon cannot move them, and
