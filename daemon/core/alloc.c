@@ -40,12 +40,38 @@ static quota_verdict alloc_quota(gmd_session *s, uint64_t size, gmd_tier tier,
         return quota_check(&s->limits, s->uid, &u, size, tier, ret);
 }
 
+/* Has the client room for one more buffer under [limits]
+ * max_buffers_per_client? Its parked buffers count: an unpark cannot be
+ * refused (the application has the buffer back already), so they are
+ * bounded when they are made. 0 yes; -EINPROGRESS not until parked ones
+ * come back (asked now); -EMLINK no (`ret` says why). */
+static int alloc_buffer_slot(gmd_session *s, gmd_result *ret)
+{
+        gmd_server *server = s->server;
+        unsigned max = server->config.max_buffers_per_client;
+
+        if (s->n_buffers < max)
+                return 0;
+        if (s->parking.n && s->n_buffers - s->parking.n < max) {
+                evict_reclaim_session(s, server->n_devices);
+                return -EINPROGRESS;
+        }
+        result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                     "this client already holds %u buffers, the most [limits] "
+                     "max_buffers_per_client allows", s->n_buffers - s->parking.n);
+        return -EMLINK;
+}
+
 int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
                  gmd_tier tier, uint64_t since_us, gmd_result *ret)
 {
         gmd_server *server = s->server;
         gmd_dbuffer *b;
         int r;
+
+        r = alloc_buffer_slot(s, ret);
+        if (r < 0)
+                return r;
 
         /* Checked again when a waiter is served: the user's other clients
          * may have allocated meanwhile, or a reload lowered the quota. A
@@ -244,11 +270,8 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                                     "%s is larger than the whole %s pool (%s); "
                                     "ask for less or raise --vram-limit",
                                     asked, name, cap);
-        if (s->n_buffers - s->parking.n >= server->config.max_buffers_per_client)
-                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
-                                    "this client already holds %u buffers, the most "
-                                    "[limits] max_buffers_per_client allows",
-                                    s->n_buffers - s->parking.n);
+        if (alloc_buffer_slot(s, ret) == -EMLINK)
+                return OUTCOME_ERROR;
         if (!admission_allow_buffer(s, ret))
                 return OUTCOME_ERROR;
         verdict = alloc_quota(s, size, GMD_TIER_VRAM, ret);
@@ -256,6 +279,10 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                 return OUTCOME_ERROR;
         if (verdict == QUOTA_PARKED)
                 evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
+        /* Its own parked buffers fill max_buffers_per_client: asked back
+         * (above), it waits for them like for a quota full of them. */
+        if (verdict == QUOTA_OK && s->n_buffers >= server->config.max_buffers_per_client)
+                verdict = QUOTA_PARKED;
         /* What fits is served now, past waiters that do not fit — unless
          * one of them has waited past [limits] wait_hold_ms and holds the
          * device so that room accumulates for it (waitq.h). */

@@ -130,6 +130,12 @@ void evict_reclaim_user(gmd_list *sessions, unsigned n_devices, uid_t uid)
         }
 }
 
+void evict_reclaim_session(gmd_session *s, unsigned n_devices)
+{
+        for (unsigned d = 0; d < n_devices; d++)
+                reclaim_from(s, d, 0);
+}
+
 static int by_priority(const void *a, const void *b)
 {
         const gmd_session *x = *(gmd_session *const *)a, *y = *(gmd_session *const *)b;

@@ -17,6 +17,7 @@
 #include "list.h"
 
 typedef struct gmd_server gmd_server;
+typedef struct gmd_session gmd_session;
 typedef struct gmd_dbuffer gmd_dbuffer;
 
 /* For each device with waiters: start what it takes to make their room
@@ -38,6 +39,10 @@ bool evict_user_reclaim_overdue(const gmd_list *sessions, unsigned n_devices,
 
 /* Ask every session of `uid` for all it has parked (its quota is full). */
 void evict_reclaim_user(gmd_list *sessions, unsigned n_devices, uid_t uid);
+
+/* Ask one session for all it has parked (it holds as many buffers as
+ * [limits] max_buffers_per_client allows, parked ones included). */
+void evict_reclaim_session(gmd_session *session, unsigned n_devices);
 
 /* Ask sessions for at least `bytes` of parked memory on `device`, lowest
  * priority first, not counting what was asked already and is on its way

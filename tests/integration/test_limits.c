@@ -217,6 +217,78 @@ static void set_daemon_nofile(const fixture *f, rlim_t n)
                          (unsigned long long)n, strerror(errno));
 }
 
+/* ---- quotas that leak (issue 10 item 6) --------------------------------------- */
+
+/* A pageout is held to host_quota like a host allocation: with 32M of host
+ * quota, two 16M buffers may be paged out, the third is refused with
+ * GMD_EQUOTA saying why, and the user's host bytes stay within it. */
+static void test_pageout_host_quota(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b[3];
+        gmd_client *c;
+        gmd_status *st;
+        int r;
+
+        start(f, "[users]\nhost_quota = 32M\n");
+        c = harness_client(&f->h, "pager");
+        for (int i = 0; i < 3; i++) {
+                assert_int_equal(gmd_alloc(c, 16 << 20, 0, 0, GMD_NO_WAIT, &b[i]), 0);
+                assert_int_equal(gmd_release(c, b[i]), 0);
+        }
+        assert_int_equal(gmd_pageout(c, b[0]), 0);
+        assert_int_equal(gmd_pageout(c, b[1]), 0);    /* in flight: counted */
+        r = gmd_pageout(c, b[2]);
+        assert_int_equal(r, GMD_EQUOTA);
+        if (!strstr(gmd_last_error(), "host quota"))
+                fail_msg("the refusal does not say why: %s", gmd_last_error());
+        assert_int_equal(gmd_wait(c, NULL, 10000), 0);
+        r = gmd_pageout(c, NULL);                     /* all: b[2] is left */
+        assert_int_equal(r, GMD_EQUOTA);
+        st = harness_status(c);
+        assert_true(st->n_clients >= 1);
+        for (size_t i = 0; i < st->n_clients; i++)
+                if (strcmp(st->clients[i].name, "pager") == 0)
+                        assert_true(st->clients[i].host_bytes <= (32u << 20));
+        gmd_status_free(st);
+        gmd_disconnect(c);
+}
+
+/* Parked buffers count in max_buffers_per_client: an unpark (a cache hit
+ * in gmd_alloc) can then never take a client past it. Before, a client
+ * with a limit of 4 held 12 buffers in use. */
+static void test_unpark_within_buffer_limit(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *small[4], *large[4], *more = NULL;
+        gmd_client *c;
+        gmd_status *st;
+        int r;
+
+        start(f, "[limits]\nmax_buffers_per_client = 4\n");
+        c = harness_client(&f->h, "cacher");
+        for (int i = 0; i < 4; i++)
+                assert_int_equal(gmd_alloc(c, 8192, 0, 0, GMD_NO_WAIT, &small[i]), 0);
+        for (int i = 0; i < 4; i++)
+                assert_int_equal(gmd_free(c, small[i]), 0);   /* parked */
+        /* Another shape: the daemon asks the parked ones back first. */
+        for (int i = 0; i < 4; i++) {
+                r = gmd_alloc(c, 16384, 0, 0, 5000, &large[i]);
+                if (r != 0)
+                        fail_msg("allocation %d: %d %s", i, r, gmd_last_error());
+        }
+        r = gmd_alloc(c, 8192, 0, 0, GMD_NO_WAIT, &more);
+        assert_int_equal(r, GMD_ELIMIT);
+        if (!strstr(gmd_last_error(), "max_buffers_per_client"))
+                fail_msg("the refusal does not name the limit: %s", gmd_last_error());
+        st = harness_status(c);
+        for (size_t i = 0; i < st->n_clients; i++)
+                if (strcmp(st->clients[i].name, "cacher") == 0)
+                        assert_true(st->clients[i].buffers <= 4);
+        gmd_status_free(st);
+        gmd_disconnect(c);
+}
+
 /* ---- buffers per user (item 2) ---------------------------------------------- */
 
 /* max_buffers_per_user counts the user's clients together. */
@@ -544,6 +616,8 @@ int main(void)
         setenv("GPU_MEMD_CACHE", "0", 1);
         const struct CMUnitTest tests[] = {
                 T(test_buffers_per_user),
+                T(test_pageout_host_quota),
+                T(test_unpark_within_buffer_limit),
                 T(test_buffers_auto_from_nofile),
                 T(test_out_of_fds),
                 T(test_connections_per_user),
