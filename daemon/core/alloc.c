@@ -17,6 +17,7 @@
 #include "evict.h"
 #include "reuse.h"
 #include "parking.h"
+#include "pending.h"
 #include "placement.h"
 #include "server.h"
 #include "session.h"
@@ -50,15 +51,31 @@ static int alloc_buffer_slot(gmd_session *s, gmd_result *ret)
         gmd_server *server = s->server;
         unsigned max = server->config.max_buffers_per_client;
 
+        uint64_t now = now_us(), timeout_us = server->config.reclaim_timeout_ms * 1000ull;
+        bool overdue = false;
+
         if (s->n_buffers < max)
                 return 0;
-        if (s->parking.n && s->n_buffers - s->parking.n < max) {
+        for (unsigned d = 0; d < server->n_devices; d++)
+                overdue |= parking_overdue(&s->parking, d, now, timeout_us);
+        if (s->parking.n && s->n_buffers - s->parking.n < max && !overdue) {
                 evict_reclaim_session(s, server->n_devices);
+                /* Look again when the ask may have gone unanswered. */
+                pending_mark_after(&server->pending, PENDING_ROOM,
+                                   server->config.reclaim_timeout_ms + 1);
                 return -EINPROGRESS;
         }
-        result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
-                     "this client already holds %u buffers, the most [limits] "
-                     "max_buffers_per_client allows", s->n_buffers - s->parking.n);
+        if (s->parking.n)
+                result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                             "this client holds %u buffers, %u of them parked in "
+                             "its cache of idle mappings and not given back when "
+                             "asked ([limits] reclaim_timeout_ms), the most [limits] "
+                             "max_buffers_per_client allows", s->n_buffers,
+                             s->parking.n);
+        else
+                result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                             "this client already holds %u buffers, the most "
+                             "[limits] max_buffers_per_client allows", s->n_buffers);
         return -EMLINK;
 }
 

@@ -35,6 +35,7 @@
 #include "gpumem.h"
 #include "gpumem.pb-c.h"
 #include "harness.h"
+#include "raw_client.h"
 #include "wire.h"
 
 #define NOBODY  ((uid_t)65534)
@@ -287,6 +288,58 @@ static void test_unpark_within_buffer_limit(void **state)
                         assert_true(st->clients[i].buffers <= 4);
         gmd_status_free(st);
         gmd_disconnect(c);
+}
+
+/* The protocol itself, as a client that keeps its parked buffers: with a
+ * limit of 4, four buffers parked and a fifth allocated, it would hold
+ * five in use after UNPARKing them (before: twelve with a limit of 4).
+ * Now the fifth allocation waits for the parked ones to come back and,
+ * when they do not within reclaim_timeout_ms, is refused naming the
+ * limit; the client is asked for them (MSG_RECLAIM). */
+static void test_park_unpark_within_buffer_limit(void **state)
+{
+        fixture *f = *state;
+        Gmd__AllocRequest alloc = GMD__ALLOC_REQUEST__INIT;
+        Gmd__BufferList park = GMD__BUFFER_LIST__INIT;
+        uint64_t ids[4];
+        uint32_t next_id = 2;
+        bool reclaimed = false;
+        raw_client raw;
+        raw_msg m;
+
+        start(f, "[limits]\nmax_buffers_per_client = 4\nreclaim_timeout_ms = 300\n");
+        raw_init(&raw);
+        raw_hello(&raw, &f->h, "raw-parker");
+        for (int i = 0; i < 4; i++)
+                ids[i] = raw_alloc_release(&raw, &next_id, 8192, (uint64_t)i + 1);
+        park.buffer_ids = ids;
+        park.n_buffer_ids = 4;
+        raw_send(&raw, GMD__MSG_TYPE__MSG_PARK, 0, &park.base);
+        alloc.size = 8192;
+        alloc.timeout_ms = 5000;
+        raw_send(&raw, GMD__MSG_TYPE__MSG_ALLOC, next_id, &alloc.base);
+        for (;;) {
+                m = raw_recv(&raw, 10000);
+                if (m.type == GMD__MSG_TYPE__MSG_RECLAIM) {
+                        reclaimed = true;
+                        raw_msg_clear(&m);
+                        continue;
+                }
+                break;
+        }
+        assert_true(reclaimed);
+        if (m.type != GMD__MSG_TYPE__MSG_ERROR_REPLY)
+                fail_msg("a fifth buffer with four parked: message type %u; log:\n%s",
+                         m.type, harness_read_log(&f->h));
+        assert_int_equal(m.request_id, next_id);
+        {
+                Gmd__ErrorReply *e = m.msg;
+
+                if (!strstr(e->message, "max_buffers_per_client"))
+                        fail_msg("the refusal does not name the limit: %s", e->message);
+        }
+        raw_msg_clear(&m);
+        raw_close(&raw);
 }
 
 /* ---- buffers per user (item 2) ---------------------------------------------- */
@@ -618,6 +671,7 @@ int main(void)
                 T(test_buffers_per_user),
                 T(test_pageout_host_quota),
                 T(test_unpark_within_buffer_limit),
+                T(test_park_unpark_within_buffer_limit),
                 T(test_buffers_auto_from_nofile),
                 T(test_out_of_fds),
                 T(test_connections_per_user),
