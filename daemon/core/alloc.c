@@ -282,6 +282,29 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         pool_describe(pool, name, sizeof(name));
         size_format(m->size, asked, sizeof(asked));
         size_format(pool->capacity, cap, sizeof(cap));
+        if (size > pool->capacity && placement_host_fallback(m->flags) &&
+            size <= server->host_pool.capacity) {
+                /* VRAM could never hold it, host memory can: a SPILLABLE
+                 * buffer lives there from the start, where the GPU reads it
+                 * directly. */
+                char host[160] = "";
+
+                if (alloc_buffer_slot(s, ret) == -EMLINK ||
+                    !admission_allow_buffer(s, ret))
+                        return OUTCOME_ERROR;
+                r = alloc_now_on(s, size, m->device, m->flags, GMD_TIER_HOST,
+                                 now_us(), ret);
+                if (r == 0)
+                        return OUTCOME_ALLOCATED;
+                if (!alloc_must_wait(r))
+                        return OUTCOME_ERROR;
+                backing_no_host_room(server, host, sizeof(host));
+                return result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+                                    "%s is larger than the whole %s pool (%s), so "
+                                    "this SPILLABLE buffer can only live on host "
+                                    "memory%s; free host buffers or raise [pools] "
+                                    "host_limit", asked, name, cap, host);
+        }
         if (size > pool->capacity)
                 return result_error(ret, GMD__ERROR_CODE__ERR_TOO_LARGE,
                                     "%s is larger than the whole %s pool (%s); "

@@ -205,12 +205,40 @@ static void test_waiting_per_user(void **state)
         gmd_disconnect(b);
 }
 
+/* A SPILLABLE request larger than the VRAM pool that the host pool can
+ * hold lives on host memory from the start (before: refused as larger
+ * than the VRAM pool); a PIN_VRAM one is still refused as too large, and
+ * a SPILLABLE one larger than the host pool too, saying so. */
+static void test_spillable_larger_than_vram(void **state)
+{
+        harness_fixture *f = *state;
+        gmd_buffer *b = NULL;
+        gmd_client *c;
+        int r;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 256M\n");
+        c = harness_client(&f->h, "spill");
+        r = gmd_alloc(c, 128 * MIB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &b);
+        if (r != 0)
+                fail_msg("128 MiB SPILLABLE with a 64 MiB VRAM pool and 256 MiB "
+                         "of host: %d %s", r, gmd_last_error());
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+        memset(gmd_buffer_ptr(b), 0x5a, 128 * MIB);
+        OK(gmd_free(c, b));
+        r = gmd_alloc(c, 128 * MIB, 0, 0, GMD_NO_WAIT, &b);
+        assert_int_equal(r, GMD_ETOOLARGE);
+        r = gmd_alloc(c, 512 * MIB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &b);
+        assert_int_equal(r, GMD_ETOOLARGE);
+        gmd_disconnect(c);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 HARNESS_TEST(test_big_waiter_does_not_block_small),
                 HARNESS_TEST(test_priority_goes_first),
                 HARNESS_TEST(test_waiting_per_user),
+                HARNESS_TEST(test_spillable_larger_than_vram),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
