@@ -660,6 +660,30 @@ static void test_reply_bytes_per_user(void **state)
         gmd_disconnect(c);
 }
 
+/* A client that goes away with replies unread is logged as such, not as
+ * "bad file descriptor" (issue 10 item 13). */
+static void test_gone_with_replies_unread(void **state)
+{
+        fixture *f = *state;
+        struct pollfd p;
+        gmd_client *check;
+        int fd;
+
+        start(f, NULL);
+        check = harness_client(&f->h, "check");
+        fd = hello_raw(f, "unread");
+        flood_status(fd, 32);
+        p = (struct pollfd){ .fd = fd, .events = POLLIN };
+        assert_int_equal(poll(&p, 1, 10000), 1);        /* a reply is there */
+        close(fd);                                      /* unread */
+        if (!harness_wait_log(&f->h, "without reading its replies", 10000))
+                fail_msg("no line for the client gone; log:\n%s",
+                         harness_read_log(&f->h));
+        assert_int_equal(harness_wait_clients(check, 1, 5000), 1);
+        assert_int_equal(harness_log_count(&f->h, "bad file descriptor"), 0);
+        gmd_disconnect(check);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void)
@@ -672,6 +696,7 @@ int main(void)
                 T(test_pageout_host_quota),
                 T(test_unpark_within_buffer_limit),
                 T(test_park_unpark_within_buffer_limit),
+                T(test_gone_with_replies_unread),
                 T(test_buffers_auto_from_nofile),
                 T(test_out_of_fds),
                 T(test_connections_per_user),
