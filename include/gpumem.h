@@ -68,8 +68,10 @@ extern "C" {
 #define GMD_ALLOC_SWAPPABLE  0u        /* default: moves only while released */
 #define GMD_ALLOC_PIN_VRAM   (1u << 0) /* never leaves VRAM */
 #define GMD_ALLOC_SPILLABLE  (1u << 1) /* may be placed on HOST and used there
-                                        * (zero-copy) when VRAM is short;
-                                        * moves only while released too */
+                                        * (zero-copy) when VRAM is short, or
+                                        * from the start when it is larger
+                                        * than the VRAM pool; moves only
+                                        * while released too */
 #define GMD_ALLOC_LEGACY_IPC (1u << 2) /* cuda only: plain cudaIpcMemHandle */
 
 /* gmd_alloc timeouts. */
@@ -163,7 +165,8 @@ unsigned gmd_client_device_count(const gmd_client *client);
  * held, like memory from cudaMalloc. Memory that was another client's is
  * always zeroed before this one sees it.
  *
- * Errors: GMD_ETOOLARGE at once when the pool could never hold it,
+ * Errors: GMD_ETOOLARGE at once when the pool could never hold it (for a
+ * SPILLABLE buffer: neither the VRAM pool nor the host pool),
  * GMD_ENOMEM / GMD_ETIMEDOUT when no room appeared in time (for a
  * SPILLABLE buffer placed on host memory that includes [pools] host_limit,
  * which bounds all the pinned host memory of the daemon), GMD_EQUOTA
@@ -306,7 +309,11 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream);
  *   copy wait on the GPU for work still queued on it), or let it stay
  *   where it is; -EINVAL for PIN_VRAM or legacy IPC buffers;
  *   GMD_ENOMEM when the host pool is full or [pools] host_limit leaves no
- *   room to pin a host copy; -EIO for about a second after the GPU refused
+ *   room to pin a host copy; GMD_EQUOTA when the buffers would take the
+ *   user past its host_quota (pageouts under way count; nothing of the
+ *   request is queued then; evictions the daemon makes on its own are
+ *   not refused, but count against later host allocations and pageouts);
+ *   -EIO for about a second after the GPU refused
  *   a copy. With several buffers, those before the one that failed stay
  *   queued. Cancels a prefetch under way.
  * gmd_prefetch: bring buffers back to VRAM, queued behind every other
