@@ -14,6 +14,7 @@
 #include "backing.h"
 #include "buffer.h"
 #include "log.h"
+#include "move.h"
 #include "evict.h"
 #include "reuse.h"
 #include "parking.h"
@@ -153,6 +154,7 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
 bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size)
 {
         return pool_free(server_vram_pool(server, device)) +
+               move_leaving_bytes(server, device) +
                reuse_bytes(&server->reuse, device) +
                evict_reclaimable(&server->sessions, device,
                                  server->config.reclaim_timeout_ms) +
@@ -181,7 +183,8 @@ static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
 {
         gmd_pool *pool = server_vram_pool(server, device);
         const gmd_waiter *oldest = waitq_oldest(&server->waitq, device);
-        uint64_t movable = reuse_bytes(&server->reuse, device) +
+        uint64_t movable = move_leaving_bytes(server, device) +
+                           reuse_bytes(&server->reuse, device) +
                            evict_reclaimable(&server->sessions, device,
                                              server->config.reclaim_timeout_ms) +
                            evict_evictable(server, device);

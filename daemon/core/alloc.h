@@ -53,8 +53,9 @@ static inline bool alloc_must_wait(int r)
         return r == -ENOSPC || r == -EAGAIN || r == -EINPROGRESS;
 }
 
-/* Can room for `size` bytes be made on `device`: do free, kept, parked
- * (asked back in time) and evictable VRAM together cover it? */
+/* Can room for `size` bytes be made on `device`: do free, leaving (moves
+ * out under way), kept, parked (asked back in time) and evictable VRAM
+ * together cover it? */
 bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size);
 
 #endif

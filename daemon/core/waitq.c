@@ -160,7 +160,10 @@ int waitq_add(gmd_waitq *q, const gmd_waitq_who *who, gmd_waitq_owner *owner,
                 uv_timer_start(&w->timer, waiter_on_deadline, (uint64_t)timeout_ms, 0);
         waitq_insert(q, w);
         owner->n_waiting++;
-        pending_mark(q->pending, PENDING_EVICT);
+        /* Room: the pass serves it once, which decides whether it holds
+         * its device back already (wait_hold_ms 0) and times the serve
+         * at which it may; evict: make room for it. */
+        pending_mark(q->pending, PENDING_ROOM | PENDING_EVICT);
         return 0;
 }
 

@@ -205,6 +205,43 @@ static void test_waiting_per_user(void **state)
         gmd_disconnect(b);
 }
 
+/* A request that has waited wait_hold_ms, for which room is being made (an
+ * idle buffer moves out, slowly: [sim] copy_rate), holds back a small one;
+ * the small one's timeout says what it was held behind, not only how much
+ * is free. Then the large one is served. */
+static void test_held_behind_says_why(void **state)
+{
+        harness_fixture *f = *state;
+        gmd_client *holder, *big, *small;
+        gmd_buffer *idle, *b = NULL;
+        waiter w;
+        int r;
+
+        harness_start_small(&f->h, "[limits]\nwait_hold_ms = 0\n"
+                            "[sim]\ncopy_rate = 8M\n");
+        holder = harness_client(&f->h, "holder");
+        big = harness_client(&f->h, "big");
+        small = harness_client(&f->h, "small");
+        OK(gmd_alloc(holder, 32 * MIB, 0, 0, GMD_NO_WAIT, &idle));
+        OK(gmd_release(holder, idle));                  /* evictable */
+
+        waiter_start(&w, big, 64 * MIB, 20000);
+        wait_waiting(&f->h, holder, "big", 1);
+        r = gmd_alloc(small, 2 * MIB, 0, 0, 1000, &b);
+        assert_int_equal(r, GMD_ETIMEDOUT);
+        if (!strstr(gmd_last_error(), "held behind an older request for 64 MiB"))
+                fail_msg("the timeout does not say what it waited behind: %s",
+                         gmd_last_error());
+        waiter_join(&w);
+        if (w.r != 0)
+                fail_msg("the large request: %d %s", w.r, w.error);
+        OK(gmd_free(big, w.buffer));
+        OK(gmd_free(holder, idle));
+        gmd_disconnect(big);
+        gmd_disconnect(holder);
+        gmd_disconnect(small);
+}
+
 /* A SPILLABLE request larger than the VRAM pool that the host pool can
  * hold lives on host memory from the start (before: refused as larger
  * than the VRAM pool); a PIN_VRAM one is still refused as too large, and
@@ -239,6 +276,7 @@ int main(void)
                 HARNESS_TEST(test_priority_goes_first),
                 HARNESS_TEST(test_waiting_per_user),
                 HARNESS_TEST(test_spillable_larger_than_vram),
+                HARNESS_TEST(test_held_behind_says_why),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

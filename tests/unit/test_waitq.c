@@ -230,7 +230,7 @@ static void test_marks_for_the_pass(void **state)
         gmd_waiter *pre;
 
         add_alloc(f, SESSION_A, &f->owner_a, 0, 4096, -1);
-        assert_int_equal(f->pending.work, PENDING_EVICT);
+        assert_int_equal(f->pending.work, PENDING_ROOM | PENDING_EVICT);
         f->pending.work = 0;
         pre = add_move_in(f, 1, 0, WAITQ_PREFETCH);
         assert_int_equal(f->pending.work, PENDING_ROOM);
