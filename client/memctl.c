@@ -240,8 +240,12 @@ static void print_copies(const gmd_status *status)
 
                 if (p->tier != GMD_TIER_VRAM || !p->arena_size)
                         continue;
-                printf("gpu%u host arena: %s pinned, %s free\n", p->device,
+                /* On sim the arena is ordinary memory (memfd) set aside,
+                 * not pinned: say what it is there. */
+                printf("gpu%u host arena: %s %s, %s free\n", p->device,
                        ctl_size_text(p->arena_size, out, sizeof(out)),
+                       strcmp(status->backend, "sim") == 0 ?
+                       "set aside (sim: plain memory, not pinned)" : "pinned",
                        ctl_size_text(p->arena_free, in, sizeof(in)));
         }
         for (size_t i = 0; i < status->n_pools; i++) {

@@ -68,8 +68,10 @@ extern "C" {
 #define GMD_ALLOC_SWAPPABLE  0u        /* default: moves only while released */
 #define GMD_ALLOC_PIN_VRAM   (1u << 0) /* never leaves VRAM */
 #define GMD_ALLOC_SPILLABLE  (1u << 1) /* may be placed on HOST and used there
-                                        * (zero-copy) when VRAM is short;
-                                        * moves only while released too */
+                                        * (zero-copy) when VRAM is short, or
+                                        * from the start when it is larger
+                                        * than the VRAM pool; moves only
+                                        * while released too */
 #define GMD_ALLOC_LEGACY_IPC (1u << 2) /* cuda only: plain cudaIpcMemHandle */
 
 /* gmd_alloc timeouts. */
@@ -163,19 +165,30 @@ unsigned gmd_client_device_count(const gmd_client *client);
  * held, like memory from cudaMalloc. Memory that was another client's is
  * always zeroed before this one sees it.
  *
- * Errors: GMD_ETOOLARGE at once when the pool could never hold it,
+ * Errors: GMD_ETOOLARGE at once when the pool could never hold it (for a
+ * SPILLABLE buffer: neither the VRAM pool nor the host pool),
  * GMD_ENOMEM / GMD_ETIMEDOUT when no room appeared in time (for a
  * SPILLABLE buffer placed on host memory that includes [pools] host_limit,
  * which bounds all the pinned host memory of the daemon), GMD_ENOMEM at
  * once when the pool has room but the GPU has not because memory is held
  * outside gpu-memd (other processes, or freed buffers whose fds a client
  * keeps: gmd_last_error() says how much; see gmd_pool_status.unaccounted),
- * GMD_EQUOTA,
+ * GMD_EQUOTA
+ * (also when the quota counted on this user's parked buffers and a client
+ * of theirs did not give them back within [limits] reclaim_timeout_ms),
  * -EINVAL (size 0, unknown device or flags), GMD_ENOTSUP (for instance
  * GMD_ALLOC_LEGACY_IPC from a daemon without the cuda backend), GMD_ELIMIT
  * when the client or its user holds as many buffers as the daemon's
- * [limits] allow (max_buffers_per_client, max_buffers_per_user) or the
- * daemon has no file descriptor left for one (gmd_last_error() says which).
+ * [limits] allow (max_buffers_per_client, max_buffers_per_user), has as
+ * many allocations waiting as they allow (max_waiting_per_client,
+ * max_waiting_per_user) or the daemon has no file descriptor left for one
+ * (gmd_last_error() says which).
+ *
+ * Waiting allocations are served in the order of the daemon's wait queue:
+ * what fits first (a large request does not hold back a small one), a
+ * higher priority before a lower one, users taking turns; a request that
+ * has waited [limits] wait_hold_ms holds back smaller ones until it fits
+ * (README, "quotas and priorities").
  *
  * GMD_ALLOC_LEGACY_IPC buffers are opened from a plain CUDA IPC handle:
  * their address is the driver's choice, the daemon cannot move them, and
@@ -303,7 +316,11 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream);
  *   copy wait on the GPU for work still queued on it), or let it stay
  *   where it is; -EINVAL for PIN_VRAM or legacy IPC buffers;
  *   GMD_ENOMEM when the host pool is full or [pools] host_limit leaves no
- *   room to pin a host copy; -EIO for about a second after the GPU refused
+ *   room to pin a host copy; GMD_EQUOTA when the buffers would take the
+ *   user past its host_quota (pageouts under way count; nothing of the
+ *   request is queued then; evictions the daemon makes on its own are
+ *   not refused, but count against later host allocations and pageouts);
+ *   -EIO for about a second after the GPU refused
  *   a copy. With several buffers, those before the one that failed stay
  *   queued. Cancels a prefetch under way.
  * gmd_prefetch: bring buffers back to VRAM, queued behind every other

@@ -64,6 +64,9 @@ static const config_key config_keys[] = {
         KEY("limits", "admin_clients", KEY_COUNT, admin_clients, 65536),
         KEY("limits", "hello_timeout_ms", KEY_UINT, hello_timeout_ms, 600000),
         KEY("limits", "max_buffers_per_user", KEY_COUNT, max_buffers_per_user, 1u << 24),
+        KEY("limits", "max_waiting_per_user", KEY_COUNT, max_waiting_per_user, 1u << 20),
+        KEY("limits", "wait_hold_ms", KEY_COUNT, wait_hold_ms, 3600000),
+        KEY("limits", "reclaim_timeout_ms", KEY_UINT, reclaim_timeout_ms, 3600000),
         KEY("swap", "chunk_size", KEY_SIZE, swap_chunk_size, 0),
         KEY("swap", "copies_in_flight", KEY_UINT, swap_copies_in_flight, 64),
         KEY("swap", "keep_vram", KEY_BOOL, swap_keep_vram, 0),
@@ -109,6 +112,9 @@ void config_init_defaults(gmd_config *config)
         config->admin_clients = 4;
         config->hello_timeout_ms = 5000;
         config->max_buffers_per_user = 0;
+        config->max_waiting_per_user = 256;
+        config->wait_hold_ms = 5000;
+        config->reclaim_timeout_ms = 2000;
         config->swap_chunk_size = 64ull << 20;
         config->swap_copies_in_flight = 2;
         config->swap_keep_vram = true;

@@ -60,6 +60,13 @@ typedef struct gmd_config {
         unsigned hello_timeout_ms;        /* a connection must say hello */
         unsigned max_buffers_per_user;    /* all of one user's clients; 0 =
                                            * half the open-file limit */
+        unsigned max_waiting_per_user;    /* allocations of all of one user's
+                                           * clients waiting; 0 = no limit */
+        unsigned wait_hold_ms;            /* a waiter that does not fit this
+                                           * long holds back smaller ones */
+        unsigned reclaim_timeout_ms;      /* parked buffers asked back and not
+                                           * returned this long are not
+                                           * counted on */
 
         /* [swap] */
         uint64_t swap_chunk_size;         /* bytes per copy handed to the backend */

@@ -14,9 +14,11 @@
 #include "backing.h"
 #include "buffer.h"
 #include "log.h"
+#include "move.h"
 #include "evict.h"
 #include "reuse.h"
 #include "parking.h"
+#include "pending.h"
 #include "placement.h"
 #include "server.h"
 #include "session.h"
@@ -41,6 +43,44 @@ static quota_verdict alloc_quota(gmd_session *s, uint64_t size, gmd_tier tier,
         return quota_check(&s->limits, s->uid, &u, size, tier, ret);
 }
 
+/* Has the client room for one more buffer under [limits]
+ * max_buffers_per_client? Its parked buffers count: an unpark cannot be
+ * refused (the application has the buffer back already), so they are
+ * bounded when they are made. 0 yes; -EINPROGRESS not until parked ones
+ * come back (asked now); -EMLINK no (`ret` says why). */
+static int alloc_buffer_slot(gmd_session *s, gmd_result *ret)
+{
+        gmd_server *server = s->server;
+        unsigned max = server->config.max_buffers_per_client;
+
+        uint64_t now = now_us(), timeout_us = server->config.reclaim_timeout_ms * 1000ull;
+        bool overdue = false;
+
+        if (s->n_buffers < max)
+                return 0;
+        for (unsigned d = 0; d < server->n_devices; d++)
+                overdue |= parking_overdue(&s->parking, d, now, timeout_us);
+        if (s->parking.n && s->n_buffers - s->parking.n < max && !overdue) {
+                evict_reclaim_session(s, server->n_devices);
+                /* Look again when the ask may have gone unanswered. */
+                pending_mark_after(&server->pending, PENDING_ROOM,
+                                   server->config.reclaim_timeout_ms + 1);
+                return -EINPROGRESS;
+        }
+        if (s->parking.n)
+                result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                             "this client holds %u buffers, %u of them parked in "
+                             "its cache of idle mappings and not given back when "
+                             "asked ([limits] reclaim_timeout_ms), the most [limits] "
+                             "max_buffers_per_client allows", s->n_buffers,
+                             s->parking.n);
+        else
+                result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                             "this client already holds %u buffers, the most "
+                             "[limits] max_buffers_per_client allows", s->n_buffers);
+        return -EMLINK;
+}
+
 int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
                  gmd_tier tier, uint64_t since_us, gmd_result *ret)
 {
@@ -48,15 +88,38 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
         gmd_dbuffer *b;
         int r;
 
+        r = alloc_buffer_slot(s, ret);
+        if (r < 0)
+                return r;
+
         /* Checked again when a waiter is served: the user's other clients
          * may have allocated meanwhile, or a reload lowered the quota. A
          * quota full of parked buffers waits for them to come back. */
         switch (alloc_quota(s, size, tier, ret)) {
         case QUOTA_REFUSED:
                 return -EDQUOT;
-        case QUOTA_PARKED:
+        case QUOTA_PARKED: {
+                uint64_t ignored;
+                char bytes[32];
+
+                if (evict_user_reclaim_overdue(&server->sessions, server->n_devices,
+                                               s->uid, server->config.reclaim_timeout_ms,
+                                               &ignored)) {
+                        size_format(ignored, bytes, sizeof(bytes));
+                        result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+                                     "over quota: it counts on %s of parked buffers "
+                                     "that uid %u's clients were asked to return "
+                                     "and did not within %u ms ([limits] "
+                                     "reclaim_timeout_ms); free buffers, or let "
+                                     "libgpumem's I/O thread run (a process "
+                                     "stopped or not reading its socket)", bytes,
+                                     (unsigned)s->uid,
+                                     server->config.reclaim_timeout_ms);
+                        return -EDQUOT;
+                }
                 evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
-                return -EAGAIN;
+                return -EINPROGRESS;
+        }
         case QUOTA_OK:
                 break;
         }
@@ -101,6 +164,68 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
         return 0;
 }
 
+bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size)
+{
+        return pool_free(server_vram_pool(server, device)) +
+               move_leaving_bytes(server, device) +
+               reuse_bytes(&server->reuse, device) +
+               evict_reclaimable(&server->sessions, device,
+                                 server->config.reclaim_timeout_ms) +
+               evict_evictable(server, device) >= size;
+}
+
+/* How many allocations all clients of `uid` have waiting. */
+static unsigned alloc_user_waiting(const gmd_list *sessions, uid_t uid)
+{
+        const gmd_list *pos;
+        unsigned n = 0;
+
+        list_for_each(pos, sessions) {
+                const gmd_session *o = container_of(pos, gmd_session, link);
+
+                if (o->uid == uid)
+                        n += o->waitq.n_waiting;
+        }
+        return n;
+}
+
+/* Why an allocation of `size` on `device`, asked at `since_us`, is still
+ * waiting: what holds the pool, and what it was behind. */
+static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
+                             uint64_t since_us, char *buf, size_t len)
+{
+        gmd_pool *pool = server_vram_pool(server, device);
+        const gmd_waiter *oldest = waitq_oldest(&server->waitq, device);
+        uint64_t movable = move_leaving_bytes(server, device) +
+                           reuse_bytes(&server->reuse, device) +
+                           evict_reclaimable(&server->sessions, device,
+                                             server->config.reclaim_timeout_ms) +
+                           evict_evictable(server, device);
+        uint64_t used = pool->capacity - pool_free(pool);
+        uint64_t stuck = used > movable ? used - movable : 0;
+        char stuck_b[32], movable_b[32], other[32];
+        int n;
+
+        size_format(stuck, stuck_b, sizeof(stuck_b));
+        size_format(movable, movable_b, sizeof(movable_b));
+        n = snprintf(buf, len, "; %s of it is in use (acquired, pinned or moving: "
+                     "cannot be moved out) and %s idle could not be moved out "
+                     "in time", stuck_b, movable_b);
+        if (n < 0 || (size_t)n >= len)
+                return;
+        if (oldest && oldest->since_us < since_us &&
+            waitq_holds(&server->waitq, device)) {
+                size_format(oldest->size, other, sizeof(other));
+                snprintf(buf + n, len - (size_t)n, "; it was held behind an older "
+                         "request for %s, waiting %llu ms, for which room is "
+                         "being made ([limits] wait_hold_ms)", other,
+                         (unsigned long long)((now_us() - oldest->since_us) / 1000));
+        } else if (stuck + size > pool->capacity) {
+                snprintf(buf + n, len - (size_t)n, "; it cannot fit until "
+                         "buffers in use are released or freed");
+        }
+}
+
 gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
                           unsigned flags, int64_t timeout_ms, uint64_t since_us,
                           gmd_result *ret)
@@ -108,6 +233,7 @@ gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
         gmd_server *server = s->server;
         gmd_pool *pool = server_vram_pool(server, device);
         char asked[32], free_b[32], cap[32], name[32], host[160] = "";
+        char why[320];
         int r;
 
         /* VRAM first, then host: a SPILLABLE allocation that got no VRAM
@@ -120,16 +246,16 @@ gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
         }
         if (placement_host_fallback(flags))
                 backing_no_host_room(server, host, sizeof(host));
+        alloc_why_waited(server, device, size, since_us, why, sizeof(why));
         size_format(size, asked, sizeof(asked));
         size_format(pool_free(pool), free_b, sizeof(free_b));
         size_format(pool->capacity, cap, sizeof(cap));
         return result_error(ret, GMD__ERROR_CODE__ERR_TIMED_OUT,
-                            "waited %lld ms for %s on %s; it has %s free of %s "
-                            "and nothing idle could be moved out in time%s "
+                            "waited %lld ms for %s on %s; it has %s free of %s%s%s "
                             "(see gpu-memctl status)",
                             (long long)timeout_ms, asked,
                             pool_describe(pool, name, sizeof(name)), free_b, cap,
-                            host);
+                            why, host);
 }
 
 gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m,
@@ -139,6 +265,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         gmd_pool *pool = server_vram_pool(server, m->device);
         char name[32], asked[32], cap[32], free_b[32];
         quota_verdict verdict;
+        gmd_waitq_who who;
         int64_t timeout_ms;
         uint64_t size;
         int r;
@@ -171,16 +298,36 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         pool_describe(pool, name, sizeof(name));
         size_format(m->size, asked, sizeof(asked));
         size_format(pool->capacity, cap, sizeof(cap));
+        if (size > pool->capacity && placement_host_fallback(m->flags) &&
+            size <= server->host_pool.capacity) {
+                /* VRAM could never hold it, host memory can: a SPILLABLE
+                 * buffer lives there from the start, where the GPU reads it
+                 * directly. */
+                char host[160] = "";
+
+                if (alloc_buffer_slot(s, ret) == -EMLINK ||
+                    !admission_allow_buffer(s, ret))
+                        return OUTCOME_ERROR;
+                r = alloc_now_on(s, size, m->device, m->flags, GMD_TIER_HOST,
+                                 now_us(), ret);
+                if (r == 0)
+                        return OUTCOME_ALLOCATED;
+                if (!alloc_must_wait(r))
+                        return OUTCOME_ERROR;
+                backing_no_host_room(server, host, sizeof(host));
+                return result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+                                    "%s is larger than the whole %s pool (%s), so "
+                                    "this SPILLABLE buffer can only live on host "
+                                    "memory%s; free host buffers or raise [pools] "
+                                    "host_limit", asked, name, cap, host);
+        }
         if (size > pool->capacity)
                 return result_error(ret, GMD__ERROR_CODE__ERR_TOO_LARGE,
                                     "%s is larger than the whole %s pool (%s); "
                                     "ask for less or raise --vram-limit",
                                     asked, name, cap);
-        if (s->n_buffers - s->parking.n >= server->config.max_buffers_per_client)
-                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
-                                    "this client already holds %u buffers, the most "
-                                    "[limits] max_buffers_per_client allows",
-                                    s->n_buffers - s->parking.n);
+        if (alloc_buffer_slot(s, ret) == -EMLINK)
+                return OUTCOME_ERROR;
         if (!admission_allow_buffer(s, ret))
                 return OUTCOME_ERROR;
         verdict = alloc_quota(s, size, GMD_TIER_VRAM, ret);
@@ -188,8 +335,14 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                 return OUTCOME_ERROR;
         if (verdict == QUOTA_PARKED)
                 evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
-        /* Behind requests already waiting on this device, never past them. */
-        if (verdict == QUOTA_OK && waitq_demand(&server->waitq, m->device) == 0) {
+        /* Its own parked buffers fill max_buffers_per_client: asked back
+         * (above), it waits for them like for a quota full of them. */
+        if (verdict == QUOTA_OK && s->n_buffers >= server->config.max_buffers_per_client)
+                verdict = QUOTA_PARKED;
+        /* What fits is served now, past waiters that do not fit — unless
+         * one of them has waited past [limits] wait_hold_ms and holds the
+         * device so that room accumulates for it (waitq.h). */
+        if (verdict == QUOTA_OK && !waitq_holds(&server->waitq, m->device)) {
                 r = alloc_now_on(s, size, m->device, m->flags, GMD_TIER_VRAM,
                                  now_us(), ret);
                 if (!alloc_must_wait(r))
@@ -208,10 +361,8 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
          * even a no-wait request waits for that, briefly. */
         if (timeout_ms == 0 &&
             (verdict == QUOTA_PARKED ||
-             pool_free(pool) + reuse_bytes(&server->reuse, m->device) +
-             evict_reclaimable(&server->sessions, m->device) +
-             evict_evictable(server, m->device) >=
-             size + waitq_demand(&server->waitq, m->device)))
+             alloc_room_reachable(server, m->device,
+                                  size + waitq_demand(&server->waitq, m->device))))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {
                 char host[160] = "";
@@ -229,7 +380,18 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                                     "this client already has %u allocations waiting, "
                                     "the most [limits] max_waiting_per_client allows",
                                     s->waitq.n_waiting);
-        r = waitq_add(&server->waitq, s, &s->waitq, id, m->size, size, m->device,
+        if (server->config.max_waiting_per_user &&
+            alloc_user_waiting(&server->sessions, s->uid) >=
+            server->config.max_waiting_per_user)
+                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                                    "uid %u's clients already have %u allocations "
+                                    "waiting for room, the most [limits] "
+                                    "max_waiting_per_user allows; wait for them or "
+                                    "ask with a shorter timeout",
+                                    (unsigned)s->uid,
+                                    alloc_user_waiting(&server->sessions, s->uid));
+        who = (gmd_waitq_who){ s, s->priority, (uint32_t)s->uid };
+        r = waitq_add(&server->waitq, &who, &s->waitq, id, m->size, size, m->device,
                       m->flags, timeout_ms, now_us());
         if (r < 0)
                 return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,

@@ -16,6 +16,7 @@
 #include "result.h"
 
 typedef struct gmd_session gmd_session;
+typedef struct gmd_server gmd_server;
 
 /* Handle MSG_ALLOC: OUTCOME_ALLOCATED (`ret` holds the buffer, for
  * request.c's AllocReply), OUTCOME_ERROR (`ret` says why) or
@@ -28,9 +29,11 @@ gmd_outcome alloc_handle(gmd_session *session, uint32_t request_id,
  * fit at once, for waiters served later and for SPILLABLE ones placed on
  * the host tier. Returns 0 (`ret` holds the buffer and `since_us`, now_us()
  * when the request came, for the reply and the latency histogram:
- * OUTCOME_ALLOCATED), -ENOSPC (the pool has no room), -EAGAIN (the user's
- * quota is full of parked buffers, asked back now) or another error
- * (`ret` says why: -EDQUOT over quota, else the backend failed).
+ * OUTCOME_ALLOCATED), -ENOSPC (the pool has no room), -EINPROGRESS (the
+ * user's quota is full of parked buffers, asked back now) or another error
+ * (`ret` says why: -EDQUOT over quota — also when parked buffers asked
+ * back were not returned within [limits] reclaim_timeout_ms —, else the
+ * backend failed).
  */
 int alloc_now_on(gmd_session *session, uint64_t size, unsigned device,
                  unsigned flags, gmd_tier tier, uint64_t since_us,
@@ -43,11 +46,16 @@ gmd_outcome alloc_expired(gmd_session *session, uint64_t size, unsigned device,
                           unsigned flags, int64_t timeout_ms, uint64_t since_us,
                           gmd_result *ret);
 
-/* alloc_now_on's -ENOSPC and -EAGAIN: nothing was sent, the request
- * waits (or falls back) rather than fails. */
+/* alloc_now_on's -ENOSPC and -EINPROGRESS (and move_in_begin's -EAGAIN):
+ * nothing was sent, the request waits (or falls back) rather than fails. */
 static inline bool alloc_must_wait(int r)
 {
-        return r == -ENOSPC || r == -EAGAIN;
+        return r == -ENOSPC || r == -EAGAIN || r == -EINPROGRESS;
 }
+
+/* Can room for `size` bytes be made on `device`: do free, leaving (moves
+ * out under way), kept, parked (asked back in time) and evictable VRAM
+ * together cover it? */
+bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size);
 
 #endif

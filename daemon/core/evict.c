@@ -41,14 +41,63 @@ uint64_t evict_evictable(gmd_server *server, unsigned device)
 
 /* ---- parked buffers ---------------------------------------------------- */
 
-uint64_t evict_reclaimable(const gmd_list *sessions, unsigned device)
+uint64_t evict_reclaimable(const gmd_list *sessions, unsigned device,
+                           uint64_t timeout_ms)
 {
-        uint64_t bytes = 0;
+        uint64_t bytes = 0, now = now_us();
         const gmd_list *pos;
 
-        list_for_each(pos, sessions)
-                bytes += container_of(pos, gmd_session, link)->parking.on[device];
+        list_for_each(pos, sessions) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (!parking_overdue(&s->parking, device, now, timeout_ms * 1000))
+                        bytes += s->parking.on[device];
+        }
         return bytes;
+}
+
+bool evict_user_reclaim_overdue(const gmd_list *sessions, unsigned n_devices,
+                                uid_t uid, uint64_t timeout_ms,
+                                uint64_t *ret_bytes)
+{
+        uint64_t now = now_us(), bytes = 0;
+        const gmd_list *pos;
+
+        list_for_each(pos, sessions) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (s->uid != uid)
+                        continue;
+                for (unsigned d = 0; d < n_devices; d++)
+                        if (parking_overdue(&s->parking, d, now, timeout_ms * 1000))
+                                bytes += s->parking.asked[d];
+        }
+        *ret_bytes = bytes;
+        return bytes != 0;
+}
+
+/* Say once per ask which clients let one pass its deadline. */
+static void reclaim_log_ignored(gmd_list *sessions, unsigned device,
+                                uint64_t timeout_ms)
+{
+        uint64_t now = now_us();
+        gmd_list *pos;
+
+        list_for_each(pos, sessions) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+                char who[128];
+
+                if (s->parking.ignored[device] ||
+                    !parking_overdue(&s->parking, device, now, timeout_ms * 1000))
+                        continue;
+                s->parking.ignored[device] = true;
+                log_warning("%s was asked to return %llu parked bytes on device %u "
+                            "and returned none in %llu ms ([limits] "
+                            "reclaim_timeout_ms): not counting on them; room is "
+                            "made elsewhere", session_describe(s, who, sizeof(who)),
+                            (unsigned long long)s->parking.asked[device], device,
+                            (unsigned long long)timeout_ms);
+        }
 }
 
 /* Ask one session for up to `bytes` of what it has parked on `device` and
@@ -79,6 +128,12 @@ void evict_reclaim_user(gmd_list *sessions, unsigned n_devices, uid_t uid)
                 for (unsigned d = 0; d < n_devices; d++)
                         reclaim_from(s, d, 0);
         }
+}
+
+void evict_reclaim_session(gmd_session *s, unsigned n_devices)
+{
+        for (unsigned d = 0; d < n_devices; d++)
+                reclaim_from(s, d, 0);
 }
 
 static int by_priority(const void *a, const void *b)
@@ -192,11 +247,18 @@ bool evict_balance(gmd_server *server)
                         if (room >= demand)
                                 continue;
                 }
-                parked = evict_reclaimable(&server->sessions, d);
+                reclaim_log_ignored(&server->sessions, d,
+                                    server->config.reclaim_timeout_ms);
+                parked = evict_reclaimable(&server->sessions, d,
+                                           server->config.reclaim_timeout_ms);
                 if (parked) {
                         evict_reclaim(&server->sessions, server->n_sessions, d,
                                         demand - room);
                         room += parked;
+                        /* Look again once an ask may have gone unanswered. */
+                        pending_mark_after(&server->pending,
+                                           PENDING_ROOM | PENDING_EVICT,
+                                           server->config.reclaim_timeout_ms);
                 }
                 if (room < demand && server_can_move(server))
                         evict_device(server, d, demand - room);

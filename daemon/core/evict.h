@@ -17,6 +17,7 @@
 #include "list.h"
 
 typedef struct gmd_server gmd_server;
+typedef struct gmd_session gmd_session;
 typedef struct gmd_dbuffer gmd_dbuffer;
 
 /* For each device with waiters: start what it takes to make their room
@@ -24,11 +25,24 @@ typedef struct gmd_dbuffer gmd_dbuffer;
  * kept VRAM, so that the pass serves the wait queue again. */
 bool evict_balance(gmd_server *server);
 
-/* Bytes parked on `device` by all `sessions` (gmd_session links). */
-uint64_t evict_reclaimable(const gmd_list *sessions, unsigned device);
+/* Bytes parked on `device` by all `sessions` (gmd_session links), but for
+ * those of clients that were asked for some and returned none within
+ * `timeout_ms` ([limits] reclaim_timeout_ms): those are not counted on. */
+uint64_t evict_reclaimable(const gmd_list *sessions, unsigned device,
+                           uint64_t timeout_ms);
+
+/* Did clients of `uid` leave an ask for their parked buffers unanswered
+ * past `timeout_ms`? *ret_bytes: how many bytes they were asked for. */
+bool evict_user_reclaim_overdue(const gmd_list *sessions, unsigned n_devices,
+                                uid_t uid, uint64_t timeout_ms,
+                                uint64_t *ret_bytes);
 
 /* Ask every session of `uid` for all it has parked (its quota is full). */
 void evict_reclaim_user(gmd_list *sessions, unsigned n_devices, uid_t uid);
+
+/* Ask one session for all it has parked (it holds as many buffers as
+ * [limits] max_buffers_per_client allows, parked ones included). */
+void evict_reclaim_session(gmd_session *session, unsigned n_devices);
 
 /* Ask sessions for at least `bytes` of parked memory on `device`, lowest
  * priority first, not counting what was asked already and is on its way

@@ -301,11 +301,14 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
 
 int move_in_request(gmd_server *server, gmd_dbuffer *b, waitq_rank rank)
 {
+        gmd_waitq_who who;
         int r;
 
         if (!server_can_move(server))
                 return -EOPNOTSUPP;
-        r = waitq_add_move_in(&server->waitq, b->owner, b, b->size, b->device, rank,
+        who = (gmd_waitq_who){ b->owner, b->owner->priority,
+                               (uint32_t)b->owner->uid };
+        r = waitq_add_move_in(&server->waitq, &who, b, b->size, b->device, rank,
                               &b->move_waiter);
         if (r < 0)
                 return r;

@@ -7,6 +7,8 @@
 
 #include <stdbool.h>
 
+#include "timeutil.h"
+
 void parking_mark(gmd_parking_owner *o, unsigned device, uint64_t size,
                   bool parked)
 {
@@ -29,6 +31,10 @@ uint64_t parking_ask(gmd_parking_owner *o, unsigned device, uint64_t bytes)
         uint64_t open = o->on[device] - o->asked[device];
         uint64_t ask = bytes && bytes < open ? bytes : open;
 
+        if (ask && o->asked[device] == 0) {
+                o->asked_us[device] = now_us();
+                o->ignored[device] = false;
+        }
         o->asked[device] += ask;
         return ask;
 }
@@ -36,4 +42,12 @@ uint64_t parking_ask(gmd_parking_owner *o, unsigned device, uint64_t bytes)
 void parking_returned(gmd_parking_owner *o, unsigned device, uint64_t size)
 {
         o->asked[device] = o->asked[device] > size ? o->asked[device] - size : 0;
+        o->asked_us[device] = now_us();     /* it answers: not ignoring */
+        o->ignored[device] = false;
+}
+
+bool parking_overdue(const gmd_parking_owner *o, unsigned device,
+                     uint64_t now, uint64_t timeout_us)
+{
+        return o->asked[device] && now - o->asked_us[device] >= timeout_us;
 }

@@ -25,6 +25,9 @@ typedef struct gmd_parking_owner {
         unsigned n;                         /* buffers parked */
         uint64_t on[GMD_MAX_DEVICES];       /* parked bytes per device */
         uint64_t asked[GMD_MAX_DEVICES];    /* asked back, not returned */
+        uint64_t asked_us[GMD_MAX_DEVICES]; /* when that ask began, or the
+                                             * last return since */
+        bool ignored[GMD_MAX_DEVICES];      /* overdue, said so in the log */
 } gmd_parking_owner;
 
 /* A buffer of `size` bytes on `device` was parked (or taken back out). */
@@ -37,5 +40,12 @@ uint64_t parking_ask(gmd_parking_owner *owner, unsigned device, uint64_t bytes);
 
 /* A parked buffer of `size` bytes on `device` came back (MSG_RETURN). */
 void parking_returned(gmd_parking_owner *owner, unsigned device, uint64_t size);
+
+/* Was this client asked for parked bytes on `device` at least `timeout_us`
+ * before `now_us` and returned none since? Its parked bytes there are not
+ * counted on any more (a client that does not read its socket, or a
+ * hostile one, must not keep a waiter waiting). */
+bool parking_overdue(const gmd_parking_owner *owner, unsigned device,
+                     uint64_t now_us, uint64_t timeout_us);
 
 #endif

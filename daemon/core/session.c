@@ -370,12 +370,35 @@ static void session_read(gmd_session *s)
         }
 }
 
+/* libuv reports an error on the socket (POLLERR) as UV_EBADF. The usual
+ * cause is a client that went away — killed, or exited — with replies it
+ * never read: say that, not "bad file descriptor". */
+static void session_on_poll_error(gmd_session *s, int status)
+{
+        socklen_t len = sizeof(int);
+        char who[128], why[160];
+        int err = 0;
+
+        if (status == UV_EBADF &&
+            getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+            (err == 0 || err == ECONNRESET || err == EPIPE)) {
+                log_info("%s went away (killed, or exited) without reading "
+                         "its replies (%u more queued in gpu-memd)",
+                         session_describe(s, who, sizeof(who)), s->sendq_len);
+                session_close(s, NULL);
+                return;
+        }
+        snprintf(why, sizeof(why), "socket error: %s",
+                 err ? strerror(err) : uv_strerror(status));
+        session_close(s, why);
+}
+
 static void session_on_poll(uv_poll_t *handle, int status, int events)
 {
         gmd_session *s = handle->data;
 
         if (status < 0) {
-                session_close(s, uv_strerror(status));
+                session_on_poll_error(s, status);
                 return;
         }
         if (events & UV_WRITABLE)

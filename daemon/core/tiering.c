@@ -122,6 +122,49 @@ static gmd_outcome host_full_error(gmd_session *s, gmd_result *ret)
                             size_format(backing_pinned(s->server), p, sizeof(p)));
 }
 
+/* Will a pageout move `b` (it is on VRAM, not leaving already)? */
+static bool pageout_moves(const gmd_dbuffer *b)
+{
+        return b->tier == GMD_TIER_VRAM && !b->move && !b->move_waiter;
+}
+
+/* Would `bytes` more on host memory pass the host_quota of `s`'s user?
+ * What its clients are paging out already counts as on host. A pageout is
+ * the client's own choice, so it is held to the quota like a host
+ * allocation; an eviction is the daemon's (to make room for others) and
+ * is not refused, but its bytes count against later host allocations. */
+static bool pageout_within_quota(gmd_session *s, uint64_t bytes, gmd_result *ret)
+{
+        gmd_result why;
+        gmd_usage u;
+        gmd_list *pos, *bpos;
+
+        result_ok(&why);
+        if (!bytes || !quota_applies(&s->limits, GMD_TIER_HOST))
+                return true;
+        session_user_usage(&s->server->sessions, s->uid, &u);
+        list_for_each(pos, &s->server->sessions) {
+                gmd_session *o = container_of(pos, gmd_session, link);
+
+                if (o->uid != s->uid)
+                        continue;
+                list_for_each(bpos, &o->buffers) {
+                        gmd_dbuffer *b = container_of(bpos, gmd_dbuffer, owner_link);
+
+                        if (b->tier == GMD_TIER_VRAM && b->move &&
+                            b->move->copy.dir == GMD_COPY_OUT)
+                                u.bytes[GMD_TIER_HOST] += b->size;
+                }
+        }
+        if (quota_check(&s->limits, s->uid, &u, bytes, GMD_TIER_HOST, &why) == QUOTA_OK)
+                return true;
+        result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+                     "cannot page out %llu bytes: %s (a pageout counts against the "
+                     "host quota; free buffers on host memory, or page out fewer)",
+                     (unsigned long long)bytes, why.text);
+        return false;
+}
+
 int tiering_pageout_all(gmd_session *s, move_class cls)
 {
         gmd_list *pos, *tmp;
@@ -151,11 +194,32 @@ gmd_outcome tiering_handle_pageout(gmd_session *s, uint32_t id,
         if (!can_move(s, ret))
                 return OUTCOME_ERROR;
         if (m->n_buffer_ids == 0) {
+                gmd_list *pos;
+                uint64_t bytes = 0;
+
+                list_for_each(pos, &s->buffers) {
+                        gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
+
+                        if (!placement_pinned(b) && !b->parked && !b->acquired &&
+                            !b->acquirer && pageout_moves(b) && !move_busy(b))
+                                bytes += b->size;
+                }
+                if (!pageout_within_quota(s, bytes, ret))
+                        return OUTCOME_ERROR;
                 r = tiering_pageout_all(s, MOVE_BULK);
         } else {
+                uint64_t bytes = 0;
+
                 bufs = named_buffers(s, m->buffer_ids, m->n_buffer_ids, true, ret);
                 if (!bufs)
                         return OUTCOME_ERROR;
+                for (size_t i = 0; i < m->n_buffer_ids; i++)
+                        if (pageout_moves(bufs[i]))
+                                bytes += bufs[i]->size;
+                if (!pageout_within_quota(s, bytes, ret)) {
+                        free(bufs);
+                        return OUTCOME_ERROR;
+                }
                 for (size_t i = 0; i < m->n_buffer_ids && r >= 0; i++)
                         r = pageout_one(s->server, bufs[i], MOVE_BULK);
                 free(bufs);

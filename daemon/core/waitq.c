@@ -21,6 +21,13 @@ void waitq_init(gmd_waitq *q, uv_loop_t *loop, gmd_pending *pending,
         q->ops = ops;
         q->ctx = ctx;
         list_init(&q->waiters);
+        q->hold_after_us = 0;
+        q->held = 0;
+}
+
+void waitq_set_hold_after(gmd_waitq *q, uint64_t ms)
+{
+        q->hold_after_us = ms * 1000;
 }
 
 static void waiter_on_closed(uv_handle_t *handle)
@@ -36,6 +43,11 @@ void waitq_drop(gmd_waiter *w)
                 return;
         w->dropped = true;
         list_remove(&w->link);
+        /* A waiter that held its device back does no longer: serve again. */
+        if (waitq_holds(w->q, w->device)) {
+                w->q->held &= ~(1ull << (w->device % 64));
+                pending_mark(w->q->pending, PENDING_ROOM);
+        }
         if (w->rank == WAITQ_ALLOC)
                 w->owner->n_waiting--;
         uv_timer_stop(&w->timer);
@@ -50,25 +62,63 @@ static void waiter_on_deadline(uv_timer_t *timer)
         waitq_drop(w);
 }
 
-/* Insert behind every waiter of the same or a better rank. */
+/* Does `a` go before `b`? Rank, then priority, then the user's turn. */
+static bool waiter_before(const gmd_waiter *a, const gmd_waiter *b)
+{
+        if (a->rank != b->rank)
+                return a->rank < b->rank;
+        if (a->priority != b->priority)
+                return a->priority > b->priority;
+        return a->turn < b->turn;
+}
+
+/* Its user's turn among the waiters of its rank and priority: one past
+ * that user's last one there, or — for a user with none there — the turn
+ * of the first one there, so a newcomer takes the next turn, not the
+ * first one of all. */
+static uint64_t waitq_turn(const gmd_waitq *q, const gmd_waiter *w)
+{
+        uint64_t first = UINT64_MAX, last = 0;
+        bool mine = false;
+        gmd_list *pos;
+
+        list_for_each(pos, &q->waiters) {
+                const gmd_waiter *o = container_of(pos, gmd_waiter, link);
+
+                if (o->rank != w->rank || o->priority != w->priority)
+                        continue;
+                if (o->turn < first)
+                        first = o->turn;
+                if (o->uid == w->uid && (!mine || o->turn > last)) {
+                        last = o->turn;
+                        mine = true;
+                }
+        }
+        if (mine)
+                return last + 1;
+        return first == UINT64_MAX ? 0 : first;
+}
+
+/* Insert behind every waiter that goes before it or ties with it. */
 static void waitq_insert(gmd_waitq *q, gmd_waiter *w)
 {
         gmd_list *pos;
 
+        w->turn = waitq_turn(q, w);
         for (pos = q->waiters.prev; pos != &q->waiters; pos = pos->prev) {
                 gmd_waiter *o = container_of(pos, gmd_waiter, link);
 
-                if (o->rank <= w->rank)
+                if (!waiter_before(w, o))
                         break;
         }
-        /* Link after `pos` (the head itself when every waiter ranks lower). */
+        /* Link after `pos` (the head itself when every waiter goes after). */
         w->link.prev = pos;
         w->link.next = pos->next;
         pos->next->prev = &w->link;
         pos->next = &w->link;
 }
 
-static gmd_waiter *waiter_new(gmd_waitq *q, gmd_session *session,
+static gmd_waiter *waiter_new(gmd_waitq *q, const gmd_waitq_who *who,
                               waitq_rank rank, uint64_t size, unsigned device)
 {
         gmd_waiter *w = calloc(1, sizeof(*w));
@@ -80,7 +130,9 @@ static gmd_waiter *waiter_new(gmd_waitq *q, gmd_session *session,
                 return NULL;
         }
         w->q = q;
-        w->session = session;
+        w->session = who->session;
+        w->priority = who->priority;
+        w->uid = who->uid;
         w->rank = rank;
         w->size = size;
         w->device = device;
@@ -89,12 +141,12 @@ static gmd_waiter *waiter_new(gmd_waitq *q, gmd_session *session,
         return w;
 }
 
-int waitq_add(gmd_waitq *q, gmd_session *session, gmd_waitq_owner *owner,
+int waitq_add(gmd_waitq *q, const gmd_waitq_who *who, gmd_waitq_owner *owner,
               uint32_t request_id, uint64_t asked, uint64_t size,
               unsigned device, unsigned flags, int64_t timeout_ms,
               uint64_t since_us)
 {
-        gmd_waiter *w = waiter_new(q, session, WAITQ_ALLOC, size, device);
+        gmd_waiter *w = waiter_new(q, who, WAITQ_ALLOC, size, device);
 
         if (!w)
                 return -ENOMEM;
@@ -108,15 +160,18 @@ int waitq_add(gmd_waitq *q, gmd_session *session, gmd_waitq_owner *owner,
                 uv_timer_start(&w->timer, waiter_on_deadline, (uint64_t)timeout_ms, 0);
         waitq_insert(q, w);
         owner->n_waiting++;
-        pending_mark(q->pending, PENDING_EVICT);
+        /* Room: the pass serves it once, which decides whether it holds
+         * its device back already (wait_hold_ms 0) and times the serve
+         * at which it may; evict: make room for it. */
+        pending_mark(q->pending, PENDING_ROOM | PENDING_EVICT);
         return 0;
 }
 
-int waitq_add_move_in(gmd_waitq *q, gmd_session *session, gmd_dbuffer *buffer,
+int waitq_add_move_in(gmd_waitq *q, const gmd_waitq_who *who, gmd_dbuffer *buffer,
                       uint64_t size, unsigned device, waitq_rank rank,
                       gmd_waiter **ret_waiter)
 {
-        gmd_waiter *w = waiter_new(q, session, rank, size, device);
+        gmd_waiter *w = waiter_new(q, who, rank, size, device);
 
         if (!w)
                 return -ENOMEM;
@@ -137,23 +192,55 @@ void waitq_set_rank(gmd_waiter *w, waitq_rank rank)
         pending_mark(w->q->pending, PENDING_ROOM);
 }
 
+/* Has `w` waited long enough to hold back its device, and would holding
+ * help (room can be made for it)? */
+static bool waiter_starved(const gmd_waitq *q, const gmd_waiter *w, uint64_t now)
+{
+        if (now - w->since_us < q->hold_after_us)
+                return false;
+        return !q->ops->reachable || q->ops->reachable(q->ctx, w);
+}
+
 bool waitq_serve(gmd_waitq *q)
 {
         gmd_list *pos, *tmp;
-        uint64_t blocked = 0;   /* bit per device whose first waiter does not fit */
+        uint64_t held = 0;      /* bit per device held back */
+        bool waiting = false;   /* some did not fit */
         int r;
 
         list_for_each_safe(pos, tmp, &q->waiters) {
                 gmd_waiter *w = container_of(pos, gmd_waiter, link);
                 uint64_t bit = 1ull << (w->device % 64);
 
-                if (blocked & bit)
+                if (held & bit)
                         continue;
                 r = q->ops->serve(q->ctx, w);
-                if (r == -ENOSPC || r == -EAGAIN) {
-                        blocked |= bit;
+                if (r == -EAGAIN) {
+                        held |= bit;
                         continue;
                 }
+                if (r == -ENOSPC) {
+                        uint64_t waited = now_us() - w->since_us;
+
+                        waiting = true;
+                        if (waited < q->hold_after_us)
+                                /* Serve again when it may start to hold. */
+                                pending_mark_after(q->pending, PENDING_ROOM,
+                                                   (q->hold_after_us - waited) / 1000 + 1);
+                        if (waiter_starved(q, w, now_us())) {
+                                if (!(q->held & bit))
+                                        log_info("a request for %llu bytes on device %u "
+                                                 "has waited %llu ms: holding back "
+                                                 "smaller ones there until it fits",
+                                                 (unsigned long long)w->size,
+                                                 w->device,
+                                                 (unsigned long long)((now_us() - w->since_us) / 1000));
+                                held |= bit;
+                        }
+                        continue;
+                }
+                if (r == -EINPROGRESS)
+                        continue;
                 log_debug("%s of %llu bytes served after %llu ms",
                           w->rank == WAITQ_ALLOC ? "allocation" : "swap-in",
                           (unsigned long long)w->size,
@@ -162,9 +249,25 @@ bool waitq_serve(gmd_waitq *q)
                  * one: drop this one and restart from the head. */
                 waitq_drop(w);
                 tmp = q->waiters.next;
-                blocked = 0;
+                held = 0;
+                waiting = false;
         }
-        return blocked != 0;
+        q->held = held;
+        return waiting || held != 0;
+}
+
+const gmd_waiter *waitq_oldest(const gmd_waitq *q, unsigned device)
+{
+        const gmd_waiter *oldest = NULL;
+        gmd_list *pos;
+
+        list_for_each(pos, &q->waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->device == device && (!oldest || w->since_us < oldest->since_us))
+                        oldest = w;
+        }
+        return oldest;
 }
 
 uint64_t waitq_demand(const gmd_waitq *q, unsigned device)

@@ -1,12 +1,24 @@
 /*
  * waitq — requests for VRAM that found no room and wait for it (ARCHITECTURE.md
  * decision 5): allocations, each with the deadline its client chose, and
- * buffers waiting to come back from host memory. They are served in rank
- * order — passive swap-ins (an acquire waits), then allocations, then
- * prefetches — and in arrival order within a rank. A waiter that does not
- * fit yet holds back those behind it on the same device, so a large
- * request is not starved by a stream of small ones. Whatever still waits
- * after a pass asks the evictor for room.
+ * buffers waiting to come back from host memory. The policy (ARCHITECTURE.md,
+ * "The wait queue"):
+ *   - order: by rank — passive swap-ins (an acquire waits), then
+ *     allocations, then prefetches; within a rank the higher client
+ *     priority first; among equal priorities the users take turns (a
+ *     user's second waiter comes after every other user's first), and
+ *     arrival order within one user's turn;
+ *   - serve what fits: a waiter that does not fit is passed over, so a
+ *     request for the whole pool does not hold back a 2 MiB one behind it;
+ *   - no starvation: a waiter that has not fit for hold_after_ms, and
+ *     for which room can be made (ops->reachable: free, kept, parked and
+ *     evictable VRAM cover it), holds back every waiter behind it on its
+ *     device — and new allocations there (waitq_holds) — until it is
+ *     served, so room accumulates for it;
+ *   - a copy queue resting after a refused copy (-EAGAIN) holds back its
+ *     device; an allocation waiting for its user's own parked buffers to
+ *     come back (-EINPROGRESS) holds back nobody.
+ * Whatever still waits for room after a pass asks the evictor for room.
  *
  * The queue owns its state (gmd_waitq in the server, gmd_waitq_owner in
  * each session) and knows nothing of allocations or moves: what serving,
@@ -38,8 +50,13 @@ typedef enum waitq_rank {
 typedef struct gmd_waitq_ops {
         /* Serve it now: 0 served (or answered: it leaves the queue),
          * -ENOSPC no room yet, -EAGAIN its device's copy queue rests after
-         * a refused copy. Either error holds back those behind it. */
+         * a refused copy (holds back its device), -EINPROGRESS its user's
+         * quota waits for parked buffers to come back (holds back nobody). */
         int (*serve)(void *ctx, gmd_waiter *waiter);
+        /* Can room be made for it on its device (free, kept, parked and
+         * evictable VRAM together cover its size)? Only such a waiter
+         * holds the others back once it waited hold_after_ms. */
+        bool (*reachable)(void *ctx, const gmd_waiter *waiter);
         /* An allocation's deadline passed: answer it (it leaves after). */
         void (*expire)(void *ctx, gmd_waiter *waiter);
         /* Dropped unserved because the daemon stops: an allocation is
@@ -53,7 +70,9 @@ typedef struct gmd_waitq {
         gmd_pending *pending;
         const gmd_waitq_ops *ops;
         void *ctx;
-        gmd_list waiters;           /* in rank order */
+        gmd_list waiters;           /* in serving order (waitq_insert) */
+        uint64_t hold_after_us;     /* [limits] wait_hold_ms */
+        uint64_t held;              /* bit per device held by a starved waiter */
 } gmd_waitq;
 
 /* A session's side: its allocations waiting. */
@@ -67,6 +86,9 @@ struct gmd_waiter {
         gmd_waitq_owner *owner;
         gmd_list link;              /* in q->waiters */
         waitq_rank rank;
+        int priority;               /* the client's; higher first */
+        uint32_t uid;               /* whose turn (fair between users) */
+        uint64_t turn;              /* the user's round among equals */
         uint64_t size;              /* VRAM bytes wanted (rounded) */
         unsigned device;
         uint64_t since_us;          /* when the request came */
@@ -86,16 +108,23 @@ struct gmd_waiter {
 void waitq_init(gmd_waitq *q, uv_loop_t *loop, gmd_pending *pending,
                 const gmd_waitq_ops *ops, void *ctx);
 
-/* Queue an allocation of `session` (its side: `owner`); its deadline
- * timer starts now. */
-int waitq_add(gmd_waitq *q, gmd_session *session, gmd_waitq_owner *owner,
+/* Who waits: the client's priority and user. */
+typedef struct gmd_waitq_who {
+        gmd_session *session;
+        int priority;
+        uint32_t uid;
+} gmd_waitq_who;
+
+/* Queue an allocation of `who` (its side: `owner`); its deadline timer
+ * starts now. */
+int waitq_add(gmd_waitq *q, const gmd_waitq_who *who, gmd_waitq_owner *owner,
               uint32_t request_id, uint64_t asked, uint64_t size,
               unsigned device, unsigned flags, int64_t timeout_ms,
               uint64_t since_us);
 
 /* Queue `buffer`'s return to VRAM (`size` bytes on `device`, owned by
- * `session`); *ret_waiter lets the mover promote or cancel it. */
-int waitq_add_move_in(gmd_waitq *q, gmd_session *session, gmd_dbuffer *buffer,
+ * `who`); *ret_waiter lets the mover promote or cancel it. */
+int waitq_add_move_in(gmd_waitq *q, const gmd_waitq_who *who, gmd_dbuffer *buffer,
                       uint64_t size, unsigned device, waitq_rank rank,
                       gmd_waiter **ret_waiter);
 
@@ -106,10 +135,24 @@ void waitq_set_rank(gmd_waiter *waiter, waitq_rank rank);
 /* Take a waiter out of the queue without answering. */
 void waitq_drop(gmd_waiter *waiter);
 
+/* How long a waiter that does not fit may be passed over before it holds
+ * back those behind it (0: at once, strict order). */
+void waitq_set_hold_after(gmd_waitq *q, uint64_t ms);
+
 /* Serve every waiter that fits now, in order (the scheduling pass, after
  * PENDING_ROOM). Returns whether some still wait for room: the pass then
  * asks the evictor. */
 bool waitq_serve(gmd_waitq *q);
+
+/* Must a new allocation on `device` queue behind the waiters rather than
+ * take room now (a starved waiter holds the device, see above)? */
+static inline bool waitq_holds(const gmd_waitq *q, unsigned device)
+{
+        return (q->held >> (device % 64)) & 1;
+}
+
+/* The waiter that has waited longest for room on `device`, or NULL. */
+const gmd_waiter *waitq_oldest(const gmd_waitq *q, unsigned device);
 
 /* VRAM bytes waited for on `device`. */
 uint64_t waitq_demand(const gmd_waitq *q, unsigned device);

@@ -117,6 +117,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         list_init(&server->buffers);
         waitq_init(&server->waitq, loop, &server->pending,
                    &scheduler_waitq_ops, server);
+        waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
         reuse_init(&server->reuse, config->swap_keep_vram, &server->stats,
                    reuse_release, server);
         list_init(&server->close_pending);
@@ -555,6 +556,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
         warn_fixed("[pools] cuda_reserve_chunks",
                    old->cuda_reserve_chunks != config->cuda_reserve_chunks);
 
+        waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
         gmd_config next = *config;
         strcpy(next.socket_path, old->socket_path);
         strcpy(next.backend, old->backend);

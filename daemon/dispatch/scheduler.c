@@ -41,6 +41,11 @@ static int waiter_serve(void *ctx, gmd_waiter *w)
         return r;
 }
 
+static bool waiter_reachable(void *ctx, const gmd_waiter *w)
+{
+        return alloc_room_reachable(ctx, w->device, w->size);
+}
+
 static void waiter_expire(void *ctx, gmd_waiter *w)
 {
         gmd_result res;
@@ -68,6 +73,7 @@ static void waiter_cancel(void *ctx, gmd_waiter *w, int code, const char *messag
 
 const gmd_waitq_ops scheduler_waitq_ops = {
         .serve = waiter_serve,
+        .reachable = waiter_reachable,
         .expire = waiter_expire,
         .cancel = waiter_cancel,
 };

@@ -35,6 +35,7 @@
 #include "gpumem.h"
 #include "gpumem.pb-c.h"
 #include "harness.h"
+#include "raw_client.h"
 #include "wire.h"
 
 #define NOBODY  ((uid_t)65534)
@@ -225,6 +226,130 @@ static void set_daemon_nofile(const fixture *f, rlim_t n)
         if (prlimit(f->h.pid, RLIMIT_NOFILE, &rl, NULL) < 0)
                 fail_msg("prlimit(%d, NOFILE, %llu): %s", (int)f->h.pid,
                          (unsigned long long)n, strerror(errno));
+}
+
+/* ---- quotas that leak (issue 10 item 6) --------------------------------------- */
+
+/* A pageout is held to host_quota like a host allocation: with 32M of host
+ * quota, two 16M buffers may be paged out, the third is refused with
+ * GMD_EQUOTA saying why, and the user's host bytes stay within it. */
+static void test_pageout_host_quota(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b[3];
+        gmd_client *c;
+        gmd_status *st;
+        int r;
+
+        start(f, "[users]\nhost_quota = 32M\n");
+        c = harness_client(&f->h, "pager");
+        for (int i = 0; i < 3; i++) {
+                assert_int_equal(gmd_alloc(c, 16 << 20, 0, 0, GMD_NO_WAIT, &b[i]), 0);
+                assert_int_equal(gmd_release(c, b[i]), 0);
+        }
+        assert_int_equal(gmd_pageout(c, b[0]), 0);
+        assert_int_equal(gmd_pageout(c, b[1]), 0);    /* in flight: counted */
+        r = gmd_pageout(c, b[2]);
+        assert_int_equal(r, GMD_EQUOTA);
+        if (!strstr(gmd_last_error(), "host quota"))
+                fail_msg("the refusal does not say why: %s", gmd_last_error());
+        assert_int_equal(gmd_wait(c, NULL, 10000), 0);
+        r = gmd_pageout(c, NULL);                     /* all: b[2] is left */
+        assert_int_equal(r, GMD_EQUOTA);
+        st = harness_status(c);
+        assert_true(st->n_clients >= 1);
+        for (size_t i = 0; i < st->n_clients; i++)
+                if (strcmp(st->clients[i].name, "pager") == 0)
+                        assert_true(st->clients[i].host_bytes <= (32u << 20));
+        gmd_status_free(st);
+        gmd_disconnect(c);
+}
+
+/* Parked buffers count in max_buffers_per_client: an unpark (a cache hit
+ * in gmd_alloc) can then never take a client past it. Before, a client
+ * with a limit of 4 held 12 buffers in use. */
+static void test_unpark_within_buffer_limit(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *small[4], *large[4], *more = NULL;
+        gmd_client *c;
+        gmd_status *st;
+        int r;
+
+        start(f, "[limits]\nmax_buffers_per_client = 4\n");
+        c = harness_client(&f->h, "cacher");
+        for (int i = 0; i < 4; i++)
+                assert_int_equal(gmd_alloc(c, 8192, 0, 0, GMD_NO_WAIT, &small[i]), 0);
+        for (int i = 0; i < 4; i++)
+                assert_int_equal(gmd_free(c, small[i]), 0);   /* parked */
+        /* Another shape: the daemon asks the parked ones back first. */
+        for (int i = 0; i < 4; i++) {
+                r = gmd_alloc(c, 16384, 0, 0, 5000, &large[i]);
+                if (r != 0)
+                        fail_msg("allocation %d: %d %s", i, r, gmd_last_error());
+        }
+        r = gmd_alloc(c, 8192, 0, 0, GMD_NO_WAIT, &more);
+        assert_int_equal(r, GMD_ELIMIT);
+        if (!strstr(gmd_last_error(), "max_buffers_per_client"))
+                fail_msg("the refusal does not name the limit: %s", gmd_last_error());
+        st = harness_status(c);
+        for (size_t i = 0; i < st->n_clients; i++)
+                if (strcmp(st->clients[i].name, "cacher") == 0)
+                        assert_true(st->clients[i].buffers <= 4);
+        gmd_status_free(st);
+        gmd_disconnect(c);
+}
+
+/* The protocol itself, as a client that keeps its parked buffers: with a
+ * limit of 4, four buffers parked and a fifth allocated, it would hold
+ * five in use after UNPARKing them (before: twelve with a limit of 4).
+ * Now the fifth allocation waits for the parked ones to come back and,
+ * when they do not within reclaim_timeout_ms, is refused naming the
+ * limit; the client is asked for them (MSG_RECLAIM). */
+static void test_park_unpark_within_buffer_limit(void **state)
+{
+        fixture *f = *state;
+        Gmd__AllocRequest alloc = GMD__ALLOC_REQUEST__INIT;
+        Gmd__BufferList park = GMD__BUFFER_LIST__INIT;
+        uint64_t ids[4];
+        uint32_t next_id = 2;
+        bool reclaimed = false;
+        raw_client raw;
+        raw_msg m;
+
+        start(f, "[limits]\nmax_buffers_per_client = 4\nreclaim_timeout_ms = 300\n");
+        raw_init(&raw);
+        raw_hello(&raw, &f->h, "raw-parker");
+        for (int i = 0; i < 4; i++)
+                ids[i] = raw_alloc_release(&raw, &next_id, 8192, (uint64_t)i + 1);
+        park.buffer_ids = ids;
+        park.n_buffer_ids = 4;
+        raw_send(&raw, GMD__MSG_TYPE__MSG_PARK, 0, &park.base);
+        alloc.size = 8192;
+        alloc.timeout_ms = 5000;
+        raw_send(&raw, GMD__MSG_TYPE__MSG_ALLOC, next_id, &alloc.base);
+        for (;;) {
+                m = raw_recv(&raw, 10000);
+                if (m.type == GMD__MSG_TYPE__MSG_RECLAIM) {
+                        reclaimed = true;
+                        raw_msg_clear(&m);
+                        continue;
+                }
+                break;
+        }
+        assert_true(reclaimed);
+        if (m.type != GMD__MSG_TYPE__MSG_ERROR_REPLY)
+                fail_msg("a fifth buffer with four parked: message type %u; log:\n%s",
+                         m.type, harness_read_log(&f->h));
+        assert_int_equal(m.request_id, next_id);
+        {
+                Gmd__ErrorReply *e = m.msg;
+
+                if (!strstr(e->message, "max_buffers_per_client"))
+                        fail_msg("the refusal does not name the limit: %s", e->message);
+        }
+        raw_msg_clear(&m);
+        raw_close(&raw);
 }
 
 /* ---- buffers per user (item 2) ---------------------------------------------- */
@@ -545,6 +670,34 @@ static void test_reply_bytes_per_user(void **state)
         gmd_disconnect(c);
 }
 
+/* A client that goes away with replies unread is logged as such, not as
+ * "bad file descriptor" (issue 10 item 13). Whether the daemon sees an
+ * error on the socket (replies still queued for it: the usual case with
+ * this many) or a plain hang-up (it had written them all) depends on
+ * timing; in neither may the log say "bad file descriptor". */
+static void test_gone_with_replies_unread(void **state)
+{
+        fixture *f = *state;
+        struct pollfd p;
+        gmd_client *check;
+        int fd;
+
+        start(f, NULL);
+        check = harness_client(&f->h, "check");
+        fd = hello_raw(f, "unread");
+        flood_status(fd, 512);
+        p = (struct pollfd){ .fd = fd, .events = POLLIN };
+        assert_int_equal(poll(&p, 1, 10000), 1);        /* a reply is there */
+        close(fd);                                      /* unread */
+        assert_int_equal(harness_wait_clients(check, 1, 10000), 1);
+        assert_int_equal(harness_log_count(&f->h, "bad file descriptor"), 0);
+        assert_int_equal(harness_log_count(&f->h, "Bad file descriptor"), 0);
+        print_message("the daemon said: %s\n",
+                      harness_log_count(&f->h, "without reading its replies") ?
+                      "gone without reading its replies" : "nothing (a hang-up)");
+        gmd_disconnect(check);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void)
@@ -554,6 +707,10 @@ int main(void)
         setenv("GPU_MEMD_CACHE", "0", 1);
         const struct CMUnitTest tests[] = {
                 T(test_buffers_per_user),
+                T(test_pageout_host_quota),
+                T(test_unpark_within_buffer_limit),
+                T(test_park_unpark_within_buffer_limit),
+                T(test_gone_with_replies_unread),
                 T(test_buffers_auto_from_nofile),
                 T(test_out_of_fds),
                 T(test_connections_per_user),

@@ -82,6 +82,28 @@ static void test_returned_and_unparked(void **state)
         assert_int_equal(o.asked[0], 0);
 }
 
+/* An ask left unanswered past the timeout is overdue; a return (any)
+ * shows the client is answering and starts the clock again. */
+static void test_overdue(void **state)
+{
+        gmd_parking_owner o = { 0 };
+        uint64_t t;
+
+        (void)state;
+        parking_mark(&o, 0, 4 << 20, true);
+        parking_mark(&o, 0, 4 << 20, true);
+        assert_false(parking_overdue(&o, 0, o.asked_us[0] + 10000000, 1000));
+        assert_int_equal(parking_ask(&o, 0, 0), 8 << 20);
+        t = o.asked_us[0];
+        assert_false(parking_overdue(&o, 0, t + 999, 1000));
+        assert_true(parking_overdue(&o, 0, t + 1000, 1000));
+        parking_returned(&o, 0, 4 << 20);
+        assert_true(o.asked_us[0] >= t);
+        assert_false(parking_overdue(&o, 0, o.asked_us[0] + 999, 1000));
+        parking_returned(&o, 0, 4 << 20);
+        assert_false(parking_overdue(&o, 0, o.asked_us[0] + 10000000, 1000));
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -89,6 +111,7 @@ int main(void)
                 cmocka_unit_test(test_ask_never_twice),
                 cmocka_unit_test(test_ask_all),
                 cmocka_unit_test(test_returned_and_unparked),
+                cmocka_unit_test(test_overdue),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,7 +3,11 @@
  * loop for the deadline timers and ops that record what the queue asked
  * of the layer above. Rank order, arrival order within a rank, a waiter
  * that does not fit holding back its device only, the marks it leaves for
- * the scheduling pass, deadlines, and dropping a session's waiters.
+ * the scheduling pass, deadlines, and dropping a session's waiters; and
+ * the policy (issue 10 item 5): serving what fits past a large waiter,
+ * priority first, users taking turns, a starved waiter holding back the
+ * others once it waited [limits] wait_hold_ms (only when room can be made
+ * for it), and an allocation waiting for its own quota holding back nobody.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -14,6 +18,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "timeutil.h"
 #include "waitq.h"
 
 #define MAX_CALLS 16
@@ -32,6 +37,13 @@ typedef struct fixture {
         int cancel_code;
         /* what serve answers, by device */
         int answer[2];
+        /* or, when by_room: 0 while the size fits in room[device] (taken),
+         * else -ENOSPC; quota[]: sizes answered -EINPROGRESS */
+        bool by_room;
+        uint64_t room[2];
+        uint64_t quota_size;
+        bool reachable;
+        uint32_t next_id;
 } fixture;
 
 /* Sessions and buffers are only carried by the queue, never read. */
@@ -43,9 +55,27 @@ static int op_serve(void *ctx, gmd_waiter *w)
 {
         fixture *f = ctx;
 
+        if (f->by_room) {
+                if (f->quota_size && w->size == f->quota_size)
+                        return -EINPROGRESS;
+                if (w->size > f->room[w->device])
+                        return -ENOSPC;
+                f->room[w->device] -= w->size;
+                if (f->n_served < MAX_CALLS)
+                        f->served[f->n_served++] = w;
+                return 0;
+        }
         if (f->answer[w->device] == 0 && f->n_served < MAX_CALLS)
                 f->served[f->n_served++] = w;
         return f->answer[w->device];
+}
+
+static bool op_reachable(void *ctx, const gmd_waiter *w)
+{
+        fixture *f = ctx;
+
+        (void)w;
+        return f->reachable;
 }
 
 static void op_expire(void *ctx, gmd_waiter *w)
@@ -68,6 +98,7 @@ static void op_cancel(void *ctx, gmd_waiter *w, int code, const char *message)
 
 static const gmd_waitq_ops ops = {
         .serve = op_serve,
+        .reachable = op_reachable,
         .expire = op_expire,
         .cancel = op_cancel,
 };
@@ -80,6 +111,7 @@ static int setup(void **state)
         assert_int_equal(uv_loop_init(&f->loop), 0);
         /* Not open: a mark only sets its bit, which the tests read. */
         waitq_init(&f->q, &f->loop, &f->pending, &ops, f);
+        f->reachable = true;
         *state = f;
         return 0;
 }
@@ -95,30 +127,50 @@ static int teardown(void **state)
         return 0;
 }
 
-static gmd_waiter *add_alloc(fixture *f, gmd_session *s, gmd_waitq_owner *o,
-                             unsigned device, uint64_t size, int64_t timeout_ms)
+static uint32_t uid_of(gmd_session *s)
 {
-        gmd_list *last;
+        return s == SESSION_A ? 1 : s == SESSION_B ? 2 : 3;
+}
 
-        assert_int_equal(waitq_add(&f->q, s, o, 7, size, size, device, 0,
-                                   timeout_ms, 0), 0);
-        /* The newest allocation sits behind every allocation before it. */
-        for (last = f->q.waiters.prev; last != &f->q.waiters; last = last->prev) {
-                gmd_waiter *w = container_of(last, gmd_waiter, link);
+static gmd_waiter *find_request(fixture *f, uint32_t id)
+{
+        gmd_list *pos;
 
-                if (w->rank == WAITQ_ALLOC)
+        list_for_each(pos, &f->q.waiters) {
+                gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->rank == WAITQ_ALLOC && w->request_id == id)
                         return w;
         }
         fail();
         return NULL;
 }
 
+static gmd_waiter *add_alloc_as(fixture *f, gmd_session *s, gmd_waitq_owner *o,
+                                int priority, unsigned device, uint64_t size,
+                                int64_t timeout_ms)
+{
+        gmd_waitq_who who = { s, priority, uid_of(s) };
+        uint32_t id = ++f->next_id;
+
+        assert_int_equal(waitq_add(&f->q, &who, o, id, size, size, device, 0,
+                                   timeout_ms, now_us()), 0);
+        return find_request(f, id);
+}
+
+static gmd_waiter *add_alloc(fixture *f, gmd_session *s, gmd_waitq_owner *o,
+                             unsigned device, uint64_t size, int64_t timeout_ms)
+{
+        return add_alloc_as(f, s, o, 0, device, size, timeout_ms);
+}
+
 static gmd_waiter *add_move_in(fixture *f, unsigned n, unsigned device,
                                waitq_rank rank)
 {
+        gmd_waitq_who who = { SESSION_A, 0, 1 };
         gmd_waiter *w = NULL;
 
-        assert_int_equal(waitq_add_move_in(&f->q, SESSION_A, BUFFER(n), 1 << 20,
+        assert_int_equal(waitq_add_move_in(&f->q, &who, BUFFER(n), 1 << 20,
                                            device, rank, &w), 0);
         assert_non_null(w);
         return w;
@@ -178,7 +230,7 @@ static void test_marks_for_the_pass(void **state)
         gmd_waiter *pre;
 
         add_alloc(f, SESSION_A, &f->owner_a, 0, 4096, -1);
-        assert_int_equal(f->pending.work, PENDING_EVICT);
+        assert_int_equal(f->pending.work, PENDING_ROOM | PENDING_EVICT);
         f->pending.work = 0;
         pre = add_move_in(f, 1, 0, WAITQ_PREFETCH);
         assert_int_equal(f->pending.work, PENDING_ROOM);
@@ -242,6 +294,144 @@ static void test_drop_twice_is_harmless(void **state)
         assert_true(waitq_empty(&f->q));
 }
 
+
+/* A request for the whole pool does not hold back small ones behind it
+ * while it has not waited wait_hold_ms. */
+static void test_serves_what_fits(void **state)
+{
+        fixture *f = *state;
+        gmd_waiter *big, *small1, *small2;
+
+        waitq_set_hold_after(&f->q, 60000);
+        f->by_room = true;
+        f->room[0] = 8 << 20;
+        big = add_alloc(f, SESSION_A, &f->owner_a, 0, 64 << 20, -1);
+        small1 = add_alloc(f, SESSION_B, &f->owner_b, 0, 2 << 20, -1);
+        small2 = add_alloc(f, SESSION_B, &f->owner_b, 0, 2 << 20, -1);
+        assert_true(waitq_serve(&f->q));        /* the big one still waits */
+        assert_int_equal(f->n_served, 2);
+        assert_ptr_equal(f->served[0], small1);
+        assert_ptr_equal(f->served[1], small2);
+        assert_int_equal(waitq_count(&f->q), 1);
+        assert_false(waitq_holds(&f->q, 0));    /* new small ones go ahead */
+        assert_ptr_equal(waitq_oldest(&f->q, 0), big);
+        /* It is served once room is there. */
+        f->room[0] = 64 << 20;
+        assert_false(waitq_serve(&f->q));
+        assert_ptr_equal(f->served[2], big);
+}
+
+/* Past wait_hold_ms a waiter that does not fit, and for which room can be
+ * made, holds back the smaller ones behind it and new allocations on its
+ * device; it lets go once served. */
+static void test_starved_waiter_holds_its_device(void **state)
+{
+        fixture *f = *state;
+        gmd_waiter *big, *other_device;
+
+        waitq_set_hold_after(&f->q, 0);
+        f->by_room = true;
+        f->room[0] = 8 << 20;
+        f->room[1] = 8 << 20;
+        big = add_alloc(f, SESSION_A, &f->owner_a, 0, 64 << 20, -1);
+        add_alloc(f, SESSION_B, &f->owner_b, 0, 2 << 20, -1);
+        other_device = add_alloc(f, SESSION_B, &f->owner_b, 1, 2 << 20, -1);
+        assert_true(waitq_serve(&f->q));
+        assert_int_equal(f->n_served, 1);
+        assert_ptr_equal(f->served[0], other_device);
+        assert_true(waitq_holds(&f->q, 0));
+        assert_false(waitq_holds(&f->q, 1));
+
+        f->room[0] = 66 << 20;
+        f->pending.work = 0;
+        assert_false(waitq_serve(&f->q));
+        assert_ptr_equal(f->served[1], big);
+        assert_int_equal(f->n_served, 3);
+        assert_false(waitq_holds(&f->q, 0));
+}
+
+/* A starved waiter for which no room can be made (the pool is held by
+ * buffers in use) holds back nobody: holding would help no one. */
+static void test_unreachable_waiter_holds_nobody(void **state)
+{
+        fixture *f = *state;
+        gmd_waiter *small;
+
+        waitq_set_hold_after(&f->q, 0);
+        f->by_room = true;
+        f->reachable = false;
+        f->room[0] = 8 << 20;
+        add_alloc(f, SESSION_A, &f->owner_a, 0, 64 << 20, -1);
+        small = add_alloc(f, SESSION_B, &f->owner_b, 0, 2 << 20, -1);
+        assert_true(waitq_serve(&f->q));
+        assert_int_equal(f->n_served, 1);
+        assert_ptr_equal(f->served[0], small);
+        assert_false(waitq_holds(&f->q, 0));
+}
+
+/* An allocation that waits for its own user's parked buffers (quota)
+ * holds back nobody, however long it waited. */
+static void test_quota_wait_holds_nobody(void **state)
+{
+        fixture *f = *state;
+        gmd_waiter *small;
+
+        waitq_set_hold_after(&f->q, 0);
+        f->by_room = true;
+        f->quota_size = 4 << 20;
+        f->room[0] = 8 << 20;
+        add_alloc(f, SESSION_A, &f->owner_a, 0, 4 << 20, -1);
+        small = add_alloc(f, SESSION_B, &f->owner_b, 0, 2 << 20, -1);
+        waitq_serve(&f->q);
+        assert_int_equal(f->n_served, 1);
+        assert_ptr_equal(f->served[0], small);
+        assert_false(waitq_holds(&f->q, 0));
+        assert_int_equal(waitq_count(&f->q), 1);
+}
+
+/* A higher priority goes first among waiters, whoever came first. */
+static void test_priority_first(void **state)
+{
+        fixture *f = *state;
+        gmd_waiter *low, *high;
+
+        waitq_set_hold_after(&f->q, 60000);
+        f->by_room = true;
+        low = add_alloc_as(f, SESSION_A, &f->owner_a, 0, 0, 32 << 20, -1);
+        high = add_alloc_as(f, SESSION_B, &f->owner_b, 10, 0, 32 << 20, -1);
+        f->room[0] = 32 << 20;                  /* room for one of them */
+        assert_true(waitq_serve(&f->q));
+        assert_int_equal(f->n_served, 1);
+        assert_ptr_equal(f->served[0], high);
+        f->room[0] = 32 << 20;
+        assert_false(waitq_serve(&f->q));
+        assert_ptr_equal(f->served[1], low);
+}
+
+/* Among equal priorities the users take turns: the second user's first
+ * request comes before the first user's second one. */
+static void test_users_take_turns(void **state)
+{
+        fixture *f = *state;
+        gmd_waiter *a1, *a2, *a3, *b1, *b2;
+
+        waitq_set_hold_after(&f->q, 60000);
+        f->by_room = true;
+        a1 = add_alloc(f, SESSION_A, &f->owner_a, 0, 2 << 20, -1);
+        a2 = add_alloc(f, SESSION_A, &f->owner_a, 0, 2 << 20, -1);
+        a3 = add_alloc(f, SESSION_A, &f->owner_a, 0, 2 << 20, -1);
+        b1 = add_alloc(f, SESSION_B, &f->owner_b, 0, 2 << 20, -1);
+        b2 = add_alloc(f, SESSION_B, &f->owner_b, 0, 2 << 20, -1);
+        f->room[0] = 10 << 20;
+        assert_false(waitq_serve(&f->q));
+        assert_int_equal(f->n_served, 5);
+        assert_ptr_equal(f->served[0], a1);
+        assert_ptr_equal(f->served[1], b1);
+        assert_ptr_equal(f->served[2], a2);
+        assert_ptr_equal(f->served[3], b2);
+        assert_ptr_equal(f->served[4], a3);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -255,6 +445,15 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_fail_all, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_drop_twice_is_harmless,
                                                 setup, teardown),
+                cmocka_unit_test_setup_teardown(test_serves_what_fits, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_starved_waiter_holds_its_device,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_unreachable_waiter_holds_nobody,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_quota_wait_holds_nobody,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_priority_first, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_users_take_turns, setup, teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
