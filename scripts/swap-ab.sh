@@ -11,7 +11,10 @@
 #   there (`device` run, carry ["build-ab"]):  scripts/swap-ab.sh build-ab [ROUNDS]
 #
 # Writes $OUT/ab_{old,new}_N.{json,txt} and prints each run's rows of 16,
-# 64 and 256 MiB and its batch lines.
+# 64 and 256 MiB and its batch lines. With GMD_AB_LOG=1 each daemon also
+# logs at debug level to $OUT/ab_{old,new}_N.log (GMD_BENCH_DAEMON_LOG):
+# every move's "moved in/out ... (copy, remap and ack, release)" line, to
+# see where a slower daemon's time goes (debug lines are never rate-limited).
 set -u
 dir=$(cd "${1:-build-ab}" && pwd) || exit 2
 rounds=${2:-3}
@@ -20,7 +23,9 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for i in $(seq 1 "$rounds"); do
         for v in old new; do
-                GMD_DAEMON="$dir/gpu-memd-$v" timeout 120 "$dir/swap_bench" \
+                log=()
+                [ "${GMD_AB_LOG:-0}" = 1 ] && log=(env "GMD_BENCH_DAEMON_LOG=$OUT/ab_${v}_$i.log")
+                GMD_DAEMON="$dir/gpu-memd-$v" timeout 120 "${log[@]}" "$dir/swap_bench" \
                         --json "$OUT/ab_${v}_$i.json" >"$OUT/ab_${v}_$i.txt" 2>&1
                 echo "$v $i rc=$?"
                 grep -E '^ +(16|64|256) M \||^batch' "$OUT/ab_${v}_$i.txt"
