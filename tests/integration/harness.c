@@ -110,23 +110,33 @@ void harness_append_config(const harness *h, const char *more_config)
                          strerror(errno));
 }
 
-char *harness_read_log(const harness *h)
+char *harness_read_file(const char *path)
 {
-        FILE *f = fopen(h->log_path, "r");
+        FILE *f = fopen(path, "r");
         char *text = NULL;
         size_t size = 0;
         FILE *out;
         char chunk[4096];
         size_t n;
 
+        if (!f)
+                return NULL;
         out = open_memstream(&text, &size);
         assert_non_null(out);
-        if (f) {
-                while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-                        fwrite(chunk, 1, n, out);
-                fclose(f);
-        }
+        while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+                fwrite(chunk, 1, n, out);
         fclose(out);
+        fclose(f);
+        return text;
+}
+
+char *harness_read_log(const harness *h)
+{
+        char *text = harness_read_file(h->log_path);
+
+        if (!text)
+                text = strdup("");      /* no log yet reads as an empty one */
+        assert_non_null(text);
         return text;
 }
 
@@ -455,26 +465,6 @@ static const char *sanitizer_report(const char *text)
         return first;
 }
 
-static char *read_file(const char *path)
-{
-        FILE *f = fopen(path, "r");
-        char *text = NULL;
-        size_t size = 0;
-        FILE *out;
-        char chunk[4096];
-        size_t n;
-
-        if (!f)
-                return NULL;
-        out = open_memstream(&text, &size);
-        assert_non_null(out);
-        while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-                fwrite(chunk, 1, n, out);
-        fclose(out);
-        fclose(f);
-        return text;
-}
-
 void harness_cleanup(harness *h)
 {
         char *logs[2] = { NULL, NULL }, path[160];
@@ -500,7 +490,7 @@ void harness_cleanup(harness *h)
                 return;
         for (int i = 0; i < 2; i++) {
                 snprintf(path, sizeof(path), "%s/%s", h->dir, names[i]);
-                logs[i] = read_file(path);
+                logs[i] = harness_read_file(path);
         }
         if (!getenv("GMD_TEST_KEEP"))
                 remove_dir(h->dir);

@@ -89,7 +89,10 @@ void harness_stop(harness *h);
  * test if the daemon's log or the client log holds a sanitizer's report. */
 void harness_cleanup(harness *h);
 
-/* The daemon's log so far; free() it. */
+/* A whole file as text (free() it), or NULL when it cannot be opened. */
+char *harness_read_file(const char *path);
+
+/* The daemon's log so far ("" before it has one); free() it. */
 char *harness_read_log(const harness *h);
 
 /* How many log lines contain `needle`. */

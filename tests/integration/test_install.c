@@ -71,26 +71,6 @@ static void skip_because(const char *why)
         skip();
 }
 
-static char *read_text(const char *path)
-{
-        FILE *f = fopen(path, "r");
-        char *text = NULL;
-        size_t size = 0;
-        FILE *out;
-        char chunk[4096];
-        size_t n;
-
-        if (!f)
-                return NULL;
-        out = open_memstream(&text, &size);
-        assert_non_null(out);
-        while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-                fwrite(chunk, 1, n, out);
-        fclose(f);
-        fclose(out);
-        return text;
-}
-
 static bool path_exists(const char *path)
 {
         struct stat st;
@@ -211,7 +191,7 @@ static void test_install_prefix(void **state)
         free(expect_file(problems, root, "lib/tmpfiles.d/gpu-memd.conf", false));
 
         path = expect_file(problems, root, "lib*/pkgconfig/gpumem.pc", false);
-        text = path ? read_text(path) : NULL;
+        text = path ? harness_read_file(path) : NULL;
         if (text && !strstr(text, "prefix=/opt/x\n"))
                 fprintf(problems, "  gpumem.pc does not say prefix=/opt/x:\n%s", text);
         free(text);
@@ -219,7 +199,7 @@ static void test_install_prefix(void **state)
 
         path = expect_file(problems, root, "lib/systemd/system/gpu-memd.service",
                            false);
-        text = path ? read_text(path) : NULL;
+        text = path ? harness_read_file(path) : NULL;
         if (text) {
                 const char *exec = strstr(text, "\nExecStart=");
                 const char *config = exec ? strstr(exec, "--config ") : NULL;
@@ -270,7 +250,7 @@ static void check_unit_security(const char *svc)
         double exposure;
         int status;
 
-        text = read_text(svc);
+        text = harness_read_file(svc);
         assert_non_null(text);
         if (!strstr(text, "\nRestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n") ||
             !strstr(text, "\nLimitNOFILE=") || !strstr(text, "\nCapabilityBoundingSet=\n") ||
@@ -330,7 +310,7 @@ static void test_install_units_verify(void **state)
         /* The unit names the installed binary; point it at the DESTDIR copy
          * so verify checks everything but that path. */
         snprintf(path, sizeof(path), "%s/gpu-memd.service", unit_dir);
-        text = read_text(path);
+        text = harness_read_file(path);
         assert_non_null(text);
         exec = strstr(text, "\nExecStart=");
         assert_non_null(exec);
@@ -349,7 +329,7 @@ static void test_install_units_verify(void **state)
         free(svc_text);
         free(text);
         snprintf(path, sizeof(path), "%s/gpu-memd.socket", unit_dir);
-        text = read_text(path);
+        text = harness_read_file(path);
         assert_non_null(text);
         assert_non_null(strstr(text, "ListenSequentialPacket="));
         snprintf(path, sizeof(path), "%s/gpu-memd.socket", verify_dir);
@@ -396,7 +376,7 @@ static void test_install_units_verify(void **state)
         free(out);
         free(err);
         snprintf(path, sizeof(path), "%s/passwd", etc);
-        text = read_text(path);
+        text = harness_read_file(path);
         assert_non_null(text);
         if (strncmp(text, "gpu-memd:", 9) != 0 && !strstr(text, "\ngpu-memd:"))
                 fail_long("systemd-sysusers made no gpu-memd user:\n%s", text);
