@@ -49,36 +49,6 @@
 #define INUSE_CONFIG "[pools]\nhost_limit = 256M\n[swap]\nchunk_size = 2M\n" \
                      "[sim]\ncopy_rate = 256M\n"
 
-typedef struct fixture {
-        harness h;
-        int own_fds;
-        gmd_client *client, *other;
-} fixture;
-
-static int setup(void **state)
-{
-        fixture *f = calloc(1, sizeof(*f));
-
-        if (!f)
-                return -1;
-        f->own_fds = harness_count_own_fds();
-        *state = f;
-        return 0;
-}
-
-static int teardown(void **state)
-{
-        fixture *f = *state;
-        int own_fds = f->own_fds;
-
-        gmd_disconnect(f->other);
-        gmd_disconnect(f->client);
-        harness_cleanup(&f->h);
-        free(f);
-        *state = NULL;
-        return harness_check_own_fds(own_fds);
-}
-
 /* ---- a slow writer --------------------------------------------------------- */
 
 /* Writes pattern `seed` over `size` bytes at `mem`, `step` bytes at a time
@@ -199,7 +169,7 @@ static void *pager_run(void *arg)
 
 static void test_pageout_while_writing(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_buffer *b = NULL;
         writer w;
         pager p;
@@ -315,7 +285,7 @@ static void *leaser_run(void *arg)
 
 static void test_moves_between_leases(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_buffer *b = NULL;
         unsigned pageouts = 0, busy = 0;
         char error[300] = "";
@@ -371,10 +341,8 @@ static void test_moves_between_leases(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test_setup_teardown(test_pageout_while_writing, setup,
-                                                teardown),
-                cmocka_unit_test_setup_teardown(test_moves_between_leases, setup,
-                                                teardown),
+                HARNESS_TEST(test_pageout_while_writing),
+                HARNESS_TEST(test_moves_between_leases),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
