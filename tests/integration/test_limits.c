@@ -42,9 +42,6 @@
 #define OTHER   ((uid_t)65533)     /* a second unprivileged user */
 #define GRANULE 4096
 
-typedef struct fixture {
-        harness h;
-} fixture;
 
 /* harness_wait_log, for a yes or no: the line it returns is freed. */
 static bool log_seen(const harness *h, const char *needle, int timeout_ms)
@@ -56,28 +53,9 @@ static bool log_seen(const harness *h, const char *needle, int timeout_ms)
         return seen;
 }
 
-static int setup(void **state)
-{
-        fixture *f = calloc(1, sizeof(*f));
-
-        assert_non_null(f);
-        *state = f;
-        return 0;
-}
-
-static int teardown(void **state)
-{
-        fixture *f = *state;
-
-        harness_stop(&f->h);
-        harness_cleanup(&f->h);
-        free(f);
-        return 0;
-}
-
 /* Small sim daemon with 4K granules, so many buffers fit; `extra` adds
  * config lines. */
-static void start(fixture *f, const char *extra)
+static void start(harness_fixture *f, const char *extra)
 {
         char config[1024];
 
@@ -112,7 +90,7 @@ static void as_root(void)
 }
 
 /* A connection that says nothing. */
-static int connect_silent(const fixture *f)
+static int connect_silent(const harness_fixture *f)
 {
         int fd = harness_connect_raw(&f->h);
 
@@ -155,7 +133,7 @@ static int read_verdict(int fd, int ms, int *ret_code, char *msg, size_t len)
 
 /* The connection on `fd` is refused with ERR_LIMIT and a message that
  * contains `needle`, then closed. */
-static void expect_refused(const fixture *f, int fd, const char *needle)
+static void expect_refused(const harness_fixture *f, int fd, const char *needle)
 {
         char msg[512];
         int code, t = read_verdict(fd, 5000, &code, msg, sizeof(msg));
@@ -170,7 +148,7 @@ static void expect_refused(const fixture *f, int fd, const char *needle)
 }
 
 /* gmd_connect as `uid` fails with GMD_ELIMIT and says why. */
-static void expect_connect_refused(const fixture *f, uid_t uid, const char *needle)
+static void expect_connect_refused(const harness_fixture *f, uid_t uid, const char *needle)
 {
         gmd_client *c = NULL;
         int r;
@@ -184,7 +162,7 @@ static void expect_connect_refused(const fixture *f, uid_t uid, const char *need
         assert_null(c);
 }
 
-static gmd_client *connect_as(const fixture *f, uid_t uid, const char *name)
+static gmd_client *connect_as(const harness_fixture *f, uid_t uid, const char *name)
 {
         gmd_client *c = NULL;
         int r;
@@ -219,7 +197,7 @@ static unsigned alloc_until_refused(gmd_client *c, gmd_buffer **bufs, unsigned m
         return n;
 }
 
-static void set_daemon_nofile(const fixture *f, rlim_t n)
+static void set_daemon_nofile(const harness_fixture *f, rlim_t n)
 {
         struct rlimit rl = { n, n };
 
@@ -235,7 +213,7 @@ static void set_daemon_nofile(const fixture *f, rlim_t n)
  * GMD_EQUOTA saying why, and the user's host bytes stay within it. */
 static void test_pageout_host_quota(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_buffer *b[3];
         gmd_client *c;
         gmd_status *st;
@@ -270,7 +248,7 @@ static void test_pageout_host_quota(void **state)
  * with a limit of 4 held 12 buffers in use. */
 static void test_unpark_within_buffer_limit(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_buffer *small[4], *large[4], *more = NULL;
         gmd_client *c;
         gmd_status *st;
@@ -308,7 +286,7 @@ static void test_unpark_within_buffer_limit(void **state)
  * limit; the client is asked for them (MSG_RECLAIM). */
 static void test_park_unpark_within_buffer_limit(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         Gmd__AllocRequest alloc = GMD__ALLOC_REQUEST__INIT;
         Gmd__BufferList park = GMD__BUFFER_LIST__INIT;
         uint64_t ids[4];
@@ -357,7 +335,7 @@ static void test_park_unpark_within_buffer_limit(void **state)
 /* max_buffers_per_user counts the user's clients together. */
 static void test_buffers_per_user(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_buffer *a[8], *b[8];
         gmd_client *ca, *cb;
         int err;
@@ -380,7 +358,7 @@ static void test_buffers_per_user(void **state)
  * answer is GMD_ELIMIT with the reason, not -EIO from a failed memfd. */
 static void test_buffers_auto_from_nofile(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_buffer *bufs[200];
         gmd_client *c;
         int err;
@@ -402,7 +380,7 @@ static void test_buffers_auto_from_nofile(void **state)
  * spun in accept); once the buffers are freed, clients connect again. */
 static void test_out_of_fds(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_buffer *bufs[200];
         int fds[40], refused = 0;
         gmd_client *c, *again;
@@ -450,7 +428,7 @@ static void test_out_of_fds(void **state)
 
 static void test_connections_per_user(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_client *other, *root;
         int silent[3], fd;
 
@@ -478,7 +456,7 @@ static void test_connections_per_user(void **state)
 
 static void test_admin_slots(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_client *r1, *r2;
         int silent[3], fd;
 
@@ -509,7 +487,7 @@ static void test_admin_slots(void **state)
 /* A connection that never says hello is closed, told why. */
 static void test_hello_deadline(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_client *c;
         char msg[512];
         int fd, code, t;
@@ -533,7 +511,7 @@ static void test_hello_deadline(void **state)
  * once wrote millions of accept errors in seconds). */
 static void test_log_rate_limited(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         char msg[512];
         int held, code, n;
 
@@ -590,7 +568,7 @@ static void flood_status(int fd, int n)
         }
 }
 
-static int hello_raw(const fixture *f, const char *name)
+static int hello_raw(const harness_fixture *f, const char *name)
 {
         Gmd__Hello hello = GMD__HELLO__INIT;
         uint8_t payload[128];
@@ -610,7 +588,7 @@ static int hello_raw(const fixture *f, const char *name)
 }
 
 /* Buffers that make each status reply a few KB. */
-static gmd_client *fill_status(const fixture *f, gmd_buffer **bufs)
+static gmd_client *fill_status(const harness_fixture *f, gmd_buffer **bufs)
 {
         gmd_client *c = harness_client(&f->h, "holder");
         int err;
@@ -621,7 +599,7 @@ static gmd_client *fill_status(const fixture *f, gmd_buffer **bufs)
 
 static void test_reply_bytes_per_connection(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_buffer *bufs[64];
         gmd_client *c, *check;
         int fd;
@@ -645,7 +623,7 @@ static void test_reply_bytes_per_connection(void **state)
 
 static void test_reply_bytes_per_user(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         gmd_buffer *bufs[64];
         gmd_client *c, *check;
         int fds[4];
@@ -677,7 +655,7 @@ static void test_reply_bytes_per_user(void **state)
  * timing; in neither may the log say "bad file descriptor". */
 static void test_gone_with_replies_unread(void **state)
 {
-        fixture *f = *state;
+        harness_fixture *f = *state;
         struct pollfd p;
         gmd_client *check;
         int fd;
@@ -698,7 +676,7 @@ static void test_gone_with_replies_unread(void **state)
         gmd_disconnect(check);
 }
 
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name) HARNESS_TEST(name)
 
 int main(void)
 {
