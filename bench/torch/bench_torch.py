@@ -40,29 +40,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 WARMUP = 10
 
-
-def setup_determinism():
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    import torch
-    torch.manual_seed(1234)
-    torch.cuda.manual_seed_all(1234)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cudnn.benchmark = False
-    return torch
-
-
-def shim_stats():
-    """The shim's counters when it is preloaded, else None."""
-    try:
-        with open("/proc/self/maps") as f:
-            if "libgpumem_torch.so" not in f.read():
-                return None
-    except OSError:
-        return None
-    import gpumem.torch as gt
-    if gt._lib is None:
-        gt._load(None, None)
-    return gt.stats()
+sys.path.insert(0, HERE)
+from common import setup_determinism, shim_stats  # noqa: E402
 
 
 def weights_hash(model):

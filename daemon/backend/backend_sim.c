@@ -291,16 +291,12 @@ static int sim_mem_create_private(gmd_backend *b, unsigned device,
         sm = calloc(1, sizeof(*sm));
         if (!sm)
                 return -ENOMEM;
-        r = host_arena_take(&a->ranges, size, SIM_ARENA_MAX_PARTS, &sm->span);
+        r = host_arena_take_mem(&a->ranges, device, size, SIM_ARENA_MAX_PARTS,
+                                &sm->span, &sm->mem);
         if (r < 0) {
                 free(sm);
                 return r;
         }
-        sm->mem.fd = -1;
-        sm->mem.size = size;
-        sm->mem.tier = GMD_TIER_HOST;
-        sm->mem.device = device;
-        sm->mem.daemon_only = true;
         *ret_mem = &sm->mem;
         return 0;
 }
