@@ -145,6 +145,26 @@ def child_main(workload, steps):
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def bench_cpus():
+    """The CPUs every child runs on, the same for both allocators: the
+    Llama generation is bound by the host (Python and kernel launches; its
+    GPU time is a sixth of its wall time), and a process moved between
+    cores or sharing one varies by more than the 2% judged. $GMD_BENCH_CPUS
+    ("2-5" or "2,3,4,5"; "all": no pinning), else 4 allowed CPUs after the
+    first two."""
+    spec = os.environ.get("GMD_BENCH_CPUS", "")
+    allowed = sorted(os.sched_getaffinity(0))
+    if spec == "all":
+        return None
+    if spec:
+        cpus = set()
+        for part in spec.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        return sorted(cpus)
+    return allowed[2:6] if len(allowed) >= 6 else None
+
+
 def run_child(workload, alloc, steps, build, log):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", workload,
            "--steps", str(steps)]
@@ -154,8 +174,10 @@ def run_child(workload, alloc, steps, build, log):
     if alloc == "gpumem":
         cmd = [os.path.join(build, "client", "torch", "gpumem-run"),
                "--name", f"bench-{workload}"] + cmd
+    cpus = bench_cpus()
     t0 = time.time()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
+                       preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     log.write(f"==== {workload} {alloc} rc {p.returncode} "
               f"({time.time() - t0:.1f} s)\n{p.stdout}{p.stderr}\n")
     log.flush()
@@ -163,6 +185,7 @@ def run_child(workload, alloc, steps, build, log):
         if line.startswith("RESULT "):
             r = json.loads(line[7:])
             r["alloc"] = alloc
+            r["cpus"] = cpus
             return r
     raise RuntimeError(f"{workload} with {alloc} failed (rc {p.returncode}):\n"
                        f"{p.stderr[-3000:]}")
