@@ -112,6 +112,14 @@ static int link_time(cuda_backend *b, cuda_queue *q, gmd_copy_dir dir,
         return 0;
 }
 
+/* LINK_COPY in whole host granules, as the arena hands them out. */
+static uint64_t link_len(const cuda_device *d)
+{
+        uint64_t g = d->host_granularity ? d->host_granularity : 1;
+
+        return (LINK_COPY + g - 1) / g * g;
+}
+
 static void link_skip(cuda_device *d, unsigned device, const char *why)
 {
         d->link.state = CUDA_LINK_SKIPPED;
@@ -151,7 +159,7 @@ static int link_arena_ready(cuda_backend *b, cuda_device *d, uint64_t len,
 static void link_measure(cuda_backend *b, cuda_device *d, unsigned device)
 {
         const gmd_cuda_driver *cu = b->cu;
-        uint64_t len = LINK_COPY, rate[2] = { 0, 0 };
+        uint64_t len = link_len(d), rate[2] = { 0, 0 };
         unsigned rounds[2] = { 0, 0 };
         CUevent ev[2] = { NULL, NULL };
         CUdeviceptr vram = 0;
@@ -217,7 +225,7 @@ void cuda_link_maintain(cuda_backend *b)
 
                 if (d->link.state != CUDA_LINK_PENDING)
                         continue;
-                ready = link_arena_ready(b, d, LINK_COPY, &building, &why);
+                ready = link_arena_ready(b, d, link_len(d), &building, &why);
                 if (ready < 0) {
                         link_skip(d, i, why);
                         continue;
