@@ -12,9 +12,11 @@ host-memory buffers, Debian's torch 1.13; issue 13, items 3 and 5):
   Lead      lead.units_ahead is max(1, ceil(t_copy / t_compute)), bounded;
             the daemon's link (its [sim] copy_rate) read from status; a
             stream()'s lead planned from it and the first pass's block
-            times at the start of the second pass, the blocks placed again
-            within the budget for it, results unchanged; an explicit lead
-            kept; offload_activations' lead planned at the first unpack
+            times at the start of the second pass and used by its
+            prefetches, bounded by the budget beside the resident blocks,
+            results unchanged; an explicit lead kept; offload_activations'
+            lead planned at the first unpack; without a link, the fixed
+            defaults
 Skips with one SKIP: line where torch is missing.
 """
 import copy
@@ -28,7 +30,7 @@ try:
     import torch
     import gpumem.torch as gt
     from gpumem import lead as glead
-    from test_offload import Layers, mlp
+    from test_offload import Layers, Spy, mlp
 except ImportError:
     torch = None
     skip_line("test_spill", "torch not installed (Debian: python3-torch): "
@@ -247,7 +249,45 @@ class Lead(DaemonTest):
     def test_link_from_status(self):
         self.assertEqual(glead.link_in(self.client, 0), self.RATE)
 
-    def test_stream_lead_planned_and_blocks_placed_again(self):
+    def test_stream_lead_planned(self):
+        torch.manual_seed(3)
+        tokens = torch.randint(0, 64, (16, 32))
+        ref = Layers()
+        with torch.no_grad():
+            expected = ref(tokens)
+        model = copy.deepcopy(ref)
+        s = gt.stream(model, client=self.client, pageout=True)
+        for b in s.blocks:                  # stream every block
+            b.resident = False
+            s._release(b)
+        self.assertTrue(s.lead_planned)
+        self.assertEqual(s.lead, 1)
+        # a block's copy: 257.5 KiB at 100 MiB/s, 2.5 ms; compute 1 ms:
+        # 3 ahead
+        fixed_seconds(s.ops, 1e-3)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(tokens), expected))
+        self.assertIsNone(s.plan)           # planned at the next pass
+        self.client.wait(timeout=10)
+        spy = Spy(self)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(tokens), expected))
+        _, block = self.sizes(model)
+        self.assertEqual(math.ceil(block / self.RATE / 1e-3), 3)
+        self.assertEqual(s.plan, {
+            "link_bytes_per_s_in": self.RATE, "block_bytes": block,
+            "compute_s": 1e-3, "copy_s": block / self.RATE, "wanted": 3,
+            "lead": 3, "planned": True})
+        self.assertEqual(s.lead, 3)
+        # the first block's pre-hook prefetched the three after it
+        ids = [b.buf.id for b in s.order]
+        first = spy.calls.index(("acquire", ids[0]))
+        self.assertEqual(spy.calls[first + 1:first + 4],
+                         [("prefetch", i) for i in ids[1:4]])
+        s.remove()
+        self.assertEqual(self.client.buffers, [])
+
+    def test_stream_lead_bounded_by_budget(self):
         torch.manual_seed(3)
         tokens = torch.randint(0, 64, (16, 32))
         ref = Layers()
@@ -255,51 +295,21 @@ class Lead(DaemonTest):
             expected = ref(tokens)
         model = copy.deepcopy(ref)
         rest, block = self.sizes(model)
-        # lead 1: two blocks in flight and one resident; lead 2 (all the
-        # budget allows: three blocks in flight) leaves none resident
+        # room for the rest, two blocks in flight (lead 1) and one resident
         s = gt.stream(model, budget=rest + 3 * block + block // 2,
                       client=self.client, pageout=True)
-        self.assertTrue(s.lead_planned)
+        self.assertEqual([b.resident for b in s.blocks],
+                         [True, False, False, False])
+        fixed_seconds(s.ops, 1e-3)          # 3 ahead wanted
+        for _ in range(3):
+            with torch.no_grad():
+                self.assertTrue(torch.equal(model(tokens), expected))
+        # the resident block stays; the budget leaves room for lead 1
+        self.assertEqual(s.plan["wanted"], 3)
+        self.assertEqual(s.plan["lead"], 1)
         self.assertEqual(s.lead, 1)
         self.assertEqual([b.resident for b in s.blocks],
                          [True, False, False, False])
-        # a block's copy: 257.5 KiB at 100 MiB/s, 2.5 ms; compute 1 ms:
-        # 3 ahead wanted, 2 allowed
-        fixed_seconds(s.ops, 1e-3)
-        with torch.no_grad():
-            self.assertTrue(torch.equal(model(tokens), expected))
-        self.assertIsNone(s.plan)           # planned at the next pass
-        with torch.no_grad():
-            self.assertTrue(torch.equal(model(tokens), expected))
-        self.assertEqual(math.ceil(block / self.RATE / 1e-3), 3)
-        self.assertEqual(s.plan, {
-            "link_bytes_per_s_in": self.RATE, "block_bytes": block,
-            "compute_s": 1e-3, "copy_s": block / self.RATE, "lead": 2,
-            "planned": True})
-        self.assertEqual(s.lead, 2)
-        self.assertEqual([b.resident for b in s.blocks], [False] * 4)
-        self.client.wait(timeout=10)
-        status = status_of(self.client, [b.buf for b in s.blocks])
-        self.assertEqual([status[b.buf.id][:2] for b in s.blocks],
-                         [("host", False)] * 4)
-        spy_prefetches = s.stats["prefetches"]
-        with torch.no_grad():
-            self.assertTrue(torch.equal(model(tokens), expected))
-        # the first block's pre-hook prefetches the next two
-        self.assertGreaterEqual(s.stats["prefetches"] - spy_prefetches, 3)
-        s.remove()
-        self.assertEqual(self.client.buffers, [])
-
-    def test_stream_lead_without_budget(self):
-        model = Layers()
-        s = gt.stream(model, client=self.client)    # all resident
-        fixed_seconds(s.ops, 1e-3)
-        tokens = torch.randint(0, 64, (4, 8))
-        with torch.no_grad():
-            model(tokens)
-            model(tokens)
-        self.assertEqual(s.lead, 3)
-        self.assertTrue(all(b.resident for b in s.blocks))
         s.remove()
 
     def test_explicit_lead_kept(self):

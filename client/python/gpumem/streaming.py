@@ -35,12 +35,14 @@ second pass), and at the start of the second pass
     t_compute = the median block's forward time in the first pass
 
 so the copy of the block `lead` ahead is covered by the compute of the
-blocks before it; at most what `budget` leaves room for (1 + lead blocks
-beside the rest). Until then, and when the link is not known (sim copies
-unthrottled, not measured yet), the lead is 1. A larger lead leaves room
-for fewer resident blocks: they are placed again within `budget` (the
-last resident ones start streaming). `plan` says what was measured and
-decided.
+blocks before it; at most what `budget` leaves beside the rest and the
+resident blocks (1 + lead blocks in flight). Resident blocks are not given
+up for a longer lead: the formula asks for more than 1 only when a block
+copies slower than it computes, and then each resident block saves a
+whole copy per pass where a longer lead saves only the gaps between
+copies. Until then, and when the link is not known (sim copies
+unthrottled, not measured yet), the lead is 1. `plan` says what was
+measured, wanted and decided.
 
 Training: a block's forward hook puts a hook on its output's gradient,
 which acquires the block again (and prefetches the blocks before it, in
@@ -310,8 +312,7 @@ class Streamer:
 
     def _plan_lead(self):
         """At the start of the second forward pass: the lead from the
-        link and the first pass's block times (module comment), then the
-        blocks placed again within the budget for it."""
+        link and the first pass's block times (module comment)."""
         self._plan_pending = False
         times = [self.ops.seconds(b.marks[0], b.marks[1], wait=True)
                  for b in self.blocks
@@ -322,35 +323,22 @@ class Streamer:
                     for b in self.blocks if not b.resident and b.buf]
         compute = statistics.median(times) if times else 0.0
         rate = _lead.link_in(self.client, self.device_index)
-        most = None
-        if self.budget is not None and self.max_size:
-            most = (self.budget - self.rest_size) // self.max_size - 1
         nbytes = max(streamed, default=self.max_size)
-        ahead = _lead.units_ahead(nbytes, rate, compute, most)
+        wanted = _lead.units_ahead(nbytes, rate, compute)
+        ahead = wanted
+        if wanted is not None and self.budget is not None and self.max_size:
+            resident = sum(size for size, b in zip(self.sizes, self.blocks)
+                           if b.resident)
+            room = self.budget - self.rest_size - resident
+            ahead = max(1, min(wanted, room // self.max_size - 1))
         self.plan = {"link_bytes_per_s_in": rate, "block_bytes": nbytes,
                      "compute_s": compute,
                      "copy_s": nbytes / rate if rate else None,
+                     "wanted": wanted,
                      "lead": ahead if ahead is not None else self.lead,
                      "planned": ahead is not None}
-        if ahead is None or ahead == self.lead:
-            return
-        self.lead = ahead
-        if self.budget is None:
-            return          # residency is the caller's: nothing to redo
-        with self._lock:
-            for block, resident in zip(self.blocks,
-                                       self._residency(self.lead)):
-                if resident == block.resident or block.buf is None:
-                    continue
-                block.resident = resident
-                for part in (block, block.state):
-                    if part is None:
-                        continue
-                    part.resident = resident
-                    if resident:
-                        self._acquire(part)
-                    else:
-                        self._release(part)
+        if ahead is not None:
+            self.lead = ahead
 
     # ---- hooks -----------------------------------------------------------
 
