@@ -66,7 +66,8 @@ class Part:
         self.was_vram = False           # in VRAM when idle() began
 
     def __repr__(self):
-        return f"<Part {len(self.params)} params {self.nbytes} bytes {self.tier}>"
+        return (f"<Part {len(self.params)} params {self.nbytes} bytes "
+                f"{self.tier}>")
 
 
 def _packing_order(model):
@@ -136,9 +137,11 @@ class Spiller:
     # ---- placement -------------------------------------------------------
 
     def _place(self):
+        moved = []                 # (module, key, the buffer before)
         for module in self.model.modules():      # masks, rotary tables
             for key, value in list(module._buffers.items()):
                 if value is not None:
+                    moved.append((module, key, value))
                     module._buffers[key] = value.to(self.torch_device)
         homes = []                 # (parameter, its device before)
         try:
@@ -146,6 +149,8 @@ class Spiller:
                 self._fill(part, homes)
         except BaseException:
             self._undo(homes)
+            for module, key, value in moved:
+                module._buffers[key] = value
             raise
 
     def _fill(self, part, homes):
@@ -267,7 +272,8 @@ class Spiller:
         with self._lock:
             for part in self._live():
                 for p, _ in part.params:
-                    p.data = p.data.clone(memory_format=torch.contiguous_format)
+                    p.data = p.data.clone(
+                        memory_format=torch.contiguous_format)
                 self._free(part)
 
     def _free(self, part):
