@@ -516,6 +516,19 @@ static void test_scrape_queue_depth(void **state)
         assert_true(sample(body, "gpumemd_link_bytes_per_second{device=\"0\","
                            "direction=\"out\"}") == 8.0 * MiB);
         free(answer);
+        /* The status reply carries the same figures, on the VRAM pool. */
+        {
+                gmd_status *st = NULL;
+
+                assert_int_equal(gmd_query_status(f->client, GMD_STATUS_POOLS,
+                                                  0, &st), 0);
+                assert_int_equal(st->n_pools, 2);
+                assert_int_equal(st->pools[0].tier, GMD_TIER_VRAM);
+                assert_int_equal(st->pools[0].link_bytes_per_s_in, 8 * MiB);
+                assert_int_equal(st->pools[0].link_bytes_per_s_out, 8 * MiB);
+                assert_int_equal(st->pools[1].link_bytes_per_s_in, 0);
+                gmd_status_free(st);
+        }
         assert_int_equal(gmd_wait(f->client, b, 10000), 0);
         assert_int_equal(gmd_free(f->client, b), 0);
         harness_stop(&f->h);
