@@ -313,6 +313,18 @@ static void sim_arena_info(gmd_backend *b, unsigned device,
         host_arena_info(&a->ranges, ret_info);
 }
 
+/* The link is what [sim] copy_rate throttles each copy queue to (each
+ * device has one per direction); 0, unknown, when copies are unthrottled. */
+static void sim_link_info(gmd_backend *b, unsigned device,
+                          gmd_link_info *ret_info)
+{
+        sim_backend *sim = to_sim(b);
+        uint64_t rate = device < sim->n_devices ? sim_copier_rate(sim->copier) : 0;
+
+        ret_info->bytes_per_s[GMD_COPY_OUT] = rate;
+        ret_info->bytes_per_s[GMD_COPY_IN] = rate;
+}
+
 /* The address of byte `off` of `mem` in the daemon and how many bytes are
  * contiguous from there; NULL past the end. */
 static char *sim_mem_at(sim_backend *sim, gmd_mem *mem, uint64_t off,
@@ -463,6 +475,7 @@ static const gmd_backend_ops sim_ops = {
         .copy_reap = sim_copy_reap,
         .mem_create_private = sim_mem_create_private,
         .arena_info = sim_arena_info,
+        .link_info = sim_link_info,
 };
 
 int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
