@@ -258,7 +258,10 @@ class Offloader:
         with self._lock:
             keep, free = [], []
             for buf, event in self._retired:
-                (free if self.ops.done(event) else keep).append(buf)
+                if self.ops.done(event):
+                    free.append(buf)
+                else:
+                    keep.append((buf, event))
             self._retired = keep
             if all(s is None for s in self._saved):
                 self._saved = []    # indices restart with the next forward
