@@ -146,7 +146,12 @@ static void moves_changed(gmd_server *server)
         pending_mark(&server->pending, PENDING_WAITS);
 }
 
-/* ---- acquirers ------------------------------------------------------- */
+/* ---- acquirers -------------------------------------------------------
+ *
+ * An acquire that waited is answered when its move ends or its deadline
+ * passes: the outcome is queued in its session (session_answer), and the
+ * scheduling pass's last step has request.c send the reply — after the
+ * remap and ack that finished the move, in this same loop iteration. */
 
 static void acquirer_on_closed(uv_handle_t *handle)
 {
@@ -172,7 +177,7 @@ static void acquirer_grant(gmd_acquirer *a)
                 return;
         result_ok(&ok);
         a->buffer->acquired = true;
-        session_answer(a->session, a->request_id, &ok);
+        session_answer(a->session, ANSWER_OK, a->request_id, &ok);
         acquirer_done(a);
 }
 
@@ -184,7 +189,7 @@ static void acquirer_fail(gmd_acquirer *a, int code, const char *why)
                 return;
         result_error(&res, code, "buffer %llu: %s",
                      (unsigned long long)a->buffer->id, why);
-        session_answer(a->session, a->request_id, &res);
+        session_answer(a->session, ANSWER_ERROR, a->request_id, &res);
         acquirer_done(a);
 }
 
