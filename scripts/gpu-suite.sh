@@ -45,6 +45,47 @@
 # tests (GMD_OFFLOAD_QUICK=1 passes them --quick too); test_spill.py also
 # appends its tokens/s lines to $OUT/spill.jsonl.
 #   nvidia-smi.txt   the machine
+#
+# GMD_SANDBOX=1 runs every gpu-memd the tests and benchmarks start under
+# the hardened unit's process-level confinement (issue 10 item 9): the
+# suite writes $OUT/gpu-memd-sandboxed, a wrapper that execs
+# `BUILD/tests/sandbox/unit_sandbox $GMD_SANDBOX_OPTS -- BUILD/daemon/gpu-memd "$@"`,
+# and points GMD_DAEMON at it (gpu_proc.c, the Python tests and benches
+# start what GMD_DAEMON names). unit_sandbox applies LimitNOFILE,
+# LimitMEMLOCK, UMask=0077, CapabilityBoundingSet=, NoNewPrivileges and a
+# seccomp filter of SystemCallFilter=@system-service (EPERM otherwise),
+# SystemCallArchitectures=native, RestrictAddressFamilies=AF_UNIX AF_INET
+# AF_INET6, RestrictNamespaces, LockPersonality and RestrictRealtime; not
+# the unit's mounts (ProtectSystem, PrivateTmp, ProtectProc...), device
+# cgroup (DevicePolicy/DeviceAllow), IPAddressDeny or User= (see
+# tests/sandbox/unit_sandbox.c). The log gets `unit_sandbox --probe` first
+# (a call outside @system-service must get EPERM: the run stops with exit
+# 2 if seccomp is unavailable or the probe fails), every daemon's start is
+# appended to $OUT/sandbox-starts.log, and gpu-suite.json says
+# "sandbox": true with the number of starts. A daemon's refused call shows
+# as "Operation not permitted" in its log (the suite log counts them at
+# the end). GMD_SANDBOX_OPTS="--deny NAME" refuses one more call.
+# Where PID 1 is systemd, the check is the real unit instead: install it
+# (make install; systemctl start gpu-memd.socket), run
+# `systemd-analyze security gpu-memd.service` and the clients against
+# /run/gpu-memd/gpu-memd.sock (GPU_MEMD_SOCKET=... python3 -m unittest
+# test_cuda), or start one daemon with the unit's properties:
+#   systemd-run --wait --pipe --collect -p LimitNOFILE=524288 \
+#     -p LimitMEMLOCK=infinity -p UMask=0077 -p CapabilityBoundingSet= \
+#     -p NoNewPrivileges=yes -p SystemCallFilter=@system-service \
+#     -p SystemCallErrorNumber=EPERM -p SystemCallArchitectures=native \
+#     -p "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6" \
+#     -p RestrictNamespaces=yes -p LockPersonality=yes -p RestrictRealtime=yes \
+#     -p ProtectSystem=strict -p ProtectHome=yes -p ProtectKernelTunables=yes \
+#     -p ProtectKernelModules=yes -p ProtectControlGroups=yes \
+#     -p ProtectClock=yes -p ProtectKernelLogs=yes -p ProtectHostname=yes \
+#     -p ProtectProc=invisible -p DevicePolicy=closed \
+#     -p "DeviceAllow=char-nvidia-frontend rw" -p "DeviceAllow=char-nvidia-uvm rw" \
+#     -p "DeviceAllow=char-nvidia-caps rw" -p RuntimeDirectory=gpu-memd-check \
+#     BUILD/daemon/gpu-memd --backend cuda --socket /run/gpu-memd-check/sock
+# (no PrivateTmp there: the clients must reach the socket), then the
+# clients against that socket. The GPU machine's container has no systemd
+# as PID 1, hence the launcher.
 # Exit status: 0 when no test failed (skips are not failures).
 set -u
 
@@ -80,6 +121,33 @@ export GMD_BUILD="$build"
 # The GPU machine's python3 is the one with PyTorch; gpumem.torch finds the
 # shim of this build.
 export GPU_MEMD_TORCH_LIB="$build/client/torch/libgpumem_torch.so.0"
+
+# GMD_SANDBOX=1: every daemon under unit_sandbox (see the top).
+sandbox=false
+if [ "${GMD_SANDBOX:-0}" = 1 ]; then
+        launcher="$build/tests/sandbox/unit_sandbox"
+        wrapper="$OUT/gpu-memd-sandboxed"
+        [ -x "$launcher" ] || { echo "GMD_SANDBOX=1: no $launcher in the build" | tee -a "$log" >&2; exit 2; }
+        echo "=== sandbox: unit_sandbox --probe" | tee -a "$log"
+        "$launcher" --probe ${GMD_SANDBOX_OPTS:-} >>"$log" 2>&1
+        rc=$?
+        if [ $rc -ne 0 ]; then
+                echo "=== sandbox: probe failed (rc $rc): not running the suite unconfined" | tee -a "$log" >&2
+                exit 2
+        fi
+        probe_lines=$(wc -l <"$log")
+        : >"$OUT/sandbox-starts.log"
+        cat >"$wrapper" <<EOF
+#!/bin/sh
+# gpu-memd under the unit's confinement (scripts/gpu-suite.sh, GMD_SANDBOX=1)
+echo "\$(date +%T.%N) pid \$\$: \$*" >>"$OUT/sandbox-starts.log"
+exec "$launcher" ${GMD_SANDBOX_OPTS:-} -- "$build/daemon/gpu-memd" "\$@"
+EOF
+        chmod 755 "$wrapper"
+        export GMD_DAEMON="$wrapper"
+        sandbox=true
+        echo "=== sandbox: GMD_SANDBOX=1: every gpu-memd started through GMD_DAEMON=$wrapper (unit_sandbox ${GMD_SANDBOX_OPTS:-}-- gpu-memd)" | tee -a "$log"
+fi
 
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >>"$OUT/nvidia-smi.txt"
 nvidia-smi -L >>"$log" 2>&1
@@ -178,8 +246,17 @@ for b in $benches; do
         esac
 done
 
+sandbox_starts=null
+if [ "$sandbox" = true ]; then
+        sandbox_starts=$(wc -l <"$OUT/sandbox-starts.log")
+        # Refused calls in the daemons' logs and the tests' output after
+        # the probe (not the launcher's own lines about limits).
+        eperm=$(tail -n +$((probe_lines + 1)) "$log" | grep -v 'unit_sandbox: ' | grep -c 'Operation not permitted')
+        echo "=== sandbox: $sandbox_starts gpu-memd starts under unit_sandbox ($OUT/sandbox-starts.log); \"Operation not permitted\" lines after the probe: $eperm" | tee -a "$log"
+fi
+
 {
-        printf '{"gpu": "%s",\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)"
+        printf '{"gpu": "%s",\n "sandbox": %s, "sandbox_starts": %s,\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" "$sandbox" "$sandbox_starts"
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
         printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s}\n' \

@@ -237,7 +237,8 @@ class Daemon:
         self.socket = os.path.join(self.dir, "sock")
         self.log = log
         self.proc = subprocess.Popen(
-            [os.path.join(build, "daemon", "gpu-memd"), "--backend", "cuda",
+            [os.environ.get("GMD_DAEMON", os.path.join(build, "daemon", "gpu-memd")),
+             "--backend", "cuda",
              "--socket", self.socket, "--vram-limit", str(vram_limit),
              "--host-limit", "32G"], stdout=log, stderr=subprocess.STDOUT)
         for _ in range(3000):
