@@ -107,10 +107,13 @@ void admission_refuse(int fd, int code, const char *why)
          * After the shutdown nothing more can arrive, so drain, then
          * close. MSG_TRUNC: a packet is dropped whole whatever its size;
          * fds sent with it are closed by the kernel with the packet
-         * (no MSG_CMSG: none are received). */
+         * (no MSG_CMSG: none are received). After the shutdown an empty
+         * queue reads as the end of the stream (0), so the drain stops at
+         * the first 0 as at an error: a refusal is a few system calls,
+         * which a connection flood makes thousands of times a second. */
         shutdown(fd, SHUT_RDWR);
         for (int i = 0; i < 256; i++)
-                if (recv(fd, drain, sizeof(drain), MSG_DONTWAIT | MSG_TRUNC) < 0)
+                if (recv(fd, drain, sizeof(drain), MSG_DONTWAIT | MSG_TRUNC) <= 0)
                         break;
         close(fd);
 }
