@@ -1,7 +1,8 @@
 /*
- * admission — see admission.h. Counts are taken by walking the sessions:
- * max_clients bounds the walk, and it runs once per accept, per queued
- * reply and per allocation, never per packet read.
+ * admission — see admission.h. A user's connections and unread reply
+ * bytes are counts in its record (users.h); its buffers are counted by
+ * walking the sessions (max_clients bounds the walk), once per
+ * allocation, never per packet read.
  */
 #include "admission.h"
 
@@ -47,13 +48,9 @@ static bool peer_is_admin(const gmd_config *c, int fd, uid_t *ret_uid)
 
 static unsigned user_sessions(gmd_server *server, uid_t uid)
 {
-        unsigned n = 0;
-        gmd_list *pos;
+        gmd_user *user = users_find(&server->users, uid);
 
-        list_for_each(pos, &server->sessions)
-                if (container_of(pos, gmd_session, link)->uid == uid)
-                        n++;
-        return n;
+        return user ? user->n_sessions : 0;
 }
 
 int admission_check_connect(gmd_server *server, int fd, char *why, size_t len)

@@ -41,6 +41,12 @@
 #define HOST_GRANULARITY (2ull << 20)
 /* Accepting stops this long when the daemon runs out of fds. */
 #define SERVER_ACCEPT_PAUSE_MS 250
+/* Connections taken per loop turn: at most this many, and no more once
+ * they took one user's quantum of loop time (users.h); the rest wait in
+ * the listen backlog for the next turn. So a connection flood (each one
+ * accepted, and refused past max_clients_per_user) takes about as much of
+ * the loop thread as one busy user, not the time of everyone's requests. */
+#define SERVER_ACCEPT_BUDGET 16
 /* How often the driver's free memory is read besides at allocations
  * (core/vram.h); a read costs a few µs. */
 #define VRAM_POLL_MS 5000
@@ -118,6 +124,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         waitq_init(&server->waitq, loop, &server->pending,
                    &scheduler_waitq_ops, server);
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
+        users_init(&server->users, USERS_QUANTUM_NS);
         reuse_init(&server->reuse, config->swap_keep_vram, &server->stats,
                    reuse_release, server);
         list_init(&server->close_pending);
@@ -265,12 +272,14 @@ static void server_accept_pause(gmd_server *server, int err)
 static void server_on_accept(uv_poll_t *handle, int status, int events)
 {
         gmd_server *server = handle->data;
+        uint64_t t0 = now_ns();
 
         if (status < 0) {
                 log_error("listening socket: %s", uv_strerror(status));
                 return;
         }
-        for (int i = 0; i < 16; i++) {
+        for (int i = 0; i < SERVER_ACCEPT_BUDGET &&
+             now_ns() - t0 < USERS_QUANTUM_NS; i++) {
                 gmd_session *s;
                 char why[200];
                 int fd, r;
@@ -300,6 +309,14 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                 }
                 server_arm_hello_sweep(server);
         }
+}
+
+/* Every loop iteration, before the loop polls: a new turn (users.h). */
+static void server_on_turn(uv_prepare_t *prepare)
+{
+        gmd_server *server = prepare->data;
+
+        users_next_turn(&server->users);
 }
 
 static void server_on_hello_sweep(uv_timer_t *timer)
@@ -439,6 +456,14 @@ int server_listen(gmd_server *server, int fd)
                 return r;
         server->sweep_timer.data = server;
         server->sweep_open = true;
+        r = uv_prepare_init(server->loop, &server->turn_prepare);
+        if (r < 0)
+                return r;
+        server->turn_prepare.data = server;
+        server->turn_open = true;
+        r = uv_prepare_start(&server->turn_prepare, server_on_turn);
+        if (r < 0)
+                return r;
         server->copy_async.data = server;
         server->copy_async_open = true;
         if (server_can_move(server))
@@ -486,6 +511,10 @@ void server_stop(gmd_server *server)
                 server->sweep_open = false;
                 uv_close((uv_handle_t *)&server->accept_timer, NULL);
                 uv_close((uv_handle_t *)&server->sweep_timer, NULL);
+        }
+        if (server->turn_open) {
+                server->turn_open = false;
+                uv_close((uv_handle_t *)&server->turn_prepare, NULL);
         }
         if (server->maintaining)
                 uv_close((uv_handle_t *)&server->maintain_timer, NULL);
