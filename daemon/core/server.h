@@ -64,6 +64,8 @@ typedef struct gmd_server {
         uint64_t next_client_id;
 
         gmd_list buffers;             /* every live buffer, oldest first */
+        gmd_list moving;              /* those with a move under way, and */
+        gmd_list vram_idle;           /* those released in VRAM (buffer_index) */
         gmd_idmap buffers_by_id;
         uint64_t next_buffer_id;
 

@@ -121,6 +121,8 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         server->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         list_init(&server->sessions);
         list_init(&server->buffers);
+        list_init(&server->moving);
+        list_init(&server->vram_idle);
         waitq_init(&server->waitq, loop, &server->pending,
                    &scheduler_waitq_ops, server);
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
