@@ -53,11 +53,14 @@ static unsigned user_sessions(gmd_server *server, uid_t uid)
         return user ? user->n_sessions : 0;
 }
 
-int admission_check_connect(gmd_server *server, int fd, char *why, size_t len)
+int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
+                            char *why, size_t len)
 {
         const gmd_config *c = &server->config;
         uid_t uid;
         bool admin = peer_is_admin(c, fd, &uid);
+
+        *ret_uid = uid;
         unsigned open_to_all = c->max_clients - c->admin_clients;
 
         if (server->n_sessions >= c->max_clients) {

@@ -33,9 +33,11 @@ typedef struct gmd_session gmd_session;
 
 /*
  * May the peer on the freshly accepted `fd` have a session? 0, or
- * -EUSERS with the reason (for the log and the client) in `why`.
+ * -EUSERS with the reason (for the log and the client) in `why`. The
+ * peer's uid in `ret_uid` ((uid_t)-1 when it cannot be read).
  */
-int admission_check_connect(gmd_server *server, int fd, char *why, size_t len);
+int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
+                            char *why, size_t len);
 
 /* Tell the peer on `fd` why it is refused (an ErrorReply of `code` with
  * request id 0), then close `fd`. Never blocks. */

@@ -26,10 +26,13 @@
 
 #include "list.h"
 
-/* Loop time one user may use per turn. About ten requests of the usual
- * kind (an allocation takes 20-50 µs on sim); a status reply listing a
- * thousand buffers takes more, and is paid back over the next turns. */
-#define USERS_QUANTUM_NS (200u * 1000u)
+/* Loop time one user may use per turn: a few requests of the usual kind
+ * (an allocation or a free takes 20-50 µs on sim); a status reply listing
+ * a thousand buffers takes more, and is paid back over the next turns.
+ * It bounds how long another user's request waits for each busy user
+ * before it is read: with 100 µs, the load test's probe waits ~250 µs
+ * for a flooding user and a busy one (200 µs: ~480 µs). */
+#define USERS_QUANTUM_NS (100u * 1000u)
 /* What one user can owe, in quanta: a request that took longer is paid
  * back over this many turns at most. */
 #define USERS_MAX_OWED 1000

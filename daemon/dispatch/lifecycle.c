@@ -41,12 +41,13 @@
 #define HOST_GRANULARITY (2ull << 20)
 /* Accepting stops this long when the daemon runs out of fds. */
 #define SERVER_ACCEPT_PAUSE_MS 250
-/* Connections taken per loop turn: at most this many, and no more once
- * they took one user's quantum of loop time (users.h); the rest wait in
- * the listen backlog for the next turn. So a connection flood (each one
- * accepted, and refused past max_clients_per_user) takes about as much of
- * the loop thread as one busy user, not the time of everyone's requests. */
-#define SERVER_ACCEPT_BUDGET 16
+/* Connections taken per loop turn; the rest wait in the listen backlog
+ * for the next turn (thousands a second). What taking one costs (accept,
+ * the checks, the refusal or the new session) is charged to its user's
+ * turn (users.h), so a user's connection flood (each one accepted, and
+ * refused past max_clients_per_user) comes out of that user's share of
+ * the loop thread, with its requests, not out of everyone's. */
+#define SERVER_ACCEPT_BUDGET 4
 /* How often the driver's free memory is read besides at allocations
  * (core/vram.h); a read costs a few µs. */
 #define VRAM_POLL_MS 5000
@@ -274,16 +275,16 @@ static void server_accept_pause(gmd_server *server, int err)
 static void server_on_accept(uv_poll_t *handle, int status, int events)
 {
         gmd_server *server = handle->data;
-        uint64_t t0 = now_ns();
 
         if (status < 0) {
                 log_error("listening socket: %s", uv_strerror(status));
                 return;
         }
-        for (int i = 0; i < SERVER_ACCEPT_BUDGET &&
-             now_ns() - t0 < USERS_QUANTUM_NS; i++) {
+        for (int i = 0; i < SERVER_ACCEPT_BUDGET; i++) {
+                uint64_t t0 = now_ns();
                 gmd_session *s;
                 char why[200];
+                uid_t uid;
                 int fd, r;
 
                 fd = accept4(server->listen_fd, NULL, NULL,
@@ -296,10 +297,12 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                                 log_error("accept: %s", strerror(errno));
                         return;
                 }
-                if (admission_check_connect(server, fd, why, sizeof(why)) < 0) {
+                if (admission_check_connect(server, fd, &uid, why, sizeof(why)) < 0) {
                         log_warning("refusing a connection: %s", why);
                         server->stats.connections_refused++;
                         admission_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
+                        /* A user refused for its connections has a record. */
+                        users_charge(users_find(&server->users, uid), now_ns() - t0);
                         continue;
                 }
                 server->stats.connections++;
@@ -310,6 +313,7 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                         continue;
                 }
                 server_arm_hello_sweep(server);
+                users_charge(s->user, now_ns() - t0);
         }
 }
 
