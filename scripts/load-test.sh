@@ -64,7 +64,8 @@ echo "load-test: $CLIENTS clients x ${SECONDS_} s${flag:+, a hostile user}, idle
      "$(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 # No mapping cache: every allocation is a round trip to the daemon.
 GPU_MEMD_CACHE=0 GPU_MEMD_SOCKET="$dir/gpu-memd.sock" "$BUILD/tests/load/load_bench" \
-        --clients "$CLIENTS" --seconds "$SECONDS_" --idle "$IDLE" $flag --nice "$NICE" --daemon-pid $daemon
+        --clients "$CLIENTS" --seconds "$SECONDS_" --idle "$IDLE" $flag --nice "$NICE" \
+        ${LOAD_UID:+--load-uid "$LOAD_UID"} --daemon-pid $daemon
 echo "daemon: peak RSS $(awk '/VmHWM/ {print $2, $3}' /proc/$daemon/status)," \
      "$(wc -l <"$dir/gpu-memd.log") log lines," \
      "$(grep -c 'refusing a connection' "$dir/gpu-memd.log" || true) refusals logged," \

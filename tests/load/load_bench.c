@@ -10,7 +10,7 @@
  *
  *   load_bench [--clients N] [--seconds S] [--idle S]
  *              [--hostile[=conn,fd,reply,huge]] [--nice N[,N...]]
- *              [--daemon-pid PID]
+ *              [--load-uid UID] [--daemon-pid PID]
  *
  * Three kinds of process: the probe (this one, nice 0, like the daemon),
  * the load clients (one process, a thread and a connection each) and the
@@ -22,11 +22,16 @@
  * (no fork of a process with libgpumem's threads) and waits for its
  * phase.
  *
- * The socket is $GPU_MEMD_SOCKET. As root the hostile user is uid 65534
- * (its process drops to it), so the daemon's per-user bounds apply to it
- * and not to the others; otherwise it runs as the caller's user.
+ * The socket is $GPU_MEMD_SOCKET. As root there are three users, as on a
+ * shared machine: the probe (root), the load clients (uid 65533, or
+ * --load-uid; -1 or 0 keeps them root, the probe's user) and the hostile
+ * user (uid 65534); their processes drop to those uids, so the daemon's
+ * per-user bounds and turns (users.h) apply to each. The default
+ * [limits] max_clients_per_user (64) then bounds --clients. Not as root,
+ * every process is the caller's user.
  * --daemon-pid adds the daemon's CPU time to each phase's figures.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -139,6 +144,45 @@ static uint64_t proc_ticks(pid_t pid)
         return ut + st;
 }
 
+/* ns the task `path` (/proc/PID or /proc/self/task/TID) spent runnable
+ * but waiting for a CPU (schedstat's run_delay), or 0 where the kernel
+ * does not say. For the daemon, /proc/PID is its loop thread. */
+static uint64_t sched_wait_ns(const char *path)
+{
+        char file[300];
+        unsigned long long run = 0, wait = 0;
+        FILE *f;
+
+        snprintf(file, sizeof(file), "%s/schedstat", path);
+        f = fopen(file, "r");
+        if (!f)
+                return 0;
+        if (fscanf(f, "%llu %llu", &run, &wait) != 2)
+                wait = 0;
+        fclose(f);
+        return wait;
+}
+
+/* The same, summed over this process's threads (the probe and its I/O
+ * thread). */
+static uint64_t self_wait_ns(void)
+{
+        DIR *d = opendir("/proc/self/task");
+        struct dirent *e;
+        uint64_t ns = 0;
+        char path[300];
+
+        if (!d)
+                return 0;
+        while ((e = readdir(d)))
+                if (e->d_name[0] != '.') {
+                        snprintf(path, sizeof(path), "/proc/self/task/%s", e->d_name);
+                        ns += sched_wait_ns(path);
+                }
+        closedir(d);
+        return ns;
+}
+
 /* Busy and idle ticks of the whole machine (/proc/stat), summed over CPUs. */
 static void machine_ticks(uint64_t *busy, uint64_t *idle)
 {
@@ -235,12 +279,17 @@ static void *client_main(void *arg)
         return NULL;
 }
 
-static void load_main(phase *ph, unsigned n_clients)
+static void load_main(phase *ph, unsigned n_clients, long uid)
 {
         pthread_t *threads = calloc(n_clients, sizeof(*threads));
         char line[64], c;
         int n;
 
+        if (uid >= 0 && geteuid() == 0 &&
+            (setgid((gid_t)uid) < 0 || setuid((uid_t)uid) < 0)) {
+                perror("load_bench: setuid for the load clients");
+                _exit(1);
+        }
         if (!phase_wait_go(ph) || !threads)
                 _exit(0);
         for (unsigned i = 0; i < n_clients; i++)
@@ -458,7 +507,7 @@ static void usage(void)
 {
         fprintf(stderr, "usage: load_bench [--clients N] [--seconds S] [--idle S] "
                 "[--hostile[=conn,fd,reply,huge]] [--nice N[,N...]] "
-                "[--daemon-pid PID]\n");
+                "[--load-uid UID] [--daemon-pid PID]\n");
 }
 
 static void print_idle(const char *what, const samples *s)
@@ -482,6 +531,8 @@ int main(int argc, char **argv)
         char parts[128];
         gmd_client *probe = NULL;
         pid_t daemon_pid = 0;
+        /* As root: the load clients are another user than the probe. */
+        long load_uid = geteuid() == 0 ? 65533 : -1;
 
         for (int i = 1; i < argc; i++) {
                 if (!strcmp(argv[i], "--clients") && i + 1 < argc) {
@@ -490,6 +541,8 @@ int main(int argc, char **argv)
                         seconds = atof(argv[++i]);
                 } else if (!strcmp(argv[i], "--idle") && i + 1 < argc) {
                         idle = atof(argv[++i]);
+                } else if (!strcmp(argv[i], "--load-uid") && i + 1 < argc) {
+                        load_uid = atol(argv[++i]);
                 } else if (!strcmp(argv[i], "--daemon-pid") && i + 1 < argc) {
                         daemon_pid = (pid_t)atoi(argv[++i]);
                 } else if (!strcmp(argv[i], "--nice") && i + 1 < argc) {
@@ -538,7 +591,7 @@ int main(int argc, char **argv)
                 if (ph->load_pid == 0) {
                         phase_close_earlier(phases, p);
                         (void)setpriority(PRIO_PROCESS, 0, ph->nice);
-                        load_main(ph, n_clients);
+                        load_main(ph, n_clients, load_uid);
                 }
                 ph->hostile_pid = -1;
                 if (hostile) {
@@ -560,18 +613,30 @@ int main(int argc, char **argv)
                 fprintf(stderr, "load_bench: %s\n", gmd_last_error());
                 return 1;
         }
+        if (geteuid() == 0)
+                printf("users: the probe uid 0, the load clients uid %ld%s%s\n",
+                       load_uid > 0 ? load_uid : 0,
+                       load_uid > 0 ? "" : " (the probe's)",
+                       hostile ? ", the hostile user uid 65534" : "");
+        else
+                printf("users: every process is uid %u (not root)\n",
+                       (unsigned)geteuid());
         probe_run(probe, idle, &idle_s);
         print_idle("idle", &idle_s);
 
         for (unsigned p = 0; p < n_phases; p++) {
                 phase *ph = &phases[p];
                 uint64_t d0 = daemon_pid ? proc_ticks(daemon_pid) : 0, d1;
+                char dpath[64];
+                uint64_t dw0, dw1, pw0 = self_wait_ns(), pw1;
                 uint64_t busy0, idle0, busy1, idle1, t0 = now_us(), wall;
                 struct rusage self0, self1, ru;
                 uint64_t load_us = 0, hostile_us = 0, self_us;
                 char line[64] = "";
                 ssize_t n;
 
+                snprintf(dpath, sizeof(dpath), "/proc/%d", (int)daemon_pid);
+                dw0 = daemon_pid ? sched_wait_ns(dpath) : 0;
                 machine_ticks(&busy0, &idle0);
                 getrusage(RUSAGE_SELF, &self0);
                 printf("loaded, phase %u: %u clients%s%s x %.0f s; %s\n", p + 1,
@@ -612,6 +677,8 @@ int main(int argc, char **argv)
                         hostile_us = rusage_us(&ru);
                 wall = now_us() - t0;
                 d1 = daemon_pid ? proc_ticks(daemon_pid) : 0;
+                dw1 = daemon_pid ? sched_wait_ns(dpath) : 0;
+                pw1 = self_wait_ns();
                 machine_ticks(&busy1, &idle1);
                 getrusage(RUSAGE_SELF, &self1);
                 self_us = rusage_us(&self1) - rusage_us(&self0);
@@ -646,6 +713,17 @@ int main(int argc, char **argv)
                         if (daemon_pid)
                                 printf("other processes %.0f%%, ", others > 0 ? others : 0);
                         printf("idle %.0f%%\n", (double)ncpu * 100 - busy);
+                        /* Plain CPU contention: time runnable with no CPU. */
+                        if (dw1 > dw0 || pw1 > pw0) {
+                                printf("  waiting for a CPU (runnable, not running): ");
+                                if (daemon_pid)
+                                        printf("the daemon's loop thread %.0f%% of the "
+                                               "phase, ", (double)(dw1 - dw0) / 1e3 /
+                                               (double)wall * 100);
+                                printf("the probe's threads %.1f ms per allocation\n",
+                                       load_s[p].n ? (double)(pw1 - pw0) / 1e6 /
+                                       (double)load_s[p].n : 0.0);
+                        }
                 }
                 fflush(stdout);
         }
