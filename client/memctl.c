@@ -210,8 +210,8 @@ static void print_gpu_processes(const gmd_status *status, unsigned device)
 /* The copy engine of each device: moves queued or copying each way, the
  * bytes moved since the daemon started, and the average rate while
  * copying (bytes over the time a copy was running); then a line per
- * device for its host arena and for VRAM kept for swap-ins, when it has
- * any. */
+ * device for its link, its host arena and VRAM kept for swap-ins, when
+ * it has any. */
 static void print_copies(const gmd_status *status)
 {
         char dev[16], out[16], in[16], rate_out[24], rate_in[24];
@@ -234,6 +234,23 @@ static void print_copies(const gmd_status *status)
                                      sizeof(rate_out)),
                        ctl_rate_text(p->bytes_in, p->copy_us_in, rate_in,
                                      sizeof(rate_in)));
+        }
+        /* What each link can do, each way (in: host to VRAM, as in the
+         * columns above): measured at start (cuda) or the throttle of the
+         * sim's copies; nothing where not known. */
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+
+                if (p->tier != GMD_TIER_VRAM ||
+                    (!p->link_bytes_per_s_in && !p->link_bytes_per_s_out))
+                        continue;
+                printf("gpu%u link: %s in, %s out (%s)\n", p->device,
+                       ctl_rate_text(p->link_bytes_per_s_in, 1000000, rate_in,
+                                     sizeof(rate_in)),
+                       ctl_rate_text(p->link_bytes_per_s_out, 1000000, rate_out,
+                                     sizeof(rate_out)),
+                       strcmp(status->backend, "sim") == 0 ?
+                       "sim: [sim] copy_rate" : "measured at start");
         }
         for (size_t i = 0; i < status->n_pools; i++) {
                 const gmd_pool_status *p = &status->pools[i];
@@ -447,6 +464,10 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                         json_uint(&w, "kept", p->kept);
                         json_uint(&w, "device_free", p->device_free);
                         json_uint(&w, "unaccounted", p->unaccounted);
+                        json_uint(&w, "link_bytes_per_s_out",
+                                  p->link_bytes_per_s_out);
+                        json_uint(&w, "link_bytes_per_s_in",
+                                  p->link_bytes_per_s_in);
                 }
                 json_end_object(&w);
         }

@@ -74,6 +74,8 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 p->kept = w->kept;
                 p->device_free = w->device_free;
                 p->unaccounted = w->unaccounted;
+                p->link_bytes_per_s_out = w->link_bytes_per_s_out;
+                p->link_bytes_per_s_in = w->link_bytes_per_s_in;
         }
         s->n_clients = reply->n_clients;
         for (size_t i = 0; i < reply->n_clients; i++) {

@@ -47,7 +47,7 @@
         X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)     \
         X(cuStreamWaitEvent) X(cuStreamQuery) X(cuLaunchHostFunc)       \
         X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
-        X(cuEventSynchronize) X(cuEventQuery)                           \
+        X(cuEventSynchronize) X(cuEventQuery) X(cuEventElapsedTime)     \
         X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)                      \
         X(cuIpcCloseMemHandle) X(cuIpcGetEventHandle)                   \
         X(cuIpcOpenEventHandle)

@@ -379,6 +379,17 @@ typedef struct gmd_pool_status {
          * so. Both 0 when the daemon could not read the driver. */
         uint64_t device_free;
         uint64_t unaccounted;
+        /* VRAM pools: the link between host memory and the device, bytes
+         * per second each way ("out" VRAM to host, "in" host to VRAM):
+         * on the cuda backend measured once, soon after the daemon
+         * starts, with timed copies through the copy engine and host
+         * arena; on sim the configured [sim] copy_rate. The rate to plan
+         * prefetches by: a buffer of N bytes takes about N / link_in
+         * seconds to come back. 0 when not known (not measured yet, the
+         * measurement skipped — the daemon's log says why —, sim copies
+         * unthrottled, or a daemon older than these fields). */
+        uint64_t link_bytes_per_s_out;
+        uint64_t link_bytes_per_s_in;
 } gmd_pool_status;
 
 typedef struct gmd_client_status {

@@ -41,8 +41,9 @@
 # tests (test_gpu_swap test_torch.py ...), and GMD_BENCH="alloc swap
 # release torch" (the default) picks the benchmarks; "" runs none;
 # GMD_TORCH_ROUNDS=N gives the torch bench N rounds (default 2).
-# tests/gpu/test_offload.py runs with the other Python GPU tests
-# (GMD_OFFLOAD_QUICK=1 passes it --quick too).
+# tests/gpu/test_offload.py and test_spill.py run with the other Python GPU
+# tests (GMD_OFFLOAD_QUICK=1 passes them --quick too); test_spill.py also
+# appends its tokens/s lines to $OUT/spill.jsonl.
 #   nvidia-smi.txt   the machine
 # Exit status: 0 when no test failed (skips are not failures).
 set -u
@@ -89,7 +90,7 @@ entries=()
 for t in "$build"/tests/gpu/test_* "$src"/tests/gpu/test_*.py; do
         [ -f "$t" ] || continue
         case $t in
-        *test_offload.py) cmd=(python3 "$t" ${GMD_OFFLOAD_QUICK:+--quick}) ;;
+        *test_offload.py | *test_spill.py) cmd=(python3 "$t" ${GMD_OFFLOAD_QUICK:+--quick}) ;;
         *.py) cmd=(python3 "$t") ;;
         *) [ -x "$t" ] || continue; cmd=("$t") ;;
         esac

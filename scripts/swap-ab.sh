@@ -10,6 +10,7 @@
 #          cp NEW/bench/swap_bench build-ab/ && cp -r NEW/lib build-ab/
 #   there (`device` run, carry ["build-ab"]):  scripts/swap-ab.sh build-ab [ROUNDS]
 #
+# VARIANTS="old new fix" runs build-ab/gpu-memd-fix too (default "old new").
 # Writes $OUT/ab_{old,new}_N.{json,txt} and prints each run's rows of 16,
 # 64 and 256 MiB and its batch lines. With GMD_AB_LOG=1 each daemon also
 # logs at debug level to $OUT/ab_{old,new}_N.log (GMD_BENCH_DAEMON_LOG):
@@ -22,7 +23,7 @@ OUT=${OUT:-$PWD/swap-ab-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for i in $(seq 1 "$rounds"); do
-        for v in old new; do
+        for v in ${VARIANTS:-old new}; do
                 log=()
                 [ "${GMD_AB_LOG:-0}" = 1 ] && log=(env "GMD_BENCH_DAEMON_LOG=$OUT/ab_${v}_$i.log")
                 GMD_DAEMON="$dir/gpu-memd-$v" timeout 120 "${log[@]}" "$dir/swap_bench" \

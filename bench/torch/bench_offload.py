@@ -61,22 +61,8 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 MiB = 1 << 20
 GiB = 1 << 30
 
-
-def setup_determinism():
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    import torch
-    torch.manual_seed(1234)
-    torch.cuda.manual_seed_all(1234)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cudnn.benchmark = False
-    return torch
-
-
-def pool_moves(client):
-    p = next(p for p in client.status("pools").pools
-             if p.tier == "vram" and p.device == 0)
-    return {"bytes_out": p.bytes_out, "bytes_in": p.bytes_in,
-            "copy_us_out": p.copy_us_out, "copy_us_in": p.copy_us_in}
+sys.path.insert(0, HERE)
+from common import pool_moves, setup_determinism  # noqa: E402
 
 
 def moved(before, after):

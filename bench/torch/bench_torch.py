@@ -40,29 +40,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 WARMUP = 10
 
-
-def setup_determinism():
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    import torch
-    torch.manual_seed(1234)
-    torch.cuda.manual_seed_all(1234)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cudnn.benchmark = False
-    return torch
-
-
-def shim_stats():
-    """The shim's counters when it is preloaded, else None."""
-    try:
-        with open("/proc/self/maps") as f:
-            if "libgpumem_torch.so" not in f.read():
-                return None
-    except OSError:
-        return None
-    import gpumem.torch as gt
-    if gt._lib is None:
-        gt._load(None, None)
-    return gt.stats()
+sys.path.insert(0, HERE)
+from common import setup_determinism, shim_stats  # noqa: E402
 
 
 def weights_hash(model):
@@ -166,6 +145,26 @@ def child_main(workload, steps):
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def bench_cpus():
+    """The CPUs every child runs on, the same for both allocators: the
+    Llama generation is bound by the host (Python and kernel launches; its
+    GPU time is a sixth of its wall time), and a process moved between
+    cores or sharing one varies by more than the 2% judged. $GMD_BENCH_CPUS
+    ("2-5" or "2,3,4,5"; "all": no pinning), else 4 allowed CPUs after the
+    first two."""
+    spec = os.environ.get("GMD_BENCH_CPUS", "")
+    allowed = sorted(os.sched_getaffinity(0))
+    if spec == "all":
+        return None
+    if spec:
+        cpus = set()
+        for part in spec.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        return sorted(cpus)
+    return allowed[2:6] if len(allowed) >= 6 else None
+
+
 def run_child(workload, alloc, steps, build, log):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", workload,
            "--steps", str(steps)]
@@ -175,8 +174,10 @@ def run_child(workload, alloc, steps, build, log):
     if alloc == "gpumem":
         cmd = [os.path.join(build, "client", "torch", "gpumem-run"),
                "--name", f"bench-{workload}"] + cmd
+    cpus = bench_cpus()
     t0 = time.time()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
+                       preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     log.write(f"==== {workload} {alloc} rc {p.returncode} "
               f"({time.time() - t0:.1f} s)\n{p.stdout}{p.stderr}\n")
     log.flush()
@@ -184,6 +185,7 @@ def run_child(workload, alloc, steps, build, log):
         if line.startswith("RESULT "):
             r = json.loads(line[7:])
             r["alloc"] = alloc
+            r["cpus"] = cpus
             return r
     raise RuntimeError(f"{workload} with {alloc} failed (rc {p.returncode}):\n"
                        f"{p.stderr[-3000:]}")

@@ -83,6 +83,15 @@ typedef struct gmd_device_info {
         uint64_t own;
 } gmd_device_info;
 
+/* The link between host memory and one device, each way, for planning
+ * (clients' prefetch lead) and for the operator (status, metrics). */
+typedef struct gmd_link_info {
+        /* Bytes per second by gmd_copy_dir (out: VRAM to host, in: host
+         * to VRAM); 0 where not known: not measured yet, the measurement
+         * skipped (the daemon's log says why), or sim copies unthrottled. */
+        uint64_t bytes_per_s[2];
+} gmd_link_info;
+
 /* One process using a device's memory, as the driver's management
  * library reports it (NVML on cuda). */
 typedef struct gmd_gpu_process {
@@ -172,8 +181,15 @@ typedef struct gmd_backend_ops {
         /* The host arena of `device`, for logs and status. */
         void (*arena_info)(gmd_backend *backend, unsigned device,
                            gmd_arena_info *ret_info);
+        /* The link of `device` each way: on cuda measured once, soon after
+         * start, by timed copies between VRAM and the host arena on the
+         * device's copy streams (backend_cuda_link.c); on sim the
+         * configured [sim] copy_rate. Zeros while not known. Cheap: read
+         * for every status reply and metrics scrape. */
+        void (*link_info)(gmd_backend *backend, unsigned device,
+                          gmd_link_info *ret_info);
         /* Off the request path: zero freed chunks, top up the reserve of
-         * pre-created chunks. The daemon calls it from an idle/timer
+         * pre-created chunks, measure the link once (cuda). The daemon calls it from an idle/timer
          * handler (every ~10 ms while it returns > 0 work left, else on a
          * slow timer). Returns how many chunks it still wants to make. */
         int (*maintain)(gmd_backend *backend);

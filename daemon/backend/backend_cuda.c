@@ -134,6 +134,7 @@ static const gmd_backend_ops cuda_ops = {
         .mem_create_ipc = cuda_ops_mem_create_ipc,
         .mem_create_private = cuda_ops_mem_create_private,
         .arena_info = cuda_ops_arena_info,
+        .link_info = cuda_ops_link_info,
         .event_create = cuda_event_create,
         .event_open = cuda_event_open,
         .event_record = cuda_event_record,

@@ -20,6 +20,8 @@
  *                           and releases other host allocations
  *   backend_cuda_nvml.c     the processes holding a device's memory (NVML,
  *                           loaded at run time when present)
+ *   backend_cuda_link.c     the link between host memory and each device,
+ *                           measured once each way soon after start
  * Everything runs on the daemon's loop thread except two things, each
  * behind its own mutex: the copy engine's host functions (driver threads
  * mark copies finished) and the host worker (it creates and releases
@@ -102,6 +104,20 @@ typedef struct cuda_arena {
         bool failed;             /* a piece failed: building stopped */
 } cuda_arena;
 
+/* Where the measurement of a device's link stands (backend_cuda_link.c). */
+typedef enum cuda_link_state {
+        CUDA_LINK_PENDING = 0,   /* not yet: waiting for arena room, or for
+                                  * the copy streams to be idle */
+        CUDA_LINK_DONE,          /* measured: bytes_per_s holds it */
+        CUDA_LINK_SKIPPED,       /* not possible; logged once, zeros */
+} cuda_link_state;
+
+typedef struct cuda_link {
+        cuda_link_state state;
+        uint64_t bytes_per_s[2]; /* by gmd_copy_dir; loop thread only */
+        uint64_t first_try_us;   /* the first maintain that tried (now_us) */
+} cuda_link;
+
 typedef struct cuda_event {
         gmd_event event;
         CUevent handle;
@@ -138,6 +154,7 @@ typedef struct cuda_device {
         uint64_t vram_own;
         void *nvml_handle;       /* its NVML device, once found
                                   * (backend_cuda_nvml.c) */
+        cuda_link link;          /* its link to host memory */
 } cuda_device;
 
 /* The worker that pins the host arenas and releases host allocations
@@ -305,6 +322,16 @@ int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
                                 uint64_t size, gmd_mem **ret_mem);
 void cuda_ops_arena_info(gmd_backend *backend, unsigned device,
                          gmd_arena_info *ret_info);
+
+/* ---- backend_cuda_link.c ------------------------------------------------ */
+
+/* From maintain (loop thread): measure the link of each device still
+ * pending, when its host arena has room and its copy streams are idle, or
+ * give up on it with one log line. */
+void cuda_link_maintain(cuda_backend *b);
+
+void cuda_ops_link_info(gmd_backend *backend, unsigned device,
+                        gmd_link_info *ret_info);
 
 /* ---- backend_cuda_event.c ----------------------------------------------- */
 

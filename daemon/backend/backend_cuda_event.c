@@ -30,11 +30,12 @@ static void cuda_event_free(cuda_backend *b, cuda_event *e)
         free(e);
 }
 
-int cuda_event_create(gmd_backend *backend, unsigned device,
-                      gmd_event **ret_event)
+/* A new record of an event of `device`, one reference, with that device's
+ * context current: what create and open both begin with, before they give
+ * it a driver event. -EINVAL for a device the backend does not have. */
+static int cuda_event_new(cuda_backend *b, unsigned device,
+                          cuda_event **ret_event)
 {
-        cuda_backend *b = (cuda_backend *)backend;
-        CUipcEventHandle handle;
         cuda_event *e;
         int r;
 
@@ -48,6 +49,21 @@ int cuda_event_create(gmd_backend *backend, unsigned device,
                 return -ENOMEM;
         e->event.device = device;
         e->refs = 1;
+        *ret_event = e;
+        return 0;
+}
+
+int cuda_event_create(gmd_backend *backend, unsigned device,
+                      gmd_event **ret_event)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+        CUipcEventHandle handle;
+        cuda_event *e;
+        int r;
+
+        r = cuda_event_new(b, device, &e);
+        if (r < 0)
+                return r;
         r = cuda_check(b, b->cu->cuEventCreate(&e->handle,
                                 CU_EVENT_INTERPROCESS |
                                 CU_EVENT_DISABLE_TIMING), "cuEventCreate");
@@ -85,14 +101,9 @@ int cuda_event_open(gmd_backend *backend, unsigned device,
                         return 0;
                 }
         }
-        r = cuda_device_enter(b, &b->devices[device]);
+        r = cuda_event_new(b, device, &e);
         if (r < 0)
                 return r;
-        e = calloc(1, sizeof(*e));
-        if (!e)
-                return -ENOMEM;
-        e->event.device = device;
-        e->refs = 1;
         e->imported = true;
         memcpy(e->event.ipc_handle, handle, GMD_IPC_HANDLE_SIZE);
         memcpy(ipc.reserved, handle, GMD_IPC_HANDLE_SIZE);

@@ -335,18 +335,13 @@ int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
         if (!m)
                 return -ENOMEM;
         pthread_mutex_lock(&b->host.lock);
-        r = host_arena_take(&d->arena.ranges, size, CUDA_ARENA_MAX_PARTS,
-                            &m->span);
+        r = host_arena_take_mem(&d->arena.ranges, device, size,
+                                CUDA_ARENA_MAX_PARTS, &m->span, &m->mem);
         pthread_mutex_unlock(&b->host.lock);
         if (r < 0) {
                 free(m);
                 return r;
         }
-        m->mem.fd = -1;
-        m->mem.size = size;
-        m->mem.tier = GMD_TIER_HOST;
-        m->mem.device = device;
-        m->mem.daemon_only = true;
         *ret_mem = &m->mem;
         return 0;
 }

@@ -133,8 +133,10 @@ int cuda_ops_maintain(gmd_backend *backend)
         int want = 0;
         unsigned i;
 
-        /* The same timer watches the copy streams. */
+        /* The same timer watches the copy streams, and measures each
+         * device's link once its host arena has room. */
         cuda_copy_poll(b);
+        cuda_link_maintain(b);
 
         for (i = 0; i < b->n_devices; i++) {
                 cuda_device *d = &b->devices[i];

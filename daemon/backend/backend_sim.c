@@ -291,16 +291,12 @@ static int sim_mem_create_private(gmd_backend *b, unsigned device,
         sm = calloc(1, sizeof(*sm));
         if (!sm)
                 return -ENOMEM;
-        r = host_arena_take(&a->ranges, size, SIM_ARENA_MAX_PARTS, &sm->span);
+        r = host_arena_take_mem(&a->ranges, device, size, SIM_ARENA_MAX_PARTS,
+                                &sm->span, &sm->mem);
         if (r < 0) {
                 free(sm);
                 return r;
         }
-        sm->mem.fd = -1;
-        sm->mem.size = size;
-        sm->mem.tier = GMD_TIER_HOST;
-        sm->mem.device = device;
-        sm->mem.daemon_only = true;
         *ret_mem = &sm->mem;
         return 0;
 }
@@ -315,6 +311,18 @@ static void sim_arena_info(gmd_backend *b, unsigned device,
         if (device >= sim->n_devices || a->fd < 0)
                 return;
         host_arena_info(&a->ranges, ret_info);
+}
+
+/* The link is what [sim] copy_rate throttles each copy queue to (each
+ * device has one per direction); 0, unknown, when copies are unthrottled. */
+static void sim_link_info(gmd_backend *b, unsigned device,
+                          gmd_link_info *ret_info)
+{
+        sim_backend *sim = to_sim(b);
+        uint64_t rate = device < sim->n_devices ? sim_copier_rate(sim->copier) : 0;
+
+        ret_info->bytes_per_s[GMD_COPY_OUT] = rate;
+        ret_info->bytes_per_s[GMD_COPY_IN] = rate;
 }
 
 /* The address of byte `off` of `mem` in the daemon and how many bytes are
@@ -467,6 +475,7 @@ static const gmd_backend_ops sim_ops = {
         .copy_reap = sim_copy_reap,
         .mem_create_private = sim_mem_create_private,
         .arena_info = sim_arena_info,
+        .link_info = sim_link_info,
 };
 
 int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)

@@ -67,6 +67,22 @@ int host_arena_take(gmd_host_arena *a, uint64_t size, unsigned max_parts,
         return 0;
 }
 
+int host_arena_take_mem(gmd_host_arena *a, unsigned device, uint64_t size,
+                        unsigned max_parts, gmd_arena_span *ret_span,
+                        gmd_mem *ret_mem)
+{
+        int r = host_arena_take(a, size, max_parts, ret_span);
+
+        if (r < 0)
+                return r;
+        ret_mem->fd = -1;
+        ret_mem->size = size;
+        ret_mem->tier = GMD_TIER_HOST;
+        ret_mem->device = device;
+        ret_mem->daemon_only = true;
+        return 0;
+}
+
 int host_arena_give(gmd_host_arena *a, gmd_arena_span *span)
 {
         int r = 0;

@@ -10,8 +10,9 @@
  * several parts (a gmd_arena_span), and the copy engine walks them
  * (host_arena_locate). The ranges themselves are extent.c's; this adds
  * what both backends did around it: the build progress (target, built),
- * the served/refused counts, the span's own storage, and the figures
- * gpu-memctl and the metrics show (gmd_arena_info).
+ * the served/refused counts, the span's own storage, the gmd_mem of a host
+ * copy carved out of it, and the figures gpu-memctl and the metrics show
+ * (gmd_arena_info).
  *
  * Holds no memory and makes no driver call: the backend owns the pieces
  * and the address range, and turns a span's offsets into addresses from
@@ -62,6 +63,16 @@ int host_arena_add(gmd_host_arena *a, uint64_t offset, uint64_t len);
  * is taken and *ret_span is untouched. */
 int host_arena_take(gmd_host_arena *a, uint64_t size, unsigned max_parts,
                     gmd_arena_span *ret_span);
+
+/* A backend's host copy of `size` bytes for `device`, carved out of the
+ * arena: host_arena_take into *ret_span (the same errors), then *ret_mem,
+ * the backend record's gmd_mem, says what such a copy is: no fd (-1), the
+ * HOST tier, `size` and `device`, daemon_only (never sent to a client).
+ * Its other fields are left as they are. On failure nothing is taken and
+ * neither is touched. */
+int host_arena_take_mem(gmd_host_arena *a, unsigned device, uint64_t size,
+                        unsigned max_parts, gmd_arena_span *ret_span,
+                        gmd_mem *ret_mem);
 
 /* Give a span's parts back to the arena (they merge with their free
  * neighbours) and free its storage; the span is empty afterwards. -EINVAL

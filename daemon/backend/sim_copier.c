@@ -121,6 +121,11 @@ static void *queue_run(void *arg)
         return NULL;
 }
 
+uint64_t sim_copier_rate(const sim_copier *copier)
+{
+        return copier ? copier->rate : 0;
+}
+
 int sim_copier_new(unsigned n_queues, uint64_t rate, sim_copier **ret_copier)
 {
         sim_copier *c = calloc(1, sizeof(*c));

@@ -23,6 +23,9 @@ int sim_copier_new(unsigned n_queues, uint64_t rate, sim_copier **ret_copier);
  * jobs not reaped are dropped. Accepts NULL, returns NULL. */
 sim_copier *sim_copier_free(sim_copier *copier);
 
+/* The bytes per second each queue copies at most (0: unthrottled). */
+uint64_t sim_copier_rate(const sim_copier *copier);
+
 void sim_copier_set_wake(sim_copier *copier, void (*wake)(void *ctx), void *ctx);
 
 /* Queue a copy of `len` bytes on `queue`. 0 or -ENOMEM / -EINVAL. */

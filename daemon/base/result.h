@@ -4,13 +4,15 @@
  * Handlers and the modules under them do not send error replies: they
  * return an outcome and, for an error, fill a gmd_result with the protocol
  * error code and the sentence that says what to do. request.c turns an
- * outcome into the reply (session_answer); an answer that comes later (a
- * waiting allocation, acquire or MSG_WAIT) is a result too, answered
- * through the same session_answer when it is known. An allocation's
- * result is its buffer (OUTCOME_ALLOCATED): request.c builds the
- * AllocReply, also for one served later from the wait queue
- * (request_answer). HelloReply is request.c's too; StatusReply is built
- * by status.c for request.c's handler (OUTCOME_ANSWERED).
+ * outcome into the reply (request_answer); an answer that comes later (a
+ * waiting acquire or MSG_WAIT, a notice) is a result too: core code queues
+ * it in its session when it is known (session_answer, core/answers.h) and
+ * the scheduling pass hands it to request.c (request_send_answers), which
+ * builds the reply the same way. An allocation's result is its buffer
+ * (OUTCOME_ALLOCATED): request.c builds the AllocReply, also for one
+ * served later from the wait queue (request_answer). HelloReply is
+ * request.c's too; StatusReply is built by status.c for request.c's
+ * handler (OUTCOME_ANSWERED).
  */
 #ifndef GMD_RESULT_H
 #define GMD_RESULT_H

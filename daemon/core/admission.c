@@ -19,7 +19,6 @@
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
-#include "wire.h"
 
 /* Is the peer root or in [daemon] admin_group (as session_apply_config
  * decides for a session)? Its uid in `ret_uid`. */
@@ -87,21 +86,10 @@ int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
         return 0;
 }
 
-void admission_refuse(int fd, int code, const char *why)
+void admission_hang_up(int fd)
 {
-        Gmd__ErrorReply reply = GMD__ERROR_REPLY__INIT;
-        uint8_t payload[1024];
         uint8_t drain[64];
-        size_t n;
 
-        reply.code = code;
-        reply.message = (char *)why;
-        n = protobuf_c_message_get_packed_size(&reply.base);
-        if (n <= sizeof(payload)) {
-                protobuf_c_message_pack(&reply.base, payload);
-                (void)gmd_wire_send(fd, GMD__MSG_TYPE__MSG_ERROR_REPLY, 0, payload,
-                                    (uint32_t)n, NULL, 0);
-        }
         /* Closing with unread packets (the peer's hello) would make the
          * kernel report ECONNRESET to the peer before it reads our reply.
          * After the shutdown nothing more can arrive, so drain, then
@@ -177,7 +165,8 @@ uint64_t admission_sweep_hellos(gmd_server *server)
                 gmd_session *s = container_of(pos, gmd_session, link);
                 uint64_t due = s->connected_ms + limit;
 
-                if (s->hello_done || s->closing || s->close_pending)
+                if (s->hello_done || s->closing || s->close_pending ||
+                    s->answers.close_after)
                         continue;
                 if (due <= now) {
                         snprintf(why, sizeof(why), "no hello within %llu ms "
@@ -186,8 +175,8 @@ uint64_t admission_sweep_hellos(gmd_server *server)
                         server->stats.disconnects_protocol++;
                         result_error(&res, GMD__ERROR_CODE__ERR_TIMED_OUT,
                                      "gpu-memd closed the connection: %s", why);
-                        session_answer(s, 0, &res);
-                        session_close_later(s, why);
+                        session_answer(s, ANSWER_NOTICE, 0, &res);
+                        session_close_after_answers(s, why);
                 } else if (!next || due - now < next) {
                         next = due - now;
                 }

@@ -17,7 +17,9 @@
  *     passes either).
  *
  * A refused connection is told why: one ErrorReply with request id 0, then
- * the socket is closed (proto/gpumem.proto, version history).
+ * the socket is closed (proto/gpumem.proto, version history). The reply
+ * is request.c's to build (request_refuse); closing the socket so the
+ * peer reads it is admission_hang_up's.
  */
 #ifndef GMD_ADMISSION_H
 #define GMD_ADMISSION_H
@@ -39,9 +41,9 @@ typedef struct gmd_session gmd_session;
 int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
                             char *why, size_t len);
 
-/* Tell the peer on `fd` why it is refused (an ErrorReply of `code` with
- * request id 0), then close `fd`. Never blocks. */
-void admission_refuse(int fd, int code, const char *why);
+/* Close `fd`, a connection refused, once told why (request_refuse) so
+ * that its peer still reads the reason. Never blocks. */
+void admission_hang_up(int fd);
 
 /* May session `s` create one more buffer? If not, false, with `ret`
  * saying why (ERR_LIMIT). Over only by what the user's mapping caches
@@ -53,8 +55,9 @@ bool admission_allow_buffer(gmd_session *s, gmd_result *ret);
 unsigned admission_buffers_per_user(const gmd_server *server);
 
 /* Close (later) every session that has not said hello within
- * hello_timeout_ms. Returns the ms until the next one would be due, or
- * 0 when none is waiting for its hello. */
+ * hello_timeout_ms, after a notice that says why (an ErrorReply with
+ * request id 0, owed to it: session_answer). Returns the ms until the next
+ * one would be due, or 0 when none is waiting for its hello. */
 uint64_t admission_sweep_hellos(gmd_server *server);
 
 #endif

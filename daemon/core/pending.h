@@ -2,12 +2,13 @@
  * pending — what changed since the scheduling pass (scheduler.h) last ran.
  *
  * Lower modules never restart the scheduler themselves: when room comes
- * back, a copy ends, a session is to be closed or a move ends, they mark
- * it here and return. The mark arms a libuv check handle (run right after
- * this loop iteration's I/O callbacks) and an idle handle (which only
- * keeps the poll from blocking when the mark came from a timer), and the
- * pass then does the work once, in its fixed order. This header is all a
- * lower module needs, so nothing below the pass includes the pass.
+ * back, a copy ends, a session is to be closed, a move ends or a session
+ * is owed an answer, they mark it here and return. The mark arms a libuv
+ * check handle (run right after this loop iteration's I/O callbacks) and
+ * an idle handle (which only keeps the poll from blocking when the mark
+ * came from a timer), and the pass then does the work once, in its fixed
+ * order, before the loop waits again. This header is all a lower module
+ * needs, so nothing below the pass includes the pass.
  */
 #ifndef GMD_PENDING_H
 #define GMD_PENDING_H
@@ -27,6 +28,8 @@ typedef enum pending_work {
                                      * became evictable: make room */
         PENDING_WAITS = 1u << 4,    /* a move ended or was dropped: answer
                                      * the MSG_WAITs now met */
+        PENDING_ANSWERS = 1u << 5,  /* a session is owed answers (answers.h):
+                                     * request.c builds and sends them */
 } pending_work;
 
 typedef struct gmd_pending {

@@ -75,6 +75,8 @@ typedef struct gmd_server {
         gmd_pending pending;          /* work marked for the scheduling
                                        * pass (scheduler.h) */
         gmd_list close_pending;       /* sessions to close in the pass */
+        gmd_list answers_due;         /* sessions owed answers, for the
+                                       * pass to send (answers.h) */
 
         gmd_copyqs copyqs;            /* one copy queue per device */
         uv_async_t copy_async;        /* the backend finished copies */

@@ -17,7 +17,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "gpumem.pb-c.h"
 #include "log.h"
 #include "server.h"
 #include "timeutil.h"
@@ -108,6 +107,7 @@ int session_new(gmd_server *server, int fd, gmd_session **ret_session)
         s->connected_ms = now_ms();
         list_init(&s->buffers);
         waits_init(&s->waits);
+        answers_init(&s->answers, &server->answers_due, &server->pending);
         list_init(&s->sendq);
         list_init(&s->link);
         list_init(&s->close_link);
@@ -165,8 +165,11 @@ void session_close(gmd_session *s, const char *reason)
         if (reason)
                 log_warning("%s: %s — disconnecting", who, reason);
 
-        /* Its buffers, waiters, waits and kept VRAM: the layer above's. */
+        /* Its buffers, waiters, waits and kept VRAM: the layer above's.
+         * What it is owed goes after: freeing a buffer may fail an
+         * acquire waiting for it, an answer nobody will read. */
         server->on_session_closed(s);
+        answers_drop(&s->answers);
         list_for_each_safe(pos, tmp, &s->sendq) {
                 queued_packet *q = container_of(pos, queued_packet, link);
 
@@ -197,7 +200,8 @@ static void session_update_poll(gmd_session *s)
 {
         int events = UV_READABLE | (list_empty(&s->sendq) ? 0 : UV_WRITABLE);
 
-        if (events != s->poll_events && !s->closing && !s->close_pending) {
+        if (events != s->poll_events && !s->closing && !s->close_pending &&
+            !s->answers.close_after) {
                 s->poll_events = events;
                 uv_poll_start(&s->poll, events, session_on_poll);
         }
@@ -268,12 +272,31 @@ void session_close_later(gmd_session *s, const char *reason)
         pending_mark(&s->server->pending, PENDING_CLOSES);
 }
 
+/* A packet built: to the socket, or behind what it could not take. */
+static int session_send_packet(gmd_session *s, uint16_t type,
+                               uint32_t request_id, const uint8_t *payload,
+                               uint32_t length, const int *fds, unsigned n_fds)
+{
+        int r;
+
+        if (list_empty(&s->sendq)) {
+                r = gmd_wire_send(s->fd, type, request_id, payload, length,
+                                  fds, n_fds);
+                if (r != -EAGAIN) {
+                        if (r < 0 && r != -EPIPE && r != -ECONNRESET)
+                                log_warning("send to client %llu failed: %s",
+                                            (unsigned long long)s->id, strerror(-r));
+                        return r;
+                }
+        }
+        return session_queue(s, type, request_id, payload, length, fds, n_fds);
+}
+
 int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
                  const ProtobufCMessage *msg, const int *fds, unsigned n_fds)
 {
         uint8_t *payload = s->server->tx;
         size_t length = 0;
-        int r;
 
         if (s->closing || s->close_pending)
                 return -ECONNRESET;
@@ -286,33 +309,44 @@ int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
                 }
                 protobuf_c_message_pack(msg, payload);
         }
-        if (list_empty(&s->sendq)) {
-                r = gmd_wire_send(s->fd, type, request_id, payload,
-                                  (uint32_t)length, fds, n_fds);
-                if (r != -EAGAIN) {
-                        if (r < 0 && r != -EPIPE && r != -ECONNRESET)
-                                log_warning("send to client %llu failed: %s",
-                                            (unsigned long long)s->id, strerror(-r));
-                        return r;
-                }
-        }
-        return session_queue(s, type, request_id, payload, (uint32_t)length,
-                             fds, n_fds);
+        /* Answers owed go first: the client gets its packets in the
+         * order they were decided (answers.h). */
+        if (answers_holding(&s->answers))
+                return answers_hold(&s->answers, type, request_id, payload,
+                                    (uint32_t)length, fds, n_fds);
+        return session_send_packet(s, type, request_id, payload,
+                                   (uint32_t)length, fds, n_fds);
 }
 
-int session_answer(gmd_session *s, uint32_t request_id, const gmd_result *r)
+int session_send_held(gmd_session *s, const gmd_answer *held)
 {
-        Gmd__ErrorReply reply = GMD__ERROR_REPLY__INIT;
-        Gmd__OkReply ok = GMD__OK_REPLY__INIT;
+        if (s->closing || s->close_pending)
+                return -ECONNRESET;
+        return session_send_packet(s, held->type, held->request_id,
+                                   held->payload, held->length, held->fds,
+                                   held->n_fds);
+}
 
-        if (r->code == 0)
-                return session_send(s, GMD__MSG_TYPE__MSG_OK_REPLY, request_id,
-                                    &ok.base, NULL, 0);
-        stats_error(&s->server->stats, r->code);
-        reply.code = r->code;
-        reply.message = (char *)r->text;
-        return session_send(s, GMD__MSG_TYPE__MSG_ERROR_REPLY, request_id,
-                            &reply.base, NULL, 0);
+int session_answer(gmd_session *s, answer_kind kind, uint32_t request_id,
+                   const gmd_result *r)
+{
+        int ret;
+
+        if (s->closing || s->close_pending)
+                return -ECONNRESET;
+        ret = answers_push(&s->answers, kind, request_id, r);
+        if (ret == -ENOMEM)
+                log_error("client %llu: no memory to queue the answer to "
+                          "request %u", (unsigned long long)s->id, request_id);
+        return ret;
+}
+
+void session_close_after_answers(gmd_session *s, const char *reason)
+{
+        if (s->closing || s->close_pending || s->answers.close_after)
+                return;
+        uv_poll_stop(&s->poll);
+        answers_close_after(&s->answers, reason);
 }
 
 void session_protocol_error(gmd_session *s, const char *what, uint16_t type)

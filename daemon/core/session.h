@@ -15,6 +15,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "answers.h"
 #include "list.h"
 #include "parking.h"
 #include "quota.h"
@@ -62,6 +63,9 @@ typedef struct gmd_session {
 
         uint64_t connected_ms;      /* accepted at (hello deadline) */
 
+        gmd_answers answers;        /* replies owed, for the pass to send,
+                                     * and packets held behind them
+                                     * (answers.h) */
         gmd_list sendq;             /* packets the socket could not take */
         unsigned sendq_len;
         uint64_t sendq_bytes;       /* their payloads (admission.h) */
@@ -89,25 +93,40 @@ void session_close_later(gmd_session *session, const char *reason);
 
 /*
  * Send one message: encode `msg` (may be NULL for an empty payload) and
- * attach `fds` (duplicated by the kernel; the caller keeps its own). If
- * the socket is full the packet is queued; a client whose queue passes
+ * attach `fds` (duplicated by the kernel; the caller keeps its own). While
+ * answers are owed to the session the packet is held behind them
+ * (answers.h) and goes out with them, in the same loop iteration. If the
+ * socket is full the packet is queued; a client whose queue passes
  * [limits] max_send_queue packets or max_send_queue_bytes, or whose user's
- * connections together pass max_user_send_queue_bytes, is disconnected. Returns 0 or a negative errno (the
- * session may then be closing).
+ * connections together pass max_user_send_queue_bytes, is disconnected.
+ * Returns 0 or a negative errno (the session may then be closing).
  */
 int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
                  const ProtobufCMessage *msg, const int *fds, unsigned n_fds);
 
+/* Send a packet held behind the session's answers (answers_take), as it
+ * was built. As session_send. */
+int session_send_held(gmd_session *session, const gmd_answer *held);
 
 /* Close the session for a protocol error in a message of `type`. */
 void session_protocol_error(gmd_session *session, const char *what,
                             uint16_t type);
 
-/* Answer request `request_id` with `result`: an empty OkReply for a
- * success, else an ErrorReply with its code and text (result.h). The one
- * place OkReply and ErrorReply messages are built. */
-int session_answer(gmd_session *session, uint32_t request_id,
+/*
+ * Owe the session an answer decided outside the request that asked for it
+ * (an acquire granted or failed, a MSG_WAIT met or timed out, a notice):
+ * `kind` with `result`'s code and text is queued for the scheduling pass,
+ * whose last step has request.c build and send it, in the order queued
+ * (answers.h). No reply is built here. Nothing is queued for a session
+ * closing: -ECONNRESET; else 0 or -ENOMEM.
+ */
+int session_answer(gmd_session *session, answer_kind kind, uint32_t request_id,
                    const gmd_result *result);
+
+/* Close the connection once the answers owed to it are sent (a notice
+ * saying why goes first), logging `reason`. Until then it reads nothing
+ * and nothing new is sent to it. */
+void session_close_after_answers(gmd_session *session, const char *reason);
 
 /* Resolve the session's limits and admin right from the server's config
  * (at connect and after a reload). Keeps the priority within the new

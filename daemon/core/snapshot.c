@@ -45,6 +45,13 @@ static void take_pool(const gmd_server *server, unsigned i,
                 ret->device_free = server->vram[i].free;
                 ret->unaccounted = server->vram[i].unaccounted;
         }
+        if (server->backend->ops->link_info) {
+                gmd_link_info link;
+
+                server->backend->ops->link_info(server->backend, i, &link);
+                ret->link[GMD_COPY_OUT] = link.bytes_per_s[GMD_COPY_OUT];
+                ret->link[GMD_COPY_IN] = link.bytes_per_s[GMD_COPY_IN];
+        }
         if (server->backend->ops->arena_info) {
                 gmd_arena_info arena;
 

@@ -1,8 +1,8 @@
 /*
  * snapshot — the daemon's state as status and metrics report it, copied
- * once: pools (with each device's copy queues, kept VRAM and host arena),
- * clients, totals, pinned host memory, counters and, when asked for,
- * buffers.
+ * once: pools (with each device's copy queues, kept VRAM, host arena and
+ * link), clients, totals, pinned host memory, counters and, when asked
+ * for, buffers.
  *
  * The status reply (status.c) and the metrics page (metrics_render.c) are
  * both rendered from one of these, so they cannot disagree about what a
@@ -38,6 +38,8 @@ typedef struct gmd_pool_snapshot {
         bool has_driver_view;        /* the driver was read (vram.h) */
         uint64_t device_free;        /* free on the GPU, the driver's */
         uint64_t unaccounted;        /* used on the GPU, not by gpu-memd */
+        uint64_t link[2];            /* the device's link, bytes per second
+                                      * by gmd_copy_dir; 0: not known */
 } gmd_pool_snapshot;
 
 /* One client, after its hello. */

@@ -311,13 +311,12 @@ static void wait_take_error(gmd_dbuffer *b, gmd_dbuffer **failed, int *error)
         b->move_error = 0;
 }
 
-/* Answer a wait whose buffers stopped moving: OK, or the failure of a
- * move of one of them since it started. */
-static void wait_answer(gmd_move_wait *w)
+/* What a wait whose buffers stopped moving comes to: OK, or the failure
+ * of a move of one of them since it started. */
+static gmd_outcome wait_result(gmd_move_wait *w, gmd_result *ret)
 {
         gmd_session *s = w->owner;
         gmd_dbuffer *failed = NULL;
-        gmd_result res;
         gmd_list *pos;
         int error = 0;
 
@@ -330,23 +329,39 @@ static void wait_answer(gmd_move_wait *w)
                         wait_take_error(container_of(pos, gmd_dbuffer, owner_link),
                                         &failed, &error);
         }
+        if (!failed)
+                return OUTCOME_OK;
+        return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                            "moving buffer %llu failed (%s); it stays on %s, "
+                            "intact (the daemon's log has the cause)",
+                            (unsigned long long)failed->id, strerror(-error),
+                            failed->tier == GMD_TIER_VRAM ? "VRAM" : "host memory");
+}
+
+static gmd_outcome wait_timed_out(const gmd_move_wait *w, gmd_result *ret)
+{
+        return result_error(ret, GMD__ERROR_CODE__ERR_TIMED_OUT,
+                            "moves still under way after %lld ms",
+                            (long long)w->timeout_ms);
+}
+
+/* A wait met later (the scheduling pass's waits step) or timed out (its
+ * timer): the answer is owed to its session, and request.c sends it. */
+static void wait_answer(gmd_move_wait *w)
+{
+        gmd_result res;
+
         result_ok(&res);
-        if (failed)
-                result_error(&res, GMD__ERROR_CODE__ERR_INTERNAL,
-                             "moving buffer %llu failed (%s); it stays on %s, "
-                             "intact (the daemon's log has the cause)",
-                             (unsigned long long)failed->id, strerror(-error),
-                             failed->tier == GMD_TIER_VRAM ? "VRAM" : "host memory");
-        session_answer(s, w->request_id, &res);
+        session_answer(w->owner, wait_result(w, &res) == OUTCOME_OK ?
+                       ANSWER_OK : ANSWER_ERROR, w->request_id, &res);
 }
 
 static void wait_expire(gmd_move_wait *w)
 {
         gmd_result res;
 
-        result_error(&res, GMD__ERROR_CODE__ERR_TIMED_OUT,
-                     "moves still under way after %lld ms", (long long)w->timeout_ms);
-        session_answer(w->owner, w->request_id, &res);
+        wait_timed_out(w, &res);
+        session_answer(w->owner, ANSWER_ERROR, w->request_id, &res);
 }
 
 gmd_outcome tiering_handle_wait(gmd_session *s, uint32_t id,
@@ -367,15 +382,18 @@ gmd_outcome tiering_handle_wait(gmd_session *s, uint32_t id,
                       m->n_buffer_ids, m->timeout_ms, wait_expire, &w);
         if (r < 0)
                 return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL, "out of memory");
+        /* Met already, or no time to wait: answered as any request is. */
         if (wait_met(w)) {
-                wait_answer(w);
+                gmd_outcome outcome = wait_result(w, ret);
+
                 waits_done(w);
-                return OUTCOME_ANSWERED;
+                return outcome;
         }
         if (m->timeout_ms == 0) {
-                wait_expire(w);
+                gmd_outcome outcome = wait_timed_out(w, ret);
+
                 waits_done(w);
-                return OUTCOME_ANSWERED;
+                return outcome;
         }
         waits_arm(w);
         return OUTCOME_LATER;

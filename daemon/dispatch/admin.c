@@ -12,6 +12,7 @@
 #include "buffer.h"
 #include "log.h"
 #include "move.h"
+#include "request.h"
 #include "server.h"
 #include "session.h"
 #include "tiering.h"
@@ -47,6 +48,10 @@ static void admin_apply(gmd_session *target, const Gmd__AdminRequest *m,
                         n++;
                 }
                 log_info("%s: drained by %s (%u buffers revoked)", who, by, n);
+                /* What it is owed (an acquire that waited for a buffer
+                 * just freed fails), and the revokes held behind it, go
+                 * out before the connection closes. */
+                request_send_answers(target);
                 session_close(target, "drained by an administrator");
                 return;
         case GMD__ADMIN_OP__ADMIN_EVICT: {
@@ -106,7 +111,7 @@ gmd_outcome admin_handle(gmd_session *s, uint32_t id, const Gmd__AdminRequest *m
                 n++;
                 /* Draining yourself: answer first, the connection closes. */
                 if (t == s && m->op == GMD__ADMIN_OP__ADMIN_DRAIN)
-                        session_answer(s, id, ret);
+                        request_answer(s, id, OUTCOME_OK, ret);
                 admin_apply(t, m, by);
         }
         if (n == 0)

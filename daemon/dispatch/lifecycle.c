@@ -131,6 +131,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         reuse_init(&server->reuse, config->swap_keep_vram, &server->stats,
                    reuse_release, server);
         list_init(&server->close_pending);
+        list_init(&server->answers_due);
         idmap_init(&server->buffers_by_id);
 
         server->on_packet = request_handle;
@@ -262,7 +263,7 @@ static void server_accept_pause(gmd_server *server, int err)
                 fd = accept4(server->listen_fd, NULL, NULL,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (fd >= 0)
-                        admission_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
+                        request_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
                 server->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
                 if (fd < 0)
                         break;
@@ -300,7 +301,7 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                 if (admission_check_connect(server, fd, &uid, why, sizeof(why)) < 0) {
                         log_warning("refusing a connection: %s", why);
                         server->stats.connections_refused++;
-                        admission_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
+                        request_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
                         /* A user refused for its connections has a record. */
                         users_charge(users_find(&server->users, uid), now_ns() - t0);
                         continue;
@@ -535,6 +536,8 @@ void server_stop(gmd_server *server)
         list_for_each_safe(pos, tmp, &server->sessions) {
                 gmd_session *s = container_of(pos, gmd_session, link);
 
+                /* What it is owed first: told on the spot as before. */
+                request_send_answers(s);
                 session_send(s, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &note.base, NULL, 0);
                 session_close(s, NULL);
         }

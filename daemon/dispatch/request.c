@@ -3,7 +3,11 @@
  * header checks of wire.c; it decodes it (a failure to decode is a protocol
  * error that closes the session), checks every field against the daemon's
  * limits, and returns an outcome (result.h): request_answer turns it into
- * exactly one reply carrying the request id. Bad values in a well-formed
+ * exactly one reply carrying the request id. Outcomes decided later in the
+ * core (an acquire granted, a wait met, a notice) are queued in their
+ * session (answers.h) and come back here from the scheduling pass
+ * (request_send_answers), to be built the same way: no module below this
+ * one builds an OkReply or an ErrorReply. Bad values in a well-formed
  * message are the client's mistake, not an attack: they get an error reply
  * with a message, and the session stays open.
  */
@@ -15,6 +19,7 @@
 #include <string.h>
 
 #include "admin.h"
+#include "admission.h"
 #include "alloc.h"
 #include "buffer.h"
 #include "gpumem.pb-c.h"
@@ -57,7 +62,7 @@ static gmd_outcome handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m
                              "upgrade the older side",
                              m->min_version, m->max_version,
                              GMD_WIRE_MIN_VERSION, GMD_WIRE_VERSION);
-                session_answer(s, id, ret);
+                request_answer(s, id, OUTCOME_ERROR, ret);
                 session_close(s, "no protocol version in common");
                 return OUTCOME_ANSWERED;
         }
@@ -127,16 +132,34 @@ static void answer_alloc(gmd_session *s, uint32_t id, const gmd_result *r)
         stats_alloc_latency(&server->stats, now_us() - r->since_us);
 }
 
+/* The one place OkReply and ErrorReply messages are built: an empty
+ * OkReply for a success, else an ErrorReply with the result's code and
+ * text. Request id 0: a notice, not an answer. */
+static void answer_result(gmd_session *s, uint32_t id, const gmd_result *r)
+{
+        Gmd__ErrorReply reply = GMD__ERROR_REPLY__INIT;
+        Gmd__OkReply ok = GMD__OK_REPLY__INIT;
+
+        if (r->code == 0) {
+                session_send(s, GMD__MSG_TYPE__MSG_OK_REPLY, id, &ok.base, NULL, 0);
+                return;
+        }
+        stats_error(&s->server->stats, r->code);
+        reply.code = r->code;
+        reply.message = (char *)r->text;
+        session_send(s, GMD__MSG_TYPE__MSG_ERROR_REPLY, id, &reply.base, NULL, 0);
+}
+
 void request_answer(gmd_session *s, uint32_t id, gmd_outcome outcome,
                     gmd_result *r)
 {
         switch (outcome) {
         case OUTCOME_OK:
                 result_ok(r);
-                session_answer(s, id, r);
+                answer_result(s, id, r);
                 return;
         case OUTCOME_ERROR:
-                session_answer(s, id, r);
+                answer_result(s, id, r);
                 return;
         case OUTCOME_ALLOCATED:
                 answer_alloc(s, id, r);
@@ -146,6 +169,49 @@ void request_answer(gmd_session *s, uint32_t id, gmd_outcome outcome,
         case OUTCOME_NONE:
                 return;
         }
+}
+
+void request_send_answers(gmd_session *s)
+{
+        gmd_answer *a;
+
+        while ((a = answers_take(&s->answers))) {
+                switch (a->kind) {
+                case ANSWER_OK:
+                        result_ok(&a->result);
+                        answer_result(s, a->request_id, &a->result);
+                        break;
+                case ANSWER_ERROR:
+                        answer_result(s, a->request_id, &a->result);
+                        break;
+                case ANSWER_NOTICE:
+                        answer_result(s, 0, &a->result);
+                        break;
+                case ANSWER_PACKET:
+                        session_send_held(s, a);
+                        break;
+                }
+                answer_free(a);
+        }
+        if (s->answers.close_after)
+                session_close_later(s, s->answers.close_reason);
+}
+
+void request_refuse(int fd, int code, const char *why)
+{
+        Gmd__ErrorReply reply = GMD__ERROR_REPLY__INIT;
+        uint8_t payload[1024];
+        size_t n;
+
+        reply.code = code;
+        reply.message = (char *)why;
+        n = protobuf_c_message_get_packed_size(&reply.base);
+        if (n <= sizeof(payload)) {
+                protobuf_c_message_pack(&reply.base, payload);
+                (void)gmd_wire_send(fd, GMD__MSG_TYPE__MSG_ERROR_REPLY, 0, payload,
+                                    (uint32_t)n, NULL, 0);
+        }
+        admission_hang_up(fd);
 }
 
 static gmd_outcome no_buffer(gmd_result *ret, uint64_t buffer_id)
@@ -164,7 +230,7 @@ static gmd_outcome handle_free(gmd_session *s, uint32_t id,
                 return no_buffer(ret, m->buffer_id);
         /* Answer first: destroying the backing is the driver's slowest
          * step and the client need not wait for it. */
-        session_answer(s, id, ret);
+        request_answer(s, id, OUTCOME_OK, ret);
         move_free_buffer(s->server, b);
         s->server->stats.frees++;
         return OUTCOME_ANSWERED;

@@ -1,5 +1,6 @@
 /*
- * scheduler — see scheduler.h for the order of the pass and why. The
+ * scheduler — see scheduler.h for the order of the pass (copies, closes,
+ * room, evict, waits, answers), why, and who marks what. The
  * handles are closed by the pass itself once the server is stopping and no
  * copy is in flight any more: an orphaned move's memory is released by the
  * pass that follows its last copy.
@@ -9,6 +10,7 @@
 #include <errno.h>
 
 #include "alloc.h"
+#include "answers.h"
 #include "copyq.h"
 #include "evict.h"
 #include "move.h"
@@ -106,6 +108,17 @@ static void pass_answer_waits(gmd_server *server)
                 tiering_waits_answer(container_of(pos, gmd_session, link));
 }
 
+/* Each session owed answers, in the order they were queued: request.c
+ * builds each reply and sends the packets held behind them. A session
+ * leaves the due list once nothing is left (or it closed). */
+static void pass_send_answers(gmd_server *server)
+{
+        gmd_answers *q;
+
+        while ((q = answers_first_due(&server->answers_due)))
+                request_send_answers(container_of(q, gmd_session, answers));
+}
+
 static void pass_run(gmd_server *server)
 {
         gmd_pending *p = &server->pending;
@@ -132,6 +145,10 @@ static void pass_run(gmd_server *server)
                 if (p->work & PENDING_WAITS) {
                         p->work &= ~PENDING_WAITS;
                         pass_answer_waits(server);
+                }
+                if (p->work & PENDING_ANSWERS) {
+                        p->work &= ~PENDING_ANSWERS;
+                        pass_send_answers(server);
                 }
         }
 }

@@ -1,6 +1,7 @@
 /*
  * scheduler — the scheduling pass: the one place that restarts the daemon's
- * work after something changed. Lower modules only mark what changed
+ * work after something changed, and that sends the answers decided outside
+ * the requests that asked. Lower modules only mark what changed
  * (pending.h); the pass runs from a libuv check handle once per loop
  * iteration in which something was marked, after that iteration's I/O
  * callbacks (an idle handle keeps the poll from blocking when the mark
@@ -25,13 +26,26 @@
  *               kept VRAM (which marks room again), ask for parked
  *               buffers, move idle buffers out.
  *   5. waits    answer the MSG_WAITs whose buffers stopped moving
- *               (tiering_waits_answer).
+ *               (tiering_waits_answer): the answers are queued, as below.
+ *   6. answers  send what sessions are owed (answers.h): per session, in
+ *               the order queued, each outcome core code queued with
+ *               session_answer is built into its OkReply or ErrorReply by
+ *               request.c (request_send_answers), and each packet held
+ *               behind one goes out in its turn.
  *
  * Copies come first because their moves free or take memory that the
  * wait queue counts; closes before the queue so a closing client's memory
  * serves the others and its waiters are gone; the queue before eviction
- * so eviction only makes room for what really does not fit; waits last,
- * so they see every move the steps before ended or started.
+ * so eviction only makes room for what really does not fit; waits after
+ * them, so they see every move the steps before ended or started; answers
+ * last, so every answer the steps before decided (an acquire granted as
+ * its move finished, a wait met) goes out in this same pass. The order a
+ * client sees is the order the daemon decided: while a session is owed an
+ * answer, whatever else is sent to it (a remap from the queue or the
+ * evictor, a reply built at once) is held behind that answer, so a grant
+ * still follows the remap and ack that finished its move, and a remap
+ * decided after the grant still follows it. The pass runs in the loop
+ * iteration that marked, so an answer waits microseconds.
  *
  * Who marks what:
  *   copies  copyq: a copy's last chunk came back, or a submit was refused.
@@ -43,6 +57,11 @@
  *   evict   an allocation starts waiting; a buffer released or parked
  *           while something waits; the queue left a waiter unserved.
  *   waits   a move finished or abandoned; a swap-in refused or cancelled.
+ *   answers session_answer (answers_push): an acquire granted or failed
+ *           (move.c: its move finished, abandoned or refused, its buffer
+ *           freed, its deadline passed); a MSG_WAIT met (step 5) or timed
+ *           out (its timer); the notice before a hello-timeout close
+ *           (admission.c, session_close_after_answers).
  */
 #ifndef GMD_SCHEDULER_H
 #define GMD_SCHEDULER_H

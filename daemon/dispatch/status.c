@@ -54,6 +54,8 @@ static void render_pool(const gmd_pool_snapshot *p, Gmd__PoolInfo *ret)
         ret->arena_free = p->arena_free;
         ret->device_free = p->device_free;
         ret->unaccounted = p->unaccounted;
+        ret->link_bytes_per_s_out = p->link[GMD_COPY_OUT];
+        ret->link_bytes_per_s_in = p->link[GMD_COPY_IN];
 }
 
 static void render_client(const gmd_session *viewer,

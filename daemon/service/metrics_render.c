@@ -170,8 +170,8 @@ static const char *const direction_names[2] = {
 };
 
 /* The copy engine of each device: what its queues hold now, what they
- * moved and how long they were busy. The sums over devices are the
- * global families above. */
+ * moved and how long they were busy, and what its link can do. The sums
+ * over devices are the global families above. */
 static void render_copyqs(promtext *t, const gmd_snapshot *snap)
 {
         unsigned n_devices = snap->n_pools - 1;   /* the host pool is last */
@@ -205,6 +205,20 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                         promtext_seconds(t, snap->pools[i].busy_us[d]);
                         promtext_append(t, "\n", 1);
                 }
+        /* Only devices whose link is known: a 0 would read as a dead
+         * link on a dashboard, where it means "not measured". */
+        promtext_family(t, "gpumemd_link_bytes_per_second", "gauge",
+                        "The link between host memory and a device, by "
+                        "direction: measured once at start (cuda) or the "
+                        "configured copy rate (sim).");
+        for (unsigned i = 0; i < n_devices; i++)
+                for (unsigned d = 0; d < 2; d++)
+                        if (snap->pools[i].link[d])
+                                promtext_printf(t, "gpumemd_link_bytes_per_second{"
+                                                "device=\"%u\",direction=\"%s\"} %"
+                                                PRIu64 "\n", snap->pools[i].device,
+                                                direction_names[d],
+                                                snap->pools[i].link[d]);
         promtext_family(t, "gpumemd_vram_kept_bytes", "gauge",
                         "VRAM that swap-outs left, kept for the same clients' "
                         "next swap-ins (counted in the pool's used bytes).");

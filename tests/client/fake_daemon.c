@@ -230,6 +230,8 @@ static void handle_status(fake_daemon *f, const gmd_wire_packet *p)
         pool.bytes_in = 6;
         pool.copy_us_out = 7;
         pool.copy_us_in = UINT64_C(8) << 32;
+        pool.link_bytes_per_s_out = UINT64_C(55000000000);
+        pool.link_bytes_per_s_in = 3;
         reply.n_pools = 1;
         reply.pools = pools;
         client.client_id = 7;

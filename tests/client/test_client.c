@@ -397,6 +397,8 @@ static void test_status(void **ctx)
         assert_int_equal(s->pools[0].bytes_in, 6);
         assert_int_equal(s->pools[0].copy_us_out, 7);
         assert_int_equal(s->pools[0].copy_us_in, UINT64_C(8) << 32);
+        assert_int_equal(s->pools[0].link_bytes_per_s_out, UINT64_C(55000000000));
+        assert_int_equal(s->pools[0].link_bytes_per_s_in, 3);
         assert_int_equal(s->n_clients, 1);
         assert_int_equal(s->clients[0].pid, 4242);
         assert_int_equal(s->clients[0].waiting, 2);

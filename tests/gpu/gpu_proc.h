@@ -66,6 +66,20 @@ int gpu_daemon_start(const char *const *extra, gpu_daemon *ret_daemon);
 int gpu_daemon_stop(gpu_daemon *daemon, FILE *log_out);
 
 /*
+ * The whole of a test that is one client of one gpu-memd, for its main():
+ * "SKIP" and GPU_TEST_SKIP where no GPU is usable; $GPU_MEMD_CACHE=0 (no
+ * cache of idle mappings, also in workers spawned later); gpu-memd started
+ * with no extra options; `run` with a client connected as `name`, then
+ * disconnected; the daemon stopped (its log on stdout when anything
+ * failed) and the "PASS"/"FAIL" line. Returns main's exit status:
+ * GPU_TEST_SKIP, 1 when gpu-memd did not start or any CHECK failed, else 0.
+ * Defined in gpu_client.c (target gmd_gpu_client, which links libgpumem),
+ * so that the programs without a daemon need no libgpumem.
+ */
+struct gmd_client;
+int gpu_client_test(const char *name, void (*run)(struct gmd_client *c));
+
+/*
  * The driver, loaded at run time, when at least one device is visible.
  * Otherwise NULL after printing the one line "SKIP: no usable GPU (why)";
  * the caller then exits GPU_TEST_SKIP (ctest shows the test skipped).

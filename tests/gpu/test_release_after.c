@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda_driver.h"
 #include "gpu_kernels.h"
 #include "gpu_proc.h"
 #include "gpumem.h"
@@ -59,28 +58,5 @@ static void run(gmd_client *c)
 
 int main(void)
 {
-        const gmd_cuda_driver *cu;
-        gmd_client *c = NULL;
-        gpu_daemon d;
-        int r;
-
-        setvbuf(stdout, NULL, _IOLBF, 0);
-        cu = gpu_usable();
-        if (!cu)
-                return GPU_TEST_SKIP;
-        setenv("GPU_MEMD_CACHE", "0", 1);
-        r = gpu_daemon_start(NULL, &d);
-        CHECK(r == 0, "start gpu-memd: %s", strerror(-r));
-        if (r < 0)
-                return 1;
-        r = gmd_connect(NULL, "release-after", &c);
-        CHECK(r == 0, "connect: %s", gmd_last_error());
-        if (r == 0) {
-                run(c);
-                gmd_disconnect(c);
-        }
-        CHECK(gpu_daemon_stop(&d, gpu_failures ? stdout : NULL) == 0,
-              "gpu-memd stops cleanly");
-        printf("%s: %d failure(s)\n", gpu_failures ? "FAIL" : "PASS", gpu_failures);
-        return gpu_failures ? 1 : 0;
+        return gpu_client_test("release-after", run);
 }

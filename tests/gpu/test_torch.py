@@ -16,10 +16,9 @@ Python processes, as a user would:
   three_procs the pool cannot hold three processes at once: a holder, then
               two that want more than is left (no deadline; the first with
               GPU_MEMD_PRIORITY=-10): both wait (gpu-memctl shows them
-              waiting), none gets an OOM, one starts when the holder frees
-              its memory and the other when that one is done. Which goes
-              first is printed, not asserted: the daemon serves waiting
-              allocations in arrival order today, not by priority
+              waiting), none gets an OOM, the higher-priority one starts
+              when the holder frees its memory (though it asked second) and
+              the other when that one is done
 Exit status 0 when all pass, 1 on a failure, 77 when there is no GPU or no
 PyTorch with CUDA. Needs $GMD_BUILD (the build folder: daemon, gpu-memctl,
 the shim), as scripts/gpu-suite.sh sets.
@@ -286,6 +285,9 @@ def case_three_procs():
               f"{first['released_at'] - released:+.2f} s; "
               f"{'low' if first is h else 'high'} started at "
               f"{second['got_at'] - released:+.2f} s (the low one asked first)")
+        check("three_procs.priority_first", first is h,
+              f"the {'high' if first is h else 'low'}-priority process started "
+              f"first (the low one asked first)")
 
 
 def main():

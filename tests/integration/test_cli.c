@@ -199,6 +199,8 @@ static void test_ctl_status_json(void **state)
         assert_non_null(strstr(out, "vram"));
         assert_non_null(strstr(out, "host"));
         assert_non_null(strstr(out, "sim"));
+        /* Unthrottled sim copies: the link is not known. */
+        assert_non_null(strstr(out, "\"link_bytes_per_s_in\": 0"));
         free(out);
         free(err);
         assert_int_equal(gmd_free(f->client, b), 0);
@@ -463,7 +465,8 @@ static void test_ctl_after_pageout(void **state)
 /*
  * A move caught in flight: the sim copies at 8 MiB/s here, so a 16 MiB
  * pageout takes about two seconds, during which gpu-memctl shows it
- * queued on device 0 and the buffer moving out.
+ * queued on device 0 and the buffer moving out; status shows that rate
+ * as the device's link.
  */
 static void test_ctl_while_moving(void **state)
 {
@@ -506,7 +509,15 @@ static void test_ctl_while_moving(void **state)
         assert_row_uint(row, "bytes_out", 16 * MiB);
         /* 16 MiB at 8 MiB/s: about two seconds of copying. */
         assert_true(json_row_uint(row, "copy_us_out") > 1500000);
+        /* The link: the sim's copy rate, each way. */
+        assert_row_uint(row, "link_bytes_per_s_in", 8 * MiB);
+        assert_row_uint(row, "link_bytes_per_s_out", 8 * MiB);
         free(row);
+        free(out);
+        out = ctl_output(f, (const char *[]){ "status", NULL });
+        if (!strstr(out, "\ngpu0 link: 8 MiB/s in, 8 MiB/s out "
+                    "(sim: [sim] copy_rate)\n"))
+                fail_msg("status: no link line:\n%s", out);
         free(out);
         assert_int_equal(gmd_free(f->client, b), 0);
         harness_stop(&f->h);
@@ -530,7 +541,8 @@ static void test_ctl_status_plain(void **state)
          * large; gpu-memctl is not a client anyone asked about. */
         if (!strstr(out, "used: VRAM 0 B of 64 MiB, host 0 B of ") ||
             strstr(out, "gpu-memctl") || !strstr(out, "(no clients)") ||
-            !strstr(out, "\n0 clients, 0 buffers"))
+            !strstr(out, "\n0 clients, 0 buffers") ||
+            strstr(out, " link: "))     /* unknown: not shown */
                 fail_msg("status:\n%s", out);
         free(out);
         free(err);

@@ -4,7 +4,9 @@
  * allocates a known size the scrape must say so (pool use, the client's
  * bytes, the allocation counter and the latency histogram); after a
  * pageout and a prefetch, the copy engine's families per device and the
- * client's bytes per tier must say where the bytes went; every line
+ * client's bytes per tier must say where the bytes went; the link series
+ * carry the sim's copy rate, and none is written while it is unknown;
+ * every line
  * must be well-formed exposition text; bad requests get 4xx answers and
  * leave the endpoint working; an idle connection is closed; addresses that
  * are not loopback are refused at start. Issue 10, item 8: by default the
@@ -340,6 +342,9 @@ static void test_scrape_after_alloc(void **state)
         assert_true(sample(body, "gpumemd_uptime_seconds") >= 0);
         assert_true(sample(body, "gpumemd_info{version=\"" GMD_VERSION_STRING
                            "\",backend=\"sim\"}") == 1);
+        /* Unthrottled sim copies: the link is not known, so no sample. */
+        assert_non_null(strstr(body, "# TYPE gpumemd_link_bytes_per_second gauge\n"));
+        assert_null(strstr(body, "gpumemd_link_bytes_per_second{"));
         free(answer);
 
         /* A request that fails is counted by kind; a free is counted. */
@@ -484,7 +489,8 @@ static void test_scrape_after_pageout(void **state)
         harness_stop(&f->h);
 }
 
-/* While a throttled move runs, its queue holds it. */
+/* While a throttled move runs, its queue holds it; the link shows the
+ * throttle. */
 static void test_scrape_queue_depth(void **state)
 {
         fixture *f = *state;
@@ -504,7 +510,25 @@ static void test_scrape_queue_depth(void **state)
         check_exposition(body);
         assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"out\"}") == 1);
         assert_true(sample(body, "gpumemd_copy_queue_depth{device=\"0\",direction=\"in\"}") == 0);
+        /* The sim's link is its copy rate, each way. */
+        assert_true(sample(body, "gpumemd_link_bytes_per_second{device=\"0\","
+                           "direction=\"in\"}") == 8.0 * MiB);
+        assert_true(sample(body, "gpumemd_link_bytes_per_second{device=\"0\","
+                           "direction=\"out\"}") == 8.0 * MiB);
         free(answer);
+        /* The status reply carries the same figures, on the VRAM pool. */
+        {
+                gmd_status *st = NULL;
+
+                assert_int_equal(gmd_query_status(f->client, GMD_STATUS_POOLS,
+                                                  0, &st), 0);
+                assert_int_equal(st->n_pools, 2);
+                assert_int_equal(st->pools[0].tier, GMD_TIER_VRAM);
+                assert_int_equal(st->pools[0].link_bytes_per_s_in, 8 * MiB);
+                assert_int_equal(st->pools[0].link_bytes_per_s_out, 8 * MiB);
+                assert_int_equal(st->pools[1].link_bytes_per_s_in, 0);
+                gmd_status_free(st);
+        }
         assert_int_equal(gmd_wait(f->client, b, 10000), 0);
         assert_int_equal(gmd_free(f->client, b), 0);
         harness_stop(&f->h);

@@ -3,9 +3,10 @@
  * and real client processes: every transition of a buffer between VRAM and
  * host memory, the order of urgent and bulk copies, deadlines, the choice
  * of eviction victims across processes, a client dying mid-move, the
- * daemon keeping backing its owner has not let go of, the users' quota
- * following the bytes, and several processes whose working sets together
- * are more than twice the pool running to completion.
+ * daemon keeping backing its owner has not let go of, an acquire's grant
+ * keeping its place among the replies, the users' quota following the
+ * bytes, and several processes whose working sets together are more than
+ * twice the pool running to completion.
  *
  * Every test starts its own daemon (64 MiB of simulated VRAM in 2 MiB
  * steps); tests that watch moves in flight slow the sim's copies with
@@ -1061,6 +1062,111 @@ static void test_unacked_remap_keeps_backing(void **state)
         harness_stop(&f->h);
 }
 
+/* ---- an answer keeps its place ------------------------------------------------- */
+
+/* Wait until buffer `id` rests on `tier` (status, as the observer sees it). */
+static void wait_row(fixture *f, uint64_t id, gmd_tier tier, const char *when)
+{
+        gmd_buffer_status row;
+        uint64_t t0 = harness_now_ms();
+
+        for (;;) {
+                row = buffer_row(f->client, id);
+                if (row.tier == tier && row.state == GMD_STATE_RESIDENT)
+                        return;
+                if (harness_now_ms() - t0 > 5000)
+                        fail_msg("%s: buffer %llu is %s/%s after 5 s, want %s/"
+                                 "resident; log:\n%s", when,
+                                 (unsigned long long)id, gmd_tier_name(row.tier),
+                                 gmd_state_name(row.state), gmd_tier_name(tier),
+                                 harness_read_log(&f->h));
+                harness_sleep_ms(20);
+        }
+}
+
+/* An acquire that waited for its swap-in is answered by the scheduling
+ * pass, after the ack that finished the move (daemon/core/answers.h). The
+ * raw client acks and, right behind the ack, frees another buffer: it
+ * must get the acquire's grant first, then the free's reply, as when the
+ * grant was sent from inside the ack's handling, and the granted buffer
+ * holds its bytes. */
+static void test_grant_keeps_its_place(void **state)
+{
+        fixture *f = *state;
+        Gmd__MoveRequest pageout = GMD__MOVE_REQUEST__INIT;
+        Gmd__AcquireRequest acquire = GMD__ACQUIRE_REQUEST__INIT;
+        Gmd__BufferRequest free_req = GMD__BUFFER_REQUEST__INIT;
+        Gmd__RemapNotify *note;
+        uint32_t next_id = 2, acquire_id, free_id;
+        uint64_t id, other, seq;
+        raw_msg m;
+        void *mem;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 256M\n");
+        f->client = harness_client(&f->h, "observer");
+        raw_hello(&raw, &f->h, "raw-order");
+        id = raw_alloc_release(&raw, &next_id, 4 * MiB, 94);
+        other = raw_alloc_release(&raw, &next_id, 2 * MiB, 95);
+
+        /* Out to host memory: the remap may come before the reply. */
+        pageout.n_buffer_ids = 1;
+        pageout.buffer_ids = &id;
+        raw_send(&raw, GMD__MSG_TYPE__MSG_PAGEOUT, next_id, &pageout.base);
+        m = raw_recv(&raw, 5000);
+        if (m.type == GMD__MSG_TYPE__MSG_REMAP) {
+                seq = raw_check_remap(&raw, m, id, GMD_TIER_HOST, 4 * MiB, 94);
+                m = raw_expect(&raw, GMD__MSG_TYPE__MSG_OK_REPLY, next_id);
+                raw_msg_clear(&m);
+        } else {
+                if (m.type != GMD__MSG_TYPE__MSG_OK_REPLY || m.request_id != next_id)
+                        fail_msg("raw client got %s (request %u), want the pageout's "
+                                 "reply or its remap", gmd_wire_type_name(m.type),
+                                 m.request_id);
+                raw_msg_clear(&m);
+                seq = raw_expect_remap(&raw, id, GMD_TIER_HOST, 4 * MiB, 94);
+        }
+        next_id++;
+        raw_ack(&raw, id, seq);
+        wait_row(f, id, GMD_TIER_HOST, "paged out");
+
+        /* The acquire brings it back: its remap may go out while the copy
+         * runs, so its bytes are checked after the grant. */
+        acquire_id = next_id++;
+        acquire.buffer_id = id;
+        acquire.timeout_ms = -1;
+        raw_send(&raw, GMD__MSG_TYPE__MSG_ACQUIRE, acquire_id, &acquire.base);
+        m = raw_expect(&raw, GMD__MSG_TYPE__MSG_REMAP, 0);
+        note = m.msg;
+        assert_int_equal(note->buffer_id, id);
+        assert_int_equal(note->tier, GMD__TIER__TIER_VRAM);
+        assert_int_equal(note->n_segments, 1);
+        assert_true(m.fd >= 0);
+        seq = note->sequence;
+        mem = raw_map(&raw, m.fd, 4 * MiB);
+        raw_msg_clear(&m);
+        /* Let the copy end, so the ack is what finishes the move. */
+        harness_sleep_ms(300);
+
+        free_id = next_id++;
+        free_req.buffer_id = other;
+        raw_ack(&raw, id, seq);
+        raw_send(&raw, GMD__MSG_TYPE__MSG_FREE, free_id, &free_req.base);
+        m = raw_recv(&raw, 5000);
+        if (m.type != GMD__MSG_TYPE__MSG_OK_REPLY || m.request_id != acquire_id)
+                fail_msg("after the ack the raw client got %s (request %u), want "
+                         "the acquire's grant (request %u) ahead of the free's "
+                         "reply (request %u); log:\n%s",
+                         gmd_wire_type_name(m.type), m.request_id, acquire_id,
+                         free_id, harness_read_log(&f->h));
+        raw_msg_clear(&m);
+        m = raw_expect(&raw, GMD__MSG_TYPE__MSG_OK_REPLY, free_id);
+        raw_msg_clear(&m);
+        pattern_check_mem(mem, 4 * MiB, 94, "granted buffer");
+        expect_row(f->client, id, GMD_TIER_VRAM, GMD_STATE_RESIDENT, "granted");
+        raw_close(&raw);
+        harness_stop(&f->h);
+}
+
 /* ---- quota follows the bytes --------------------------------------------------- */
 
 /* A buffer moved to host memory no longer holds VRAM: the user's
@@ -1167,6 +1273,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_cancellations, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_unacked_remap_keeps_backing,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_grant_keeps_its_place,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_quota_follows_moves, setup,
                                                 teardown),

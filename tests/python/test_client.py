@@ -2,9 +2,10 @@
 daemon: connect and its properties, alloc with flags/device/timeout, the
 buffer's fields, acquire/release/release_after/held, pageout/prefetch/wait
 of one, several and all buffers (the tier seen from Python and in the
-daemon's status), status as Python data, the cache (free parks, trim
-returns), the default client and use_client, admin calls (as root), and
-that `import gpumem` needs neither torch nor the library.
+daemon's status), status as Python data (the link: the sim's copy rate),
+the cache (free parks, trim returns), the default client and use_client,
+admin calls (as root), and that `import gpumem` needs neither torch nor
+the library.
 """
 import os
 import subprocess
@@ -179,6 +180,9 @@ class Status(DaemonTest):
         # fields after the pools read right (the C struct's layout).
         self.assertEqual((vram[0].device_free, vram[0].unaccounted),
                          (60 * MiB, 0))
+        # Unthrottled sim copies: the link is not known.
+        self.assertEqual((vram[0].link_bytes_per_s_in,
+                          vram[0].link_bytes_per_s_out), (0, 0))
         self.assertEqual(st.gpu_processes, [])
         d = st.to_dict()
         self.assertEqual(d["pools"][0]["device"], 0)
@@ -187,6 +191,19 @@ class Status(DaemonTest):
         self.assertEqual(len(self.client.status("clients").buffers), 0)
         self.assertEqual(len(self.client.status("buffers", pid=1).buffers),
                          0)
+
+
+class Link(DaemonTest):
+    CONFIG = "[sim]\nvram = 64M\ncopy_rate = 12M\n"
+
+    def test_link_is_the_sim_copy_rate(self):
+        pools = self.client.status("pools").pools
+        vram = [p for p in pools if p.tier == "vram"]
+        self.assertEqual((vram[0].link_bytes_per_s_in,
+                          vram[0].link_bytes_per_s_out),
+                         (12 * MiB, 12 * MiB))
+        host = [p for p in pools if p.tier == "host"]
+        self.assertEqual(host[0].link_bytes_per_s_in, 0)
 
 
 class Default(DaemonTest):

@@ -139,6 +139,36 @@ class Offload(DaemonTest):
         assert_same(self, g, ref_grads, "gradient")
         self.assertEqual(sum(c.parked_bytes for c in self.mine()), parked)
 
+    def test_buffers_freed_once_their_copies_end(self):
+        # On a GPU a retired buffer's copy may still run: it waits, and is
+        # freed by a later call once its event is done (sim's are at once).
+        ref_loss, ref_grads = self.run_mlp(mlp())
+
+        class SlowEvents:
+            def __init__(self, ops, n):
+                self.ops, self.left = ops, n
+
+            def __getattr__(self, name):
+                return getattr(self.ops, name)
+
+            def done(self, event):
+                if self.left > 0:
+                    self.left -= 1
+                    return False
+                return self.ops.done(event)
+
+        def after_forward(o):
+            o.ops = SlowEvents(o.ops, 3)
+        self.after_forward = after_forward
+        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB})
+        self.assertTrue(torch.equal(loss, ref_loss))
+        assert_same(self, g, ref_grads, "gradient")
+        self.assertEqual(self.offloader.ops.left, 0, "no event was pending")
+        self.offloader._free_retired()
+        stats = self.offloader.stats
+        self.assertEqual(stats["freed"], stats["offloaded"], stats)
+        self.assertEqual(self.offloader.pending(), 0)
+
     def test_retain_graph_backward_twice(self):
         model = mlp()
         ref = mlp()

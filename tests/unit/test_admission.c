@@ -1,5 +1,6 @@
 /*
- * test_admission — daemon/core/admission.c's refusal on its own: a
+ * test_admission — a refusal on its own (dispatch/request.c's
+ * request_refuse, core/admission.c's admission_hang_up): a
  * connection that is refused (past max_clients_per_user, say) gets one
  * ErrorReply saying why and then the end of the stream, and the refusal
  * costs the daemon a few system calls, whatever the peer sent. A
@@ -21,6 +22,7 @@
 #include <cmocka.h>
 
 #include "admission.h"
+#include "request.h"
 #include "gpumem.pb-c.h"
 #include "wire.h"
 
@@ -68,7 +70,7 @@ static void test_refuse_silent(void **state)
         (void)state;
         pair(sv);
         recv_calls = 0;
-        admission_refuse(sv[0], GMD__ERROR_CODE__ERR_LIMIT, "too many");
+        request_refuse(sv[0], GMD__ERROR_CODE__ERR_LIMIT, "too many");
         assert_in_range(recv_calls, 1, 2);
         expect_refusal(sv[1], "too many");
         close(sv[1]);
@@ -87,7 +89,7 @@ static void test_refuse_drains_what_was_sent(void **state)
                 assert_int_equal(gmd_wire_send(sv[1], GMD__MSG_TYPE__MSG_HELLO, 1,
                                                payload, sizeof(payload), NULL, 0), 0);
         recv_calls = 0;
-        admission_refuse(sv[0], GMD__ERROR_CODE__ERR_LIMIT, "uid 1 has 64");
+        request_refuse(sv[0], GMD__ERROR_CODE__ERR_LIMIT, "uid 1 has 64");
         assert_in_range(recv_calls, 3, 5);
         expect_refusal(sv[1], "uid 1 has 64");
         close(sv[1]);
@@ -102,7 +104,7 @@ static void test_refuse_flood_is_cheap(void **state)
                 int sv[2];
 
                 pair(sv);
-                admission_refuse(sv[0], GMD__ERROR_CODE__ERR_LIMIT, "no");
+                request_refuse(sv[0], GMD__ERROR_CODE__ERR_LIMIT, "no");
                 close(sv[1]);
         }
         assert_in_range(recv_calls, 1000, 2000);

@@ -2,9 +2,9 @@
  * test_host_arena — daemon/backend/host_arena.c, the host arena bookkeeping both
  * backends use, with no backend and no memory: pieces added as they are
  * built, takes served from one piece or in parts that never cross a
- * piece's edge, served and refused counted, spans given back (and a bad
- * give refused), offsets located across parts, and the figures
- * gpu-memctl shows.
+ * piece's edge, served and refused counted, a backend's host copy
+ * described, spans given back (and a bad give refused), offsets located
+ * across parts, and the figures gpu-memctl shows.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -144,6 +144,33 @@ static void test_refusals(void **state)
         host_arena_clear(&a);
 }
 
+/* A backend's host copy: the span taken and the gmd_mem describing it;
+ * refused, neither touched. */
+static void test_take_mem(void **state)
+{
+        gmd_host_arena a;
+        gmd_arena_span s = { 0 }, untouched_span = { 0 };
+        gmd_mem m = { .fd = 7, .handle = 42 }, untouched_mem = m;
+
+        (void)state;
+        three_pieces(&a);
+        assert_int_equal(host_arena_take_mem(&a, 1, 14 * U, 8, &s, &m), -ENOSPC);
+        assert_memory_equal(&s, &untouched_span, sizeof(s));
+        assert_memory_equal(&m, &untouched_mem, sizeof(m));
+        assert_int_equal(host_arena_take_mem(&a, 1, 6 * U, 8, &s, &m), 0);
+        assert_int_equal(s.n_parts, 2);
+        assert_int_equal(m.fd, -1);
+        assert_int_equal(m.size, 6 * U);
+        assert_int_equal(m.tier, GMD_TIER_HOST);
+        assert_int_equal(m.device, 1);
+        assert_true(m.daemon_only);
+        assert_false(m.shared);
+        assert_int_equal(m.handle, 42);   /* the backend's own */
+        assert_int_equal(host_arena_give(&a, &s), 0);
+        assert_int_equal(a.free.avail, 12 * U);
+        host_arena_clear(&a);
+}
+
 /* A span given back twice (a caller bug) is refused the second time, and
  * the arena's count of free bytes stays right. */
 static void test_give_twice(void **state)
@@ -175,6 +202,7 @@ int main(void)
                 cmocka_unit_test(test_take_one_part),
                 cmocka_unit_test(test_take_in_parts),
                 cmocka_unit_test(test_refusals),
+                cmocka_unit_test(test_take_mem),
                 cmocka_unit_test(test_give_twice),
         };
 

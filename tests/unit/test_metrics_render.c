@@ -2,7 +2,7 @@
  * test_metrics_render — daemon/service/metrics_render.c from a snapshot made by
  * hand, no daemon: every figure of the snapshot lands in its series
  * (pools, clients by tier, queues, kept VRAM, VRAM held outside gpu-memd,
- * pinned host memory, the
+ * each device's link, pinned host memory, the
  * latency histogram, errors), client names are escaped, the host arena
  * family appears only where the backend has arenas, and each family is
  * declared once.
@@ -43,6 +43,8 @@ static gmd_snapshot example(bool arena)
                 .arena_built = 16 * MiB, .arena_free = 12 * MiB,
                 .has_driver_view = true, .device_free = 30 * MiB,
                 .unaccounted = 10 * MiB,
+                .link = { [GMD_COPY_OUT] = 55000000000ull,
+                          [GMD_COPY_IN] = 54000000000ull },
         };
         pools[1] = (gmd_pool_snapshot){
                 .device = 0, .tier = GMD_TIER_HOST, .capacity = 256 * MiB,
@@ -189,6 +191,20 @@ static void test_copies_and_host(void **state)
         expect_line(page, "gpumemd_host_pinned_bytes{state=\"limit\"} 268435456");
         /* No arena, no arena family. */
         assert_int_equal(count(page, "gpumemd_host_arena_bytes"), 0);
+        expect_line(page, "gpumemd_link_bytes_per_second{device=\"0\","
+                    "direction=\"out\"} 55000000000");
+        expect_line(page, "gpumemd_link_bytes_per_second{device=\"0\","
+                    "direction=\"in\"} 54000000000");
+        free(page);
+
+        /* A link not known (yet) has no sample: a 0 would read as a dead
+         * link; the family is still declared. */
+        s = example(false);
+        pools[0].link[GMD_COPY_OUT] = 0;
+        pools[0].link[GMD_COPY_IN] = 0;
+        page = render(&s);
+        assert_int_equal(count(page, "gpumemd_link_bytes_per_second{"), 0);
+        assert_int_equal(count(page, "# TYPE gpumemd_link_bytes_per_second gauge\n"), 1);
         free(page);
 
         s = example(true);

@@ -61,6 +61,8 @@ class PoolStatus(ctypes.Structure):
         ("kept", ctypes.c_uint64),
         ("device_free", ctypes.c_uint64),
         ("unaccounted", ctypes.c_uint64),
+        ("link_bytes_per_s_out", ctypes.c_uint64),
+        ("link_bytes_per_s_in", ctypes.c_uint64),
     ]
 
 

@@ -1,7 +1,8 @@
-"""_torchdev — the only CUDA-specific code of gpumem's offload, streaming
-and idle modules: which tensors a backend's buffers can stand in for, the
-side stream the offload copies run on, and the events that say a copy is
-over.
+"""_torchdev — the only CUDA-specific code of gpumem's offload, streaming,
+spill and idle modules: which tensors a backend's buffers can stand in
+for, the side stream the offload copies run on, the events that say a
+copy is over, and the marks that time compute (for the prefetch lead,
+lead.py).
 
 On the sim backend a buffer is host memory and its tensor views are CPU
 tensors, so a copy is synchronous, there are no streams (release_after is
@@ -12,6 +13,7 @@ what lets CI test their logic, their calls to the daemon and their results
 bit for bit on CPU.
 """
 import threading
+import time
 
 
 class HostOps:
@@ -51,6 +53,17 @@ class HostOps:
     @staticmethod
     def done(event):
         return True
+
+    @staticmethod
+    def mark(device=None):
+        """A point in the compute, to time what runs between two."""
+        return time.perf_counter()
+
+    @staticmethod
+    def seconds(start, end, wait=False):
+        """Seconds from mark `start` to mark `end`; None while the work
+        between them is not over (cuda) unless `wait`."""
+        return end - start
 
 
 class CudaOps:
@@ -109,6 +122,43 @@ class CudaOps:
     @staticmethod
     def done(event):
         return event is None or event.query()
+
+    @staticmethod
+    def mark(device=None):
+        """An event with timing on the current stream: the marks time the
+        GPU's work between them, launch gaps included, with no host
+        synchronization."""
+        import torch
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(device))
+        return event
+
+    @staticmethod
+    def seconds(start, end, wait=False):
+        if wait:
+            end.synchronize()
+        elif not end.query():
+            return None
+        return start.elapsed_time(end) / 1e3
+
+
+def model_device_index(model, ops, client, device, who):
+    """The CUDA device index a model's buffers go on: `device`'s, else
+    that of the model's first CUDA parameter, else 0 (a model on the CPU).
+    ValueError when the model is on the GPU and the daemon serves host
+    memory (sim). `who` names the caller in the message."""
+    import torch
+    if device is not None:
+        return torch.device(device).index or 0
+    for p in model.parameters():
+        if p.device.type == "cuda":
+            if not ops.cuda:
+                raise ValueError(
+                    f"{who}: the model is on the GPU but gpu-memd runs the "
+                    f"{client.backend} backend (host memory): start it "
+                    "with --backend cuda")
+            return p.device.index or 0
+    return 0
 
 
 def ops_for(client):

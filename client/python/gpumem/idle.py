@@ -11,11 +11,13 @@ keeps resident (after the work queued on the current stream) and pages them
 out, and every offload_activations() frees what autograd already dropped;
 other processes can then take the VRAM. On exit the resident blocks are
 prefetched together and acquired again (the acquire waits for each), so the
-next step finds them in VRAM. Offloaded activations are released between
-uses already: nothing more to give.
+next step finds them in VRAM. Every gpumem.torch.spill() releases its
+buffers and pages out those in VRAM, and on exit acquires them again,
+back in VRAM when room is made in time (spill.py). Offloaded activations
+are released between uses already: nothing more to give.
 
-What registers here (streaming.Streamer, offload.Offloader) is held weakly:
-a model or offload block that goes away drops out.
+What registers here (streaming.Streamer, spill.Spiller, offload.Offloader)
+is held weakly: a model or offload block that goes away drops out.
 """
 import contextlib
 import threading

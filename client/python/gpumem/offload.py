@@ -30,18 +30,36 @@ parameters and views of them (the weights: they stay, or gpumem.torch.stream
 moves them), non-contiguous tensors, and tensors on a device the daemon's
 backend does not serve (CPU tensors on cuda).
 
+The lead, unless given, is planned from the link (lead.py), the unit
+being the largest offloaded tensor:
+
+    lead = x * max(1, ceil(t_copy / t_compute))      bytes
+    x = the largest tensor offloaded in the forward pass
+    t_copy = x / the link's host-to-VRAM bytes per second (the daemon's
+             status: measured at start)
+    t_compute = the forward pass's compute per offloaded tensor: the time
+                from the first offloaded pack to the last (events on the
+                compute stream) over the tensors between
+
+so a tensor's copy is covered by the compute of the tensors before it in
+the backward pass, whose compute per tensor is about twice the forward's
+(the margin). It is planned at the first unpack whose forward timing is
+over (no host synchronization; until then, and when the link is not
+known, LEAD); `plan` says what was measured and decided.
+
 The defaults are provisional: MIN_BYTES (16 MiB) because single moves of
 PyTorch-sized segments reach 0.35 of the link at 2 MiB, 0.69 at 16 MiB and
 0.86 at 64 MiB (issue 13's figures), and LEAD (512 MiB, about 10 ms of an
-x16 Gen5 link) to cover a few transformer blocks of backward compute.
-bench/torch/bench_offload.py measures step time over a sweep of both on
-the GPU machine; the defaults change to what it finds.
+x16 Gen5 link), the lead while none is planned, to cover a few
+transformer blocks of backward compute. bench/torch/bench_offload.py
+measures step time over a sweep of both on the GPU machine; the defaults
+change to what it finds.
 """
 import contextlib
 import threading
 import weakref
 
-from . import _torchdev
+from . import _torchdev, lead as _lead
 from .client import SWAPPABLE
 from .errors import Busy, GpumemError
 
@@ -92,16 +110,23 @@ class Offloader:
     """The state of one offload_activations() block (and of the backward
     passes of what it saved). `stats` counts what it did."""
 
-    def __init__(self, client, min_bytes=MIN_BYTES, lead=LEAD, pageout=True,
+    def __init__(self, client, min_bytes=MIN_BYTES, lead=None, pageout=True,
                  timeout=None):
         if min_bytes < 1:
             raise ValueError(f"min_bytes={min_bytes}: 1 or more")
-        if lead < 0:
-            raise ValueError(f"lead={lead}: 0 or more bytes")
+        if lead is not None and lead < 0:
+            raise ValueError(f"lead={lead}: 0 or more bytes (None: planned "
+                             "from the link)")
         self.client = client
         self.ops = _torchdev.ops_for(client)
         self.min_bytes = int(min_bytes)
-        self.lead = int(lead)
+        self.lead = LEAD if lead is None else int(lead)
+        # planning (module comment): marks of the first and last offloaded
+        # pack, their count, the largest; `plan` once it ran
+        self._plan_pending = lead is None
+        self._marks = [None, None]
+        self._largest = 0
+        self.plan = None
         self.pageout = pageout
         self.timeout = timeout
         self._lock = threading.RLock()
@@ -141,6 +166,12 @@ class Offloader:
             saved = _Saved(self, len(self._saved), buf, view, nbytes,
                            tensor.device, event)
             self._saved.append(weakref.ref(saved))
+            if self._plan_pending:
+                mark = self.ops.mark(tensor.device)
+                if self._marks[0] is None:
+                    self._marks[0] = mark
+                self._marks[1] = mark
+                self._largest = max(self._largest, nbytes)
         self.stats["offloaded"] += 1
         self.stats["offloaded_bytes"] += nbytes
         return saved
@@ -151,6 +182,8 @@ class Offloader:
         if not isinstance(packed, _Saved):
             return packed
         self._free_retired()
+        if self._plan_pending:
+            self._plan_lead(packed.buf.device)
         self._prefetch_before(packed.index)
         if not packed.acquired:         # a second unpack (retain_graph)
             packed.buf.acquire(self.timeout)
@@ -159,6 +192,30 @@ class Offloader:
         packed.event = self.ops.record(self.ops.current_stream(packed.device))
         self.stats["unpacked"] += 1
         return out
+
+    def _plan_lead(self, device):
+        """The lead from the link and the forward pass's timing (module
+        comment), once that timing is over; LEAD until then."""
+        with self._lock:
+            first, last = self._marks
+            n = self.stats["offloaded"]
+            if first is None or n < 2:
+                self._plan_pending = False      # nothing to time: LEAD
+                return
+            secs = self.ops.seconds(first, last)
+            if secs is None:
+                return                          # the GPU is not there yet
+            self._plan_pending = False
+            x = self._largest
+        compute = secs / (n - 1)
+        rate = _lead.link_in(self.client, device)
+        ahead = _lead.units_ahead(x, rate, compute)
+        if ahead is not None:
+            self.lead = ahead * x
+        self.plan = {"link_bytes_per_s_in": rate, "tensor_bytes": x,
+                     "compute_s": compute,
+                     "copy_s": x / rate if rate else None,
+                     "lead": self.lead, "planned": ahead is not None}
 
     def _prefetch_before(self, index):
         """Prefetch the saved tensors packed before `index` (the next ones
@@ -201,7 +258,10 @@ class Offloader:
         with self._lock:
             keep, free = [], []
             for buf, event in self._retired:
-                (free if self.ops.done(event) else keep).append(buf)
+                if self.ops.done(event):
+                    free.append(buf)
+                else:
+                    keep.append((buf, event))
             self._retired = keep
             if all(s is None for s in self._saved):
                 self._saved = []    # indices restart with the next forward
@@ -234,11 +294,13 @@ class Offloader:
 
 
 @contextlib.contextmanager
-def offload_activations(min_bytes=MIN_BYTES, lead=LEAD, client=None,
+def offload_activations(min_bytes=MIN_BYTES, lead=None, client=None,
                         pageout=True, timeout=None):
     """Offload what autograd saves in the block to gpu-memd buffers (see the
     module comment). `min_bytes`: smaller tensors stay; `lead`: bytes
-    prefetched ahead in the backward pass; `client`: a gpumem.Client (None:
+    prefetched ahead in the backward pass (None: planned from the link,
+    x * max(1, ceil(t_copy / t_compute)) for the largest tensor x, LEAD
+    while it cannot be); `client`: a gpumem.Client (None:
     the process's default); `pageout`: page each buffer out at once (False:
     only when the daemon needs the room); `timeout`: seconds an alloc or
     acquire may wait for room (None: as long as it takes). Yields the

@@ -26,6 +26,11 @@ class Pool:
     kept: int
     device_free: int      # VRAM pools: free on the GPU, the driver's
     unaccounted: int      # VRAM pools: used on the GPU, not by gpu-memd
+    # VRAM pools: the link between host memory and the device, bytes per
+    # second each way (measured at start on cuda, [sim] copy_rate on sim;
+    # 0: not known). What gpumem.torch plans its prefetch lead from.
+    link_bytes_per_s_out: int
+    link_bytes_per_s_in: int
 
 
 @dataclasses.dataclass

@@ -13,7 +13,8 @@ tables) move to the buffers' device as ordinary tensors.
 
 Within `budget` (bytes of weights this model may hold at once) the rest and
 as many blocks as fit, after room for the block running and the `lead`
-blocks prefetched ahead, stay resident: acquired for good. The others
+blocks prefetched ahead, stay resident: acquired for good (all of them
+when the whole model fits). The others
 stream: a forward pre-hook acquires the block (waiting for its swap-in only
 when its prefetch is not over), prefetches the next `lead` non-resident
 blocks, and a forward hook releases it after the work queued on the current
@@ -21,6 +22,27 @@ stream (release_after: no host synchronization), paging it out when
 `pageout` (else the daemon moves it when it needs the room). The order is
 learned on the first forward pass; until then it is the blocks' order in
 the model.
+
+The lead, unless given, is planned from the link (lead.py): the first
+forward pass times each block's compute (events on the current stream, no
+host synchronization; the one wait for them comes at the start of the
+second pass), and at the start of the second pass
+
+    lead = max(1, ceil(t_copy / t_compute))
+    t_copy = the largest streamed block's bytes (its optimizer state's
+             too) / the link's host-to-VRAM bytes per second (the daemon's
+             status: measured at start)
+    t_compute = the median block's forward time in the first pass
+
+so the copy of the block `lead` ahead is covered by the compute of the
+blocks before it; at most what `budget` leaves beside the rest and the
+resident blocks (1 + lead blocks in flight). Resident blocks are not given
+up for a longer lead: the formula asks for more than 1 only when a block
+copies slower than it computes, and then each resident block saves a
+whole copy per pass where a longer lead saves only the gaps between
+copies. Until then, and when the link is not known (sim copies
+unthrottled, not measured yet), the lead is 1. `plan` says what was
+measured, wanted and decided.
 
 Training: a block's forward hook puts a hook on its output's gradient,
 which acquires the block again (and prefetches the blocks before it, in
@@ -40,9 +62,10 @@ step: clipping, logging); step closures; optimizer.state_dict() of a
 released block (remove() first); activation checkpointing inside a
 streamed block.
 """
+import statistics
 import threading
 
-from . import _torchdev
+from . import _torchdev, lead as _lead
 from ._args import parse_size
 from .client import SWAPPABLE
 from .errors import Busy, GpumemError
@@ -95,6 +118,7 @@ class Block:
         self.held = False
         self.hooks = []
         self.state = None               # the optimizer state's Block
+        self.marks = None               # (start, end) of its first run
 
     def __repr__(self):
         return (f"<Block {self.name} {self.nbytes} bytes "
@@ -102,15 +126,23 @@ class Block:
 
 
 class Streamer:
-    """What gpumem.torch.stream() returns: the blocks, their order, `stats`
-    and `remove()` (weights back into ordinary tensors, hooks off)."""
+    """What gpumem.torch.stream() returns: the blocks, their order, `stats`,
+    the lead (`lead`, and `plan` when it was planned from the link) and
+    `remove()` (weights back into ordinary tensors, hooks off)."""
 
     def __init__(self, model, client, budget, blocks, lead, pageout,
                  timeout, device):
         self.model = model
         self.client = client
         self.ops = _torchdev.ops_for(client)
-        self.lead = int(lead)
+        if lead is not None and int(lead) < 1:
+            raise ValueError(f"gpumem.torch.stream: lead={lead}: 1 or more "
+                             "blocks (None: planned from the link)")
+        self.lead_planned = lead is None
+        self.lead = 1 if lead is None else int(lead)
+        # what the planning measured and decided (lead.py), once it ran
+        self.plan = None
+        self._plan_pending = self.lead_planned
         self.pageout = pageout
         self.timeout = timeout
         self.device = device
@@ -168,50 +200,47 @@ class Streamer:
         if not resident:
             self._release(block)
 
-    def _device_index(self):
-        """`device`'s index; else that of the model's first CUDA
-        parameter; else 0."""
-        import torch
-        if self.device is not None:
-            return torch.device(self.device).index or 0
-        for p in self.model.parameters():
-            if p.device.type == "cuda":
-                if not self.ops.cuda:
-                    raise ValueError(
-                        "gpumem.torch.stream: the model is on the GPU but "
-                        f"gpu-memd runs the {self.client.backend} backend "
-                        "(host memory): start it with --backend cuda")
-                return p.device.index or 0
-        return 0
+    def _residency(self, lead):
+        """Which blocks stay resident within the budget when `lead` blocks
+        stream ahead of the running one: the first ones that fit, in the
+        model's order."""
+        if self.budget is None or \
+                self.rest_size + sum(self.sizes) <= self.budget:
+            return [True] * len(self.blocks)
+        room = self.budget - self.rest_size - (1 + lead) * self.max_size
+        resident = []
+        for size in self.sizes:
+            resident.append(size <= room)
+            if size <= room:
+                room -= size
+        return resident
 
     def _place(self, budget):
-        self.device_index = self._device_index()
-        sizes = [sum((p.numel() * p.element_size() + ALIGN - 1)
-                     // ALIGN * ALIGN for p, _ in b.params)
-                 for b in self.blocks]
-        rest_size = sum(p.numel() * p.element_size() for p, _ in
-                        self.rest.params)
-        if budget is None:
-            room = float("inf")
-        else:
-            streaming = (1 + self.lead) * max(sizes, default=0)
-            room = budget - rest_size - streaming
-            if room < 0:
-                raise ValueError(
-                    f"gpumem.torch.stream: budget {budget} bytes is below "
-                    f"what streaming needs at least: the rest of the model "
-                    f"({rest_size} bytes) plus {1 + self.lead} blocks of up "
-                    f"to {max(sizes, default=0)} bytes (the one running and "
-                    f"lead={self.lead} ahead)")
+        self.device_index = _torchdev.model_device_index(
+            self.model, self.ops, self.client, self.device,
+            "gpumem.torch.stream")
+        self.budget = budget
+        self.sizes = [sum((p.numel() * p.element_size() + ALIGN - 1)
+                          // ALIGN * ALIGN for p, _ in b.params)
+                      for b in self.blocks]
+        self.max_size = max(self.sizes, default=0)
+        self.rest_size = sum(p.numel() * p.element_size() for p, _ in
+                             self.rest.params)
+        if budget is not None and \
+                budget < self.rest_size + sum(self.sizes) and \
+                budget < self.rest_size + (1 + self.lead) * self.max_size:
+            raise ValueError(
+                f"gpumem.torch.stream: budget {budget} bytes is below "
+                f"what streaming needs at least: the rest of the model "
+                f"({self.rest_size} bytes) plus {1 + self.lead} blocks of up "
+                f"to {self.max_size} bytes (the one running and "
+                f"lead={self.lead} ahead)")
         for module in self.model.modules():      # masks, rotary tables
             for key, value in list(module._buffers.items()):
                 if value is not None:
                     module._buffers[key] = value.to(self.torch_device)
         self._fill(self.rest, True)
-        for block, size in zip(self.blocks, sizes):
-            resident = size <= room
-            if resident:
-                room -= size
+        for block, resident in zip(self.blocks, self._residency(self.lead)):
             self._fill(block, resident)
         for block in self.blocks:
             block.hooks.append(block.module.register_forward_pre_hook(
@@ -279,12 +308,48 @@ class Streamer:
                 except Busy:
                     pass
 
+    # ---- the lead, planned from the link (lead.py) ------------------------
+
+    def _plan_lead(self):
+        """At the start of the second forward pass: the lead from the
+        link and the first pass's block times (module comment)."""
+        self._plan_pending = False
+        times = [self.ops.seconds(b.marks[0], b.marks[1], wait=True)
+                 for b in self.blocks
+                 if b.marks is not None and b.marks[1] is not None]
+        for b in self.blocks:
+            b.marks = None
+        streamed = [b.nbytes + (b.state.nbytes if b.state else 0)
+                    for b in self.blocks if not b.resident and b.buf]
+        compute = statistics.median(times) if times else 0.0
+        rate = _lead.link_in(self.client, self.device_index)
+        nbytes = max(streamed, default=self.max_size)
+        wanted = _lead.units_ahead(nbytes, rate, compute)
+        ahead = wanted
+        if wanted is not None and self.budget is not None and self.max_size:
+            resident = sum(size for size, b in zip(self.sizes, self.blocks)
+                           if b.resident)
+            room = self.budget - self.rest_size - resident
+            ahead = max(1, min(wanted, room // self.max_size - 1))
+        self.plan = {"link_bytes_per_s_in": rate, "block_bytes": nbytes,
+                     "compute_s": compute,
+                     "copy_s": nbytes / rate if rate else None,
+                     "wanted": wanted,
+                     "lead": ahead if ahead is not None else self.lead,
+                     "planned": ahead is not None}
+        if ahead is not None:
+            self.lead = ahead
+
     # ---- hooks -----------------------------------------------------------
 
     def _pre_hook(self, block):
         def hook(module, inputs):
             if self._learning:
                 self._learn(block)
+            elif self._plan_pending:
+                self._plan_lead()
+            if self._plan_pending and block.marks is None:
+                block.marks = (self.ops.mark(self.torch_device), None)
             if block.resident:
                 return None
             self._acquire(block)
@@ -308,6 +373,9 @@ class Streamer:
 
     def _post_hook(self, block):
         def hook(module, inputs, output):
+            if block.marks is not None and block.marks[1] is None:
+                block.marks = (block.marks[0],
+                               self.ops.mark(self.torch_device))
             if block.resident:
                 return None
             if _torch_grad_enabled():
@@ -508,13 +576,15 @@ def _torch_grad_enabled():
     return torch.is_grad_enabled()
 
 
-def stream(model, optimizer=None, budget=None, *, blocks=None, lead=1,
+def stream(model, optimizer=None, budget=None, *, blocks=None, lead=None,
            client=None, pageout=False, timeout=None, device=None):
     """Stream `model`'s weights through gpu-memd (see the module comment).
     `budget`: bytes (or "8G") of weights held at once (None: all resident,
     which still lets idle() page them out); `blocks`: the modules to stream
     one by one (None: the largest nn.ModuleList's entries); `lead`: blocks
-    prefetched ahead; `pageout`: page a block out as soon as it is released
+    prefetched ahead (None: planned from the link after the first pass,
+    1 until then: lead = max(1, ceil(t_copy / t_compute)), the module
+    comment says more); `pageout`: page a block out as soon as it is released
     (False: the daemon moves it when it needs the room); `timeout`: seconds
     an acquire may wait; `device`: the CUDA device (None: the model's, or
     0 for a model on the CPU; sim: the CPU).

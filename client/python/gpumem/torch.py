@@ -27,8 +27,10 @@ has put the shim in place, and needs no other part of the gpumem package.
 Oversubscription (preview, issue 13), loaded on first use and independent
 of enable(): offload_activations() (offload.py: saved activations to
 gpu-memd buffers in the forward pass, prefetched back in the backward),
-stream() (streaming.py: a model's weights block by block) and idle()
-(idle.py: give their buffers back between steps).
+stream() (streaming.py: a model's weights block by block), spill()
+(spill.py: a model's weights placed VRAM first, then on host memory the
+GPU reads, never moved) and idle() (idle.py: give their buffers back
+between steps).
 """
 
 import ctypes
@@ -278,7 +280,8 @@ def enable(timeout_ms=None, name=None):
 
 
 _LAZY = {"offload_activations": "offload", "Offloader": "offload",
-         "stream": "streaming", "Streamer": "streaming", "idle": "idle"}
+         "stream": "streaming", "Streamer": "streaming", "idle": "idle",
+         "spill": "spill", "Spiller": "spill"}
 
 
 def __getattr__(name):
