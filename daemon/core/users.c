@@ -12,8 +12,13 @@ void users_init(gmd_users *users, int64_t quantum_ns)
         list_init(&users->list);
         users->n = 0;
         users->turn = 1;
-        users->quantum_ns = quantum_ns;
+        users->quantum_ns = quantum_ns > 0 ? quantum_ns : 0;
         users->deferred = 0;
+}
+
+void users_set_quantum(gmd_users *users, int64_t quantum_ns)
+{
+        users->quantum_ns = quantum_ns > 0 ? quantum_ns : 0;
 }
 
 gmd_user *users_find(gmd_users *users, uid_t uid)
@@ -80,7 +85,7 @@ static void users_top_up(const gmd_users *users, gmd_user *u)
 
 bool users_may_run(gmd_users *users, gmd_user *user)
 {
-        if (!user)
+        if (!user || !users->quantum_ns)
                 return true;
         if (user->turn != users->turn)
                 users_top_up(users, user);
@@ -93,7 +98,7 @@ bool users_may_run(gmd_users *users, gmd_user *user)
 
 void users_charge(gmd_user *user, uint64_t ns)
 {
-        int64_t floor_ns = -USERS_MAX_OWED * (int64_t)USERS_QUANTUM_NS;
+        int64_t floor_ns = -USERS_MAX_OWED_NS;
 
         if (!user)
                 return;

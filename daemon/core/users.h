@@ -6,7 +6,9 @@
  *
  * Turns: the loop thread is shared between users by deficit round robin.
  * Each loop iteration (a turn, users_next_turn) a user may use
- * USERS_QUANTUM_NS of it reading and handling its connections' requests;
+ * a quantum of it ([limits] user_turn_us, 100 µs by default) reading and
+ * handling its connections' requests (what taking its new connections
+ * cost is charged to it too);
  * what a request costs is charged after it ran, so a user whose request
  * took longer than its credit owes the difference and waits out as many
  * turns as it takes to repay it, while the others are served. A user
@@ -26,16 +28,14 @@
 
 #include "list.h"
 
-/* Loop time one user may use per turn: a few requests of the usual kind
- * (an allocation or a free takes 20-50 µs on sim); a status reply listing
- * a thousand buffers takes more, and is paid back over the next turns.
- * It bounds how long another user's request waits for each busy user
- * before it is read: with 100 µs, the load test's probe waits ~250 µs
- * for a flooding user and a busy one (200 µs: ~480 µs). */
-#define USERS_QUANTUM_NS (100u * 1000u)
-/* What one user can owe, in quanta: a request that took longer is paid
- * back over this many turns at most. */
-#define USERS_MAX_OWED 1000
+/* The default quantum, 100 µs, is a few requests of the usual kind (an
+ * allocation or a free takes 20-50 µs on sim); a status reply listing a
+ * thousand buffers takes more, and is paid back over the next turns. The
+ * quantum bounds how long another user's request waits for each busy user
+ * before it is read: with 100 µs, the load test's probe waits ~250 µs for
+ * a flooding user and a busy one (200 µs: ~480 µs). */
+/* What one user can owe: a request that took longer is forgiven the rest. */
+#define USERS_MAX_OWED_NS (100ll * 1000 * 1000)
 
 typedef struct gmd_user {
         gmd_list link;              /* in gmd_users.list */
@@ -52,11 +52,14 @@ typedef struct gmd_users {
         gmd_list list;
         unsigned n;                 /* records */
         uint64_t turn;              /* loop turns so far */
-        int64_t quantum_ns;
+        int64_t quantum_ns;         /* 0: no turns, every user may run */
         uint64_t deferred;          /* reads put off, all users */
 } gmd_users;
 
 void users_init(gmd_users *users, int64_t quantum_ns);
+
+/* A new quantum (a reload); 0 turns the turns off. */
+void users_set_quantum(gmd_users *users, int64_t quantum_ns);
 
 /* The record of `uid`, or NULL when it has none. */
 gmd_user *users_find(gmd_users *users, uid_t uid);

@@ -127,7 +127,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         waitq_init(&server->waitq, loop, &server->pending,
                    &scheduler_waitq_ops, server);
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
-        users_init(&server->users, USERS_QUANTUM_NS);
+        users_init(&server->users, (int64_t)config->user_turn_us * 1000);
         reuse_init(&server->reuse, config->swap_keep_vram, &server->stats,
                    reuse_release, server);
         list_init(&server->close_pending);
@@ -595,6 +595,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
                    old->cuda_reserve_chunks != config->cuda_reserve_chunks);
 
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
+        users_set_quantum(&server->users, (int64_t)config->user_turn_us * 1000);
         gmd_config next = *config;
         strcpy(next.socket_path, old->socket_path);
         strcpy(next.backend, old->backend);

@@ -28,6 +28,8 @@
 #include "users.h"
 #include "wire.h"
 
+#define QUANTUM_NS (100 * 1000)      /* [limits] user_turn_us's default */
+
 typedef struct fixture {
         uv_loop_t loop;
         gmd_server *server;
@@ -71,7 +73,7 @@ static int setup(void **state)
         config_init_defaults(&f->server->config);
         list_init(&f->server->sessions);
         list_init(&f->server->close_pending);
-        users_init(&f->server->users, USERS_QUANTUM_NS);
+        users_init(&f->server->users, QUANTUM_NS);
         f->server->on_packet = on_packet;
         f->server->on_session_closed = on_closed;
         for (int i = 0; i < 2; i++) {
@@ -151,7 +153,7 @@ static void test_users_take_turns(void **state)
         as_user(f, 0, 2000);
         as_user(f, 1, 2001);
         /* Each of user 2000's requests takes half a quantum. */
-        f->cost_ns[0] = USERS_QUANTUM_NS / 2;
+        f->cost_ns[0] = QUANTUM_NS / 2;
         send_packets(f, 0, 8);
         send_packets(f, 1, 1);
         turn(f);

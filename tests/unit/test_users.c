@@ -113,7 +113,7 @@ static void test_credit_does_not_pile_up(void **state)
         users_release(&users, a);
 }
 
-/* A request that took very long is owed USERS_MAX_OWED quanta at most. */
+/* A request that took very long is owed USERS_MAX_OWED_NS at most. */
 static void test_debt_is_bounded(void **state)
 {
         gmd_users users;
@@ -124,7 +124,25 @@ static void test_debt_is_bounded(void **state)
         a = users_hold(&users, 1);
         users_charge(a, UINT64_MAX);
         users_charge(a, UINT64_MAX);
-        assert_int_equal(a->credit_ns, -(int64_t)USERS_MAX_OWED * USERS_QUANTUM_NS);
+        assert_int_equal(a->credit_ns, -USERS_MAX_OWED_NS);
+        users_release(&users, a);
+}
+
+/* Quantum 0 ([limits] user_turn_us = 0): no turns, whatever is owed. */
+static void test_turns_off(void **state)
+{
+        gmd_users users;
+        gmd_user *a;
+
+        (void)state;
+        users_init(&users, Q);
+        a = users_hold(&users, 1);
+        users_charge(a, 100 * Q);
+        assert_false(users_may_run(&users, a));
+        users_set_quantum(&users, 0);
+        assert_true(users_may_run(&users, a));
+        users_set_quantum(&users, Q);
+        assert_false(users_may_run(&users, a));
         users_release(&users, a);
 }
 
@@ -136,6 +154,7 @@ int main(void)
                 cmocka_unit_test(test_debt_is_repaid_over_turns),
                 cmocka_unit_test(test_credit_does_not_pile_up),
                 cmocka_unit_test(test_debt_is_bounded),
+                cmocka_unit_test(test_turns_off),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
