@@ -67,6 +67,7 @@ static const config_key config_keys[] = {
         KEY("limits", "max_waiting_per_user", KEY_COUNT, max_waiting_per_user, 1u << 20),
         KEY("limits", "wait_hold_ms", KEY_COUNT, wait_hold_ms, 3600000),
         KEY("limits", "reclaim_timeout_ms", KEY_UINT, reclaim_timeout_ms, 3600000),
+        KEY("limits", "user_turn_us", KEY_COUNT, user_turn_us, 1000000),
         KEY("swap", "chunk_size", KEY_SIZE, swap_chunk_size, 0),
         KEY("swap", "copies_in_flight", KEY_UINT, swap_copies_in_flight, 64),
         KEY("swap", "keep_vram", KEY_BOOL, swap_keep_vram, 0),
@@ -115,6 +116,7 @@ void config_init_defaults(gmd_config *config)
         config->max_waiting_per_user = 256;
         config->wait_hold_ms = 5000;
         config->reclaim_timeout_ms = 2000;
+        config->user_turn_us = 100;
         config->swap_chunk_size = 64ull << 20;
         config->swap_copies_in_flight = 2;
         config->swap_keep_vram = true;

@@ -67,6 +67,9 @@ typedef struct gmd_config {
         unsigned reclaim_timeout_ms;      /* parked buffers asked back and not
                                            * returned this long are not
                                            * counted on */
+        unsigned user_turn_us;            /* loop time a user may take per
+                                           * loop turn (users.h); 0 = no
+                                           * turns */
 
         /* [swap] */
         uint64_t swap_chunk_size;         /* bytes per copy handed to the backend */

@@ -1,7 +1,8 @@
 /*
- * admission — see admission.h. Counts are taken by walking the sessions:
- * max_clients bounds the walk, and it runs once per accept, per queued
- * reply and per allocation, never per packet read.
+ * admission — see admission.h. A user's connections and unread reply
+ * bytes are counts in its record (users.h); its buffers are counted by
+ * walking the sessions (max_clients bounds the walk), once per
+ * allocation, never per packet read.
  */
 #include "admission.h"
 
@@ -46,20 +47,19 @@ static bool peer_is_admin(const gmd_config *c, int fd, uid_t *ret_uid)
 
 static unsigned user_sessions(gmd_server *server, uid_t uid)
 {
-        unsigned n = 0;
-        gmd_list *pos;
+        gmd_user *user = users_find(&server->users, uid);
 
-        list_for_each(pos, &server->sessions)
-                if (container_of(pos, gmd_session, link)->uid == uid)
-                        n++;
-        return n;
+        return user ? user->n_sessions : 0;
 }
 
-int admission_check_connect(gmd_server *server, int fd, char *why, size_t len)
+int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
+                            char *why, size_t len)
 {
         const gmd_config *c = &server->config;
         uid_t uid;
         bool admin = peer_is_admin(c, fd, &uid);
+
+        *ret_uid = uid;
         unsigned open_to_all = c->max_clients - c->admin_clients;
 
         if (server->n_sessions >= c->max_clients) {
@@ -95,10 +95,13 @@ void admission_hang_up(int fd)
          * After the shutdown nothing more can arrive, so drain, then
          * close. MSG_TRUNC: a packet is dropped whole whatever its size;
          * fds sent with it are closed by the kernel with the packet
-         * (no MSG_CMSG: none are received). */
+         * (no MSG_CMSG: none are received). After the shutdown an empty
+         * queue reads as the end of the stream (0), so the drain stops at
+         * the first 0 as at an error: a refusal is a few system calls,
+         * which a connection flood makes thousands of times a second. */
         shutdown(fd, SHUT_RDWR);
         for (int i = 0; i < 256; i++)
-                if (recv(fd, drain, sizeof(drain), MSG_DONTWAIT | MSG_TRUNC) < 0)
+                if (recv(fd, drain, sizeof(drain), MSG_DONTWAIT | MSG_TRUNC) <= 0)
                         break;
         close(fd);
 }

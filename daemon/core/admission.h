@@ -35,9 +35,11 @@ typedef struct gmd_session gmd_session;
 
 /*
  * May the peer on the freshly accepted `fd` have a session? 0, or
- * -EUSERS with the reason (for the log and the client) in `why`.
+ * -EUSERS with the reason (for the log and the client) in `why`. The
+ * peer's uid in `ret_uid` ((uid_t)-1 when it cannot be read).
  */
-int admission_check_connect(gmd_server *server, int fd, char *why, size_t len);
+int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
+                            char *why, size_t len);
 
 /* Close `fd`, a connection refused, once told why (request_refuse) so
  * that its peer still reads the reason. Never blocks. */

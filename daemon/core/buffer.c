@@ -60,6 +60,8 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         b->acquired = true;
         list_add_tail(&owner->buffers, &b->owner_link);
         list_add_tail(&server->buffers, &b->server_link);
+        list_init(&b->moving_link);
+        list_init(&b->idle_link);
         owner->n_buffers++;
         owner->bytes += size;
         owner->tier_bytes[b->tier] += size;
@@ -80,7 +82,7 @@ void buffer_park(gmd_dbuffer *b, bool parked)
         if (b->parked == parked)
                 return;
         b->parked = parked;
-        b->acquired = !parked;    /* an allocation hands it out acquired */
+        buffer_set_acquired(b, !parked);  /* an allocation hands it out acquired */
         parking_mark(&b->owner->parking, b->device, b->size, parked);
         if (parked)
                 b->released_ms = now_ms();
@@ -93,6 +95,8 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         idmap_remove(&server->buffers_by_id, b->id);
         list_remove(&b->owner_link);
         list_remove(&b->server_link);
+        list_remove(&b->moving_link);
+        list_remove(&b->idle_link);
         b->owner->n_buffers--;
         b->owner->bytes -= b->size;
         b->owner->tier_bytes[b->tier] -= b->size;
@@ -104,6 +108,30 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
                            buffer_count_out(b->owner, b->device, b->size));
         free(b);
         pending_mark(&server->pending, PENDING_ROOM);
+}
+
+void buffer_index(gmd_dbuffer *b)
+{
+        gmd_server *server = b->owner->server;
+        bool moving = b->move != NULL;
+        bool idle = !b->acquired && b->tier == GMD_TIER_VRAM;
+
+        if (moving != !list_empty(&b->moving_link)) {
+                list_remove(&b->moving_link);
+                if (moving)
+                        list_add_tail(&server->moving, &b->moving_link);
+        }
+        if (idle != !list_empty(&b->idle_link)) {
+                list_remove(&b->idle_link);
+                if (idle)
+                        list_add_tail(&server->vram_idle, &b->idle_link);
+        }
+}
+
+void buffer_set_acquired(gmd_dbuffer *b, bool acquired)
+{
+        b->acquired = acquired;
+        buffer_index(b);
 }
 
 void buffer_set_last_use(gmd_server *server, gmd_dbuffer *b, gmd_event *event)

@@ -23,6 +23,9 @@ typedef struct gmd_dbuffer {
         gmd_session *owner;
         gmd_list owner_link;        /* in owner->buffers */
         gmd_list server_link;       /* in server->buffers */
+        gmd_list moving_link;       /* in server->moving while move is set */
+        gmd_list idle_link;         /* in server->vram_idle while released
+                                     * on the VRAM tier (buffer_index) */
 
         uint64_t size;
         unsigned device;
@@ -63,6 +66,19 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
  * took the backing (b->mem is NULL then).
  * Marks the room for the scheduling pass; serves nobody itself. */
 void buffer_free(gmd_server *server, gmd_dbuffer *buffer);
+
+/*
+ * Keep `buffer` in the server's short lists as its fields say: in
+ * server->moving while it has a move, in server->vram_idle while it is
+ * not acquired and on the VRAM tier. The scheduling pass reads those
+ * lists (bytes leaving, eviction victims) instead of every buffer, so
+ * what it costs does not grow with the buffers clients hold in use. To
+ * be called after any change of `move`, `acquired` or `tier`.
+ */
+void buffer_index(gmd_dbuffer *buffer);
+
+/* Acquire or release the buffer's lease (buffer_index follows). */
+void buffer_set_acquired(gmd_dbuffer *buffer, bool acquired);
 
 /* Mark a buffer parked in (or taken back out of) its client's cache of
  * idle mappings, keeping the owner's parked counts right (parking.h). */

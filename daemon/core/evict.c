@@ -1,8 +1,10 @@
 /*
  * evict — see evict.h. Victims are chosen fresh on every call from the
- * buffer list (no index to keep in step with every lease change); the list
- * is walked once per device with waiters, which is cheap next to the copy
- * each choice starts.
+ * list of buffers released on the VRAM tier (server->vram_idle, which
+ * buffer_index keeps in step with leases and tiers): every victim is
+ * there, and buffers held in use are not, so a pass with a waiter that
+ * nothing can make room for costs what the idle buffers number, not what
+ * every client holds.
  */
 #include "evict.h"
 
@@ -29,8 +31,8 @@ uint64_t evict_evictable(gmd_server *server, unsigned device)
 
         if (!server_can_move(server))
                 return 0;
-        list_for_each(pos, &server->buffers) {
-                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
+        list_for_each(pos, &server->vram_idle) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
 
                 if (b->device == device && placement_evictable(b))
                         bytes += b->size;
@@ -186,15 +188,15 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need)
         unsigned n = 0, cap = 0;
         gmd_list *pos;
 
-        list_for_each(pos, &server->buffers)
+        list_for_each(pos, &server->vram_idle)
                 cap++;
         if (!cap)
                 return;
         victims = calloc(cap, sizeof(*victims));
         if (!victims)
                 return;
-        list_for_each(pos, &server->buffers) {
-                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
+        list_for_each(pos, &server->vram_idle) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
 
                 if (b->device == device && placement_evictable(b))
                         victims[n++] = b;

@@ -176,7 +176,7 @@ static void acquirer_grant(gmd_acquirer *a)
         if (a->done)
                 return;
         result_ok(&ok);
-        a->buffer->acquired = true;
+        buffer_set_acquired(a->buffer, true);
         session_answer(a->session, ANSWER_OK, a->request_id, &ok);
         acquirer_done(a);
 }
@@ -286,6 +286,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
                 return r;
         }
         b->move = m;
+        buffer_index(b);
         b->state = GMD_STATE_MOVING_OUT;
         /* Released with no GPU work pending on it, a SWAPPABLE buffer is
          * touched by nobody: its owner can unmap while the copy runs
@@ -421,6 +422,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 return 0;
         }
         b->move = m;
+        buffer_index(b);
         m->dst_from = kept ? MOVE_DST_KEPT : MOVE_DST_NEW;
         /* Its owner maps nothing while a SWAPPABLE buffer is out, so it
          * can map the new VRAM while the copy runs (move.h) — if that VRAM
@@ -508,6 +510,7 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         else
                 backing_release(server, m->copy.dst);
         b->move = NULL;
+        buffer_index(b);
         b->state = GMD_STATE_RESIDENT;
         if (b->acquirer) {
                 /* A move out that failed leaves the buffer where the
@@ -539,6 +542,7 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         b->tier = m->dst_tier;
         b->state = GMD_STATE_RESIDENT;
         b->move = NULL;
+        buffer_index(b);
         /* Its copy waited for the last use, unless the owner released
          * with a newer one meanwhile (a SPILLABLE buffer may be in use). */
         if (b->last_use_gen == m->waited_gen)
@@ -702,6 +706,7 @@ static void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
         if (!m)
                 return;
         b->move = NULL;
+        buffer_index(b);
         if (!move_copying(m)) {
                 /* Remap sent or not, no copy touches the memory any more.
                  * A copy over that the pass has not taken yet is still on
@@ -733,8 +738,8 @@ uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
         uint64_t bytes = 0;
         gmd_list *pos;
 
-        list_for_each(pos, &server->buffers) {
-                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
+        list_for_each(pos, &server->moving) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, moving_link);
 
                 if (b->device == device && b->move &&
                     b->move->copy.dir == GMD_COPY_OUT && !move_stopping(b->move))
@@ -760,7 +765,7 @@ gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
         if ((b->tier == GMD_TIER_VRAM && !b->move) ||
             (placement_usable_on_host(b) && !b->move && !b->move_waiter &&
              (timeout_ms == 0 || !server_can_move(server)))) {
-                b->acquired = true;
+                buffer_set_acquired(b, true);
                 return OUTCOME_OK;
         }
         a = calloc(1, sizeof(*a));

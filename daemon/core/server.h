@@ -23,6 +23,7 @@
 #include "reuse.h"
 #include "server_limits.h"
 #include "stats.h"
+#include "users.h"
 #include "vram.h"
 #include "waitq.h"
 #include "wire.h"
@@ -54,12 +55,17 @@ typedef struct gmd_server {
         uv_timer_t accept_timer;      /* accepting again after EMFILE */
         uv_timer_t sweep_timer;       /* hello deadlines (admission.h) */
         bool sweep_open;              /* both timers are initialised */
+        uv_prepare_t turn_prepare;    /* a new loop turn (users.h) */
+        bool turn_open;
 
         gmd_list sessions;
         unsigned n_sessions;
+        gmd_users users;              /* per user: counts, turns (users.h) */
         uint64_t next_client_id;
 
         gmd_list buffers;             /* every live buffer, oldest first */
+        gmd_list moving;              /* those with a move under way, and */
+        gmd_list vram_idle;           /* those released in VRAM (buffer_index) */
         gmd_idmap buffers_by_id;
         uint64_t next_buffer_id;
 

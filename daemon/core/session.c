@@ -21,7 +21,8 @@
 #include "server.h"
 #include "timeutil.h"
 
-/* Packets read per poll wake-up before yielding to other clients. */
+/* Packets read per poll wake-up before yielding to other clients; the
+ * user's turn (users.h) may end the reading sooner. */
 #define SESSION_READ_BUDGET 64
 
 typedef struct queued_packet {
@@ -89,6 +90,11 @@ int session_new(gmd_server *server, int fd, gmd_session **ret_session)
         s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
+        s->user = users_hold(&server->users, cred.uid);
+        if (!s->user) {
+                free(s);
+                return -ENOMEM;
+        }
         s->server = server;
         s->id = ++server->next_client_id;
         s->fd = fd;
@@ -108,6 +114,7 @@ int session_new(gmd_server *server, int fd, gmd_session **ret_session)
 
         r = uv_poll_init(server->loop, &s->poll, fd);
         if (r < 0) {
+                users_release(&server->users, s->user);
                 free(s);
                 return r;
         }
@@ -123,6 +130,7 @@ int session_new(gmd_server *server, int fd, gmd_session **ret_session)
         }
         list_add_tail(&server->sessions, &s->link);
         server->n_sessions++;
+        s->user->n_sessions++;
         *ret_session = s;
         return 0;
 }
@@ -133,6 +141,7 @@ static void session_on_closed(uv_handle_t *handle)
 
         if (s->fd >= 0)
                 close(s->fd);
+        users_release(&s->server->users, s->user);
         free(s);
 }
 
@@ -169,10 +178,12 @@ void session_close(gmd_session *s, const char *reason)
                 list_remove(pos);
                 free(q);
         }
+        s->user->queued_bytes -= s->sendq_bytes;
         s->sendq_len = 0;
         s->sendq_bytes = 0;
         list_remove(&s->link);
         server->n_sessions--;
+        s->user->n_sessions--;
         if (s->hello_done)
                 log_info("%s disconnected; freed %u buffers (%llu bytes)",
                          who, n_buffers, (unsigned long long)bytes);
@@ -214,13 +225,11 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
                 session_close_later(s, why);
                 return -ENOBUFS;
         }
-        if (session_user_queued(&s->server->sessions, s->uid) + length >
-            c->max_user_send_queue_bytes) {
+        if (s->user->queued_bytes + length > c->max_user_send_queue_bytes) {
                 snprintf(why, sizeof(why), "uid %u's connections do not read "
                          "their replies (%llu bytes queued in all)",
                          (unsigned)s->uid,
-                         (unsigned long long)
-                         session_user_queued(&s->server->sessions, s->uid));
+                         (unsigned long long)s->user->queued_bytes);
                 session_close_later(s, why);
                 return -ENOBUFS;
         }
@@ -247,6 +256,7 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
         list_add_tail(&s->sendq, &q->link);
         s->sendq_len++;
         s->sendq_bytes += length;
+        s->user->queued_bytes += length;
         session_update_poll(s);
         return 0;
 }
@@ -369,16 +379,27 @@ static void session_flush(gmd_session *s)
                 list_remove(pos);
                 s->sendq_len--;
                 s->sendq_bytes -= q->length;
+                s->user->queued_bytes -= q->length;
                 free(q);
         }
         session_update_poll(s);
 }
 
+/* Read and handle packets while the session's user has loop time left
+ * this turn (users.h), at most SESSION_READ_BUDGET. Nothing more is read
+ * from a session marked to be closed: whatever it sent after that is
+ * dropped with it, unhandled. */
 static void session_read(gmd_session *s)
 {
-        for (int budget = SESSION_READ_BUDGET; budget > 0 && !s->closing; budget--) {
+        gmd_users *users = &s->server->users;
+        gmd_user *user = s->user;
+
+        for (int budget = SESSION_READ_BUDGET;
+             budget > 0 && !s->closing && !s->close_pending &&
+             users_may_run(users, user); budget--) {
                 gmd_wire_packet packet;
                 const char *reason;
+                uint64_t t0 = now_ns();
                 char why[160];
                 int r;
 
@@ -401,6 +422,9 @@ static void session_read(gmd_session *s)
                         return;
                 }
                 s->server->on_packet(s, &packet);
+                /* The session may be closed now; its memory and its user's
+                 * record stay until its handle's close callback. */
+                users_charge(user, now_ns() - t0);
         }
 }
 
@@ -435,8 +459,12 @@ static void session_on_poll(uv_poll_t *handle, int status, int events)
                 session_on_poll_error(s, status);
                 return;
         }
-        if (events & UV_WRITABLE)
+        if (events & UV_WRITABLE) {
+                uint64_t t0 = now_ns();
+
                 session_flush(s);
+                users_charge(s->user, now_ns() - t0);
+        }
         if (!s->closing && (events & (UV_READABLE | UV_DISCONNECT)))
                 session_read(s);
 }
@@ -459,18 +487,4 @@ void session_user_usage(const gmd_list *sessions, uid_t uid, gmd_usage *ret_usag
                 u.parked_buffers += s->parking.n;
         }
         *ret_usage = u;
-}
-
-uint64_t session_user_queued(const gmd_list *sessions, uid_t uid)
-{
-        uint64_t bytes = 0;
-        const gmd_list *pos;
-
-        list_for_each(pos, sessions) {
-                const gmd_session *o = container_of(pos, gmd_session, link);
-
-                if (o->uid == uid)
-                        bytes += o->sendq_bytes;
-        }
-        return bytes;
 }

@@ -21,6 +21,7 @@
 #include "quota.h"
 #include "reuse.h"
 #include "result.h"
+#include "users.h"
 #include "server_limits.h"
 #include "waitq.h"
 #include "waits.h"
@@ -38,6 +39,7 @@ typedef struct gmd_session {
         pid_t pid;
         uid_t uid;
         gid_t gid;
+        gmd_user *user;             /* its user's record (users.h) */
         gid_t groups[32];           /* primary first, then supplementary */
         unsigned n_groups;
         bool admin;                 /* root or in [daemon] admin_group */
@@ -134,9 +136,6 @@ void session_apply_config(gmd_session *session);
 /* What all `sessions` (gmd_session links) of user `uid` hold together. */
 void session_user_usage(const gmd_list *sessions, uid_t uid,
                         gmd_usage *ret_usage);
-
-/* Bytes of replies queued for all `sessions` of user `uid`. */
-uint64_t session_user_queued(const gmd_list *sessions, uid_t uid);
 
 /* "client 3 (pid 1234, uid 1000, trainer)" for log lines. */
 const char *session_describe(const gmd_session *session, char *buf, size_t len);

@@ -6,6 +6,7 @@
 #include "snapshot.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,7 +133,14 @@ static size_t list_length(const gmd_list *list)
         return n;
 }
 
-int snapshot_take(const gmd_server *server, unsigned what, gmd_snapshot *ret)
+static bool filter_match(const gmd_buffer_filter *f, const gmd_dbuffer *b)
+{
+        return !f || (b->id > f->after_id && (!f->pid || b->owner->pid == f->pid) &&
+                      (f->all_users || b->owner->uid == f->uid));
+}
+
+int snapshot_take(const gmd_server *server, unsigned what,
+                  const gmd_buffer_filter *filter, gmd_snapshot *ret)
 {
         gmd_snapshot s = { 0 };
         const gmd_list *pos;
@@ -144,7 +152,9 @@ int snapshot_take(const gmd_server *server, unsigned what, gmd_snapshot *ret)
         s.processes = calloc(server->n_devices * VRAM_MAX_PROCESSES + 1,
                              sizeof(*s.processes));
         if (what & SNAPSHOT_BUFFERS) {
-                size_t n = list_length(&server->buffers);
+                /* A page is at most `max` long: no walk to count them all. */
+                size_t n = filter && filter->max ? filter->max :
+                           list_length(&server->buffers);
 
                 s.buffers = calloc(n ? n : 1, sizeof(*s.buffers));
         }
@@ -166,10 +176,19 @@ int snapshot_take(const gmd_server *server, unsigned what, gmd_snapshot *ret)
                 take_client(c, &s.clients[s.n_clients++]);
                 s.total_buffers += c->n_buffers;
         }
-        if (s.buffers)
-                list_for_each(pos, &server->buffers)
-                        take_buffer(container_of(pos, gmd_dbuffer, server_link),
-                                    &s.buffers[s.n_buffers++]);
+        if (s.buffers) {
+                size_t max = filter && filter->max ? filter->max : SIZE_MAX;
+
+                list_for_each(pos, &server->buffers) {
+                        const gmd_dbuffer *b = container_of(pos, gmd_dbuffer,
+                                                            server_link);
+
+                        if (s.n_buffers == max)
+                                break;
+                        if (filter_match(filter, b))
+                                take_buffer(b, &s.buffers[s.n_buffers++]);
+                }
+        }
         take_processes(server, &s);
         s.waiting_allocations = waitq_count(&server->waitq);
         s.host_pinned = backing_pinned(server);

@@ -57,7 +57,8 @@ typedef struct gmd_client_snapshot {
         uint64_t parked_bytes;       /* of `bytes`, in its mapping cache */
 } gmd_client_snapshot;
 
-/* One buffer (only with SNAPSHOT_BUFFERS), in the daemon's list order. */
+/* One buffer (only with SNAPSHOT_BUFFERS, as the filter chose), in the
+ * daemon's list order. */
 typedef struct gmd_buffer_snapshot {
         uint64_t id;
         uint64_t client_id;
@@ -106,9 +107,24 @@ enum {
         SNAPSHOT_BUFFERS = 1u << 0,
 };
 
-/* Fill `ret` from the daemon's state now; `what` is SNAPSHOT_* flags.
- * Returns 0 or -ENOMEM (then `ret` holds nothing to clear). */
-int snapshot_take(const gmd_server *server, unsigned what, gmd_snapshot *ret);
+/* Which buffers SNAPSHOT_BUFFERS copies, in the daemon's list order:
+ * those with an id past `after_id`, of process `pid` (0: any), owned by
+ * user `uid` unless `all_users`; the first `max` of them (0: all). A
+ * status reply shows a page of one user's buffers: it copies that page,
+ * not every buffer of every client. */
+typedef struct gmd_buffer_filter {
+        uint64_t after_id;
+        pid_t pid;
+        bool all_users;
+        uid_t uid;
+        size_t max;
+} gmd_buffer_filter;
+
+/* Fill `ret` from the daemon's state now; `what` is SNAPSHOT_* flags,
+ * `filter` chooses the buffers (NULL: all). Returns 0 or -ENOMEM (then
+ * `ret` holds nothing to clear). */
+int snapshot_take(const gmd_server *server, unsigned what,
+                  const gmd_buffer_filter *filter, gmd_snapshot *ret);
 
 /* Free what a snapshot holds; it may be cleared again. */
 void snapshot_clear(gmd_snapshot *snapshot);

@@ -41,6 +41,13 @@
 #define HOST_GRANULARITY (2ull << 20)
 /* Accepting stops this long when the daemon runs out of fds. */
 #define SERVER_ACCEPT_PAUSE_MS 250
+/* Connections taken per loop turn; the rest wait in the listen backlog
+ * for the next turn (thousands a second). What taking one costs (accept,
+ * the checks, the refusal or the new session) is charged to its user's
+ * turn (users.h), so a user's connection flood (each one accepted, and
+ * refused past max_clients_per_user) comes out of that user's share of
+ * the loop thread, with its requests, not out of everyone's. */
+#define SERVER_ACCEPT_BUDGET 4
 /* How often the driver's free memory is read besides at allocations
  * (core/vram.h); a read costs a few µs. */
 #define VRAM_POLL_MS 5000
@@ -115,9 +122,12 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         server->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         list_init(&server->sessions);
         list_init(&server->buffers);
+        list_init(&server->moving);
+        list_init(&server->vram_idle);
         waitq_init(&server->waitq, loop, &server->pending,
                    &scheduler_waitq_ops, server);
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
+        users_init(&server->users, (int64_t)config->user_turn_us * 1000);
         reuse_init(&server->reuse, config->swap_keep_vram, &server->stats,
                    reuse_release, server);
         list_init(&server->close_pending);
@@ -271,9 +281,11 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                 log_error("listening socket: %s", uv_strerror(status));
                 return;
         }
-        for (int i = 0; i < 16; i++) {
+        for (int i = 0; i < SERVER_ACCEPT_BUDGET; i++) {
+                uint64_t t0 = now_ns();
                 gmd_session *s;
                 char why[200];
+                uid_t uid;
                 int fd, r;
 
                 fd = accept4(server->listen_fd, NULL, NULL,
@@ -286,10 +298,12 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                                 log_error("accept: %s", strerror(errno));
                         return;
                 }
-                if (admission_check_connect(server, fd, why, sizeof(why)) < 0) {
+                if (admission_check_connect(server, fd, &uid, why, sizeof(why)) < 0) {
                         log_warning("refusing a connection: %s", why);
                         server->stats.connections_refused++;
                         request_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
+                        /* A user refused for its connections has a record. */
+                        users_charge(users_find(&server->users, uid), now_ns() - t0);
                         continue;
                 }
                 server->stats.connections++;
@@ -300,7 +314,16 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                         continue;
                 }
                 server_arm_hello_sweep(server);
+                users_charge(s->user, now_ns() - t0);
         }
+}
+
+/* Every loop iteration, before the loop polls: a new turn (users.h). */
+static void server_on_turn(uv_prepare_t *prepare)
+{
+        gmd_server *server = prepare->data;
+
+        users_next_turn(&server->users);
 }
 
 static void server_on_hello_sweep(uv_timer_t *timer)
@@ -440,6 +463,14 @@ int server_listen(gmd_server *server, int fd)
                 return r;
         server->sweep_timer.data = server;
         server->sweep_open = true;
+        r = uv_prepare_init(server->loop, &server->turn_prepare);
+        if (r < 0)
+                return r;
+        server->turn_prepare.data = server;
+        server->turn_open = true;
+        r = uv_prepare_start(&server->turn_prepare, server_on_turn);
+        if (r < 0)
+                return r;
         server->copy_async.data = server;
         server->copy_async_open = true;
         if (server_can_move(server))
@@ -487,6 +518,10 @@ void server_stop(gmd_server *server)
                 server->sweep_open = false;
                 uv_close((uv_handle_t *)&server->accept_timer, NULL);
                 uv_close((uv_handle_t *)&server->sweep_timer, NULL);
+        }
+        if (server->turn_open) {
+                server->turn_open = false;
+                uv_close((uv_handle_t *)&server->turn_prepare, NULL);
         }
         if (server->maintaining)
                 uv_close((uv_handle_t *)&server->maintain_timer, NULL);
@@ -560,6 +595,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
                    old->cuda_reserve_chunks != config->cuda_reserve_chunks);
 
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
+        users_set_quantum(&server->users, (int64_t)config->user_turn_us * 1000);
         gmd_config next = *config;
         strcpy(next.socket_path, old->socket_path);
         strcpy(next.backend, old->backend);

@@ -267,8 +267,8 @@ static gmd_outcome handle_release(gmd_session *s, uint32_t id,
                                             strerror(-r));
                 buffer_set_last_use(s->server, b, event);
         }
-        b->acquired = false;
         b->released_ms = now_ms();
+        buffer_set_acquired(b, false);
         /* An idle buffer is room for whoever waits for VRAM. */
         if (!waitq_empty(&s->server->waitq))
                 pending_mark(&s->server->pending, PENDING_EVICT);

@@ -105,7 +105,13 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
         Gmd__BufferInfo *buffers = NULL, **buffer_ptrs = NULL;
         Gmd__GpuProcess *procs = NULL, **proc_ptrs = NULL;
         bool want_buffers = req->what == GMD__STATUS_WHAT__STATUS_BUFFERS;
-        size_t max_buffers = 0, budget = 0, n = 0;
+        /* A row packs to at most ~60 bytes. */
+        size_t max_buffers = STATUS_BUFFER_BUDGET / 64, budget = 0, n = 0;
+        /* The page asked for, and one more row to know there are more. */
+        gmd_buffer_filter filter = {
+                .after_id = req->after_buffer_id, .pid = (pid_t)req->pid,
+                .all_users = s->admin, .uid = s->uid, .max = max_buffers + 1,
+        };
         gmd_snapshot snap = { 0 };
         int r;
 
@@ -114,7 +120,8 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
                 (void)vram_refresh(s->server, d);
                 vram_refresh_processes(s->server, d);
         }
-        r = snapshot_take(s->server, want_buffers ? SNAPSHOT_BUFFERS : 0, &snap);
+        r = snapshot_take(s->server, want_buffers ? SNAPSHOT_BUFFERS : 0, &filter,
+                          &snap);
         if (r < 0)
                 goto out;
         r = -ENOMEM;
@@ -147,8 +154,6 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
         }
 
         if (want_buffers) {
-                /* A row packs to at most ~60 bytes. */
-                max_buffers = STATUS_BUFFER_BUDGET / 64;
                 buffers = calloc(max_buffers, sizeof(*buffers));
                 buffer_ptrs = calloc(max_buffers, sizeof(*buffer_ptrs));
                 if (!buffers || !buffer_ptrs)

@@ -187,7 +187,7 @@ static void conn_answer(metrics_conn *conn, int code, bool head_only)
 
                 for (unsigned d = 0; d < server->n_devices; d++)
                         (void)vram_refresh(server, d);
-                if (snapshot_take(server, 0, &snap) < 0) {
+                if (snapshot_take(server, 0, NULL, &snap) < 0) {
                         conn->body.failed = true;
                 } else {
                         metrics_render(&conn->body, &snap,

@@ -5,7 +5,8 @@
  * error and a paused accept instead of a busy loop; connection slots per
  * user, a few kept for administrators, a hello deadline, and a refused
  * client told why; the bytes of unread replies bounded per connection and
- * per user.
+ * per user; a status listing paged as before now that it copies only the
+ * page it shows.
  *
  * Clients of other users are made by connecting with the effective uid set
  * to them for the moment of connect() (the daemon reads SO_PEERCRED, which
@@ -648,6 +649,108 @@ static void test_reply_bytes_per_user(void **state)
         gmd_disconnect(c);
 }
 
+/* One STATUS_BUFFERS request on a raw connection (after its hello): the
+ * reply, to be freed. */
+static Gmd__StatusReply *status_page(int fd, uint64_t after, uint32_t pid)
+{
+        static uint8_t buf[GMD_WIRE_MAX_PACKET];
+        Gmd__StatusRequest req = GMD__STATUS_REQUEST__INIT;
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        gmd_wire_packet packet;
+        const char *reason;
+        uint8_t payload[64];
+        size_t len;
+
+        req.what = GMD__STATUS_WHAT__STATUS_BUFFERS;
+        req.after_buffer_id = after;
+        req.pid = pid;
+        len = gmd__status_request__pack(&req, payload);
+        assert_int_equal(gmd_wire_send(fd, GMD__MSG_TYPE__MSG_STATUS, 7, payload,
+                                       (uint32_t)len, NULL, 0), 0);
+        assert_int_equal(poll(&p, 1, 5000), 1);
+        assert_int_equal(gmd_wire_recv(fd, buf, &packet, &reason), 1);
+        assert_int_equal(packet.header.type, GMD__MSG_TYPE__MSG_STATUS_REPLY);
+        return gmd__status_reply__unpack(NULL, packet.header.length, packet.payload);
+}
+
+/* Every buffer row of the pages from `after` on, checked increasing;
+ * returns how many, with the last page's more_buffers false. */
+static size_t status_all_pages(int fd, uint32_t pid, pid_t only_pid)
+{
+        uint64_t after = 0;
+        size_t n = 0;
+        unsigned pages = 0;
+
+        for (;;) {
+                Gmd__StatusReply *r = status_page(fd, after, pid);
+
+                assert_non_null(r);
+                pages++;
+                for (size_t i = 0; i < r->n_buffers; i++) {
+                        assert_true(r->buffers[i]->buffer_id > after);
+                        after = r->buffers[i]->buffer_id;
+                        if (only_pid)
+                                assert_int_equal(r->buffers[i]->pid, (uint32_t)only_pid);
+                }
+                n += r->n_buffers;
+                if (!r->more_buffers) {
+                        gmd__status_reply__free_unpacked(r, NULL);
+                        break;
+                }
+                assert_true(r->n_buffers > 0);
+                gmd__status_reply__free_unpacked(r, NULL);
+                assert_true(pages < 100);
+        }
+        return n;
+}
+
+/* A status listing shows a page of the buffers its viewer may see: its
+ * own user's, everyone's for root; a long list in pages (more_buffers,
+ * after_buffer_id), each buffer once; a pid filter. The daemon copies
+ * only the page it shows (snapshot.h): this is the reply it must still
+ * give. */
+static void test_status_pages(void **state)
+{
+        harness_fixture *f = *state;
+        enum { MANY = 1100, FEW = 3 };
+        static gmd_buffer *many[MANY];
+        gmd_buffer *few[FEW];
+        gmd_client *a, *b;
+        int err, fd_root, fd_nobody;
+
+        if (skip_unless_root())
+                return;
+        start(f, NULL);
+        a = harness_client(&f->h, "many");
+        assert_int_equal(alloc_until_refused(a, many, MANY, &err), MANY);
+        b = connect_as(f, NOBODY, "few");
+        assert_int_equal(alloc_until_refused(b, few, FEW, &err), FEW);
+        fd_root = hello_raw(f, "root-viewer");
+        as_user(NOBODY);
+        fd_nobody = hello_raw(f, "nobody-viewer");
+        as_root();
+        /* root: everything, in pages. */
+        assert_int_equal(status_all_pages(fd_root, 0, 0), MANY + FEW);
+        {
+                Gmd__StatusReply *r = status_page(fd_root, 0, 0);
+
+                assert_true(r->more_buffers);
+                assert_true(r->n_buffers < MANY + FEW);
+                gmd__status_reply__free_unpacked(r, NULL);
+        }
+        /* nobody: its own three, on one page. */
+        assert_int_equal(status_all_pages(fd_nobody, 0, 0), FEW);
+        /* By pid: both clients are this process, so every buffer; no
+         * buffer of a process that has none. */
+        assert_int_equal(status_all_pages(fd_root, (uint32_t)getpid(), getpid()),
+                         MANY + FEW);
+        assert_int_equal(status_all_pages(fd_root, (uint32_t)getpid() + 1000000, 0), 0);
+        close(fd_root);
+        close(fd_nobody);
+        gmd_disconnect(b);
+        gmd_disconnect(a);
+}
+
 /* A client that goes away with replies unread is logged as such, not as
  * "bad file descriptor" (issue 10 item 13). Whether the daemon sees an
  * error on the socket (replies still queued for it: the usual case with
@@ -697,6 +800,7 @@ int main(void)
                 T(test_log_rate_limited),
                 T(test_reply_bytes_per_connection),
                 T(test_reply_bytes_per_user),
+                T(test_status_pages),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

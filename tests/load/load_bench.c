@@ -3,16 +3,35 @@
  * clients allocating and freeing for a while, plus one hostile user
  * (connection flood, fd flood, reply flood, a huge waiting request), and
  * the allocation latency of one more ordinary client (the probe) measured
- * idle first, then under that load. It prints the figures; it does not
- * pass or fail (scripts/load-test.sh runs it against a sim daemon; too
- * long for `make test`).
+ * idle first, then under that load, then idle again. It prints the
+ * figures and how the CPUs were shared; it does not pass or fail
+ * (scripts/load-test.sh runs it against a sim daemon; too long for
+ * `make test`).
  *
- *   load_bench [--clients N] [--seconds S] [--idle S] [--hostile]
+ *   load_bench [--clients N] [--seconds S] [--idle S]
+ *              [--hostile[=conn,fd,reply,huge]] [--nice N[,N...]]
+ *              [--load-uid UID] [--daemon-pid PID]
  *
- * The socket is $GPU_MEMD_SOCKET. As root the hostile user is uid 65534
- * (a child process drops to it), so the daemon's per-user bounds apply to
- * it and not to the others; otherwise it runs as the caller's user.
+ * Three kinds of process: the probe (this one, nice 0, like the daemon),
+ * the load clients (one process, a thread and a connection each) and the
+ * hostile user (one process). Each value of --nice is one loaded phase,
+ * with the load clients and the hostile user at that nice value: 0 (the
+ * default) shares the CPUs as they come; 19 leaves the daemon and the
+ * probe first call on them, so what is left is what the daemon itself
+ * does with its time. Every process is forked before the probe connects
+ * (no fork of a process with libgpumem's threads) and waits for its
+ * phase.
+ *
+ * The socket is $GPU_MEMD_SOCKET. As root there are three users, as on a
+ * shared machine: the probe (root), the load clients (uid 65533, or
+ * --load-uid; -1 or 0 keeps them root, the probe's user) and the hostile
+ * user (uid 65534); their processes drop to those uids, so the daemon's
+ * per-user bounds and turns (users.h) apply to each. The default
+ * [limits] max_clients_per_user (64) then bounds --clients. Not as root,
+ * every process is the caller's user.
+ * --daemon-pid adds the daemon's CPU time to each phase's figures.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -23,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -36,6 +56,10 @@
 #define MiB (1ull << 20)
 #define PROBE_SIZE (2 * MiB)
 #define MAX_SAMPLES 200000
+#define MAX_PHASES 4
+
+enum { HOSTILE_CONN = 1, HOSTILE_FD = 2, HOSTILE_REPLY = 4, HOSTILE_HUGE = 8,
+       HOSTILE_ALL = 15 };
 
 static atomic_bool stop_load;
 static atomic_ulong load_allocs, load_errors;
@@ -91,6 +115,135 @@ static uint64_t pct(const samples *s, double p)
         return s->n ? s->us[(size_t)((double)(s->n - 1) * p)] : 0;
 }
 
+static double ratio(uint64_t loaded, uint64_t idle)
+{
+        return idle ? (double)loaded / (double)idle : 0.0;
+}
+
+/* ---- CPU time: processes and the machine ------------------------------------ */
+
+/* user + system ticks of process `pid`, or 0. */
+static uint64_t proc_ticks(pid_t pid)
+{
+        char path[64], buf[1024], *p;
+        unsigned long long ut = 0, st = 0;
+        FILE *f;
+        size_t n;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        f = fopen(path, "r");
+        if (!f)
+                return 0;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        p = strrchr(buf, ')');      /* the name may hold spaces */
+        if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                         &ut, &st) != 2)
+                return 0;
+        return ut + st;
+}
+
+/* ns the task `path` (/proc/PID or /proc/self/task/TID) spent runnable
+ * but waiting for a CPU (schedstat's run_delay), or 0 where the kernel
+ * does not say. For the daemon, /proc/PID is its loop thread. */
+static uint64_t sched_wait_ns(const char *path)
+{
+        char file[300];
+        unsigned long long run = 0, wait = 0;
+        FILE *f;
+
+        snprintf(file, sizeof(file), "%s/schedstat", path);
+        f = fopen(file, "r");
+        if (!f)
+                return 0;
+        if (fscanf(f, "%llu %llu", &run, &wait) != 2)
+                wait = 0;
+        fclose(f);
+        return wait;
+}
+
+/* The same, summed over this process's threads (the probe and its I/O
+ * thread). */
+static uint64_t self_wait_ns(void)
+{
+        DIR *d = opendir("/proc/self/task");
+        struct dirent *e;
+        uint64_t ns = 0;
+        char path[300];
+
+        if (!d)
+                return 0;
+        while ((e = readdir(d)))
+                if (e->d_name[0] != '.') {
+                        snprintf(path, sizeof(path), "/proc/self/task/%s", e->d_name);
+                        ns += sched_wait_ns(path);
+                }
+        closedir(d);
+        return ns;
+}
+
+/* Busy and idle ticks of the whole machine (/proc/stat), summed over CPUs. */
+static void machine_ticks(uint64_t *busy, uint64_t *idle)
+{
+        unsigned long long v[8] = { 0 };
+        FILE *f = fopen("/proc/stat", "r");
+
+        *busy = *idle = 0;
+        if (!f)
+                return;
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+                   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
+                *busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+                *idle = v[3] + v[4];
+        }
+        fclose(f);
+}
+
+static uint64_t rusage_us(const struct rusage *ru)
+{
+        return (uint64_t)ru->ru_utime.tv_sec * 1000000 + (uint64_t)ru->ru_utime.tv_usec +
+               (uint64_t)ru->ru_stime.tv_sec * 1000000 + (uint64_t)ru->ru_stime.tv_usec;
+}
+
+/* ---- phases: the processes that make the load wait for their turn ---------- */
+
+typedef struct phase {
+        int nice;
+        pid_t load_pid, hostile_pid;
+        int go[2];          /* written once: start */
+        int stop[2];        /* closed by the probe: stop */
+        int result[2];      /* the load process's counts */
+} phase;
+
+/* Block until the probe says go; false if it went away instead. */
+static bool phase_wait_go(phase *ph)
+{
+        char c;
+
+        close(ph->go[1]);
+        close(ph->stop[1]);
+        return read(ph->go[0], &c, 1) == 1;
+}
+
+static bool phase_stopped(const phase *ph)
+{
+        struct pollfd p = { .fd = ph->stop[0], .events = POLLIN };
+
+        return poll(&p, 1, 0) > 0;
+}
+
+/* A child of phase `p` keeps no end of the earlier phases' pipes: the
+ * probe's close of a stop pipe must reach that phase's processes alone. */
+static void phase_close_earlier(phase *phases, unsigned p)
+{
+        for (unsigned i = 0; i < p; i++) {
+                close(phases[i].go[1]);
+                close(phases[i].stop[1]);
+                close(phases[i].result[0]);
+        }
+}
+
 /* ---- ordinary clients ---------------------------------------------------------- */
 
 static void *client_main(void *arg)
@@ -124,6 +277,31 @@ static void *client_main(void *arg)
         }
         gmd_disconnect(c);
         return NULL;
+}
+
+static void load_main(phase *ph, unsigned n_clients, long uid)
+{
+        pthread_t *threads = calloc(n_clients, sizeof(*threads));
+        char line[64], c;
+        int n;
+
+        if (uid >= 0 && geteuid() == 0 &&
+            (setgid((gid_t)uid) < 0 || setuid((uid_t)uid) < 0)) {
+                perror("load_bench: setuid for the load clients");
+                _exit(1);
+        }
+        if (!phase_wait_go(ph) || !threads)
+                _exit(0);
+        for (unsigned i = 0; i < n_clients; i++)
+                pthread_create(&threads[i], NULL, client_main, (void *)(uintptr_t)(i + 1));
+        (void)read(ph->stop[0], &c, 1);     /* EOF: the probe is done */
+        atomic_store(&stop_load, true);
+        for (unsigned i = 0; i < n_clients; i++)
+                pthread_join(threads[i], NULL);
+        n = snprintf(line, sizeof(line), "%lu %lu\n", atomic_load(&load_allocs),
+                     atomic_load(&load_errors));
+        (void)write(ph->result[1], line, (size_t)n);
+        _exit(0);
 }
 
 /* ---- the hostile user ------------------------------------------------------------ */
@@ -200,49 +378,60 @@ static void *huge_wait_main(void *arg)
         gmd_status_free(st);
         if (gmd_alloc(c, (size_t)size, 0, GMD_ALLOC_SWAPPABLE, GMD_WAIT_FOREVER,
                       &b) < 0)
-                printf("hostile: the huge request failed: %s\n", gmd_last_error());
+                printf("  hostile: the huge request failed: %s\n", gmd_last_error());
         else
-                printf("hostile: the huge request was served\n");
+                printf("  hostile: the huge request was served\n");
         fflush(stdout);
         return NULL;
 }
 
-static void hostile_run(double seconds)
+static void hostile_main(phase *ph, unsigned parts)
 {
         enum { SILENT = 256, FLOOD = 8, FDS = 100000 };
         int silent[SILENT], flood[FLOOD];
         unsigned long reconnects = 0, refusals = 0, flood_drops = 0, fds = 0;
-        uint64_t end = now_us() + (uint64_t)(seconds * 1e6);
         gmd_client *fdc = NULL, *waiter = NULL;
-        gmd_buffer **bufs = calloc(FDS, sizeof(*bufs));
+        gmd_buffer **bufs;
         pthread_t wait_thread;
         int r;
 
+        if (geteuid() == 0 && (setgid(65534) < 0 || setuid(65534) < 0)) {
+                perror("load_bench: setuid");
+                _exit(1);
+        }
+        if (!phase_wait_go(ph))
+                _exit(0);
+        for (int i = 0; i < SILENT; i++)
+                silent[i] = -1;
+        for (int i = 0; i < FLOOD; i++)
+                flood[i] = -1;
         /* fd flood first: tiny buffers until the daemon says no. */
-        if (gmd_connect(socket_path, "fdflood", &fdc) == 0 && bufs) {
+        bufs = calloc(FDS, sizeof(*bufs));
+        if ((parts & HOSTILE_FD) && bufs &&
+            gmd_connect(socket_path, "fdflood", &fdc) == 0) {
                 while (fds < FDS && (r = gmd_alloc(fdc, 4096, 0, GMD_ALLOC_SWAPPABLE,
                                                     GMD_NO_WAIT, &bufs[fds])) == 0)
                         fds++;
-                printf("hostile: fd flood held %lu buffers, then: %s\n", fds,
+                printf("  hostile: fd flood held %lu buffers, then: %s\n", fds,
                        gmd_last_error());
                 /* One back, for the huge request's buffer. */
                 if (fds)
                         gmd_free(fdc, bufs[--fds]);
         }
-        if (gmd_connect(socket_path, "hugewait", &waiter) == 0)
+        if ((parts & HOSTILE_HUGE) && gmd_connect(socket_path, "hugewait", &waiter) == 0)
                 pthread_create(&wait_thread, NULL, huge_wait_main, waiter);
         /* The reply flood first: the silent ones then take the rest of
          * this user's connections and are refused past them. */
-        for (int i = 0; i < FLOOD; i++) {
+        for (int i = 0; (parts & HOSTILE_REPLY) && i < FLOOD; i++) {
                 flood[i] = raw_connect();
                 if (flood[i] >= 0)
                         send_hello(flood[i]);
         }
         usleep(100000);
-        for (int i = 0; i < SILENT; i++)
+        for (int i = 0; (parts & HOSTILE_CONN) && i < SILENT; i++)
                 silent[i] = raw_connect();
-        while (now_us() < end) {
-                for (int i = 0; i < SILENT; i++) {
+        while (!phase_stopped(ph)) {
+                for (int i = 0; (parts & HOSTILE_CONN) && i < SILENT; i++) {
                         if (silent[i] >= 0 && !raw_dead(silent[i]))
                                 continue;
                         if (silent[i] >= 0) {
@@ -252,7 +441,7 @@ static void hostile_run(double seconds)
                         silent[i] = raw_connect();
                         reconnects++;
                 }
-                for (int i = 0; i < FLOOD; i++) {
+                for (int i = 0; (parts & HOSTILE_REPLY) && i < FLOOD; i++) {
                         if (flood[i] < 0 || raw_dead(flood[i])) {
                                 if (flood[i] >= 0) {
                                         close(flood[i]);
@@ -267,96 +456,285 @@ static void hostile_run(double seconds)
                 }
                 usleep(20000);
         }
-        printf("hostile: %lu silent connections closed by the daemon (refused or "
-               "timed out), %lu reconnects; %lu reply-flood connections "
-               "dropped\n", refusals, reconnects, flood_drops);
+        if (parts & (HOSTILE_CONN | HOSTILE_REPLY))
+                printf("  hostile: %lu silent connections closed by the daemon "
+                       "(refused or timed out), %lu reconnects; %lu reply-flood "
+                       "connections dropped\n", refusals, reconnects, flood_drops);
         fflush(stdout);
         _exit(0);       /* the daemon cleans up after the connections */
 }
 
+static unsigned parse_parts(const char *s)
+{
+        unsigned parts = 0;
+
+        if (!s)
+                return HOSTILE_ALL;
+        while (*s) {
+                size_t n = strcspn(s, ",");
+
+                if (n == 4 && !strncmp(s, "conn", 4))
+                        parts |= HOSTILE_CONN;
+                else if (n == 2 && !strncmp(s, "fd", 2))
+                        parts |= HOSTILE_FD;
+                else if (n == 5 && !strncmp(s, "reply", 5))
+                        parts |= HOSTILE_REPLY;
+                else if (n == 4 && !strncmp(s, "huge", 4))
+                        parts |= HOSTILE_HUGE;
+                else
+                        return 0;
+                s += n + (s[n] == ',');
+        }
+        return parts;
+}
+
+static void describe_parts(unsigned parts, char *buf, size_t len)
+{
+        static const char *names[] = { "connection flood", "fd flood", "reply flood",
+                                       "a huge waiting request" };
+        size_t n = 0;
+
+        buf[0] = '\0';
+        for (unsigned i = 0; i < 4; i++)
+                if (parts & (1u << i))
+                        n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s",
+                                              n ? ", " : "", names[i]);
+}
+
 /* ---- main ------------------------------------------------------------------ */
+
+static void usage(void)
+{
+        fprintf(stderr, "usage: load_bench [--clients N] [--seconds S] [--idle S] "
+                "[--hostile[=conn,fd,reply,huge]] [--nice N[,N...]] "
+                "[--load-uid UID] [--daemon-pid PID]\n");
+}
+
+static void print_idle(const char *what, const samples *s)
+{
+        printf("%s: %zu allocations, p50 %llu us, p99 %llu us, %u errors\n", what,
+               s->n, (unsigned long long)pct(s, 0.5),
+               (unsigned long long)pct(s, 0.99), s->errors);
+        fflush(stdout);
+}
 
 int main(int argc, char **argv)
 {
-        unsigned n_clients = 64;
+        unsigned n_clients = 64, hostile = 0, n_phases = 0;
         double seconds = 60, idle = 10;
-        bool hostile = false;
-        static samples idle_s, load_s;
-        pthread_t *threads;
+        static samples idle_s, idle2_s, load_s[MAX_PHASES];
+        static phase phases[MAX_PHASES];
+        double p50_ratio[MAX_PHASES], p99_ratio[MAX_PHASES];
+        unsigned long allocs[MAX_PHASES] = { 0 }, errors[MAX_PHASES] = { 0 };
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        long hz = sysconf(_SC_CLK_TCK);
+        char parts[128];
         gmd_client *probe = NULL;
-        pid_t hostile_pid = -1;
+        pid_t daemon_pid = 0;
+        /* As root: the load clients are another user than the probe. */
+        long load_uid = geteuid() == 0 ? 65533 : -1;
 
         for (int i = 1; i < argc; i++) {
-                if (!strcmp(argv[i], "--clients") && i + 1 < argc)
+                if (!strcmp(argv[i], "--clients") && i + 1 < argc) {
                         n_clients = (unsigned)atoi(argv[++i]);
-                else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+                } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
                         seconds = atof(argv[++i]);
-                else if (!strcmp(argv[i], "--idle") && i + 1 < argc)
+                } else if (!strcmp(argv[i], "--idle") && i + 1 < argc) {
                         idle = atof(argv[++i]);
-                else if (!strcmp(argv[i], "--hostile"))
-                        hostile = true;
-                else {
-                        fprintf(stderr, "usage: load_bench [--clients N] [--seconds S] "
-                                "[--idle S] [--hostile]\n");
+                } else if (!strcmp(argv[i], "--load-uid") && i + 1 < argc) {
+                        load_uid = atol(argv[++i]);
+                } else if (!strcmp(argv[i], "--daemon-pid") && i + 1 < argc) {
+                        daemon_pid = (pid_t)atoi(argv[++i]);
+                } else if (!strcmp(argv[i], "--nice") && i + 1 < argc) {
+                        char *s = argv[++i], *end;
+
+                        n_phases = 0;
+                        while (*s && n_phases < MAX_PHASES) {
+                                phases[n_phases++].nice = (int)strtol(s, &end, 10);
+                                s = *end == ',' ? end + 1 : end;
+                                if (end == s && *s) {
+                                        usage();
+                                        return 2;
+                                }
+                        }
+                } else if (!strncmp(argv[i], "--hostile", 9) &&
+                           (argv[i][9] == '\0' || argv[i][9] == '=')) {
+                        hostile = parse_parts(argv[i][9] ? argv[i] + 10 : NULL);
+                        if (!hostile) {
+                                usage();
+                                return 2;
+                        }
+                } else {
+                        usage();
                         return 2;
                 }
         }
+        if (!n_phases)
+                n_phases = 1;       /* one phase at nice 0 */
         socket_path = getenv(GMD_SOCKET_ENV);
         if (!socket_path) {
                 fprintf(stderr, "load_bench: set %s\n", GMD_SOCKET_ENV);
                 return 2;
         }
+        describe_parts(hostile, parts, sizeof(parts));
+
+        /* Every process first, while this one has no thread but main. */
+        for (unsigned p = 0; p < n_phases; p++) {
+                phase *ph = &phases[p];
+
+                if (pipe(ph->go) < 0 || pipe(ph->stop) < 0 || pipe(ph->result) < 0) {
+                        perror("load_bench: pipe");
+                        return 1;
+                }
+                fflush(stdout);
+                ph->load_pid = fork();
+                if (ph->load_pid == 0) {
+                        phase_close_earlier(phases, p);
+                        (void)setpriority(PRIO_PROCESS, 0, ph->nice);
+                        load_main(ph, n_clients, load_uid);
+                }
+                ph->hostile_pid = -1;
+                if (hostile) {
+                        ph->hostile_pid = fork();
+                        if (ph->hostile_pid == 0) {
+                                phase_close_earlier(phases, p);
+                                close(ph->result[0]);
+                                close(ph->result[1]);
+                                (void)setpriority(PRIO_PROCESS, 0, ph->nice);
+                                hostile_main(ph, hostile);
+                        }
+                }
+                close(ph->go[0]);
+                close(ph->stop[0]);
+                close(ph->result[1]);
+        }
+
         if (gmd_connect(socket_path, "probe", &probe) < 0) {
                 fprintf(stderr, "load_bench: %s\n", gmd_last_error());
                 return 1;
         }
+        if (geteuid() == 0)
+                printf("users: the probe uid 0, the load clients uid %ld%s%s\n",
+                       load_uid > 0 ? load_uid : 0,
+                       load_uid > 0 ? "" : " (the probe's)",
+                       hostile ? ", the hostile user uid 65534" : "");
+        else
+                printf("users: every process is uid %u (not root)\n",
+                       (unsigned)geteuid());
         probe_run(probe, idle, &idle_s);
-        printf("idle:   %zu allocations, p50 %llu us, p99 %llu us, %u errors\n",
-               idle_s.n, (unsigned long long)pct(&idle_s, 0.5),
-               (unsigned long long)pct(&idle_s, 0.99), idle_s.errors);
-        fflush(stdout);
+        print_idle("idle", &idle_s);
 
-        if (hostile) {
-                hostile_pid = fork();
-                if (hostile_pid == 0) {
-                        if (geteuid() == 0 &&
-                            (setgid(65534) < 0 || setuid(65534) < 0)) {
-                                perror("load_bench: setuid");
-                                _exit(1);
+        for (unsigned p = 0; p < n_phases; p++) {
+                phase *ph = &phases[p];
+                uint64_t d0 = daemon_pid ? proc_ticks(daemon_pid) : 0, d1;
+                char dpath[64];
+                uint64_t dw0, dw1, pw0 = self_wait_ns(), pw1;
+                uint64_t busy0, idle0, busy1, idle1, t0 = now_us(), wall;
+                struct rusage self0, self1, ru;
+                uint64_t load_us = 0, hostile_us = 0, self_us;
+                char line[64] = "";
+                ssize_t n;
+
+                snprintf(dpath, sizeof(dpath), "/proc/%d", (int)daemon_pid);
+                dw0 = daemon_pid ? sched_wait_ns(dpath) : 0;
+                machine_ticks(&busy0, &idle0);
+                getrusage(RUSAGE_SELF, &self0);
+                printf("loaded, phase %u: %u clients%s%s x %.0f s; %s\n", p + 1,
+                       n_clients, hostile ? " and a hostile user: " : "", parts,
+                       seconds, ph->nice ?
+                       "the load clients and the hostile user at a lower "
+                       "priority" : "every process at the same priority");
+                if (ph->nice)
+                        printf("  (nice %d; the daemon and the probe at nice 0)\n",
+                               ph->nice);
+                fflush(stdout);
+                /* One byte for each process of the phase. */
+                (void)write(ph->go[1], "gg", ph->hostile_pid > 0 ? 2 : 1);
+                probe_run(probe, seconds, &load_s[p]);
+                {
+                        gmd_status *st = NULL;
+                        unsigned waiting = 0;
+
+                        if (gmd_query_status(probe, GMD_STATUS_CLIENTS, 0, &st) == 0) {
+                                for (size_t i = 0; i < st->n_clients; i++)
+                                        waiting += st->clients[i].waiting;
+                                printf("  allocations waiting at the end%s: %u\n",
+                                       hostile & HOSTILE_HUGE ? " (the huge one among them)" : "",
+                                       waiting);
                         }
-                        hostile_run(seconds);
+                        gmd_status_free(st);
                 }
-        }
-        threads = calloc(n_clients, sizeof(*threads));
-        for (unsigned i = 0; i < n_clients; i++)
-                pthread_create(&threads[i], NULL, client_main, (void *)(uintptr_t)(i + 1));
-        probe_run(probe, seconds, &load_s);
-        {
-                gmd_status *st = NULL;
-                unsigned waiting = 0;
+                fflush(stdout);
+                close(ph->stop[1]);
+                n = read(ph->result[0], line, sizeof(line) - 1);
+                if (n > 0) {
+                        line[n] = '\0';
+                        sscanf(line, "%lu %lu", &allocs[p], &errors[p]);
+                }
+                if (wait4(ph->load_pid, NULL, 0, &ru) > 0)
+                        load_us = rusage_us(&ru);
+                if (ph->hostile_pid > 0 && wait4(ph->hostile_pid, NULL, 0, &ru) > 0)
+                        hostile_us = rusage_us(&ru);
+                wall = now_us() - t0;
+                d1 = daemon_pid ? proc_ticks(daemon_pid) : 0;
+                dw1 = daemon_pid ? sched_wait_ns(dpath) : 0;
+                pw1 = self_wait_ns();
+                machine_ticks(&busy1, &idle1);
+                getrusage(RUSAGE_SELF, &self1);
+                self_us = rusage_us(&self1) - rusage_us(&self0);
+                p50_ratio[p] = ratio(pct(&load_s[p], 0.5), pct(&idle_s, 0.5));
+                p99_ratio[p] = ratio(pct(&load_s[p], 0.99), pct(&idle_s, 0.99));
+                printf("  probe: %zu allocations, p50 %llu us, p99 %llu us, %u errors; "
+                       "p50 %.2fx idle, p99 %.2fx idle\n", load_s[p].n,
+                       (unsigned long long)pct(&load_s[p], 0.5),
+                       (unsigned long long)pct(&load_s[p], 0.99), load_s[p].errors,
+                       p50_ratio[p], p99_ratio[p]);
+                printf("  load clients: %lu allocations, %lu errors\n", allocs[p],
+                       errors[p]);
+                {
+                        /* Shares of the whole machine over the phase, in % of
+                         * one CPU; "others" is every process not ours. */
+                        double total = (double)wall / 100;   /* µs of one CPU in 1% */
+                        double d = daemon_pid ? (double)(d1 - d0) * 1e6 / (double)hz / (double)wall * 100 : 0;
+                        double l = (double)load_us / total, h = (double)hostile_us / total;
+                        double s = (double)self_us / total;
+                        double mb = busy1 - busy0, mi = idle1 - idle0;
+                        double busy = mb + mi > 0 ? mb / (mb + mi) * 100 * (double)ncpu : 0;
+                        double others = busy - d - l - h - s;
 
-                if (gmd_query_status(probe, GMD_STATUS_CLIENTS, 0, &st) == 0) {
-                        for (size_t i = 0; i < st->n_clients; i++)
-                                waiting += st->clients[i].waiting;
-                        printf("allocations waiting at the end (the huge one "
-                               "among them): %u\n", waiting);
+                        printf("  CPU over %.0f s, %% of one CPU (%ld CPUs = %ld%%): ",
+                               (double)wall / 1e6, ncpu, ncpu * 100);
+                        if (daemon_pid)
+                                printf("daemon %.0f%%, ", d);
+                        printf("load clients %.0f%%, ", l);
+                        if (hostile)
+                                printf("hostile user %.0f%%, ", h);
+                        printf("probe %.0f%%, ", s);
+                        if (daemon_pid)
+                                printf("other processes %.0f%%, ", others > 0 ? others : 0);
+                        printf("idle %.0f%%\n", (double)ncpu * 100 - busy);
+                        /* Plain CPU contention: time runnable with no CPU. */
+                        if (dw1 > dw0 || pw1 > pw0) {
+                                printf("  waiting for a CPU (runnable, not running): ");
+                                if (daemon_pid)
+                                        printf("the daemon's loop thread %.0f%% of the "
+                                               "phase, ", (double)(dw1 - dw0) / 1e3 /
+                                               (double)wall * 100);
+                                printf("the probe's threads %.1f ms per allocation\n",
+                                       load_s[p].n ? (double)(pw1 - pw0) / 1e6 /
+                                       (double)load_s[p].n : 0.0);
+                        }
                 }
-                gmd_status_free(st);
+                fflush(stdout);
         }
-        atomic_store(&stop_load, true);
-        for (unsigned i = 0; i < n_clients; i++)
-                pthread_join(threads[i], NULL);
-        if (hostile_pid > 0)
-                waitpid(hostile_pid, NULL, 0);
-        printf("loaded: %zu allocations, p50 %llu us, p99 %llu us, %u errors "
-               "(%u clients%s: %lu allocations, %lu errors)\n",
-               load_s.n, (unsigned long long)pct(&load_s, 0.5),
-               (unsigned long long)pct(&load_s, 0.99), load_s.errors, n_clients,
-               hostile ? " and a hostile user" : "",
-               atomic_load(&load_allocs), atomic_load(&load_errors));
-        printf("p50 loaded/idle: %.2f\n", pct(&idle_s, 0.5) ?
-               (double)pct(&load_s, 0.5) / (double)pct(&idle_s, 0.5) : 0.0);
-        free(threads);
+
+        probe_run(probe, idle, &idle2_s);
+        print_idle("idle again", &idle2_s);
+        for (unsigned p = 0; p < n_phases; p++)
+                printf("result, phase %u (%s): p50 loaded/idle %.2f, p99 loaded/idle "
+                       "%.2f; target p50 within 2x: %s\n", p + 1,
+                       phases[p].nice ? "load at lower priority" : "same priority",
+                       p50_ratio[p], p99_ratio[p], p50_ratio[p] <= 2.0 ? "met" : "NOT met");
         gmd_disconnect(probe);
         return 0;
 }

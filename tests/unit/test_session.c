@@ -1,0 +1,197 @@
+/*
+ * test_session — daemon/core/session.c's reading on its own: real sockets
+ * (socketpairs) and a libuv loop, a server record with no backend, and a
+ * packet handler that counts, takes as long as it is told, or marks its
+ * session to be closed. Nothing more is read from a session marked to be
+ * closed (a reply flood's requests were handled, status replies built,
+ * after its connection was condemned); a user whose requests take longer
+ * than its quantum of a loop turn is read no further that turn, while
+ * another user's request is read in the same turn, and its requests are
+ * all read over the following turns (users.h, issue 10's load test).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "config.h"
+#include "gpumem.pb-c.h"
+#include "server.h"
+#include "session.h"
+#include "timeutil.h"
+#include "users.h"
+#include "wire.h"
+
+#define QUANTUM_NS (100 * 1000)      /* [limits] user_turn_us's default */
+
+typedef struct fixture {
+        uv_loop_t loop;
+        gmd_server *server;
+        int peer[2];
+        gmd_session *s[2];
+        unsigned handled[2];
+        uint64_t cost_ns[2];        /* each packet of that session takes */
+        bool close_on_first;
+} fixture;
+
+static fixture *current;
+
+static void on_packet(gmd_session *s, gmd_wire_packet *packet)
+{
+        fixture *f = current;
+        unsigned i = s == f->s[0] ? 0 : 1;
+        uint64_t t0 = now_ns();
+
+        (void)packet;
+        f->handled[i]++;
+        while (now_ns() - t0 < f->cost_ns[i])
+                ;
+        if (f->close_on_first)
+                session_close_later(s, "told to");
+}
+
+static void on_closed(gmd_session *s)
+{
+        (void)s;
+}
+
+static int setup(void **state)
+{
+        fixture *f = calloc(1, sizeof(*f));
+
+        assert_non_null(f);
+        assert_int_equal(uv_loop_init(&f->loop), 0);
+        f->server = calloc(1, sizeof(*f->server));
+        assert_non_null(f->server);
+        f->server->loop = &f->loop;
+        config_init_defaults(&f->server->config);
+        list_init(&f->server->sessions);
+        list_init(&f->server->close_pending);
+        users_init(&f->server->users, QUANTUM_NS);
+        f->server->on_packet = on_packet;
+        f->server->on_session_closed = on_closed;
+        for (int i = 0; i < 2; i++) {
+                int sv[2];
+
+                assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK |
+                                            SOCK_CLOEXEC, 0, sv), 0);
+                assert_int_equal(session_new(f->server, sv[0], &f->s[i]), 0);
+                f->peer[i] = sv[1];
+        }
+        current = f;
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        fixture *f = *state;
+
+        for (int i = 0; i < 2; i++) {
+                session_close(f->s[i], NULL);
+                close(f->peer[i]);
+        }
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+        assert_int_equal(f->server->users.n, 0);
+        assert_int_equal(uv_loop_close(&f->loop), 0);
+        free(f->server);
+        free(f);
+        return 0;
+}
+
+/* Give session `i` to user `uid` (both socketpairs are the test's). */
+static void as_user(fixture *f, int i, uid_t uid)
+{
+        gmd_session *s = f->s[i];
+
+        s->user->n_sessions--;
+        users_release(&f->server->users, s->user);
+        s->user = users_hold(&f->server->users, uid);
+        s->user->n_sessions++;
+        s->uid = uid;
+}
+
+static void send_packets(fixture *f, int i, unsigned n)
+{
+        uint8_t payload[8] = { 0 };
+
+        for (unsigned k = 0; k < n; k++)
+                assert_int_equal(gmd_wire_send(f->peer[i], GMD__MSG_TYPE__MSG_STATUS,
+                                               k + 1, payload, sizeof(payload),
+                                               NULL, 0), 0);
+}
+
+/* One loop turn: the sockets' callbacks, then the next turn begins. */
+static void turn(fixture *f)
+{
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+        users_next_turn(&f->server->users);
+}
+
+static void test_nothing_read_after_close_later(void **state)
+{
+        fixture *f = *state;
+
+        f->close_on_first = true;
+        send_packets(f, 0, 5);
+        turn(f);
+        assert_int_equal(f->handled[0], 1);
+        assert_true(f->s[0]->close_pending);
+}
+
+static void test_users_take_turns(void **state)
+{
+        fixture *f = *state;
+        unsigned turns = 0;
+
+        as_user(f, 0, 2000);
+        as_user(f, 1, 2001);
+        /* Each of user 2000's requests takes half a quantum. */
+        f->cost_ns[0] = QUANTUM_NS / 2;
+        send_packets(f, 0, 8);
+        send_packets(f, 1, 1);
+        turn(f);
+        /* Two, or three when the clock rounded down; not all eight. */
+        assert_in_range(f->handled[0], 1, 3);
+        assert_int_equal(f->handled[1], 1);
+        assert_true(f->s[0]->user->deferred > 0 || f->handled[0] == 8);
+        while (f->handled[0] < 8 && turns < 100) {
+                send_packets(f, 1, 1);
+                turn(f);
+                turns++;
+                /* The other user is read at every turn. */
+                assert_int_equal(f->handled[1], 1 + turns);
+        }
+        assert_int_equal(f->handled[0], 8);
+        assert_in_range(turns, 2, 8);
+}
+
+/* Alone, a user is read at every turn: the turns only share. */
+static void test_alone_reads_everything(void **state)
+{
+        fixture *f = *state;
+
+        /* (A socketpair holds about ten packets unread.) */
+        send_packets(f, 0, 8);
+        turn(f);
+        assert_int_equal(f->handled[0], 8);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_nothing_read_after_close_later,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_users_take_turns, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_alone_reads_everything, setup,
+                                                teardown),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
