@@ -153,7 +153,8 @@ static uint64_t sched_wait_ns(const char *path)
         unsigned long long run = 0, wait = 0;
         FILE *f;
 
-        snprintf(file, sizeof(file), "%s/schedstat", path);
+        if ((size_t)snprintf(file, sizeof(file), "%s/schedstat", path) >= sizeof(file))
+                return 0;
         f = fopen(file, "r");
         if (!f)
                 return 0;
