@@ -205,7 +205,14 @@ def timing_verdict(d_times, m_times, target=1.02):
         verdict = "misses"
     else:
         verdict = "within the spread: more rounds or a quieter machine needed"
-    return {"ratio": ratio, "spread": spread, "verdict": verdict}
+    # Host noise only ever slows a process down (another tenant's work, a
+    # core shared, a migration), so the fastest process of each allocator
+    # is the least disturbed figure of each: their ratio is the estimate
+    # that noise biases least (as timeit takes the minimum).
+    best = min(m_times) / min(d_times)
+    return {"ratio": ratio, "spread": spread, "verdict": verdict,
+            "best_ratio": best,
+            "best_verdict": "meets" if best <= target else "misses"}
 
 
 def summarize(runs):
@@ -297,13 +304,16 @@ def main():
             print(f"gpt2 124M training step (median): default {s['default_step_ms']:.2f} ms, "
                   f"gpumem {s['gpumem_step_ms']:.2f} ms, ratio {s['ratio']:.3f} "
                   f"(target <= 1.02; spread between processes {s['spread']:.1%}: "
-                  f"{s['verdict']}); losses identical: {s['losses_identical']}, "
+                  f"{s['verdict']}; fastest process of each: {s['best_ratio']:.3f}, "
+                  f"{s['best_verdict']}); losses identical: {s['losses_identical']}, "
                   f"final weights identical: {s['weights_identical']}; daemon calls "
                   f"per steady-state step: {s['daemon_calls_per_step_steady']}")
         else:
             print(f"llama generation: default {s['default_tokens_per_s']:.0f} tok/s, "
                   f"gpumem {s['gpumem_tokens_per_s']:.0f} tok/s, time ratio "
-                  f"{s['ratio']:.3f} (spread {s['spread']:.1%}: {s['verdict']}); logits identical: {s['logits_identical']}; "
+                  f"{s['ratio']:.3f} (spread {s['spread']:.1%}: {s['verdict']}; fastest "
+                  f"process of each: {s['best_ratio']:.3f}, {s['best_verdict']}); "
+                  f"logits identical: {s['logits_identical']}; "
                   f"daemon calls per generate: {s['daemon_calls_per_generate']}")
     return 1 if errors else 0
 
