@@ -424,6 +424,25 @@ class Stream(DaemonTest):
         # input's gradient is there), not only when the pass ends
         self.assertEqual(stats["backward_releases"], 3 * 4, stats)
 
+    def test_default_pageout_inference_only(self):
+        # pageout=None: a streamed block is paged out after a forward that
+        # records no gradient, and left to the daemon when training.
+        ref = Layers()
+        model = copy.deepcopy(ref)
+        rest = sum(p.numel() * 4 for n, p in model.named_parameters()
+                   if not n.startswith("layers."))
+        s = gt.stream(model, budget=rest + 3 * self.block_bytes(), lead=1,
+                      client=self.client)
+        with torch.no_grad():
+            expected = ref(self.tokens)
+            self.assertTrue(torch.equal(model(self.tokens), expected))
+        streamed = sum(not b.resident for b in s.blocks)
+        self.assertEqual(s.stats["pageouts"], streamed, s.stats)
+        model(self.tokens).sum().backward()
+        self.assertEqual(s.stats["pageouts"], streamed,
+                         "training pages nothing out by default")
+        s.remove()
+
     def test_order_learned(self):
         model = Layers(order=(2, 0, 3, 1))
         s = gt.stream(model, client=self.client)
