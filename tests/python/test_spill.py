@@ -214,6 +214,15 @@ class UnitsAhead(unittest.TestCase):
         self.assertIsNone(glead.units_ahead(50e6, 25e9, 0))
 
 
+def two_passes(model):
+    """Two inference passes over a small batch: the first learns the
+    blocks' order and times, the second is where a lead is planned."""
+    tokens = torch.randint(0, 64, (4, 8))
+    with torch.no_grad():
+        model(tokens)
+        model(tokens)
+
+
 def fixed_seconds(ops, secs):
     """Make `ops` (HostOps) time every stretch as `secs`."""
     ops.seconds = lambda start, end, wait=False: secs
@@ -294,10 +303,7 @@ class Lead(DaemonTest):
         model = Layers()
         s = gt.stream(model, lead=2, client=self.client)
         self.assertFalse(s.lead_planned)
-        tokens = torch.randint(0, 64, (4, 8))
-        with torch.no_grad():
-            model(tokens)
-            model(tokens)
+        two_passes(model)
         self.assertEqual(s.lead, 2)
         self.assertIsNone(s.plan)
         self.assertIsNone(s.blocks[0].marks)
@@ -344,10 +350,7 @@ class LeadUnknown(DaemonTest):
         self.assertEqual(glead.link_in(self.client, 0), 0)
         model = Layers()
         s = gt.stream(model, client=self.client)
-        tokens = torch.randint(0, 64, (4, 8))
-        with torch.no_grad():
-            model(tokens)
-            model(tokens)
+        two_passes(model)
         self.assertEqual(s.lead, 1)
         self.assertFalse(s.plan["planned"])
         self.assertIsNone(s.plan["copy_s"])
