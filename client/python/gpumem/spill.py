@@ -129,10 +129,7 @@ class Spiller:
 
     @property
     def torch_device(self):
-        import torch
-        if not self.ops.cuda:
-            return torch.device("cpu")
-        return torch.device("cuda", self.device_index)
+        return self.ops.torch_device(self.device_index)
 
     # ---- placement -------------------------------------------------------
 
@@ -277,10 +274,7 @@ class Spiller:
                 self._free(part)
 
     def _free(self, part):
-        import torch
-        if self.ops.cuda:
-            torch.cuda.synchronize(self.torch_device)
-        part.buf.free()
+        self.ops.free(part.buf, self.torch_device)
         part.buf = None
 
 

@@ -251,10 +251,7 @@ class Streamer:
 
     @property
     def torch_device(self):
-        import torch
-        if not self.ops.cuda:
-            return torch.device("cpu")
-        return torch.device("cuda", self.device_index)
+        return self.ops.torch_device(self.device_index)
 
     # ---- acquire, release, prefetch --------------------------------------
 
@@ -557,10 +554,7 @@ class Streamer:
             self._free(block)
 
     def _free(self, block):
-        import torch
-        if self.ops.cuda:
-            torch.cuda.synchronize(self.torch_device)
-        block.buf.free()
+        self.ops.free(block.buf, self.torch_device)
         block.buf = None
         block.held = False
 
