@@ -48,7 +48,7 @@ from . import _torchdev
 from ._args import format_size, parse_size
 from .client import SPILLABLE
 from .errors import GpumemError
-from .streaming import ALIGN
+from .streaming import _aligned_bytes, _packed
 
 CHUNK = 64 << 20
 IDLE_BACK_S = 10.0
@@ -92,7 +92,7 @@ def _chunks(params, chunk):
     parameter alone)."""
     runs, run, size = [], [], 0
     for p in params:
-        nbytes = (p.numel() * p.element_size() + ALIGN - 1) // ALIGN * ALIGN
+        nbytes = _aligned_bytes(p)
         if run and size + nbytes > chunk:
             runs.append(run)
             run, size = [], 0
@@ -153,12 +153,8 @@ class Spiller:
     def _fill(self, part, homes):
         """Allocate the part's buffer (VRAM first), copy its parameters in,
         point them at it; to host memory when the budget says so."""
-        offset, placed = 0, []
-        for p, _ in part.params:
-            placed.append((p, offset))
-            nbytes = p.numel() * p.element_size()
-            offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN
-        part.params, part.nbytes = placed, offset
+        part.params, offset = _packed(p for p, _ in part.params)
+        part.nbytes = offset
         if offset == 0:
             return
         try:
