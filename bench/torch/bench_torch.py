@@ -41,7 +41,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 WARMUP = 10
 
 sys.path.insert(0, HERE)
-from common import setup_determinism, shim_stats  # noqa: E402
+from common import llama_generation, setup_determinism, shim_stats  # noqa: E402
 
 
 def weights_hash(model):
@@ -98,18 +98,7 @@ def run_gpt2(steps):
 
 def run_llama(_steps):
     torch = setup_determinism()
-    from transformers import LlamaConfig, LlamaForCausalLM
-    config = LlamaConfig(hidden_size=1024, intermediate_size=2816,
-                         num_hidden_layers=8, num_attention_heads=16,
-                         num_key_value_heads=8, vocab_size=32000,
-                         max_position_embeddings=2048,
-                         attn_implementation="eager")
-    model = LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
-    g = torch.Generator(device="cpu").manual_seed(7)
-    prompt = torch.randint(0, config.vocab_size, (32, 64), generator=g).cuda()
-    kwargs = dict(max_new_tokens=128, min_new_tokens=128, do_sample=False,
-                  return_dict_in_generate=True, output_logits=True,
-                  pad_token_id=0)
+    model, prompt, kwargs = llama_generation()
     rates, h, calls = [], None, []
     with torch.no_grad():
         model.generate(prompt, **kwargs)        # warm-up

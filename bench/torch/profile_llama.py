@@ -76,19 +76,8 @@ def micro(torch):
 def child():
     import common
     torch = common.setup_determinism()
-    from transformers import LlamaConfig, LlamaForCausalLM
     from torch.profiler import ProfilerActivity, profile
-    config = LlamaConfig(hidden_size=1024, intermediate_size=2816,
-                         num_hidden_layers=8, num_attention_heads=16,
-                         num_key_value_heads=8, vocab_size=32000,
-                         max_position_embeddings=2048,
-                         attn_implementation="eager")
-    model = LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
-    g = torch.Generator(device="cpu").manual_seed(7)
-    prompt = torch.randint(0, config.vocab_size, (32, 64), generator=g).cuda()
-    kwargs = dict(max_new_tokens=128, min_new_tokens=128, do_sample=False,
-                  return_dict_in_generate=True, output_logits=True,
-                  pad_token_id=0)
+    model, prompt, kwargs = common.llama_generation()
     res = {}
     with torch.no_grad():
         model.generate(prompt, **kwargs)

@@ -214,6 +214,32 @@ uint64_t raw_expect_remap(raw_client *c, uint64_t id, gmd_tier tier,
                                tier, size, seed);
 }
 
+uint64_t raw_pageout(raw_client *c, uint32_t *next_id, uint64_t id, size_t size,
+                     uint64_t seed)
+{
+        Gmd__MoveRequest pageout = GMD__MOVE_REQUEST__INIT;
+        uint32_t req = (*next_id)++;
+        uint64_t seq;
+        raw_msg m;
+
+        pageout.n_buffer_ids = 1;
+        pageout.buffer_ids = &id;
+        raw_send(c, GMD__MSG_TYPE__MSG_PAGEOUT, req, &pageout.base);
+        m = raw_recv(c, 5000);
+        if (m.type == GMD__MSG_TYPE__MSG_REMAP) {
+                seq = raw_check_remap(c, m, id, GMD_TIER_HOST, size, seed);
+                m = raw_expect(c, GMD__MSG_TYPE__MSG_OK_REPLY, req);
+                raw_msg_clear(&m);
+                return seq;
+        }
+        if (m.type != GMD__MSG_TYPE__MSG_OK_REPLY || m.request_id != req)
+                fail_msg("raw client got %s (request %u), want the pageout's "
+                         "reply or its remap", gmd_wire_type_name(m.type),
+                         m.request_id);
+        raw_msg_clear(&m);
+        return raw_expect_remap(c, id, GMD_TIER_HOST, size, seed);
+}
+
 void raw_ack(raw_client *c, uint64_t id, uint64_t seq)
 {
         Gmd__RemapAck ack = GMD__REMAP_ACK__INIT;

@@ -80,6 +80,15 @@ uint64_t raw_check_remap(raw_client *c, raw_msg m, uint64_t id, gmd_tier tier,
 uint64_t raw_expect_remap(raw_client *c, uint64_t id, gmd_tier tier,
                           size_t size, uint64_t seed);
 
+/* Page buffer `id` (`size` bytes of `seed`, released) out to host memory
+ * (request *next_id, then the next id) and read the reply and the remap
+ * in either order: a released buffer with no last-use event is unmapped
+ * while its copy runs, so the remap may come first (daemon/core/move.h).
+ * The remap is checked as raw_check_remap does and not acked; returns its
+ * sequence. */
+uint64_t raw_pageout(raw_client *c, uint32_t *next_id, uint64_t id, size_t size,
+                     uint64_t seed);
+
 /* Send MSG_REMAP_ACK (result 0) for buffer `id`, sequence `seq`. */
 void raw_ack(raw_client *c, uint64_t id, uint64_t seq);
 

@@ -970,11 +970,9 @@ static void test_unacked_remap_keeps_backing(void **state)
 {
         fixture *f = *state;
         const char *alloc_args[] = { "alloc", "64M", "10000", NULL };
-        Gmd__MoveRequest pageout = GMD__MOVE_REQUEST__INIT;
         uint32_t next_id = 2;
         uint64_t id, id2, seq, t_ack;
         harness_proc *p;
-        raw_msg m;
         char *out, *line;
         int fds_idle;
 
@@ -1033,25 +1031,7 @@ static void test_unacked_remap_keeps_backing(void **state)
 
         /* A pageout of its own, never acked, then the client leaves. */
         id2 = raw_alloc_release(&raw, &next_id, 4 * MiB, 91);
-        pageout.n_buffer_ids = 1;
-        pageout.buffer_ids = &id2;
-        raw_send(&raw, GMD__MSG_TYPE__MSG_PAGEOUT, next_id, &pageout.base);
-        /* Released with no last-use event, it is unmapped while its copy
-         * runs: the remap may come before the reply (daemon/core/move.h). */
-        m = raw_recv(&raw, 5000);
-        if (m.type == GMD__MSG_TYPE__MSG_REMAP) {
-                raw_check_remap(&raw, m, id2, GMD_TIER_HOST, 4 * MiB, 91);
-                m = raw_expect(&raw, GMD__MSG_TYPE__MSG_OK_REPLY, next_id++);
-                raw_msg_clear(&m);
-        } else {
-                if (m.type != GMD__MSG_TYPE__MSG_OK_REPLY || m.request_id != next_id)
-                        fail_msg("raw client got %s (request %u), want the pageout's "
-                                 "reply or its remap", gmd_wire_type_name(m.type),
-                                 m.request_id);
-                raw_msg_clear(&m);
-                next_id++;
-                raw_expect_remap(&raw, id2, GMD_TIER_HOST, 4 * MiB, 91);
-        }
+        raw_pageout(&raw, &next_id, id2, 4 * MiB, 91);
         harness_sleep_ms(100);
         expect_pools(f->client, 4 * MiB, 12 * MiB, "own pageout not acked");
         expect_row(f->client, id2, GMD_TIER_VRAM, GMD_STATE_MOVING_OUT,
@@ -1093,7 +1073,6 @@ static void wait_row(fixture *f, uint64_t id, gmd_tier tier, const char *when)
 static void test_grant_keeps_its_place(void **state)
 {
         fixture *f = *state;
-        Gmd__MoveRequest pageout = GMD__MOVE_REQUEST__INIT;
         Gmd__AcquireRequest acquire = GMD__ACQUIRE_REQUEST__INIT;
         Gmd__BufferRequest free_req = GMD__BUFFER_REQUEST__INIT;
         Gmd__RemapNotify *note;
@@ -1108,24 +1087,8 @@ static void test_grant_keeps_its_place(void **state)
         id = raw_alloc_release(&raw, &next_id, 4 * MiB, 94);
         other = raw_alloc_release(&raw, &next_id, 2 * MiB, 95);
 
-        /* Out to host memory: the remap may come before the reply. */
-        pageout.n_buffer_ids = 1;
-        pageout.buffer_ids = &id;
-        raw_send(&raw, GMD__MSG_TYPE__MSG_PAGEOUT, next_id, &pageout.base);
-        m = raw_recv(&raw, 5000);
-        if (m.type == GMD__MSG_TYPE__MSG_REMAP) {
-                seq = raw_check_remap(&raw, m, id, GMD_TIER_HOST, 4 * MiB, 94);
-                m = raw_expect(&raw, GMD__MSG_TYPE__MSG_OK_REPLY, next_id);
-                raw_msg_clear(&m);
-        } else {
-                if (m.type != GMD__MSG_TYPE__MSG_OK_REPLY || m.request_id != next_id)
-                        fail_msg("raw client got %s (request %u), want the pageout's "
-                                 "reply or its remap", gmd_wire_type_name(m.type),
-                                 m.request_id);
-                raw_msg_clear(&m);
-                seq = raw_expect_remap(&raw, id, GMD_TIER_HOST, 4 * MiB, 94);
-        }
-        next_id++;
+        /* Out to host memory. */
+        seq = raw_pageout(&raw, &next_id, id, 4 * MiB, 94);
         raw_ack(&raw, id, seq);
         wait_row(f, id, GMD_TIER_HOST, "paged out");
 

@@ -22,58 +22,14 @@ Skips with one SKIP: line where torch is missing.
 import copy
 import unittest
 
-import gpumem
 from gmd_daemon import MiB, DaemonTest, skip_line
+from gmd_torch import (CONFIG, Layers, Spy, assert_same, grads, gt,
+                       layers_with_expected, mlp, mlp_with_reference,
+                       stream_every_block, torch)
 
-try:
-    import torch
-    import gpumem.torch as gt
-except ImportError:
-    torch = None
+if torch is None:
     skip_line("test_offload", "torch not installed (Debian: python3-torch): "
               "offload and streaming not tested")
-
-CONFIG = "[sim]\nvram = 256M\ngranularity = 64K\n"
-
-
-def grads(model):
-    return [p.grad.clone() for p in model.parameters()]
-
-
-def assert_same(test, a, b, what):
-    test.assertEqual(len(a), len(b), what)
-    for i, (x, y) in enumerate(zip(a, b)):
-        test.assertTrue(torch.equal(x, y), f"{what} {i} differs")
-
-
-class Spy:
-    """Record acquire/prefetch/pageout calls on gpumem.Buffer by id."""
-
-    def __init__(self, test):
-        self.calls = []
-        for name in ("acquire", "prefetch", "pageout", "release_after"):
-            original = getattr(gpumem.Buffer, name)
-            setattr(gpumem.Buffer, name, self._wrap(name, original))
-            test.addCleanup(setattr, gpumem.Buffer, name, original)
-
-    def _wrap(self, name, original):
-        calls = self.calls
-
-        def method(buf, *args, **kwargs):
-            calls.append((name, buf.id))
-            return original(buf, *args, **kwargs)
-        return method
-
-    def ids(self, name):
-        return [i for n, i in self.calls if n == name]
-
-
-def mlp():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(128, 512), torch.nn.GELU(),
-        torch.nn.Linear(512, 512), torch.nn.GELU(),
-        torch.nn.Linear(512, 128))
 
 
 @unittest.skipIf(torch is None, "torch not installed")
@@ -271,57 +227,12 @@ class HostFull(DaemonTest):
     CONFIG = CONFIG + "[pools]\nhost_limit = 2M\nhost_stock = 0\n"
 
     def test_pageout_refused_keeps_going(self):
-        torch.manual_seed(1)
-        x = torch.randn(512, 128)
-        ref = mlp()
-        ref(x).square().mean().backward()
-        model = mlp()
+        x, ref, model = mlp_with_reference()
         with gt.offload_activations(min_bytes=MiB, client=self.client) as o:
             loss = model(x).square().mean()
         self.assertGreater(o.stats["pageouts_refused"], 0, o.stats)
         loss.backward()
         assert_same(self, grads(model), grads(ref), "gradient")
-
-
-class Residual(torch.nn.Module if torch else object):
-    """A block as transformers writes them: the residual inside, keyword
-    arguments, a tuple out."""
-
-    def __init__(self):
-        super().__init__()
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(128, 256),
-                                       torch.nn.GELU(),
-                                       torch.nn.Linear(256, 128))
-
-    def forward(self, hidden, scale=None):
-        return (hidden + self.mlp(hidden) * scale, None)
-
-
-class Layers(torch.nn.Module if torch else object):
-    """An embedding, four blocks in a ModuleList, a head; `order` says in
-    which order forward runs the blocks; `hf`: Residual blocks."""
-
-    def __init__(self, order=(0, 1, 2, 3), hf=False):
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(64, 128)
-        self.hf = hf
-        self.layers = torch.nn.ModuleList(
-            Residual() if hf else
-            torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(),
-                                torch.nn.Linear(256, 128))
-            for _ in range(4))
-        self.head = torch.nn.Linear(128, 64)
-        self.order = order
-
-    def forward(self, tokens):
-        h = self.embed(tokens)
-        for i in self.order:
-            if self.hf:
-                h = self.layers[i](h, scale=0.5)[0]
-            else:
-                h = h + self.layers[i](h)
-        return self.head(h)
 
 
 @unittest.skipIf(torch is None, "torch not installed")
@@ -381,10 +292,7 @@ class Stream(DaemonTest):
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             if streamed:
                 s = gt.stream(model, opt, client=self.client, pageout=True)
-                for b in s.blocks:          # stream every block
-                    if b.resident:
-                        b.resident = False
-                        s._release(b)
+                stream_every_block(s)
                 self.streamer = s
             losses = []
             for _ in range(3):
@@ -456,9 +364,7 @@ class Stream(DaemonTest):
     def test_forward_prefetches_the_next_block_first(self):
         model = Layers(order=(3, 1, 0, 2))
         s = gt.stream(model, client=self.client, pageout=True, lead=1)
-        for b in s.blocks:                  # stream every block
-            b.resident = False
-            s._release(b)
+        stream_every_block(s)
         with torch.no_grad():
             model(self.tokens)              # learns the order
         self.client.wait(timeout=10)
@@ -486,11 +392,7 @@ class Idle(DaemonTest):
     CONFIG = CONFIG
 
     def test_idle_pages_out_and_back(self):
-        torch.manual_seed(3)
-        tokens = torch.randint(0, 64, (16, 32))
-        model = Layers()
-        with torch.no_grad():
-            expected = model(tokens)
+        tokens, model, expected = layers_with_expected()
         s = gt.stream(model, client=self.client)     # all resident
         bufs = [s.rest.buf] + [b.buf for b in s.blocks]
         with gt.idle() as members:

@@ -24,20 +24,16 @@ import math
 import unittest
 
 import gpumem
+from gpumem import lead as glead
 from gmd_daemon import MiB, DaemonTest, skip_line
+from gmd_torch import (CONFIG, Layers, Spy, gt, layers_with_expected, mlp,
+                       mlp_with_reference, stream_every_block, torch)
 
-try:
-    import torch
-    import gpumem.torch as gt
-    from gpumem import lead as glead
-    from test_offload import Layers, Spy, mlp
-except ImportError:
-    torch = None
+if torch is None:
     skip_line("test_spill", "torch not installed (Debian: python3-torch): "
               "spill and lead planning not tested")
 
 KiB = 1 << 10
-CONFIG = "[sim]\nvram = 256M\ngranularity = 64K\n"
 # Layers(): each block two Linear layers of 128 KiB + 1 KiB and 128 KiB +
 # 0.5 KiB; with chunk=256K each Linear gets a buffer (192 KiB: whole 64 KiB
 # granules), the head (33 KiB) and the embedding table (32 KiB, last)
@@ -58,11 +54,7 @@ class Spill(DaemonTest):
 
     def setUp(self):
         super().setUp()
-        torch.manual_seed(3)
-        self.tokens = torch.randint(0, 64, (16, 32))
-        self.ref = Layers()
-        with torch.no_grad():
-            self.expected = self.ref(self.tokens)
+        self.tokens, self.ref, self.expected = layers_with_expected()
 
     def run_model(self, model):
         with torch.no_grad():
@@ -138,11 +130,7 @@ class SpillSmallPool(DaemonTest):
     CONFIG = "[sim]\nvram = 512K\ngranularity = 64K\n"
 
     def test_vram_first_then_host(self):
-        torch.manual_seed(3)
-        tokens = torch.randint(0, 64, (16, 32))
-        ref = Layers()
-        with torch.no_grad():
-            expected = ref(tokens)
+        tokens, ref, expected = layers_with_expected()
         model = copy.deepcopy(ref)
         s = gt.spill(model, chunk=CHUNK, client=self.client)
         tiers = [p.tier for p in s.parts]
@@ -226,6 +214,15 @@ class UnitsAhead(unittest.TestCase):
         self.assertIsNone(glead.units_ahead(50e6, 25e9, 0))
 
 
+def two_passes(model):
+    """Two inference passes over a small batch: the first learns the
+    blocks' order and times, the second is where a lead is planned."""
+    tokens = torch.randint(0, 64, (4, 8))
+    with torch.no_grad():
+        model(tokens)
+        model(tokens)
+
+
 def fixed_seconds(ops, secs):
     """Make `ops` (HostOps) time every stretch as `secs`."""
     ops.seconds = lambda start, end, wait=False: secs
@@ -250,16 +247,10 @@ class Lead(DaemonTest):
         self.assertEqual(glead.link_in(self.client, 0), self.RATE)
 
     def test_stream_lead_planned(self):
-        torch.manual_seed(3)
-        tokens = torch.randint(0, 64, (16, 32))
-        ref = Layers()
-        with torch.no_grad():
-            expected = ref(tokens)
+        tokens, ref, expected = layers_with_expected()
         model = copy.deepcopy(ref)
         s = gt.stream(model, client=self.client, pageout=True)
-        for b in s.blocks:                  # stream every block
-            b.resident = False
-            s._release(b)
+        stream_every_block(s)
         self.assertTrue(s.lead_planned)
         self.assertEqual(s.lead, 1)
         # a block's copy: 257.5 KiB at 100 MiB/s, 2.5 ms; compute 1 ms:
@@ -288,11 +279,7 @@ class Lead(DaemonTest):
         self.assertEqual(self.client.buffers, [])
 
     def test_stream_lead_bounded_by_budget(self):
-        torch.manual_seed(3)
-        tokens = torch.randint(0, 64, (16, 32))
-        ref = Layers()
-        with torch.no_grad():
-            expected = ref(tokens)
+        tokens, ref, expected = layers_with_expected()
         model = copy.deepcopy(ref)
         rest, block = self.sizes(model)
         # room for the rest, two blocks in flight (lead 1) and one resident
@@ -316,10 +303,7 @@ class Lead(DaemonTest):
         model = Layers()
         s = gt.stream(model, lead=2, client=self.client)
         self.assertFalse(s.lead_planned)
-        tokens = torch.randint(0, 64, (4, 8))
-        with torch.no_grad():
-            model(tokens)
-            model(tokens)
+        two_passes(model)
         self.assertEqual(s.lead, 2)
         self.assertIsNone(s.plan)
         self.assertIsNone(s.blocks[0].marks)
@@ -329,11 +313,7 @@ class Lead(DaemonTest):
 
     def test_offload_lead_planned_at_first_unpack(self):
         from gpumem.offload import LEAD
-        torch.manual_seed(1)
-        x = torch.randn(512, 128)
-        ref = mlp()
-        ref(x).square().mean().backward()
-        model = mlp()
+        x, ref, model = mlp_with_reference()
         with gt.offload_activations(min_bytes=MiB, client=self.client) as o:
             fixed_seconds(o.ops, 4e-3)
             loss = model(x).square().mean()
@@ -370,10 +350,7 @@ class LeadUnknown(DaemonTest):
         self.assertEqual(glead.link_in(self.client, 0), 0)
         model = Layers()
         s = gt.stream(model, client=self.client)
-        tokens = torch.randint(0, 64, (4, 8))
-        with torch.no_grad():
-            model(tokens)
-            model(tokens)
+        two_passes(model)
         self.assertEqual(s.lead, 1)
         self.assertFalse(s.plan["planned"])
         self.assertIsNone(s.plan["copy_s"])

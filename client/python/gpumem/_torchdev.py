@@ -1,8 +1,9 @@
 """_torchdev — the only CUDA-specific code of gpumem's offload, streaming,
 spill and idle modules: which tensors a backend's buffers can stand in
-for, the side stream the offload copies run on, the events that say a
-copy is over, and the marks that time compute (for the prefetch lead,
-lead.py).
+for and the torch device they are on, the side stream the offload copies
+run on, the events that say a copy is over, the marks that time compute
+(for the prefetch lead, lead.py), and freeing a buffer only once the
+kernels that may read it have run.
 
 On the sim backend a buffer is host memory and its tensor views are CPU
 tensors, so a copy is synchronous, there are no streams (release_after is
@@ -37,6 +38,12 @@ class HostOps:
         return torch.device("cpu")
 
     @staticmethod
+    def torch_device(index):
+        """The torch device of buffers on CUDA device `index`."""
+        import torch
+        return torch.device("cpu")
+
+    @staticmethod
     def current_stream(device=None):
         return None
 
@@ -65,6 +72,12 @@ class HostOps:
         between them is not over (cuda) unless `wait`."""
         return end - start
 
+    @staticmethod
+    def free(buf, device):
+        """Free `buf`: nothing is queued that may still read it (copies end
+        when copy_ returns), so at once."""
+        buf.free()
+
 
 class CudaOps:
     """cuda: the pack copy runs on one side stream per device, after the
@@ -89,6 +102,11 @@ class CudaOps:
     def device_of(buf):
         import torch
         return torch.device("cuda", buf.device)
+
+    @staticmethod
+    def torch_device(index):
+        import torch
+        return torch.device("cuda", index)
 
     @staticmethod
     def current_stream(device=None):
@@ -140,6 +158,14 @@ class CudaOps:
         elif not end.query():
             return None
         return start.elapsed_time(end) / 1e3
+
+    @staticmethod
+    def free(buf, device):
+        """Free `buf` once every kernel queued on `device`, which may still
+        read its views, has run."""
+        import torch
+        torch.cuda.synchronize(device)
+        buf.free()
 
 
 def model_device_index(model, ops, client, device, who):

@@ -48,7 +48,7 @@ from . import _torchdev
 from ._args import format_size, parse_size
 from .client import SPILLABLE
 from .errors import GpumemError
-from .streaming import ALIGN
+from .streaming import _aligned_bytes, _packed
 
 CHUNK = 64 << 20
 IDLE_BACK_S = 10.0
@@ -92,7 +92,7 @@ def _chunks(params, chunk):
     parameter alone)."""
     runs, run, size = [], [], 0
     for p in params:
-        nbytes = (p.numel() * p.element_size() + ALIGN - 1) // ALIGN * ALIGN
+        nbytes = _aligned_bytes(p)
         if run and size + nbytes > chunk:
             runs.append(run)
             run, size = [], 0
@@ -129,10 +129,7 @@ class Spiller:
 
     @property
     def torch_device(self):
-        import torch
-        if not self.ops.cuda:
-            return torch.device("cpu")
-        return torch.device("cuda", self.device_index)
+        return self.ops.torch_device(self.device_index)
 
     # ---- placement -------------------------------------------------------
 
@@ -156,12 +153,8 @@ class Spiller:
     def _fill(self, part, homes):
         """Allocate the part's buffer (VRAM first), copy its parameters in,
         point them at it; to host memory when the budget says so."""
-        offset, placed = 0, []
-        for p, _ in part.params:
-            placed.append((p, offset))
-            nbytes = p.numel() * p.element_size()
-            offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN
-        part.params, part.nbytes = placed, offset
+        part.params, offset = _packed(p for p, _ in part.params)
+        part.nbytes = offset
         if offset == 0:
             return
         try:
@@ -277,10 +270,7 @@ class Spiller:
                 self._free(part)
 
     def _free(self, part):
-        import torch
-        if self.ops.cuda:
-            torch.cuda.synchronize(self.torch_device)
-        part.buf.free()
+        self.ops.free(part.buf, self.torch_device)
         part.buf = None
 
 

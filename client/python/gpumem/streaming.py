@@ -81,6 +81,22 @@ from .errors import Busy, GpumemError
 ALIGN = 256
 
 
+def _aligned_bytes(tensor):
+    """A tensor's room in a packed buffer: its bytes rounded up to ALIGN."""
+    nbytes = tensor.numel() * tensor.element_size()
+    return (nbytes + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _packed(params):
+    """`params` packed into one buffer, each at an ALIGN boundary:
+    ([(parameter, its offset)], the buffer's size)."""
+    placed, offset = [], 0
+    for p in params:
+        placed.append((p, offset))
+        offset += _aligned_bytes(p)
+    return placed, offset
+
+
 def _largest_modulelist(model):
     import torch
     best, best_n = None, 0
@@ -188,12 +204,8 @@ class Streamer:
     def _fill(self, block, resident):
         """Allocate the block's buffer, copy its parameters in and point
         them at it. Leaves it held when resident, else released."""
-        offset, placed = 0, []
-        for p, _ in block.params:
-            placed.append((p, offset))
-            nbytes = p.numel() * p.element_size()
-            offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN
-        block.params, block.nbytes = placed, offset
+        block.params, offset = _packed(p for p, _ in block.params)
+        block.nbytes = offset
         if offset == 0:
             block.resident = True
             return
@@ -228,8 +240,7 @@ class Streamer:
             self.model, self.ops, self.client, self.device,
             "gpumem.torch.stream")
         self.budget = budget
-        self.sizes = [sum((p.numel() * p.element_size() + ALIGN - 1)
-                          // ALIGN * ALIGN for p, _ in b.params)
+        self.sizes = [sum(_aligned_bytes(p) for p, _ in b.params)
                       for b in self.blocks]
         self.max_size = max(self.sizes, default=0)
         self.rest_size = sum(p.numel() * p.element_size() for p, _ in
@@ -259,10 +270,7 @@ class Streamer:
 
     @property
     def torch_device(self):
-        import torch
-        if not self.ops.cuda:
-            return torch.device("cpu")
-        return torch.device("cuda", self.device_index)
+        return self.ops.torch_device(self.device_index)
 
     # ---- acquire, release, prefetch --------------------------------------
 
@@ -493,8 +501,7 @@ class Streamer:
             for key, value in state.get(p, {}).items():
                 if _is_state_tensor(value, self.torch_device):
                     items.append((p, key, offset))
-                    nbytes = value.numel() * value.element_size()
-                    offset += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+                    offset += _aligned_bytes(value)
         if not items:
             return
         part = Block(block.name + ".state", None, [])
@@ -572,10 +579,7 @@ class Streamer:
             self._free(block)
 
     def _free(self, block):
-        import torch
-        if self.ops.cuda:
-            torch.cuda.synchronize(self.torch_device)
-        block.buf.free()
+        self.ops.free(block.buf, self.torch_device)
         block.buf = None
         block.held = False
 
