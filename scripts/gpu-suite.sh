@@ -36,6 +36,21 @@
 #                                        GMD_BENCH entry "offload", not in
 #                                        the default list; ~8 min, or
 #                                        GMD_OFFLOAD_QUICK=1: under 3 min)
+#   cotenancy_bench.json / cotenancy_bench.txt / cotenancy_bench.log
+#                                        training at twice the budget
+#                                        (gpu-memd against plain and
+#                                        save_on_cpu) and three processes
+#                                        on one budgeted card, every
+#                                        method under the same holder
+#                                        process and NVML sampling
+#                                        (bench/torch/bench_cotenancy.py,
+#                                        GMD_BENCH entry "cotenancy", not
+#                                        in the default list; ~8 min, or
+#                                        GMD_COTENANCY_QUICK=1: under 4 min;
+#                                        alone in one device command:
+#                                        GMD_BENCH=cotenancy scripts/gpu-suite.sh
+#                                        run BUILD none, "none" naming no
+#                                        test so that only the bench runs)
 # The Python GPU tests (tests/gpu/test_*.py, run with python3: PyTorch on
 # gpu-memd) run with the C ones. `run BUILD TEST...` runs only the named
 # tests (test_gpu_swap test_torch.py ...), and GMD_BENCH="alloc swap
@@ -207,7 +222,19 @@ swap_rc=null
 release_rc=null
 torch_rc=null
 offload_rc=null
+cotenancy_rc=null
 for b in $benches; do
+        if [ "$b" = cotenancy ]; then
+                echo "=== cotenancy_bench" | tee -a "$log"
+                PYTHONUNBUFFERED=1 timeout 660 python3 "$src/bench/torch/bench_cotenancy.py" \
+                        --build "$build" --json "$OUT/cotenancy_bench.json" \
+                        --log "$OUT/cotenancy_bench.log" ${GMD_COTENANCY_QUICK:+--quick} \
+                        >"$OUT/cotenancy_bench.txt" 2>>"$log"
+                cotenancy_rc=$?
+                cat "$OUT/cotenancy_bench.txt" >>"$log"
+                echo "=== cotenancy_bench: rc $cotenancy_rc" | tee -a "$log"
+                continue
+        fi
         if [ "$b" = offload ]; then
                 echo "=== offload_bench" | tee -a "$log"
                 PYTHONUNBUFFERED=1 timeout 900 python3 "$src/bench/torch/bench_offload.py" \
@@ -259,8 +286,8 @@ fi
         printf '{"gpu": "%s",\n "sandbox": %s, "sandbox_starts": %s,\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" "$sandbox" "$sandbox_starts"
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
-        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s}\n' \
-                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$torch_rc" "$offload_rc"
+        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s,\n "cotenancy_bench_rc": %s}\n' \
+                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$torch_rc" "$offload_rc" "$cotenancy_rc"
 } >"$json"
 cat "$json"
 exit $((failed > 0))

@@ -35,11 +35,12 @@ Inference (a Llama config in bf16, batch 1, greedy generate; full: hidden
                    (skipped when accelerate is missing)
 Generated tokens are compared with the vram run's.
 
-Not done here (issue 13, item 7): no helper process holds the rest of the
-card, so the budget binds gpu-memd's buffers only (PyTorch's own
-allocations are outside it) and NVML is not sampled; peak VRAM is what
-PyTorch reports. Training at twice the budget and the three-process
-co-tenancy case are not measured yet.
+Not done here: no helper process holds the rest of the card, so the
+budget binds gpu-memd's buffers only (PyTorch's own allocations are
+outside it) and NVML is not sampled; peak VRAM is what PyTorch reports.
+bench_cotenancy.py has the rest of issue 13's item 7 (training at twice
+the budget, three processes on one card) with the budget imposed the same
+way on every method (holder.py) and NVML sampling (nvml_watch.py).
 
     bench_offload.py --build BUILD [--json FILE] [--log FILE] [--quick]
 
