@@ -78,7 +78,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -91,6 +90,7 @@ TARGET_P99 = 1.2          # inference p99 together / alone
 INFER_PRIORITY = 10
 
 sys.path.insert(0, HERE)
+from common import Daemon, child_env  # noqa: E402
 
 
 def parse_size(text):
@@ -417,50 +417,6 @@ def child(kind, arg_json):
 
 # ---- parent ---------------------------------------------------------------
 
-class Daemon:
-    def __init__(self, build, vram_limit, log):
-        self.dir = tempfile.mkdtemp(prefix="gmd-bench-cot-")
-        self.socket = os.path.join(self.dir, "sock")
-        self.build = build
-        self.proc = subprocess.Popen(
-            [os.environ.get("GMD_DAEMON",
-                            os.path.join(build, "daemon", "gpu-memd")),
-             "--backend", "cuda", "--socket", self.socket,
-             "--vram-limit", f"{vram_limit // MiB}M", "--host-limit", "48G"],
-            stdout=log, stderr=subprocess.STDOUT)
-        for _ in range(3000):
-            if os.path.exists(self.socket) or self.proc.poll() is not None:
-                break
-            time.sleep(0.01)
-        time.sleep(0.2)
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"gpu-memd exited {self.proc.returncode} at "
-                               "start (see the log)")
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def status(self):
-        """gpu-memctl --json status, as a dict (None when it fails)."""
-        try:
-            p = subprocess.run(
-                [os.path.join(self.build, "client", "gpu-memctl"),
-                 "--socket", self.socket, "--json", "status"],
-                capture_output=True, text=True, timeout=30)
-            return json.loads(p.stdout) if p.returncode == 0 else None
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            return None
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 class Env:
     """The set-up of one method: holder (budget, margin) or none, daemon
     (vram-limit = budget) or none, the NVML watch marked once both are
@@ -481,18 +437,15 @@ class Env:
                 self.holder = Holder(budget, self.margin, log=ctx.log)
             ctx.watch.mark()
             if daemon:
-                self.daemon = Daemon(ctx.build, budget, ctx.log)
+                self.daemon = Daemon(ctx.build, ctx.log, f"{budget // MiB}M",
+                                     "48G", "gmd-bench-cot-")
                 ctx.watch.watch_pids(self.daemon.pid)
         except Exception as e:          # HolderError, OSError, RuntimeError
             self.error = f"{type(e).__name__}: {e}"
             self.stop()
 
     def env(self, priority=None):
-        env = dict(os.environ, PYTHONUNBUFFERED="1",
-                   GPUMEM_LIBRARY=os.path.join(self.ctx.build, "client",
-                                               "libgpumem.so.0"))
-        env["PYTHONPATH"] = os.path.join(ROOT, "client", "python") + \
-            (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = child_env(self.ctx.build)
         env.pop("GPU_MEMD_PRIORITY", None)
         if self.daemon:
             env["GPU_MEMD_SOCKET"] = self.daemon.socket

@@ -54,7 +54,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,7 +62,7 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 sys.path.insert(0, HERE)
-from common import pool_moves, setup_determinism  # noqa: E402
+from common import Daemon, child_env, pool_moves, setup_determinism  # noqa: E402
 
 
 def moved(before, after):
@@ -232,45 +231,15 @@ def child(kind, arg_json):
 
 # ---- parent -----------------------------------------------------------------
 
-class Daemon:
-    def __init__(self, build, vram_limit, log):
-        self.dir = tempfile.mkdtemp(prefix="gmd-bench-offload-")
-        self.socket = os.path.join(self.dir, "sock")
-        self.log = log
-        self.proc = subprocess.Popen(
-            [os.environ.get("GMD_DAEMON", os.path.join(build, "daemon", "gpu-memd")),
-             "--backend", "cuda",
-             "--socket", self.socket, "--vram-limit", str(vram_limit),
-             "--host-limit", "32G"], stdout=log, stderr=subprocess.STDOUT)
-        for _ in range(3000):
-            if os.path.exists(self.socket) or self.proc.poll() is not None:
-                break
-            time.sleep(0.01)
-        time.sleep(0.2)
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"gpu-memd exited {self.proc.returncode} at "
-                               "start (see the log)")
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def run_child(build, log, kind, args, vram_limit=None, timeout=300):
     try:
-        daemon = Daemon(build, vram_limit, log) if vram_limit else None
+        daemon = Daemon(build, log, str(vram_limit), "32G",
+                        "gmd-bench-offload-") if vram_limit else None
     except (OSError, RuntimeError) as e:
         print(f"  {kind} {args['method']}: gpu-memd: {e}", flush=True)
         return {"method": args["method"], "error": f"gpu-memd: {e}",
                 "rc": None, **args}
-    env = dict(os.environ, PYTHONUNBUFFERED="1",
-               GPUMEM_LIBRARY=os.path.join(build, "client", "libgpumem.so.0"))
-    env["PYTHONPATH"] = os.path.join(ROOT, "client", "python") + \
-        (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = child_env(build)
     if daemon:
         env["GPU_MEMD_SOCKET"] = daemon.socket
     label = f"{kind} {json.dumps(args)}"

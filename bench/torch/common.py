@@ -1,14 +1,22 @@
-"""common.py — what bench_torch.py, bench_offload.py and profile_llama.py
-use in their child processes: the same deterministic PyTorch set-up, the
-Llama generation bench_torch.py and profile_llama.py both run, and the
-readers of gpu-memd's figures (the shim's counters, the VRAM pool's bytes
-moved).
+"""common.py — what the torch benches share: in their child processes the
+same deterministic PyTorch set-up, the Llama generation bench_torch.py and
+profile_llama.py both run, and the readers of gpu-memd's figures (the
+shim's counters, the VRAM pool's bytes moved); in their parents the
+daemon bench_offload.py and bench_cotenancy.py start for a method and the
+environment its children get.
 
 Not a script: each bench puts its own folder first on sys.path and imports
 it, so it is found whatever the current directory.
 """
 
+import json
 import os
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                     "..", ".."))
 
 
 def setup_determinism():
@@ -62,3 +70,61 @@ def pool_moves(client):
              if p.tier == "vram" and p.device == 0)
     return {"bytes_out": p.bytes_out, "bytes_in": p.bytes_in,
             "copy_us_out": p.copy_us_out, "copy_us_in": p.copy_us_in}
+
+
+class Daemon:
+    """A cuda gpu-memd of the bench's own ($GMD_DAEMON, else BUILD's) on a
+    temporary socket, with `vram_limit` and `host_limit` as given on its
+    command line, logging to `log`; RuntimeError when it exits at start."""
+
+    def __init__(self, build, log, vram_limit, host_limit, prefix):
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        self.socket = os.path.join(self.dir, "sock")
+        self.build = build
+        self.proc = subprocess.Popen(
+            [os.environ.get("GMD_DAEMON",
+                            os.path.join(build, "daemon", "gpu-memd")),
+             "--backend", "cuda", "--socket", self.socket,
+             "--vram-limit", vram_limit, "--host-limit", host_limit],
+            stdout=log, stderr=subprocess.STDOUT)
+        for _ in range(3000):
+            if os.path.exists(self.socket) or self.proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        time.sleep(0.2)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"gpu-memd exited {self.proc.returncode} at "
+                               "start (see the log)")
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def status(self):
+        """gpu-memctl --json status, as a dict (None when it fails)."""
+        try:
+            p = subprocess.run(
+                [os.path.join(self.build, "client", "gpu-memctl"),
+                 "--socket", self.socket, "--json", "status"],
+                capture_output=True, text=True, timeout=30)
+            return json.loads(p.stdout) if p.returncode == 0 else None
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return None
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def child_env(build):
+    """The environment of a bench's child process: unbuffered output, the
+    build's libgpumem and the tree's Python package first on the path."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               GPUMEM_LIBRARY=os.path.join(build, "client", "libgpumem.so.0"))
+    env["PYTHONPATH"] = os.path.join(ROOT, "client", "python") + \
+        (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
