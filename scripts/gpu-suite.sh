@@ -223,42 +223,40 @@ release_rc=null
 torch_rc=null
 offload_rc=null
 cotenancy_rc=null
+# bench_py NAME LIMIT [ARGS...]: bench/torch/bench_NAME.py for at most LIMIT
+# seconds, its JSON, log and summary under $OUT as NAME_bench.*, the summary
+# into the suite's log too; its exit status in $py_rc.
+bench_py() {
+        local name=$1 limit=$2
+        shift 2
+        PYTHONUNBUFFERED=1 timeout "$limit" python3 "$src/bench/torch/bench_$name.py" \
+                --build "$build" --json "$OUT/${name}_bench.json" \
+                --log "$OUT/${name}_bench.log" "$@" \
+                >"$OUT/${name}_bench.txt" 2>>"$log"
+        py_rc=$?
+        cat "$OUT/${name}_bench.txt" >>"$log"
+        echo "=== ${name}_bench: rc $py_rc" | tee -a "$log"
+}
 for b in $benches; do
-        if [ "$b" = cotenancy ]; then
+        case $b in
+        cotenancy)
                 echo "=== cotenancy_bench" | tee -a "$log"
-                PYTHONUNBUFFERED=1 timeout 660 python3 "$src/bench/torch/bench_cotenancy.py" \
-                        --build "$build" --json "$OUT/cotenancy_bench.json" \
-                        --log "$OUT/cotenancy_bench.log" ${GMD_COTENANCY_QUICK:+--quick} \
-                        >"$OUT/cotenancy_bench.txt" 2>>"$log"
-                cotenancy_rc=$?
-                cat "$OUT/cotenancy_bench.txt" >>"$log"
-                echo "=== cotenancy_bench: rc $cotenancy_rc" | tee -a "$log"
-                continue
-        fi
-        if [ "$b" = offload ]; then
+                bench_py cotenancy 660 ${GMD_COTENANCY_QUICK:+--quick}
+                cotenancy_rc=$py_rc
+                continue ;;
+        offload)
                 echo "=== offload_bench" | tee -a "$log"
-                PYTHONUNBUFFERED=1 timeout 900 python3 "$src/bench/torch/bench_offload.py" \
-                        --build "$build" --json "$OUT/offload_bench.json" \
-                        --log "$OUT/offload_bench.log" ${GMD_OFFLOAD_QUICK:+--quick} \
-                        >"$OUT/offload_bench.txt" 2>>"$log"
-                offload_rc=$?
-                cat "$OUT/offload_bench.txt" >>"$log"
-                echo "=== offload_bench: rc $offload_rc" | tee -a "$log"
-                continue
-        fi
-        if [ "$b" = torch ]; then
+                bench_py offload 900 ${GMD_OFFLOAD_QUICK:+--quick}
+                offload_rc=$py_rc
+                continue ;;
+        torch)
                 echo "=== torch_bench" | tee -a "$log"
                 timeout 120 python3 "$src/bench/torch/probe_torch.py" \
                         >"$OUT/torch_probe.json" 2>>"$log"
-                PYTHONUNBUFFERED=1 timeout 900 python3 "$src/bench/torch/bench_torch.py" \
-                        --build "$build" --json "$OUT/torch_bench.json" \
-                        --log "$OUT/torch_bench.log" ${GMD_TORCH_ROUNDS:+--rounds "$GMD_TORCH_ROUNDS"} \
-                        >"$OUT/torch_bench.txt" 2>>"$log"
-                torch_rc=$?
-                cat "$OUT/torch_bench.txt" >>"$log"
-                echo "=== torch_bench: rc $torch_rc" | tee -a "$log"
-                continue
-        fi
+                bench_py torch 900 ${GMD_TORCH_ROUNDS:+--rounds "$GMD_TORCH_ROUNDS"}
+                torch_rc=$py_rc
+                continue ;;
+        esac
         bench="$build/bench/${b}_bench"
         [ -x "$bench" ] || continue
         echo "=== ${b}_bench" | tee -a "$log"
