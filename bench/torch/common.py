@@ -75,9 +75,11 @@ def pool_moves(client):
 class Daemon:
     """A cuda gpu-memd of the bench's own ($GMD_DAEMON, else BUILD's) on a
     temporary socket, with `vram_limit` and `host_limit` as given on its
-    command line, logging to `log`; RuntimeError when it exits at start."""
+    command line (and `extra` arguments), logging to `log`; RuntimeError
+    when it exits at start."""
 
-    def __init__(self, build, log, vram_limit, host_limit, prefix):
+    def __init__(self, build, log, vram_limit, host_limit, prefix,
+                 extra=()):
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.socket = os.path.join(self.dir, "sock")
         self.build = build
@@ -85,7 +87,8 @@ class Daemon:
             [os.environ.get("GMD_DAEMON",
                             os.path.join(build, "daemon", "gpu-memd")),
              "--backend", "cuda", "--socket", self.socket,
-             "--vram-limit", vram_limit, "--host-limit", host_limit],
+             "--vram-limit", vram_limit, "--host-limit", host_limit,
+             *extra],
             stdout=log, stderr=subprocess.STDOUT)
         for _ in range(3000):
             if os.path.exists(self.socket) or self.proc.poll() is not None:

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""profile_stream.py — where a streamed generation's time goes (issue 13,
+item 2's 0.9-of-the-bound target): the same Llama and budget as
+bench_offload.py's inference, generated in VRAM and streamed, in one
+process, with
+
+  - the host's time in each of the streamer's calls to the daemon
+    (acquire, prefetch, release, pageout: count, median, p90, total per
+    token), timed around the streamer's own methods;
+  - the GPU's time of each block (events after its acquire and after its
+    forward), and the GPU's idle time between blocks (a block's start
+    event minus the previous block's end);
+  - the daemon's own account of every move (its debug log's "moved in/out
+    N bytes in T us (copy C, remap and ack R, release L)" lines): median
+    and p90 of each part, each way.
+
+  profile_stream.py --build BUILD [--json FILE] [--log FILE] [--quick]
+                    [--lead N] [--tokens N]
+
+A diagnostic, not a bench: bench_offload.py is the figure of record.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+
+MiB = 1 << 20
+MOVE = re.compile(r"moved (in|out) (\d+) bytes in (\d+) us \(copy (\d+), "
+                  r"remap and ack (\d+), release (\d+)\)")
+
+
+def spread(values):
+    if not values:
+        return None
+    v = sorted(values)
+    return {"n": len(v), "median": statistics.median(v),
+            "p90": v[min(len(v) - 1, int(0.9 * len(v)))], "sum": sum(v)}
+
+
+def timed(calls, name, fn):
+    def wrapper(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            calls.setdefault(name, []).append(
+                (time.perf_counter() - t0) * 1e3)
+    return wrapper
+
+
+def generate(torch, model, prompt, new, rounds):
+    kwargs = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                  pad_token_id=0)
+    model.generate(prompt, **kwargs)                     # warm-up
+    rates = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        model.generate(prompt, **kwargs)
+        torch.cuda.synchronize()
+        rates.append(new / (time.perf_counter() - t0))
+    return rates
+
+
+def gpu_marks(torch, streamer, marks):
+    """Events after each block's acquire (its pre-hook runs first) and
+    after its forward."""
+    def pre(block):
+        def hook(module, inputs):
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            marks.append((block.name, "start", e))
+        return hook
+
+    def post(block):
+        def hook(module, inputs, output):
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            marks.append((block.name, "end", e))
+        return hook
+    handles = []
+    for b in streamer.blocks:
+        if b.module is None or b.name == "rest":
+            continue
+        handles.append(b.module.register_forward_pre_hook(pre(b)))
+        handles.append(b.module.register_forward_hook(post(b)))
+    return handles
+
+
+def gpu_summary(torch, marks):
+    torch.cuda.synchronize()
+    busy, gaps = [], []
+    last_end = None
+    for name, kind, e in marks:
+        if kind == "start":
+            start = e
+            if last_end is not None:
+                gaps.append(last_end.elapsed_time(e))
+        else:
+            busy.append(start.elapsed_time(e))
+            last_end = e
+    return {"block_ms": spread(busy), "gap_ms": spread(gaps)}
+
+
+def daemon_moves(path):
+    out = {"in": [], "out": []}
+    with open(path) as f:
+        for line in f:
+            m = MOVE.search(line)
+            if m:
+                out[m.group(1)].append([int(x) for x in m.groups()[1:]])
+    summary = {}
+    for way, rows in out.items():
+        if not rows:
+            continue
+        summary[way] = {
+            "moves": len(rows),
+            "bytes_median": statistics.median(r[0] for r in rows),
+            "total_us": spread([r[1] for r in rows]),
+            "copy_us": spread([r[2] for r in rows]),
+            "remap_ack_us": spread([r[3] for r in rows]),
+            "release_us": spread([r[4] for r in rows])}
+    return summary
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--json")
+    ap.add_argument("--log", help="the daemon's debug log (default: a "
+                    "temporary file)")
+    ap.add_argument("--quick", action="store_true",
+                    help="8 layers as bench_offload --quick (default 16)")
+    ap.add_argument("--lead", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--pageout", choices=("auto", "on", "off"),
+                    default="auto")
+    opts = ap.parse_args()
+    build = os.path.abspath(opts.build)
+    os.environ.setdefault("GPUMEM_LIBRARY", os.path.join(
+        build, "client", "libgpumem.so.0"))
+    from common import Daemon, setup_determinism
+    from bench_offload import llama_model
+    torch = setup_determinism()
+    import gpumem
+    import gpumem.torch as gt
+
+    layers = 8 if opts.quick else 16
+    per_block = 2 * (4 * 2048 * 2048 // 2 * 3 // 2 + 3 * 2048 * 5632
+                     + 2 * 2048)
+    rest = 2 * (2 * 32000 * 2048 + 2048)
+    budget = rest + (layers // 2) * per_block
+    log_path = opts.log or os.path.join(build, "profile_stream_daemon.log")
+    out = {"lead": opts.lead, "tokens": opts.tokens, "budget": budget}
+    g = torch.Generator(device="cpu").manual_seed(7)
+
+    model, config = llama_model(torch, opts.quick)
+    prompt = torch.randint(0, config.vocab_size, (1, 32), generator=g).cuda()
+    with torch.no_grad():
+        vram = model.cuda()
+        out["vram_tok_s"] = generate(torch, vram, prompt, opts.tokens, 3)
+        model = vram.cpu()
+    torch.cuda.empty_cache()
+
+    with open(log_path, "w") as log:
+        daemon = Daemon(build, log, f"{(budget + 256 * MiB) // MiB}M", "16G",
+                        "gmd-profile-", extra=["--log-level", "debug"])
+    try:
+        client = gpumem.Client(name="profile_stream")
+        pageout = {"auto": None, "on": True, "off": False}[opts.pageout]
+        s = gt.stream(model, budget=budget, client=client, lead=opts.lead,
+                      device=0, pageout=pageout)
+        calls = {}
+        for name in ("_acquire", "_release", "_pageout", "_prefetch_from"):
+            setattr(s, name, timed(calls, name, getattr(s, name)))
+        marks = []
+        handles = gpu_marks(torch, s, marks)
+        with torch.no_grad():
+            kwargs = dict(max_new_tokens=opts.tokens,
+                          min_new_tokens=opts.tokens, do_sample=False,
+                          pad_token_id=0)
+            model.generate(prompt, **kwargs)             # warm-up, learns
+            calls.clear()
+            marks.clear()
+            with open(log_path) as f:
+                f.seek(0, 2)
+                log_from = f.tell()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            model.generate(prompt, **kwargs)
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - t0
+        out["stream_tok_s"] = opts.tokens / wall
+        out["resident_blocks"] = sum(b.resident for b in s.blocks)
+        out["blocks"] = len(s.blocks)
+        out["plan"] = s.plan
+        out["stats"] = dict(s.stats)
+        passes = opts.tokens        # one forward pass per token
+        out["host_ms"] = {k: spread(v) for k, v in calls.items()}
+        out["host_ms_per_token"] = {k: sum(v) / passes
+                                    for k, v in calls.items()}
+        out["gpu"] = gpu_summary(torch, marks)
+        for h in handles:
+            h.remove()
+        s.remove()
+        client.close()
+    finally:
+        daemon.stop()
+    tail = os.path.join(build, "profile_stream_moves.log")
+    with open(log_path) as f, open(tail, "w") as t:
+        f.seek(log_from)
+        t.write(f.read())
+    out["daemon_moves"] = daemon_moves(tail)
+    text = json.dumps(out, indent=1, default=str)
+    print(text)
+    if opts.json:
+        with open(opts.json, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
