@@ -175,7 +175,7 @@ def main():
         daemon = Daemon(build, log, f"{(budget + 256 * MiB) // MiB}M", "16G",
                         "gmd-profile-", extra=["--log-level", "debug"])
     try:
-        client = gpumem.Client(name="profile_stream")
+        client = gpumem.Client(daemon.socket, name="profile_stream")
         pageout = {"auto": None, "on": True, "off": False}[opts.pageout]
         s = gt.stream(model, budget=budget, client=client, lead=opts.lead,
                       device=0, pageout=pageout)

@@ -1130,6 +1130,57 @@ static void test_grant_keeps_its_place(void **state)
         harness_stop(&f->h);
 }
 
+/* A prefetch is answered before the swap-in it starts tells its owner to
+ * remap: the client reads its packets in order and applies a remap
+ * (import and map) before it reads the next one, so a reply behind the
+ * remap kept gmd_prefetch, which returns at once, waiting for the map
+ * (tiering_handle_prefetch). The swap-in into VRAM kept from the buffer's
+ * own pageout sends its remap as the copy starts: right behind the reply. */
+static void test_prefetch_answers_first(void **state)
+{
+        fixture *f = *state;
+        Gmd__MoveRequest prefetch = GMD__MOVE_REQUEST__INIT;
+        Gmd__RemapNotify *note;
+        uint32_t next_id = 2, prefetch_id;
+        uint64_t id, seq;
+        raw_msg m;
+        void *mem;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 256M\n");
+        f->client = harness_client(&f->h, "observer");
+        raw_hello(&raw, &f->h, "raw-prefetch");
+        id = raw_alloc_release(&raw, &next_id, 4 * MiB, 96);
+        seq = raw_pageout(&raw, &next_id, id, 4 * MiB, 96);
+        raw_ack(&raw, id, seq);
+        wait_row(f, id, GMD_TIER_HOST, "paged out");
+
+        prefetch_id = next_id++;
+        prefetch.n_buffer_ids = 1;
+        prefetch.buffer_ids = &id;
+        raw_send(&raw, GMD__MSG_TYPE__MSG_PREFETCH, prefetch_id, &prefetch.base);
+        m = raw_recv(&raw, 5000);
+        if (m.type != GMD__MSG_TYPE__MSG_OK_REPLY || m.request_id != prefetch_id)
+                fail_msg("after the prefetch the raw client got %s (request %u), "
+                         "want its reply first; log:\n%s",
+                         gmd_wire_type_name(m.type), m.request_id,
+                         harness_read_log(&f->h));
+        raw_msg_clear(&m);
+        /* Its bytes may still be copying: checked once it rests in VRAM. */
+        m = raw_expect(&raw, GMD__MSG_TYPE__MSG_REMAP, 0);
+        note = m.msg;
+        assert_int_equal(note->buffer_id, id);
+        assert_int_equal(note->tier, GMD__TIER__TIER_VRAM);
+        assert_true(m.fd >= 0);
+        seq = note->sequence;
+        mem = raw_map(&raw, m.fd, 4 * MiB);
+        raw_msg_clear(&m);
+        raw_ack(&raw, id, seq);
+        wait_row(f, id, GMD_TIER_VRAM, "prefetched");
+        pattern_check_mem(mem, 4 * MiB, 96, "prefetched buffer");
+        raw_close(&raw);
+        harness_stop(&f->h);
+}
+
 /* ---- quota follows the bytes --------------------------------------------------- */
 
 /* A buffer moved to host memory no longer holds VRAM: the user's
@@ -1239,6 +1290,8 @@ int main(void)
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_grant_keeps_its_place,
                                                 setup, teardown),
+                cmocka_unit_test_setup_teardown(test_prefetch_answers_first, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_quota_follows_moves, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_oversubscription, setup,
