@@ -189,7 +189,9 @@ typedef struct gmd_backend_ops {
         void (*link_info)(gmd_backend *backend, unsigned device,
                           gmd_link_info *ret_info);
         /* Off the request path: zero freed chunks, top up the reserve of
-         * pre-created chunks, measure the link once (cuda). The daemon calls it from an idle/timer
+         * pre-created chunks, start measuring the link and poll it (cuda;
+         * copy_reap polls it too, woken after each of its copies, so it
+         * never waits on the loop). The daemon calls it from an idle/timer
          * handler (every ~10 ms while it returns > 0 work left, else on a
          * slow timer). Returns how many chunks it still wants to make. */
         int (*maintain)(gmd_backend *backend);

@@ -94,6 +94,9 @@ static void cuda_ops_destroy(gmd_backend *backend)
                         continue;
                 (void)cuda_device_enter(b, d);
                 cuda_copy_close(b, d);
+                /* Its copies ran on those streams; its piece is the
+                 * arena's. */
+                cuda_link_close(b, d);
         }
         /* After the copies: they may still read host allocations. */
         cuda_host_close(b);

@@ -21,11 +21,13 @@
  *   backend_cuda_nvml.c     the processes holding a device's memory (NVML,
  *                           loaded at run time when present)
  *   backend_cuda_link.c     the link between host memory and each device,
- *                           measured once each way soon after start
+ *                           measured once each way soon after start, its
+ *                           copies queued and polled, never waited for
  * Everything runs on the daemon's loop thread except two things, each
  * behind its own mutex: the copy engine's host functions (driver threads
- * mark copies finished) and the host worker (it creates and releases
- * pinned host allocations, which take milliseconds to seconds).
+ * mark copies finished, or wake the loop after a copy of the link
+ * measurement) and the host worker (it creates and releases pinned host
+ * allocations, which take milliseconds to seconds).
  */
 #ifndef GMD_BACKEND_CUDA_H
 #define GMD_BACKEND_CUDA_H
@@ -81,6 +83,9 @@ typedef struct cuda_queue {
                                   * belongs to its device's context) */
         unsigned n_inflight;
         int error;               /* the stream failed: every copy fails */
+        /* Copies ever submitted: the link measurement compares the count
+         * before and after each of its copies to know it ran alone. */
+        uint64_t n_submitted;
 } cuda_queue;
 
 /* The host arena of one device (backend_cuda_host.c): one VA range of
@@ -104,18 +109,37 @@ typedef struct cuda_arena {
         bool failed;             /* a piece failed: building stopped */
 } cuda_arena;
 
-/* Where the measurement of a device's link stands (backend_cuda_link.c). */
+/* Where the measurement of a device's link stands (backend_cuda_link.c,
+ * whose top comment has the changes allowed). */
 typedef enum cuda_link_state {
         CUDA_LINK_PENDING = 0,   /* not yet: waiting for arena room, or for
                                   * the copy streams to be idle */
+        CUDA_LINK_COPYING,       /* one of its copies is queued: polled */
         CUDA_LINK_DONE,          /* measured: bytes_per_s holds it */
         CUDA_LINK_SKIPPED,       /* not possible; logged once, zeros */
 } cuda_link_state;
 
+/* Loop thread only. */
 typedef struct cuda_link {
         cuda_link_state state;
-        uint64_t bytes_per_s[2]; /* by gmd_copy_dir; loop thread only */
+        uint64_t bytes_per_s[2]; /* by gmd_copy_dir */
         uint64_t first_try_us;   /* the first maintain that tried (now_us) */
+        /* What a try copies between, kept across tries and released once
+         * the copy streams are idle (cuMemFree waits for the device). */
+        CUdeviceptr vram;        /* cuMemAlloc'd, `len` bytes */
+        gmd_mem *host;           /* a piece of the arena, `len` bytes;
+                                  * given back when a try is interrupted */
+        CUevent ev[2];           /* before and after the timed copy queued */
+        uint64_t len;
+        /* The try under way (COPYING): */
+        gmd_copy_dir dir;        /* the direction being timed */
+        unsigned rounds[2];      /* timed copies over, by direction */
+        double secs[2];          /* their time together */
+        uint64_t submitted;      /* the device's copies submitted when the
+                                  * try began (cuda_queue.n_submitted) */
+        uint64_t start_us;       /* when it began */
+        uint64_t loop_us;        /* loop-thread time it took so far */
+        unsigned interrupted;    /* tries given up for a client's copy */
 } cuda_link;
 
 typedef struct cuda_event {
@@ -283,6 +307,11 @@ void cuda_copy_close(cuda_backend *b, cuda_device *d);
 /* Loop thread, from maintain: notice a stream that failed without its host
  * functions running; wakes the loop so reap reports it. */
 void cuda_copy_poll(cuda_backend *b);
+/* Have `q`'s notify stream wake the loop (the daemon's wake function,
+ * then copy_reap) once `after`, recorded on q's copy stream, happened:
+ * how the link measurement learns soon that its copy is over. The device's
+ * context is current. 0 or -errno (logged). */
+int cuda_copy_wake_after(cuda_backend *b, cuda_queue *q, CUevent after);
 
 void cuda_ops_set_wake(gmd_backend *backend, void (*wake)(void *ctx),
                        void *ctx);
@@ -325,10 +354,18 @@ void cuda_ops_arena_info(gmd_backend *backend, unsigned device,
 
 /* ---- backend_cuda_link.c ------------------------------------------------ */
 
-/* From maintain (loop thread): measure the link of each device still
- * pending, when its host arena has room and its copy streams are idle, or
- * give up on it with one log line. */
+/* From maintain (loop thread): start measuring the link of each device
+ * still pending, when its host arena has room and its copy streams are
+ * idle, or give up on it with one log line; and poll as below. */
 void cuda_link_maintain(cuda_backend *b);
+/* From maintain and copy_reap (loop thread): never waits. For each device
+ * whose measurement has a copy queued, see whether it is over (cuEventQuery)
+ * and queue the next, or finish; release what a finished one held once the
+ * copy streams are idle. */
+void cuda_link_poll(cuda_backend *b);
+/* Free what the measurement holds (backend close, after the copy streams
+ * were synchronized; context current). */
+void cuda_link_close(cuda_backend *b, cuda_device *d);
 
 void cuda_ops_link_info(gmd_backend *backend, unsigned device,
                         gmd_link_info *ret_info);

@@ -33,6 +33,12 @@
  * that queue with the error. Such records cannot be freed (a host function
  * might still name them if the error was not sticky after all), so they go
  * to a list freed when the backend closes.
+ *
+ * The link measurement (backend_cuda_link.c) queues its own copies on these
+ * streams, outside the in-flight lists: it counts the copies submitted here
+ * (n_submitted) to know whether it ran alone, and has the notify stream
+ * wake the loop after each of its copies (cuda_copy_wake_after), so reap,
+ * which then polls it, moves it on without waiting for maintain's timer.
  */
 #include "backend_cuda.h"
 
@@ -42,21 +48,48 @@
 
 #include "log.h"
 
-/* Driver thread: the copy before it is over. */
-static void CUDA_CB cuda_copy_fired(void *data)
+/* Driver thread: mark `c` fired (when given) and wake the loop. */
+static void cuda_copy_wake(cuda_backend *b, cuda_copy *c)
 {
-        cuda_copy *c = data;
-        cuda_backend *b = c->backend;
         void (*wake)(void *ctx);
         void *ctx;
 
         pthread_mutex_lock(&b->copy_lock);
-        c->fired = true;
+        if (c)
+                c->fired = true;
         wake = b->wake;
         ctx = b->wake_ctx;
         pthread_mutex_unlock(&b->copy_lock);
         if (wake)
                 wake(ctx);
+}
+
+/* Driver thread: the copy before it is over. */
+static void CUDA_CB cuda_copy_fired(void *data)
+{
+        cuda_copy *c = data;
+
+        cuda_copy_wake(c->backend, c);
+}
+
+/* Driver thread: a copy of the link measurement is over
+ * (cuda_copy_wake_after); reap polls it. */
+static void CUDA_CB cuda_copy_woken(void *data)
+{
+        cuda_copy_wake(data, NULL);
+}
+
+int cuda_copy_wake_after(cuda_backend *b, cuda_queue *q, CUevent after)
+{
+        int r;
+
+        r = cuda_check(b, b->cu->cuStreamWaitEvent(q->notify, after, 0),
+                       "cuStreamWaitEvent (wake)");
+        if (r == 0)
+                r = cuda_check(b, b->cu->cuLaunchHostFunc(q->notify,
+                                                          cuda_copy_woken, b),
+                               "cuLaunchHostFunc (wake)");
+        return r;
 }
 
 int cuda_copy_open(cuda_backend *b, cuda_device *d)
@@ -185,6 +218,7 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
         if (!c)
                 return -ENOMEM;
         c->cookie = cookie;
+        q->n_submitted++;
 
         /* One cuMemcpyAsync per stretch that is contiguous at both ends:
          * a host arena copy comes in parts (backend_cuda_host.c). */
@@ -303,6 +337,8 @@ void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
                         c = next;
                 }
         }
+        /* The same wake says a copy of the link measurement is over. */
+        cuda_link_poll(b);
 }
 
 void cuda_copy_poll(cuda_backend *b)
