@@ -75,6 +75,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -409,6 +410,10 @@ def child_infer(args):
 
 
 def child(kind, arg_json):
+    import faulthandler
+    import signal
+    # A child past its time says where each thread is (finish_child).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = json.loads(arg_json)
     fn = child_train if kind == "train" else child_infer
     print("RESULT " + json.dumps(fn(args)), flush=True)
@@ -494,14 +499,24 @@ def start_child(ctx, env, kind, args):
     return p, time.monotonic(), label
 
 
-def finish_child(ctx, started, timeout):
+def finish_child(ctx, started, timeout, daemon=None):
+    """The child's RESULT once it exits; past `timeout` its threads' stacks
+    (SIGUSR1: faulthandler) and the daemon's status go to the log, then it
+    is killed."""
     p, t0, label = started
     try:
         out, err = p.communicate(timeout=max(1, timeout))
         rc = p.returncode
     except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
+        if daemon is not None:
+            ctx.log.write(f"==== {label}: past its time; the daemon's status:\n"
+                          f"{json.dumps(daemon.status(), indent=1)}\n")
+        p.send_signal(signal.SIGUSR1)
+        try:
+            out, err = p.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
         err = (err or "") + "\nTIMEOUT"
         rc = 124
     wall = time.monotonic() - t0
@@ -528,7 +543,7 @@ def run_one(ctx, kind, args, budget=None, daemon=False, timeout=300,
                 "error": env.error, "rc": None}
     try:
         r = finish_child(ctx, start_child(ctx, env.env(priority), kind, args),
-                         timeout)
+                         timeout, env.daemon)
     finally:
         rep = env.report()
         env.stop()
@@ -698,7 +713,7 @@ def case_cotenancy(ctx, opts, left):
         try:
             r = finish_child(ctx, start_child(
                 ctx, env.env(prio), kind,
-                dict(args, deadline_s=each * 0.6)), each)
+                dict(args, deadline_s=each * 0.6)), each, env.daemon)
             r["moved"] = moved(before, env.daemon.status())
         finally:
             r.update(env.report())
@@ -718,7 +733,8 @@ def case_cotenancy(ctx, opts, left):
                        for kind, args, prio in jobs]
             for s in started:
                 out["together"].append(finish_child(
-                    ctx, s, left_now - (time.monotonic() - start)))
+                    ctx, s, left_now - (time.monotonic() - start),
+                    env.daemon))
             out["makespan_together_s"] = time.monotonic() - start
             out["moved_together"] = moved(before, env.daemon.status())
         finally:

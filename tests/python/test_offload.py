@@ -434,5 +434,85 @@ class Idle(DaemonTest):
                     "weight")
 
 
+    def between_steps_run(self, between_steps, evict):
+        """Three AdamW steps of a resident-only stream against the plain
+        model; after each step `evict` pages out what was released."""
+        torch.manual_seed(3)
+        tokens = torch.randint(0, 64, (16, 32))
+        ref, model = Layers(), Layers()
+        model.load_state_dict(ref.state_dict())
+        ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        s = gt.stream(model, opt, client=self.client,
+                      between_steps=between_steps)   # all resident
+
+        def step(m, o):
+            o.zero_grad()
+            m(tokens).square().mean().backward()
+            o.step()
+        acquired = []
+        for _ in range(3):
+            step(ref, ref_opt)
+            step(model, opt)
+            status = {b.buffer_id: b.acquired for b in
+                      self.client.status("buffers").buffers}
+            weights = [s.rest] + s.blocks
+            states = [b.state for b in weights]
+            acquired.append(([status[b.buf.id] for b in weights],
+                             [status[x.buf.id] for x in states]))
+            if evict:
+                for x in weights + states:
+                    if not status[x.buf.id]:
+                        x.buf.pageout()
+                self.client.wait(timeout=10)
+        # released weights ("all") are not mapped on the host tier: a
+        # forward pass acquires them before they are read
+        with torch.no_grad():
+            assert_same(self, [model(tokens)], [ref(tokens)], "output")
+        assert_same(self, list(model.parameters()), list(ref.parameters()),
+                    "weight")
+        return s, opt, ref_opt, acquired
+
+    def test_between_steps_state_released(self):
+        s, opt, ref_opt, acquired = self.between_steps_run("state", True)
+        # weights held, the optimizer state released after every step
+        self.assertEqual(acquired, [([True] * 5, [False] * 5)] * 3)
+        # paged out between steps, it came back for the next one
+        self.assertTrue(all(b.state.buf.tier == "host"
+                            for b in [s.rest] + s.blocks))
+        # state_dict: the state, read with its blocks acquired, as copies
+        sd, ref_sd = opt.state_dict(), ref_opt.state_dict()
+        for i, ref_state in ref_sd["state"].items():
+            for key in ("exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(sd["state"][i][key],
+                                            ref_state[key]), (i, key))
+        copies = [t.data_ptr() for st in sd["state"].values()
+                  for t in st.values() if t.numel() > 1]
+        self.assertEqual(len(copies), 2 * len(ref_sd["state"]))
+        for b in [s.rest] + s.blocks:
+            lo, hi = b.state.buf.ptr, b.state.buf.ptr + b.state.buf.size
+            self.assertFalse([c for c in copies if lo <= c < hi])
+            for p, key, _ in b.state.items:
+                self.assertTrue(lo <= opt.state[p][key].data_ptr() < hi)
+        status = {b.buffer_id: b.acquired for b in
+                  self.client.status("buffers").buffers}
+        self.assertFalse(any(status[b.state.buf.id]
+                             for b in [s.rest] + s.blocks))
+        s.remove()
+        self.assertIs(type(opt).state_dict, type(opt).state_dict)
+        self.assertNotIn("state_dict", vars(opt))
+
+    def test_between_steps_all_released(self):
+        s, _, _, acquired = self.between_steps_run("all", True)
+        self.assertEqual(acquired, [([False] * 5, [False] * 5)] * 3)
+        s.remove()
+
+    def test_between_steps_none(self):
+        s, _, _, acquired = self.between_steps_run("none", False)
+        self.assertEqual(acquired, [([True] * 5, [True] * 5)] * 3)
+        s.remove()
+        with self.assertRaises(ValueError):
+            gt.stream(Layers(), client=self.client, between_steps="some")
+
 if __name__ == "__main__":
     unittest.main()

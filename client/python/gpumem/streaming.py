@@ -64,12 +64,29 @@ in turn with the next one prefetched; after a block's first step the state
 the optimizer made for it (exp_avg, exp_avg_sq: tensors on the device of
 more than one element) moves into a second buffer of the block's own,
 streamed, resident or idled with it. `budget` counts weights only: a
-resident block's optimizer state is resident too. Not done yet: gradients
-stay ordinary PyTorch memory (user code reads them between backward and
-step: clipping, logging); step closures; optimizer.state_dict() of a
-released block (remove() first); activation checkpointing inside a
-streamed block.
+resident block's optimizer state is resident too.
+
+Between steps (issue 13, item 4): after optimizer.step() the resident
+blocks' optimizer state is released (`between_steps="state"`, the
+default): the daemon may then give its VRAM to another process that needs
+it and move the state to host memory; the next step acquires it again,
+prefetched when the backward pass starts. Nothing is paged out unless the
+daemon needs the room, so alone on the card this costs two calls per
+resident block and step. With `between_steps="all"` the resident weights
+are released too, and the model's next forward pass prefetches them all
+and acquires them before its first block runs; code that reads the
+weights between steps (a norm logged, an EMA, model.state_dict()) may
+then find them on the host tier, where a SWAPPABLE buffer is not mapped:
+touching them faults, so that is opt-in. "none" keeps both held.
+optimizer.state_dict() is wrapped to acquire each block's state in turn
+and returns the state tensors copied to the CPU (views of the buffers
+would be unmapped once released). Not done yet: gradients stay ordinary
+PyTorch memory (user code reads them between backward and step: clipping,
+logging); step closures; optimizer.load_state_dict() after stream() (load
+first); activation checkpointing inside a streamed block.
 """
+
+BETWEEN_STEPS = ("state", "all", "none")
 import statistics
 import threading
 
@@ -155,7 +172,11 @@ class Streamer:
     `remove()` (weights back into ordinary tensors, hooks off)."""
 
     def __init__(self, model, client, budget, blocks, lead, pageout,
-                 timeout, device):
+                 timeout, device, between_steps="state"):
+        if between_steps not in BETWEEN_STEPS:
+            raise ValueError(f"gpumem.torch.stream: between_steps="
+                             f"{between_steps!r}: one of {BETWEEN_STEPS}")
+        self.between_steps = between_steps
         self.model = model
         self.client = client
         self.ops = _torchdev.ops_for(client)
@@ -267,6 +288,8 @@ class Streamer:
             block.hooks.append(block.module.register_forward_hook(
                 self._post_hook(block)))
         self.order = list(self.blocks)
+        self.rest.hooks.append(self.model.register_forward_pre_hook(
+            self._wake_hook))
 
     @property
     def torch_device(self):
@@ -367,6 +390,8 @@ class Streamer:
             if self._plan_pending and block.marks is None:
                 block.marks = (self.ops.mark(self.torch_device), None)
             if block.resident:
+                if not block.held:
+                    self._wake()        # resting between steps
                 return None
             self._acquire(block)
             self._prefetch_from(block, 1)
@@ -421,6 +446,7 @@ class Streamer:
                     self._in_backward = True
                     torch.autograd.Variable._execution_engine.queue_callback(
                         self._backward_done)
+                    self._prefetch_resting(states=True)
             if not block.held:
                 self.stats["backward_acquires"] += 1
             self._acquire(block)
@@ -446,6 +472,10 @@ class Streamer:
     def attach_optimizer(self, optimizer):
         """Wrap optimizer.step() to step block by block (see the module
         comment)."""
+        if "state_dict" in vars(optimizer):
+            raise ValueError("gpumem.torch.stream: the optimizer's "
+                             "state_dict is replaced already (streamed "
+                             "twice?)")
         self._optimizer = optimizer
         self._optimizer_step = optimizer.step
         streamer = self
@@ -455,8 +485,16 @@ class Streamer:
                 raise NotImplementedError(
                     "gpumem.torch.stream: optimizer.step(closure) is not "
                     "supported; call the closure first, then step()")
-            return streamer._step()
+            try:
+                return streamer._step()
+            finally:
+                streamer._rest()
+
+        def state_dict():
+            return streamer._optimizer_state_dict()
         optimizer.step = step
+        self._optimizer_state_dict_fn = optimizer.state_dict
+        optimizer.state_dict = state_dict
 
     def _step(self):
         optimizer = self._optimizer
@@ -489,6 +527,78 @@ class Streamer:
         finally:
             for group, params in zip(optimizer.param_groups, groups):
                 group["params"] = params
+
+    def _optimizer_state_dict(self):
+        """optimizer.state_dict() with each block's state acquired in turn
+        and copied to the CPU (module comment)."""
+        state = self._optimizer.state
+        views = []
+        with self._lock:
+            try:
+                for b in [self.rest] + self.blocks:
+                    part = b.state
+                    if part is None or part.buf is None:
+                        continue
+                    held = part.held
+                    self._acquire(part)
+                    for p, key, _ in part.items:
+                        views.append((p, key, state[p][key]))
+                        state[p][key] = state[p][key].to("cpu",
+                                                         copy=True)
+                    if not held:
+                        self._release(part)
+                out = self._optimizer_state_dict_fn()
+                # its per-parameter dicts are the optimizer's own: copied,
+                # so that the views put back below do not show in them
+                out["state"] = {k: dict(v) for k, v in out["state"].items()}
+                return out
+            finally:
+                for p, key, view in views:
+                    state[p][key] = view
+
+    # ---- between steps ---------------------------------------------------
+
+    def _resting_parts(self, weights, states):
+        parts = []
+        for b in [self.rest] + self.blocks:
+            if weights:
+                parts.append(b)
+            if states:
+                parts.append(b.state)
+        return [x for x in parts if x is not None and x.resident and
+                x.buf is not None and not x.buf.freed]
+
+    def _rest(self):
+        """After optimizer.step(): release what stays resident and no step
+        uses until the next one (module comment)."""
+        if self.between_steps == "none":
+            return
+        for part in self._resting_parts(self.between_steps == "all", True):
+            self._release(part)
+
+    def _prefetch_resting(self, weights=False, states=False):
+        for part in self._resting_parts(weights, states):
+            if not part.held:
+                try:
+                    part.buf.prefetch()
+                    self.stats["prefetches"] += 1
+                except Busy:
+                    pass
+
+    def _wake_hook(self, module, inputs):
+        self._wake()
+
+    def _wake(self):
+        """Before a forward pass: the resident weights released between
+        steps, all prefetched, then acquired (each waits for its copy)."""
+        if self.between_steps != "all":
+            return
+        parts = [x for x in self._resting_parts(True, False) if not x.held]
+        if not parts:
+            return
+        self._prefetch_resting(weights=True)
+        for part in parts:
+            self._acquire(part)
 
     def _stash_state(self, block):
         """After the optimizer's first step of `block`: move the state it
@@ -558,6 +668,8 @@ class Streamer:
         self._optimizer_state = {}
         if self._optimizer is not None:
             self._optimizer.step = self._optimizer_step
+            if "state_dict" in vars(self._optimizer):   # ours
+                del self._optimizer.state_dict
             self._optimizer_state = self._optimizer.state
             self._optimizer = None
         for block in [self.rest] + self.blocks:
@@ -596,7 +708,8 @@ def _torch_grad_enabled():
 
 
 def stream(model, optimizer=None, budget=None, *, blocks=None, lead=None,
-           client=None, pageout=None, timeout=None, device=None):
+           client=None, pageout=None, timeout=None, device=None,
+           between_steps="state"):
     """Stream `model`'s weights through gpu-memd (see the module comment).
     `budget`: bytes (or "8G") of weights held at once (None: all resident,
     which still lets idle() page them out); `blocks`: the modules to stream
@@ -608,12 +721,15 @@ def stream(model, optimizer=None, budget=None, *, blocks=None, lead=None,
     None (default): after its forward when no gradient is recorded
     (inference), never when training; `timeout`: seconds
     an acquire may wait; `device`: the CUDA device (None: the model's, or
-    0 for a model on the CPU; sim: the CPU).
+    0 for a model on the CPU; sim: the CPU); `between_steps`: what of the
+    resident blocks is released after optimizer.step() until the next
+    step needs it: "state" (default: the optimizer state), "all" (the
+    weights too: code reading them between steps may fault) or "none".
     The model may sit on the CPU: its blocks are copied to the buffers.
     Returns the Streamer."""
     from . import current_client, idle
     streamer = Streamer(model, client or current_client(), budget, blocks,
-                        lead, pageout, timeout, device)
+                        lead, pageout, timeout, device, between_steps)
     if optimizer is not None:
         streamer.attach_optimizer(optimizer)
     idle.register(streamer)
