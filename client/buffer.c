@@ -381,6 +381,27 @@ void gmd__buffer_revoke(gmd_client *client, uint64_t buffer_id, const char *mess
         gmd__buffer_destroy(client, dropped);        /* unmaps, unreserves */
 }
 
+bool gmd__buffer_release_refused(gmd_client *client, uint64_t buffer_id,
+                                 int *error, char *why, size_t len)
+{
+        gmd_buffer *buffer;
+        bool revoked = false;
+
+        pthread_mutex_lock(&client->buffers_lock);
+        buffer = buffer_find_locked(client, buffer_id);
+        if (buffer && atomic_load(&buffer->revoked) && *error == GMD_ENOENT) {
+                /* A revoke that crossed the release on the wire. */
+                snprintf(why, len, "buffer %" PRIu64 " is revoked: %s",
+                         buffer->id, buffer->revoke_reason);
+                *error = GMD_EREVOKED;
+                revoked = true;
+        } else if (buffer && *error != GMD_EBUSY && *error != GMD_ENOENT) {
+                atomic_store(&buffer->leased, true);
+        }
+        pthread_mutex_unlock(&client->buffers_lock);
+        return revoked;
+}
+
 static int buffer_revoked_error(const gmd_buffer *buffer)
 {
         gmd__error_set("buffer %" PRIu64 " is revoked: %s", buffer->id,
@@ -537,6 +558,31 @@ static int last_use_event(gmd_client *client, gmd_buffer *buffer)
         return r;
 }
 
+/* Record the buffer's last-use event on `stream` and name it in `msg`.
+ * Without a GPU (no event_record: sim) there is no GPU work to wait for,
+ * and the release is a plain one. */
+static int last_use_record(gmd_client *client, gmd_buffer *buffer,
+                           void *stream, const char *fn,
+                           Gmd__BufferRequest *msg)
+{
+        int r;
+
+        if (!client->mapper->ops->event_record)
+                return 0;
+        r = last_use_event(client, buffer);
+        if (r == 0)
+                r = client->mapper->ops->event_record(client->mapper, buffer->device,
+                                                      buffer->last_use, stream);
+        if (r < 0) {
+                gmd__error_set("%s: cannot record the last-use event: %s", fn,
+                          strerror(-r));
+                return r;
+        }
+        msg->last_use_event.len = 64;
+        msg->last_use_event.data = buffer->last_use_handle;
+        return 0;
+}
+
 /** Give a buffer's lease back once `stream`'s work so far is done; see
  * gpumem.h. */
 int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
@@ -548,27 +594,44 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
                 gmd__error_set("gmd_release_after: client and buffer must be given");
                 return -EINVAL;
         }
-        /* No GPU, no GPU work to wait for: a plain release. */
         if (!client->mapper->ops->event_record)
                 return gmd_release(client, buffer);
         if (atomic_load(&buffer->revoked))
                 return buffer_revoked_error(buffer);
-        r = last_use_event(client, buffer);
-        if (r == 0)
-                r = client->mapper->ops->event_record(client->mapper, buffer->device,
-                                                      buffer->last_use, stream);
-        if (r < 0) {
-                gmd__error_set("gmd_release_after: cannot record the last-use event: %s",
-                          strerror(-r));
+        r = last_use_record(client, buffer, stream, "gmd_release_after", &msg);
+        if (r < 0)
                 return r;
-        }
         msg.buffer_id = buffer->id;
-        msg.last_use_event.len = 64;
-        msg.last_use_event.data = buffer->last_use_handle;
         r = buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE, &msg.base);
         if (r == 0)
                 atomic_store(&buffer->leased, false);
         return r;
+}
+
+/** gmd_release_after without waiting for the daemon's answer; see
+ * gpumem.h. */
+int gmd_release_after_nowait(gmd_client *client, gmd_buffer *buffer,
+                             void *stream)
+{
+        Gmd__BufferRequest msg = GMD__BUFFER_REQUEST__INIT;
+        int r;
+
+        if (!client || !buffer) {
+                gmd__error_set("gmd_release_after_nowait: client and buffer "
+                               "must be given");
+                return -EINVAL;
+        }
+        if (atomic_load(&buffer->revoked))
+                return buffer_revoked_error(buffer);
+        r = last_use_record(client, buffer, stream, "gmd_release_after_nowait",
+                            &msg);
+        if (r < 0)
+                return r;
+        msg.buffer_id = buffer->id;
+        /* The lease mark is cleared as the request leaves (client.c). */
+        return gmd__client_send_nowait(client, GMD__MSG_TYPE__MSG_RELEASE,
+                                       &msg.base, "gmd_release_after_nowait",
+                                       buffer, true);
 }
 
 /** Give a buffer's lease back; see gpumem.h. */

@@ -84,4 +84,18 @@ int gmd__buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
 void gmd__buffer_revoke(gmd_client *client, uint64_t buffer_id,
                    const char *message);
 
+/*
+ * The daemon refused a release sent without waiting
+ * (gmd_release_after_nowait) with *error; called by the I/O thread before
+ * the refusal is counted. The lease mark was cleared when the release was
+ * sent. GMD_EBUSY (not acquired) and GMD_ENOENT (no such buffer) leave it
+ * so; any other refusal left the buffer acquired in the daemon, and the
+ * mark is set again, so gmd_free parks it as it would an acquired buffer.
+ * When the buffer was revoked meanwhile (the daemon forgot it: GMD_ENOENT),
+ * *error becomes GMD_EREVOKED, `why` gets the revoke's words and it
+ * returns true; else false.
+ */
+bool gmd__buffer_release_refused(gmd_client *client, uint64_t buffer_id,
+                                 int *error, char *why, size_t len);
+
 #endif

@@ -12,6 +12,7 @@
 #include "client.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "buffer.h"
@@ -120,11 +122,18 @@ void gmd__client_fail(gmd_client *client, int error, const char *reason)
                 gmd_request *req = container_of(pos, gmd_request, node);
 
                 list_remove(pos);
+                if (req->nowait) {
+                        /* Its fate is unknown; gmd_flush reports the
+                         * connection's error instead. */
+                        gmd__nowait_done_locked(client, req, 0, NULL);
+                        continue;
+                }
                 req->error = client->dead_error;
                 req->message = strdup(client->dead_reason);
                 req->done = true;
                 pthread_cond_signal(&req->cond);
         }
+        pthread_cond_broadcast(&client->nowait_cond);
         pthread_mutex_unlock(&client->lock);
         /* Wakes the I/O thread and any sender blocked in poll; the fd
          * itself is closed only by gmd_disconnect, so it cannot be reused
@@ -147,6 +156,29 @@ static uint16_t reply_type_of(uint16_t type)
         case GMD__MSG_TYPE__MSG_STATUS:  return GMD__MSG_TYPE__MSG_STATUS_REPLY;
         default:                         return GMD__MSG_TYPE__MSG_OK_REPLY;
         }
+}
+
+/* A send failed with `r` on a connection that looked alive: the daemon
+ * closed it. The I/O thread reads what it sent before (a shutdown notice
+ * says why) and then fails every request with that; give it a second to,
+ * then fail the connection with the send's error if it has not. */
+static void send_lost(gmd_client *client, int r)
+{
+        char reason[160];
+
+        for (int i = 0; i < 100 && (r == -EPIPE || r == -ECONNRESET); i++) {
+                bool dead;
+
+                pthread_mutex_lock(&client->lock);
+                dead = client->dead;
+                pthread_mutex_unlock(&client->lock);
+                if (dead)
+                        break;
+                usleep(10000);
+        }
+        snprintf(reason, sizeof(reason),
+                 "gpu-memd closed the connection (send: %s)", strerror(-r));
+        gmd__client_fail(client, GMD_ECONN, reason);
 }
 
 int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
@@ -179,25 +211,8 @@ int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
                 }
                 pthread_mutex_unlock(&client->lock);
         } else if (r < 0) {
-                char reason[160];
-
-                /* The daemon closed: the I/O thread reads what it sent
-                 * before (a shutdown notice says why) and then fails every
-                 * request with that. Give it a second to. */
-                for (int i = 0; i < 100 && (r == -EPIPE || r == -ECONNRESET); i++) {
-                        bool done;
-
-                        pthread_mutex_lock(&client->lock);
-                        done = req->done;
-                        pthread_mutex_unlock(&client->lock);
-                        if (done)
-                                break;
-                        usleep(10000);
-                }
-                snprintf(reason, sizeof(reason),
-                         "gpu-memd closed the connection (send: %s)",
-                         strerror(-r));
-                gmd__client_fail(client, GMD_ECONN, reason);
+                /* Unsent, `req` is completed only by gmd__client_fail. */
+                send_lost(client, r);
         }
 
         pthread_mutex_lock(&client->lock);
@@ -220,6 +235,158 @@ void gmd__request_clear(gmd_request *req)
         req->reply = NULL;
         free(req->message);
         req->message = NULL;
+}
+
+int gmd__client_send_nowait(gmd_client *client, uint16_t type,
+                            const ProtobufCMessage *msg, const char *call,
+                            gmd_buffer *buffer, bool releases)
+{
+        gmd_request *req;
+        uint8_t *buf;
+        size_t len;
+        uint32_t id;
+        int r;
+
+        /* Everything that can fail without the connection failing comes
+         * before the record is parked: once parked, it is the pending
+         * list's, and this thread no longer touches it. */
+        r = message_pack(msg, &buf, &len);
+        if (r < 0) {
+                gmd__error_set("%s: cannot pack the request: %s", call,
+                               strerror(-r));
+                return r;
+        }
+        req = calloc(1, sizeof(*req));
+        if (!req) {
+                free(buf);
+                gmd__error_set("%s: out of memory", call);
+                return -ENOMEM;
+        }
+        req->expect = reply_type_of(type);
+        req->nowait = call;
+        req->buffer_id = buffer ? buffer->id : 0;
+        req->releases = releases;
+
+        pthread_mutex_lock(&client->lock);
+        if (client->dead) {
+                r = client->dead_error;
+                gmd__error_set("%s", client->dead_reason);
+                pthread_mutex_unlock(&client->lock);
+                free(req);
+                free(buf);
+                return r;
+        }
+        id = req->id = next_request_id_locked(client);
+        list_add_tail(&client->pending, &req->node);
+        client->nowaits++;
+        pthread_mutex_unlock(&client->lock);
+
+        /* Released as the call returns, as gmd_release_after after its
+         * answer; before the packet leaves, so the I/O thread's repair of
+         * a refusal (io.c) cannot come first. */
+        if (releases)
+                atomic_store(&buffer->leased, false);
+
+        pthread_mutex_lock(&client->send_lock);
+        r = send_packed_locked(client, type, id, buf, len);
+        pthread_mutex_unlock(&client->send_lock);
+        free(buf);
+        if (r == -EMSGSIZE || r == -ENOMEM) {
+                gmd_list *pos;
+
+                /* Nothing went out: only this call fails. Its record is
+                 * still pending unless the connection died meanwhile. */
+                pthread_mutex_lock(&client->lock);
+                list_for_each(pos, &client->pending) {
+                        gmd_request *p = container_of(pos, gmd_request, node);
+
+                        if (p->id == id) {
+                                list_remove(pos);
+                                gmd__nowait_done_locked(client, p, 0, NULL);
+                                break;
+                        }
+                }
+                pthread_mutex_unlock(&client->lock);
+                gmd__error_set("%s: cannot send the request: %s", call,
+                               strerror(-r));
+                return r;
+        }
+        if (r < 0) {
+                send_lost(client, r);
+                return gmd__client_dead_error(client);
+        }
+        return 0;
+}
+
+void gmd__nowait_done_locked(gmd_client *client, gmd_request *req, int error,
+                             const char *message)
+{
+        if (error < 0 && client->nowait_error == 0) {
+                char target[48];
+
+                if (req->buffer_id)
+                        snprintf(target, sizeof(target), "buffer %" PRIu64,
+                                 req->buffer_id);
+                else
+                        snprintf(target, sizeof(target), "all buffers");
+                client->nowait_error = error;
+                snprintf(client->nowait_reason, sizeof(client->nowait_reason),
+                         "%s of %s: %s", req->nowait, target,
+                         message && *message ? message : gmd_strerror(error));
+        }
+        if (client->nowaits > 0 && --client->nowaits == 0)
+                pthread_cond_broadcast(&client->nowait_cond);
+        free(req);
+}
+
+/** Wait for the answers to this client's nowait calls; see gpumem.h. */
+int gmd_flush(gmd_client *client, int64_t timeout_ms)
+{
+        struct timespec deadline = { 0 };
+        int r = 0;
+
+        if (!client) {
+                gmd__error_set("gmd_flush: client is NULL");
+                return -EINVAL;
+        }
+        if (timeout_ms >= 0) {
+                clock_gettime(CLOCK_MONOTONIC, &deadline);
+                deadline.tv_sec += timeout_ms / 1000;
+                deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+                if (deadline.tv_nsec >= 1000000000L) {
+                        deadline.tv_sec++;
+                        deadline.tv_nsec -= 1000000000L;
+                }
+        }
+        /* Also once the connection is dead: gmd__client_fail dropped the
+         * records still pending, and one the I/O thread took already it
+         * counts in a moment, without waiting for anything but locks. */
+        pthread_mutex_lock(&client->lock);
+        while (client->nowaits > 0) {
+                if (timeout_ms < 0)
+                        pthread_cond_wait(&client->nowait_cond, &client->lock);
+                else if (pthread_cond_timedwait(&client->nowait_cond,
+                                                &client->lock,
+                                                &deadline) == ETIMEDOUT)
+                        break;
+        }
+        if (client->nowaits > 0) {
+                /* The error, if one came, stays for the next flush. */
+                r = GMD_ETIMEDOUT;
+                gmd__error_set("gmd_flush: %u requests sent without waiting "
+                               "still unanswered after %lld ms",
+                               client->nowaits, (long long)timeout_ms);
+        } else if (client->nowait_error) {
+                r = client->nowait_error;
+                gmd__error_set("%s", client->nowait_reason);
+                client->nowait_error = 0;
+                client->nowait_reason[0] = '\0';
+        } else if (client->dead) {
+                r = client->dead_error;
+                gmd__error_set("%s", client->dead_reason);
+        }
+        pthread_mutex_unlock(&client->lock);
+        return r;
 }
 
 int gmd__client_send(gmd_client *client, uint16_t type, const ProtobufCMessage *msg)
@@ -534,6 +701,7 @@ static int io_start(gmd_client *client)
 
 int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
 {
+        pthread_condattr_t cattr;
         gmd_client *client;
         int r;
 
@@ -548,6 +716,10 @@ int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
         client->next_request_id = 1;
         list_init(&client->pending);
         list_init(&client->buffers);
+        pthread_condattr_init(&cattr);
+        pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+        pthread_cond_init(&client->nowait_cond, &cattr);
+        pthread_condattr_destroy(&cattr);
         pthread_mutex_init(&client->send_lock, NULL);
         pthread_mutex_init(&client->lock, NULL);
         pthread_mutex_init(&client->buffers_lock, NULL);
@@ -654,6 +826,7 @@ gmd_client *gmd_disconnect(gmd_client *client)
         pthread_mutex_destroy(&client->send_lock);
         pthread_mutex_destroy(&client->lock);
         pthread_mutex_destroy(&client->buffers_lock);
+        pthread_cond_destroy(&client->nowait_cond);
         free(client);
         return NULL;
 }

@@ -11,6 +11,13 @@
  * the daemon sends is checked here before it is trusted; anything malformed
  * closes the connection and fails every waiting call, never the process.
  *
+ * A nowait call (gmd_*_nowait) parks a gmd_request of the library's own
+ * instead, marked `nowait`, and returns once its packet is sent: the I/O
+ * thread takes the answer like any other, keeps the first error in the
+ * client (`nowait_error`) for gmd_flush and frees the record. `nowaits`
+ * counts those still unanswered; gmd_flush sleeps on `nowait_cond` until it
+ * is 0 (a dead connection drops those still pending, so it gets there).
+ *
  * Locks: `lock` (pending requests, connection state), `buffers_lock` (the
  * buffer table and the mapping cache, held across a remap so a buffer
  * cannot be freed under the I/O thread), `send_lock` (one writer on the
@@ -55,6 +62,11 @@ struct gmd_client {
         int dead_error;                 /* GMD_ECONN or GMD_EPROTO */
         char dead_reason[256];
         char shutdown_notice[192];      /* ShutdownNotify's words, or "" */
+        unsigned nowaits;               /* nowait requests unanswered */
+        pthread_cond_t nowait_cond;     /* signalled when nowaits drops to 0 */
+        int nowait_error;               /* first error answered to one since
+                                         * the last gmd_flush, or 0 */
+        char nowait_reason[512];        /* ... its sentence */
 
         pthread_mutex_t buffers_lock;
         gmd_list buffers;               /* gmd_buffer.node, parked ones too */
@@ -78,6 +90,14 @@ typedef struct gmd_request {
         gmd_buffer *buffer;             /* MSG_ALLOC: mapped buffer */
         bool unmapped;                  /* MSG_ALLOC: made, but not mappable */
         uint64_t unmapped_id;           /* ... the daemon's id for it */
+        /* A nowait call's record (gmd__client_send_nowait): owned by the
+         * pending list, freed by whoever completes it; nobody waits on
+         * `cond`. */
+        const char *nowait;             /* the public call's name, or NULL */
+        uint64_t buffer_id;             /* nowait: the buffer named, 0: all */
+        bool releases;                  /* nowait: a release; a refusal that
+                                         * leaves it acquired restores the
+                                         * buffer's lease mark */
 } gmd_request;
 
 /*
@@ -96,6 +116,27 @@ int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client);
  */
 int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
                 const ProtobufCMessage *msg);
+
+/*
+ * Send request `type` with payload `msg` without waiting for its answer:
+ * the I/O thread takes the answer, and gmd_flush reports the first error
+ * one was answered with, as "`call` of buffer N: the daemon's words"
+ * (`buffer` NULL: "of all buffers"). When `releases`, `buffer` is given
+ * back: its lease mark is cleared before the packet leaves, so the answer
+ * cannot overtake it (io.c restores it if the daemon keeps the buffer
+ * acquired). Returns 0 once the packet is sent, or an error that
+ * gmd_last_error() explains (nothing was sent, or the connection died).
+ */
+int gmd__client_send_nowait(gmd_client *client, uint16_t type,
+                            const ProtobufCMessage *msg, const char *call,
+                            gmd_buffer *buffer, bool releases);
+
+/* Under client->lock: a nowait request is over (answered, or dropped with
+ * the connection): count it, keep `error` and `message` if it is the
+ * first error since the last flush, wake gmd_flush when none is left,
+ * free `req`. */
+void gmd__nowait_done_locked(gmd_client *client, gmd_request *req, int error,
+                             const char *message);
 
 /* Release what a finished request still holds (reply, message). */
 void gmd__request_clear(gmd_request *req);

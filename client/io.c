@@ -29,12 +29,18 @@
 #include "gpumem.pb-c.h"
 #include "wire.h"
 
-/* Hand a finished request back to its caller. Nothing may touch `req`
- * after this: the caller frees it once it sees `done`. */
+/* Hand a finished request back to its caller, or, for a nowait call's
+ * record, note the outcome for gmd_flush and free it. Nothing may touch
+ * `req` after this: the caller frees it once it sees `done`. */
 static void request_complete(gmd_client *client, gmd_request *req, int error,
                              const char *message)
 {
         pthread_mutex_lock(&client->lock);
+        if (req->nowait) {
+                gmd__nowait_done_locked(client, req, error, message);
+                pthread_mutex_unlock(&client->lock);
+                return;
+        }
         req->error = error;
         req->message = message ? strdup(message) : NULL;
         req->done = true;
@@ -147,10 +153,19 @@ static int handle_reply(gmd_client *client, gmd_wire_packet *packet)
         if (header->type == GMD__MSG_TYPE__MSG_ERROR_REPLY) {
                 Gmd__ErrorReply *e = (Gmd__ErrorReply *)msg;
                 int error = gmd__error_from_wire(e->code);
+                const char *words = e->message && *e->message ? e->message :
+                                    gmd_strerror(error);
+                char revoked[200];
 
-                request_complete(client, req, error,
-                                 e->message && *e->message ? e->message :
-                                 gmd_strerror(error));
+                /* A release nobody waits for: the lease mark, cleared when
+                 * it was sent, follows what the daemon kept (buffer.c). */
+                if (req->nowait && req->releases &&
+                    gmd__buffer_release_refused(client, req->buffer_id, &error,
+                                                revoked, sizeof(revoked)))
+                        words = revoked;
+                request_complete(client, req, error, words);
+        } else if (req->nowait) {
+                request_complete(client, req, 0, NULL);
         } else if (header->type == GMD__MSG_TYPE__MSG_ALLOC_REPLY) {
                 r = handle_alloc_reply(client, req, header,
                                        (Gmd__AllocReply *)msg, packet);

@@ -1,6 +1,8 @@
 /*
  * tiering — gmd_pageout, gmd_prefetch and gmd_wait: one request each,
- * answered once the moves are queued (or, for wait, once they ended). The
+ * answered once the moves are queued (or, for wait, once they ended);
+ * gmd_pageout_nowait and gmd_prefetch_nowait send the same request and
+ * leave its answer to the I/O thread and gmd_flush (client.h). The
  * moves themselves reach this process as remap notifications, which the
  * I/O thread applies at the buffer's unchanged address (buffer.c).
  */
@@ -12,15 +14,9 @@
 #include "errors.h"
 #include "gpumem.pb-c.h"
 
-static int tiering_call(gmd_client *client, const char *fn, uint16_t type,
-                        gmd_buffer *buffer, int64_t timeout_ms)
+/* What every tiering call checks before it asks the daemon. */
+static int tiering_check(gmd_client *client, const char *fn, gmd_buffer *buffer)
 {
-        Gmd__MoveRequest move = GMD__MOVE_REQUEST__INIT;
-        Gmd__WaitRequest wait = GMD__WAIT_REQUEST__INIT;
-        gmd_request req = { .device = buffer ? buffer->device : 0 };
-        uint64_t id;
-        int r;
-
         if (!client) {
                 gmd__error_set("%s: client is NULL", fn);
                 return -EINVAL;
@@ -30,6 +26,21 @@ static int tiering_call(gmd_client *client, const char *fn, uint16_t type,
                           (unsigned long long)buffer->id, buffer->revoke_reason);
                 return GMD_EREVOKED;
         }
+        return 0;
+}
+
+static int tiering_call(gmd_client *client, const char *fn, uint16_t type,
+                        gmd_buffer *buffer, int64_t timeout_ms)
+{
+        Gmd__MoveRequest move = GMD__MOVE_REQUEST__INIT;
+        Gmd__WaitRequest wait = GMD__WAIT_REQUEST__INIT;
+        gmd_request req = { .device = buffer ? buffer->device : 0 };
+        uint64_t id;
+        int r;
+
+        r = tiering_check(client, fn, buffer);
+        if (r < 0)
+                return r;
         if (buffer) {
                 id = buffer->id;
                 move.n_buffer_ids = wait.n_buffer_ids = 1;
@@ -54,6 +65,41 @@ int gmd_prefetch(gmd_client *client, gmd_buffer *buffer)
 {
         return tiering_call(client, "gmd_prefetch", GMD__MSG_TYPE__MSG_PREFETCH,
                             buffer, 0);
+}
+
+/* A pageout or prefetch sent without waiting for its answer
+ * (gmd__client_send_nowait): gmd_flush reports a refusal. */
+static int tiering_nowait(gmd_client *client, const char *fn, uint16_t type,
+                          gmd_buffer *buffer)
+{
+        Gmd__MoveRequest move = GMD__MOVE_REQUEST__INIT;
+        uint64_t id;
+        int r;
+
+        r = tiering_check(client, fn, buffer);
+        if (r < 0)
+                return r;
+        if (buffer) {
+                id = buffer->id;
+                move.n_buffer_ids = 1;
+                move.buffer_ids = &id;
+        }
+        return gmd__client_send_nowait(client, type, &move.base, fn, buffer,
+                                       false);
+}
+
+/** gmd_pageout without waiting for the answer; see gpumem.h. */
+int gmd_pageout_nowait(gmd_client *client, gmd_buffer *buffer)
+{
+        return tiering_nowait(client, "gmd_pageout_nowait",
+                              GMD__MSG_TYPE__MSG_PAGEOUT, buffer);
+}
+
+/** gmd_prefetch without waiting for the answer; see gpumem.h. */
+int gmd_prefetch_nowait(gmd_client *client, gmd_buffer *buffer)
+{
+        return tiering_nowait(client, "gmd_prefetch_nowait",
+                              GMD__MSG_TYPE__MSG_PREFETCH, buffer);
 }
 
 /** Wait for moves to end; see gpumem.h. */

@@ -132,7 +132,8 @@ int gmd_connect(const char *socket_path, const char *client_name,
 /*
  * Close the connection. The daemon frees every buffer the client still
  * holds; their addresses become invalid. Buffer handles of this client are
- * freed too. Accepts NULL; returns NULL. The one call that must not overlap
+ * freed too; answers still owed to gmd_*_nowait calls are not waited for
+ * (gmd_flush first to hear them). Accepts NULL; returns NULL. The one call that must not overlap
  * others on the same client: no other thread may be inside a gmd_ call on
  * it, or enter one after (the client's memory is gone when this returns).
  */
@@ -340,6 +341,68 @@ GMD_EXPORT
 int gmd_prefetch(gmd_client *client, gmd_buffer *buffer);
 GMD_EXPORT
 int gmd_wait(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms);
+
+/*
+ * Without waiting for the answer. Each of these sends the request of its
+ * waiting twin (gmd_release_after, gmd_pageout, gmd_prefetch) and returns
+ * once it is on the socket (that may wait for room in the socket, never
+ * for the daemon), saving the round trip (~0.1 ms each) on a thread that
+ * launches GPU work. The library's I/O thread takes the answer;
+ * gmd_flush reports a refusal.
+ *
+ * Order: the daemon handles one client's requests in the order they were
+ * sent and answers them in that order, so a call made after one of these
+ * on the same thread (a gmd_acquire, a gmd_wait, another nowait call)
+ * acts after it, as it would after the waiting twin: a gmd_acquire after
+ * gmd_release_after_nowait and gmd_pageout_nowait brings the buffer back
+ * from wherever the pageout took it.
+ *
+ * What the library can tell alone fails at once, with the waiting twin's
+ * codes: -EINVAL (no client; no buffer for gmd_release_after_nowait),
+ * GMD_EREVOKED, the connection's error (GMD_ECONN, GMD_EPROTO) when it is
+ * gone, and for gmd_release_after_nowait an error recording the last-use
+ * event on `stream` (nothing is sent then). What the daemon refuses
+ * (GMD_EBUSY, GMD_ENOMEM, GMD_EQUOTA, -EIO, ...; see the twins) comes
+ * back from the next gmd_flush.
+ *
+ * gmd_release_after_nowait marks the buffer released at once, as
+ * gmd_release_after does when its answer comes: gmd_free then gives it
+ * back to the daemon instead of parking it (only a buffer its owner holds
+ * is parked). Should the daemon refuse the release for a reason that
+ * leaves the buffer acquired (its last-use event cannot be opened), the
+ * I/O thread marks it held again before the refusal reaches gmd_flush;
+ * refused because the buffer was not acquired (GMD_EBUSY) or is gone, it
+ * stays released. On the sim backend it is a release without waiting.
+ * `buffer` NULL is -EINVAL; for gmd_pageout_nowait and
+ * gmd_prefetch_nowait NULL means every buffer of the client, as for the
+ * twins.
+ */
+GMD_EXPORT
+int gmd_release_after_nowait(gmd_client *client, gmd_buffer *buffer,
+                             void *stream);
+GMD_EXPORT
+int gmd_pageout_nowait(gmd_client *client, gmd_buffer *buffer);
+GMD_EXPORT
+int gmd_prefetch_nowait(gmd_client *client, gmd_buffer *buffer);
+
+/*
+ * Wait until every request this client sent without waiting (the
+ * gmd_*_nowait calls above, from any thread, including those sent while
+ * it waits) is answered, up to `timeout_ms` (< 0: no bound; 0: only
+ * look), and return the first error the daemon answered one of them with
+ * since the last gmd_flush, clearing it; 0 when there was none. Later
+ * errors of the same stretch are not kept: one flush tells one refusal.
+ * gmd_last_error() names the call and buffer, then gives the daemon's
+ * words ("gmd_pageout_nowait of buffer 7: not enough host memory to page
+ * out: ..."). GMD_ETIMEDOUT when some are still unanswered at the
+ * deadline (an error already answered stays for the next flush); the
+ * connection's error (GMD_ECONN, GMD_EPROTO) once it is gone, after any
+ * error answered before it: requests unanswered then may or may not have
+ * been carried out, and the daemon freed the client's buffers anyway. With
+ * nothing sent since the last flush it returns 0 at once.
+ */
+GMD_EXPORT
+int gmd_flush(gmd_client *client, int64_t timeout_ms);
 
 /* ---- status ------------------------------------------------------------- */
 

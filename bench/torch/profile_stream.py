@@ -5,7 +5,8 @@ bench_offload.py's inference, generated in VRAM and streamed, in one
 process, with
 
   - the host's time in each of the streamer's calls to the daemon
-    (acquire, prefetch, release, pageout: count, median, p90, total per
+    (acquire, prefetch, release, pageout, and the flush that hears the
+    answers of those sent without waiting: count, median, p90, total per
     token), timed around the streamer's own methods;
   - the GPU's time of each block (events after its acquire and after its
     forward), and the GPU's idle time between blocks (a block's start
@@ -180,7 +181,8 @@ def main():
         s = gt.stream(model, budget=budget, client=client, lead=opts.lead,
                       device=0, pageout=pageout)
         calls = {}
-        for name in ("_acquire", "_release", "_pageout", "_prefetch_from"):
+        for name in ("_acquire", "_release", "_pageout", "_prefetch_from",
+                     "_flush"):
             setattr(s, name, timed(calls, name, getattr(s, name)))
         marks = []
         handles = gpu_marks(torch, s, marks)

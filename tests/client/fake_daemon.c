@@ -25,8 +25,20 @@ static int send_msg(fake_daemon *f, uint16_t type, uint32_t id,
 {
         uint8_t buf[GMD_WIRE_MAX_PAYLOAD];
         size_t len = protobuf_c_message_pack(msg, buf);
+        int r = -EAGAIN;
 
-        return gmd_wire_send(f->fd, type, id, buf, (uint32_t)len, fds, n);
+        /* A client sending without waiting can have more answers owed
+         * than the socket holds: wait for room (a second at most) rather
+         * than drop one. */
+        for (int i = 0; i < 100; i++) {
+                struct pollfd pfd = { .fd = f->fd, .events = POLLOUT };
+
+                r = gmd_wire_send(f->fd, type, id, buf, (uint32_t)len, fds, n);
+                if (r != -EAGAIN)
+                        break;
+                poll(&pfd, 1, 10);
+        }
+        return r;
 }
 
 static void send_ok(fake_daemon *f, uint32_t id)
@@ -346,6 +358,60 @@ static void handle_cache(fake_daemon *f, const gmd_wire_packet *p)
         gmd__buffer_list__free_unpacked(list, NULL);
 }
 
+/* Under lock. A StatusReply where an OkReply is owed: no request it
+ * answers expects it. */
+static void send_wrong_type(fake_daemon *f, uint32_t id)
+{
+        Gmd__StatusReply reply = GMD__STATUS_REPLY__INIT;
+
+        send_msg(f, GMD__MSG_TYPE__MSG_STATUS_REPLY, id, &reply.base, NULL, 0);
+}
+
+/* Under lock. */
+static void handle_release(fake_daemon *f, const gmd_wire_packet *p)
+{
+        Gmd__BufferRequest *req;
+        Gmd__RevokeNotify n = GMD__REVOKE_NOTIFY__INIT;
+        fake_buffer *b;
+
+        switch (f->mode) {
+        case FAKE_REFUSE_RELEASE:
+                send_error(f, p->header.request_id, f->error_code,
+                           "fake refuses the release");
+                return;
+        case FAKE_WRONG_TYPE:
+                send_wrong_type(f, p->header.request_id);
+                return;
+        case FAKE_REVOKE_ON_RELEASE:
+                req = gmd__buffer_request__unpack(NULL, p->header.length,
+                                                  p->payload);
+                if (!req)
+                        return;
+                b = find(f, req->buffer_id);
+                if (b)
+                        b->revoked = true;
+                n.buffer_id = req->buffer_id;
+                n.reason = GMD__ERROR_CODE__ERR_SHUTTING_DOWN;
+                n.message = "revoked by the fake";
+                send_msg(f, GMD__MSG_TYPE__MSG_REVOKE, 0, &n.base, NULL, 0);
+                send_error(f, p->header.request_id,
+                           GMD__ERROR_CODE__ERR_NOT_FOUND, "no such buffer");
+                gmd__buffer_request__free_unpacked(req, NULL);
+                return;
+        default:
+                send_ok(f, p->header.request_id);
+        }
+}
+
+/* Under lock: pageout and prefetch, answered OK (the fake moves nothing). */
+static void handle_move(fake_daemon *f, const gmd_wire_packet *p)
+{
+        if (f->mode == FAKE_WRONG_TYPE)
+                send_wrong_type(f, p->header.request_id);
+        else
+                send_ok(f, p->header.request_id);
+}
+
 static void handle(fake_daemon *f, gmd_wire_packet *p)
 {
         pthread_mutex_lock(&f->lock);
@@ -358,8 +424,10 @@ static void handle(fake_daemon *f, gmd_wire_packet *p)
         case GMD__MSG_TYPE__MSG_FREE:      handle_free(f, p); break;
         case GMD__MSG_TYPE__MSG_STATUS:    handle_status(f, p); break;
         case GMD__MSG_TYPE__MSG_REMAP_ACK: handle_ack(f, p); break;
-        case GMD__MSG_TYPE__MSG_ACQUIRE:
-        case GMD__MSG_TYPE__MSG_RELEASE:   send_ok(f, p->header.request_id); break;
+        case GMD__MSG_TYPE__MSG_ACQUIRE:   send_ok(f, p->header.request_id); break;
+        case GMD__MSG_TYPE__MSG_RELEASE:   handle_release(f, p); break;
+        case GMD__MSG_TYPE__MSG_PAGEOUT:
+        case GMD__MSG_TYPE__MSG_PREFETCH:  handle_move(f, p); break;
         case GMD__MSG_TYPE__MSG_PARK:
         case GMD__MSG_TYPE__MSG_UNPARK:
         case GMD__MSG_TYPE__MSG_RETURN:    handle_cache(f, p); break;

@@ -29,6 +29,12 @@ typedef enum fake_mode {
         FAKE_IPC,               /* alloc -> a 64-byte ipc_handle, no fds */
         FAKE_IPC_BAD_LENGTH,    /* alloc -> a 63-byte ipc_handle */
         FAKE_IPC_AND_SEGMENTS,  /* alloc -> ipc_handle and a segment */
+        FAKE_REFUSE_RELEASE,    /* release -> ErrorReply{error_code} */
+        FAKE_REVOKE_ON_RELEASE, /* release -> revoke the buffer, then
+                                 * ErrorReply{NOT_FOUND}: a revoke that
+                                 * crosses the release on the wire */
+        FAKE_WRONG_TYPE,        /* release, pageout, prefetch -> a
+                                 * StatusReply, which answers none */
 } fake_mode;
 
 #define FAKE_MAX_BUFFERS 64
@@ -56,7 +62,7 @@ typedef struct fake_daemon {
         fake_mode mode;
         uint32_t hello_version;
         const char *backend;
-        int error_code;                 /* FAKE_ERROR */
+        int error_code;                 /* FAKE_ERROR, FAKE_REFUSE_RELEASE */
         unsigned batch_size;            /* FAKE_BATCH */
 
         /* state, under lock */

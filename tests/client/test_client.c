@@ -3,7 +3,8 @@
  * socketpair: hello, alloc with a real memfd, remap at the same address
  * with the data intact, revoke, error codes and words, a daemon that hangs
  * up or talks nonsense, concurrent callers, legacy IPC buffers (through a
- * stand-in for the cuda mapper's ipc_open/ipc_close), and no fd left behind
+ * stand-in for the cuda mapper's ipc_open/ipc_close), requests sent without
+ * waiting (many threads, one flush; a wrong answer), and no fd left behind
  * (every test's teardown counts /proc/self/fd). Tests that count FREEs run
  * with the mapping cache off (GPU_MEMD_CACHE=0), as the library did before
  * it had one; test_mapcache.c covers the cache.
@@ -616,6 +617,79 @@ static void test_ipc_without_ipc_mapper(void **ctx)
         assert_int_equal(st->fake.n_frees, 1);
 }
 
+/* Many threads sending without waiting: every answer is counted, one
+ * flush sees them all answered, and nothing is owed after it. */
+#define NOWAIT_THREADS 4
+#define NOWAIT_EACH 500
+
+typedef struct nowait_arg {
+        gmd_client *client;
+        gmd_buffer *buffer;
+        int failures;
+} nowait_arg;
+
+static void *nowait_thread(void *p)
+{
+        nowait_arg *a = p;
+
+        for (int i = 0; i < NOWAIT_EACH; i++) {
+                if (gmd_pageout_nowait(a->client, a->buffer) != 0)
+                        a->failures++;
+                if (gmd_prefetch_nowait(a->client, i % 2 ? a->buffer : NULL) != 0)
+                        a->failures++;
+        }
+        return NULL;
+}
+
+static void test_nowait_threads(void **ctx)
+{
+        state *st = *ctx;
+        pthread_t threads[NOWAIT_THREADS];
+        nowait_arg args[NOWAIT_THREADS];
+        gmd_buffer *b = NULL;
+        unsigned owed;
+
+        assert_int_equal(connect_fake(st), 0);
+        assert_int_equal(gmd_alloc(st->client, 4096, 0, 0, 0, &b), 0);
+        for (int i = 0; i < NOWAIT_THREADS; i++) {
+                args[i] = (nowait_arg){ .client = st->client, .buffer = b };
+                assert_int_equal(pthread_create(&threads[i], NULL,
+                                                nowait_thread, &args[i]), 0);
+        }
+        for (int i = 0; i < NOWAIT_THREADS; i++) {
+                pthread_join(threads[i], NULL);
+                assert_int_equal(args[i].failures, 0);
+        }
+        assert_int_equal(gmd_flush(st->client, 5000), 0);
+        pthread_mutex_lock(&st->client->lock);
+        owed = st->client->nowaits;
+        pthread_mutex_unlock(&st->client->lock);
+        assert_int_equal(owed, 0);
+        assert_true(fake_wait_type(&st->fake, GMD__MSG_TYPE__MSG_PREFETCH,
+                                   NOWAIT_THREADS * NOWAIT_EACH));
+        assert_int_equal(gmd_free(st->client, b), 0);
+}
+
+/* An answer of the wrong type to a request nobody waits for is a protocol
+ * error like any other: the connection closes, the flush reports it, and
+ * the record of the request is not leaked (sanitizer build). */
+static void test_nowait_wrong_reply(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL;
+
+        assert_int_equal(connect_fake(st), 0);
+        assert_int_equal(gmd_alloc(st->client, 4096, 0, 0, 0, &b), 0);
+        fake_set_mode(&st->fake, FAKE_WRONG_TYPE, 0);
+        assert_int_equal(gmd_pageout_nowait(st->client, b), 0);
+        assert_int_equal(gmd_flush(st->client, -1), GMD_EPROTO);
+        assert_non_null(strstr(gmd_last_error(), "wrong reply type"));
+        assert_non_null(strstr(gmd_last_error(), "gmd_pageout_nowait"));
+        assert_int_equal(gmd_flush(st->client, 0), GMD_EPROTO);
+        assert_int_equal(gmd_prefetch_nowait(st->client, b), GMD_EPROTO);
+        assert_int_equal(gmd_free(st->client, b), GMD_EPROTO);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -642,6 +716,8 @@ int main(void)
                 T(test_ipc_malformed),
                 T(test_ipc_and_segments),
                 T(test_ipc_without_ipc_mapper),
+                T(test_nowait_threads),
+                T(test_nowait_wrong_reply),
         };
 #undef T
 #undef T_NOCACHE

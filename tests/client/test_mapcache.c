@@ -4,8 +4,10 @@
  * reuses the mapping with one UNPARK and no round trip, other shapes miss,
  * the bound returns the oldest, RECLAIM unmaps and returns the right
  * buffers (the pages really leave the address space), gmd_trim_cache,
- * GPU_MEMD_CACHE=0, parked buffers under remap and revoke, and many threads
- * against reclaims without the daemon's view and ours ever disagreeing.
+ * GPU_MEMD_CACHE=0, parked buffers under remap and revoke, many threads
+ * against reclaims without the daemon's view and ours ever disagreeing,
+ * and a release sent without waiting (released at once; held again when
+ * the daemon refuses it and keeps the buffer acquired).
  * Every test's teardown checks that no fd was left behind.
  */
 #include <errno.h>
@@ -513,6 +515,61 @@ static void test_release_after_on_sim(void **ctx)
         assert_int_equal(gmd_free(st->client, b), 0);
 }
 
+/* A release sent without waiting marks the buffer released at once, so
+ * gmd_free gives it back (FREE) rather than parking it; a refusal that
+ * leaves it acquired in the daemon marks it held again before gmd_flush
+ * reports it (gmd_free parks it then), one that says it was not acquired
+ * does not; a revoke that crossed the release is told as GMD_EREVOKED. */
+static void test_release_nowait_and_the_lease(void **ctx)
+{
+        state *st = *ctx;
+        unsigned parks, frees;
+        gmd_buffer *b;
+        char want[128];
+
+        assert_int_equal(connect_fake(st), 0);
+
+        b = alloc_ok(st, MiB, 0);
+        assert_int_equal(gmd_release_after_nowait(st->client, b, NULL), 0);
+        frees = st->fake.n_frees;
+        assert_int_equal(gmd_free(st->client, b), 0);
+        assert_int_equal(st->fake.n_frees, frees + 1);
+        assert_int_equal(gmd_flush(st->client, 5000), 0);
+
+        fake_set_mode(&st->fake, FAKE_REFUSE_RELEASE,
+                      GMD__ERROR_CODE__ERR_INVALID);
+        b = alloc_ok(st, MiB, 0);
+        assert_int_equal(gmd_release_after_nowait(st->client, b, NULL), 0);
+        assert_int_equal(gmd_flush(st->client, 5000), -EINVAL);
+        snprintf(want, sizeof(want), "gmd_release_after_nowait of buffer %"
+                 PRIu64 ": fake refuses the release", gmd_buffer_id(b));
+        assert_string_equal(gmd_last_error(), want);
+        parks = count(st, GMD__MSG_TYPE__MSG_PARK);
+        assert_int_equal(gmd_free(st->client, b), 0);  /* held: parked */
+        round_trip(st);
+        assert_int_equal(count(st, GMD__MSG_TYPE__MSG_PARK), parks + 1);
+        assert_int_equal(gmd_trim_cache(st->client), 1);
+
+        fake_set_mode(&st->fake, FAKE_REFUSE_RELEASE, GMD__ERROR_CODE__ERR_BUSY);
+        b = alloc_ok(st, MiB, 0);
+        assert_int_equal(gmd_release_after_nowait(st->client, b, NULL), 0);
+        assert_int_equal(gmd_flush(st->client, 5000), GMD_EBUSY);
+        frees = st->fake.n_frees;
+        assert_int_equal(gmd_free(st->client, b), 0);  /* released: FREE */
+        assert_int_equal(st->fake.n_frees, frees + 1);
+
+        fake_set_mode(&st->fake, FAKE_REVOKE_ON_RELEASE, 0);
+        b = alloc_ok(st, MiB, 0);
+        assert_int_equal(gmd_release_after_nowait(st->client, b, NULL), 0);
+        assert_int_equal(gmd_flush(st->client, 5000), GMD_EREVOKED);
+        assert_non_null(strstr(gmd_last_error(), "revoked by the fake"));
+        assert_int_equal(gmd_release_after_nowait(st->client, b, NULL),
+                         GMD_EREVOKED);
+        fake_set_mode(&st->fake, FAKE_NORMAL, 0);
+        assert_int_equal(gmd_free(st->client, b), 0);
+        assert_int_equal(gmd_flush(st->client, 0), 0);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -528,6 +585,7 @@ int main(void)
                 T(test_free_after_hangup_is_not_parked),
                 T(test_threads_and_reclaims_agree),
                 T(test_release_after_on_sim),
+                T(test_release_nowait_and_the_lease),
         };
 #undef T
         return cmocka_run_group_tests(tests, NULL, NULL);

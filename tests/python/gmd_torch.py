@@ -30,20 +30,25 @@ def assert_same(test, a, b, what):
 
 
 class Spy:
-    """Record acquire/prefetch/pageout calls on gpumem.Buffer by id."""
+    """Record acquire/prefetch/pageout/release_after calls on
+    gpumem.Buffer by id (`calls`), and which of them were made with
+    wait=False (`nowait`)."""
 
     def __init__(self, test):
         self.calls = []
+        self.nowait = []
         for name in ("acquire", "prefetch", "pageout", "release_after"):
             original = getattr(gpumem.Buffer, name)
             setattr(gpumem.Buffer, name, self._wrap(name, original))
             test.addCleanup(setattr, gpumem.Buffer, name, original)
 
     def _wrap(self, name, original):
-        calls = self.calls
+        calls, nowait = self.calls, self.nowait
 
         def method(buf, *args, **kwargs):
             calls.append((name, buf.id))
+            if kwargs.get("wait", True) is False:
+                nowait.append((name, buf.id))
             return original(buf, *args, **kwargs)
         return method
 

@@ -2,12 +2,15 @@
 daemon: connect and its properties, alloc with flags/device/timeout, the
 buffer's fields, acquire/release/release_after/held, pageout/prefetch/wait
 of one, several and all buffers (the tier seen from Python and in the
-daemon's status), status as Python data (the link: the sim's copy rate),
+daemon's status), the same with wait=False and flush (refusals raised by
+the flush with the call and buffer named, once; a host pool too small;
+a stopped daemon), status as Python data (the link: the sim's copy rate),
 the cache (free parks, trim returns), the default client and use_client,
 admin calls (as root), and that `import gpumem` needs neither torch nor
 the library.
 """
 import os
+import signal
 import subprocess
 import sys
 import unittest
@@ -162,6 +165,107 @@ class Tiering(DaemonTest):
         self.assertFalse(self.client.status().buffers[0].acquired)
         with self.assertRaises(TypeError):
             buf.release_after("stream")
+
+
+class NoWait(DaemonTest):
+    """release_after, pageout and prefetch with wait=False, and flush."""
+
+    def test_in_order_then_acquire(self):
+        buf = self.client.alloc(4 * MiB)
+        view = buf.as_memoryview()
+        view[:4] = b"abcd"
+        del view
+        buf.release_after(None, wait=False)
+        self.assertFalse(self.client.status().buffers[0].acquired)
+        buf.pageout(wait=False)
+        buf.wait(timeout=5)                     # after both, in order
+        self.assertEqual(buf.tier, "host")
+        buf.prefetch(wait=False)
+        buf.acquire(timeout=5)
+        self.assertEqual(buf.tier, "vram")
+        self.assertEqual(bytes(buf.as_memoryview()[:4]), b"abcd")
+        self.assertIsNone(self.client.flush())
+        self.assertIsNone(self.client.flush(timeout=0))
+
+    def test_client_calls_of_several_and_all(self):
+        bufs = [self.client.alloc(2 * MiB) for _ in range(3)]
+        for b in bufs:
+            b.release_after(wait=False)
+        self.client.pageout(bufs[0], bufs[1], wait=False)
+        self.client.wait(timeout=5)
+        self.assertEqual([b.tier for b in bufs], ["host", "host", "vram"])
+        self.client.pageout(wait=False)          # all
+        self.client.wait(timeout=5)
+        self.assertEqual([b.tier for b in bufs], ["host"] * 3)
+        self.client.prefetch(wait=False)
+        self.client.wait(timeout=5)
+        self.assertEqual([b.tier for b in bufs], ["vram"] * 3)
+        self.client.flush(timeout=5)
+
+    def test_flush_raises_the_refusal_once(self):
+        buf = self.client.alloc(2 * MiB)        # acquired: no pageout
+        buf.pageout(wait=False)                 # sent; no answer awaited
+        with self.assertRaises(gpumem.Busy) as cm:
+            self.client.flush(timeout=5)
+        self.assertEqual(cm.exception.code, -16)
+        self.assertIn("gmd_pageout_nowait", cm.exception.message)
+        self.assertIn(f"buffer {buf.id}", cm.exception.message)
+        self.assertIn("acquired", cm.exception.message)
+        self.client.flush()                     # told once
+        buf.release()
+        buf.release_after(wait=False)
+        with self.assertRaises(gpumem.Busy) as cm:
+            self.client.flush()
+        self.assertIn("gmd_release_after_nowait", str(cm.exception))
+
+    def test_flush_times_out_while_the_daemon_stops(self):
+        buf = self.client.alloc(2 * MiB)
+        buf.release()
+        os.kill(self.daemon.proc.pid, signal.SIGSTOP)
+        try:
+            buf.pageout(wait=False)
+            with self.assertRaises(gpumem.TimedOut) as cm:
+                self.client.flush(timeout=0.1)
+            self.assertIn("unanswered", str(cm.exception))
+        finally:
+            os.kill(self.daemon.proc.pid, signal.SIGCONT)
+        self.client.flush(timeout=5)
+        buf.wait(timeout=5)
+        self.assertEqual(buf.tier, "host")
+
+    def test_freed_buffer_and_closed_client(self):
+        buf = self.client.alloc(2 * MiB)
+        buf.free()
+        for call in (lambda: buf.release_after(wait=False),
+                     lambda: buf.pageout(wait=False),
+                     lambda: buf.prefetch(wait=False)):
+            with self.assertRaises(gpumem.NoSuchBuffer):
+                call()
+        other = gpumem.Client(self.daemon.socket, name="other")
+        keep = other.alloc(2 * MiB)
+        keep.release()
+        for _ in range(50):
+            keep.prefetch(wait=False)           # answers owed at close
+        other.close()
+        with self.assertRaises(gpumem.Disconnected):
+            other.flush()
+
+
+class HostFull(DaemonTest):
+    CONFIG = "[sim]\nvram = 64M\n[pools]\nhost_limit = 2M\nhost_stock = 0\n"
+
+    def test_refused_pageout_is_out_of_memory(self):
+        a, b = self.client.alloc(2 * MiB), self.client.alloc(2 * MiB)
+        a.release()
+        b.release()
+        a.pageout(wait=False)
+        b.pageout(wait=False)
+        with self.assertRaises(gpumem.OutOfMemory) as cm:
+            self.client.flush()
+        self.assertIn("gmd_pageout_nowait", str(cm.exception))
+        self.assertIn("host_limit", str(cm.exception))
+        self.client.wait(timeout=5)
+        self.assertEqual(sorted([a.tier, b.tier]), ["host", "vram"])
 
 
 class Status(DaemonTest):

@@ -5,7 +5,8 @@ its buffer is being paged out) leaves nothing behind: the daemon frees what
 it held, its waiting request is gone from the queue, and the room goes to
 the next client. A daemon that stops (SIGTERM) or dies (SIGKILL) under a
 client turns its calls, including one waiting in another thread, into
-Disconnected carrying the reason.
+Disconnected carrying the reason; a flush owed an answer the dead daemon
+never sent raises Disconnected too.
 """
 import os
 import signal
@@ -143,6 +144,22 @@ class DaemonGone(unittest.TestCase):
                 call()
         with self.assertRaises(gpumem.ConnectFailed):
             gpumem.Client(self.daemon.socket)
+
+    def test_flush_after_daemon_killed(self):
+        buf = self.client.alloc(4 * MiB)
+        buf.release()
+        self.daemon.proc.send_signal(signal.SIGSTOP)
+        buf.pageout(wait=False)                 # sent, never answered
+        self.assertEqual(self.daemon.kill(signal.SIGKILL), -signal.SIGKILL)
+        with self.assertRaises(gpumem.Disconnected):
+            self.client.flush()
+        with self.assertRaises(gpumem.Disconnected):
+            self.client.flush(timeout=0)
+        for call in (lambda: buf.release_after(wait=False),
+                     lambda: buf.pageout(wait=False),
+                     lambda: self.client.prefetch(wait=False)):
+            with self.assertRaises(gpumem.Disconnected):
+                call()
 
 
 if __name__ == "__main__":

@@ -7,21 +7,30 @@ here (issue 13, items 1, 2 and 4):
             sit on the host tier between forward and backward (buffer tier
             and the daemon's status); the backward pass acquires them in
             reverse order, each prefetched before its acquire; small
-            tensors and weights stay; buffers are freed after backward
+            tensors and weights stay; buffers are freed after backward;
+            release_after, pageout and prefetch sent without waiting,
+            one flush as the block ends
   Stream    inference and training (AdamW, several steps) bit-identical to
             the plain model; the budget decides which blocks stay resident
             (acquired in VRAM) and which stream (host tier between passes);
             the order is learned from the first pass, and each block is
             prefetched while the one before it runs, before its acquire; a budget too small is
             refused with what it needs; remove() restores plain tensors
+  StreamNoWait  the hooks' release_after, pageout and prefetch sent
+            without waiting (wait=False), one flush a pass and one in
+            remove(); a refusal other than a pageout's raises at the next
+            pass, and the stream goes on
   Idle      idle() pages out every resident block and brings it back
   HostFull  a host pool too small for the activations: pageouts refused,
             counted, the buffers stay in VRAM and the results are the same
+            (StreamHostFull: the same for streamed blocks, counted at the
+            flush of the next pass)
 Skips with one SKIP: line where torch is missing.
 """
 import copy
 import unittest
 
+import gpumem
 from gmd_daemon import MiB, DaemonTest, skip_line
 from gmd_torch import (CONFIG, Layers, Spy, assert_same, grads, gt,
                        layers_with_expected, mlp, mlp_with_reference,
@@ -161,6 +170,23 @@ class Offload(DaemonTest):
             done = set(spy.ids("acquire")[:acquires.index(buf_id) + 1])
             ahead = {i for m, i in spy.calls[:n] if m == "prefetch"} - done
             self.assertLessEqual(len(ahead), 2, spy.calls[:n + 1])
+
+    def test_calls_sent_without_waiting_one_flush(self):
+        spy = Spy(self)
+        flushes = []
+        original = self.client.flush
+        self.client.flush = lambda *a: flushes.append(a) or original(*a)
+        self.addCleanup(delattr, self.client, "flush")
+        ref_loss, ref_grads = self.run_mlp(mlp())
+        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB})
+        self.assertTrue(torch.equal(loss, ref_loss))
+        assert_same(self, g, ref_grads, "gradient")
+        self.assertEqual(len(flushes), 1)       # as the block ended
+        self.assertEqual(set(n for n, _ in spy.calls if n != "acquire"),
+                         {"release_after", "pageout", "prefetch"})
+        self.assertEqual([c for c in spy.calls if c[0] != "acquire"],
+                         spy.nowait)
+        self.client.flush()                     # the backward's prefetches
 
     def test_small_tensors_and_weights_stay(self):
         ref_loss, ref_grads = self.run_mlp(mlp())
@@ -385,6 +411,103 @@ class Stream(DaemonTest):
             gt.stream(Layers(), budget="64K", client=self.client)
         self.assertIn("budget", str(e.exception))
         self.assertIn("lead=1", str(e.exception))
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class StreamNoWait(DaemonTest):
+    """The hooks' release_after, pageout and prefetch go without waiting
+    for the daemon's answers; a flush at the start of each pass (the first
+    block of the learned order) and in remove() hears them."""
+    CONFIG = CONFIG
+
+    def setUp(self):
+        super().setUp()
+        torch.manual_seed(3)
+        self.tokens = torch.randint(0, 64, (16, 32))
+
+    def count_flushes(self):
+        calls = []
+        original = self.client.flush
+
+        def flush(*args, **kwargs):
+            calls.append(args)
+            return original(*args, **kwargs)
+        self.client.flush = flush
+        self.addCleanup(delattr, self.client, "flush")
+        return calls
+
+    def test_hooks_do_not_wait_and_flush_once_a_pass(self):
+        tokens, ref, expected = layers_with_expected()
+        model = Layers(order=(3, 1, 0, 2))
+        s = gt.stream(model, client=self.client, pageout=True, lead=1)
+        stream_every_block(s)
+        flushes = self.count_flushes()
+        spy = Spy(self)
+        for i in range(3):
+            with torch.no_grad():
+                model(tokens)
+            self.assertEqual(len(flushes), i + 1)
+        # every hook call but the acquires went without waiting
+        self.assertEqual(set(n for n, _ in spy.calls if n != "acquire"),
+                         {"release_after", "pageout", "prefetch"})
+        self.assertEqual([c for c in spy.calls if c[0] != "acquire"],
+                         spy.nowait)
+        self.client.wait(timeout=10)
+        self.assertEqual([b.buf.tier for b in s.blocks], ["host"] * 4)
+        s.remove()
+        self.assertEqual(len(flushes), 4)
+        self.assertEqual(s.stats["pageouts_refused"], 0)
+
+    def test_other_refusal_raises_at_the_next_pass(self):
+        tokens, ref, expected = layers_with_expected()
+        model = copy.deepcopy(ref)
+        s = gt.stream(model, client=self.client, pageout=False, lead=1)
+        stream_every_block(s)
+        # the streamer believes block 1 held; the daemon has it released,
+        # so the hook's release of it is refused (GMD_EBUSY)
+        s.blocks[1].held = True
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(tokens), expected))
+            with self.assertRaises(gpumem.Busy) as cm:
+                model(tokens)
+            self.assertIn("gmd_release_after_nowait", str(cm.exception))
+            self.assertIn(f"buffer {s.blocks[1].buf.id}", str(cm.exception))
+            self.assertTrue(torch.equal(model(tokens), expected))
+        s.remove()
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class StreamHostFull(DaemonTest):
+    # a host pool of 2 MiB, filled by another buffer: every pageout of a
+    # block is refused (GMD_ENOMEM)
+    CONFIG = CONFIG + "[pools]\nhost_limit = 2M\nhost_stock = 0\n"
+
+    def test_refused_pageouts_counted_at_the_next_pass(self):
+        filler = self.client.alloc(2 * MiB)
+        filler.release()
+        filler.pageout()
+        filler.wait(timeout=10)
+        self.assertEqual(filler.tier, "host")
+        tokens, ref, expected = layers_with_expected()
+        model = copy.deepcopy(ref)
+        s = gt.stream(model, client=self.client, pageout=True, lead=1)
+        stream_every_block(s)           # four pageouts sent, refused
+        self.assertEqual(s.stats["pageouts"], 4)
+        self.assertEqual(s.stats["pageouts_refused"], 0)   # not heard yet
+        with torch.no_grad():
+            for i in range(2):
+                self.assertTrue(torch.equal(model(tokens), expected))
+                # heard at the start of the pass: one per flush
+                self.assertEqual(s.stats["pageouts_refused"], i + 1)
+                self.assertEqual(s.stats["pageouts"], 4 * (i + 2))
+        self.client.wait(timeout=10)
+        self.assertEqual([b.buf.tier for b in s.blocks], ["vram"] * 4)
+        s.remove()
+        self.assertEqual(s.stats["pageouts_refused"], 3)
+        filler.free()
+        self.assertEqual(self.client.buffers, [])
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(tokens), expected))
 
 
 @unittest.skipIf(torch is None, "torch not installed")

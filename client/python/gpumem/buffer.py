@@ -131,11 +131,16 @@ class Buffer:
         release_after."""
         self._client._call(_lib.lib().gmd_release, self._live())
 
-    def release_after(self, stream=None):
+    def release_after(self, stream=None, wait=True):
         """Release once the work queued so far on `stream` (an int CUstream,
         a torch.cuda.Stream, None for the default stream) is done, without
-        waiting for it. On the sim backend it is release()."""
-        self._client._call(_lib.lib().gmd_release_after, self._live(),
+        waiting for it. On the sim backend it is release().
+        wait=False: nor for the daemon's answer (gmd_release_after_nowait):
+        the buffer counts as released at once, and a refusal is raised by
+        the next Client.flush()."""
+        lib = _lib.lib()
+        self._client._call(lib.gmd_release_after if wait else
+                           lib.gmd_release_after_nowait, self._live(),
                            stream_handle(stream))
 
     @contextlib.contextmanager
@@ -152,13 +157,16 @@ class Buffer:
                 else:
                     self.release_after(stream)
 
-    def pageout(self):
-        """Move the (released) buffer to host memory; returns once queued."""
-        self._client.pageout(self)
+    def pageout(self, wait=True):
+        """Move the (released) buffer to host memory; returns once queued.
+        wait=False: once asked (Client.flush raises a refusal)."""
+        self._client.pageout(self, wait=wait)
 
-    def prefetch(self):
-        """Bring the buffer back to VRAM; returns at once."""
-        self._client.prefetch(self)
+    def prefetch(self, wait=True):
+        """Bring the buffer back to VRAM; returns at once. wait=False: not
+        even waiting for the daemon's answer (Client.flush raises a
+        refusal)."""
+        self._client.prefetch(self, wait=wait)
 
     def wait(self, timeout=None):
         """Wait until the buffer is not moving (TimedOut after `timeout`

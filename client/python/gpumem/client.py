@@ -167,15 +167,36 @@ class Client:
                     _lib.EINVAL, f"{buf!r} is not a Buffer of this Client")
             self._call(fn, buf._live(), *args)
 
-    def pageout(self, *buffers):
+    def pageout(self, *buffers, wait=True):
         """Move released buffers (all of this client's when none are named)
-        to host memory; returns once the moves are queued."""
-        self._each(_lib.lib().gmd_pageout, buffers)
+        to host memory; returns once the moves are queued. wait=False:
+        once the requests are sent, without waiting for the daemon's
+        answers; flush() raises a refusal."""
+        lib = _lib.lib()
+        self._each(lib.gmd_pageout if wait else lib.gmd_pageout_nowait,
+                   buffers)
 
-    def prefetch(self, *buffers):
+    def prefetch(self, *buffers, wait=True):
         """Bring buffers (all when none are named) back to VRAM, behind
-        every other move; returns at once."""
-        self._each(_lib.lib().gmd_prefetch, buffers)
+        every other move; returns at once. wait=False: not even waiting
+        for the daemon's answers; flush() raises a refusal."""
+        lib = _lib.lib()
+        self._each(lib.gmd_prefetch if wait else lib.gmd_prefetch_nowait,
+                   buffers)
+
+    def flush(self, timeout=None):
+        """Wait until every request sent with wait=False (release_after,
+        pageout, prefetch; from any thread) is answered, then raise the
+        first refusal among them since the last flush, as the waiting call
+        would have raised it, its message naming the call and the buffer
+        ("gmd_pageout_nowait of buffer 7: not enough host memory ...");
+        later refusals of the same stretch are not kept. Raises TimedOut
+        after `timeout` seconds (None: as long as it takes; the refusal, if
+        one came, stays for the next flush), Disconnected once the daemon
+        is gone. The daemon acts on one client's requests in the order
+        sent, so a waiting call after them (acquire, wait) needs no flush
+        to see their effect."""
+        self._call(_lib.lib().gmd_flush, timeout_ms(timeout))
 
     def wait(self, *buffers, timeout=None):
         """Wait until the buffers (all when none are named) are not moving.
