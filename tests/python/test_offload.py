@@ -28,7 +28,10 @@ here (issue 13, items 1, 2 and 4):
 Skips with one SKIP: line where torch is missing.
 """
 import copy
+import time
 import unittest
+
+from gpumem import offload
 
 import gpumem
 from gmd_daemon import MiB, DaemonTest, skip_line
@@ -259,6 +262,33 @@ class HostFull(DaemonTest):
         self.assertGreater(o.stats["pageouts_refused"], 0, o.stats)
         loss.backward()
         assert_same(self, grads(model), grads(ref), "gradient")
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class NoRoom(DaemonTest):
+    CONFIG = CONFIG
+
+    def test_kept_when_this_process_holds_the_room(self):
+        """The VRAM held by the same process (as PyTorch's cache on
+        gpu-memd is): every saved tensor stays where it is, after one
+        short wait, instead of waiting for ever (offload._alloc)."""
+        x, ref, model = mlp_with_reference()
+        hog = self.client.alloc(256 * MiB)          # the whole pool, held
+        t0 = time.monotonic()
+        with gt.offload_activations(min_bytes=MiB, client=self.client) as o:
+            loss = model(x).square().mean()
+        took = time.monotonic() - t0
+        loss.backward()
+        assert_same(self, grads(model), grads(ref), "gradient")
+        self.assertEqual(o.stats["offloaded"], 0, o.stats)
+        self.assertGreater(o.stats["kept_no_room"], 1, o.stats)
+        # one wait of NO_ROOM_WAIT, none for the tensors after it
+        self.assertLess(took, 2 * offload.NO_ROOM_WAIT + 1.0, o.stats)
+        hog.free()
+        # room again: the next pass offloads
+        with gt.offload_activations(min_bytes=MiB, client=self.client) as o:
+            model(x).square().mean().backward()
+        self.assertGreater(o.stats["offloaded"], 0, o.stats)
 
 
 @unittest.skipIf(torch is None, "torch not installed")

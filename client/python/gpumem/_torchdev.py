@@ -78,6 +78,11 @@ class HostOps:
         when copy_ returns), so at once."""
         buf.free()
 
+    @staticmethod
+    def release_cached():
+        """Give back what PyTorch caches unused: nothing on the CPU."""
+        return False
+
 
 class CudaOps:
     """cuda: the pack copy runs on one side stream per device, after the
@@ -166,6 +171,17 @@ class CudaOps:
         import torch
         torch.cuda.synchronize(device)
         buf.free()
+
+    @staticmethod
+    def release_cached():
+        """Give back the segments PyTorch's caching allocator holds unused
+        (torch.cuda.empty_cache). With gpumem.torch.enable() those are
+        gpu-memd buffers of this process: a buffer of ours waiting for
+        room they hold would wait for ever, as PyTorch frees its cache
+        only when its own allocation fails. True when it ran."""
+        import torch
+        torch.cuda.empty_cache()
+        return True
 
 
 def model_device_index(model, ops, client, device, who):

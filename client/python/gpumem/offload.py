@@ -38,8 +38,13 @@ same size is a cache hit instead of a fresh allocation and mapping.
 Left where they are: tensors under `min_bytes` (a move of a small tensor
 costs a round trip and mapping work that its copy time does not pay for),
 parameters and views of them (the weights: they stay, or gpumem.torch.stream
-moves them), non-contiguous tensors, and tensors on a device the daemon's
-backend does not serve (CPU tensors on cuda).
+moves them), non-contiguous tensors, tensors on a device the daemon's
+backend does not serve (CPU tensors on cuda), and tensors for whose
+buffer no room is made within NO_ROOM_WAIT (0.2 s), asked twice, the
+second time after PyTorch's unused cache was given back
+(torch.cuda.empty_cache; stats "kept_no_room"): keeping one takes no
+memory it does not hold already, where waiting longer could wait for
+ever on room this process holds itself (PyTorch's cache on gpu-memd).
 
 The lead, unless given, is planned from the link (lead.py), the unit
 being the largest offloaded tensor:
@@ -72,9 +77,11 @@ import weakref
 
 from . import _torchdev, lead as _lead
 from .client import SWAPPABLE
-from .errors import Busy, CopyFailed, GpumemError, OutOfMemory
+from .errors import (Busy, CopyFailed, GpumemError, OutOfMemory, TimedOut,
+                     TooLarge)
 
 MIN_BYTES = 16 << 20
+NO_ROOM_WAIT = 0.2      # seconds a saved tensor's buffer may wait for room
 LEAD = 512 << 20
 
 
@@ -140,16 +147,44 @@ class Offloader:
         self.plan = None
         self.pageout = pageout
         self.timeout = timeout
+        self._starved = False
         self._lock = threading.RLock()
         # weak references in pack order (autograd holds the _Saved; when it
         # drops one, _Saved.__del__ retires it), None once retired
         self._saved = []
         self._retired = []          # (_Saved fields) waiting for their event
         self.stats = {"packed": 0, "offloaded": 0, "offloaded_bytes": 0,
-                      "kept": 0, "kept_bytes": 0, "unpacked": 0,
+                      "kept": 0, "kept_bytes": 0, "kept_no_room": 0,
+                      "unpacked": 0,
                       "prefetched": 0, "freed": 0, "pageouts_refused": 0}
 
     # ---- pack: forward pass ----------------------------------------------
+
+    def _alloc(self, nbytes, device):
+        """A buffer for a saved tensor, or None when no room is made within
+        NO_ROOM_WAIT twice, the second time after PyTorch gave back its
+        unused cache: the tensor then stays where it is, which takes no
+        memory it does not hold already. Waiting longer could wait for
+        ever: the room may be held by this process itself (PyTorch's
+        cache on gpu-memd, this process's acquired buffers), which frees
+        nothing while the forward pass waits here (seen on the H200: a
+        training step at twice its budget stuck in pack)."""
+        # After one refusal the pass's next tensors do not wait: the room
+        # is not there (_starved, cleared by the next buffer that fits).
+        wait = 0 if self._starved else NO_ROOM_WAIT if \
+            self.timeout is None else min(self.timeout, NO_ROOM_WAIT)
+        for attempt in range(1 if self._starved else 2):
+            try:
+                buf = self.client.alloc(nbytes, device=device,
+                                        flags=SWAPPABLE, timeout=wait)
+                self._starved = False
+                return buf
+            except (OutOfMemory, TimedOut) as e:
+                if isinstance(e, TooLarge) or attempt or \
+                        not self.ops.release_cached():
+                    break
+        self._starved = True
+        return None
 
     def pack(self, tensor):
         self.stats["packed"] += 1
@@ -160,8 +195,12 @@ class Offloader:
             self.stats["kept_bytes"] += nbytes
             return tensor
         self._free_retired()
-        buf = self.client.alloc(nbytes, device=self.ops.device_index(tensor),
-                                flags=SWAPPABLE, timeout=self.timeout)
+        buf = self._alloc(nbytes, self.ops.device_index(tensor))
+        if buf is None:
+            self.stats["kept"] += 1
+            self.stats["kept_bytes"] += nbytes
+            self.stats["kept_no_room"] += 1
+            return tensor
         view = buf.as_tensor(tensor.dtype, tuple(tensor.shape))
         stream, event = self.ops.copy_aside(view, tensor)
         buf.release_after(stream, wait=False)

@@ -110,13 +110,14 @@ first); activation checkpointing inside a streamed block.
 """
 
 BETWEEN_STEPS = ("state", "all", "none")
+ROOM_WAIT = 1.0     # seconds an acquire waits before PyTorch's cache is freed
 import statistics
 import threading
 
 from . import _torchdev, lead as _lead
 from ._args import parse_size
 from .client import SWAPPABLE
-from .errors import Busy, CopyFailed, GpumemError, OutOfMemory
+from .errors import Busy, CopyFailed, GpumemError, OutOfMemory, TimedOut
 
 ALIGN = 256
 
@@ -221,7 +222,8 @@ class Streamer:
         self._in_backward = False
         self.stats = {"acquires": 0, "releases": 0, "prefetches": 0,
                       "pageouts": 0, "pageouts_refused": 0,
-                      "backward_acquires": 0, "backward_releases": 0}
+                      "backward_acquires": 0, "backward_releases": 0,
+                      "cache_released": 0}
         self.blocks = self._make_blocks(blocks)
         self._place(None if budget is None else parse_size(budget))
         self._optimizer = None
@@ -324,7 +326,18 @@ class Streamer:
         with self._lock:
             if block.held or block.buf is None:
                 return
-            block.buf.acquire(self.timeout)
+            # The room its swap-in waits for may be PyTorch's unused cache
+            # on gpu-memd, which PyTorch frees only when an allocation of
+            # its own fails: after ROOM_WAIT it is asked to give it back.
+            first = ROOM_WAIT if self.timeout is None else \
+                min(self.timeout, ROOM_WAIT)
+            try:
+                block.buf.acquire(first)
+            except TimedOut:
+                if self.ops.release_cached():
+                    self.stats["cache_released"] += 1
+                block.buf.acquire(None if self.timeout is None else
+                                  max(0.0, self.timeout - first))
             block.held = True
             self.stats["acquires"] += 1
 
