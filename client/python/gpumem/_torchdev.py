@@ -16,6 +16,14 @@ bit for bit on CPU.
 import threading
 import time
 
+from .errors import OutOfMemory, TimedOut, TooLarge
+
+# Seconds a buffer of ours waits for room before PyTorch is asked for its
+# unused cache (room_for): with gpumem.torch.enable() that cache is
+# gpu-memd buffers of this process, which PyTorch frees only when one of
+# its own allocations fails, never while our call waits.
+ROOM_WAIT = 1.0
+
 
 class HostOps:
     """sim: tensors are CPU tensors, copies end when copy_ returns."""
@@ -206,3 +214,33 @@ def model_device_index(model, ops, client, device, who):
 def ops_for(client):
     """HostOps on the sim backend, CudaOps otherwise."""
     return HostOps(client) if client.backend == "sim" else CudaOps(client)
+
+
+def acquire_making_room(buf, timeout, ops):
+    """buf.acquire(timeout), asking PyTorch for its unused cache after
+    ROOM_WAIT and waiting out the rest of `timeout` (None: for ever). True
+    when the cache was released on the way."""
+    first = ROOM_WAIT if timeout is None else min(timeout, ROOM_WAIT)
+    try:
+        buf.acquire(first)
+        return False
+    except TimedOut:
+        released = ops.release_cached()
+        buf.acquire(None if timeout is None else max(0.0, timeout - first))
+        return released
+
+
+def alloc_or_none(client, nbytes, device, flags, ops, wait):
+    """A buffer, or None when no room is made within `wait` seconds, asked
+    twice, the second time after PyTorch's unused cache was given back
+    (ops.release_cached): for callers that can do without (offload keeps
+    the tensor where it is)."""
+    for attempt in range(2):
+        try:
+            return client.alloc(nbytes, device=device, flags=flags,
+                                timeout=wait)
+        except (OutOfMemory, TimedOut) as e:
+            if isinstance(e, TooLarge) or attempt or \
+                    not ops.release_cached():
+                return None
+    return None

@@ -40,7 +40,7 @@ costs a round trip and mapping work that its copy time does not pay for),
 parameters and views of them (the weights: they stay, or gpumem.torch.stream
 moves them), non-contiguous tensors, tensors on a device the daemon's
 backend does not serve (CPU tensors on cuda), and tensors for whose
-buffer no room is made within NO_ROOM_WAIT (0.2 s), asked twice, the
+buffer no room is made within ROOM_WAIT (1 s), asked twice, the
 second time after PyTorch's unused cache was given back
 (torch.cuda.empty_cache; stats "kept_no_room"): keeping one takes no
 memory it does not hold already, where waiting longer could wait for
@@ -77,11 +77,10 @@ import weakref
 
 from . import _torchdev, lead as _lead
 from .client import SWAPPABLE
-from .errors import (Busy, CopyFailed, GpumemError, OutOfMemory, TimedOut,
-                     TooLarge)
+from .errors import Busy, CopyFailed, GpumemError, OutOfMemory
 
 MIN_BYTES = 16 << 20
-NO_ROOM_WAIT = 0.2      # seconds a saved tensor's buffer may wait for room
+STARVED_WAIT = 0.05     # seconds a buffer waits after a refusal (_alloc)
 LEAD = 512 << 20
 
 
@@ -155,36 +154,30 @@ class Offloader:
         self._retired = []          # (_Saved fields) waiting for their event
         self.stats = {"packed": 0, "offloaded": 0, "offloaded_bytes": 0,
                       "kept": 0, "kept_bytes": 0, "kept_no_room": 0,
+                      "cache_released": 0,
                       "unpacked": 0,
                       "prefetched": 0, "freed": 0, "pageouts_refused": 0}
 
     # ---- pack: forward pass ----------------------------------------------
 
     def _alloc(self, nbytes, device):
-        """A buffer for a saved tensor, or None when no room is made within
-        NO_ROOM_WAIT twice, the second time after PyTorch gave back its
-        unused cache: the tensor then stays where it is, which takes no
-        memory it does not hold already. Waiting longer could wait for
-        ever: the room may be held by this process itself (PyTorch's
-        cache on gpu-memd, this process's acquired buffers), which frees
-        nothing while the forward pass waits here (seen on the H200: a
-        training step at twice its budget stuck in pack)."""
-        # After one refusal the pass's next tensors do not wait: the room
-        # is not there (_starved, cleared by the next buffer that fits).
-        wait = 0 if self._starved else NO_ROOM_WAIT if \
-            self.timeout is None else min(self.timeout, NO_ROOM_WAIT)
-        for attempt in range(1 if self._starved else 2):
-            try:
-                buf = self.client.alloc(nbytes, device=device,
-                                        flags=SWAPPABLE, timeout=wait)
-                self._starved = False
-                return buf
-            except (OutOfMemory, TimedOut) as e:
-                if isinstance(e, TooLarge) or attempt or \
-                        not self.ops.release_cached():
-                    break
-        self._starved = True
-        return None
+        """A buffer for a saved tensor, or None when no room is made
+        (_torchdev.alloc_or_none: ROOM_WAIT, then again after PyTorch gave
+        back its unused cache): the tensor then stays where it is, which
+        takes no memory it does not hold already. Waiting longer could
+        wait for ever: the room may be held by this process itself
+        (PyTorch's cache on gpu-memd, this process's acquired buffers),
+        which frees nothing while the forward pass waits here (seen on
+        the H200: a training step at twice its budget stuck in pack).
+        After one refusal the pass's next tensors wait STARVED_WAIT only
+        (cleared by the next buffer that fits)."""
+        wait = STARVED_WAIT if self._starved else _torchdev.ROOM_WAIT
+        if self.timeout is not None:
+            wait = min(wait, self.timeout)
+        buf = _torchdev.alloc_or_none(self.client, nbytes, device,
+                                      SWAPPABLE, self.ops, wait)
+        self._starved = buf is None
+        return buf
 
     def pack(self, tensor):
         self.stats["packed"] += 1
@@ -235,7 +228,10 @@ class Offloader:
             self._plan_lead(packed.buf.device)
         self._prefetch_before(packed.index)
         if not packed.acquired:         # a second unpack (retain_graph)
-            packed.buf.acquire(self.timeout)
+            # its room may be PyTorch's unused cache (_torchdev.ROOM_WAIT)
+            if _torchdev.acquire_making_room(packed.buf, self.timeout,
+                                             self.ops):
+                self.stats["cache_released"] += 1
             packed.acquired = True
         out = packed.view.clone()   # on the compute stream
         packed.event = self.ops.record(self.ops.current_stream(packed.device))

@@ -110,14 +110,13 @@ first); activation checkpointing inside a streamed block.
 """
 
 BETWEEN_STEPS = ("state", "all", "none")
-ROOM_WAIT = 1.0     # seconds an acquire waits before PyTorch's cache is freed
 import statistics
 import threading
 
 from . import _torchdev, lead as _lead
 from ._args import parse_size
 from .client import SWAPPABLE
-from .errors import Busy, CopyFailed, GpumemError, OutOfMemory, TimedOut
+from .errors import Busy, CopyFailed, GpumemError, OutOfMemory
 
 ALIGN = 256
 
@@ -223,7 +222,7 @@ class Streamer:
         self.stats = {"acquires": 0, "releases": 0, "prefetches": 0,
                       "pageouts": 0, "pageouts_refused": 0,
                       "backward_acquires": 0, "backward_releases": 0,
-                      "cache_released": 0}
+                      "cache_released": 0, "prefetches_busy": 0}
         self.blocks = self._make_blocks(blocks)
         self._place(None if budget is None else parse_size(budget))
         self._optimizer = None
@@ -326,18 +325,10 @@ class Streamer:
         with self._lock:
             if block.held or block.buf is None:
                 return
-            # The room its swap-in waits for may be PyTorch's unused cache
-            # on gpu-memd, which PyTorch frees only when an allocation of
-            # its own fails: after ROOM_WAIT it is asked to give it back.
-            first = ROOM_WAIT if self.timeout is None else \
-                min(self.timeout, ROOM_WAIT)
-            try:
-                block.buf.acquire(first)
-            except TimedOut:
-                if self.ops.release_cached():
-                    self.stats["cache_released"] += 1
-                block.buf.acquire(None if self.timeout is None else
-                                  max(0.0, self.timeout - first))
+            # its room may be PyTorch's unused cache (_torchdev.ROOM_WAIT)
+            if _torchdev.acquire_making_room(block.buf, self.timeout,
+                                             self.ops):
+                self.stats["cache_released"] += 1
             block.held = True
             self.stats["acquires"] += 1
 
@@ -366,11 +357,21 @@ class Streamer:
         waiting (module comment): a refused pageout (host pool full, host
         quota, a copy the GPU refused a moment ago) is counted, the block
         stays released in VRAM for the daemon to move when it needs the
-        room; any other refusal raises."""
+        room; a prefetch refused because the buffer was acquired first is
+        ignored: the client may be shared with offload_activations, whose
+        backward thread acquires its own buffers while their prefetches are
+        on the way (seen on the H200), and a prefetch is only a hint; any
+        other refusal raises."""
         try:
             self.client.flush()
         except (OutOfMemory, CopyFailed):
             self.stats["pageouts_refused"] += 1
+        except Busy as e:
+            # the sentence names the call (gmd_flush): a release refused
+            # means the streamer and the daemon disagree, and raises
+            if "gmd_prefetch_nowait" not in str(e):
+                raise
+            self.stats["prefetches_busy"] += 1
 
     def _prefetch_from(self, block, step):
         """Prefetch the `lead` streamed blocks after `block` in the learned
