@@ -89,18 +89,26 @@ more than one element) moves into a second buffer of the block's own,
 streamed, resident or idled with it. `budget` counts weights only: a
 resident block's optimizer state is resident too.
 
-Between steps (issue 13, item 4): after optimizer.step() the resident
-blocks' optimizer state is released (`between_steps="state"`, the
-default): the daemon may then give its VRAM to another process that needs
-it and move the state to host memory; the next step acquires it again,
-prefetched when the backward pass starts. Nothing is paged out unless the
-daemon needs the room, so alone on the card this costs two calls per
-resident block and step. With `between_steps="all"` the resident weights
-are released too, and the model's next forward pass prefetches them all
-and acquires them before its first block runs; code that reads the
-weights between steps (a norm logged, an EMA, model.state_dict()) may
-then find them on the host tier, where a SWAPPABLE buffer is not mapped:
-touching them faults, so that is opt-in. "none" keeps both held.
+Between steps (issue 13, item 4): with `between_steps="state"` the
+resident blocks' optimizer state is released after optimizer.step(): the
+daemon may then give its VRAM to another process that needs it and move
+the state to host memory; the next step acquires it again, prefetched
+when the backward pass starts. Nothing is paged out unless the daemon
+needs the room, so alone on the card this costs two calls per resident
+block and step. With `between_steps="all"` the resident weights are
+released too, and the model's next forward pass prefetches them all and
+acquires them before its first block runs; code that reads the weights
+between steps (a norm logged, an EMA, model.state_dict()) may then find
+them on the host tier, where a SWAPPABLE buffer is not mapped: touching
+them faults. "none" (the default) keeps both held: with PyTorch's own
+allocations on gpu-memd (enable()), the room a released state leaves is
+taken by PyTorch's cache in the next forward pass and never given back
+while the step waits for it (on the H200, three co-tenant training jobs
+under one 4 GiB budget stopped making progress with "state", each
+waiting for room the others' caches held; they ran with "none"), so
+releasing between steps pays only where PyTorch's cache is not on the
+daemon or `idle()` is used, which pages the state out and takes it back
+before the next step itself.
 optimizer.state_dict() is wrapped to acquire each block's state in turn
 and returns the state tensors copied to the CPU (views of the buffers
 would be unmapped once released). Not done yet: gradients stay ordinary
@@ -195,7 +203,7 @@ class Streamer:
     `remove()` (weights back into ordinary tensors, hooks off)."""
 
     def __init__(self, model, client, budget, blocks, lead, pageout,
-                 timeout, device, between_steps="state"):
+                 timeout, device, between_steps="none"):
         if between_steps not in BETWEEN_STEPS:
             raise ValueError(f"gpumem.torch.stream: between_steps="
                              f"{between_steps!r}: one of {BETWEEN_STEPS}")
@@ -760,7 +768,7 @@ def _torch_grad_enabled():
 
 def stream(model, optimizer=None, budget=None, *, blocks=None, lead=None,
            client=None, pageout=None, timeout=None, device=None,
-           between_steps="state"):
+           between_steps="none"):
     """Stream `model`'s weights through gpu-memd (see the module comment).
     `budget`: bytes (or "8G") of weights held at once (None: all resident,
     which still lets idle() page them out); `blocks`: the modules to stream
@@ -774,7 +782,7 @@ def stream(model, optimizer=None, budget=None, *, blocks=None, lead=None,
     an acquire may wait; `device`: the CUDA device (None: the model's, or
     0 for a model on the CPU; sim: the CPU); `between_steps`: what of the
     resident blocks is released after optimizer.step() until the next
-    step needs it: "state" (default: the optimizer state), "all" (the
+    step needs it: "none" (default), "state" (the optimizer state), "all" (the
     weights too: code reading them between steps may fault) or "none".
     The model may sit on the CPU: its blocks are copied to the buffers.
     Returns the Streamer."""
