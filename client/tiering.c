@@ -14,8 +14,10 @@
 #include "errors.h"
 #include "gpumem.pb-c.h"
 
-/* What every tiering call checks before it asks the daemon. */
-static int tiering_check(gmd_client *client, const char *fn, gmd_buffer *buffer)
+/* What every tiering call checks before it asks the daemon; then the ids
+ * its request names: `buffer`'s in *id, or none (all of the client's). */
+static int tiering_check(gmd_client *client, const char *fn, gmd_buffer *buffer,
+                         uint64_t *id, size_t *ret_n_ids, uint64_t **ret_ids)
 {
         if (!client) {
                 gmd__error_set("%s: client is NULL", fn);
@@ -25,6 +27,13 @@ static int tiering_check(gmd_client *client, const char *fn, gmd_buffer *buffer)
                 gmd__error_set("%s: buffer %llu was revoked: %s", fn,
                           (unsigned long long)buffer->id, buffer->revoke_reason);
                 return GMD_EREVOKED;
+        }
+        *ret_n_ids = 0;
+        *ret_ids = NULL;
+        if (buffer) {
+                *id = buffer->id;
+                *ret_n_ids = 1;
+                *ret_ids = id;
         }
         return 0;
 }
@@ -38,14 +47,12 @@ static int tiering_call(gmd_client *client, const char *fn, uint16_t type,
         uint64_t id;
         int r;
 
-        r = tiering_check(client, fn, buffer);
+        r = tiering_check(client, fn, buffer, &id, &move.n_buffer_ids,
+                          &move.buffer_ids);
         if (r < 0)
                 return r;
-        if (buffer) {
-                id = buffer->id;
-                move.n_buffer_ids = wait.n_buffer_ids = 1;
-                move.buffer_ids = wait.buffer_ids = &id;
-        }
+        wait.n_buffer_ids = move.n_buffer_ids;
+        wait.buffer_ids = move.buffer_ids;
         wait.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
         r = gmd__client_call(client, &req, type,
                         type == GMD__MSG_TYPE__MSG_WAIT ? &wait.base : &move.base);
@@ -76,14 +83,10 @@ static int tiering_nowait(gmd_client *client, const char *fn, uint16_t type,
         uint64_t id;
         int r;
 
-        r = tiering_check(client, fn, buffer);
+        r = tiering_check(client, fn, buffer, &id, &move.n_buffer_ids,
+                          &move.buffer_ids);
         if (r < 0)
                 return r;
-        if (buffer) {
-                id = buffer->id;
-                move.n_buffer_ids = 1;
-                move.buffer_ids = &id;
-        }
         return gmd__client_send_nowait(client, type, &move.base, fn, buffer,
                                        false);
 }
