@@ -414,7 +414,10 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
               unsigned flags, int64_t timeout_ms, gmd_buffer **ret_buffer)
 {
         Gmd__AllocRequest msg = GMD__ALLOC_REQUEST__INIT;
-        gmd_request req = { .device = device, .flags = flags, .size = size };
+        /* GMD_ALLOC_NO_SELF_WAIT says how to wait, not what the buffer
+         * is: the handle and the cache of idle mappings go without it. */
+        unsigned kind = flags & ~GMD_ALLOC_NO_SELF_WAIT;
+        gmd_request req = { .device = device, .flags = kind, .size = size };
         gmd_buffer *cached = NULL;
         int r;
 
@@ -432,7 +435,7 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
                 return GMD_ENOTSUP;
         }
         /* The fast path: a mapping this client parked. */
-        r = gmd__mapcache_take(client, device, size, flags, &cached);
+        r = gmd__mapcache_take(client, device, size, kind, &cached);
         if (r < 0)
                 return r;
         if (r > 0) {

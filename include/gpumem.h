@@ -74,6 +74,26 @@ extern "C" {
                                         * while released too */
 #define GMD_ALLOC_LEGACY_IPC (1u << 2) /* cuda only: plain cudaIpcMemHandle */
 
+/* How gmd_alloc waits, not where the buffer lives (a buffer allocated with
+ * it is the same as one without; the cache of idle mappings ignores it).
+ *
+ * GMD_ALLOC_NO_SELF_WAIT: do not wait for room only this process could
+ * make. The allocation fails at once with GMD_ENOMEM — when asked, or
+ * later while it waits — when the request does not fit in the device's
+ * free VRAM and nothing could ever make the room but this process itself:
+ * no released buffer to evict, no parked mapping to ask back and no kept
+ * VRAM would cover it, no move is under way on the device, and every byte
+ * in use in the device's pool belongs to connections of this process (the
+ * same pid, whichever gmd_client). gmd_last_error() says so ("device 0
+ * VRAM: the 786 MiB asked for can only come from memory this process holds
+ * itself (pid 123: 3.4 GiB in 17 buffers ...): waiting cannot help; free
+ * some"). Meant for a caller that cannot free while it waits, e.g. a
+ * thread holding the lock every other thread frees under (PyTorch's
+ * caching allocator, client/torch). While another process holds any of
+ * the pool the request waits as usual, up to its timeout. A daemon older
+ * than the flag refuses it with -EINVAL ("unknown allocation flags 0x8"). */
+#define GMD_ALLOC_NO_SELF_WAIT (1u << 3)
+
 /* gmd_alloc timeouts. */
 #define GMD_NO_WAIT      0        /* fail at once if there is no room */
 #define GMD_WAIT_FOREVER (-1)     /* wait until room appears */

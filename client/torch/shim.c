@@ -6,7 +6,9 @@
  * allocates as much as the main one. Buffers are SWAPPABLE and stay
  * acquired for their whole life (PyTorch may touch a segment at any time),
  * so the daemon never moves them; it sees them, counts them against quotas
- * and makes other clients wait for them.
+ * and makes other clients wait for them. The repeat of a refused request
+ * (PyTorch's out-of-memory retry) waits with GMD_ALLOC_NO_SELF_WAIT: it
+ * fails at once when only this process's own memory stands in the way.
  *
  * Freed buffers are not parked in libgpumem's cache of idle mappings:
  * PyTorch caches on top already, and a segment it frees (empty_cache, or
@@ -180,7 +182,17 @@ int shim_alloc(size_t size, unsigned device, void **ret_ptr)
                 return -ENOTCONN;
         }
         wait_ms = wait_for(size, device, timeout_ms, start, &repeat);
-        r = gmd_alloc(c, size, device, GMD_ALLOC_SWAPPABLE, wait_ms, &b);
+        /* The repeat is made holding PyTorch's allocator mutex: no thread
+         * of this process can free until it returns, so room only this
+         * process holds would be waited for in vain (for ever by default).
+         * The daemon then fails it at once, in words, and PyTorch raises
+         * its out-of-memory error with them. A daemon older than the flag
+         * refuses it as unknown (-EINVAL): asked again without it. */
+        r = gmd_alloc(c, size, device,
+                      repeat ? GMD_ALLOC_NO_SELF_WAIT : GMD_ALLOC_SWAPPABLE,
+                      wait_ms, &b);
+        if (r == -EINVAL && repeat)
+                r = gmd_alloc(c, size, device, GMD_ALLOC_SWAPPABLE, wait_ms, &b);
         if (r < 0) {
                 shim_set_error("%s", gmd_last_error());
                 count(GMD_TORCH_ALLOC_FAILS, 1);

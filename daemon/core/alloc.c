@@ -27,7 +27,10 @@
 #include "waitq.h"
 
 #define KNOWN_ALLOC_FLAGS (GMD_ALLOC_PIN_VRAM | GMD_ALLOC_SPILLABLE | \
-                           GMD_ALLOC_LEGACY_IPC)
+                           GMD_ALLOC_LEGACY_IPC | GMD_ALLOC_NO_SELF_WAIT)
+/* Flags that say how the request waits, not what the buffer is: the
+ * buffer's record keeps none of them. */
+#define REQUEST_ONLY_FLAGS GMD_ALLOC_NO_SELF_WAIT
 #define LEGACY_IPC_ALIGN (2ull << 20)
 
 /* The quota of the client's user, against what all its clients hold
@@ -129,7 +132,8 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
             pool_free(server_vram_pool(server, device)) >= size &&
             vram_check(server, device, size, ret) < 0)
                 return -ENOMEM;
-        r = buffer_new(server, s, device, tier, size, flags, &b);
+        r = buffer_new(server, s, device, tier, size, flags & ~REQUEST_ONLY_FLAGS,
+                       &b);
         if (r == -ENOSPC)
                 return r;
         if (r == -ENOMEM && tier == GMD_TIER_VRAM) {
@@ -172,6 +176,71 @@ bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size)
                evict_reclaimable(&server->sessions, device,
                                  server->config.reclaim_timeout_ms) +
                evict_evictable(server, device) >= size;
+}
+
+gmd_outcome alloc_self_bound(gmd_session *s, uint64_t size, unsigned device,
+                             unsigned flags, uint64_t since_us, gmd_result *ret)
+{
+        gmd_server *server = s->server;
+        gmd_pool *pool = server_vram_pool(server, device);
+        uint64_t kept, mine = 0;
+        unsigned n = 0;
+        const gmd_list *pos;
+        char asked[32], held[32], free_b[32], cap[32], name[32], who[96];
+        int r;
+
+        if (!(flags & GMD_ALLOC_NO_SELF_WAIT) || !pool || s->pid <= 0 ||
+            device >= GMD_MAX_DEVICES || pool_free(pool) >= size)
+                return OUTCOME_LATER;
+        /* Room something else could make: kept VRAM (released on demand),
+         * parked mappings (asked back), released buffers (evicted, as if
+         * the host pool had room: another client may give some back), a
+         * move under way (its end changes the picture: asked again then). */
+        kept = reuse_bytes(&server->reuse, device);
+        if (pool_free(pool) + kept +
+            evict_reclaimable(&server->sessions, device,
+                              server->config.reclaim_timeout_ms) +
+            evict_idle_bytes(server, device) >= size ||
+            move_any_on(server, device))
+                return OUTCOME_LATER;
+        /* Per-session counts, one step per connection, not per buffer. */
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *o = container_of(pos, gmd_session, link);
+
+                if (o->pid == s->pid) {
+                        mine += o->vram_on[device];
+                        n += o->vram_n_on[device];
+                }
+        }
+        /* Anything else in use (another process's buffers, a copy's
+         * destination) may be freed by someone else: wait for it. */
+        if (mine + kept < pool->used)
+                return OUTCOME_LATER;
+        /* A SPILLABLE buffer has a place that does not wait on itself. */
+        if (placement_host_fallback(flags)) {
+                r = alloc_now_on(s, size, device, flags, GMD_TIER_HOST, since_us, ret);
+                if (r == 0)
+                        return OUTCOME_ALLOCATED;
+                if (!alloc_must_wait(r))
+                        return OUTCOME_ERROR;
+                result_ok(ret);
+                return OUTCOME_LATER;
+        }
+        size_format(size, asked, sizeof(asked));
+        size_format(mine, held, sizeof(held));
+        size_format(pool_free(pool), free_b, sizeof(free_b));
+        size_format(pool->capacity, cap, sizeof(cap));
+        log_info("%s: %s on device %u refused (GMD_ALLOC_NO_SELF_WAIT): only "
+                 "pid %d holds the pool", session_describe(s, who, sizeof(who)),
+                 asked, device, (int)s->pid);
+        return result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+                            "%s: the %s asked for can only come from memory this "
+                            "process holds itself (pid %d: %s in %u buffer%s "
+                            "there, in use or pinned; %s free of %s; nothing else "
+                            "to evict, no move under way): waiting cannot help; "
+                            "free some", pool_describe(pool, name, sizeof(name)),
+                            asked, (int)s->pid, held, n, n == 1 ? "" : "s",
+                            free_b, cap);
 }
 
 /* How many allocations all clients of `uid` have waiting. */
@@ -374,6 +443,15 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                                     "%s has %s free of %s, not enough for %s%s; "
                                     "not waiting (timeout 0)", name, free_b, cap,
                                     asked, host);
+        }
+        /* GMD_ALLOC_NO_SELF_WAIT: not queued when only this process could
+         * make the room (the pass checks again while it waits). */
+        if (verdict == QUOTA_OK) {
+                gmd_outcome o = alloc_self_bound(s, size, m->device, m->flags,
+                                                 now_us(), ret);
+
+                if (o != OUTCOME_LATER)
+                        return o;
         }
         if (s->waitq.n_waiting >= server->config.max_waiting_per_client)
                 return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,

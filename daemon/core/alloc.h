@@ -58,4 +58,20 @@ static inline bool alloc_must_wait(int r)
  * together cover it? */
 bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size);
 
+/*
+ * GMD_ALLOC_NO_SELF_WAIT (gpumem.h): an allocation of `size` on `device`
+ * that found no room (at request time, or when the scheduling pass serves
+ * its waiter) and that only its own process could make room for — it does
+ * not fit in free VRAM, kept, parked and released VRAM (evictable had the
+ * host pool room) do not cover it, no move of the device is under way,
+ * and every byte in use in the pool is buffers of sessions with its pid —
+ * gets ERR_NO_MEMORY saying so (OUTCOME_ERROR); a SPILLABLE one is placed
+ * on the host tier instead (OUTCOME_ALLOCATED) if that has room. Else, and
+ * always without the flag: OUTCOME_LATER, it waits. Costs one step per
+ * session and the short lists (idle, moving), never one per buffer.
+ */
+gmd_outcome alloc_self_bound(gmd_session *session, uint64_t size,
+                             unsigned device, unsigned flags,
+                             uint64_t since_us, gmd_result *ret);
+
 #endif

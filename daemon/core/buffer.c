@@ -18,6 +18,28 @@
 #include "session.h"
 #include "timeutil.h"
 
+/* Count `b` in (sign 1) or out of (sign -1) its owner's bytes by tier
+ * and, on the VRAM tier, by device. */
+static void buffer_account(gmd_dbuffer *b, int sign)
+{
+        gmd_session *owner = b->owner;
+
+        if (sign > 0) {
+                owner->tier_bytes[b->tier] += b->size;
+        } else {
+                owner->tier_bytes[b->tier] -= b->size;
+        }
+        if (b->tier != GMD_TIER_VRAM || b->device >= GMD_MAX_DEVICES)
+                return;
+        if (sign > 0) {
+                owner->vram_on[b->device] += b->size;
+                owner->vram_n_on[b->device]++;
+        } else {
+                owner->vram_on[b->device] -= b->size;
+                owner->vram_n_on[b->device]--;
+        }
+}
+
 int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                gmd_tier tier, uint64_t size, unsigned flags,
                gmd_dbuffer **ret_buffer)
@@ -64,7 +86,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         list_init(&b->idle_link);
         owner->n_buffers++;
         owner->bytes += size;
-        owner->tier_bytes[b->tier] += size;
+        buffer_account(b, 1);
         *ret_buffer = b;
         return 0;
 
@@ -99,7 +121,7 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         list_remove(&b->idle_link);
         b->owner->n_buffers--;
         b->owner->bytes -= b->size;
-        b->owner->tier_bytes[b->tier] -= b->size;
+        buffer_account(b, -1);
         if (b->mem)
                 backing_release(server, b->mem);
         /* One buffer fewer that could come back into kept VRAM. */
@@ -126,6 +148,14 @@ void buffer_index(gmd_dbuffer *b)
                 if (idle)
                         list_add_tail(&server->vram_idle, &b->idle_link);
         }
+}
+
+void buffer_set_tier(gmd_dbuffer *b, gmd_tier tier)
+{
+        buffer_account(b, -1);
+        b->tier = tier;
+        buffer_account(b, 1);
+        buffer_index(b);
 }
 
 void buffer_set_acquired(gmd_dbuffer *b, bool acquired)

@@ -77,6 +77,10 @@ void buffer_free(gmd_server *server, gmd_dbuffer *buffer);
  */
 void buffer_index(gmd_dbuffer *buffer);
 
+/* Move the buffer to `tier` in its owner's byte counts (tier_bytes,
+ * vram_on) and in its record; buffer_index follows. */
+void buffer_set_tier(gmd_dbuffer *buffer, gmd_tier tier);
+
 /* Acquire or release the buffer's lease (buffer_index follows). */
 void buffer_set_acquired(gmd_dbuffer *buffer, bool acquired);
 

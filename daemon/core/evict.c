@@ -24,7 +24,7 @@
 #include "timeutil.h"
 #include "waitq.h"
 
-uint64_t evict_evictable(gmd_server *server, unsigned device)
+uint64_t evict_idle_bytes(gmd_server *server, unsigned device)
 {
         uint64_t bytes = 0;
         gmd_list *pos;
@@ -37,6 +37,13 @@ uint64_t evict_evictable(gmd_server *server, unsigned device)
                 if (b->device == device && placement_evictable(b))
                         bytes += b->size;
         }
+        return bytes;
+}
+
+uint64_t evict_evictable(gmd_server *server, unsigned device)
+{
+        uint64_t bytes = evict_idle_bytes(server, device);
+
         return bytes < pool_free(&server->host_pool) ? bytes :
                pool_free(&server->host_pool);
 }

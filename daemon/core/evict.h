@@ -53,4 +53,9 @@ void evict_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
 /* Bytes of VRAM on `device` that eviction could free now. */
 uint64_t evict_evictable(gmd_server *server, unsigned device);
 
+/* Bytes of VRAM on `device` that eviction could free if the host pool had
+ * room for them all (evict_evictable before it is capped by the host
+ * pool's free bytes, which another client may give back). */
+uint64_t evict_idle_bytes(gmd_server *server, unsigned device);
+
 #endif

@@ -536,13 +536,10 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         gmd_session *owner = b->owner;
 
         move_change_state(m, MOVE_FINISHED);
-        owner->tier_bytes[m->src_tier] -= b->size;
-        owner->tier_bytes[m->dst_tier] += b->size;
         b->mem = m->copy.dst;
-        b->tier = m->dst_tier;
         b->state = GMD_STATE_RESIDENT;
         b->move = NULL;
-        buffer_index(b);
+        buffer_set_tier(b, m->dst_tier);     /* indexes it too */
         /* Its copy waited for the last use, unless the owner released
          * with a newer one meanwhile (a SPILLABLE buffer may be in use). */
         if (b->last_use_gen == m->waited_gen)
@@ -746,6 +743,19 @@ uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
                         bytes += b->size;
         }
         return bytes;
+}
+
+bool move_any_on(gmd_server *server, unsigned device)
+{
+        gmd_list *pos;
+
+        list_for_each(pos, &server->moving) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, moving_link);
+
+                if (b->device == device)
+                        return true;
+        }
+        return false;
 }
 
 /* ---- acquire ------------------------------------------------------------ */

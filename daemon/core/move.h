@@ -186,6 +186,10 @@ void move_free_buffer(gmd_server *server, gmd_dbuffer *buffer);
 /* VRAM bytes on `device` that moves under way will free. */
 uint64_t move_leaving_bytes(gmd_server *server, unsigned device);
 
+/* Is a move of a buffer of `device` under way, either way? (Reads the
+ * short list of moving buffers.) */
+bool move_any_on(gmd_server *server, unsigned device);
+
 /* Is the buffer moving, or waiting to? */
 bool move_busy(const gmd_dbuffer *buffer);
 

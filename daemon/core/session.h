@@ -54,6 +54,11 @@ typedef struct gmd_session {
         unsigned n_buffers;
         uint64_t bytes;
         uint64_t tier_bytes[2];     /* by gmd_tier */
+        /* Its buffers on the VRAM tier, per device (buffer_account): how
+         * much of a device's pool one process holds, without walking the
+         * buffers (alloc_self_bound). */
+        uint64_t vram_on[GMD_MAX_DEVICES];
+        unsigned vram_n_on[GMD_MAX_DEVICES];
         gmd_reuse_owner reuse;      /* VRAM kept for its swap-ins (reuse.h) */
         gmd_parking_owner parking;  /* of `bytes`, parked in its mapping
                                      * cache (parking.h) */

@@ -39,6 +39,18 @@ static int waiter_serve(void *ctx, gmd_waiter *w)
                 server->stats.alloc_waited++;
         } else if (!alloc_must_wait(r)) {
                 request_answer(w->session, w->request_id, OUTCOME_ERROR, &res);
+        } else if (r == -ENOSPC) {
+                /* GMD_ALLOC_NO_SELF_WAIT: only its own process could make
+                 * the room: answered now, it leaves the queue. */
+                gmd_outcome o = alloc_self_bound(w->session, w->size, w->device,
+                                                 w->flags, w->since_us, &res);
+
+                if (o == OUTCOME_LATER)
+                        return r;
+                if (o == OUTCOME_ALLOCATED)
+                        server->stats.alloc_waited++;
+                request_answer(w->session, w->request_id, o, &res);
+                return 0;
         }
         return r;
 }

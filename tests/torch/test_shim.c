@@ -7,11 +7,14 @@
  * synchronize) and counts what reaches it.
  *
  * One daemon (two sim devices of 64 MiB) serves the whole program: the
- * shim keeps one connection per process, as it does under PyTorch.
+ * shim keeps one connection per process, as it does under PyTorch. Room
+ * another process holds comes from gmd_test_client (`hold`): the shim's
+ * repeat fails at once on room only this process holds.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -170,16 +173,39 @@ static void test_device_n(void **state)
         assert_int_equal(fake_cudart_count(SET_DEVICES), sets + 2);
 }
 
+/* Another process holding `size` of device 0 (gmd_test_client hold): a
+ * hog this process cannot free, which the shim's repeat may wait for. */
+static harness_proc other_hold(const char *size)
+{
+        const char *args[] = { "hold", size, NULL };
+        harness_proc p = harness_spawn_client(&h, args);
+        char *line = harness_read_line(&p, "ready", 5000);
+
+        if (!line)
+                fail_msg("hold %s did not get ready", size);
+        free(line);
+        return p;
+}
+
+static void other_stop(harness_proc *p)
+{
+        kill(p->pid, SIGKILL);
+        harness_wait_proc(p, 5000);
+        close(p->out_fd);
+        p->out_fd = -1;
+}
+
 /* What PyTorch's allocator does when cudaMalloc fails: free its cache and
  * ask again for the same size. The first request does not wait; the
- * repeat waits until the deadline, then fails with the daemon's words. */
+ * repeat waits until the deadline, then fails with the daemon's words.
+ * The pool is held by another process: waiting could help. */
 static void test_deadline(void **state)
 {
-        gmd_buffer *hog;
+        harness_proc hog;
         uint64_t t0, first_ms, repeat_ms;
         void *p = NULL;
 
-        OK(gmd_alloc(probe, 48 * MiB, 0, 0, GMD_NO_WAIT, &hog));
+        hog = other_hold("48M");
         assert_int_equal(gmd_torch_set_timeout(400), 0);
         t0 = harness_now_ms();
         assert_int_equal(cudaMalloc(&p, 32 * MiB), CUDA_ERROR_MEMORY_ALLOC);
@@ -198,35 +224,62 @@ static void test_deadline(void **state)
         assert_true(harness_now_ms() - t0 < 200);
         assert_non_null(strstr(gmd_torch_last_error(), "larger than"));
         assert_int_equal(gmd_torch_set_timeout(-2), -EINVAL);
-        OK(gmd_free(probe, hog));
-        gmd_trim_cache(probe);
+        other_stop(&hog);
         assert_int_equal(gmd_torch_set_timeout(-1), 0);
 }
 
+/* The other process frees (SIGUSR1 to `hold`) 300 ms later. */
 static void *free_later(void *arg)
 {
         harness_sleep_ms(300);
-        gmd_free(probe, arg);
-        gmd_trim_cache(probe);
+        kill(*(pid_t *)arg, SIGUSR1);
         return NULL;
 }
 
 static void test_repeat_waits_for_room(void **state)
 {
         uint64_t waits = stat(GMD_TORCH_WAITS), t0;
-        gmd_buffer *hog;
+        harness_proc hog;
         pthread_t t;
         void *p = NULL;
 
-        OK(gmd_alloc(probe, 48 * MiB, 0, 0, GMD_NO_WAIT, &hog));
-        assert_int_equal(pthread_create(&t, NULL, free_later, hog), 0);
+        hog = other_hold("48M");
+        assert_int_equal(pthread_create(&t, NULL, free_later, &hog.pid), 0);
         t0 = harness_now_ms();
         assert_int_equal(cudaMalloc(&p, 32 * MiB), CUDA_ERROR_MEMORY_ALLOC);
-        assert_int_equal(cudaMalloc(&p, 32 * MiB), 0);
+        if (cudaMalloc(&p, 32 * MiB) != 0)
+                fail_msg("repeat: %s", gmd_torch_last_error());
         assert_true(harness_now_ms() - t0 >= 250);
         pthread_join(t, NULL);
         assert_int_equal(stat(GMD_TORCH_WAITS), waits + 1);
         assert_int_equal(cudaFree(p), 0);
+        other_stop(&hog);
+}
+
+/* Every byte in use is this process's own (its gpumem buffers, on another
+ * connection): PyTorch's repeat, made under its allocator's mutex, would
+ * wait for ever (the default timeout) for room no thread of it can free.
+ * It fails at once, with the daemon's sentence. */
+static void test_repeat_fails_on_own_memory(void **state)
+{
+        gmd_buffer *hog;
+        uint64_t t0, repeat_ms;
+        void *p = NULL;
+
+        OK(gmd_alloc(probe, 48 * MiB, 0, 0, GMD_NO_WAIT, &hog));
+        assert_int_equal(gmd_torch_set_timeout(-1), 0);
+        assert_int_equal(cudaMalloc(&p, 32 * MiB), CUDA_ERROR_MEMORY_ALLOC);
+        t0 = harness_now_ms();
+        assert_int_equal(cudaMalloc(&p, 32 * MiB), CUDA_ERROR_MEMORY_ALLOC);
+        repeat_ms = harness_now_ms() - t0;
+        if (!strstr(gmd_torch_last_error(), "can only come from memory this "
+                    "process holds itself") ||
+            !strstr(gmd_torch_last_error(), "waiting cannot help"))
+                fail_msg("repeat: '%s'", gmd_torch_last_error());
+        assert_true(repeat_ms < 1000);
+        assert_int_equal(stat(GMD_TORCH_BYTES_HELD), 0);
+        OK(gmd_free(probe, hog));
+        gmd_trim_cache(probe);
 }
 
 /* Every thread allocates through the one connection. */
@@ -291,6 +344,7 @@ int main(void)
                 cmocka_unit_test(test_device_n),
                 cmocka_unit_test(test_deadline),
                 cmocka_unit_test(test_repeat_waits_for_room),
+                cmocka_unit_test(test_repeat_fails_on_own_memory),
                 cmocka_unit_test(test_threads),
                 cmocka_unit_test(test_fork_and_no_daemon),
         };

@@ -33,8 +33,8 @@ import threading
 
 from ._args import format_size, parse_size
 from .buffer import Buffer
-from .client import (DEFAULT_SOCKET, LEGACY_IPC, PIN_VRAM, SPILLABLE,
-                     SWAPPABLE, Client)
+from .client import (DEFAULT_SOCKET, LEGACY_IPC, NO_SELF_WAIT, PIN_VRAM,
+                     SPILLABLE, SWAPPABLE, Client)
 from .errors import (Busy, ConnectFailed, CopyFailed, Disconnected,
                      GpumemError, InvalidArgument, LibraryNotFound,
                      LimitReached, NoSuchBuffer, NotAllowed, NotSupported,
@@ -48,7 +48,8 @@ __all__ = [
     "Client", "Buffer", "Status", "Pool", "ClientInfo", "BufferInfo",
     "default_client", "current_client", "use_client", "alloc", "status",
     "parse_size", "format_size", "strerror",
-    "SWAPPABLE", "PIN_VRAM", "SPILLABLE", "LEGACY_IPC", "DEFAULT_SOCKET",
+    "SWAPPABLE", "PIN_VRAM", "SPILLABLE", "LEGACY_IPC", "NO_SELF_WAIT",
+    "DEFAULT_SOCKET",
     "GpumemError", "OutOfMemory", "TooLarge", "QuotaExceeded", "TimedOut",
     "NoSuchBuffer", "NotAllowed", "Busy", "NotSupported", "Revoked",
     "LimitReached", "InvalidArgument", "CopyFailed", "Disconnected",

@@ -26,6 +26,8 @@ SWAPPABLE = 0          # default: moves only while released
 PIN_VRAM = 1 << 0      # never leaves VRAM
 SPILLABLE = 1 << 1     # may live on host memory even while in use
 LEGACY_IPC = 1 << 2    # cuda only: plain cudaIpcMemHandle
+NO_SELF_WAIT = 1 << 3  # how to wait: fail at once on room only this
+                       # process holds (gpumem.h GMD_ALLOC_NO_SELF_WAIT)
 
 DEFAULT_SOCKET = "/run/gpu-memd/gpu-memd.sock"
 
