@@ -16,10 +16,10 @@ bit for bit on CPU.
 import threading
 import time
 
-from .errors import OutOfMemory, TimedOut, TooLarge
+from .errors import Busy, CopyFailed, OutOfMemory, TimedOut, TooLarge
 
 # Seconds a buffer of ours waits for room before PyTorch is asked for its
-# unused cache (room_for): with gpumem.torch.enable() that cache is
+# unused cache (acquire_making_room, alloc_or_none): with gpumem.torch.enable() that cache is
 # gpu-memd buffers of this process, which PyTorch frees only when one of
 # its own allocations fails, never while our call waits.
 ROOM_WAIT = 1.0
@@ -244,3 +244,24 @@ def alloc_or_none(client, nbytes, device, flags, ops, wait):
                     not ops.release_cached():
                 return None
     return None
+
+
+def flush(client, stats):
+    """Hear the daemon's answers to the calls stream() and offload sent
+    without waiting (client.flush): a refused pageout (host pool full,
+    host quota, a copy the GPU refused a moment ago: the buffer stays
+    released in VRAM for the daemon to move when it needs the room) is
+    counted in stats["pageouts_refused"]; a prefetch refused because its
+    buffer was acquired first (an unpack or a block's acquire on another
+    thread, on a client stream() and offload may share) in
+    stats["prefetches_busy"]: a prefetch is only a hint. Any other refusal
+    raises: a release refused means the caller and the daemon disagree."""
+    try:
+        client.flush()
+    except (OutOfMemory, CopyFailed):
+        stats["pageouts_refused"] += 1
+    except Busy as e:
+        # the sentence names the call (gmd_flush)
+        if "gmd_prefetch_nowait" not in str(e):
+            raise
+        stats["prefetches_busy"] += 1

@@ -22,7 +22,8 @@ offload_activations block ends (when it ends without an exception): a
 refused pageout is counted in stats["pageouts_refused"] there (once per
 flush that finds one: a flush tells the first refusal only), a prefetch
 of the backward pass before it that crossed an unpack's acquire on another
-thread (GMD_EBUSY) is ignored, as before, and any other refusal raises.
+thread (GMD_EBUSY) is counted in stats["prefetches_busy"] and otherwise
+ignored, as before, and any other refusal raises (_torchdev.flush).
 
 In the backward pass autograd unpacks saved tensors roughly in the reverse
 order it packed them. Each unpack prefetches the ones before it, until
@@ -77,7 +78,7 @@ import weakref
 
 from . import _torchdev, lead as _lead
 from .client import SWAPPABLE
-from .errors import Busy, CopyFailed, GpumemError, OutOfMemory
+from .errors import GpumemError
 
 MIN_BYTES = 16 << 20
 STARVED_WAIT = 0.05     # seconds a buffer waits after a refusal (_alloc)
@@ -156,7 +157,8 @@ class Offloader:
                       "kept": 0, "kept_bytes": 0, "kept_no_room": 0,
                       "cache_released": 0,
                       "unpacked": 0,
-                      "prefetched": 0, "freed": 0, "pageouts_refused": 0}
+                      "prefetched": 0, "freed": 0, "pageouts_refused": 0,
+                      "prefetches_busy": 0}
 
     # ---- pack: forward pass ----------------------------------------------
 
@@ -284,17 +286,8 @@ class Offloader:
 
     def flush(self):
         """Hear the daemon's answers to the calls sent without waiting
-        (module comment): a refused pageout (host pool full, or the GPU
-        refused a copy a moment ago: the buffer stays released in VRAM, the
-        daemon moves it when it needs the room) is counted, a prefetch
-        refused because an unpack on another thread acquired the buffer
-        first is ignored, any other refusal raises."""
-        try:
-            self.client.flush()
-        except (OutOfMemory, CopyFailed):
-            self.stats["pageouts_refused"] += 1
-        except Busy:
-            pass
+        (module comment; _torchdev.flush)."""
+        _torchdev.flush(self.client, self.stats)
 
     # ---- freeing ---------------------------------------------------------
 

@@ -124,7 +124,7 @@ import threading
 from . import _torchdev, lead as _lead
 from ._args import parse_size
 from .client import SWAPPABLE
-from .errors import Busy, CopyFailed, GpumemError, OutOfMemory
+from .errors import Busy, GpumemError
 
 ALIGN = 256
 
@@ -362,24 +362,8 @@ class Streamer:
 
     def _flush(self):
         """Hear the daemon's answers to what the hooks sent without
-        waiting (module comment): a refused pageout (host pool full, host
-        quota, a copy the GPU refused a moment ago) is counted, the block
-        stays released in VRAM for the daemon to move when it needs the
-        room; a prefetch refused because the buffer was acquired first is
-        ignored: the client may be shared with offload_activations, whose
-        backward thread acquires its own buffers while their prefetches are
-        on the way (seen on the H200), and a prefetch is only a hint; any
-        other refusal raises."""
-        try:
-            self.client.flush()
-        except (OutOfMemory, CopyFailed):
-            self.stats["pageouts_refused"] += 1
-        except Busy as e:
-            # the sentence names the call (gmd_flush): a release refused
-            # means the streamer and the daemon disagree, and raises
-            if "gmd_prefetch_nowait" not in str(e):
-                raise
-            self.stats["prefetches_busy"] += 1
+        waiting (module comment; _torchdev.flush)."""
+        _torchdev.flush(self.client, self.stats)
 
     def _prefetch_from(self, block, step):
         """Prefetch the `lead` streamed blocks after `block` in the learned
@@ -782,8 +766,8 @@ def stream(model, optimizer=None, budget=None, *, blocks=None, lead=None,
     an acquire may wait; `device`: the CUDA device (None: the model's, or
     0 for a model on the CPU; sim: the CPU); `between_steps`: what of the
     resident blocks is released after optimizer.step() until the next
-    step needs it: "none" (default), "state" (the optimizer state), "all" (the
-    weights too: code reading them between steps may fault) or "none".
+    step needs it: "none" (default), "state" (the optimizer state) or "all"
+    (the weights too: code reading them between steps may fault).
     The model may sit on the CPU: its blocks are copied to the buffers.
     Returns the Streamer."""
     from . import current_client, idle
