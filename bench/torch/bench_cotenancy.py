@@ -92,7 +92,7 @@ TARGET_P99 = 1.2          # inference p99 together / alone
 INFER_PRIORITY = 10
 
 sys.path.insert(0, HERE)
-from common import Daemon, child_env  # noqa: E402
+from common import Daemon, child_env, pool_moves  # noqa: E402
 
 
 def parse_size(text):
@@ -238,8 +238,10 @@ def child_train(args):
         info.update(stream_budget=budget, blocks=len(blocks),
                     resident_blocks=sum(b.resident for b in streamer.blocks))
 
+        offload_kw = args.get("offload") or {}
+
         def scope():
-            return gt.offload_activations(client=client)
+            return gt.offload_activations(client=client, **offload_kw)
     elif method == "save_on_cpu":
         def scope():
             return torch.autograd.graph.save_on_cpu(pin_memory=True)
@@ -248,8 +250,9 @@ def child_train(args):
 
         def scope():
             return contextlib.nullcontext()
-    losses, times = [], []
+    losses, times, fwd = [], [], []
     working_set = 0
+    offload_stats = moves_before = None
     t_start = time.time()
     end = time.monotonic() + args.get("deadline_s", 1e9)
     error = None
@@ -261,9 +264,16 @@ def child_train(args):
             ids = data[i].cuda()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
+            if client is not None and i == warmup:
+                moves_before = pool_moves(client)
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                with scope():
+                with scope() as o:
                     out = model(input_ids=ids, labels=ids)
+            if args.get("phases"):
+                # where the step's time goes (a host synchronization more
+                # a step: diagnosis runs only)
+                torch.cuda.synchronize()
+                fwd.append(round((time.perf_counter() - t0) * 1e3, 2))
             if client is not None and i == warmup:
                 working_set = max(working_set, _client_bytes(client))
             out.loss.backward()
@@ -272,6 +282,8 @@ def child_train(args):
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
             losses.append(out.loss.item())
+            if o is not None and hasattr(o, "stats"):
+                offload_stats = dict(o.stats)
             del out
             if args.get("idle") and gt is not None:
                 with gt.idle():
@@ -301,6 +313,18 @@ def child_train(args):
         result["error"] = error
     if streamer is not None:
         result["stream_stats"] = dict(streamer.stats)
+    if offload_stats is not None:
+        result["offload_stats_last_step"] = offload_stats
+        result["offload"] = args.get("offload") or {}
+    if fwd:
+        result["forward_ms"] = fwd
+    if moves_before is not None and len(times) > warmup:
+        d = {k: v - moves_before[k] for k, v in pool_moves(client).items()}
+        d["steps"] = len(times) - warmup
+        for way in ("out", "in"):
+            us = d[f"copy_us_{way}"]
+            d[f"gbps_{way}"] = d[f"bytes_{way}"] / us / 1e3 if us else None
+        result["daemon_moves_steady"] = d
     if gt is not None and args.get("shim"):
         result["shim_stats"] = gt.stats()
     return result
@@ -599,15 +623,24 @@ def case_train2x(ctx, opts, left):
     out["budget"] = budget
     print(f"  budget {budget / GiB:.2f} GiB ({out['budget_from']})",
           flush=True)
-    for method, daemon in (("gpumem", True), ("save_on_cpu", False)):
-        n = 2 if method == "gpumem" else 1
+    runs = [("gpumem", "gpumem", True, None), ("save_on_cpu", "save_on_cpu",
+                                                False, None)]
+    # --train2x-offload: more gpumem runs, offload_activations() with
+    # these arguments (where the defaults are measured), timed by phase
+    for kw in json.loads(opts.train2x_offload or "[]"):
+        runs.append(("gpumem", "gpumem " + ",".join(
+            f"{k}={v}" for k, v in kw.items()), True, kw))
+    for i, (method, name, daemon, kw) in enumerate(runs):
+        n = len(runs) - i
         if left - (time.monotonic() - t0) < 40:
-            out["results"].append({"method": method, "name": method,
+            out["results"].append({"method": method, "name": name,
                                    "error": "skipped: deadline", "rc": None})
             continue
-        args = dict(base, method=method, name=method,
+        args = dict(base, method=method, name=name,
                     deadline_s=share(n) * 0.6, shim=daemon,
                     stream_budget=int(opts.stream_frac * budget))
+        if kw is not None:
+            args.update(offload=kw, phases=True)
         out["results"].append(run_one(ctx, "train", args, budget=budget,
                                       daemon=daemon, timeout=share(n)))
     out["summary"] = summarize_train2x(out)
@@ -615,17 +648,14 @@ def case_train2x(ctx, opts, left):
 
 
 def summarize_train2x(case, show=True):
-    res = {r.get("method"): r for r in case["results"]}
+    res = {r.get("name", r.get("method")): r for r in case["results"]}
     plain = res.get("plain")
     ok_plain = plain is not None and "error" not in plain
     lines = [f"training at twice the budget: {case['cfg']['layers']} x "
              f"{case['cfg']['width']}, budget {case['budget'] / GiB:.2f} GiB"
              f" ({case.get('budget_from')})"]
     summary = {"budget": case["budget"], "methods": {}}
-    for name in ("plain", "gpumem", "save_on_cpu"):
-        r = res.get(name)
-        if r is None:
-            continue
+    for name, r in res.items():
         if "error" in r and not r.get("step_ms_median"):
             lines.append(f"  {name:12} error{' (OOM)' if r.get('oom') else ''}"
                          f": {r['error']}")
@@ -637,6 +667,12 @@ def summarize_train2x(case, show=True):
              "nvml_peak_bytes": r.get("nvml_peak_bytes"),
              "under_budget": r.get("under_budget")}
         line = f"  {name:12} {r['step_ms_median']:9.1f} ms"
+        mv = r.get("daemon_moves_steady")
+        if mv and mv.get("steps"):
+            m["moved_gib_per_step"] = [mv[f"bytes_{w}"] / mv["steps"] / GiB
+                                       for w in ("out", "in")]
+            line += (f"  moved {m['moved_gib_per_step'][0]:.2f} out/"
+                     f"{m['moved_gib_per_step'][1]:.2f} in GiB a step")
         if ok_plain:
             m["ratio"] = r["step_ms_median"] / plain["step_ms_median"]
             n = min(len(r["losses"]), len(plain["losses"]))
@@ -871,6 +907,10 @@ def main():
     ap.add_argument("--stream-frac", type=float, default=0.15,
                     help="streamed weights kept resident: this fraction "
                     "of the budget (default 0.15)")
+    ap.add_argument("--train2x-offload", metavar="JSON",
+                    help="more train2x gpumem runs: a JSON list of "
+                    "offload_activations() arguments, e.g. "
+                    "'[{\"pageout\": false}, {\"min_bytes\": 4194304}]'")
     ap.add_argument("--per-process-margin", default="1G",
                     help="the holder's margin per GPU process (default 1G)")
     ap.add_argument("--summarize", metavar="FILE",
