@@ -80,7 +80,7 @@ class Offload(DaemonTest):
             seen["status"] = [(b.tier, b.acquired) for b in status.buffers
                               if b.buffer_id in ids]
         self.after_forward = after_forward
-        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB})
+        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB, "slab_bytes": 0})
         self.assertTrue(torch.equal(loss, ref_loss), "loss differs")
         assert_same(self, g, ref_grads, "gradient")
         stats = self.offloader.stats
@@ -128,7 +128,7 @@ class Offload(DaemonTest):
         def after_forward(o):
             o.ops = SlowEvents(o.ops, 3)
         self.after_forward = after_forward
-        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB})
+        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB, "slab_bytes": 0})
         self.assertTrue(torch.equal(loss, ref_loss))
         assert_same(self, g, ref_grads, "gradient")
         self.assertEqual(self.offloader.ops.left, 0, "no event was pending")
@@ -136,6 +136,68 @@ class Offload(DaemonTest):
         stats = self.offloader.stats
         self.assertEqual(stats["freed"], stats["offloaded"], stats)
         self.assertEqual(self.offloader.pending(), 0)
+
+    def test_slabs_in_pack_order_the_last_stays(self):
+        """Tensors are packed into slabs in pack order (2 MiB slabs: two
+        of the 1 MiB activations each); the full slabs are paged out, the
+        one open as the forward pass ends stays in VRAM, released (the
+        backward pass wants it first); the backward pass acquires each
+        slab once, newest first, and frees them all."""
+        ref_loss, ref_grads = self.run_mlp(mlp())
+        spy = Spy(self)
+        seen = {}
+
+        def after_forward(o):
+            self.client.wait(timeout=10)
+            slabs = [s for s in o._slabs if s is not None]
+            seen["ids"] = [s.buf.id for s in slabs]
+            seen["tiers"] = [s.buf.tier for s in slabs]
+            seen["fill"] = [s.used for s in slabs]
+            status = self.client.status("buffers")
+            seen["acquired"] = [b.acquired for b in status.buffers
+                                if b.buffer_id in seen["ids"]]
+            spy.calls.clear()
+        self.after_forward = after_forward
+        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB,
+                                       "slab_bytes": 2 * MiB})
+        self.assertTrue(torch.equal(loss, ref_loss), "loss differs")
+        assert_same(self, g, ref_grads, "gradient")
+        stats = self.offloader.stats
+        self.assertEqual(stats["offloaded"], 4, stats)
+        self.assertEqual(stats["buffers"], 2, stats)
+        self.assertEqual(seen["fill"], [2 * MiB, 2 * MiB])
+        self.assertEqual(seen["tiers"], ["host", "vram"])
+        self.assertEqual(seen["acquired"], [False, False])
+        self.assertEqual(spy.ids("acquire"), seen["ids"][::-1])
+        self.assertEqual(stats["unpacked"], 4, stats)
+        self.assertEqual(self.offloader.pending(), 0)
+        self.assertEqual(stats["freed"], 2, stats)
+        self.assertEqual(self.client.buffers, [])
+
+    def test_slab_size_bounded_by_the_pool(self):
+        """A slab is at most 1/SLAB_SHARE of the VRAM pool (256 MiB here):
+        the default 256 MiB slab would never fit a small pool."""
+        self.run_mlp(mlp(), {"min_bytes": MiB})
+        o = self.offloader
+        self.assertEqual(o._slab_size(0), 256 * MiB // offload.SLAB_SHARE)
+        self.assertEqual(o.stats["buffers"], 1, o.stats)
+        self.assertEqual(self.client.buffers, [])
+
+    def test_forward_that_fails_releases_its_slab(self):
+        model = mlp()
+        with self.assertRaises(RuntimeError):
+            with gt.offload_activations(min_bytes=MiB,
+                                        client=self.client) as o:
+                model(self.x).square().mean()
+                raise RuntimeError("a failing forward")
+        self.assertEqual(o._open, {})
+        status = self.client.status("buffers")
+        self.assertTrue(status.buffers)
+        self.assertFalse(any(b.acquired for b in status.buffers))
+        import gc
+        gc.collect()
+        o.finish()
+        self.assertEqual(self.client.buffers, [])
 
     def test_retain_graph_backward_twice(self):
         model = mlp()
@@ -156,7 +218,8 @@ class Offload(DaemonTest):
             packed["ids"] = [r().buf.id for r in o._saved]
             spy.calls.clear()
         self.after_forward = after_forward
-        self.run_mlp(mlp(), {"min_bytes": MiB, "lead": 2 * MiB})
+        self.run_mlp(mlp(), {"min_bytes": MiB, "lead": 2 * MiB,
+                             "slab_bytes": 0})
         acquires = spy.ids("acquire")
         self.assertEqual(acquires, packed["ids"][::-1])
         prefetched = spy.ids("prefetch")
@@ -181,7 +244,7 @@ class Offload(DaemonTest):
         self.client.flush = lambda *a: flushes.append(a) or original(*a)
         self.addCleanup(delattr, self.client, "flush")
         ref_loss, ref_grads = self.run_mlp(mlp())
-        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB})
+        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB, "slab_bytes": 0})
         self.assertTrue(torch.equal(loss, ref_loss))
         assert_same(self, g, ref_grads, "gradient")
         self.assertEqual(len(flushes), 1)       # as the block ended
@@ -257,7 +320,8 @@ class HostFull(DaemonTest):
 
     def test_pageout_refused_keeps_going(self):
         x, ref, model = mlp_with_reference()
-        with gt.offload_activations(min_bytes=MiB, client=self.client) as o:
+        with gt.offload_activations(min_bytes=MiB, slab_bytes=0,
+                                    client=self.client) as o:
             loss = model(x).square().mean()
         self.assertGreater(o.stats["pageouts_refused"], 0, o.stats)
         loss.backward()

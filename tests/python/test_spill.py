@@ -314,7 +314,8 @@ class Lead(DaemonTest):
     def test_offload_lead_planned_at_first_unpack(self):
         from gpumem.offload import LEAD
         x, ref, model = mlp_with_reference()
-        with gt.offload_activations(min_bytes=MiB, client=self.client) as o:
+        with gt.offload_activations(min_bytes=MiB, slab_bytes=0,
+                                    client=self.client) as o:
             fixed_seconds(o.ops, 4e-3)
             loss = model(x).square().mean()
         n = o.stats["offloaded"]
@@ -328,7 +329,7 @@ class Lead(DaemonTest):
         # forward's 4 ms over n - 1 tensors between
         compute = 4e-3 / (n - 1)
         ahead = math.ceil(MiB / self.RATE / compute)
-        self.assertEqual(o.plan["tensor_bytes"], MiB)
+        self.assertEqual(o.plan["buffer_bytes"], MiB)
         self.assertEqual(o.plan["compute_s"], compute)
         self.assertEqual(o.plan["lead"], ahead * MiB)
         self.assertEqual(o.lead, ahead * MiB)

@@ -66,6 +66,11 @@ class HostOps:
         return None
 
     @staticmethod
+    def wait(event, device=None):
+        """Have the compute stream of `device` wait for `event` (None:
+        nothing)."""
+
+    @staticmethod
     def done(event):
         return True
 
@@ -149,6 +154,12 @@ class CudaOps:
         event = torch.cuda.Event()
         event.record(stream)
         return event
+
+    @staticmethod
+    def wait(event, device=None):
+        import torch
+        if event is not None:
+            torch.cuda.current_stream(device).wait_event(event)
 
     @staticmethod
     def done(event):

@@ -64,3 +64,22 @@ def units_ahead(nbytes, rate, compute_s, most=None):
     if most is not None:
         ahead = max(1, min(ahead, most))
     return ahead
+
+
+_capacity = weakref.WeakKeyDictionary()  # client -> {device: bytes}
+
+
+def vram_capacity(client, device):
+    """The bytes of `device`'s VRAM pool (the daemon's --vram-limit or the
+    GPU's), read once per client and device; 0 when not reported."""
+    with _lock:
+        known = _capacity.get(client, {}).get(device)
+    if known is not None:
+        return known
+    size = 0
+    for pool in client.status("pools").pools:
+        if pool.tier == "vram" and pool.device == device:
+            size = pool.capacity
+    with _lock:
+        _capacity.setdefault(client, {})[device] = size
+    return size

@@ -6,12 +6,25 @@
 
 Inside the block, every tensor autograd saves for the backward pass
 (torch.autograd.graph.saved_tensors_hooks) that is at least `min_bytes`
-large is copied into a SWAPPABLE gpu-memd buffer of its own, on a side
-stream after the work that made it (cuda), then the buffer is released with
-release_after(side stream), so the daemon moves it only once that copy is
-done, with no host synchronization, and paged out at once: the saved
-activations leave VRAM while the forward pass goes on. The original tensor
-goes back to PyTorch's allocator when autograd drops it.
+large is copied into a slab, a SWAPPABLE gpu-memd buffer of `slab_bytes`
+(256 MiB, at most 1/16 of the VRAM pool) holding the saved tensors in the
+order they were packed, on a side stream after the work that made it
+(cuda). A full slab is released with release_after(side stream), so the
+daemon moves it only once the copies into it are done, with no host
+synchronization, and paged out at once: the saved activations leave VRAM
+while the forward pass goes on. The slab still open when the forward pass
+ends is released but not paged out: it holds the tensors the backward
+pass wants first. The original tensor goes back to PyTorch's allocator
+when autograd drops it. A tensor of a slab's size or more gets a buffer
+of its own, and so does every tensor with slab_bytes=0.
+
+Slabs rather than a buffer per tensor, from a measurement (H200, GPT-2
+8 x 1024 at batch 8 x 512 trained at half its peak memory,
+bench/torch/profile_offload.py): with a buffer per tensor, 83 tensors a
+step, the forward pass spent 103 ms of its 180 in allocations (1.1 ms
+each: the daemon makes new VRAM, the process maps it, since the budget
+leaves no freed buffer parked to reuse) and the backward pass 33 ms in
+acquires.
 
 The release_after, pageout and prefetch calls are sent without waiting
 for the daemon's answers (wait=False: libgpumem's gmd_*_nowait; the
@@ -26,15 +39,16 @@ thread (GMD_EBUSY) is counted in stats["prefetches_busy"] and otherwise
 ignored, as before, and any other refusal raises (_torchdev.flush).
 
 In the backward pass autograd unpacks saved tensors roughly in the reverse
-order it packed them. Each unpack prefetches the ones before it, until
-`lead` bytes are on their way back, then acquires its own buffer (at once
-when its prefetch is over; a passive swap-in at the head of the daemon's
-queue when not), copies it into a fresh tensor on the compute stream and
-keeps it acquired. autograd drops a saved tensor once the node that used
-it has run (unless retain_graph); the buffer is then freed as soon as the
-copy out of it is over (an event; at once on sim). Freed while acquired, it
-is parked in libgpumem's cache of mappings, so the next step's pack of the
-same size is a cache hit instead of a fresh allocation and mapping.
+order it packed them. Each unpack prefetches the slabs before its own,
+until `lead` bytes are on their way back, then acquires its slab if it is
+the first of it (at once when its prefetch is over; a passive swap-in at
+the head of the daemon's queue when not), copies the tensor into a fresh
+one on the compute stream and keeps the slab acquired. autograd drops a
+saved tensor once the node that used it has run (unless retain_graph); a
+slab is freed once all its tensors were dropped and the copies out of it
+are over (an event; at once on sim). Freed while acquired, it is parked
+in libgpumem's cache of mappings, so the next step's slab is a cache hit
+instead of a fresh allocation and mapping when the room allows.
 
 Left where they are: tensors under `min_bytes` (a move of a small tensor
 costs a round trip and mapping work that its copy time does not pay for),
@@ -48,18 +62,19 @@ memory it does not hold already, where waiting longer could wait for
 ever on room this process holds itself (PyTorch's cache on gpu-memd).
 
 The lead, unless given, is planned from the link (lead.py), the unit
-being the largest offloaded tensor:
+being the largest buffer:
 
     lead = x * max(1, ceil(t_copy / t_compute))      bytes
-    x = the largest tensor offloaded in the forward pass
+    x = the largest buffer (a slab, or a tensor of its own) of the pass
     t_copy = x / the link's host-to-VRAM bytes per second (the daemon's
              status: measured at start)
-    t_compute = the forward pass's compute per offloaded tensor: the time
+    t_compute = the forward pass's compute per x bytes offloaded: the time
                 from the first offloaded pack to the last (events on the
-                compute stream) over the tensors between
+                compute stream) over the bytes packed after the first,
+                times x
 
-so a tensor's copy is covered by the compute of the tensors before it in
-the backward pass, whose compute per tensor is about twice the forward's
+so a buffer's copy is covered by the compute of the buffers before it in
+the backward pass, whose compute per byte is about twice the forward's
 (the margin). It is planned at the first unpack whose forward timing is
 over (no host synchronization; until then, and when the link is not
 known, LEAD); `plan` says what was measured and decided.
@@ -81,6 +96,9 @@ from .client import SWAPPABLE
 from .errors import GpumemError
 
 MIN_BYTES = 16 << 20
+SLAB_BYTES = 256 << 20
+SLAB_SHARE = 16         # a slab is at most this share of the VRAM pool
+ALIGN = 512             # bytes: each tensor's offset in a slab
 STARVED_WAIT = 0.05     # seconds a buffer waits after a refusal (_alloc)
 LEAD = 512 << 20
 
@@ -102,21 +120,51 @@ def _is_weight(tensor):
     return False
 
 
-class _Saved:
-    """One offloaded tensor: its buffer, the view of it, and where it is."""
-    __slots__ = ("offloader", "index", "buf", "view", "nbytes", "device",
-                 "event", "prefetched", "acquired", "__weakref__")
+def _align(nbytes):
+    return (nbytes + ALIGN - 1) // ALIGN * ALIGN
 
-    def __init__(self, offloader, index, buf, view, nbytes, device, event):
-        self.offloader = offloader
+
+class _Slab:
+    """One gpu-memd buffer holding the saved tensors packed into it, in
+    pack order: one tensor (slab_bytes=0, or a tensor of slab_bytes or
+    more) or as many as fit. Open while tensors are copied into it; sealed
+    (released after the copies, and paged out) once full or when the
+    forward pass ends; freed once autograd dropped all of them and the
+    last copy that touches it is over."""
+    __slots__ = ("index", "buf", "size", "used", "live", "device",
+                 "sealed", "prefetched", "acquired", "stream", "filled",
+                 "read")
+
+    def __init__(self, index, buf, size, device):
         self.index = index
         self.buf = buf
-        self.view = view
-        self.nbytes = nbytes
+        self.size = size
+        self.used = 0
+        self.live = 0               # its saved tensors autograd holds
         self.device = device
-        self.event = event          # the last copy that touches the buffer
+        self.sealed = False
         self.prefetched = False
         self.acquired = False
+        self.stream = None          # the side stream copying into it
+        self.filled = None          # an event after the last copy in
+        self.read = None            # an event after the last copy out
+
+
+class _Saved:
+    """One offloaded tensor: its slab and the view of it there."""
+    __slots__ = ("offloader", "index", "slab", "view", "nbytes",
+                 "__weakref__")
+
+    def __init__(self, offloader, index, slab, view, nbytes):
+        self.offloader = offloader
+        self.index = index
+        self.slab = slab
+        self.view = view
+        self.nbytes = nbytes
+
+    @property
+    def buf(self):
+        return self.slab.buf
 
     def __del__(self):
         offloader = self.offloader
@@ -129,20 +177,26 @@ class Offloader:
     passes of what it saved). `stats` counts what it did."""
 
     def __init__(self, client, min_bytes=MIN_BYTES, lead=None, pageout=True,
-                 timeout=None):
+                 timeout=None, slab_bytes=SLAB_BYTES):
         if min_bytes < 1:
             raise ValueError(f"min_bytes={min_bytes}: 1 or more")
         if lead is not None and lead < 0:
             raise ValueError(f"lead={lead}: 0 or more bytes (None: planned "
                              "from the link)")
+        if slab_bytes < 0:
+            raise ValueError(f"slab_bytes={slab_bytes}: 0 (a buffer per "
+                             "tensor) or more")
         self.client = client
         self.ops = _torchdev.ops_for(client)
         self.min_bytes = int(min_bytes)
+        self.slab_bytes = _align(int(slab_bytes))
         self.lead = LEAD if lead is None else int(lead)
         # planning (module comment): marks of the first and last offloaded
-        # pack, their count, the largest; `plan` once it ran
+        # pack, the bytes packed from the first, the largest buffer;
+        # `plan` once it ran
         self._plan_pending = lead is None
         self._marks = [None, None]
+        self._first_bytes = 0
         self._largest = 0
         self.plan = None
         self.pageout = pageout
@@ -152,10 +206,13 @@ class Offloader:
         # weak references in pack order (autograd holds the _Saved; when it
         # drops one, _Saved.__del__ retires it), None once retired
         self._saved = []
-        self._retired = []          # (_Saved fields) waiting for their event
+        self._slabs = []            # in open order, None once retired
+        self._open = {}             # device index -> its open slab
+        self._slab_sizes = {}       # device index -> _slab_size
+        self._retired = []          # (buffer, events) waiting for them
         self.stats = {"packed": 0, "offloaded": 0, "offloaded_bytes": 0,
                       "kept": 0, "kept_bytes": 0, "kept_no_room": 0,
-                      "cache_released": 0,
+                      "cache_released": 0, "buffers": 0,
                       "unpacked": 0,
                       "prefetched": 0, "freed": 0, "pageouts_refused": 0,
                       "prefetches_busy": 0}
@@ -163,7 +220,7 @@ class Offloader:
     # ---- pack: forward pass ----------------------------------------------
 
     def _alloc(self, nbytes, device):
-        """A buffer for a saved tensor, or None when no room is made
+        """A buffer for saved tensors, or None when no room is made
         (_torchdev.alloc_or_none: ROOM_WAIT, then again after PyTorch gave
         back its unused cache): the tensor then stays where it is, which
         takes no memory it does not hold already. Waiting longer could
@@ -181,6 +238,70 @@ class Offloader:
         self._starved = buf is None
         return buf
 
+    def _new_slab(self, size, device):
+        buf = self._alloc(size, device)
+        if buf is None:
+            return None
+        with self._lock:
+            slab = _Slab(len(self._slabs), buf, size, device)
+            self._slabs.append(slab)
+        self.stats["buffers"] += 1
+        self._largest = max(self._largest, size)
+        return slab
+
+    def _slab_size(self, device):
+        """slab_bytes, at most 1/SLAB_SHARE of the device's VRAM pool: a
+        slab is allocated whole, and one of a large share of a small pool
+        would find no room where single tensors would."""
+        size = self._slab_sizes.get(device)
+        if size is None:
+            size = self.slab_bytes
+            pool = _lead.vram_capacity(self.client, device)
+            if pool:
+                size = min(size, pool // SLAB_SHARE // ALIGN * ALIGN)
+            self._slab_sizes[device] = size
+        return size
+
+    def _place(self, nbytes, device):
+        """The slab a tensor of `nbytes` goes into and its offset there
+        (None: no room): the open slab of its device while it has room,
+        else a new one (the open one is sealed); a slab of its own for a
+        tensor of a slab's size or more."""
+        size = _align(nbytes)
+        slab_size = self._slab_size(device) if self.slab_bytes else 0
+        if size >= slab_size:
+            slab = self._new_slab(nbytes, device)
+            return (slab, 0) if slab is not None else None
+        slab = self._open.get(device)
+        if slab is not None and slab.used + size <= slab.size:
+            offset, slab.used = slab.used, slab.used + size
+            return slab, offset
+        if slab is not None:
+            del self._open[device]
+            self._seal(slab, self.pageout)
+        slab = self._new_slab(slab_size, device)
+        if slab is None:
+            return None
+        self._open[device] = slab
+        slab.used = size
+        return slab, 0
+
+    def _seal(self, slab, pageout):
+        """No more tensors go into `slab`: released once the copies into
+        it are over (the side stream's event, on the GPU), and paged out
+        when `pageout`, sent without waiting (flush() hears the answers)."""
+        slab.sealed = True
+        slab.buf.release_after(slab.stream, wait=False)
+        if pageout:
+            try:
+                slab.buf.pageout(wait=False)
+            except GpumemError:
+                # not sent (the connection is gone, the buffer revoked):
+                # counted as a refusal (flush() hears the daemon's)
+                self.stats["pageouts_refused"] += 1
+        if slab.live == 0:
+            self._retire_slab(slab)
+
     def pack(self, tensor):
         self.stats["packed"] += 1
         nbytes = tensor.numel() * tensor.element_size()
@@ -190,35 +311,39 @@ class Offloader:
             self.stats["kept_bytes"] += nbytes
             return tensor
         self._free_retired()
-        buf = self._alloc(nbytes, self.ops.device_index(tensor))
-        if buf is None:
+        placed = self._place(nbytes, self.ops.device_index(tensor))
+        if placed is None:
             self.stats["kept"] += 1
             self.stats["kept_bytes"] += nbytes
             self.stats["kept_no_room"] += 1
             return tensor
-        view = buf.as_tensor(tensor.dtype, tuple(tensor.shape))
-        stream, event = self.ops.copy_aside(view, tensor)
-        buf.release_after(stream, wait=False)
-        if self.pageout:
-            try:
-                buf.pageout(wait=False)
-            except GpumemError:
-                # not sent (the connection is gone, the buffer revoked):
-                # counted as a refusal (flush() hears the daemon's)
-                self.stats["pageouts_refused"] += 1
+        slab, offset = placed
+        view = slab.buf.as_tensor(tensor.dtype, tuple(tensor.shape), offset)
+        slab.stream, slab.filled = self.ops.copy_aside(view, tensor)
         with self._lock:
-            saved = _Saved(self, len(self._saved), buf, view, nbytes,
-                           tensor.device, event)
+            slab.live += 1
+            saved = _Saved(self, len(self._saved), slab, view, nbytes)
             self._saved.append(weakref.ref(saved))
             if self._plan_pending:
                 mark = self.ops.mark(tensor.device)
                 if self._marks[0] is None:
                     self._marks[0] = mark
+                    self._first_bytes = nbytes
                 self._marks[1] = mark
-                self._largest = max(self._largest, nbytes)
+        if slab.size == nbytes:         # a slab of its own: full
+            self._seal(slab, self.pageout)
         self.stats["offloaded"] += 1
         self.stats["offloaded_bytes"] += nbytes
         return saved
+
+    def end_pass(self):
+        """The forward pass is over: its open slabs are sealed but not
+        paged out. They hold the last tensors packed, the first the
+        backward pass unpacks: paging them out would have it wait for
+        their way back (the daemon still moves them out if it needs the
+        room)."""
+        for device in list(self._open):
+            self._seal(self._open.pop(device), False)
 
     # ---- unpack: backward pass -------------------------------------------
 
@@ -226,17 +351,23 @@ class Offloader:
         if not isinstance(packed, _Saved):
             return packed
         self._free_retired()
+        slab = packed.slab
+        if not slab.sealed:             # unpacked inside the forward pass
+            self._open.pop(slab.device, None)
+            self._seal(slab, False)
         if self._plan_pending:
-            self._plan_lead(packed.buf.device)
-        self._prefetch_before(packed.index)
-        if not packed.acquired:         # a second unpack (retain_graph)
+            self._plan_lead(slab.device)
+        self._prefetch_before(slab.index)
+        if not slab.acquired:           # the first of its tensors
             # its room may be PyTorch's unused cache (_torchdev.ROOM_WAIT)
-            if _torchdev.acquire_making_room(packed.buf, self.timeout,
+            if _torchdev.acquire_making_room(slab.buf, self.timeout,
                                              self.ops):
                 self.stats["cache_released"] += 1
-            packed.acquired = True
+            slab.acquired = True
+        # a slab that never left VRAM: its copies in may still run
+        self.ops.wait(slab.filled, slab.device)
         out = packed.view.clone()   # on the compute stream
-        packed.event = self.ops.record(self.ops.current_stream(packed.device))
+        slab.read = self.ops.record(self.ops.current_stream(slab.device))
         self.stats["unpacked"] += 1
         return out
 
@@ -245,8 +376,8 @@ class Offloader:
         comment), once that timing is over; LEAD until then."""
         with self._lock:
             first, last = self._marks
-            n = self.stats["offloaded"]
-            if first is None or n < 2:
+            after_first = self.stats["offloaded_bytes"] - self._first_bytes
+            if first is None or after_first <= 0:
                 self._plan_pending = False      # nothing to time: LEAD
                 return
             secs = self.ops.seconds(first, last)
@@ -254,34 +385,33 @@ class Offloader:
                 return                          # the GPU is not there yet
             self._plan_pending = False
             x = self._largest
-        compute = secs / (n - 1)
+        compute = secs * x / after_first
         rate = _lead.link_in(self.client, device)
         ahead = _lead.units_ahead(x, rate, compute)
         if ahead is not None:
             self.lead = ahead * x
-        self.plan = {"link_bytes_per_s_in": rate, "tensor_bytes": x,
+        self.plan = {"link_bytes_per_s_in": rate, "buffer_bytes": x,
                      "compute_s": compute,
                      "copy_s": x / rate if rate else None,
                      "lead": self.lead, "planned": ahead is not None}
 
     def _prefetch_before(self, index):
-        """Prefetch the saved tensors packed before `index` (the next ones
+        """Prefetch the slabs opened before slab `index` (the next ones
         backward will want), newest first, until `lead` bytes are on their
         way; each at most once."""
         ahead = 0
         with self._lock:
             j = index - 1
             while j >= 0 and ahead < self.lead:
-                ref = self._saved[j]
+                slab = self._slabs[j]
                 j -= 1
-                saved = ref() if ref is not None else None
-                if saved is None:
+                if slab is None or not slab.sealed:
                     continue
-                ahead += saved.nbytes
-                if saved.prefetched:
+                ahead += slab.size
+                if slab.prefetched or slab.acquired:
                     continue
-                saved.prefetched = True
-                saved.buf.prefetch(wait=False)
+                slab.prefetched = True
+                slab.buf.prefetch(wait=False)
                 self.stats["prefetched"] += 1
 
     def flush(self):
@@ -292,28 +422,41 @@ class Offloader:
     # ---- freeing ---------------------------------------------------------
 
     def _retire(self, saved):
-        """autograd dropped `saved`: free its buffer once the last copy
-        that uses it is over (at once on sim)."""
+        """autograd dropped `saved`: its slab is freed once it held the
+        last of its tensors, is sealed and the copies that use it are
+        over (at once on sim)."""
         with self._lock:
             i = saved.index
             if i < len(self._saved) and self._saved[i] is not None and \
                     self._saved[i]() in (saved, None):
                 self._saved[i] = None
-            self._retired.append((saved.buf, saved.event))
             saved.offloader = None
+            slab = saved.slab
+            slab.live -= 1
+            if slab.live == 0 and slab.sealed:
+                self._retire_slab(slab)
         self._free_retired()
+
+    def _retire_slab(self, slab):
+        with self._lock:
+            if slab.index < len(self._slabs) and \
+                    self._slabs[slab.index] is slab:
+                self._slabs[slab.index] = None
+            self._retired.append((slab.buf, (slab.filled, slab.read)))
 
     def _free_retired(self):
         with self._lock:
             keep, free = [], []
-            for buf, event in self._retired:
-                if self.ops.done(event):
+            for buf, events in self._retired:
+                if all(self.ops.done(e) for e in events):
                     free.append(buf)
                 else:
-                    keep.append((buf, event))
+                    keep.append((buf, events))
             self._retired = keep
-            if all(s is None for s in self._saved):
+            if all(s is None for s in self._saved) and not self._open:
                 self._saved = []    # indices restart with the next forward
+                if all(s is None for s in self._slabs):
+                    self._slabs = []
         for buf in free:
             try:
                 buf.free()
@@ -344,22 +487,27 @@ class Offloader:
 
 @contextlib.contextmanager
 def offload_activations(min_bytes=MIN_BYTES, lead=None, client=None,
-                        pageout=True, timeout=None):
+                        pageout=True, timeout=None, slab_bytes=SLAB_BYTES):
     """Offload what autograd saves in the block to gpu-memd buffers (see the
     module comment). `min_bytes`: smaller tensors stay; `lead`: bytes
     prefetched ahead in the backward pass (None: planned from the link,
-    x * max(1, ceil(t_copy / t_compute)) for the largest tensor x, LEAD
+    x * max(1, ceil(t_copy / t_compute)) for the largest buffer x, LEAD
     while it cannot be); `client`: a gpumem.Client (None:
-    the process's default); `pageout`: page each buffer out at once (False:
-    only when the daemon needs the room); `timeout`: seconds an alloc or
-    acquire may wait for room (None: as long as it takes). Yields the
-    Offloader (its `stats`)."""
+    the process's default); `pageout`: page each buffer out once full
+    (False: only when the daemon needs the room); `timeout`: seconds an
+    alloc or acquire may wait for room (None: as long as it takes);
+    `slab_bytes`: the size of the buffers the saved tensors are packed
+    into, in pack order (0: a buffer per tensor; a tensor this large or
+    larger gets its own). Yields the Offloader (its `stats`)."""
     import torch
     from . import current_client, idle
     offloader = Offloader(client or current_client(), min_bytes, lead,
-                          pageout, timeout)
+                          pageout, timeout, slab_bytes)
     idle.register(offloader)
-    with torch.autograd.graph.saved_tensors_hooks(offloader.pack,
-                                                  offloader.unpack):
-        yield offloader
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(offloader.pack,
+                                                      offloader.unpack):
+            yield offloader
+    finally:
+        offloader.end_pass()
     offloader.flush()
