@@ -97,13 +97,12 @@ class Offload(DaemonTest):
         self.assertEqual(self.client.buffers, [])
 
     def test_buffers_parked_and_reused_next_step(self):
-        # a buffer per tensor: freed, parked in libgpumem's mapping cache
         ref_loss, ref_grads = self.run_mlp(mlp())
-        self.run_mlp(mlp(), {"min_bytes": MiB, "slab_bytes": 0})
+        self.run_mlp(mlp(), {"min_bytes": MiB})
         first = self.offloader.stats["offloaded_bytes"]
         parked = sum(c.parked_bytes for c in self.mine())
         self.assertGreaterEqual(parked, first, "freed acquired: parked")
-        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB, "slab_bytes": 0})
+        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB})
         self.assertTrue(torch.equal(loss, ref_loss))
         assert_same(self, g, ref_grads, "gradient")
         self.assertEqual(sum(c.parked_bytes for c in self.mine()), parked)
@@ -172,25 +171,7 @@ class Offload(DaemonTest):
         self.assertEqual(spy.ids("acquire"), seen["ids"][::-1])
         self.assertEqual(stats["unpacked"], 4, stats)
         self.assertEqual(self.offloader.pending(), 0)
-        # kept for the next pass, released
-        self.assertEqual(stats["freed"], 0, stats)
-        status = self.client.status("buffers")
-        self.assertEqual(sorted(b.buffer_id for b in status.buffers),
-                         sorted(seen["ids"]))
-        self.assertFalse(any(b.acquired for b in status.buffers))
-        # the next pass takes them back instead of allocating
-        loss, g = self.run_mlp(mlp(), {"min_bytes": MiB,
-                                       "slab_bytes": 2 * MiB})
-        self.assertTrue(torch.equal(loss, ref_loss), "loss differs")
-        assert_same(self, g, ref_grads, "gradient")
-        stats = self.offloader.stats
-        self.assertEqual((stats["buffers"], stats["reused"]), (0, 2), stats)
-        self.assertEqual(sorted(seen["ids"]),
-                         sorted(b.buffer_id for b in
-                                self.client.status("buffers").buffers))
-        # idle() gives them back
-        with gt.idle():
-            pass
+        self.assertEqual(stats["freed"], 2, stats)
         self.assertEqual(self.client.buffers, [])
 
     def test_slab_size_bounded_by_the_pool(self):
@@ -200,7 +181,6 @@ class Offload(DaemonTest):
         o = self.offloader
         self.assertEqual(o._slab_size(0), 256 * MiB // offload.SLAB_SHARE)
         self.assertEqual(o.stats["buffers"], 1, o.stats)
-        self.assertEqual(offload.release_pool(self.client), 1)
         self.assertEqual(self.client.buffers, [])
 
     def test_forward_that_fails_releases_its_slab(self):
@@ -217,7 +197,6 @@ class Offload(DaemonTest):
         import gc
         gc.collect()
         o.finish()
-        self.assertEqual(offload.release_pool(self.client), 1)
         self.assertEqual(self.client.buffers, [])
 
     def test_retain_graph_backward_twice(self):
@@ -326,7 +305,6 @@ class Offload(DaemonTest):
         loss, g = run(True)
         self.assertTrue(torch.equal(loss, ref_loss))
         assert_same(self, g, ref_grads, "gradient")
-        self.assertEqual(offload.release_pool(self.client), 1)
         self.assertEqual(self.client.buffers, [])
 
     def test_bad_arguments(self):

@@ -120,40 +120,6 @@ def _is_weight(tensor):
     return False
 
 
-# Slabs kept between passes, released, for the next pass's packs: client
-# -> {(device, size): [Buffer]} (module comment: reuse)
-_pool_lock = threading.Lock()
-_pools = weakref.WeakKeyDictionary()
-
-
-def _pool_take(client, device, size):
-    with _pool_lock:
-        bufs = _pools.get(client, {}).get((device, size))
-        return bufs.pop() if bufs else None
-
-
-def _pool_put(client, device, size, buf):
-    with _pool_lock:
-        _pools.setdefault(client, {}).setdefault((device, size),
-                                                 []).append(buf)
-
-
-def release_pool(client):
-    """Free the slabs `client`'s offloads keep between passes (idle() does
-    it too). Returns how many."""
-    with _pool_lock:
-        kept = _pools.pop(client, {})
-    n = 0
-    for bufs in kept.values():
-        for buf in bufs:
-            try:
-                buf.free()
-                n += 1
-            except Exception:
-                pass    # the client closed: the daemon freed it already
-    return n
-
-
 def _align(nbytes):
     return (nbytes + ALIGN - 1) // ALIGN * ALIGN
 
@@ -167,7 +133,7 @@ class _Slab:
     last copy that touches it is over."""
     __slots__ = ("index", "buf", "size", "used", "live", "device",
                  "sealed", "prefetched", "acquired", "stream", "filled",
-                 "read", "read_stream")
+                 "read")
 
     def __init__(self, index, buf, size, device):
         self.index = index
@@ -182,7 +148,6 @@ class _Slab:
         self.stream = None          # the side stream copying into it
         self.filled = None          # an event after the last copy in
         self.read = None            # an event after the last copy out
-        self.read_stream = None     # the stream it was queued on
 
 
 class _Saved:
@@ -247,7 +212,7 @@ class Offloader:
         self._retired = []          # (buffer, events) waiting for them
         self.stats = {"packed": 0, "offloaded": 0, "offloaded_bytes": 0,
                       "kept": 0, "kept_bytes": 0, "kept_no_room": 0,
-                      "cache_released": 0, "buffers": 0, "reused": 0,
+                      "cache_released": 0, "buffers": 0,
                       "unpacked": 0,
                       "prefetched": 0, "freed": 0, "pageouts_refused": 0,
                       "prefetches_busy": 0}
@@ -273,38 +238,14 @@ class Offloader:
         self._starved = buf is None
         return buf
 
-    def _reused(self, size, device):
-        """A slab of `size` a pass before this one left (released), taken
-        back: no new VRAM to make and map. None when there is none or it
-        cannot be acquired (the room it had is gone for ROOM_WAIT)."""
-        buf = _pool_take(self.client, device, size)
-        if buf is None:
-            return None
-        try:
-            _torchdev.acquire_making_room(buf, min(
-                self.timeout or _torchdev.ROOM_WAIT, _torchdev.ROOM_WAIT),
-                self.ops)
-        except GpumemError:
-            try:
-                buf.free()
-            except Exception:
-                pass
-            return None
-        self.stats["reused"] += 1
-        return buf
-
     def _new_slab(self, size, device):
-        buf = None
-        if self.slab_bytes:
-            buf = self._reused(size, device)
+        buf = self._alloc(size, device)
         if buf is None:
-            buf = self._alloc(size, device)
-            if buf is None:
-                return None
-            self.stats["buffers"] += 1
+            return None
         with self._lock:
             slab = _Slab(len(self._slabs), buf, size, device)
             self._slabs.append(slab)
+        self.stats["buffers"] += 1
         self._largest = max(self._largest, size)
         return slab
 
@@ -426,8 +367,7 @@ class Offloader:
         # a slab that never left VRAM: its copies in may still run
         self.ops.wait(slab.filled, slab.device)
         out = packed.view.clone()   # on the compute stream
-        slab.read_stream = self.ops.current_stream(slab.device)
-        slab.read = self.ops.record(slab.read_stream)
+        slab.read = self.ops.record(self.ops.current_stream(slab.device))
         self.stats["unpacked"] += 1
         return out
 
@@ -449,11 +389,6 @@ class Offloader:
         rate = _lead.link_in(self.client, device)
         ahead = _lead.units_ahead(x, rate, compute)
         if ahead is not None:
-            # slabs: one more ahead, the margin the backward pass's compute
-            # per byte did not give (H200, GPT-2 8 x 1024: with one 208
-            # MiB slab ahead its acquires waited 89 ms a step)
-            if self.slab_bytes:
-                ahead += 1
             self.lead = ahead * x
         self.plan = {"link_bytes_per_s_in": rate, "buffer_bytes": x,
                      "compute_s": compute,
@@ -503,25 +438,11 @@ class Offloader:
         self._free_retired()
 
     def _retire_slab(self, slab):
-        """All of `slab`'s tensors were dropped: a slab (slab_bytes > 0)
-        goes to the pool for the next pass, released after the copies out
-        of it (release_after on the compute stream: no wait), so that it
-        holds no lease meanwhile; a buffer per tensor is freed once those
-        copies are over."""
         with self._lock:
             if slab.index < len(self._slabs) and \
                     self._slabs[slab.index] is slab:
                 self._slabs[slab.index] = None
-            if not self.slab_bytes:
-                self._retired.append((slab.buf, (slab.filled, slab.read)))
-                return
-        if slab.acquired:
-            slab.acquired = False
-            try:
-                slab.buf.release_after(slab.read_stream, wait=False)
-            except GpumemError:
-                return      # revoked, or the client closed: nothing to keep
-        _pool_put(self.client, slab.device, slab.size, slab.buf)
+            self._retired.append((slab.buf, (slab.filled, slab.read)))
 
     def _free_retired(self):
         with self._lock:
@@ -556,11 +477,9 @@ class Offloader:
             torch.cuda.synchronize()
         self._free_retired()
 
-    # idle(): offloaded buffers are released between uses already; the
-    # slabs kept for the next pass are given back
+    # idle(): offloaded buffers are released between uses already
     def _idle_enter(self):
         self._free_retired()
-        release_pool(self.client)
 
     def _idle_exit(self):
         pass
