@@ -6,7 +6,8 @@ Starts gpu-memd (cuda backend) and, in this process, compares each mode
 with the same model in plain VRAM (transformers configs, random weights,
 fixed seed, deterministic algorithms, fp32 training / bf16 inference):
   offload      GPT-2 (4 layers x 256) trained 3 steps with AdamW inside
-               offload_activations(min_bytes=256K): every loss and every
+               offload_activations(min_bytes=256K, slab_bytes=16M): every
+               loss and every
                final weight bit-identical; activations were offloaded and
                the daemon copied bytes out and in
   stream_infer a Llama config (8 layers, bf16) streamed with a budget of
@@ -122,7 +123,12 @@ def case_offload(torch, gt, client):
     stats = []
 
     def offload():
-        return gt.offload_activations(min_bytes=256 << 10, client=client)
+        # 16 MiB slabs: ~19 a step, most paged out well before the
+        # backward pass wants them, so that bytes go both ways (a 256 MiB
+        # slab's pageout is still copying when this small model's backward
+        # pass acquires it: cancelled, nothing comes back)
+        return gt.offload_activations(min_bytes=256 << 10,
+                                      slab_bytes=16 << 20, client=client)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
     for _ in range(3):

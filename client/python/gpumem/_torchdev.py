@@ -71,6 +71,10 @@ class HostOps:
         nothing)."""
 
     @staticmethod
+    def synchronize(event):
+        """Wait on the host until `event` is done (None: nothing)."""
+
+    @staticmethod
     def done(event):
         return True
 
@@ -160,6 +164,11 @@ class CudaOps:
         import torch
         if event is not None:
             torch.cuda.current_stream(device).wait_event(event)
+
+    @staticmethod
+    def synchronize(event):
+        if event is not None:
+            event.synchronize()
 
     @staticmethod
     def done(event):

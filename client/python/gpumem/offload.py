@@ -389,6 +389,11 @@ class Offloader:
         rate = _lead.link_in(self.client, device)
         ahead = _lead.units_ahead(x, rate, compute)
         if ahead is not None:
+            # slabs: one more ahead, the margin the backward pass's compute
+            # per byte did not give (H200, GPT-2 8 x 1024: with one 208
+            # MiB slab ahead its acquires waited 89 ms a step)
+            if self.slab_bytes:
+                ahead += 1
             self.lead = ahead * x
         self.plan = {"link_bytes_per_s_in": rate, "buffer_bytes": x,
                      "compute_s": compute,
@@ -443,6 +448,15 @@ class Offloader:
                     self._slabs[slab.index] is slab:
                 self._slabs[slab.index] = None
             self._retired.append((slab.buf, (slab.filled, slab.read)))
+            drain = self.slab_bytes and not self._open and not any(
+                r is not None and r() for r in self._saved)
+        if drain:
+            # the pass's last slab: nothing frees the retired ones until
+            # the next pack, and they hold their VRAM (acquired) meanwhile
+            # (H200: the optimizer step's allocation waited for ever on
+            # them); free them once the copies out of them are over
+            self.ops.synchronize(slab.read)
+            self._free_retired()
 
     def _free_retired(self):
         with self._lock:
