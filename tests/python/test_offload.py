@@ -174,6 +174,36 @@ class Offload(DaemonTest):
         self.assertEqual(stats["freed"], 2, stats)
         self.assertEqual(self.client.buffers, [])
 
+    def test_tail_learned_kept_next_pass(self):
+        """The first pass pages out every full slab; at its end the pool
+        has room to spare, so the next pass keeps its last slabs in VRAM
+        (here both) and pages out none."""
+        ref_loss, ref_grads = self.run_mlp(mlp())
+        seen = []
+
+        def after_forward(o):
+            self.client.wait(timeout=10)
+            seen.append([s.buf.tier for s in o._slabs if s is not None])
+        self.after_forward = after_forward
+        for _ in range(2):
+            loss, g = self.run_mlp(mlp(), {"min_bytes": MiB,
+                                           "slab_bytes": 2 * MiB})
+            self.assertTrue(torch.equal(loss, ref_loss), "loss differs")
+            assert_same(self, g, ref_grads, "gradient")
+        self.assertEqual(seen, [["host", "vram"], ["vram", "vram"]])
+        o = self.offloader
+        self.assertEqual(o.stats["tail_kept"], 1, o.stats)
+        self.assertEqual((o.tail["slabs"], o.tail["keep"]), (2, 1), o.tail)
+        # paged out again once the pool has no room to spare: the pass
+        # after a pass that found less than TAIL_MARGIN slabs free
+        hog = self.client.alloc(256 * MiB - 3 * MiB)
+        self.run_mlp(mlp(), {"min_bytes": MiB, "slab_bytes": 2 * MiB})
+        self.assertEqual(self.offloader.tail["keep"], 0,
+                         self.offloader.tail)
+        hog.free()
+        self.run_mlp(mlp(), {"min_bytes": MiB, "slab_bytes": 2 * MiB})
+        self.assertEqual(seen[-1], ["host", "vram"])
+
     def test_slab_size_bounded_by_the_pool(self):
         """A slab is at most 1/SLAB_SHARE of the VRAM pool (256 MiB here):
         the default 256 MiB slab would never fit a small pool."""

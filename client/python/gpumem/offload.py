@@ -18,6 +18,17 @@ pass wants first. The original tensor goes back to PyTorch's allocator
 when autograd drops it. A tensor of a slab's size or more gets a buffer
 of its own, and so does every tensor with slab_bytes=0.
 
+The tail: slabs are paged out only as far as the budget needs. At the
+end of each forward pass the offloader asks the daemon how much of the
+VRAM pool is free, and the next pass keeps that much more of its last
+slabs in VRAM (released, not paged out), beyond TAIL_MARGIN slabs left
+for the backward pass's own memory, or that much fewer when the pool was
+short (stats "tail_kept", `tail` says what was decided). They are the
+first the backward pass wants, and what never leaves crosses the link in
+neither direction. The count is kept per client and device from one pass
+to the next (a training loop's passes are alike); if it was too many,
+the daemon evicts the oldest released slabs when it needs the room.
+
 Slabs rather than a buffer per tensor, from a measurement (H200, GPT-2
 8 x 1024 at batch 8 x 512 trained at half its peak memory,
 bench/torch/profile_offload.py): with a buffer per tensor, 83 tensors a
@@ -98,6 +109,7 @@ from .errors import GpumemError
 MIN_BYTES = 16 << 20
 SLAB_BYTES = 256 << 20
 SLAB_SHARE = 16         # a slab is at most this share of the VRAM pool
+TAIL_MARGIN = 2         # slabs of free VRAM left for the backward pass
 ALIGN = 512             # bytes: each tensor's offset in a slab
 STARVED_WAIT = 0.05     # seconds a buffer waits after a refusal (_alloc)
 LEAD = 512 << 20
@@ -118,6 +130,12 @@ def _is_weight(tensor):
                 return True
         t = t._base
     return False
+
+
+# The tail of a forward pass kept in VRAM (module comment): client ->
+# {device: [slabs of the last pass, slabs at its end not paged out]}
+_tail_lock = threading.Lock()
+_tails = weakref.WeakKeyDictionary()
 
 
 def _align(nbytes):
@@ -199,6 +217,7 @@ class Offloader:
         self._first_bytes = 0
         self._largest = 0
         self.plan = None
+        self.tail = None            # what _learn_tail decided last
         self.pageout = pageout
         self.timeout = timeout
         self._starved = False
@@ -212,7 +231,7 @@ class Offloader:
         self._retired = []          # (buffer, events) waiting for them
         self.stats = {"packed": 0, "offloaded": 0, "offloaded_bytes": 0,
                       "kept": 0, "kept_bytes": 0, "kept_no_room": 0,
-                      "cache_released": 0, "buffers": 0,
+                      "cache_released": 0, "buffers": 0, "tail_kept": 0,
                       "unpacked": 0,
                       "prefetched": 0, "freed": 0, "pageouts_refused": 0,
                       "prefetches_busy": 0}
@@ -286,10 +305,22 @@ class Offloader:
         slab.used = size
         return slab, 0
 
+    def _in_tail(self, slab):
+        """Whether `slab` is one of the last of the pass that the last
+        pass learned to keep in VRAM (module comment: the tail)."""
+        with _tail_lock:
+            tail = _tails.get(self.client, {}).get(slab.device)
+        return tail is not None and tail[1] > 0 and \
+            slab.index >= tail[0] - 1 - tail[1]
+
     def _seal(self, slab, pageout):
         """No more tensors go into `slab`: released once the copies into
         it are over (the side stream's event, on the GPU), and paged out
-        when `pageout`, sent without waiting (flush() hears the answers)."""
+        when `pageout`, sent without waiting (flush() hears the answers),
+        unless it is in the tail kept in VRAM."""
+        if pageout and self.slab_bytes and self._in_tail(slab):
+            pageout = False
+            self.stats["tail_kept"] += 1
         slab.sealed = True
         slab.buf.release_after(slab.stream, wait=False)
         if pageout:
@@ -344,6 +375,43 @@ class Offloader:
         room)."""
         for device in list(self._open):
             self._seal(self._open.pop(device), False)
+        if self.pageout and self.slab_bytes:
+            self._learn_tail()
+
+    def _learn_tail(self):
+        """How many slabs before the last (the open one, never paged out)
+        the next pass keeps in VRAM: those kept this time, plus (or
+        minus) what the VRAM pool has free now, beyond TAIL_MARGIN slabs
+        for the backward pass's own memory, in slabs (module comment: the
+        tail). Only the slabs alive at the end count (those autograd
+        dropped already left _slabs)."""
+        counts, sizes = {}, {}
+        with self._lock:
+            for slab in self._slabs:
+                if slab is not None:
+                    d = slab.device
+                    counts[d] = max(counts.get(d, 0), slab.index + 1)
+                    sizes[d] = max(sizes.get(d, 0), slab.size)
+        if not counts:
+            return
+        try:
+            pools = {p.device: p for p in self.client.status("pools").pools
+                     if p.tier == "vram"}
+        except GpumemError:
+            return
+        for device, n in counts.items():
+            pool = pools.get(device)
+            size = sizes[device]
+            if pool is None or not size:
+                continue
+            with _tail_lock:
+                per = _tails.setdefault(self.client, {})
+                keep = per.get(device, (0, 0))[1]
+                spare = pool.free // size - TAIL_MARGIN
+                keep = max(0, min(n - 1, keep + spare))
+                per[device] = (n, keep)
+            self.tail = {"device": device, "slabs": n, "keep": keep,
+                         "pool_free": pool.free}
 
     # ---- unpack: backward pass -------------------------------------------
 
