@@ -115,6 +115,7 @@ def child(args):
             "host_ms": {k: spread(v) for k, v in calls.items()},
             "host_ms_per_step": {k: sum(v) / n for k, v in calls.items()},
             "offload_stats_last_step": stats, "plan": o.plan,
+            "tail": getattr(o, "tail", None),
             "shim": gt.stats(), "steps": n}
 
 
