@@ -37,6 +37,14 @@ _lock = threading.Lock()
 _known = weakref.WeakKeyDictionary()     # client -> {device: (rate, when)}
 
 
+def _vram_pool(client, device):
+    """`device`'s VRAM pool in the daemon's status, or None."""
+    for pool in client.status("pools").pools:
+        if pool.tier == "vram" and pool.device == device:
+            return pool
+    return None
+
+
 def link_in(client, device):
     """The host-to-VRAM bytes per second of `device`'s link, as the daemon
     reports it; 0 when it does not know it."""
@@ -45,10 +53,8 @@ def link_in(client, device):
         rate, when = _known.get(client, {}).get(device, (0, -math.inf))
     if rate or now - when < UNKNOWN_RETRY_S:
         return rate
-    rate = 0
-    for pool in client.status("pools").pools:
-        if pool.tier == "vram" and pool.device == device:
-            rate = pool.link_bytes_per_s_in
+    pool = _vram_pool(client, device)
+    rate = pool.link_bytes_per_s_in if pool is not None else 0
     with _lock:
         _known.setdefault(client, {})[device] = (rate, now)
     return rate
@@ -76,10 +82,8 @@ def vram_capacity(client, device):
         known = _capacity.get(client, {}).get(device)
     if known is not None:
         return known
-    size = 0
-    for pool in client.status("pools").pools:
-        if pool.tier == "vram" and pool.device == device:
-            size = pool.capacity
+    pool = _vram_pool(client, device)
+    size = pool.capacity if pool is not None else 0
     with _lock:
         _capacity.setdefault(client, {})[device] = size
     return size
