@@ -525,7 +525,8 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
 }
 
 /** Take a buffer's lease; see gpumem.h. */
-int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms)
+int gmd_acquire_flags(gmd_client *client, gmd_buffer *buffer,
+                      int64_t timeout_ms, unsigned flags)
 {
         Gmd__AcquireRequest msg = GMD__ACQUIRE_REQUEST__INIT;
         int r;
@@ -534,14 +535,25 @@ int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms)
                 gmd__error_set("gmd_acquire: client and buffer must be given");
                 return -EINVAL;
         }
+        if (flags & ~GMD_ACQUIRE_READ_ONLY) {
+                gmd__error_set("gmd_acquire_flags: unknown flags 0x%x",
+                               flags & ~GMD_ACQUIRE_READ_ONLY);
+                return -EINVAL;
+        }
         if (atomic_load(&buffer->revoked))
                 return buffer_revoked_error(buffer);
         msg.buffer_id = buffer->id;
         msg.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+        msg.flags = flags;
         r = buffer_call(client, buffer, GMD__MSG_TYPE__MSG_ACQUIRE, &msg.base);
         if (r == 0)
                 atomic_store(&buffer->leased, true);
         return r;
+}
+
+int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms)
+{
+        return gmd_acquire_flags(client, buffer, timeout_ms, 0);
 }
 
 /* The buffer's last-use event, made on first use. One per buffer: the

@@ -305,6 +305,27 @@ gmd_tier gmd_buffer_tier(const gmd_buffer *buffer);
  */
 GMD_EXPORT
 int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms);
+
+/*
+ * GMD_ACQUIRE_READ_ONLY: the caller will not write the buffer during this
+ * lease (its kernels and threads only read it). While every lease since a
+ * buffer's last swap-in was read only, the daemon keeps the host copy that
+ * swap-in came from, and the buffer's next pageout or eviction copies
+ * nothing: its VRAM is dropped and the kept copy is its host backing
+ * again (weights streamed for inference cross the link one way instead of
+ * two). A read-write acquire (flags 0, or gmd_acquire) gives the kept copy
+ * up at once. A write made under a read-only lease may be lost at the
+ * next pageout: the buffer comes back with its bytes of before. Kept
+ * copies use host memory ([pools] host_limit) and are the first given up
+ * when a swap-out or a host allocation needs the room. Unknown bits:
+ * GMD_EINVAL.
+ */
+#define GMD_ACQUIRE_READ_ONLY (1u << 0)
+
+/* gmd_acquire with GMD_ACQUIRE_* `flags` (0: gmd_acquire). */
+GMD_EXPORT
+int gmd_acquire_flags(gmd_client *client, gmd_buffer *buffer,
+                      int64_t timeout_ms, unsigned flags);
 GMD_EXPORT
 int gmd_release(gmd_client *client, gmd_buffer *buffer);
 

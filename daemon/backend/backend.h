@@ -141,7 +141,10 @@ typedef struct gmd_backend_ops {
         /* Copy `len` bytes from `src` at `src_off` to `dst` at `dst_off` on
          * `device`'s queue for `dir`, asynchronously. Both mems stay alive
          * until the copy is reaped. Copies of one direction on one device
-         * finish in the order submitted. */
+         * finish in the order submitted. `len` 0 copies nothing and
+         * finishes like a copy: after what that queue holds before it,
+         * the last-use events it was made to wait for included (a clean
+         * pageout waits for the owner's kernels that way). */
         int (*copy_submit)(gmd_backend *backend, unsigned device,
                            gmd_copy_dir dir, gmd_mem *dst, uint64_t dst_off,
                            gmd_mem *src, uint64_t src_off, uint64_t len,

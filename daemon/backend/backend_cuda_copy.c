@@ -201,7 +201,7 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
         bool fired;
         int r;
 
-        if (!d || (dir != GMD_COPY_OUT && dir != GMD_COPY_IN) || len == 0 ||
+        if (!d || (dir != GMD_COPY_OUT && dir != GMD_COPY_IN) ||
             dst_off > dst->size || len > dst->size - dst_off ||
             src_off > src->size || len > src->size - src_off)
                 return -EINVAL;
@@ -221,7 +221,9 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
         q->n_submitted++;
 
         /* One cuMemcpyAsync per stretch that is contiguous at both ends:
-         * a host arena copy comes in parts (backend_cuda_host.c). */
+         * a host arena copy comes in parts (backend_cuda_host.c). None for
+         * an empty copy: its completion below still comes after the
+         * stream's earlier work and the events it waits for. */
         for (uint64_t done = 0; done < len; ) {
                 uint64_t to_run, from_run;
                 CUdeviceptr to = cuda_mem_at(b, cuda_mem_of(dst), dst_off + done,

@@ -370,7 +370,7 @@ static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
         sim_copy_part parts[SIM_COPY_MAX_PARTS];
         unsigned queue = 2 * device + dir, n_parts = 0;
 
-        if (device >= sim->n_devices || len == 0 || dst_off > dst->size ||
+        if (device >= sim->n_devices || dst_off > dst->size ||
             len > dst->size - dst_off || src_off > src->size ||
             len > src->size - src_off)
                 return -EINVAL;
@@ -394,6 +394,16 @@ static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
                         return -EINVAL;   /* cannot happen: checked above */
                 parts[n_parts] = (sim_copy_part){ to, from, n };
                 done += n;
+        }
+        if (len == 0) {
+                /* An empty copy: a job of no bytes, done in its turn. */
+                uint64_t run;
+                char *to = sim_mem_at(sim, dst, dst_off, &run);
+                char *from = sim_mem_at(sim, src, src_off, &run);
+
+                if (!to || !from)
+                        return -EINVAL;
+                parts[n_parts++] = (sim_copy_part){ to, from, 0 };
         }
         return sim_copier_submit_parts(sim->copier, queue, parts, n_parts, cookie);
 }

@@ -35,6 +35,9 @@ typedef struct gmd_stats {
         /* VRAM allocations the pool had room for and the driver had not:
          * memory held outside gpu-memd (core/vram.h). */
         uint64_t vram_refused;
+        /* Moves out that copied nothing: a host copy kept since the
+         * buffer's swap-in (core/hostcopy.h), and the bytes not copied. */
+        uint64_t clean_outs, clean_bytes;
 } gmd_stats;
 
 /* Count one allocation that took `us` microseconds from request to reply. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "backing.h"
+#include "hostcopy.h"
 #include "log.h"
 #include "parking.h"
 #include "pending.h"
@@ -52,6 +53,10 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                 return -EINVAL;
         r = tier == GMD_TIER_VRAM ? reuse_pool_take(&server->reuse, pool, size) :
                                     pool_take(pool, size);
+        /* Kept host copies are a cache: their room first (hostcopy.h). */
+        if (r == -ENOSPC && tier == GMD_TIER_HOST &&
+            hostcopy_reclaim(server, size))
+                r = pool_take(pool, size);
         if (r < 0)
                 return r;
 
@@ -84,6 +89,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         list_add_tail(&server->buffers, &b->server_link);
         list_init(&b->moving_link);
         list_init(&b->idle_link);
+        list_init(&b->host_copy_link);
         owner->n_buffers++;
         owner->bytes += size;
         buffer_account(b, 1);
@@ -122,6 +128,7 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         b->owner->n_buffers--;
         b->owner->bytes -= b->size;
         buffer_account(b, -1);
+        hostcopy_drop(server, b);
         if (b->mem)
                 backing_release(server, b->mem);
         /* One buffer fewer that could come back into kept VRAM. */

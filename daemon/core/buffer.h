@@ -43,6 +43,12 @@ typedef struct gmd_dbuffer {
         int move_error;             /* a pageout or prefetch of it failed
                                      * (negative errno): the next wait
                                      * tells it */
+        gmd_mem *host_copy;         /* the host copy kept after a swap-in
+                                     * while leases are read only, or NULL
+                                     * (hostcopy.h) */
+        gmd_list host_copy_link;    /* in server->host_copies meanwhile */
+        bool lease_ro;              /* the current or last lease is read
+                                     * only (GMD_ACQUIRE_READ_ONLY) */
         gmd_event *last_use;        /* the owner's last-use event (cuda) */
         uint32_t last_use_gen;      /* releases with an event so far: a
                                      * client records the same event anew */

@@ -15,6 +15,7 @@
 
 #include "backing.h"
 #include "buffer.h"
+#include "hostcopy.h"
 #include "log.h"
 #include "pending.h"
 #include "placement.h"
@@ -108,6 +109,10 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
                 return backing_create(server, GMD_TIER_HOST, b->device,
                                       b->size, true, ret_mem);
         r = ops->mem_create_private(server->backend, b->device, b->size, ret_mem);
+        /* Kept host copies are a cache: the arena room they hold first. */
+        if (r == -ENOSPC && hostcopy_reclaim(server, b->size))
+                r = ops->mem_create_private(server->backend, b->device, b->size,
+                                            ret_mem);
         if (r != -ENOSPC)
                 return r;
         now = now_ms();
@@ -243,11 +248,44 @@ static gmd_move *move_new(gmd_dbuffer *b, gmd_copy_dir dir, move_class cls,
         return m;
 }
 
+/* A move out's destination: the host copy kept since the swap-in (clean:
+ * nothing to copy, already paid for), else new host memory, paid for in
+ * the host pool, kept copies given up first where there is no room. */
+static int out_destination(gmd_server *server, gmd_dbuffer *b,
+                           gmd_mem **ret_dst, bool *ret_clean)
+{
+        int r;
+
+        *ret_dst = hostcopy_take(server, b);
+        *ret_clean = *ret_dst != NULL;
+        if (*ret_dst)
+                return 0;
+        r = pool_take(&server->host_pool, b->size);
+        if (r == -ENOSPC && hostcopy_reclaim(server, b->size))
+                r = pool_take(&server->host_pool, b->size);
+        if (r < 0)
+                return r;
+        r = host_copy_create(server, b, ret_dst);
+        if (r < 0)
+                pool_give(&server->host_pool, b->size);
+        return r;
+}
+
+/* A destination out_destination gave that no move took. */
+static void out_destination_undo(gmd_server *server, gmd_dbuffer *b,
+                                 gmd_mem *dst, bool clean)
+{
+        if (clean)
+                hostcopy_put_back(server, b, dst);
+        else
+                backing_release(server, dst);
+}
+
 int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
 {
         gmd_mem *dst;
         gmd_move *m;
-        bool early;
+        bool early, clean;
         int r;
 
         if (!server_can_move(server))
@@ -261,20 +299,22 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
                 return -EBUSY;
         if (!copyq_usable(&server->copyqs, b->device, GMD_COPY_OUT))
                 return -EIO;
-        r = pool_take(&server->host_pool, b->size);
+        r = out_destination(server, b, &dst, &clean);
         if (r < 0)
                 return r;
-        r = host_copy_create(server, b, &dst);
-        if (r < 0) {
-                pool_give(&server->host_pool, b->size);
-                return r;
-        }
         b->move_error = 0;
         m = move_new(b, GMD_COPY_OUT, cls, dst);
         if (!m) {
-                backing_release(server, dst);
+                out_destination_undo(server, b, dst, clean);
                 return -ENOMEM;
         }
+        /* Clean: the host copy holds the bytes already. The empty copy
+         * still goes through the copy queue after the owner's last use
+         * (below), so the owner unmaps, and its VRAM is reused, only once
+         * its kernels are done with it. */
+        m->clean = clean;
+        if (clean)
+                m->copy.size = 0;
         /* The owner's last use, recorded on its stream when it released:
          * the copy streams wait for it on the GPU, not the owner on the
          * host. */
@@ -282,7 +322,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         r = wait_last_use(server, b, m);
         if (r < 0) {
                 free(m);
-                backing_release(server, dst);
+                out_destination_undo(server, b, dst, clean);
                 return r;
         }
         b->move = m;
@@ -297,8 +337,9 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
                 m->remap = MOVE_REMAP_EARLY;
                 move_send_remap(server, m, dst, GMD_TIER_HOST);
         }
-        log_debug("buffer %llu: move out starts (%s remap)",
-                  (unsigned long long)b->id, early ? "early" : "late");
+        log_debug("buffer %llu: move out starts (%s remap%s)",
+                  (unsigned long long)b->id, early ? "early" : "late",
+                  clean ? ", clean: nothing to copy" : "");
         copyq_push(&server->copyqs, &m->copy);
         return 0;
 }
@@ -508,7 +549,7 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         if (m->dst_from == MOVE_DST_KEPT)
                 reuse_keep(&server->reuse, &b->owner->reuse, m->copy.dst);
         else
-                backing_release(server, m->copy.dst);
+                out_destination_undo(server, b, m->copy.dst, m->clean);
         b->move = NULL;
         buffer_index(b);
         b->state = GMD_STATE_RESIDENT;
@@ -560,8 +601,14 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                         acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
                                       "cannot queue its swap-in");
         }
-        if (old)
+        /* The host copy a swap-in came from is kept while the buffer is
+         * only read (hostcopy.h): its next move out copies nothing. */
+        if (old && !hostcopy_keep(server, b, old))
                 backing_release(server, old);
+        if (m->clean) {
+                server->stats.clean_outs++;
+                server->stats.clean_bytes += b->size;
+        }
         /* Back in VRAM, into kept memory or not: what its size keeps
          * beyond the buffers still out is of no use now. */
         if (b->tier == GMD_TIER_VRAM)
@@ -571,13 +618,14 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         /* Where a move's time goes: queue and copy, the owner's remap, and
          * releasing the old backing. */
         log_debug("buffer %llu: %s %llu bytes in %llu us (copy %llu, remap and "
-                  "ack %llu, release %llu)", (unsigned long long)b->id,
+                  "ack %llu, release %llu)%s", (unsigned long long)b->id,
                   m->copy.dir == GMD_COPY_OUT ? "moved out" : "moved in",
                   (unsigned long long)m->copy.size,
                   (unsigned long long)(released_us - m->start_us),
                   (unsigned long long)(m->copied_us - m->start_us),
                   (unsigned long long)(acked_us - m->copied_us),
-                  (unsigned long long)(released_us - acked_us));
+                  (unsigned long long)(released_us - acked_us),
+                  m->clean ? " clean" : "");
         free(m);
         pending_mark(&server->pending, PENDING_WAITS | PENDING_ROOM);
 }
@@ -761,7 +809,7 @@ bool move_any_on(gmd_server *server, unsigned device)
 /* ---- acquire ------------------------------------------------------------ */
 
 gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
-                         int64_t timeout_ms, gmd_result *ret)
+                         int64_t timeout_ms, bool read_only, gmd_result *ret)
 {
         gmd_server *server = s->server;
         gmd_acquirer *a;
@@ -771,6 +819,12 @@ gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
                                     "buffer %llu is already acquired%s",
                                     (unsigned long long)b->id,
                                     b->acquirer ? " (an acquire waits for it)" : "");
+        /* A lease that may write: the kept host copy goes before it can
+         * be stale (a clean move out under way keeps it until it ends, and
+         * gives it up then: hostcopy_put_back, hostcopy_keep). */
+        b->lease_ro = read_only;
+        if (!read_only)
+                hostcopy_drop(server, b);
         /* Usable now: in VRAM and staying, or SPILLABLE anywhere it rests. */
         if ((b->tier == GMD_TIER_VRAM && !b->move) ||
             (placement_usable_on_host(b) && !b->move && !b->move_waiter &&

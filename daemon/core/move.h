@@ -106,6 +106,8 @@ typedef struct gmd_move {
         move_dst_from dst_from;
         gmd_copy copy;              /* device, dir, class, src, dst, bytes */
         gmd_tier src_tier, dst_tier;
+        bool clean;                 /* out to the host copy kept since the
+                                     * swap-in: an empty copy (hostcopy.h) */
         uint32_t waited_gen;        /* the last-use event its copy waits
                                      * for (buffer's last_use_gen) */
         uint64_t seq;               /* of the remap out, awaiting its ack;
@@ -198,6 +200,6 @@ bool move_busy(const gmd_dbuffer *buffer);
  * it when the buffer is usable, fails or the deadline passes). */
 gmd_outcome move_acquire(gmd_session *session, uint32_t request_id,
                          gmd_dbuffer *buffer, int64_t timeout_ms,
-                         gmd_result *ret);
+                         bool read_only, gmd_result *ret);
 
 #endif

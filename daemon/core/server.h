@@ -66,6 +66,9 @@ typedef struct gmd_server {
         gmd_list buffers;             /* every live buffer, oldest first */
         gmd_list moving;              /* those with a move under way, and */
         gmd_list vram_idle;           /* those released in VRAM (buffer_index) */
+        gmd_list host_copies;         /* those keeping a host copy, oldest
+                                       * first (hostcopy.h) */
+        uint64_t host_copy_bytes;     /* and the host pool bytes they hold */
         gmd_idmap buffers_by_id;
         uint64_t next_buffer_id;
 

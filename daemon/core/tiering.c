@@ -29,11 +29,16 @@ gmd_outcome tiering_handle_acquire(gmd_session *s, uint32_t id,
 {
         gmd_dbuffer *b = buffer_find(s->server, s, m->buffer_id);
 
+        if (m->flags & ~(uint32_t)GMD_ACQUIRE_READ_ONLY)
+                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                                    "unknown acquire flags 0x%x",
+                                    m->flags & ~(uint32_t)GMD_ACQUIRE_READ_ONLY);
         if (!b || b->parked)
                 return result_error(ret, GMD__ERROR_CODE__ERR_NOT_FOUND,
                                     "no buffer %llu belongs to this client",
                                     (unsigned long long)m->buffer_id);
-        return move_acquire(s, id, b, m->timeout_ms, ret);
+        return move_acquire(s, id, b, m->timeout_ms,
+                            m->flags & GMD_ACQUIRE_READ_ONLY, ret);
 }
 
 /* Check every named buffer: the array, or NULL with `ret` filled. */

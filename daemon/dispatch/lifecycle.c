@@ -124,6 +124,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         list_init(&server->buffers);
         list_init(&server->moving);
         list_init(&server->vram_idle);
+        list_init(&server->host_copies);
         waitq_init(&server->waitq, loop, &server->pending,
                    &scheduler_waitq_ops, server);
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);

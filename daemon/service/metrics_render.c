@@ -255,6 +255,15 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                         "\ngpumemd_vram_kept_total{outcome=\"released\"} %"
                         PRIu64 "\n", snap->stats.vram_reused,
                         snap->stats.vram_kept_released);
+        promtext_family(t, "gpumemd_clean_pageouts_total", "counter",
+                        "Moves out that copied nothing: the buffer was only "
+                        "read since its swap-in, whose host copy was kept.");
+        promtext_printf(t, "gpumemd_clean_pageouts_total %" PRIu64 "\n",
+                        snap->stats.clean_outs);
+        promtext_family(t, "gpumemd_clean_pageout_bytes_total", "counter",
+                        "Bytes those moves out did not copy.");
+        promtext_printf(t, "gpumemd_clean_pageout_bytes_total %" PRIu64 "\n",
+                        snap->stats.clean_bytes);
         promtext_family(t, "gpumemd_host_pinned_bytes", "gauge",
                         "Host memory pinned, the host arenas included, which "
                         "[pools] host_limit bounds; and that limit.");

@@ -131,6 +131,32 @@ class Tiering(DaemonTest):
         self.assertEqual(buf.tier, "vram")
         self.assertTrue(self.client.status().buffers[0].acquired)
 
+    def test_read_only_lease_pageout_copies_nothing(self):
+        def out():
+            return next(p.bytes_out for p in self.client.status("pools").pools
+                        if p.tier == "vram")
+        buf = self.client.alloc(4 * MiB)
+        buf.as_memoryview()[:4] = b"abcd"
+        buf.release()
+        buf.pageout()
+        buf.wait(timeout=5)
+        self.assertEqual(out(), 4 * MiB)
+        buf.acquire(timeout=5, read_only=True)
+        buf.release()
+        buf.pageout()
+        buf.wait(timeout=5)
+        self.assertEqual(buf.tier, "host")
+        self.assertEqual(out(), 4 * MiB)        # clean: nothing copied
+        buf.acquire(timeout=5)                  # read-write: copy dropped
+        self.assertEqual(bytes(buf.as_memoryview()[:4]), b"abcd")
+        buf.as_memoryview()[:4] = b"efgh"
+        buf.release()
+        buf.pageout()
+        buf.wait(timeout=5)
+        self.assertEqual(out(), 8 * MiB)
+        buf.acquire(timeout=5, read_only=True)
+        self.assertEqual(bytes(buf.as_memoryview()[:4]), b"efgh")
+
     def test_prefetch_named_and_all(self):
         bufs = [self.client.alloc(2 * MiB) for _ in range(3)]
         for b in bufs:

@@ -411,11 +411,15 @@ class Stream(DaemonTest):
                       client=self.client, pageout=True)
         self.assertEqual([b.resident for b in s.blocks],
                          [True, False, False, False])
+        moved = []
         for _ in range(3):
             with torch.no_grad():
                 out = model(self.tokens)
             self.assertTrue(torch.equal(out, expected))
             self.client.wait(timeout=10)
+            moved.append(next((p.bytes_out, p.bytes_in) for p in
+                              self.client.status("pools").pools
+                              if p.tier == "vram"))
             self.assertEqual([b.buf.tier for b in s.blocks],
                              ["vram", "host", "host", "host"])
             status = {b.buffer_id: (b.tier, b.acquired) for b in
@@ -423,6 +427,10 @@ class Stream(DaemonTest):
             self.assertEqual([status[b.buf.id] for b in s.blocks],
                              [("vram", True)] + [("host", False)] * 3)
             self.assertEqual(status[s.rest.buf.id], ("vram", True))
+        # read-only passes: after the first, the pageouts copy nothing
+        # (the host copies were kept); the swap-ins still copy in
+        self.assertEqual(moved[2][0], moved[1][0], moved)
+        self.assertGreater(moved[2][1], moved[1][1], moved)
         self.assertEqual(s.stats["acquires"], 3 * 3)
         self.assertEqual(s.stats["releases"], 3 * 3 + 3)  # + at setup
         self.assertGreater(s.stats["prefetches"], 0)

@@ -151,6 +151,8 @@ _SIGNATURES = {
     "gmd_buffer_device": (ctypes.c_uint, [_buffer_p]),
     "gmd_buffer_tier": (_int, [_buffer_p]),
     "gmd_acquire": (_int, [_client_p, _buffer_p, ctypes.c_int64]),
+    "gmd_acquire_flags": (_int, [_client_p, _buffer_p, ctypes.c_int64,
+                                 ctypes.c_uint]),
     "gmd_release": (_int, [_client_p, _buffer_p]),
     "gmd_release_after": (_int, [_client_p, _buffer_p, ctypes.c_void_p]),
     "gmd_pageout": (_int, [_client_p, _buffer_p]),

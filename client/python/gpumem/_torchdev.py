@@ -236,17 +236,18 @@ def ops_for(client):
     return HostOps(client) if client.backend == "sim" else CudaOps(client)
 
 
-def acquire_making_room(buf, timeout, ops):
-    """buf.acquire(timeout), asking PyTorch for its unused cache after
-    ROOM_WAIT and waiting out the rest of `timeout` (None: for ever). True
-    when the cache was released on the way."""
+def acquire_making_room(buf, timeout, ops, read_only=False):
+    """buf.acquire(timeout, read_only), asking PyTorch for its unused cache
+    after ROOM_WAIT and waiting out the rest of `timeout` (None: for
+    ever). True when the cache was released on the way."""
     first = ROOM_WAIT if timeout is None else min(timeout, ROOM_WAIT)
     try:
-        buf.acquire(first)
+        buf.acquire(first, read_only=read_only)
         return False
     except TimedOut:
         released = ops.release_cached()
-        buf.acquire(None if timeout is None else max(0.0, timeout - first))
+        buf.acquire(None if timeout is None else max(0.0, timeout - first),
+                    read_only=read_only)
         return released
 
 

@@ -16,6 +16,8 @@ import contextlib
 from . import _lib, errors, views
 from ._args import timeout_ms
 
+READ_ONLY = 1 << 0      # gpumem.h GMD_ACQUIRE_READ_ONLY
+
 
 def stream_handle(stream):
     """A CUstream from None (the default stream), an int, or an object
@@ -117,13 +119,19 @@ class Buffer:
             self._handle, self._gone = handle, None
             raise
 
-    def acquire(self, timeout=None):
+    def acquire(self, timeout=None, read_only=False):
         """Take the lease: the daemon will not move the buffer away until
         release. Brings it back from host memory first, ahead of other
         moves. Raises TimedOut after `timeout` seconds (None: forever),
-        Busy if already acquired, CopyFailed if the swap-in failed."""
-        self._client._call(_lib.lib().gmd_acquire, self._live(),
-                           timeout_ms(timeout))
+        Busy if already acquired, CopyFailed if the swap-in failed.
+        read_only: this lease will not write the buffer
+        (GMD_ACQUIRE_READ_ONLY): while every lease since its last swap-in
+        is read only the daemon keeps the host copy that swap-in came
+        from, and the next pageout copies nothing; a write under a
+        read-only lease may be lost."""
+        self._client._call(_lib.lib().gmd_acquire_flags, self._live(),
+                           timeout_ms(timeout),
+                           READ_ONLY if read_only else 0)
 
     def release(self):
         """Give the lease back: the buffer is idle and the daemon may move

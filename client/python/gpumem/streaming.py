@@ -31,6 +31,16 @@ the optimizer step want them again soon. The order is
 learned on the first forward pass; until then it is the blocks' order in
 the model.
 
+The forward and backward passes acquire a streamed block read only
+(GMD_ACQUIRE_READ_ONLY): they read its weights, and only the optimizer step
+(through stream()'s wrapped step, which acquires read-write) writes them.
+So a block swapped in for a pass keeps its host copy in the daemon, and its
+pageout after the pass copies nothing: the VRAM is dropped at once for the
+next block's swap-in, and the weights cross the link one way. Weights
+written by other code between passes must be written with the block
+acquired read-write (it is not, unless resident): a write to a streamed
+block under a pass's read-only lease may be lost at its next pageout.
+
 The hooks' calls to the daemon (release_after, pageout, prefetch: the
 _release, _pageout and _prefetch_from paths) are sent without waiting for
 its answers (wait=False: libgpumem's gmd_*_nowait). None of them needs the
@@ -329,13 +339,15 @@ class Streamer:
 
     # ---- acquire, release, prefetch --------------------------------------
 
-    def _acquire(self, block):
+    def _acquire(self, block, read_only=False):
+        """Take `block`'s lease; read_only for the forward and backward
+        passes, which read the weights (module comment: clean pageouts)."""
         with self._lock:
             if block.held or block.buf is None:
                 return
             # its room may be PyTorch's unused cache (_torchdev.ROOM_WAIT)
             if _torchdev.acquire_making_room(block.buf, self.timeout,
-                                             self.ops):
+                                             self.ops, read_only):
                 self.stats["cache_released"] += 1
             block.held = True
             self.stats["acquires"] += 1
@@ -435,7 +447,7 @@ class Streamer:
                 if not block.held:
                     self._wake()        # resting between steps
                 return None
-            self._acquire(block)
+            self._acquire(block, read_only=True)
             self._prefetch_from(block, 1)
             if _torch_grad_enabled():
                 block.input_grad = _first_grad_tensor(inputs)
@@ -491,7 +503,7 @@ class Streamer:
                     self._prefetch_resting(states=True)
             if not block.held:
                 self.stats["backward_acquires"] += 1
-            self._acquire(block)
+            self._acquire(block, read_only=True)
             self._prefetch_from(block, -1)
         return hook
 
