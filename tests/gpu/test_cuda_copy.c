@@ -251,8 +251,17 @@ int main(void)
                                NULL) == -EINVAL, "past src end");
         CHECK(ops->copy_submit(be, 7, GMD_COPY_OUT, host, 0, vram, 0, MiB,
                                NULL) == -EINVAL, "no such device");
+        /* An empty copy (a clean pageout's: backend.h) is accepted and
+         * finishes behind a real one submitted before it. */
+        n_done = 0;
+        CHECK(ops->copy_submit(be, 0, GMD_COPY_OUT, host, 0, vram, 0, SIZE,
+                               (void *)(intptr_t)1) == 0, "a copy before");
         CHECK(ops->copy_submit(be, 0, GMD_COPY_OUT, host, 0, vram, 0, 0,
-                               NULL) == -EINVAL, "zero length");
+                               (void *)(intptr_t)2) == 0, "empty copy");
+        CHECK(reap_until(be, 2) == 0, "the empty copy finishes");
+        CHECK(done_order[0] == 1 && done_order[1] == 2 &&
+              done_status[0] == 0 && done_status[1] == 0,
+              "the empty copy finishes after the one before it, fine");
 
         /* The host arena: pinned in the background, carved into swap-out
          * copies with no fd, in parts when no free range holds one. */
