@@ -7,7 +7,7 @@
 Inside the block, every tensor autograd saves for the backward pass
 (torch.autograd.graph.saved_tensors_hooks) that is at least `min_bytes`
 large is copied into a slab, a SWAPPABLE gpu-memd buffer of `slab_bytes`
-(256 MiB, at most 1/16 of the VRAM pool) holding the saved tensors in the
+(64 MiB, at most 1/16 of the VRAM pool) holding the saved tensors in the
 order they were packed, on a side stream after the work that made it
 (cuda). A full slab is released with release_after(side stream), so the
 daemon moves it only once the copies into it are done, with no host
@@ -28,6 +28,13 @@ first the backward pass wants, and what never leaves crosses the link in
 neither direction. The count is kept per client and device from one pass
 to the next (a training loop's passes are alike); if it was too many,
 the daemon evicts the oldest released slabs when it needs the room.
+
+The default slab, 64 MiB, from bench_cotenancy's train2x on the H200 (GPT-2
+8 x 1024, batch 8 x 512, at half its peak memory; step time, same run):
+64 MiB 259.6 ms against 281.8 with a buffer per tensor (one run) and 303.3
+against 300.9 (another); slabs of 208 MiB (256 MiB capped to 1/16 of that
+pool) 455-507 ms, and they copy their unfilled ends: 5.08 GiB a step each
+way for 4.27 GiB of tensors.
 
 Slabs rather than a buffer per tensor, from a measurement (H200, GPT-2
 8 x 1024 at batch 8 x 512 trained at half its peak memory,
@@ -107,7 +114,7 @@ from .client import SWAPPABLE
 from .errors import GpumemError
 
 MIN_BYTES = 16 << 20
-SLAB_BYTES = 256 << 20
+SLAB_BYTES = 64 << 20
 SLAB_SHARE = 16         # a slab is at most this share of the VRAM pool
 TAIL_MARGIN = 2         # slabs of free VRAM left for the backward pass
 ALIGN = 512             # bytes: each tensor's offset in a slab
