@@ -18,7 +18,8 @@ fixed seed, deterministic algorithms, fp32 training / bf16 inference):
                at least 300 (--quick: 60) page-out / swap-in cycles (the
                daemon's byte counters confirm the swap-ins; the pageouts
                of blocks only read since their swap-in are clean, copying
-               nothing: at most one copy out per block, the first): the
+               nothing: at most two copies out per block, at set-up and
+               after the first pass): the
                logits of every pass equal the first, and the weights'
                checksum (bytes of every parameter, after remove()) equals
                the one taken before streaming
@@ -244,9 +245,11 @@ def case_cycles(torch, gt, client, quick):
           f"daemon moved {out_moves:.0f} blocks out, {in_moves:.0f} in")
     check("cycles.moved", in_moves >= want,
           f"at least {want} swap-ins copied from host memory")
-    check("cycles.clean", out_moves <= len(s.blocks),
-          f"{out_moves:.0f} blocks copied out: the read-only blocks' "
-          f"pageouts were clean (at most the first of each copies)")
+    check("cycles.clean", out_moves <= 2 * len(s.blocks),
+          f"{out_moves:.0f} blocks copied out for {len(s.blocks)} blocks: "
+          f"the read-only blocks' pageouts were clean (each copies at "
+          f"most twice: the pageout at set-up, and the one after the "
+          f"first pass, whose swap-in followed set-up's read-write lease)")
     s.remove()
     check("cycles.weights_checksum", weights_hash(model) == before,
           f"sha256 of the weights after {cycles} cycles")
