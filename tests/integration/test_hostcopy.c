@@ -78,6 +78,17 @@ static void use(gmd_client *c, gmd_buffer *b, unsigned flags, uint64_t seed,
         OK(gmd_release(c, b));
 }
 
+/* An 8 MiB buffer of pattern `seed`, paged out (copied) and back under a
+ * read-only lease, released: it keeps its host copy. */
+static gmd_buffer *kept_copy_buffer(fixture *f, uint64_t seed)
+{
+        gmd_buffer *a = harness_released_buffer(f->client, 8 * MiB, seed);
+
+        harness_page_out(f->client, a);
+        use(f->client, a, GMD_ACQUIRE_READ_ONLY, seed, "back, read only");
+        return a;
+}
+
 /* ---- 1. read only: the second pageout copies nothing ----------------------- */
 
 static void test_read_only_pageout_is_clean(void **state)
@@ -86,11 +97,10 @@ static void test_read_only_pageout_is_clean(void **state)
         gmd_buffer *a;
 
         start(f, NULL);
-        a = harness_released_buffer(f->client, 8 * MiB, 1);
-        harness_page_out(f->client, a);
+        /* The first pageout copies; the swap-in of a read-only lease keeps
+         * its host copy ... */
+        a = kept_copy_buffer(f, 1);
         expect_out(f, 8 * MiB, 0, "first pageout");
-        /* The swap-in of a read-only lease keeps its host copy ... */
-        use(f->client, a, GMD_ACQUIRE_READ_ONLY, 1, "back, read only");
         /* ... so this pageout copies nothing, and the bytes come back. */
         for (int i = 0; i < 3; i++) {
                 harness_page_out(f->client, a);
@@ -112,9 +122,7 @@ static void test_write_lease_copies(void **state)
         gmd_buffer *a;
 
         start(f, NULL);
-        a = harness_released_buffer(f->client, 8 * MiB, 1);
-        harness_page_out(f->client, a);
-        use(f->client, a, GMD_ACQUIRE_READ_ONLY, 1, "back, read only");
+        a = kept_copy_buffer(f, 1);
         /* Written under a read-write lease: the kept copy is stale and
          * must not stand in for the VRAM. */
         OK(gmd_acquire(f->client, a, 5000));
@@ -140,9 +148,7 @@ static void test_cancelled_clean_pageout_keeps_copy(void **state)
         gmd_buffer *a;
 
         start(f, NULL);
-        a = harness_released_buffer(f->client, 8 * MiB, 1);
-        harness_page_out(f->client, a);
-        use(f->client, a, GMD_ACQUIRE_READ_ONLY, 1, "back, read only");
+        a = kept_copy_buffer(f, 1);
         /* Pageout and at once a read-only acquire: whether the move was
          * undone or finished, the bytes are right and the next pageout
          * copies nothing. */
@@ -170,11 +176,9 @@ static void test_kept_copies_give_room(void **state)
 
         /* Room on host for two 8 MiB buffers. */
         start(f, "[pools]\nhost_limit = 16M\nhost_stock = 0\n");
-        a = harness_released_buffer(f->client, 8 * MiB, 1);
+        a = kept_copy_buffer(f, 1);
         b = harness_released_buffer(f->client, 8 * MiB, 2);
         c = harness_released_buffer(f->client, 8 * MiB, 3);
-        harness_page_out(f->client, a);
-        use(f->client, a, GMD_ACQUIRE_READ_ONLY, 1, "a back, read only");
         assert_int_equal(harness_host_pool(f->client).used, 8 * MiB);
         harness_page_out(f->client, b);
         /* The host pool is full (a's kept copy, b): c's swap-out takes the
