@@ -420,12 +420,15 @@ class Stream(DaemonTest):
             moved.append(next((p.bytes_out, p.bytes_in) for p in
                               self.client.status("pools").pools
                               if p.tier == "vram"))
+            # the streamed blocks paged out after use, but the first: the
+            # last block prefetched it for the next pass
             self.assertEqual([b.buf.tier for b in s.blocks],
-                             ["vram", "host", "host", "host"])
+                             ["vram", "vram", "host", "host"])
             status = {b.buffer_id: (b.tier, b.acquired) for b in
                       self.client.status("buffers").buffers}
             self.assertEqual([status[b.buf.id] for b in s.blocks],
-                             [("vram", True)] + [("host", False)] * 3)
+                             [("vram", True), ("vram", False)] +
+                             [("host", False)] * 2)
             self.assertEqual(status[s.rest.buf.id], ("vram", True))
         # read-only passes: after the first, the pageouts copy nothing
         # (the host copies were kept); the swap-ins still copy in
@@ -532,12 +535,24 @@ class Stream(DaemonTest):
             model(self.tokens)
         ids = [s.blocks[i].buf.id for i in (3, 1, 0, 2)]
         self.assertEqual(spy.ids("acquire"), ids)
-        self.assertEqual(spy.ids("prefetch"), ids[1:])
+        # in inference the last block prefetches the next pass's first
+        self.assertEqual(spy.ids("prefetch"), ids[1:] + ids[:1])
         for buf_id in ids[1:]:
             # prefetched while the block before it runs, before its acquire
             self.assertLess(spy.calls.index(("prefetch", buf_id)),
                             spy.calls.index(("acquire", buf_id)))
         self.assertEqual(spy.ids("release_after"), ids)
+        # the next pass: its first block is not acquired before its own
+        # prefetch (sent during the last pass) and nothing waits on it
+        spy.calls.clear()
+        with torch.no_grad():
+            model(self.tokens)
+        self.assertEqual(spy.ids("acquire"), ids)
+        # recording gradients (training): no prefetch past the last block
+        spy.calls.clear()
+        model(self.tokens).sum().backward()
+        self.assertNotIn(("prefetch", ids[0]),
+                         spy.calls[:spy.calls.index(("acquire", ids[-1])) + 1])
 
     def test_budget_too_small(self):
         with self.assertRaises(ValueError) as e:
@@ -586,7 +601,10 @@ class StreamNoWait(DaemonTest):
         self.assertEqual([c for c in spy.calls if c[0] != "acquire"],
                          spy.nowait)
         self.client.wait(timeout=10)
-        self.assertEqual([b.buf.tier for b in s.blocks], ["host"] * 4)
+        # paged out after use; block 3, first of the learned order, is
+        # back already: the last pass's last block prefetched it
+        self.assertEqual([b.buf.tier for b in s.blocks],
+                         ["host", "host", "host", "vram"])
         s.remove()
         self.assertEqual(len(flushes), 4)
         self.assertEqual(s.stats["pageouts_refused"], 0)

@@ -379,14 +379,22 @@ class Streamer:
 
     def _prefetch_from(self, block, step):
         """Prefetch the `lead` streamed blocks after `block` in the learned
-        order (step 1: forward; -1: backward)."""
+        order (step 1: forward; -1: backward). A forward pass that records
+        no gradient (inference: generation runs one after another) goes on
+        past the last block to the next pass's first ones, whose swap-ins
+        then overlap this pass's end and the host's work between passes
+        instead of starting when the next pass does (H200: the streamer's
+        acquires waited 2.7 ms a token with clean pageouts)."""
         with self._lock:
             if block not in self.order:
                 return
-            i = self.order.index(block) + step
+            n = len(self.order)
+            start = self.order.index(block)
+            wrap = step == 1 and not _torch_grad_enabled()
+            i = start + step
             count = 0
-            while 0 <= i < len(self.order) and count < self.lead:
-                other = self.order[i]
+            while count < self.lead and (0 <= i < n or (wrap and i - n < start)):
+                other = self.order[i % n]
                 i += step
                 if other.resident or other.buf is None:
                     continue
