@@ -523,14 +523,18 @@ class Offloader:
                     self._slabs[slab.index] is slab:
                 self._slabs[slab.index] = None
             self._retired.append((slab.buf, (slab.filled, slab.read)))
-            drain = self.slab_bytes and not self._open and not any(
+            drain = not self._open and not any(
                 r is not None and r() for r in self._saved)
+            events = [e for _, evs in self._retired for e in evs] \
+                if drain else []
         if drain:
-            # the pass's last slab: nothing frees the retired ones until
-            # the next pack, and they hold their VRAM (acquired) meanwhile
-            # (H200: the optimizer step's allocation waited for ever on
-            # them); free them once the copies out of them are over
-            self.ops.synchronize(slab.read)
+            # the pass's last buffer: nothing else would free the retired
+            # ones (the next pass is another Offloader), and they hold
+            # their VRAM (acquired) meanwhile (H200: the optimizer step's
+            # allocation waited for ever on them); free them once the
+            # copies in and out of them are over
+            for event in events:
+                self.ops.synchronize(event)
             self._free_retired()
 
     def _free_retired(self):
