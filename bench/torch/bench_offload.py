@@ -23,7 +23,7 @@ Each reports losses (bit-identical to plain or not), peak VRAM PyTorch's
 allocator held (gpu-memd's buffers are not in that figure), and for offload what it moved and the daemon's bytes and time
 copying each way (GB/s).
 
-Inference (a Llama config in bf16, batch 1, greedy generate; full: hidden
+Inference (a Llama config in bf16, batch 1 or --batch N, greedy generate; full: hidden
 2048 x 16 layers, 0.95B, 32 tokens, as the issue's accelerate figure;
 --quick: 8 layers, 16 tokens), tokens/s, one fresh process per method:
   vram             the model in VRAM
@@ -198,7 +198,9 @@ def child_infer(args):
         import accelerate
         accelerate.cpu_offload(model, execution_device=torch.device("cuda:0"))
     g = torch.Generator(device="cpu").manual_seed(7)
-    prompt = torch.randint(0, config.vocab_size, (1, 32), generator=g).cuda()
+    batch = args.get("batch", 1)
+    prompt = torch.randint(0, config.vocab_size, (batch, 32),
+                           generator=g).cuda()
     kwargs = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False,
                   pad_token_id=0)
     rates = []
@@ -210,11 +212,13 @@ def child_infer(args):
             t0 = time.perf_counter()
             tokens = model.generate(prompt, **kwargs)
             torch.cuda.synchronize()
-            rates.append(new / (time.perf_counter() - t0))
+            # tokens generated a second, all sequences of the batch
+            rates.append(new * batch / (time.perf_counter() - t0))
     result = {"method": method, "model": f"llama {config.num_hidden_layers}"
               f"x{config.hidden_size} bf16", "weight_bytes": weight_bytes,
-              "new_tokens": new, "tokens_per_s": statistics.median(rates),
-              "rates": rates, "tokens": tokens[0].tolist(),
+              "new_tokens": new, "batch": batch,
+              "tokens_per_s": statistics.median(rates),
+              "rates": rates, "tokens": tokens.tolist(),
               "max_allocated": torch.cuda.max_memory_allocated(), **info}
     if client is not None:
         result["budget"] = args["budget"]
@@ -305,7 +309,8 @@ def summarize_train(results):
 def summarize_infer(results):
     base = next((r for r in results if r["method"] == "vram"
                  and "error" not in r), None)
-    print("inference (tokens/s, batch 1, greedy):")
+    batch = next((r.get("batch", 1) for r in results if "error" not in r), 1)
+    print(f"inference (tokens/s, batch {batch}, greedy):")
     for r in results:
         if "error" in r:
             print(f"  {r['method']:12} error: {r['error']}")
@@ -337,6 +342,9 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--json")
     ap.add_argument("--log")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="inference batch (default 1; the issue asks for "
+                    "1 and 16): tokens/s count every sequence")
     ap.add_argument("--quick", action="store_true",
                     help="smaller models and sweeps: under 3 minutes")
     ap.add_argument("--skip", default="",
@@ -387,6 +395,8 @@ def main():
     results = {"train": [], "infer": []}
     for kind, args in jobs:
         args["quick"] = quick
+        if kind == "infer":
+            args["batch"] = opts.batch
         left = deadline - (time.monotonic() - t0)
         if left < 30:
             print(f"{kind} {args['method']}: skipped (deadline {deadline} s)",
