@@ -51,12 +51,9 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
 
         if (!pool)
                 return -EINVAL;
-        r = tier == GMD_TIER_VRAM ? reuse_pool_take(&server->reuse, pool, size) :
-                                    pool_take(pool, size);
         /* Kept host copies are a cache: their room first (hostcopy.h). */
-        if (r == -ENOSPC && tier == GMD_TIER_HOST &&
-            hostcopy_reclaim(server, size))
-                r = pool_take(pool, size);
+        r = tier == GMD_TIER_VRAM ? reuse_pool_take(&server->reuse, pool, size) :
+                                    hostcopy_pool_take(server, size);
         if (r < 0)
                 return r;
 

@@ -5,6 +5,8 @@
  */
 #include "hostcopy.h"
 
+#include <errno.h>
+
 #include "backing.h"
 #include "buffer.h"
 #include "log.h"
@@ -62,4 +64,13 @@ uint64_t hostcopy_reclaim(gmd_server *server, uint64_t bytes)
                 log_debug("gave up %llu bytes of kept host copies for room",
                           (unsigned long long)freed);
         return freed;
+}
+
+int hostcopy_pool_take(gmd_server *server, uint64_t size)
+{
+        int r = pool_take(&server->host_pool, size);
+
+        if (r == -ENOSPC && hostcopy_reclaim(server, size))
+                r = pool_take(&server->host_pool, size);
+        return r;
 }

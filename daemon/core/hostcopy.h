@@ -57,4 +57,8 @@ void hostcopy_put_back(gmd_server *server, gmd_dbuffer *b, gmd_mem *host);
  * freed or none is left; returns the bytes freed. */
 uint64_t hostcopy_reclaim(gmd_server *server, uint64_t bytes);
 
+/* pool_take of `size` bytes from the host pool, kept copies given up
+ * first when it has no room (a swap-out's destination, a host buffer). */
+int hostcopy_pool_take(gmd_server *server, uint64_t size);
+
 #endif

@@ -260,9 +260,7 @@ static int out_destination(gmd_server *server, gmd_dbuffer *b,
         *ret_clean = *ret_dst != NULL;
         if (*ret_dst)
                 return 0;
-        r = pool_take(&server->host_pool, b->size);
-        if (r == -ENOSPC && hostcopy_reclaim(server, b->size))
-                r = pool_take(&server->host_pool, b->size);
+        r = hostcopy_pool_take(server, b->size);
         if (r < 0)
                 return r;
         r = host_copy_create(server, b, ret_dst);

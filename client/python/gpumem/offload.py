@@ -368,7 +368,7 @@ class Offloader:
                     self._marks[0] = mark
                     self._first_bytes = nbytes
                 self._marks[1] = mark
-        if slab.size == nbytes:         # a slab of its own: full
+        if self._open.get(slab.device) is not slab:    # its own: full
             self._seal(slab, self.pageout)
         self.stats["offloaded"] += 1
         self.stats["offloaded_bytes"] += nbytes

@@ -388,14 +388,17 @@ class Streamer:
         with self._lock:
             if block not in self.order:
                 return
-            n = len(self.order)
-            start = self.order.index(block)
-            wrap = step == 1 and not _torch_grad_enabled()
-            i = start + step
+            i = self.order.index(block)
+            if step == 1:
+                after = self.order[i + 1:]
+                if not _torch_grad_enabled():
+                    after += self.order[:i]
+            else:
+                after = self.order[:i][::-1]
             count = 0
-            while count < self.lead and (0 <= i < n or (wrap and i - n < start)):
-                other = self.order[i % n]
-                i += step
+            for other in after:
+                if count >= self.lead:
+                    break
                 if other.resident or other.buf is None:
                     continue
                 count += 1
