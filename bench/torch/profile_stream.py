@@ -13,10 +13,18 @@ process, with
     event minus the previous block's end);
   - the daemon's own account of every move (its debug log's "moved in/out
     N bytes in T us (copy C, remap and ack R, release L)" lines): median
-    and p90 of each part, each way.
+    and p90 of each part, each way;
+  - with --timeline, one clock for all three (CLOCK_MONOTONIC: the
+    daemon's move lines say when each move was queued, when its first
+    chunk went to the copy engine, when its copy ended and when it was
+    over; the GPU's events are put on the host's clock through one
+    reference event): how busy the link and the GPU were over the
+    measured generation, how long after a block's kernels the daemon
+    heard of them (its clean pageout's empty copy), how long a prefetch
+    waited for room, and a text timeline of two passes in the middle.
 
   profile_stream.py --build BUILD [--json FILE] [--log FILE] [--quick]
-                    [--lead N] [--tokens N]
+                    [--lead N] [--tokens N] [--batch N] [--timeline FILE]
 
 A diagnostic, not a bench: bench_offload.py is the figure of record.
 """
@@ -37,6 +45,10 @@ sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 MiB = 1 << 20
 MOVE = re.compile(r"moved (in|out) (\d+) bytes in (\d+) us \(copy (\d+), "
                   r"remap and ack (\d+), release (\d+)\)")
+# the same line's buffer, and when (CLOCK_MONOTONIC us; daemon/core/move.c)
+MOVE_AT = re.compile(r"buffer (\d+): moved (in|out) (\d+) bytes in (\d+) us "
+                     r"\(copy (\d+), remap and ack (\d+), release (\d+)\) "
+                     r"from (\d+) us, issued \+(\d+)( clean)?")
 
 
 def spread(values):
@@ -143,6 +155,12 @@ def main():
                     help="8 layers as bench_offload --quick (default 16)")
     ap.add_argument("--lead", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=1,
+                    help="sequences generated at once (default 1)")
+    ap.add_argument("--timeline", metavar="FILE",
+                    help="put the client's calls, the GPU's blocks and the "
+                    "daemon's moves on one clock: a summary in the JSON, two "
+                    "passes in the middle as text in FILE")
     ap.add_argument("--pageout", choices=("auto", "on", "off"),
                     default="auto")
     opts = ap.parse_args()
@@ -150,6 +168,7 @@ def main():
     os.environ.setdefault("GPUMEM_LIBRARY", os.path.join(
         build, "client", "libgpumem.so.0"))
     from common import Daemon, setup_determinism
+    import stream_timeline
     from bench_offload import llama_model
     torch = setup_determinism()
     import gpumem
@@ -161,14 +180,17 @@ def main():
     rest = 2 * (2 * 32000 * 2048 + 2048)
     budget = rest + (layers // 2) * per_block
     log_path = opts.log or os.path.join(build, "profile_stream_daemon.log")
-    out = {"lead": opts.lead, "tokens": opts.tokens, "budget": budget}
+    out = {"lead": opts.lead, "tokens": opts.tokens, "batch": opts.batch,
+           "budget": budget}
     g = torch.Generator(device="cpu").manual_seed(7)
 
     model, config = llama_model(torch, opts.quick)
-    prompt = torch.randint(0, config.vocab_size, (1, 32), generator=g).cuda()
+    prompt = torch.randint(0, config.vocab_size, (opts.batch, 32),
+                           generator=g).cuda()
     with torch.no_grad():
         vram = model.cuda()
-        out["vram_tok_s"] = generate(torch, vram, prompt, opts.tokens, 3)
+        out["vram_tok_s"] = [r * opts.batch for r in
+                             generate(torch, vram, prompt, opts.tokens, 3)]
         model = vram.cpu()
     torch.cuda.empty_cache()
 
@@ -186,6 +208,8 @@ def main():
             setattr(s, name, timed(calls, name, getattr(s, name)))
         marks = []
         handles = gpu_marks(torch, s, marks)
+        buffer_calls = stream_timeline.BufferCalls(gpumem.Buffer)
+        buffer_calls.install()
         with torch.no_grad():
             kwargs = dict(max_new_tokens=opts.tokens,
                           min_new_tokens=opts.tokens, do_sample=False,
@@ -196,12 +220,18 @@ def main():
             with open(log_path) as f:
                 f.seek(0, 2)
                 log_from = f.tell()
-            torch.cuda.synchronize()
+            clock = stream_timeline.GpuClock(torch)
+            buffer_calls.on = True
             t0 = time.perf_counter()
             model.generate(prompt, **kwargs)
             torch.cuda.synchronize()
             wall = time.perf_counter() - t0
-        out["stream_tok_s"] = opts.tokens / wall
+            buffer_calls.on = False
+            window = (clock.t_us, clock.t_us + wall * 1e6)
+        buffer_calls.remove()
+        streamed = [(b.name, b.buf.id) for b in s.blocks
+                    if b.buf is not None]
+        out["stream_tok_s"] = opts.tokens * opts.batch / wall
         out["resident_blocks"] = sum(b.resident for b in s.blocks)
         out["blocks"] = len(s.blocks)
         out["plan"] = s.plan
@@ -211,6 +241,7 @@ def main():
         out["host_ms_per_token"] = {k: sum(v) / passes
                                     for k, v in calls.items()}
         out["gpu"] = gpu_summary(torch, marks)
+        timeline_marks = list(marks)
         for h in handles:
             h.remove()
         s.remove()
@@ -222,6 +253,17 @@ def main():
         f.seek(log_from)
         t.write(f.read())
     out["daemon_moves"] = daemon_moves(tail)
+    if opts.timeline:
+        with open(tail) as f:
+            moves = stream_timeline.daemon_moves(f, MOVE_AT)
+        out["timeline"] = stream_timeline.analyze(
+            streamed, timeline_marks, clock, buffer_calls.calls, moves, window)
+        mid = (window[0] + window[1]) / 2
+        pass_us = (window[1] - window[0]) / opts.tokens
+        with open(opts.timeline, "w") as f:
+            f.write("\n".join(stream_timeline.text(
+                streamed, timeline_marks, clock, buffer_calls.calls, moves,
+                window, mid - pass_us, mid + pass_us)) + "\n")
     text = json.dumps(out, indent=1, default=str)
     print(text)
     if opts.json:

@@ -120,7 +120,8 @@ static void copyq_issue(gmd_copyqs *qs, gmd_copyq *q, gmd_copy_dir dir)
                 chunk->len = len;
                 if (q->inflight[dir]++ == 0)
                         q->busy_since[dir] = now_us();
-                c->inflight++;
+                if (c->inflight++ == 0 && c->issued == 0)
+                        c->issued_us = now_us();
                 c->issued += len;
                 if (c->issued == c->size) {
                         list_remove(&c->qlink);

@@ -50,6 +50,7 @@ typedef struct gmd_copy {
         uint64_t size;
         uint64_t issued, done;      /* bytes handed to the backend, copied */
         unsigned inflight;          /* chunks with the backend */
+        uint64_t issued_us;         /* its first chunk went to the backend */
         int status;                 /* first error (a chunk or a submit) */
         copy_phase phase;
         gmd_list qlink;             /* in a queue, or in the ended list */

@@ -616,13 +616,17 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         /* Where a move's time goes: queue and copy, the owner's remap, and
          * releasing the old backing. */
         log_debug("buffer %llu: %s %llu bytes in %llu us (copy %llu, remap and "
-                  "ack %llu, release %llu)%s", (unsigned long long)b->id,
+                  "ack %llu, release %llu) from %llu us, issued +%llu%s",
+                  (unsigned long long)b->id,
                   m->copy.dir == GMD_COPY_OUT ? "moved out" : "moved in",
                   (unsigned long long)m->copy.size,
                   (unsigned long long)(released_us - m->start_us),
                   (unsigned long long)(m->copied_us - m->start_us),
                   (unsigned long long)(acked_us - m->copied_us),
                   (unsigned long long)(released_us - acked_us),
+                  (unsigned long long)m->start_us,
+                  (unsigned long long)(m->copy.issued_us ?
+                                       m->copy.issued_us - m->start_us : 0),
                   m->clean ? " clean" : "");
         free(m);
         pending_mark(&server->pending, PENDING_WAITS | PENDING_ROOM);
