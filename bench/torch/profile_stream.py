@@ -25,6 +25,7 @@ process, with
 
   profile_stream.py --build BUILD [--json FILE] [--log FILE] [--quick]
                     [--lead N] [--tokens N] [--batch N] [--timeline FILE]
+                    [--cpus LIST]
 
 A diagnostic, not a bench: bench_offload.py is the figure of record.
 """
@@ -155,6 +156,10 @@ def main():
                     help="8 layers as bench_offload --quick (default 16)")
     ap.add_argument("--lead", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--cpus", default="",
+                    help="comma list of CPUs for this process's thread and "
+                    "the client's I/O thread, set after the daemon starts "
+                    "(which keeps every CPU)")
     ap.add_argument("--batch", type=int, default=1,
                     help="sequences generated at once (default 1)")
     ap.add_argument("--timeline", metavar="FILE",
@@ -198,6 +203,8 @@ def main():
         daemon = Daemon(build, log, f"{(budget + 256 * MiB) // MiB}M", "16G",
                         "gmd-profile-", extra=["--log-level", "debug"])
     try:
+        if opts.cpus:
+            os.sched_setaffinity(0, {int(c) for c in opts.cpus.split(",")})
         client = gpumem.Client(daemon.socket, name="profile_stream")
         pageout = {"auto": None, "on": True, "off": False}[opts.pageout]
         s = gt.stream(model, budget=budget, client=client, lead=opts.lead,
