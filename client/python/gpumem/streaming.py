@@ -21,7 +21,10 @@ blocks, and a forward hook releases it after the work queued on the current
 stream (release_after: no host synchronization), paging it out when
 `pageout` says so: by default after a forward that records no gradient
 (inference), where the block is not needed again before every other
-streamed block has run; then its copy out overlaps the next blocks' work,
+streamed block has run, and then prefetching `lead` + 1 blocks after it
+(no streamed block is held until the next acquire, so one more fits, and
+its swap-in starts when this block's VRAM is free); its copy out overlaps
+the next blocks' work,
 where left for the daemon the next swap-in waits for the eviction that
 makes its room in a pool as tight as the budget (sim, a pool holding 3 of
 8 blocks of 4 MiB, 400 MB/s each way: 185 ms a pass left for the daemon,
@@ -198,6 +201,7 @@ class Block:
         self.buf = None
         self.resident = False
         self.held = False
+        self.prefetched = False         # sent, not acquired or paged out since
         self.hooks = []
         self.state = None               # the optimizer state's Block
         self.marks = None               # (start, end) of its first run
@@ -350,6 +354,7 @@ class Streamer:
                                              self.ops, read_only):
                 self.stats["cache_released"] += 1
             block.held = True
+            block.prefetched = False
             self.stats["acquires"] += 1
 
     def _release(self, block):
@@ -364,6 +369,7 @@ class Streamer:
                 self._pageout(block)
 
     def _pageout(self, block):
+        block.prefetched = False
         try:
             block.buf.pageout(wait=False)
             self.stats["pageouts"] += 1
@@ -377,14 +383,17 @@ class Streamer:
         waiting (module comment; _torchdev.flush)."""
         _torchdev.flush(self.client, self.stats)
 
-    def _prefetch_from(self, block, step):
-        """Prefetch the `lead` streamed blocks after `block` in the learned
-        order (step 1: forward; -1: backward). A forward pass that records
-        no gradient (inference: generation runs one after another) goes on
-        past the last block to the next pass's first ones, whose swap-ins
-        then overlap this pass's end and the host's work between passes
-        instead of starting when the next pass does (H200: the streamer's
-        acquires waited 2.7 ms a token with clean pageouts)."""
+    def _prefetch_from(self, block, step, lead=None):
+        """Prefetch the `lead` (default self.lead) streamed blocks after
+        `block` in the learned order (step 1: forward; -1: backward). A
+        forward pass that records no gradient (inference: generation runs
+        one after another) goes on past the last block to the next pass's
+        first ones, whose swap-ins then overlap this pass's end and the
+        host's work between passes instead of starting when the next pass
+        does (H200: the streamer's acquires waited 2.7 ms a token with
+        clean pageouts). A block prefetched is not sent again before it is
+        acquired or paged out (Block.prefetched): the post-hook's prefetch
+        and the next pre-hook's cover the same blocks but one."""
         with self._lock:
             if block not in self.order:
                 return
@@ -397,16 +406,17 @@ class Streamer:
                 after = self.order[:i][::-1]
             count = 0
             for other in after:
-                if count >= self.lead:
+                if count >= (lead or self.lead):
                     break
                 if other.resident or other.buf is None:
                     continue
                 count += 1
-                if other.held:
+                if other.held or other.prefetched:
                     continue
                 # sent in order after this thread's releases and
                 # acquires: the daemon cannot find it held (GMD_EBUSY)
                 other.buf.prefetch(wait=False)
+                other.prefetched = True
                 self.stats["prefetches"] += 1
 
     # ---- the lead, planned from the link (lead.py) ------------------------
@@ -450,8 +460,12 @@ class Streamer:
             elif self._plan_pending:
                 self._plan_lead()
             if block is self.order[0]:
-                # a pass starts: last pass's answers are in (module comment)
+                # a pass starts: last pass's answers are in (module comment);
+                # what was prefetched may have moved since (idle(), another
+                # process's pressure): sent again where due
                 self._flush()
+                for b in self.blocks:
+                    b.prefetched = False
             if self._plan_pending and block.marks is None:
                 block.marks = (self.ops.mark(self.torch_device), None)
             if block.resident:
@@ -492,14 +506,24 @@ class Streamer:
                     if inp is not None:
                         inp.register_hook(self._backward_leave(block))
             block.input_grad = None
+            grad = _torch_grad_enabled()
             self._release(block)
-            if self.pageout is None and not _torch_grad_enabled():
+            if self.pageout is None and not grad:
                 # Inference: not needed again before the other blocks have
                 # run. Paged out now, its copy out overlaps the next
                 # blocks' work; left for the daemon, the swap-in of a
                 # later block waits for its eviction in a pool as tight
                 # as the budget (module comment).
                 self._pageout(block)
+            if not grad and self.pageout is not False:
+                # No streamed block is held until the next one's acquire,
+                # and none while resident blocks and the work between
+                # passes run: one block more of lead fits, and its swap-in
+                # starts as soon as this block's VRAM is free, not after
+                # the next acquire (H200 timeline, profile_stream.py: the
+                # link sat idle ~2.5 ms a pass at the pass's end, a lead
+                # of 2 counting the streamed blocks only).
+                self._prefetch_from(block, 1, lead=self.lead + 1)
             return None
         return hook
 
