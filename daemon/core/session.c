@@ -399,7 +399,7 @@ static void session_read(gmd_session *s)
              users_may_run(users, user); budget--) {
                 gmd_wire_packet packet;
                 const char *reason;
-                uint64_t t0 = now_ns();
+                uint64_t t0 = users_now(users);
                 char why[160];
                 int r;
 
@@ -424,7 +424,7 @@ static void session_read(gmd_session *s)
                 s->server->on_packet(s, &packet);
                 /* The session may be closed now; its memory and its user's
                  * record stay until its handle's close callback. */
-                users_charge(user, now_ns() - t0);
+                users_charge(user, users_now(users) - t0);
         }
 }
 
@@ -460,10 +460,10 @@ static void session_on_poll(uv_poll_t *handle, int status, int events)
                 return;
         }
         if (events & UV_WRITABLE) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = users_now(&s->server->users);
 
                 session_flush(s);
-                users_charge(s->user, now_ns() - t0);
+                users_charge(s->user, users_now(&s->server->users) - t0);
         }
         if (!s->closing && (events & (UV_READABLE | UV_DISCONNECT)))
                 session_read(s);

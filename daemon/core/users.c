@@ -7,6 +7,8 @@
 
 #include <stdlib.h>
 
+#include "timeutil.h"
+
 void users_init(gmd_users *users, int64_t quantum_ns)
 {
         list_init(&users->list);
@@ -14,6 +16,12 @@ void users_init(gmd_users *users, int64_t quantum_ns)
         users->turn = 1;
         users->quantum_ns = quantum_ns > 0 ? quantum_ns : 0;
         users->deferred = 0;
+        users->clock_ns = now_ns;
+}
+
+uint64_t users_now(const gmd_users *users)
+{
+        return users->clock_ns();
 }
 
 void users_set_quantum(gmd_users *users, int64_t quantum_ns)

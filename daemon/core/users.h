@@ -54,6 +54,10 @@ typedef struct gmd_users {
         uint64_t turn;              /* loop turns so far */
         int64_t quantum_ns;         /* 0: no turns, every user may run */
         uint64_t deferred;          /* reads put off, all users */
+        /* The clock the loop's time is charged by (users_now): now_ns,
+         * CLOCK_MONOTONIC. A test sets its own, so that a request costs
+         * exactly what it says and not what the machine's load adds. */
+        uint64_t (*clock_ns)(void);
 } gmd_users;
 
 void users_init(gmd_users *users, int64_t quantum_ns);
@@ -78,6 +82,10 @@ void users_next_turn(gmd_users *users);
 /* May `user` be served now? It has credit left this turn. A false answer
  * is counted as a deferred read. */
 bool users_may_run(gmd_users *users, gmd_user *user);
+
+/* The time to charge by: users->clock_ns(). Read it before and after
+ * serving a user and charge the difference. */
+uint64_t users_now(const gmd_users *users);
 
 /* `user` used `ns` of the loop. */
 void users_charge(gmd_user *user, uint64_t ns);

@@ -283,7 +283,7 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                 return;
         }
         for (int i = 0; i < SERVER_ACCEPT_BUDGET; i++) {
-                uint64_t t0 = now_ns();
+                uint64_t t0 = users_now(&server->users);
                 gmd_session *s;
                 char why[200];
                 uid_t uid;
@@ -304,7 +304,8 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                         server->stats.connections_refused++;
                         request_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
                         /* A user refused for its connections has a record. */
-                        users_charge(users_find(&server->users, uid), now_ns() - t0);
+                        users_charge(users_find(&server->users, uid),
+                                     users_now(&server->users) - t0);
                         continue;
                 }
                 server->stats.connections++;
@@ -315,7 +316,7 @@ static void server_on_accept(uv_poll_t *handle, int status, int events)
                         continue;
                 }
                 server_arm_hello_sweep(server);
-                users_charge(s->user, now_ns() - t0);
+                users_charge(s->user, users_now(&server->users) - t0);
         }
 }
 
