@@ -25,7 +25,7 @@ process, with
 
   profile_stream.py --build BUILD [--json FILE] [--log FILE] [--quick]
                     [--lead N] [--tokens N] [--batch N] [--timeline FILE]
-                    [--cpus LIST]
+                    [--cpus LIST] [--swap KEY=VALUE,...]
 
 A diagnostic, not a bench: bench_offload.py is the figure of record.
 """
@@ -160,6 +160,9 @@ def main():
                     help="comma list of CPUs for this process's thread and "
                     "the client's I/O thread, set after the daemon starts "
                     "(which keeps every CPU)")
+    ap.add_argument("--swap", default="",
+                    help="[swap] keys for the daemon, e.g. "
+                    "chunk_size=32M,copies_in_flight=4")
     ap.add_argument("--batch", type=int, default=1,
                     help="sequences generated at once (default 1)")
     ap.add_argument("--timeline", metavar="FILE",
@@ -199,9 +202,17 @@ def main():
         model = vram.cpu()
     torch.cuda.empty_cache()
 
+    extra = ["--log-level", "debug"]
+    if opts.swap:
+        conf = os.path.join(build, "profile_stream.conf")
+        with open(conf, "w") as f:
+            f.write("[swap]\n" + "\n".join(
+                kv.replace("=", " = ") for kv in opts.swap.split(",")) + "\n")
+        extra += ["--config", conf]
+        out["swap"] = opts.swap
     with open(log_path, "w") as log:
         daemon = Daemon(build, log, f"{(budget + 256 * MiB) // MiB}M", "16G",
-                        "gmd-profile-", extra=["--log-level", "debug"])
+                        "gmd-profile-", extra=extra)
     try:
         if opts.cpus:
             os.sched_setaffinity(0, {int(c) for c in opts.cpus.split(",")})
