@@ -16,7 +16,8 @@
  *             the daemon to pin its host arena first. The first round trip
  *             of a size is reported apart ("cold"). Every buffer's pattern
  *             is checked by a kernel after its round trips.
- *   batches   2 GiB of buffers of one size (16, 64, 256 MiB) moving at once:
+ *   batches   buffers of one size moving at once: 256 x 2 MiB, 64 x 16 MiB,
+ *             32 x 64 MiB, 8 x 256 MiB:
  *             all out with one gmd_pageout(NULL), all in with one
  *             gmd_prefetch(NULL), and one such set going out while another
  *             comes in ("2way"), compared with the largest size's baseline.
@@ -574,7 +575,8 @@ typedef struct batch {
         bool ran, checked_ok;
 } batch;
 
-#define N_BATCH 3
+#define N_BATCH 4
+#define BATCH_MAX 256             /* buffers of one batch at most */
 static batch batches[N_BATCH];
 
 /* All of `out` paged out while all of `in` come back, the calls
@@ -584,10 +586,13 @@ static double batch_both(gmd_client *c, gmd_buffer **out, gmd_buffer **in,
 {
         double t0 = gpu_now_us();
 
+        /* Sent without waiting for each answer, as gpumem.torch does: 256
+         * round trips would take longer than 2 MiB buffers' copies. */
         for (unsigned i = 0; i < n; i++)
-                if (gmd_pageout(c, out[i]) < 0 || gmd_prefetch(c, in[i]) < 0)
+                if (gmd_pageout_nowait(c, out[i]) < 0 ||
+                    gmd_prefetch_nowait(c, in[i]) < 0)
                         return -1;
-        if (wait_ok(c, NULL, "batch both") < 0)
+        if (gmd_flush(c, -1) < 0 || wait_ok(c, NULL, "batch both") < 0)
                 return -1;
         return gbs(2 * (uint64_t)n * size, gpu_now_us() - t0);
 }
@@ -611,7 +616,7 @@ static bool batch_check(gmd_client *c, gmd_buffer **bufs, unsigned n,
 
 static void run_batch(gmd_client *c, batch *bt, int reps)
 {
-        gmd_buffer *a[64] = { 0 }, *b[64] = { 0 };
+        gmd_buffer *a[BATCH_MAX] = { 0 }, *b[BATCH_MAX] = { 0 };
         uint64_t total;
         double gb;
 
@@ -1009,12 +1014,15 @@ int main(int argc, char **argv)
                         results[k].done = true;
                 }
                 run_latency(c, max >= 1024 * MiB ? max : 1024 * MiB, &lat);
-                /* 2 GiB in flight at once, in buffers of 16, 64, 256 MiB. */
+                /* Up to 2 GiB in flight at once, in buffers of 16, 64,
+                 * 256 MiB (at most 64 of them), and 256 of 2 MiB: a
+                 * step's worth of PyTorch's small segments. */
                 for (int k = 0; k < N_BATCH; k++) {
-                        batches[k].size = (16 * MiB) << (2 * k);
+                        batches[k].size = k == 0 ? 2 * MiB :
+                                          (16 * MiB) << (2 * (k - 1));
                         batches[k].n = (unsigned)((2048 * MiB) / batches[k].size);
-                        if (batches[k].n > 64)
-                                batches[k].n = 64;
+                        if (batches[k].n > (k == 0 ? BATCH_MAX : 64))
+                                batches[k].n = k == 0 ? BATCH_MAX : 64;
                         if ((uint64_t)batches[k].n * batches[k].size > max)
                                 continue;   /* the card is too small for it */
                         printf("  batch %u x %llu MiB\n", batches[k].n,

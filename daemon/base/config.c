@@ -70,6 +70,7 @@ static const config_key config_keys[] = {
         KEY("limits", "user_turn_us", KEY_COUNT, user_turn_us, 1000000),
         KEY("swap", "chunk_size", KEY_SIZE, swap_chunk_size, 0),
         KEY("swap", "copies_in_flight", KEY_UINT, swap_copies_in_flight, 64),
+        KEY("swap", "bytes_in_flight", KEY_SIZE, swap_bytes_in_flight, 0),
         KEY("swap", "keep_vram", KEY_BOOL, swap_keep_vram, 0),
         KEY("sim", "devices", KEY_UINT, sim_devices, 16),
         KEY("sim", "vram", KEY_SIZE, sim_vram, 0),
@@ -119,6 +120,7 @@ void config_init_defaults(gmd_config *config)
         config->user_turn_us = 100;
         config->swap_chunk_size = 64ull << 20;
         config->swap_copies_in_flight = 2;
+        config->swap_bytes_in_flight = 64ull << 20;
         config->swap_keep_vram = true;
         config->sim_devices = 1;
         config->sim_vram = 1ull << 30;

@@ -74,6 +74,8 @@ typedef struct gmd_config {
         /* [swap] */
         uint64_t swap_chunk_size;         /* bytes per copy handed to the backend */
         unsigned swap_copies_in_flight;   /* chunks per direction at once */
+        uint64_t swap_bytes_in_flight;    /* and more, up to these bytes
+                                           * per direction (small chunks) */
         bool swap_keep_vram;              /* keep VRAM a swap-out left for the
                                            * owner's next swap-in (reuse.h) */
 

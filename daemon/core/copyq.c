@@ -83,11 +83,21 @@ static void copy_end_later(gmd_copyqs *qs, gmd_copyq *q, gmd_copy *c)
         pending_mark(qs->pending, PENDING_COPIES);
 }
 
+/* May one more chunk go to the backend this way? (copyq.h) */
+static bool copyq_room(const gmd_config *cfg, const gmd_copyq *q,
+                       gmd_copy_dir dir)
+{
+        if (q->inflight[dir] < cfg->swap_copies_in_flight)
+                return true;
+        return q->inflight[dir] < COPYQ_MAX_CHUNKS &&
+               q->inflight_bytes[dir] < cfg->swap_bytes_in_flight;
+}
+
 static void copyq_issue(gmd_copyqs *qs, gmd_copyq *q, gmd_copy_dir dir)
 {
         const gmd_config *cfg = qs->config;
 
-        while (q->inflight[dir] < cfg->swap_copies_in_flight) {
+        while (copyq_room(cfg, q, dir)) {
                 gmd_copy *c = next_copy(q, dir);
                 copy_chunk *chunk;
                 uint64_t len;
@@ -120,6 +130,7 @@ static void copyq_issue(gmd_copyqs *qs, gmd_copyq *q, gmd_copy_dir dir)
                 chunk->len = len;
                 if (q->inflight[dir]++ == 0)
                         q->busy_since[dir] = now_us();
+                q->inflight_bytes[dir] += len;
                 if (c->inflight++ == 0 && c->issued == 0)
                         c->issued_us = now_us();
                 c->issued += len;
@@ -182,6 +193,7 @@ void copyq_on_done(void *ctx, void *cookie, int status)
                         qs->stats->copy_us_in += busy;
         }
         q->bytes[dir] += chunk->len;
+        q->inflight_bytes[dir] -= chunk->len;
         if (dir == GMD_COPY_OUT)
                 qs->stats->bytes_out += chunk->len;
         else

@@ -3,9 +3,13 @@
  * host, host to VRAM), each holding copies in three classes served in
  * order — urgent (an acquire waits), eviction (an allocation waits), bulk
  * (pageout, prefetch). Copies are cut into chunks ([swap] chunk_size) and
- * at most [swap] copies_in_flight chunks per direction are with the
- * backend at once, so an urgent copy overtakes a bulk one within a chunk
- * or two, and both directions run at the same time.
+ * [swap] copies_in_flight chunks per direction are with the backend at
+ * once — more while those hold fewer than [swap] bytes_in_flight, up to
+ * COPYQ_MAX_CHUNKS: a chunk's end reaches the loop some 50-100 us after
+ * the copy engine finished it, and two 2 MiB chunks (38 us each at 55
+ * GB/s) would leave the link idle while the next is issued. An urgent
+ * copy so overtakes a bulk one within a chunk or two, or the bytes in
+ * flight, and both directions run at the same time.
  *
  * A copy is the byte-moving part of a move (move.h embeds one). copyq
  * knows nothing of moves: a copy whose last chunk came back, or that was
@@ -25,6 +29,9 @@
 #include "list.h"
 #include "pending.h"
 #include "stats.h"
+
+/* Chunks per direction with the backend at most, however small. */
+#define COPYQ_MAX_CHUNKS 64
 
 typedef enum move_class {
         MOVE_URGENT = 0,
@@ -60,6 +67,7 @@ typedef struct gmd_copyq {
         unsigned device;
         gmd_list queued[2][3];      /* [dir][class]: copies with bytes to issue */
         unsigned inflight[2];       /* chunks with the backend */
+        uint64_t inflight_bytes[2]; /* their bytes */
         unsigned moves[2];          /* copies not ended, queued or copying */
         uint64_t bytes[2];          /* copied since start */
         uint64_t busy_us[2];        /* time with at least one chunk in flight */

@@ -570,7 +570,10 @@ static void test_nowait_acquire_of_queued_pageout(void **state)
         int64_t ms;
         int r;
 
-        start(f, HOST_256M "[swap]\nchunk_size = 2M\n[sim]\ncopy_rate = 32M\n");
+        /* bytes_in_flight 0: two 2 MiB chunks in flight at most, so the
+         * pageout is still queued when the acquire comes. */
+        start(f, HOST_256M "[swap]\nchunk_size = 2M\nbytes_in_flight = 0\n"
+                 "[sim]\ncopy_rate = 32M\n");
         OK(gmd_alloc(f->client, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &x));
         OK(gmd_alloc(f->client, 4 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &b));
         pattern_fill(x, 4);

@@ -413,8 +413,11 @@ static void test_acquire_overtakes_prefetch(void **state)
         uint64_t t0;
         int64_t t_acquire, t_bulk;
 
+        /* Two 2 MiB chunks in flight at most (bytes_in_flight 0), so the
+         * acquire overtakes within a chunk or two at this slow link. */
         harness_start_small(&f->h, "[pools]\nhost_limit = 256M\n"
                                    "[swap]\nchunk_size = 2M\n"
+                                   "bytes_in_flight = 0\n"
                                    "[sim]\ncopy_rate = 200M\n");
         f->client = harness_client(&f->h, "ordering");
         OK(gmd_alloc(f->client, 48 * MiB, 0, 0, GMD_NO_WAIT, &big));
@@ -827,8 +830,11 @@ static void test_cancellations(void **state)
         int64_t ms;
         int r;
 
+        /* bytes_in_flight 0: a cancelled move has two chunks in flight
+         * at most, not 64 MiB, at this slow link. */
         harness_start_small(&f->h, "[pools]\nhost_limit = 256M\n"
                                    "[swap]\nchunk_size = 2M\n"
+                                   "bytes_in_flight = 0\n"
                                    "[sim]\ncopy_rate = 64M\n");
         f->client = harness_client(&f->h, "cancel");
         OK(gmd_alloc(f->client, 32 * MiB, 0, 0, GMD_NO_WAIT, &b));

@@ -18,7 +18,7 @@
 #include "copyq.h"
 
 #define MIB (1ull << 20)
-#define MAX_CHUNKS 64
+#define MAX_CHUNKS 256
 
 typedef struct fake {
         gmd_backend backend;
@@ -130,6 +130,55 @@ static void test_chunks_and_limit(void **state)
         assert_int_equal(f->stats.bytes_out, 10 * MIB);
 }
 
+/* Small chunks: more than copies_in_flight go while those in flight hold
+ * fewer than bytes_in_flight, never more than COPYQ_MAX_CHUNKS; with
+ * bytes_in_flight 0, copies_in_flight alone. */
+static void drain(fixture *f)
+{
+        while (f->fake.next_done < f->fake.n)
+                finish_one(f, 0);
+        while (copyq_take_ended(&f->qs))
+                ;
+}
+
+static void test_bytes_in_flight(void **state)
+{
+        fixture *f = *state;
+        gmd_copy small[20], large, many;
+
+        f->config.swap_bytes_in_flight = 16 * MIB;
+        for (int i = 0; i < 20; i++) {
+                copy_init(&small[i], GMD_COPY_IN, MOVE_BULK, &f->a, 1 * MIB);
+                copyq_push(&f->qs, &small[i]);
+        }
+        assert_int_equal(f->fake.n, 16);        /* 16 MiB in flight */
+        assert_int_equal(f->q[0].inflight_bytes[GMD_COPY_IN], 16 * MIB);
+        finish_one(f, 0);
+        assert_int_equal(f->fake.n, 17);        /* one out, one in */
+        drain(f);
+        assert_int_equal(f->fake.n, 20);
+        assert_int_equal(f->q[0].inflight_bytes[GMD_COPY_IN], 0);
+
+        /* 4 MiB chunks: two by count (8 MiB), two more by bytes */
+        copy_init(&large, GMD_COPY_IN, MOVE_BULK, &f->b, 64 * MIB);
+        copyq_push(&f->qs, &large);
+        assert_int_equal(f->fake.n - f->fake.next_done, 4);
+        f->config.swap_bytes_in_flight = 0;
+        finish_one(f, 0);
+        finish_one(f, 0);
+        assert_int_equal(f->fake.n - f->fake.next_done, 2);
+        drain(f);
+
+        /* however small the chunks, at most COPYQ_MAX_CHUNKS */
+        f->config.swap_chunk_size = 1 * MIB;
+        f->config.swap_bytes_in_flight = 1024 * MIB;
+        copy_init(&many, GMD_COPY_OUT, MOVE_BULK, &f->c, 100 * MIB);
+        copyq_push(&f->qs, &many);
+        assert_int_equal(f->fake.n - f->fake.next_done, COPYQ_MAX_CHUNKS);
+        drain(f);
+        assert_int_equal(many.done, 100 * MIB);
+}
+
 static void test_class_order(void **state)
 {
         fixture *f = *state;
@@ -217,6 +266,8 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_chunks_and_limit, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_bytes_in_flight, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_class_order, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stop, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_failed_chunk, setup, teardown),
