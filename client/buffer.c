@@ -244,6 +244,13 @@ gmd_buffer *gmd__buffer_destroy(gmd_client *client, gmd_buffer *buffer)
                 ops->ipc_close(client->mapper, buffer->device, buffer->addr);
         if (buffer->last_use)
                 ops->event_destroy(client->mapper, buffer->device, buffer->last_use);
+        if (buffer->acquiring) {
+                /* Never finished: only gmd_disconnect gets here with one,
+                 * after gmd__client_fail answered every pending request. */
+                pthread_cond_destroy(&buffer->acquiring->cond);
+                gmd__request_clear(buffer->acquiring);
+                free(buffer->acquiring);
+        }
         free(buffer);
         return NULL;
 }
@@ -409,6 +416,17 @@ static int buffer_revoked_error(const gmd_buffer *buffer)
         return GMD_EREVOKED;
 }
 
+/* Is an acquire of `buffer` started and not finished? Says so for `call`. */
+static bool buffer_acquiring(const gmd_buffer *buffer, const char *call)
+{
+        if (!buffer->acquiring)
+                return false;
+        gmd__error_set("%s: an acquire of buffer %llu was started and not "
+                       "finished: call gmd_acquire_finish first", call,
+                       (unsigned long long)buffer->id);
+        return true;
+}
+
 /** Allocate a buffer; see gpumem.h. */
 int gmd_alloc(gmd_client *client, size_t size, unsigned device,
               unsigned flags, int64_t timeout_ms, gmd_buffer **ret_buffer)
@@ -497,6 +515,10 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
                 gmd__error_set("gmd_free: no client");
                 return -EINVAL;
         }
+        /* An acquire still owed an answer names the buffer: hear it first
+         * (whatever it says, the buffer goes). */
+        if (buffer->acquiring)
+                (void)gmd_acquire_finish(client, buffer);
         if (gmd__mapcache_park(client, buffer))
                 return 0;
         if (buffer->ipc) {
@@ -540,6 +562,8 @@ int gmd_acquire_flags(gmd_client *client, gmd_buffer *buffer,
                                flags & ~GMD_ACQUIRE_READ_ONLY);
                 return -EINVAL;
         }
+        if (buffer_acquiring(buffer, "gmd_acquire"))
+                return GMD_EBUSY;
         if (atomic_load(&buffer->revoked))
                 return buffer_revoked_error(buffer);
         msg.buffer_id = buffer->id;
@@ -554,6 +578,71 @@ int gmd_acquire_flags(gmd_client *client, gmd_buffer *buffer,
 int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms)
 {
         return gmd_acquire_flags(client, buffer, timeout_ms, 0);
+}
+
+/** Ask for a buffer's lease without waiting; see gpumem.h. */
+int gmd_acquire_start(gmd_client *client, gmd_buffer *buffer,
+                      int64_t timeout_ms, unsigned flags)
+{
+        Gmd__AcquireRequest msg = GMD__ACQUIRE_REQUEST__INIT;
+        gmd_request *req;
+
+        if (!client || !buffer) {
+                gmd__error_set("gmd_acquire_start: client and buffer must be given");
+                return -EINVAL;
+        }
+        if (flags & ~GMD_ACQUIRE_READ_ONLY) {
+                gmd__error_set("gmd_acquire_start: unknown flags 0x%x",
+                               flags & ~GMD_ACQUIRE_READ_ONLY);
+                return -EINVAL;
+        }
+        if (buffer_acquiring(buffer, "gmd_acquire_start"))
+                return GMD_EBUSY;
+        if (atomic_load(&buffer->revoked))
+                return buffer_revoked_error(buffer);
+        req = calloc(1, sizeof(*req));
+        if (!req) {
+                gmd__error_set("gmd_acquire_start: out of memory");
+                return -ENOMEM;
+        }
+        req->device = buffer->device;
+        msg.buffer_id = buffer->id;
+        msg.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+        msg.flags = flags;
+        /* Answered now when it could not be sent: finish says why. */
+        gmd__client_call_start(client, req, GMD__MSG_TYPE__MSG_ACQUIRE,
+                               &msg.base);
+        buffer->acquiring = req;
+        return 0;
+}
+
+/** Wait for the lease gmd_acquire_start asked for; see gpumem.h. */
+int gmd_acquire_finish(gmd_client *client, gmd_buffer *buffer)
+{
+        gmd_request *req;
+        int r;
+
+        if (!client || !buffer) {
+                gmd__error_set("gmd_acquire_finish: client and buffer must be given");
+                return -EINVAL;
+        }
+        req = buffer->acquiring;
+        if (!req) {
+                gmd__error_set("gmd_acquire_finish: no acquire of buffer %llu "
+                               "was started (gmd_acquire_start)",
+                               (unsigned long long)buffer->id);
+                return -EINVAL;
+        }
+        r = gmd__client_call_finish(client, req);
+        buffer->acquiring = NULL;
+        gmd__request_clear(req);
+        free(req);
+        /* A revoke that crossed the request on the wire. */
+        if (r == GMD_ENOENT && atomic_load(&buffer->revoked))
+                return buffer_revoked_error(buffer);
+        if (r == 0)
+                atomic_store(&buffer->leased, true);
+        return r;
 }
 
 /* The buffer's last-use event, made on first use. One per buffer: the
@@ -609,6 +698,8 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
                 gmd__error_set("gmd_release_after: client and buffer must be given");
                 return -EINVAL;
         }
+        if (buffer_acquiring(buffer, "gmd_release_after"))
+                return GMD_EBUSY;
         if (!client->mapper->ops->event_record)
                 return gmd_release(client, buffer);
         if (atomic_load(&buffer->revoked))
@@ -636,6 +727,8 @@ int gmd_release_after_nowait(gmd_client *client, gmd_buffer *buffer,
                                "must be given");
                 return -EINVAL;
         }
+        if (buffer_acquiring(buffer, "gmd_release_after_nowait"))
+                return GMD_EBUSY;
         if (atomic_load(&buffer->revoked))
                 return buffer_revoked_error(buffer);
         r = last_use_record(client, buffer, stream, "gmd_release_after_nowait",
@@ -659,6 +752,8 @@ int gmd_release(gmd_client *client, gmd_buffer *buffer)
                 gmd__error_set("gmd_release: client and buffer must be given");
                 return -EINVAL;
         }
+        if (buffer_acquiring(buffer, "gmd_release"))
+                return GMD_EBUSY;
         if (atomic_load(&buffer->revoked))
                 return buffer_revoked_error(buffer);
         msg.buffer_id = buffer->id;

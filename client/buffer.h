@@ -47,6 +47,8 @@ struct gmd_buffer {
         gmd_list cache_node;            /* client->cache.lru while parked */
         _Atomic int tier;               /* gmd_tier; a remap changes it */
         _Atomic bool revoked;           /* backing gone, range reserved */
+        struct gmd_request *acquiring;  /* gmd_acquire_start's request, until
+                                         * gmd_acquire_finish (the caller's) */
         char revoke_reason[160];        /* written once, before `revoked` */
 };
 

@@ -181,8 +181,8 @@ static void send_lost(gmd_client *client, int r)
         gmd__client_fail(client, GMD_ECONN, reason);
 }
 
-int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
-                const ProtobufCMessage *msg)
+int gmd__client_call_start(gmd_client *client, gmd_request *req,
+                           uint16_t type, const ProtobufCMessage *msg)
 {
         int r;
 
@@ -191,10 +191,12 @@ int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
 
         pthread_mutex_lock(&client->lock);
         if (client->dead) {
-                r = client->dead_error;
-                gmd__error_set("%s", client->dead_reason);
+                /* Answered at once, with the connection's error. */
+                req->done = true;
+                req->error = client->dead_error;
+                req->message = strdup(client->dead_reason);
                 pthread_mutex_unlock(&client->lock);
-                goto out;
+                return 0;
         }
         req->id = next_request_id_locked(client);
         list_add_tail(&client->pending, &req->node);
@@ -214,6 +216,12 @@ int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
                 /* Unsent, `req` is completed only by gmd__client_fail. */
                 send_lost(client, r);
         }
+        return 0;
+}
+
+int gmd__client_call_finish(gmd_client *client, gmd_request *req)
+{
+        int r;
 
         pthread_mutex_lock(&client->lock);
         while (!req->done)
@@ -223,9 +231,15 @@ int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
         r = req->error;
         if (r < 0)
                 gmd__error_set("%s", req->message ? req->message : gmd_strerror(r));
-out:
         pthread_cond_destroy(&req->cond);
         return r;
+}
+
+int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
+                const ProtobufCMessage *msg)
+{
+        gmd__client_call_start(client, req, type, msg);
+        return gmd__client_call_finish(client, req);
 }
 
 void gmd__request_clear(gmd_request *req)

@@ -117,6 +117,14 @@ int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client);
 int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
                 const ProtobufCMessage *msg);
 
+/* gmd__client_call in two halves: _start sends (a dead connection or an
+ * unsendable message answers `req` at once; it always returns 0), _finish
+ * waits for the answer and returns as gmd__client_call does. Between them
+ * `req` belongs to the pending list and must stay where it is. */
+int gmd__client_call_start(gmd_client *client, gmd_request *req,
+                           uint16_t type, const ProtobufCMessage *msg);
+int gmd__client_call_finish(gmd_client *client, gmd_request *req);
+
 /*
  * Send request `type` with payload `msg` without waiting for its answer:
  * the I/O thread takes the answer, and gmd_flush reports the first error

@@ -326,6 +326,28 @@ int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms);
 GMD_EXPORT
 int gmd_acquire_flags(gmd_client *client, gmd_buffer *buffer,
                       int64_t timeout_ms, unsigned flags);
+
+/*
+ * gmd_acquire_flags in two halves, for a caller with other work to do
+ * meanwhile (a layer's kernels to launch while the next layer's lease
+ * comes): gmd_acquire_start sends the request and returns; the daemon
+ * handles it as gmd_acquire's (the swap-in ahead of every other move,
+ * `timeout_ms` counted from when it reads it). gmd_acquire_finish waits
+ * for the answer and returns what gmd_acquire_flags would have; the
+ * buffer is usable only after it returned 0. One acquire of a buffer may
+ * be started at a time: until it is finished, another start, an acquire
+ * or a release of that buffer is GMD_EBUSY, and gmd_free finishes it
+ * first. The daemon reads the request before anything the thread sends
+ * after the start (its answer may come later than theirs: a swap-in).
+ * gmd_acquire_start fails at once only
+ * for bad arguments (-EINVAL), a revoked buffer and out of memory; a dead
+ * connection is what gmd_acquire_finish returns.
+ */
+GMD_EXPORT
+int gmd_acquire_start(gmd_client *client, gmd_buffer *buffer,
+                      int64_t timeout_ms, unsigned flags);
+GMD_EXPORT
+int gmd_acquire_finish(gmd_client *client, gmd_buffer *buffer);
 GMD_EXPORT
 int gmd_release(gmd_client *client, gmd_buffer *buffer);
 

@@ -10,6 +10,10 @@
  * a bounded flush time out, and one that dies makes it return the
  * connection's error; gmd_disconnect with answers still owed neither
  * hangs nor leaks (the fixture checks fds; the sanitizer build, memory).
+ * gmd_acquire_start returns before the swap-in it asks for is over,
+ * gmd_acquire_finish waits for it and leaves the buffer acquired with its
+ * bytes; in between the buffer's other lease calls are GMD_EBUSY, and
+ * gmd_free and gmd_disconnect hear the answer first.
  *
  * The test process is the client. The mapping cache is on (as shipped),
  * so the test of a release sent without waiting also checks that the
@@ -216,6 +220,99 @@ static void test_release_is_at_once(void **state)
         expect_flush(f->client, 5000, 0, "release then free");
 }
 
+/* ---- acquire in two halves --------------------------------------------- */
+
+/* A 16 MiB buffer on host memory, its swap-in at 64 MB/s (~250 ms): the
+ * start returns long before, the finish when the bytes are back. */
+static void test_acquire_start_finish(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        uint64_t t0, started, finished;
+        gmd_status *s;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 256M\n"
+                            "[sim]\ncopy_rate = 64M\n");
+        f->client = harness_client(&f->h, "acquire-start");
+        OK(gmd_alloc(f->client, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE, 0, &b));
+        pattern_fill(b, 21);
+        OK(gmd_release(f->client, b));
+        OK(gmd_pageout(f->client, b));
+        OK(gmd_wait(f->client, b, 5000));
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
+
+        t0 = harness_now_ms();
+        OK(gmd_acquire_start(f->client, b, 5000, GMD_ACQUIRE_READ_ONLY));
+        started = harness_now_ms() - t0;
+        /* Meanwhile the buffer's lease is the started acquire's. */
+        assert_int_equal(gmd_acquire(f->client, b, 0), GMD_EBUSY);
+        expect_error_words("busy acquire", "gmd_acquire_finish",
+                           (const char *)NULL);
+        assert_int_equal(gmd_acquire_start(f->client, b, 0, 0), GMD_EBUSY);
+        assert_int_equal(gmd_release(f->client, b), GMD_EBUSY);
+        assert_int_equal(gmd_release_after_nowait(f->client, b, NULL),
+                         GMD_EBUSY);
+        OK(gmd_acquire_finish(f->client, b));
+        finished = harness_now_ms() - t0;
+        if (started > 100 || finished < 150)
+                fail_msg("start took %llu ms, start to finish %llu ms: want "
+                         "the start at once, the finish after the ~250 ms "
+                         "swap-in", (unsigned long long)started,
+                         (unsigned long long)finished);
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
+        assert_true(row_of(f->client, b).acquired);
+        pattern_check(b, 21, "after gmd_acquire_finish");
+        /* Finished: nothing to finish again; the lease is an ordinary one. */
+        assert_int_equal(gmd_acquire_finish(f->client, b), -EINVAL);
+        expect_error_words("finish twice", "gmd_acquire_start",
+                           (const char *)NULL);
+        assert_int_equal(gmd_acquire(f->client, b, 0), GMD_EBUSY);
+        OK(gmd_release(f->client, b));
+
+        /* Refused by the daemon: the finish says so. */
+        OK(gmd_acquire(f->client, b, 5000));
+        OK(gmd_acquire_start(f->client, b, 0, 0));
+        assert_int_equal(gmd_acquire_finish(f->client, b), GMD_EBUSY);
+        OK(gmd_release(f->client, b));
+
+        /* gmd_free with an acquire started: it hears the answer first,
+         * and the buffer, acquired by then, goes to the cache of idle
+         * mappings, from which the next allocation of its kind takes it. */
+        OK(gmd_pageout(f->client, b));
+        OK(gmd_wait(f->client, b, 5000));
+        OK(gmd_acquire_start(f->client, b, 5000, 0));
+        OK(gmd_free(f->client, b));
+        b = NULL;
+        OK(gmd_alloc(f->client, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE, 0, &b));
+        s = harness_status(f->client);
+        assert_int_equal(s->total_buffers, 1);
+        gmd_status_free(s);
+        OK(gmd_free(f->client, b));
+        expect_flush(f->client, 5000, 0, "after the two-half acquires");
+}
+
+/* An acquire started and never finished when the client disconnects, its
+ * swap-in still copying: no hang, no fd or record left (fixture, ASan). */
+static void test_disconnect_with_acquire_started(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b;
+        uint64_t t0;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 256M\n"
+                            "[sim]\ncopy_rate = 64M\n");
+        f->client = harness_client(&f->h, "acquire-start-gone");
+        b = harness_released_buffer(f->client, 16 * MiB, 22);
+        OK(gmd_pageout(f->client, b));
+        OK(gmd_wait(f->client, b, 5000));
+        OK(gmd_acquire_start(f->client, b, 5000, 0));
+        t0 = harness_now_ms();
+        f->client = gmd_disconnect(f->client);
+        assert_true(harness_now_ms() - t0 < 2000);
+        f->client = harness_client(&f->h, "after");
+        assert_int_equal(harness_wait_clients(f->client, 1, 5000), 1);
+}
+
 /* ---- flush ------------------------------------------------------------- */
 
 /* Nothing sent: 0 at once, whatever the timeout. Bad arguments: at once,
@@ -355,6 +452,10 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_flush_after_daemon_died,
                                                 setup, harness_teardown),
                 cmocka_unit_test_setup_teardown(test_flush_woken_by_death,
+                                                setup, harness_teardown),
+                cmocka_unit_test_setup_teardown(test_acquire_start_finish,
+                                                setup, harness_teardown),
+                cmocka_unit_test_setup_teardown(test_disconnect_with_acquire_started,
                                                 setup, harness_teardown),
                 cmocka_unit_test_setup_teardown(test_disconnect_with_owed_answers,
                                                 setup, harness_teardown),

@@ -30,14 +30,15 @@ def assert_same(test, a, b, what):
 
 
 class Spy:
-    """Record acquire/prefetch/pageout/release_after calls on
-    gpumem.Buffer by id (`calls`), and which of them were made with
-    wait=False (`nowait`)."""
+    """Record acquire/acquire_start/acquire_finish/prefetch/pageout/
+    release_after calls on gpumem.Buffer by id (`calls`), and which of them
+    were made with wait=False (`nowait`)."""
 
     def __init__(self, test):
         self.calls = []
         self.nowait = []
-        for name in ("acquire", "prefetch", "pageout", "release_after"):
+        for name in ("acquire", "acquire_start", "acquire_finish",
+                     "prefetch", "pageout", "release_after"):
             original = getattr(gpumem.Buffer, name)
             setattr(gpumem.Buffer, name, self._wrap(name, original))
             test.addCleanup(setattr, gpumem.Buffer, name, original)

@@ -157,6 +157,27 @@ class Tiering(DaemonTest):
         buf.acquire(timeout=5, read_only=True)
         self.assertEqual(bytes(buf.as_memoryview()[:4]), b"efgh")
 
+    def test_acquire_in_two_halves(self):
+        buf = self.client.alloc(4 * MiB)
+        buf.as_memoryview()[:4] = b"abcd"
+        buf.release()
+        buf.pageout()
+        buf.wait(timeout=5)
+        buf.acquire_start(timeout=5, read_only=True)
+        with self.assertRaises(gpumem.Busy) as e:
+            buf.acquire(timeout=0)
+        self.assertIn("gmd_acquire_finish", str(e.exception))
+        with self.assertRaises(gpumem.Busy):
+            buf.release()
+        buf.acquire_finish()
+        self.assertEqual(buf.tier, "vram")
+        self.assertTrue(self.client.status().buffers[0].acquired)
+        self.assertEqual(bytes(buf.as_memoryview()[:4]), b"abcd")
+        with self.assertRaises(gpumem.GpumemError) as e:
+            buf.acquire_finish()                # nothing started
+        self.assertIn("gmd_acquire_start", str(e.exception))
+        buf.release()
+
     def test_prefetch_named_and_all(self):
         bufs = [self.client.alloc(2 * MiB) for _ in range(3)]
         for b in bufs:

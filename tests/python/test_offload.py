@@ -535,23 +535,35 @@ class Stream(DaemonTest):
         with torch.no_grad():
             model(self.tokens)
         ids = [s.blocks[i].buf.id for i in (3, 1, 0, 2)]
-        self.assertEqual(spy.ids("acquire"), ids)
+        # in inference the first block is acquired; the lease of each next
+        # one is asked for (acquire_start) while the block before it runs,
+        # before that block's release, and finished at its own pre-hook
+        self.assertEqual(spy.ids("acquire"), ids[:1])
+        self.assertEqual(spy.ids("acquire_start"), ids[1:])
+        self.assertEqual(spy.ids("acquire_finish"), ids[1:])
+        for before, buf_id in zip(ids, ids[1:]):
+            self.assertLess(spy.calls.index(("acquire_start", buf_id)),
+                            spy.calls.index(("release_after", before)))
+            self.assertGreater(spy.calls.index(("acquire_finish", buf_id)),
+                               spy.calls.index(("release_after", before)))
+        self.assertEqual(s.stats["acquires_ahead"], 3)   # none while learning
         # in inference each block, once released and paged out, prefetches
         # the lead + 1 blocks after it (none is held until the next
         # acquire), the last ones the next pass's first; a block is sent
         # once (the pass's first block's pre-hook sends its next again)
         self.assertEqual(spy.ids("prefetch"), ids[1:] + ids[:2])
         for before, buf_id in zip(ids[1:], ids[2:] + ids[:1]):
-            # two ahead: sent before the acquire of the block before it
+            # two ahead: sent before the lease of the block before it
             self.assertLess(spy.calls.index(("prefetch", buf_id)),
-                            spy.calls.index(("acquire", before)))
+                            spy.calls.index(("acquire_finish", before)))
         self.assertEqual(spy.ids("release_after"), ids)
         # the next pass: its first block is not acquired before its own
         # prefetch (sent during the last pass) and nothing waits on it
         spy.calls.clear()
         with torch.no_grad():
             model(self.tokens)
-        self.assertEqual(spy.ids("acquire"), ids)
+        self.assertEqual(spy.ids("acquire"), ids[:1])
+        self.assertEqual(spy.ids("acquire_finish"), ids[1:])
         # recording gradients (training): no prefetch past the last block
         spy.calls.clear()
         model(self.tokens).sum().backward()
@@ -599,11 +611,17 @@ class StreamNoWait(DaemonTest):
             with torch.no_grad():
                 model(tokens)
             self.assertEqual(len(flushes), i + 1)
-        # every hook call but the acquires went without waiting
-        self.assertEqual(set(n for n, _ in spy.calls if n != "acquire"),
+        # every hook call but the acquires went without waiting; the
+        # acquires after a pass's first block are started a block ahead
+        # (a send) and finished at their block
+        leases = ("acquire", "acquire_start", "acquire_finish")
+        self.assertEqual(set(n for n, _ in spy.calls if n not in leases),
                          {"release_after", "pageout", "prefetch"})
-        self.assertEqual([c for c in spy.calls if c[0] != "acquire"],
+        self.assertEqual([c for c in spy.calls if c[0] not in leases],
                          spy.nowait)
+        self.assertEqual(len(spy.ids("acquire_start")),
+                         len(spy.ids("acquire_finish")))
+        self.assertGreater(len(spy.ids("acquire_start")), 0)
         self.client.wait(timeout=10)
         # paged out after use; blocks 3 and 1, first of the learned order,
         # are back already: the last pass's last block prefetched them

@@ -251,6 +251,28 @@ def acquire_making_room(buf, timeout, ops, read_only=False):
         return released
 
 
+def start_wait(timeout):
+    """The timeout to start an acquire with (buf.acquire_start) that
+    finish_making_room will finish: the first ROOM_WAIT of `timeout`."""
+    return ROOM_WAIT if timeout is None else min(timeout, ROOM_WAIT)
+
+
+def finish_making_room(buf, timeout, ops, read_only=False):
+    """acquire_making_room for an acquire started with start_wait(timeout):
+    its answer, and when that is TimedOut, PyTorch's unused cache given
+    back and the rest of `timeout` waited out as acquire_making_room
+    does. True when the cache was released on the way."""
+    try:
+        buf.acquire_finish()
+        return False
+    except TimedOut:
+        first = start_wait(timeout)
+        released = ops.release_cached()
+        buf.acquire(None if timeout is None else max(0.0, timeout - first),
+                    read_only=read_only)
+        return released
+
+
 def alloc_or_none(client, nbytes, device, flags, ops, wait):
     """A buffer, or None when no room is made within `wait` seconds, asked
     twice, the second time after PyTorch's unused cache was given back

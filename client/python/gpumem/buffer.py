@@ -133,6 +133,20 @@ class Buffer:
                            timeout_ms(timeout),
                            READ_ONLY if read_only else 0)
 
+    def acquire_start(self, timeout=None, read_only=False):
+        """acquire() in two halves: send the request and return at once;
+        acquire_finish() waits for the lease (and raises what acquire
+        would have). The buffer is usable only after acquire_finish.
+        Until then another acquire or a release of this buffer raises
+        Busy; free() hears the answer first."""
+        self._client._call(_lib.lib().gmd_acquire_start, self._live(),
+                           timeout_ms(timeout),
+                           READ_ONLY if read_only else 0)
+
+    def acquire_finish(self):
+        """Wait for the lease acquire_start asked for."""
+        self._client._call(_lib.lib().gmd_acquire_finish, self._live())
+
     def release(self):
         """Give the lease back: the buffer is idle and the daemon may move
         it. Synchronize the GPU work that uses it first, or use
