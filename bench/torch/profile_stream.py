@@ -163,6 +163,10 @@ def main():
     ap.add_argument("--swap", default="",
                     help="[swap] keys for the daemon, e.g. "
                     "chunk_size=32M,copies_in_flight=4")
+    ap.add_argument("--ab-ahead", action="store_true",
+                    help="after the measured generation, 3 rounds each with "
+                    "the next block's lease asked for ahead (acquire_start) "
+                    "and without, interleaved, in this process")
     ap.add_argument("--batch", type=int, default=1,
                     help="sequences generated at once (default 1)")
     ap.add_argument("--timeline", metavar="FILE",
@@ -260,6 +264,20 @@ def main():
                                     for k, v in calls.items()}
         out["gpu"] = gpu_summary(torch, marks)
         timeline_marks = list(marks)
+        if opts.ab_ahead:
+            ab = {"ahead": [], "not_ahead": []}
+            with torch.no_grad():
+                for _ in range(3):
+                    for key, on in (("ahead", True), ("not_ahead", False)):
+                        s._ahead = on
+                        torch.cuda.synchronize()
+                        t0 = time.perf_counter()
+                        model.generate(prompt, **kwargs)
+                        torch.cuda.synchronize()
+                        ab[key].append(opts.tokens * opts.batch /
+                                       (time.perf_counter() - t0))
+            s._ahead = True
+            out["ab_ahead_tok_s"] = ab
         for h in handles:
             h.remove()
         s.remove()

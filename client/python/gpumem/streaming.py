@@ -244,6 +244,7 @@ class Streamer:
         self._learning = True
         self._seen = []
         self._in_backward = False
+        self._ahead = True          # _acquire_ahead on (profile_stream's A/B)
         self.stats = {"acquires": 0, "releases": 0, "prefetches": 0,
                       "pageouts": 0, "pageouts_refused": 0,
                       "backward_acquires": 0, "backward_releases": 0,
@@ -437,8 +438,8 @@ class Streamer:
         of hooks). Its pre-hook finishes it. Read-only passes only: the
         lease is a read-only one; not past the pass's last block."""
         with self._lock:
-            if self._learning or block not in self.order:
-                return          # the next block is not known yet
+            if not self._ahead or self._learning or block not in self.order:
+                return          # off, or the next block is not known yet
             i = self.order.index(block)
             nxt = next((b for b in self.order[i + 1:]
                         if not b.resident and b.buf is not None), None)
