@@ -546,6 +546,32 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
         return r;
 }
 
+/* An acquire request for `buffer` in `msg`, or why there can be none (for
+ * `fn`): bad arguments, an acquire of it started and not finished, a
+ * revoked buffer. */
+static int acquire_request(gmd_client *client, gmd_buffer *buffer,
+                           int64_t timeout_ms, unsigned flags, const char *fn,
+                           Gmd__AcquireRequest *msg)
+{
+        if (!client || !buffer) {
+                gmd__error_set("%s: client and buffer must be given", fn);
+                return -EINVAL;
+        }
+        if (flags & ~GMD_ACQUIRE_READ_ONLY) {
+                gmd__error_set("%s: unknown flags 0x%x", fn,
+                               flags & ~GMD_ACQUIRE_READ_ONLY);
+                return -EINVAL;
+        }
+        if (buffer_acquiring(buffer, fn))
+                return GMD_EBUSY;
+        if (atomic_load(&buffer->revoked))
+                return buffer_revoked_error(buffer);
+        msg->buffer_id = buffer->id;
+        msg->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+        msg->flags = flags;
+        return 0;
+}
+
 /** Take a buffer's lease; see gpumem.h. */
 int gmd_acquire_flags(gmd_client *client, gmd_buffer *buffer,
                       int64_t timeout_ms, unsigned flags)
@@ -553,22 +579,10 @@ int gmd_acquire_flags(gmd_client *client, gmd_buffer *buffer,
         Gmd__AcquireRequest msg = GMD__ACQUIRE_REQUEST__INIT;
         int r;
 
-        if (!client || !buffer) {
-                gmd__error_set("gmd_acquire: client and buffer must be given");
-                return -EINVAL;
-        }
-        if (flags & ~GMD_ACQUIRE_READ_ONLY) {
-                gmd__error_set("gmd_acquire_flags: unknown flags 0x%x",
-                               flags & ~GMD_ACQUIRE_READ_ONLY);
-                return -EINVAL;
-        }
-        if (buffer_acquiring(buffer, "gmd_acquire"))
-                return GMD_EBUSY;
-        if (atomic_load(&buffer->revoked))
-                return buffer_revoked_error(buffer);
-        msg.buffer_id = buffer->id;
-        msg.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
-        msg.flags = flags;
+        r = acquire_request(client, buffer, timeout_ms, flags,
+                            flags ? "gmd_acquire_flags" : "gmd_acquire", &msg);
+        if (r < 0)
+                return r;
         r = buffer_call(client, buffer, GMD__MSG_TYPE__MSG_ACQUIRE, &msg.base);
         if (r == 0)
                 atomic_store(&buffer->leased, true);
@@ -586,29 +600,18 @@ int gmd_acquire_start(gmd_client *client, gmd_buffer *buffer,
 {
         Gmd__AcquireRequest msg = GMD__ACQUIRE_REQUEST__INIT;
         gmd_request *req;
+        int r;
 
-        if (!client || !buffer) {
-                gmd__error_set("gmd_acquire_start: client and buffer must be given");
-                return -EINVAL;
-        }
-        if (flags & ~GMD_ACQUIRE_READ_ONLY) {
-                gmd__error_set("gmd_acquire_start: unknown flags 0x%x",
-                               flags & ~GMD_ACQUIRE_READ_ONLY);
-                return -EINVAL;
-        }
-        if (buffer_acquiring(buffer, "gmd_acquire_start"))
-                return GMD_EBUSY;
-        if (atomic_load(&buffer->revoked))
-                return buffer_revoked_error(buffer);
+        r = acquire_request(client, buffer, timeout_ms, flags,
+                            "gmd_acquire_start", &msg);
+        if (r < 0)
+                return r;
         req = calloc(1, sizeof(*req));
         if (!req) {
                 gmd__error_set("gmd_acquire_start: out of memory");
                 return -ENOMEM;
         }
         req->device = buffer->device;
-        msg.buffer_id = buffer->id;
-        msg.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
-        msg.flags = flags;
         /* Answered now when it could not be sent: finish says why. */
         gmd__client_call_start(client, req, GMD__MSG_TYPE__MSG_ACQUIRE,
                                &msg.base);
