@@ -63,6 +63,14 @@ int gmd__buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
                unsigned device, unsigned flags, gmd_wire_packet *packet,
                const char **ret_reason, gmd_buffer **ret_buffer);
 
+/* Send a request about `buffer` and wait for its answer (gmd__client_call);
+ * a revoke that crossed it on the wire is GMD_EREVOKED. */
+int gmd__buffer_call(gmd_client *client, gmd_buffer *buffer, uint16_t type,
+                     const ProtobufCMessage *msg);
+
+/* GMD_EREVOKED, with the buffer's revoke reason as the last error. */
+int gmd__buffer_revoked_error(const gmd_buffer *buffer);
+
 /* Take the buffer out of the client's table. */
 void gmd__buffer_unlink(gmd_client *client, gmd_buffer *buffer);
 
