@@ -32,9 +32,12 @@ Inference (a Llama config in bf16, batch 1 or --batch N, greedy generate; full: 
                    2 MiB rounding and the daemon's reserve chunks): blocks
                    past the budget are evicted on demand; a copy of the
                    model in VRAM in the same process generates in turn
-                   with the streamed one (vram_beside_tokens_per_s), the
-                   ratio to the bound: the launch-bound generation's speed
-                   moves by up to 2x between processes
+                   with the streamed one (vram_beside_tokens_per_s): the
+                   launch-bound generation's speed moves by up to 2x
+                   between processes; link_bound_tokens_per_s is the
+                   streamed bytes of a pass at the link's host-to-VRAM
+                   rate the daemon measured at start, and of_bound the
+                   streamed speed over the lower of the two bounds
   accelerate       accelerate.cpu_offload(model, execution_device=cuda:0)
                    (skipped when accelerate is missing)
 Generated tokens are compared with the vram run's.
@@ -206,6 +209,10 @@ def child_infer(args):
         info["blocks"] = len(s.blocks)
         info["streamed_bytes_per_pass"] = sum(
             b.nbytes for b in s.blocks if not b.resident)
+        # the link's bound: the streamed bytes of a pass at the link's
+        # host-to-VRAM rate the daemon measured at start
+        from gpumem import lead
+        info["link_bytes_per_s_in"] = lead.link_in(client, 0)
     elif method == "accelerate":
         import accelerate
         accelerate.cpu_offload(model, execution_device=torch.device("cuda:0"))
@@ -245,8 +252,15 @@ def child_infer(args):
     if client is not None:
         result["budget"] = args["budget"]
         result["daemon_moves"] = moved(m0, m1)
+    if info.get("link_bytes_per_s_in") and info["streamed_bytes_per_pass"]:
+        result["link_bound_tokens_per_s"] = (
+            batch * info["link_bytes_per_s_in"] /
+            info["streamed_bytes_per_pass"])
     if beside is not None:
         result["vram_beside_tokens_per_s"] = statistics.median(beside_rates)
+        bound = min(result["vram_beside_tokens_per_s"],
+                    result.get("link_bound_tokens_per_s", float("inf")))
+        result["of_bound"] = result["tokens_per_s"] / bound
         result["vram_beside_rates"] = beside_rates
         result["vram_beside_tokens_identical"] = \
             beside_tokens.tolist() == result["tokens"]
@@ -357,6 +371,11 @@ def summarize_infer(results):
             if vb:
                 line += (f"  x{r['tokens_per_s'] / vb:.2f} of vram in its "
                          f"own process ({vb:.1f})")
+            lb = r.get("link_bound_tokens_per_s")
+            if lb:
+                line += f", link bound {lb:.1f}"
+            if r.get("of_bound"):
+                line += f": x{r['of_bound']:.2f} of the lower bound"
             line += (f"  {r['resident_blocks']}/{r['blocks']} blocks resident,"
                      f" budget {r['budget'] / GiB:.2f} GiB, in "
                      f"{d['bytes_in'] / GiB:.2f} GiB at {gin} GB/s")
