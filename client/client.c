@@ -181,8 +181,8 @@ static void send_lost(gmd_client *client, int r)
         gmd__client_fail(client, GMD_ECONN, reason);
 }
 
-int gmd__client_call_start(gmd_client *client, gmd_request *req,
-                           uint16_t type, const ProtobufCMessage *msg)
+void gmd__client_call_start(gmd_client *client, gmd_request *req,
+                            uint16_t type, const ProtobufCMessage *msg)
 {
         int r;
 
@@ -196,7 +196,7 @@ int gmd__client_call_start(gmd_client *client, gmd_request *req,
                 req->error = client->dead_error;
                 req->message = strdup(client->dead_reason);
                 pthread_mutex_unlock(&client->lock);
-                return 0;
+                return;
         }
         req->id = next_request_id_locked(client);
         list_add_tail(&client->pending, &req->node);
@@ -216,7 +216,6 @@ int gmd__client_call_start(gmd_client *client, gmd_request *req,
                 /* Unsent, `req` is completed only by gmd__client_fail. */
                 send_lost(client, r);
         }
-        return 0;
 }
 
 int gmd__client_call_finish(gmd_client *client, gmd_request *req)

@@ -118,11 +118,11 @@ int gmd__client_call(gmd_client *client, gmd_request *req, uint16_t type,
                 const ProtobufCMessage *msg);
 
 /* gmd__client_call in two halves: _start sends (a dead connection or an
- * unsendable message answers `req` at once; it always returns 0), _finish
- * waits for the answer and returns as gmd__client_call does. Between them
- * `req` belongs to the pending list and must stay where it is. */
-int gmd__client_call_start(gmd_client *client, gmd_request *req,
-                           uint16_t type, const ProtobufCMessage *msg);
+ * unsendable message answers `req` at once), _finish waits for the answer
+ * and returns as gmd__client_call does. Between them `req` belongs to the
+ * pending list and must stay where it is. */
+void gmd__client_call_start(gmd_client *client, gmd_request *req,
+                            uint16_t type, const ProtobufCMessage *msg);
 int gmd__client_call_finish(gmd_client *client, gmd_request *req);
 
 /*

@@ -169,31 +169,54 @@ static int last_use_record(gmd_client *client, gmd_buffer *buffer,
         return 0;
 }
 
-/** Give a buffer's lease back once `stream`'s work so far is done; see
- * gpumem.h. */
-int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
+/* A release request for `buffer` in `msg`, its last-use event recorded on
+ * `stream` first when `record`, or why there can be none (for `fn`): bad
+ * arguments, an acquire of it started and not finished, a revoked buffer,
+ * an event the driver would not record. */
+static int release_request(gmd_client *client, gmd_buffer *buffer,
+                           bool record, void *stream, const char *fn,
+                           Gmd__BufferRequest *msg)
+{
+        int r;
+
+        if (!client || !buffer) {
+                gmd__error_set("%s: client and buffer must be given", fn);
+                return -EINVAL;
+        }
+        if (buffer_acquiring(buffer, fn))
+                return GMD_EBUSY;
+        if (atomic_load(&buffer->revoked))
+                return gmd__buffer_revoked_error(buffer);
+        if (record) {
+                r = last_use_record(client, buffer, stream, fn, msg);
+                if (r < 0)
+                        return r;
+        }
+        msg->buffer_id = buffer->id;
+        return 0;
+}
+
+/* A release, waited for: the lease mark cleared once the daemon took it. */
+static int release_call(gmd_client *client, gmd_buffer *buffer, bool record,
+                        void *stream, const char *fn)
 {
         Gmd__BufferRequest msg = GMD__BUFFER_REQUEST__INIT;
         int r;
 
-        if (!client || !buffer) {
-                gmd__error_set("gmd_release_after: client and buffer must be given");
-                return -EINVAL;
-        }
-        if (buffer_acquiring(buffer, "gmd_release_after"))
-                return GMD_EBUSY;
-        if (!client->mapper->ops->event_record)
-                return gmd_release(client, buffer);
-        if (atomic_load(&buffer->revoked))
-                return gmd__buffer_revoked_error(buffer);
-        r = last_use_record(client, buffer, stream, "gmd_release_after", &msg);
+        r = release_request(client, buffer, record, stream, fn, &msg);
         if (r < 0)
                 return r;
-        msg.buffer_id = buffer->id;
         r = gmd__buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE, &msg.base);
         if (r == 0)
                 atomic_store(&buffer->leased, false);
         return r;
+}
+
+/** Give a buffer's lease back once `stream`'s work so far is done; see
+ * gpumem.h. */
+int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream)
+{
+        return release_call(client, buffer, true, stream, "gmd_release_after");
 }
 
 /** gmd_release_after without waiting for the daemon's answer; see
@@ -204,20 +227,10 @@ int gmd_release_after_nowait(gmd_client *client, gmd_buffer *buffer,
         Gmd__BufferRequest msg = GMD__BUFFER_REQUEST__INIT;
         int r;
 
-        if (!client || !buffer) {
-                gmd__error_set("gmd_release_after_nowait: client and buffer "
-                               "must be given");
-                return -EINVAL;
-        }
-        if (buffer_acquiring(buffer, "gmd_release_after_nowait"))
-                return GMD_EBUSY;
-        if (atomic_load(&buffer->revoked))
-                return gmd__buffer_revoked_error(buffer);
-        r = last_use_record(client, buffer, stream, "gmd_release_after_nowait",
-                            &msg);
+        r = release_request(client, buffer, true, stream,
+                            "gmd_release_after_nowait", &msg);
         if (r < 0)
                 return r;
-        msg.buffer_id = buffer->id;
         /* The lease mark is cleared as the request leaves (client.c). */
         return gmd__client_send_nowait(client, GMD__MSG_TYPE__MSG_RELEASE,
                                        &msg.base, "gmd_release_after_nowait",
@@ -227,20 +240,5 @@ int gmd_release_after_nowait(gmd_client *client, gmd_buffer *buffer,
 /** Give a buffer's lease back; see gpumem.h. */
 int gmd_release(gmd_client *client, gmd_buffer *buffer)
 {
-        Gmd__BufferRequest msg = GMD__BUFFER_REQUEST__INIT;
-        int r;
-
-        if (!client || !buffer) {
-                gmd__error_set("gmd_release: client and buffer must be given");
-                return -EINVAL;
-        }
-        if (buffer_acquiring(buffer, "gmd_release"))
-                return GMD_EBUSY;
-        if (atomic_load(&buffer->revoked))
-                return gmd__buffer_revoked_error(buffer);
-        msg.buffer_id = buffer->id;
-        r = gmd__buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE, &msg.base);
-        if (r == 0)
-                atomic_store(&buffer->leased, false);
-        return r;
+        return release_call(client, buffer, false, NULL, "gmd_release");
 }

@@ -131,8 +131,9 @@ static void copyq_issue(gmd_copyqs *qs, gmd_copyq *q, gmd_copy_dir dir)
                 if (q->inflight[dir]++ == 0)
                         q->busy_since[dir] = now_us();
                 q->inflight_bytes[dir] += len;
-                if (c->inflight++ == 0 && c->issued == 0)
+                if (c->issued == 0)
                         c->issued_us = now_us();
+                c->inflight++;
                 c->issued += len;
                 if (c->issued == c->size) {
                         list_remove(&c->qlink);
