@@ -236,41 +236,42 @@ def ops_for(client):
     return HostOps(client) if client.backend == "sim" else CudaOps(client)
 
 
+def start_wait(timeout):
+    """The first part of `timeout` an acquire waits before PyTorch is
+    asked for its unused cache: ROOM_WAIT, or all of a shorter timeout."""
+    return ROOM_WAIT if timeout is None else min(timeout, ROOM_WAIT)
+
+
+def _acquire_after_room(buf, timeout, ops, read_only):
+    """An acquire that waited start_wait(timeout) in vain: PyTorch's unused
+    cache given back, then the rest of `timeout` waited out (None: for
+    ever). True when the cache was released."""
+    released = ops.release_cached()
+    buf.acquire(None if timeout is None else
+                max(0.0, timeout - start_wait(timeout)), read_only=read_only)
+    return released
+
+
 def acquire_making_room(buf, timeout, ops, read_only=False):
     """buf.acquire(timeout, read_only), asking PyTorch for its unused cache
     after ROOM_WAIT and waiting out the rest of `timeout` (None: for
     ever). True when the cache was released on the way."""
-    first = ROOM_WAIT if timeout is None else min(timeout, ROOM_WAIT)
     try:
-        buf.acquire(first, read_only=read_only)
+        buf.acquire(start_wait(timeout), read_only=read_only)
         return False
     except TimedOut:
-        released = ops.release_cached()
-        buf.acquire(None if timeout is None else max(0.0, timeout - first),
-                    read_only=read_only)
-        return released
-
-
-def start_wait(timeout):
-    """The timeout to start an acquire with (buf.acquire_start) that
-    finish_making_room will finish: the first ROOM_WAIT of `timeout`."""
-    return ROOM_WAIT if timeout is None else min(timeout, ROOM_WAIT)
+        return _acquire_after_room(buf, timeout, ops, read_only)
 
 
 def finish_making_room(buf, timeout, ops, read_only=False):
-    """acquire_making_room for an acquire started with start_wait(timeout):
-    its answer, and when that is TimedOut, PyTorch's unused cache given
-    back and the rest of `timeout` waited out as acquire_making_room
-    does. True when the cache was released on the way."""
+    """acquire_making_room for an acquire started with
+    buf.acquire_start(start_wait(timeout), read_only): its answer, and
+    when that is TimedOut the same cache release and rest of the wait."""
     try:
         buf.acquire_finish()
         return False
     except TimedOut:
-        first = start_wait(timeout)
-        released = ops.release_cached()
-        buf.acquire(None if timeout is None else max(0.0, timeout - first),
-                    read_only=read_only)
-        return released
+        return _acquire_after_room(buf, timeout, ops, read_only)
 
 
 def alloc_or_none(client, nbytes, device, flags, ops, wait):

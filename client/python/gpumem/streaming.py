@@ -19,8 +19,9 @@ stream: a forward pre-hook acquires the block (waiting for its swap-in only
 when its prefetch is not over), prefetches the next `lead` non-resident
 blocks and, in a pass that records no gradient, starts the next streamed
 block's lease (Buffer.acquire_start: the round trip overlaps this block's
-launches; the next pre-hook finishes it), and a forward hook releases it after the work queued on the current
-stream (release_after: no host synchronization), paging it out when
+launches; the next pre-hook finishes it), and a forward hook releases it
+after the work queued on the current stream (release_after: no host
+synchronization), paging it out when
 `pageout` says so: by default after a forward that records no gradient
 (inference), where the block is not needed again before every other
 streamed block has run, and then prefetching `lead` + 1 blocks after it
@@ -451,7 +452,6 @@ class Streamer:
             except GpumemError:
                 return          # its pre-hook acquires it the usual way
             nxt.acquiring = True
-            nxt.prefetched = False
             self.stats["acquires_ahead"] += 1
 
     # ---- the lead, planned from the link (lead.py) ------------------------
@@ -509,10 +509,10 @@ class Streamer:
                 return None
             self._acquire(block, read_only=True)
             self._prefetch_from(block, 1)
-            if not _torch_grad_enabled():
-                self._acquire_ahead(block)
             if _torch_grad_enabled():
                 block.input_grad = _first_grad_tensor(inputs)
+            else:
+                self._acquire_ahead(block)
             return None
         return hook
 
