@@ -33,7 +33,6 @@ A diagnostic, not a bench: bench_offload.py is the figure of record.
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import time
@@ -43,23 +42,10 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 
+import stream_timeline                                  # noqa: E402
+from stream_timeline import spread                      # noqa: E402
+
 MiB = 1 << 20
-MOVE = re.compile(r"moved (in|out) (\d+) bytes in (\d+) us \(copy (\d+), "
-                  r"remap and ack (\d+), release (\d+)\)")
-# the same line's buffer, and when (CLOCK_MONOTONIC us; daemon/core/move.c)
-MOVE_AT = re.compile(r"buffer (\d+): moved (in|out) (\d+) bytes in (\d+) us "
-                     r"\(copy (\d+), remap and ack (\d+), release (\d+)\) "
-                     r"from (\d+) us, issued \+(\d+)( clean)?")
-
-
-def spread(values):
-    if not values:
-        return None
-    v = sorted(values)
-    return {"n": len(v), "median": statistics.median(v),
-            "p90": v[min(len(v) - 1, int(0.9 * len(v)))], "sum": sum(v)}
-
-
 def timed(calls, name, fn):
     def wrapper(*a, **k):
         t0 = time.perf_counter()
@@ -125,25 +111,26 @@ def gpu_summary(torch, marks):
     return {"block_ms": spread(busy), "gap_ms": spread(gaps)}
 
 
-def daemon_moves(path):
-    out = {"in": [], "out": []}
-    with open(path) as f:
-        for line in f:
-            m = MOVE.search(line)
-            if m:
-                out[m.group(1)].append([int(x) for x in m.groups()[1:]])
+def moves_summary(moves):
+    """Each way's moves (stream_timeline.daemon_moves): count, median
+    bytes, and the spread of each part of their time."""
     summary = {}
-    for way, rows in out.items():
+    for way in ("in", "out"):
+        rows = [m for m in moves if m["way"] == way]
         if not rows:
             continue
         summary[way] = {
             "moves": len(rows),
-            "bytes_median": statistics.median(r[0] for r in rows),
-            "total_us": spread([r[1] for r in rows]),
-            "copy_us": spread([r[2] for r in rows]),
-            "remap_ack_us": spread([r[3] for r in rows]),
-            "release_us": spread([r[4] for r in rows])}
+            "bytes_median": statistics.median(r["bytes"] for r in rows),
+            **{part: spread([r[part] for r in rows]) for part in
+               ("total_us", "copy_us", "remap_ack_us", "release_us")}}
     return summary
+
+
+def daemon_moves(path):
+    """moves_summary of the daemon's debug log at `path`."""
+    with open(path) as f:
+        return moves_summary(stream_timeline.daemon_moves(f))
 
 
 def main():
@@ -180,7 +167,6 @@ def main():
     os.environ.setdefault("GPUMEM_LIBRARY", os.path.join(
         build, "client", "libgpumem.so.0"))
     from common import Daemon, setup_determinism
-    import stream_timeline
     from bench_offload import llama_model
     torch = setup_determinism()
     import gpumem
@@ -288,10 +274,10 @@ def main():
     with open(log_path) as f, open(tail, "w") as t:
         f.seek(log_from)
         t.write(f.read())
-    out["daemon_moves"] = daemon_moves(tail)
+    with open(tail) as f:
+        moves = stream_timeline.daemon_moves(f)
+    out["daemon_moves"] = moves_summary(moves)
     if opts.timeline:
-        with open(tail) as f:
-            moves = stream_timeline.daemon_moves(f, MOVE_AT)
         out["timeline"] = stream_timeline.analyze(
             streamed, timeline_marks, clock, buffer_calls.calls, moves, window)
         mid = (window[0] + window[1]) / 2

@@ -26,17 +26,18 @@ copy waits on the block's last-use event); and a text timeline of a few
 passes for reading by eye.
 """
 
+import re
 import statistics
 import time
 
 
-def _spread(values):
+def spread(values):
+    """n, median, p90 and sum of `values`; None when there are none."""
     if not values:
         return None
     v = sorted(values)
-    return {"n": len(v), "median": round(statistics.median(v), 1),
-            "p90": round(v[min(len(v) - 1, int(0.9 * len(v)))], 1),
-            "sum": round(sum(v), 1)}
+    return {"n": len(v), "median": statistics.median(v),
+            "p90": v[min(len(v) - 1, int(0.9 * len(v)))], "sum": sum(v)}
 
 
 def _now_us():
@@ -88,18 +89,28 @@ class GpuClock:
         return self.t_us + self.ref.elapsed_time(event) * 1000.0
 
 
-def daemon_moves(lines, pattern):
-    """The daemon's moves with their times (us): queued, issued, copied,
-    done."""
+# The daemon's debug line for a move (daemon/core/move.c): where its time
+# went, and when (CLOCK_MONOTONIC us) it was queued and its first chunk
+# issued.
+MOVE = re.compile(r"buffer (\d+): moved (in|out) (\d+) bytes in (\d+) us "
+                  r"\(copy (\d+), remap and ack (\d+), release (\d+)\) "
+                  r"from (\d+) us, issued \+(\d+)( clean)?")
+
+
+def daemon_moves(lines):
+    """The daemon's moves: each part's time (us) and when (us) it was
+    queued, issued, copied and done."""
     moves = []
     for line in lines:
-        m = pattern.search(line)
+        m = MOVE.search(line)
         if not m:
             continue
-        bid, way, size, total, copy, _remap, _rel, start, issued, clean = \
+        bid, way, size, total, copy, remap, release, start, issued, clean = \
             m.groups()
         start = int(start)
         moves.append({"id": int(bid), "way": way, "bytes": int(size),
+                      "total_us": int(total), "copy_us": int(copy),
+                      "remap_ack_us": int(remap), "release_us": int(release),
                       "queued": start,
                       "issued": start + int(issued) if int(issued) else None,
                       "copied": start + int(copy),
@@ -143,11 +154,11 @@ def analyze(blocks, marks, clock, calls, moves, window):
          if m["issued"] and not m["clean"]], lo, hi) / span, 3)
     out["gpu_blocks_busy"] = round(_union([(a, b) for _, a, b in spans],
                                           lo, hi) / span, 3)
-    out["in_wait_for_engine_us"] = _spread(
+    out["in_wait_for_engine_us"] = spread(
         [m["issued"] - m["queued"] for m in ins if m["issued"]])
-    out["in_copy_us"] = _spread(
+    out["in_copy_us"] = spread(
         [m["copied"] - m["issued"] for m in ins if m["issued"]])
-    out["in_after_copy_us"] = _spread([m["done"] - m["copied"] for m in ins])
+    out["in_after_copy_us"] = spread([m["done"] - m["copied"] for m in ins])
     # a clean move out: from the block's last kernel to the daemon hearing
     ends = {}
     for name, a, b in spans:
@@ -158,8 +169,8 @@ def analyze(blocks, marks, clock, calls, moves, window):
         if near:        # signed: the GPU clock reads late (above)
             heard.append(min((m["copied"] - t for t in near), key=abs))
         unmap.append(m["done"] - m["copied"])
-    out["out_heard_after_kernels_us"] = _spread(heard)
-    out["out_unmap_and_ack_us"] = _spread(unmap)
+    out["out_heard_after_kernels_us"] = spread(heard)
+    out["out_unmap_and_ack_us"] = spread(unmap)
     # a prefetch request to its move's queueing: the wait for room
     room = []
     for kind, bid, t0, t1 in calls:
@@ -169,10 +180,10 @@ def analyze(blocks, marks, clock, calls, moves, window):
                  m["queued"] >= t0]
         if later:
             room.append(min(later) - t0)
-    out["prefetch_to_move_us"] = _spread(room)
+    out["prefetch_to_move_us"] = spread(room)
     acq = [t1 - t0 for kind, bid, t0, t1 in calls
            if kind == "acquire" and bid in name_of]
-    out["acquire_host_us"] = _spread(acq)
+    out["acquire_host_us"] = spread(acq)
     return out
 
 
