@@ -182,9 +182,11 @@ unsigned gmd_client_device_count(const gmd_client *client);
  * A buffer this client freed earlier with the same device, rounded size and
  * flags is reused from the client's cache without asking the daemon (see
  * gmd_free); `timeout_ms` does not matter then. Memory is zero-filled when
- * it is new; a buffer reused from this client's own cache holds what it
- * held, like memory from cudaMalloc. Memory that was another client's is
- * always zeroed before this one sees it.
+ * it is new; a buffer reused from this client's own cache, or VRAM that
+ * one of this client's buffers of the same size left when it moved to
+ * host memory ([swap] keep_vram), holds what it held, like memory from
+ * cudaMalloc. Memory that was another client's is always zeroed before
+ * this one sees it.
  *
  * Errors: GMD_ETOOLARGE at once when the pool could never hold it (for a
  * SPILLABLE buffer: neither the VRAM pool nor the host pool),

@@ -46,23 +46,39 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                gmd_dbuffer **ret_buffer)
 {
         gmd_pool *pool = server_pool(server, tier, device);
+        gmd_mem *kept = NULL;
         gmd_dbuffer *b;
         int r;
 
         if (!pool)
                 return -EINVAL;
-        /* Kept host copies are a cache: their room first (hostcopy.h). */
-        r = tier == GMD_TIER_VRAM ? reuse_pool_take(&server->reuse, pool, size) :
-                                    hostcopy_pool_take(server, size);
+        /* VRAM the owner's own buffer of this size left when it moved out
+         * holds nothing but the owner's bytes: it serves the allocation as
+         * the client's own cache would (gmd_alloc), its pool bytes still
+         * taken, with nothing created, mapped, zeroed or scrubbed on the
+         * loop thread (0.1-1.3 ms for 64 MiB on the H200). */
+        if (tier == GMD_TIER_VRAM && !(flags & GMD_ALLOC_LEGACY_IPC))
+                kept = reuse_take(&server->reuse, &owner->reuse, device, size);
+        if (kept)
+                r = 0;
+        else if (tier == GMD_TIER_VRAM)
+                r = reuse_pool_take(&server->reuse, pool, size);
+        else    /* kept host copies are a cache: their room first */
+                r = hostcopy_pool_take(server, size);
         if (r < 0)
                 return r;
 
         b = calloc(1, sizeof(*b));
         if (!b) {
                 r = -ENOMEM;
+                if (kept)
+                        backing_destroy(server, kept);
                 goto fail_pool;
         }
-        if (flags & GMD_ALLOC_LEGACY_IPC)
+        b->mem = kept;
+        if (kept)
+                r = 0;
+        else if (flags & GMD_ALLOC_LEGACY_IPC)
                 r = server->backend->ops->mem_create_ipc(server->backend, device,
                                                          size, &b->mem);
         else
@@ -158,6 +174,8 @@ void buffer_set_tier(gmd_dbuffer *b, gmd_tier tier)
 {
         buffer_account(b, -1);
         b->tier = tier;
+        if (tier != GMD_TIER_VRAM)
+                b->prefetched_us = 0;
         buffer_account(b, 1);
         buffer_index(b);
 }
@@ -165,6 +183,8 @@ void buffer_set_tier(gmd_dbuffer *b, gmd_tier tier)
 void buffer_set_acquired(gmd_dbuffer *b, bool acquired)
 {
         b->acquired = acquired;
+        if (acquired)
+                b->prefetched_us = 0;
         buffer_index(b);
 }
 

@@ -35,6 +35,9 @@ typedef struct gmd_dbuffer {
         bool acquired;
         bool parked;                /* idle in the client's mapping cache */
         uint64_t released_ms;       /* when the lease was last released */
+        uint64_t prefetched_us;     /* when a prefetch brought it into VRAM,
+                                     * if nobody acquired it since: it is
+                                     * about to be used (evict.h); else 0 */
 
         gmd_mem *mem;               /* backing */
         struct gmd_move *move;      /* the move under way, or NULL */
@@ -87,7 +90,8 @@ void buffer_index(gmd_dbuffer *buffer);
  * vram_on) and in its record; buffer_index follows. */
 void buffer_set_tier(gmd_dbuffer *buffer, gmd_tier tier);
 
-/* Acquire or release the buffer's lease (buffer_index follows). */
+/* Acquire or release the buffer's lease (buffer_index follows). An
+ * acquire uses what a prefetch brought in: prefetched_us goes back to 0. */
 void buffer_set_acquired(gmd_dbuffer *buffer, bool acquired);
 
 /* Mark a buffer parked in (or taken back out of) its client's cache of

@@ -181,28 +181,42 @@ void evict_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
 
 /* ---- moving idle buffers out ------------------------------------------- */
 
+/* Lowest client priority first; within it, buffers nobody announced a
+ * use of (least recently released first) before those a prefetch brought
+ * in or kept, latest prefetch first: a client prefetches in the order it
+ * will use, so the latest is needed last. Oldest-released first would
+ * pick the buffer needed next (a training step's backward pass paged in
+ * and out again ~1.3 GiB a step that way, H200, ARCHITECTURE.md). */
 static int by_victim_order(const void *x, const void *y)
 {
         const gmd_dbuffer *a = *(gmd_dbuffer *const *)x, *b = *(gmd_dbuffer *const *)y;
+        bool pa = a->prefetched_us != 0, pb = b->prefetched_us != 0;
 
         if (a->owner->priority != b->owner->priority)
                 return a->owner->priority < b->owner->priority ? -1 : 1;
+        if (pa != pb)
+                return pa ? 1 : -1;
+        if (pa)
+                return (a->prefetched_us < b->prefetched_us) -
+                       (a->prefetched_us > b->prefetched_us);
         return (a->released_ms > b->released_ms) - (a->released_ms < b->released_ms);
 }
 
-static void evict_device(gmd_server *server, unsigned device, uint64_t need)
+unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
+                      uint64_t urgent, gmd_dbuffer ***ret_victims)
 {
         gmd_dbuffer **victims;
-        unsigned n = 0, cap = 0;
+        unsigned n = 0, cap = 0, chosen = 0;
         gmd_list *pos;
 
+        *ret_victims = NULL;
         list_for_each(pos, &server->vram_idle)
                 cap++;
-        if (!cap)
-                return;
+        if (!cap || !need)
+                return 0;
         victims = calloc(cap, sizeof(*victims));
         if (!victims)
-                return;
+                return 0;
         list_for_each(pos, &server->vram_idle) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
 
@@ -211,6 +225,30 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need)
         }
         qsort(victims, n, sizeof(*victims), by_victim_order);
         for (unsigned i = 0; i < n && need > 0; i++) {
+                gmd_dbuffer *b = victims[i];
+
+                /* A prefetch does not push out what is about to be used. */
+                if (b->prefetched_us && !urgent)
+                        continue;
+                victims[chosen++] = b;
+                need = need > b->size ? need - b->size : 0;
+                urgent = urgent > b->size ? urgent - b->size : 0;
+        }
+        if (!chosen) {
+                free(victims);
+                return 0;
+        }
+        *ret_victims = victims;
+        return chosen;
+}
+
+static void evict_device(gmd_server *server, unsigned device, uint64_t need,
+                         uint64_t urgent)
+{
+        gmd_dbuffer **victims;
+        unsigned n = evict_choose(server, device, need, urgent, &victims);
+
+        for (unsigned i = 0; i < n; i++) {
                 gmd_dbuffer *b = victims[i];
                 char who[128];
                 int r;
@@ -224,13 +262,13 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need)
                                  strerror(-r));
                         break;
                 }
-                log_info("evicting buffer %llu (%llu bytes, released %llu ms ago) "
+                log_info("evicting buffer %llu (%llu bytes, released %llu ms ago%s) "
                          "of %s, priority %d, to host memory",
                          (unsigned long long)b->id, (unsigned long long)b->size,
                          (unsigned long long)(now_ms() - b->released_ms),
+                         b->prefetched_us ? ", prefetched" : "",
                          session_describe(b->owner, who, sizeof(who)),
                          b->owner->priority);
-                need = need > b->size ? need - b->size : 0;
         }
         free(victims);
 }
@@ -270,8 +308,13 @@ bool evict_balance(gmd_server *server)
                                            PENDING_ROOM | PENDING_EVICT,
                                            server->config.reclaim_timeout_ms);
                 }
-                if (room < demand && server_can_move(server))
-                        evict_device(server, d, demand - room);
+                if (room < demand && server_can_move(server)) {
+                        uint64_t urgent = waitq_demand_before(&server->waitq, d,
+                                                              WAITQ_PREFETCH);
+
+                        evict_device(server, d, demand - room,
+                                     urgent > room ? urgent - room : 0);
+                }
         }
         return released;
 }

@@ -4,7 +4,8 @@
  * caches of idle mappings are asked for their parked buffers (they cost
  * nothing to give back); then released SWAPPABLE and
  * SPILLABLE buffers of any client are moved to host memory, lowest client
- * priority first, then least recently released. Bytes already on their way
+ * priority first, then least recently released, and what a prefetch
+ * brought in last of all (evict_choose). Bytes already on their way
  * out count as room, so repeated calls do not evict twice for one need.
  */
 #ifndef GMD_EVICT_H
@@ -49,6 +50,19 @@ void evict_reclaim_session(gmd_session *session, unsigned n_devices);
  * back. */
 void evict_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
                    uint64_t bytes);
+
+/*
+ * What eviction moves out of `device` for `need` bytes, `urgent` of them
+ * for acquires and allocations (the rest for prefetches), in the order to
+ * start: released buffers of the lowest priority first; of one priority,
+ * the least recently released first, and last the buffers a prefetch
+ * brought in (or asked to keep) that nobody acquired since, latest
+ * prefetch first; those are taken only for the urgent bytes, never for a
+ * prefetch. Returns how many, in *ret_victims (the caller frees it;
+ * NULL when none).
+ */
+unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
+                      uint64_t urgent, gmd_dbuffer ***ret_victims);
 
 /* Bytes of VRAM on `device` that eviction could free now. */
 uint64_t evict_evictable(gmd_server *server, unsigned device);

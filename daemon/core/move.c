@@ -592,6 +592,11 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         /* Answer whoever waits for this move first: releasing the old
          * backing is the driver's slow part, and nobody waits for it but
          * the pool. */
+        /* Brought in ahead of use and not taken yet: eviction leaves it
+         * to the last, and a prefetch never takes its room (evict.h). */
+        if (m->copy.dir == GMD_COPY_IN && b->tier == GMD_TIER_VRAM &&
+            !b->acquirer && !b->acquired)
+                b->prefetched_us = now_us();
         if (b->acquirer) {
                 if (b->tier == GMD_TIER_VRAM)
                         acquirer_grant(b->acquirer);

@@ -10,7 +10,10 @@
  * destination also costs the loop thread a cuMemCreate, an export and a
  * map. So after a buffer moves out, its VRAM is not released:
  * it waits here, still counted as used in its pool, and the next swap-in
- * of a buffer of the same client and the same size copies into it.
+ * of a buffer of the same client and the same size copies into it, or
+ * the client's next allocation of that size is given it (buffer_new; a
+ * training step's offloaded activations made and destroyed ~120 VRAM
+ * allocations a step without it, 0.1-1.3 ms each on the loop thread).
  *
  * Only the same client ever gets it back. Its fd went to that client, who
  * may keep a duplicate; handing the memory to anybody else would let the

@@ -241,10 +241,14 @@ static int prefetch_one(gmd_server *server, gmd_dbuffer *b)
 {
         if (b->acquired || b->acquirer)
                 return 0;       /* in use where it is, or on its way */
+        /* Still in VRAM: keep it there, as about to be used (evict.h). */
         if (b->move && b->move->copy.dir == GMD_COPY_OUT && move_copying(b->move)) {
-                move_cancel(server, b);   /* still in VRAM: keep it there */
+                move_cancel(server, b);
+                b->prefetched_us = now_us();
                 return 0;
         }
+        if (b->tier == GMD_TIER_VRAM && !b->move)
+                b->prefetched_us = now_us();
         if (b->tier != GMD_TIER_HOST || move_busy(b))
                 return 0;
         return move_in_request(server, b, WAITQ_PREFETCH);

@@ -270,7 +270,8 @@ const gmd_waiter *waitq_oldest(const gmd_waitq *q, unsigned device)
         return oldest;
 }
 
-uint64_t waitq_demand(const gmd_waitq *q, unsigned device)
+uint64_t waitq_demand_before(const gmd_waitq *q, unsigned device,
+                             waitq_rank rank)
 {
         uint64_t bytes = 0;
         gmd_list *pos;
@@ -278,10 +279,15 @@ uint64_t waitq_demand(const gmd_waitq *q, unsigned device)
         list_for_each(pos, &q->waiters) {
                 gmd_waiter *w = container_of(pos, gmd_waiter, link);
 
-                if (w->device == device)
+                if (w->device == device && w->rank < rank)
                         bytes += w->size;
         }
         return bytes;
+}
+
+uint64_t waitq_demand(const gmd_waitq *q, unsigned device)
+{
+        return waitq_demand_before(q, device, WAITQ_RANKS);
 }
 
 unsigned waitq_count(const gmd_waitq *q)

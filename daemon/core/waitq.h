@@ -44,6 +44,7 @@ typedef enum waitq_rank {
         WAITQ_SWAP_IN = 0,      /* an acquire waits for this buffer */
         WAITQ_ALLOC = 1,
         WAITQ_PREFETCH = 2,
+        WAITQ_RANKS
 } waitq_rank;
 
 /* What the layer above does with a waiter. */
@@ -156,6 +157,12 @@ const gmd_waiter *waitq_oldest(const gmd_waitq *q, unsigned device);
 
 /* VRAM bytes waited for on `device`. */
 uint64_t waitq_demand(const gmd_waitq *q, unsigned device);
+
+/* Of those, the bytes waited for by ranks before `rank` (WAITQ_PREFETCH:
+ * acquires and allocations, what a buffer about to be used may have to
+ * yield to, evict.h). */
+uint64_t waitq_demand_before(const gmd_waitq *q, unsigned device,
+                             waitq_rank rank);
 
 /* Waiters of every kind. */
 unsigned waitq_count(const gmd_waitq *q);

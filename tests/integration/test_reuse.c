@@ -3,7 +3,8 @@
  * on the sim backend, with the real daemon: after a buffer moves out, its
  * VRAM stays allocated (counted in the pool's `used`, shown as `kept`) so
  * that the same client's next swap-in of a buffer of exactly that size
- * copies into it instead of into fresh VRAM. The feature is worth having
+ * copies into it instead of into fresh VRAM, and so does its next
+ * allocation of that size. The feature is worth having
  * only if it never costs anyone anything, so most of what is checked here
  * is the giving back: kept memory goes to no other client and no other
  * size, and is released as soon as any request needs its room, when its
@@ -279,6 +280,36 @@ static void test_kept_only_for_its_size(void **state)
         harness_stop(&f->h);
 }
 
+/* ---- 3b. an allocation of the client that left it ------------------------------ */
+
+/* A's 8 MiB buffer out: A's next 8 MiB allocation is served by the VRAM it
+ * left (no more VRAM in use, counted as reused), which no other client
+ * could have had; A's buffer keeps its bytes on host memory and comes back
+ * into VRAM of its own. */
+static void test_alloc_takes_own_kept(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *a, *n = NULL;
+
+        start(f, NULL);
+        a = harness_released_buffer(f->client, 8 * MiB, 1);
+        harness_page_out(f->client, a);
+        expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
+        OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &n));
+        expect_vram(f, 8 * MiB, 0, "allocated into the kept VRAM");
+        expect_outcomes(f, 1, 0, "allocated into the kept VRAM");
+        assert_int_equal(gmd_buffer_tier(a), GMD_TIER_HOST);
+        pattern_fill(n, 5);
+
+        bring_back(f->client, a, 1, "the buffer that left it, back");
+        expect_vram(f, 16 * MiB, 0, "both in VRAM");
+        pattern_check(n, 5, "the allocation beside it");
+        OK(gmd_free(f->client, a));
+        OK(gmd_free(f->client, n));
+        expect_vram(f, 0, 0, "freed");
+        harness_stop(&f->h);
+}
+
 /* ---- 4. released when nothing can come back into it --------------------------- */
 
 /* Freeing the buffer that is out leaves its client nothing to bring back;
@@ -445,6 +476,7 @@ int main(void)
                 HARNESS_TEST(test_swapin_reuses_kept),
                 HARNESS_TEST(test_kept_only_for_its_client),
                 HARNESS_TEST(test_kept_only_for_its_size),
+                HARNESS_TEST(test_alloc_takes_own_kept),
                 HARNESS_TEST(test_released_on_free_and_exit),
                 HARNESS_TEST(test_free_releases_its_size),
                 HARNESS_TEST(test_keep_vram_off),
