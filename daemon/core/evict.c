@@ -186,7 +186,7 @@ void evict_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
  * in or kept, latest prefetch first: a client prefetches in the order it
  * will use, so the latest is needed last. Oldest-released first would
  * pick the buffer needed next (a training step's backward pass paged in
- * and out again ~1.3 GiB a step that way, H200, ARCHITECTURE.md). */
+ * and out again ~1.3 GiB a step that way, H200, BENCHMARKS.md). */
 static int by_victim_order(const void *x, const void *y)
 {
         const gmd_dbuffer *a = *(gmd_dbuffer *const *)x, *b = *(gmd_dbuffer *const *)y;
