@@ -386,6 +386,44 @@ class NoRoom(DaemonTest):
         self.assertGreater(o.stats["offloaded"], 0, o.stats)
 
 
+    def test_state_buffer_takes_the_room_of_the_cache(self):
+        """A buffer that replaces PyTorch tensors (stream()'s optimizer
+        state) waits ROOM_WAIT, then has PyTorch give back its unused
+        cache (here: an ops whose release_cached frees what holds the
+        pool, as empty_cache frees this process's segments) and gets the
+        room (_torchdev.alloc_making_room); without that room it times
+        out, and TooLarge is raised at once."""
+        hog = self.client.alloc(256 * MiB)          # the whole pool, held
+        released = []
+
+        class Ops(_torchdev.HostOps):
+            def release_cached(self):
+                released.append(time.monotonic())
+                if not hog.freed:
+                    hog.free()
+                return True
+
+        ops = Ops(self.client)
+        t0 = time.monotonic()
+        buf = _torchdev.alloc_making_room(self.client, 64 * MiB, 0,
+                                          gpumem.SWAPPABLE, 30, ops)
+        self.assertEqual(len(released), 1)
+        self.assertGreaterEqual(released[0] - t0,
+                                _torchdev.ROOM_WAIT - 0.05)
+        self.assertLess(time.monotonic() - t0, _torchdev.ROOM_WAIT + 5)
+        hog = self.client.alloc(192 * MiB)          # the rest, held again
+        with self.assertRaises(gpumem.errors.TimedOut):
+            _torchdev.alloc_making_room(self.client, 64 * MiB, 0,
+                                        gpumem.SWAPPABLE, 1.5,
+                                        _torchdev.HostOps(self.client))
+        with self.assertRaises(gpumem.errors.TooLarge):
+            _torchdev.alloc_making_room(self.client, 1 << 40, 0,
+                                        gpumem.SWAPPABLE, 30, ops)
+        self.assertEqual(len(released), 1)
+        buf.free()
+        hog.free()
+
+
 @unittest.skipIf(torch is None, "torch not installed")
 class Stream(DaemonTest):
     CONFIG = CONFIG

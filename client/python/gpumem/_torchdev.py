@@ -274,6 +274,27 @@ def finish_making_room(buf, timeout, ops, read_only=False):
         return _acquire_after_room(buf, timeout, ops, read_only)
 
 
+def alloc_making_room(client, nbytes, device, flags, timeout, ops):
+    """client.alloc(nbytes, device, flags) waiting `timeout` seconds (None:
+    for ever) for room, PyTorch's unused cache given back after
+    start_wait(timeout), as acquire_making_room does. For a buffer that
+    takes the place of PyTorch tensors (stream()'s optimizer state, made
+    by the first optimizer step in PyTorch's cache: H100, GPT-2 17 x 2048
+    trained at half its peak, the state's buffer waited 120 s for room
+    PyTorch's cache held unused)."""
+    first = start_wait(timeout)
+    try:
+        return client.alloc(nbytes, device=device, flags=flags,
+                            timeout=first)
+    except (OutOfMemory, TimedOut) as e:
+        if isinstance(e, TooLarge):
+            raise
+    ops.release_cached()
+    return client.alloc(nbytes, device=device, flags=flags,
+                        timeout=None if timeout is None
+                        else max(0.0, timeout - first))
+
+
 def alloc_or_none(client, nbytes, device, flags, ops, wait):
     """A buffer, or None when no room is made within `wait` seconds, asked
     twice, the second time after PyTorch's unused cache was given back

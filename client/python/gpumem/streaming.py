@@ -742,8 +742,11 @@ class Streamer:
             return
         part = Block(block.name + ".state", None, [])
         part.nbytes = offset
-        part.buf = self.client.alloc(offset, device=self.device_index,
-                                     flags=SWAPPABLE, timeout=self.timeout)
+        # the state is in PyTorch's cache until copied: its room may be
+        # that cache's unused part
+        part.buf = _torchdev.alloc_making_room(
+            self.client, offset, self.device_index, SWAPPABLE,
+            self.timeout, self.ops)
         part.held = True
         part.resident = block.resident
         part.items = items
