@@ -78,12 +78,24 @@ def child(args):
     ops_cls = type(_torchdev.ops_for(client))
     ops_cls.copy_aside = timed(calls, "copy_aside", ops_cls.copy_aside)
 
+    if args.get("tail_keep") is not None:
+        learn = cls._learn_tail
+
+        def fixed_tail(self, keep=args["tail_keep"]):
+            learn(self)
+            with offload._tail_lock:
+                per = offload._tails.get(self.client, {})
+                for device, (n, _) in per.items():
+                    per[device] = (n, min(n - 1, keep))
+        cls._learn_tail = fixed_tail
+
     g = torch.Generator(device="cpu").manual_seed(42)
     steps, warmup = args["steps"], 2
     data = torch.randint(0, config.vocab_size,
                          (steps, cfg["batch"], cfg["seq"]), generator=g)
     phases = {"forward": [], "backward": [], "optimizer": [], "step": []}
     stats = None
+    at_end = []     # where the VRAM is as each forward pass ends
     for i in range(steps):
         if i == warmup:
             calls.clear()
@@ -95,8 +107,12 @@ def child(args):
             with gt.offload_activations(client=client,
                                         **args["offload"]) as o:
                 out = model(input_ids=ids, labels=ids)
+                if args.get("empty_cache"):
+                    torch.cuda.empty_cache()
         torch.cuda.synchronize()
         t1 = time.perf_counter()
+        if i >= warmup:
+            at_end.append(forward_end(client, torch))
         out.loss.backward()
         torch.cuda.synchronize()
         t2 = time.perf_counter()
@@ -115,8 +131,34 @@ def child(args):
             "host_ms": {k: spread(v) for k, v in calls.items()},
             "host_ms_per_step": {k: sum(v) / n for k, v in calls.items()},
             "offload_stats_last_step": stats, "plan": o.plan,
-            "tail": getattr(o, "tail", None),
+            "tail": getattr(o, "tail", None), "forward_end": at_end,
             "shim": gt.stats(), "steps": n}
+
+
+def forward_end(client, torch):
+    """Where the budget's VRAM is as a forward pass ends (after a host
+    synchronization), in MiB: the daemon's pool (free, kept for swap-ins,
+    used), what PyTorch's cache of this process has allocated and
+    reserved (segments on gpu-memd), and the VRAM buffers by client,
+    state and whether acquired or parked. What the pool has free and kept
+    is what the offloader's tail could have kept in VRAM."""
+    status = client.status()
+    pool = next(p for p in status.pools
+                if p.tier == "vram" and p.device == 0)
+    names = {c.client_id: c.name for c in status.clients}
+    held = {}
+    for b in status.buffers:
+        if b.tier != "vram":
+            continue
+        key = "%s %s%s%s" % (names.get(b.client_id, b.client_id), b.state,
+                             " acquired" if b.acquired else "",
+                             " parked" if b.parked else "")
+        held[key] = held.get(key, 0) + b.size / MiB
+    return {"pool_free": pool.free / MiB, "pool_kept": pool.kept / MiB,
+            "pool_used": pool.used / MiB,
+            "torch_allocated": torch.cuda.memory_allocated() / MiB,
+            "torch_reserved": torch.cuda.memory_reserved() / MiB,
+            "vram_buffers": held}
 
 
 def daemon_waits(path):
@@ -151,6 +193,12 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--offload", default="{}",
                     help="offload_activations() arguments, JSON")
+    ap.add_argument("--empty-cache", action="store_true",
+                    help="give PyTorch's unused cache back at the end of "
+                    "each forward pass (torch.cuda.empty_cache)")
+    ap.add_argument("--tail-keep", type=int,
+                    help="keep this many slabs of each forward pass's "
+                    "tail in VRAM instead of what the offloader learns")
     opts = ap.parse_args()
     build = os.path.abspath(opts.build)
     from common import Daemon, child_env
@@ -163,7 +211,9 @@ def main():
     try:
         env = dict(child_env(build), GPU_MEMD_SOCKET=daemon.socket)
         arg = {"cfg": cfg, "budget": opts.budget, "steps": opts.steps,
-               "offload": json.loads(opts.offload)}
+               "offload": json.loads(opts.offload),
+               "tail_keep": opts.tail_keep,
+               "empty_cache": opts.empty_cache}
         proc = subprocess.run([sys.executable, os.path.abspath(__file__),
                                "child", json.dumps(arg)], env=env,
                               stdout=subprocess.PIPE, text=True,
