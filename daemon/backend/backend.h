@@ -102,7 +102,9 @@ typedef struct gmd_gpu_process {
 /* The host arena of one device: pinned host memory made ahead of demand
  * for swap-outs (mem_create_private). */
 typedef struct gmd_arena_info {
-        uint64_t target;       /* bytes it is to have ([pools] host_stock) */
+        uint64_t target;       /* bytes it is to have ([pools] host_stock,
+                                * and what arena_grow added) */
+        uint64_t limit;        /* what it may grow to (arena_grow) */
         uint64_t built;        /* bytes pinned so far */
         uint64_t free;         /* of those, not handed out */
         uint64_t largest;      /* the largest free piece */
@@ -184,6 +186,15 @@ typedef struct gmd_backend_ops {
         /* The host arena of `device`, for logs and status. */
         void (*arena_info)(gmd_backend *backend, unsigned device,
                            gmd_arena_info *ret_info);
+        /* Grow `device`'s arena by about `want` bytes (rounded up to the
+         * backend's piece, at most `most`, a cap on pinned memory the
+         * caller keeps), built off the request path as at start (cuda: the
+         * host worker pins it). The bytes it will add, or -ENOSPC when it
+         * cannot: no arena, building failed, a growth still under way, or
+         * its range (reserved at start for [pools] host_limit) or `most`
+         * has no room for `want`. Optional. */
+        int64_t (*arena_grow)(gmd_backend *backend, unsigned device,
+                              uint64_t want, uint64_t most);
         /* The link of `device` each way: on cuda measured once, soon after
          * start, by timed copies between VRAM and the host arena on the
          * device's copy streams (backend_cuda_link.c); on sim the

@@ -137,6 +137,7 @@ static const gmd_backend_ops cuda_ops = {
         .mem_create_ipc = cuda_ops_mem_create_ipc,
         .mem_create_private = cuda_ops_mem_create_private,
         .arena_info = cuda_ops_arena_info,
+        .arena_grow = cuda_ops_arena_grow,
         .link_info = cuda_ops_link_info,
         .event_create = cuda_event_create,
         .event_open = cuda_event_open,
@@ -292,7 +293,8 @@ int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
                         return r == -ENOMEM ? r : -ENODEV;
                 }
         }
-        r = cuda_host_open(b, config_host_stock_bytes(config));
+        r = cuda_host_open(b, config_host_stock_bytes(config),
+                           config_host_limit_bytes(config));
         if (r < 0) {
                 cuda_ops_destroy(&b->base);
                 return r;

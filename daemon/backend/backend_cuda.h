@@ -189,7 +189,8 @@ typedef struct cuda_host {
         pthread_t thread;
         bool started, stopping;
         cuda_mem *to_free;       /* whole host allocations to release */
-        uint64_t build_start_us;
+        uint64_t build_start_us; /* when building (or a growth) began */
+        uint64_t build_from;     /* bytes pinned, all arenas, then */
         uint64_t progress_us;    /* last progress line */
 } cuda_host;
 
@@ -324,9 +325,10 @@ void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
 
 /* ---- backend_cuda_host.c ------------------------------------------------ */
 
-/* Reserve each device's arena (`total` bytes split evenly; 0: none) and
- * start the worker that pins it. 0 or -errno. */
-int cuda_host_open(cuda_backend *b, uint64_t total);
+/* Reserve each device's arena (`total` bytes split evenly; 0: none), in a
+ * range of `limit` bytes split evenly, what it may grow to, and start the
+ * worker that pins it. 0 or -errno. */
+int cuda_host_open(cuda_backend *b, uint64_t total, uint64_t limit);
 /* Stop the worker after it released what it was given; free the arenas. */
 void cuda_host_close(cuda_backend *b);
 /* mem_create(HOST): a whole allocation of its own, made here (it pins);
@@ -351,6 +353,8 @@ int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
                                 uint64_t size, gmd_mem **ret_mem);
 void cuda_ops_arena_info(gmd_backend *backend, unsigned device,
                          gmd_arena_info *ret_info);
+int64_t cuda_ops_arena_grow(gmd_backend *backend, unsigned device,
+                            uint64_t want, uint64_t most);
 
 /* ---- backend_cuda_link.c ------------------------------------------------ */
 

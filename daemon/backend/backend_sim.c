@@ -14,10 +14,12 @@
  *
  * The host arena (mem_create_private) has the cuda backend's shape and
  * its bookkeeping (host_arena.c, shared by both): per device one memfd of
- * its share of [pools] host_stock, mapped once, added as SIM_ARENA_PIECES
- * separate pieces so a host copy may come in parts and no part crosses a
- * piece, as on a GPU. Freed parts are punched out, so the arena costs
- * only what is in use.
+ * its share of [pools] host_limit, mapped once, its share of [pools]
+ * host_stock added as SIM_ARENA_PIECES separate pieces so a host copy may
+ * come in parts and no part crosses a piece, as on a GPU; a growth
+ * (arena_grow) adds one more piece at once, as large as the first ones
+ * or as asked. Freed parts are punched out, so the arena costs only what
+ * is in use.
  *
  * For tests only: with GMD_SIM_FAIL_COPIES naming a file, every copy
  * submitted while that file exists fails with -EIO, as a refused
@@ -69,7 +71,8 @@ typedef struct sim_mem {
 typedef struct sim_arena {
         int fd;                 /* -1: none */
         char *base;
-        uint64_t size;
+        uint64_t size;          /* mapped: the range it may grow to */
+        uint64_t piece;         /* bytes of a first piece: a growth's unit */
         gmd_host_arena ranges;
 } sim_arena;
 
@@ -313,6 +316,31 @@ static void sim_arena_info(gmd_backend *b, unsigned device,
         host_arena_info(&a->ranges, ret_info);
 }
 
+static int64_t sim_arena_grow(gmd_backend *b, unsigned device, uint64_t want,
+                              uint64_t most)
+{
+        sim_backend *sim = to_sim(b);
+        sim_arena *a;
+        uint64_t bytes, at;
+
+        if (device >= sim->n_devices || want == 0)
+                return -ENOSPC;
+        a = &sim->arenas[device];
+        if (a->fd < 0 || !a->piece)
+                return -ENOSPC;
+        bytes = (want + a->piece - 1) / a->piece * a->piece;
+        if (bytes > most)
+                bytes = most - most % sim->granularity;
+        at = a->ranges.built;
+        if (bytes < want || host_arena_raise(&a->ranges, bytes) == 0)
+                return -ENOSPC;
+        if (host_arena_add(&a->ranges, at, bytes) < 0) {
+                a->ranges.target = at;
+                return -ENOSPC;
+        }
+        return (int64_t)bytes;
+}
+
 /* The link is what [sim] copy_rate throttles each copy queue to (each
  * device has one per direction); 0, unknown, when copies are unthrottled. */
 static void sim_link_info(gmd_backend *b, unsigned device,
@@ -433,9 +461,11 @@ static void sim_destroy(gmd_backend *b)
 }
 
 /* Make `device`'s arena of `size` bytes (a granularity multiple) in
- * SIM_ARENA_PIECES pieces. A memfd reads as zeros and takes no memory
- * until written, so this is cheap at any size. */
-static int sim_arena_open(sim_backend *sim, unsigned device, uint64_t size)
+ * SIM_ARENA_PIECES pieces, in a range of `limit` bytes it may grow to. A
+ * memfd reads as zeros and takes no memory until written, so this is
+ * cheap at any size. */
+static int sim_arena_open(sim_backend *sim, unsigned device, uint64_t size,
+                          uint64_t limit)
 {
         sim_arena *a = &sim->arenas[device];
         uint64_t piece, at = 0;
@@ -444,21 +474,25 @@ static int sim_arena_open(sim_backend *sim, unsigned device, uint64_t size)
 
         if (size < sim->granularity)
                 return 0;
+        if (limit < size)
+                limit = size;
+        limit -= limit % sim->granularity;
         a->fd = memfd_create("gmd-arena", MFD_CLOEXEC);
         if (a->fd < 0)
                 return -errno;
-        if (ftruncate(a->fd, (off_t)size) < 0)
+        if (ftruncate(a->fd, (off_t)limit) < 0)
                 return -errno;
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+        base = mmap(NULL, limit, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
         if (base == MAP_FAILED)
                 return -errno;
         a->base = base;
-        a->size = size;
-        host_arena_init(&a->ranges, sim->granularity, size);
+        a->size = limit;
+        host_arena_init(&a->ranges, sim->granularity, size, limit);
         piece = size / SIM_ARENA_PIECES;
         piece -= piece % sim->granularity;
         if (piece < sim->granularity)
                 piece = size;
+        a->piece = piece;
         while (at < size) {
                 uint64_t n = size - at < 2 * piece ? size - at : piece;
 
@@ -485,6 +519,7 @@ static const gmd_backend_ops sim_ops = {
         .copy_reap = sim_copy_reap,
         .mem_create_private = sim_mem_create_private,
         .arena_info = sim_arena_info,
+        .arena_grow = sim_arena_grow,
         .link_info = sim_link_info,
 };
 
@@ -492,7 +527,7 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
 {
         sim_backend *sim = calloc(1, sizeof(*sim));
         const char *fail_copies, *vram_others;
-        uint64_t share;
+        uint64_t share, room;
         int r;
 
         if (!sim)
@@ -505,7 +540,7 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
                 sim->n_devices = SIM_MAX_DEVICES;
         for (unsigned i = 0; i < SIM_MAX_DEVICES; i++) {
                 sim->arenas[i].fd = -1;
-                host_arena_init(&sim->arenas[i].ranges, sim->granularity, 0);
+                host_arena_init(&sim->arenas[i].ranges, sim->granularity, 0, 0);
         }
         fail_copies = getenv("GMD_SIM_FAIL_COPIES");
         if (fail_copies && *fail_copies) {
@@ -535,8 +570,9 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
         }
         share = sim->n_devices ? config_host_stock_bytes(config) / sim->n_devices : 0;
         share -= share % sim->granularity;
+        room = sim->n_devices ? config_host_limit_bytes(config) / sim->n_devices : 0;
         for (unsigned i = 0; i < sim->n_devices && r == 0; i++)
-                r = sim_arena_open(sim, i, share);
+                r = sim_arena_open(sim, i, share, room);
         if (r < 0) {
                 sim_destroy(&sim->base);
                 return r;

@@ -12,11 +12,22 @@
 /* The most parts one take may ask for: the stack array's size. */
 #define HOST_ARENA_MAX_PARTS 64
 
-void host_arena_init(gmd_host_arena *a, uint64_t unit, uint64_t target)
+void host_arena_init(gmd_host_arena *a, uint64_t unit, uint64_t target,
+                     uint64_t limit)
 {
         memset(a, 0, sizeof(*a));
         extents_init(&a->free, unit);
         a->target = target;
+        a->limit = limit > target ? limit : target;
+}
+
+uint64_t host_arena_raise(gmd_host_arena *a, uint64_t bytes)
+{
+        if (bytes == 0 || !a->free.unit || bytes % a->free.unit ||
+            a->built < a->target || bytes > a->limit - a->target)
+                return 0;
+        a->target += bytes;
+        return bytes;
 }
 
 void host_arena_clear(gmd_host_arena *a)
@@ -104,6 +115,7 @@ void host_arena_info(const gmd_host_arena *a, gmd_arena_info *ret_info)
 {
         memset(ret_info, 0, sizeof(*ret_info));
         ret_info->target = a->target;
+        ret_info->limit = a->limit;
         ret_info->built = a->built;
         ret_info->free = a->free.avail;
         ret_info->largest = extents_largest(&a->free);

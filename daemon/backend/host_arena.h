@@ -10,6 +10,7 @@
  * several parts (a gmd_arena_span), and the copy engine walks them
  * (host_arena_locate). The ranges themselves are extent.c's; this adds
  * what both backends did around it: the build progress (target, built),
+ * its growth up to the range's end (limit, host_arena_raise),
  * the served/refused counts, the span's own storage, the gmd_mem of a host
  * copy carved out of it, and the figures gpu-memctl and the metrics show
  * (gmd_arena_info).
@@ -30,6 +31,8 @@
 typedef struct gmd_host_arena {
         uint64_t target;        /* bytes it is to have */
         uint64_t built;         /* bytes of pieces added so far */
+        uint64_t limit;         /* bytes the backend's range can hold: what
+                                 * target may grow to (host_arena_raise) */
         uint64_t served;        /* host_arena_take calls served ... */
         uint64_t refused;       /* ... and refused for want of room */
         gmd_extents free;       /* what is not handed out, of `built` */
@@ -43,8 +46,16 @@ typedef struct gmd_arena_span {
 } gmd_arena_span;
 
 /* An empty arena that will hold `target` bytes in pieces that are
- * multiples of `unit` (a power of two; 0 makes every take fail -EINVAL). */
-void host_arena_init(gmd_host_arena *a, uint64_t unit, uint64_t target);
+ * multiples of `unit` (a power of two; 0 makes every take fail -EINVAL),
+ * in a range of `limit` bytes (at least target) it may grow to. */
+void host_arena_init(gmd_host_arena *a, uint64_t unit, uint64_t target,
+                     uint64_t limit);
+
+/* Let the arena grow: its target rises by `bytes` (a unit multiple), the
+ * backend then builds the new piece as it built the first ones. Returns
+ * the bytes added: 0 while pieces are still being built (a growth is under
+ * way: one at a time) or when `bytes` would pass the limit. */
+uint64_t host_arena_raise(gmd_host_arena *a, uint64_t bytes);
 
 /* Forget every piece and span (not the memory: the backend's). The arena
  * is empty afterwards and may be initialised again. */

@@ -54,6 +54,7 @@ static const config_key config_keys[] = {
         KEY("pools", "host_limit", KEY_POOL_SIZE, host_limit, 0),
         KEY("pools", "cuda_reserve_chunks", KEY_COUNT, cuda_reserve_chunks, 4096),
         KEY("pools", "host_stock", KEY_SIZE_SPEC, host_stock, 0),
+        KEY("pools", "host_stock_grow", KEY_BOOL, host_stock_grow, 0),
         KEY("limits", "max_clients", KEY_UINT, max_clients, 65536),
         KEY("limits", "max_buffers_per_client", KEY_UINT, max_buffers_per_client, 1u << 24),
         KEY("limits", "max_waiting_per_client", KEY_UINT, max_waiting_per_client, 4096),
@@ -122,6 +123,7 @@ void config_init_defaults(gmd_config *config)
         config->swap_copies_in_flight = 2;
         config->swap_bytes_in_flight = 64ull << 20;
         config->swap_keep_vram = true;
+        config->host_stock_grow = true;
         config->sim_devices = 1;
         config->sim_vram = 1ull << 30;
         config->sim_granularity = 2ull << 20;

@@ -46,6 +46,8 @@ typedef struct gmd_config {
         unsigned cuda_reserve_chunks; /* ready chunks per device (cuda) */
         gmd_size_spec host_stock;     /* the host arena, pinned ahead of
                                        * swap-outs: bytes, or % of host_limit */
+        bool host_stock_grow;         /* the arena grows when swap-outs
+                                       * find it full, within host_limit */
 
         /* [limits] */
         unsigned max_clients;

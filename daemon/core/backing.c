@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "log.h"
 #include "server.h"
 #include "size.h"
 
@@ -68,6 +69,32 @@ void backing_release(gmd_server *server, gmd_mem *mem)
 
         backing_destroy(server, mem);
         pool_give(pool, size);
+}
+
+bool backing_arena_grow(gmd_server *server, unsigned device, uint64_t size)
+{
+        const gmd_backend_ops *ops = server->backend->ops;
+        uint64_t pinned = backing_pinned(server), cap = server->host_pool.capacity;
+        gmd_arena_info a = { 0 };
+        char grown[32], to[32];
+        int64_t added;
+
+        if (!server->config.host_stock_grow || !ops->arena_grow ||
+            !ops->arena_info || pinned + size >= cap)
+                return false;
+        ops->arena_info(server->backend, device, &a);
+        if (!a.target || a.built < a.target)
+                return false;
+        /* This swap-out still pins its own copy: keep its room. */
+        added = ops->arena_grow(server->backend, device, size,
+                                cap - pinned - size);
+        if (added <= 0)
+                return false;
+        log_info("device %u: the host arena grows by %s to %s, pinned in the "
+                 "background: swap-outs found it full ([pools] host_stock_grow)",
+                 device, size_format((uint64_t)added, grown, sizeof(grown)),
+                 size_format(a.target + (uint64_t)added, to, sizeof(to)));
+        return true;
 }
 
 void backing_no_host_room(gmd_server *server, char *buf, size_t len)

@@ -3,7 +3,8 @@
  * bound on pinned host memory.
  *
  * Host memory is pinned in two ways: the host arenas, pinned whole at start
- * ([pools] host_stock, backend_cuda_host.c), and allocations of their own
+ * ([pools] host_stock, backend_cuda_host.c) and grown by whole pieces when
+ * swap-outs find them full ([pools] host_stock_grow), and allocations of their own
  * made on the spot — SPILLABLE buffers on the host tier (their owners map
  * them) and swap-outs that find the arena full. [pools] host_limit bounds
  * the two together: an allocation of its own is refused (-ENOSPC) when it
@@ -46,6 +47,13 @@ void backing_release(gmd_server *server, gmd_mem *mem);
 /* Host memory pinned now or at start: the arenas' full size and every host
  * allocation of its own. */
 uint64_t backing_pinned(const gmd_server *server);
+
+/* A swap-out of `size` bytes found `device`'s arena full: have the backend
+ * grow it by about a piece (or `size`, when larger), pinned off the request
+ * path, when [pools] host_stock_grow allows, no growth is under way and
+ * host_limit keeps room beside it for this swap-out's own allocation.
+ * Logs the growth; returns whether one started. */
+bool backing_arena_grow(gmd_server *server, unsigned device, uint64_t size);
 
 /* "; host memory has no room either (...)" for the error of a SPILLABLE
  * allocation that found neither VRAM nor host memory. */

@@ -96,7 +96,9 @@ static int wait_last_use(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
  * SWAPPABLE buffer unmaps it; a SPILLABLE one maps its host copy) comes
  * from the backend's host arena, pinned ahead of time; when the arena has
  * no room the copy gets an allocation of its own, which pins on the
- * request path — said once a minute, with what to change. */
+ * request path, and the arena grows in the background for the next ones
+ * ([pools] host_stock_grow); where it cannot, that is said once a minute,
+ * with what to change. */
 static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
                             gmd_mem **ret_mem)
 {
@@ -115,6 +117,9 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
                                             ret_mem);
         if (r != -ENOSPC)
                 return r;
+        if (backing_arena_grow(server, b->device, b->size))
+                return backing_create(server, GMD_TIER_HOST, b->device, b->size,
+                                      true, ret_mem);
         now = now_ms();
         warned = &server->copyqs.q[b->device].arena_warned_ms;
         if (ops->arena_info)

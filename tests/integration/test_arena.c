@@ -3,7 +3,9 @@
  * the host copy of a SWAPPABLE buffer swapped out comes from memory made
  * ahead of time ([pools] host_stock), split in pieces a copy never
  * crosses; what does not fit gets an allocation of its own, with a
- * warning at most once a minute. SPILLABLE buffers, which their owner
+ * warning at most once a minute where the arena cannot grow; where it can
+ * ([pools] host_stock_grow, the default) it grows by whole pieces, once,
+ * and the next swap-outs fit, within host_limit. SPILLABLE buffers, which their owner
  * maps on host, never use it. [pools] host_limit bounds the arena and what
  * is pinned beside it together. Status and gpu-memctl show its size.
  *
@@ -31,6 +33,11 @@
 
 #define ARENA_CONFIG "[pools]\nhost_limit = 256M\nhost_stock = 32M\n" \
                      "[swap]\nchunk_size = 2M\n"
+/* The same arena, kept at its size: what the tests of what it serves
+ * and what it refuses see. */
+#define FIXED_CONFIG "[pools]\nhost_limit = 256M\nhost_stock = 32M\n" \
+                     "host_stock_grow = no\n[swap]\nchunk_size = 2M\n"
+#define GROWS "the host arena grows by"
 #define NO_ROOM "the host arena has no room"
 
 typedef harness_fixture fixture;
@@ -174,7 +181,7 @@ static void test_arena_serves_swapouts(void **state)
         gmd_buffer *b[3] = { NULL };
         void *ptr[3];
 
-        harness_start_small(&f->h, ARENA_CONFIG);
+        harness_start_small(&f->h, FIXED_CONFIG);
         f->client = harness_client(&f->h, "arena");
         expect_arena(f, 32 * MiB, 32 * MiB, "at start");
         for (int i = 0; i < 3; i++) {
@@ -395,6 +402,80 @@ static void test_arena_off(void **state)
         harness_stop(&f->h);
 }
 
+/* ---- 5. it grows when swap-outs find it full --------------------------------- */
+
+/* Three released 12 MiB buffers holding `seed` + i, paged out in order:
+ * two fit a 32 MiB arena of 8 MiB pieces, the third finds it full. */
+static void three_out(fixture *f, gmd_buffer **b, uint64_t seed)
+{
+        for (int i = 0; i < 3; i++) {
+                if (!b[i]) {
+                        b[i] = harness_released_buffer(f->client, 12 * MiB,
+                                                       seed + (uint64_t)i);
+                } else {
+                        pattern_fill(b[i], seed + (uint64_t)i);
+                        OK(gmd_release(f->client, b[i]));
+                }
+        }
+        for (int i = 0; i < 3; i++)
+                harness_page_out(f->client, b[i]);
+}
+
+static void three_back(fixture *f, gmd_buffer **b, uint64_t seed,
+                       const char *when)
+{
+        for (int i = 0; i < 3; i++) {
+                OK(gmd_acquire(f->client, b[i], 5000));
+                pattern_check(b[i], seed + (uint64_t)i, when);
+        }
+}
+
+/* The third swap-out pins its own copy and the arena grows by 16 MiB (12
+ * rounded up to whole 8 MiB pieces); the next round fits it whole, with
+ * no warning and no second growth. With host_limit leaving no room for a
+ * piece beside that copy (32 + 12 + 12 > 52), it does not grow and the
+ * warning says so, as with the growth off. */
+static void test_arena_grows(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b[3] = { NULL };
+
+        harness_start_small(&f->h, ARENA_CONFIG);
+        f->client = harness_client(&f->h, "grows");
+        three_out(f, b, 300);
+        free(harness_wait_log(&f->h, GROWS " 16 MiB to 48 MiB", 2000));
+        expect_arena(f, 48 * MiB, 24 * MiB, "grown");
+        assert_int_equal(host_used(f->client), 36 * MiB);
+        expect_no_room_lines(f, 0, "grown");
+        three_back(f, b, 300, "back after the growth");
+        expect_arena(f, 48 * MiB, 48 * MiB, "all back");
+
+        three_out(f, b, 400);
+        expect_arena(f, 48 * MiB, 12 * MiB, "all three in the grown arena");
+        assert_int_equal(harness_log_count(&f->h, GROWS), 1);
+        expect_no_room_lines(f, 0, "all three in the grown arena");
+        three_back(f, b, 400, "back from the grown arena");
+        for (int i = 0; i < 3; i++)
+                OK(gmd_free(f->client, b[i]));
+        gmd_disconnect(f->client);
+        f->client = NULL;
+        harness_stop(&f->h);
+        harness_cleanup(&f->h);
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 52M\nhost_stock = 32M\n"
+                                   "[swap]\nchunk_size = 2M\n");
+        f->client = harness_client(&f->h, "limited");
+        memset(b, 0, sizeof(b));
+        three_out(f, b, 500);
+        free(harness_wait_log(&f->h, NO_ROOM, 2000));
+        expect_arena(f, 32 * MiB, 8 * MiB, "no room to grow");
+        assert_int_equal(harness_log_count(&f->h, GROWS), 0);
+        three_back(f, b, 500, "back, not grown");
+        for (int i = 0; i < 3; i++)
+                OK(gmd_free(f->client, b[i]));
+        harness_stop(&f->h);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -402,6 +483,7 @@ int main(void)
                 HARNESS_TEST(test_spillable_skips_arena),
                 HARNESS_TEST(test_host_limit_bounds_pinned),
                 HARNESS_TEST(test_arena_off),
+                HARNESS_TEST(test_arena_grows),
         };
 
         /* Freed buffers must go back at once for the figures checked here,

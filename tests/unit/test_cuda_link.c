@@ -187,7 +187,7 @@ static int setup(void **state)
         d->ctx = (CUcontext)&fk.ctx;
         d->host_granularity = 2 * MIB;
         d->arena.base = (CUdeviceptr)0x100000000ull;
-        host_arena_init(&d->arena.ranges, 2 * MIB, 128 * MIB);
+        host_arena_init(&d->arena.ranges, 2 * MIB, 128 * MIB, 128 * MIB);
         assert_int_equal(host_arena_add(&d->arena.ranges, 0, 128 * MIB), 0);
         for (int dir = 0; dir < 2; dir++) {
                 d->queues[dir].stream = (CUstream)&fk.streams[2 * dir];

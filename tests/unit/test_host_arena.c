@@ -4,7 +4,8 @@
  * built, takes served from one piece or in parts that never cross a
  * piece's edge, served and refused counted, a backend's host copy
  * described, spans given back (and a bad give refused), offsets located
- * across parts, and the figures gpu-memctl shows.
+ * across parts, the figures gpu-memctl shows, and a growth: one at a
+ * time, after what was asked before is built, within the range's limit.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -23,7 +24,7 @@
 /* An arena of 3 pieces of 4 units, target 16 units (one piece unbuilt). */
 static void three_pieces(gmd_host_arena *a)
 {
-        host_arena_init(a, U, 16 * U);
+        host_arena_init(a, U, 16 * U, 16 * U);
         for (unsigned i = 0; i < 3; i++)
                 assert_int_equal(host_arena_add(a, i * 4 * U, 4 * U), 0);
 }
@@ -34,7 +35,7 @@ static void test_build_and_info(void **state)
         gmd_arena_info info;
 
         (void)state;
-        host_arena_init(&a, U, 16 * U);
+        host_arena_init(&a, U, 16 * U, 16 * U);
         host_arena_info(&a, &info);
         assert_int_equal(info.target, 16 * U);
         assert_int_equal(info.built, 0);
@@ -51,6 +52,41 @@ static void test_build_and_info(void **state)
         assert_int_equal(host_arena_add(&a, 12 * U, U / 2), -EINVAL);
         host_arena_info(&a, &info);
         assert_int_equal(info.built, 12 * U);
+        host_arena_clear(&a);
+}
+
+static void test_raise(void **state)
+{
+        gmd_host_arena a;
+        gmd_arena_info info;
+
+        (void)state;
+        host_arena_init(&a, U, 8 * U, 20 * U);
+        host_arena_info(&a, &info);
+        assert_int_equal(info.limit, 20 * U);
+        /* Not while the first pieces are still being built. */
+        assert_int_equal(host_arena_add(&a, 0, 4 * U), 0);
+        assert_int_equal(host_arena_raise(&a, 4 * U), 0);
+        assert_int_equal(host_arena_add(&a, 4 * U, 4 * U), 0);
+        /* Off the unit, or past the limit: nothing. */
+        assert_int_equal(host_arena_raise(&a, U / 2), 0);
+        assert_int_equal(host_arena_raise(&a, 13 * U), 0);
+        assert_int_equal(host_arena_raise(&a, 0), 0);
+        assert_int_equal(host_arena_raise(&a, 8 * U), 8 * U);
+        host_arena_info(&a, &info);
+        assert_int_equal(info.target, 16 * U);
+        assert_int_equal(info.built, 8 * U);
+        /* One growth at a time: the next waits for this one's piece. */
+        assert_int_equal(host_arena_raise(&a, 4 * U), 0);
+        assert_int_equal(host_arena_add(&a, 8 * U, 8 * U), 0);
+        assert_int_equal(host_arena_raise(&a, 4 * U), 4 * U);
+        assert_int_equal(host_arena_add(&a, 16 * U, 4 * U), 0);
+        /* At the limit. */
+        assert_int_equal(host_arena_raise(&a, U), 0);
+        host_arena_info(&a, &info);
+        assert_int_equal(info.target, 20 * U);
+        assert_int_equal(info.free, 20 * U);
+        assert_int_equal(info.largest, 8 * U);   /* pieces never merge */
         host_arena_clear(&a);
 }
 
@@ -199,6 +235,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_build_and_info),
+                cmocka_unit_test(test_raise),
                 cmocka_unit_test(test_take_one_part),
                 cmocka_unit_test(test_take_in_parts),
                 cmocka_unit_test(test_refusals),
