@@ -34,7 +34,8 @@ import unittest
 from gpumem import _torchdev, offload
 
 import gpumem
-from gmd_daemon import MiB, DaemonTest, skip_line
+from gmd_daemon import (MiB, DaemonTest, reap, skip_line, spawn_python,
+                        wait_until)
 from gmd_torch import (CONFIG, Layers, Spy, assert_same, grads, gt,
                        layers_with_expected, mlp, mlp_with_reference,
                        stream_every_block, torch)
@@ -388,11 +389,12 @@ class NoRoom(DaemonTest):
 
     def test_state_buffer_takes_the_room_of_the_cache(self):
         """A buffer that replaces PyTorch tensors (stream()'s optimizer
-        state) waits ROOM_WAIT, then has PyTorch give back its unused
-        cache (here: an ops whose release_cached frees what holds the
-        pool, as empty_cache frees this process's segments) and gets the
-        room (_torchdev.alloc_making_room); without that room it times
-        out, and TooLarge is raised at once."""
+        state) waits ROOM_WAIT, then, with no other process holding VRAM,
+        has PyTorch give back its unused cache (here: an ops whose
+        release_cached frees what holds the pool, as empty_cache frees
+        this process's segments) and gets the room
+        (_torchdev.alloc_making_room); without that room it times out,
+        and TooLarge is raised at once."""
         hog = self.client.alloc(256 * MiB)          # the whole pool, held
         released = []
 
@@ -421,6 +423,41 @@ class NoRoom(DaemonTest):
                                         gpumem.SWAPPABLE, 30, ops)
         self.assertEqual(len(released), 1)
         buf.free()
+        hog.free()
+
+    HOLDER = (
+        "import sys, gpumem\n"
+        "c = gpumem.Client(name='other')\n"
+        "b = c.alloc(int(sys.argv[1]))\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n")
+
+    def test_state_buffer_waits_while_others_hold_vram(self):
+        """With another process holding VRAM (another training job on the
+        same budget), the cache is kept and the buffer waits for that
+        process instead: giving the cache away mid-step let the other job
+        take it, and each waited for the other (bench_cotenancy)."""
+        child = spawn_python(self.daemon, self.HOLDER, str(64 * MiB))
+        self.addCleanup(reap, child)
+        self.assertEqual(child.stdout.readline().strip(), "held")
+        self.assertTrue(_torchdev.others_hold_vram(self.client))
+        hog = self.client.alloc(192 * MiB)          # the rest of the pool
+        released = []
+
+        class Ops(_torchdev.HostOps):
+            def release_cached(self):
+                released.append(True)
+                return True
+
+        with self.assertRaises(gpumem.errors.TimedOut):
+            _torchdev.alloc_making_room(self.client, 64 * MiB, 0,
+                                        gpumem.SWAPPABLE, 1.5,
+                                        Ops(self.client))
+        self.assertEqual(released, [])
+        child.stdin.close()
+        child.wait(timeout=10)
+        wait_until(lambda: not _torchdev.others_hold_vram(self.client),
+                   what="the other process's VRAM freed")
         hog.free()
 
 

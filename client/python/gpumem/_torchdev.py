@@ -13,10 +13,12 @@ rest of offload.py and streaming.py is the same code on both, which is
 what lets CI test their logic, their calls to the daemon and their results
 bit for bit on CPU.
 """
+import os
 import threading
 import time
 
-from .errors import Busy, CopyFailed, OutOfMemory, TimedOut, TooLarge
+from .errors import (Busy, CopyFailed, GpumemError, OutOfMemory, TimedOut,
+                     TooLarge)
 
 # Seconds a buffer of ours waits for room before PyTorch is asked for its
 # unused cache (acquire_making_room, alloc_or_none): with gpumem.torch.enable() that cache is
@@ -276,12 +278,18 @@ def finish_making_room(buf, timeout, ops, read_only=False):
 
 def alloc_making_room(client, nbytes, device, flags, timeout, ops):
     """client.alloc(nbytes, device, flags) waiting `timeout` seconds (None:
-    for ever) for room, PyTorch's unused cache given back after
-    start_wait(timeout), as acquire_making_room does. For a buffer that
-    takes the place of PyTorch tensors (stream()'s optimizer state, made
-    by the first optimizer step in PyTorch's cache: H100, GPT-2 17 x 2048
-    trained at half its peak, the state's buffer waited 120 s for room
-    PyTorch's cache held unused)."""
+    for ever) for room. For a buffer that takes the place of PyTorch
+    tensors (stream()'s optimizer state, made by the first optimizer step
+    in PyTorch's cache): when no room is made within start_wait(timeout)
+    and no other process holds VRAM through gpu-memd, PyTorch's unused
+    cache is given back first, as that cache is then what holds the room
+    (H100, GPT-2 17 x 2048 trained alone at half its peak: the state's
+    buffer waited 120 s for room its own cache held unused). With other
+    processes holding VRAM it waits for them instead, cache kept: two
+    training jobs sharing a budget (bench_cotenancy) that gave their
+    caches away mid-step each took the other's room and both waited out
+    the timeout, where waiting lets the other finish its step and go
+    idle."""
     first = start_wait(timeout)
     try:
         return client.alloc(nbytes, device=device, flags=flags,
@@ -289,10 +297,25 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
     except (OutOfMemory, TimedOut) as e:
         if isinstance(e, TooLarge):
             raise
-    ops.release_cached()
+    if not others_hold_vram(client):
+        ops.release_cached()
     return client.alloc(nbytes, device=device, flags=flags,
                         timeout=None if timeout is None
                         else max(0.0, timeout - first))
+
+
+def others_hold_vram(client):
+    """Whether a process other than this one holds VRAM through gpu-memd
+    (the daemon's clients with their vram_bytes; one whose details are
+    hidden from this user counts as holding; so does any when the status
+    cannot be had)."""
+    try:
+        clients = client.status("clients").clients
+    except GpumemError:
+        return True
+    me = os.getpid()
+    return any(c.pid != me and (c.vram_bytes or c.details_hidden)
+               for c in clients)
 
 
 def alloc_or_none(client, nbytes, device, flags, ops, wait):
