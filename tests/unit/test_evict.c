@@ -22,22 +22,10 @@
 #include "server.h"
 #include "session.h"
 
+#include "fake_mover.h"
+
 #define MiB (UINT64_C(1) << 20)
 #define N 6
-
-/* Never called: its presence makes the backend one that moves. */
-static int fake_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
-                            gmd_mem *dst, uint64_t dst_off, gmd_mem *src,
-                            uint64_t src_off, uint64_t len, void *cookie)
-{
-        (void)b; (void)device; (void)dir; (void)dst; (void)dst_off; (void)src;
-        (void)src_off; (void)len; (void)cookie;
-        return 0;
-}
-
-static gmd_backend_ops ops = { .name = "fake", .copy_submit = fake_copy_submit };
-static gmd_backend backend = { .ops = &ops };
-static gmd_mem mem = { .fd = 5, .tier = GMD_TIER_VRAM };
 
 typedef struct fixture {
         gmd_server server;
@@ -50,7 +38,7 @@ static int setup(void **state)
         fixture *f = calloc(1, sizeof(*f));
 
         assert_non_null(f);
-        f->server.backend = &backend;
+        f->server.backend = &fake_mover;
         f->server.n_devices = 1;
         list_init(&f->server.buffers);
         list_init(&f->server.moving);
@@ -65,7 +53,7 @@ static int setup(void **state)
                 b->size = MiB;
                 b->tier = GMD_TIER_VRAM;
                 b->state = GMD_STATE_RESIDENT;
-                b->mem = &mem;
+                b->mem = &fake_vram_mem;
                 b->released_ms = 100 + (uint64_t)i;   /* 1 released first */
                 list_init(&b->moving_link);
                 list_init(&b->idle_link);
