@@ -202,6 +202,13 @@ typedef struct gmd_backend_ops {
          * for every status reply and metrics scrape. */
         void (*link_info)(gmd_backend *backend, unsigned device,
                           gmd_link_info *ret_info);
+        /* The lowest-numbered device whose link to host memory `device`
+         * shares (itself when it shares none): the copy engine schedules
+         * the copies of devices on one link together (core/copyq.h). On
+         * cuda from the PCIe topology (NVML: behind one PCIe switch), on
+         * sim [sim] shared_link. Asked once per device at start.
+         * Optional: absent, every device has a link of its own. */
+        unsigned (*link_shared_with)(gmd_backend *backend, unsigned device);
         /* Off the request path: zero freed chunks, top up the reserve of
          * pre-created chunks, start measuring the link and poll it (cuda;
          * copy_reap polls it too, woken after each of its copies, so it

@@ -138,6 +138,7 @@ static const gmd_backend_ops cuda_ops = {
         .mem_create_private = cuda_ops_mem_create_private,
         .arena_info = cuda_ops_arena_info,
         .arena_grow = cuda_ops_arena_grow,
+        .link_shared_with = cuda_ops_link_shared_with,
         .link_info = cuda_ops_link_info,
         .event_create = cuda_event_create,
         .event_open = cuda_event_open,

@@ -348,6 +348,7 @@ CUdeviceptr cuda_mem_at(cuda_backend *b, const cuda_mem *m, uint64_t off,
 
 int cuda_ops_device_processes(gmd_backend *backend, unsigned device,
                               gmd_gpu_process *ret, unsigned max);
+unsigned cuda_ops_link_shared_with(gmd_backend *backend, unsigned device);
 
 int cuda_ops_mem_create_private(gmd_backend *backend, unsigned device,
                                 uint64_t size, gmd_mem **ret_mem);

@@ -1,6 +1,10 @@
 /*
  * backend_cuda_nvml — which processes hold a device's memory, from NVML,
- * for the attribution of VRAM held outside gpu-memd (core/vram.h).
+ * for the attribution of VRAM held outside gpu-memd (core/vram.h); and
+ * which devices share their link to host memory, from the PCIe topology
+ * NVML reports (link_shared_with: two GPUs that meet at a PCIe switch,
+ * below the host bridge, reach host memory through that switch's one
+ * uplink, and the copy engine schedules their copies together).
  *
  * NVML is optional: libnvidia-ml.so.1 is dlopen()ed on first use, like
  * libcuda (common/cuda_driver.c), and without it device_processes answers
@@ -30,6 +34,9 @@
 #define NVML_SUCCESS 0
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_MAX_PROCESSES 64
+/* nvmlGpuTopologyLevel_t: paths through one PCIe switch, or several
+ * switches with no host bridge, are at most this. */
+#define NVML_TOPOLOGY_MULTIPLE 20
 /* usedGpuMemory when the driver will not say (some containers, Windows). */
 #define NVML_VALUE_NOT_AVAILABLE (~0ull)
 
@@ -51,6 +58,7 @@ static struct {
         nvml_return (*by_pci)(const char *bus_id, nvml_device *ret);
         nvml_return (*processes)(nvml_device dev, unsigned int *count,
                                  nvml_process_info *infos);
+        nvml_return (*ancestor)(nvml_device a, nvml_device b, int *ret_level);
 } nvml = { .once = PTHREAD_ONCE_INIT };
 
 static void nvml_load(void)
@@ -69,6 +77,9 @@ static void nvml_load(void)
         if (!nvml.processes)
                 *(void **)&nvml.processes = dlsym(lib,
                         "nvmlDeviceGetComputeRunningProcesses_v2");
+        /* Optional: without it every device has a link of its own. */
+        *(void **)&nvml.ancestor = dlsym(lib,
+                "nvmlDeviceGetTopologyCommonAncestor");
         if (!nvml.init || !nvml.by_pci || !nvml.processes ||
             nvml.init() != NVML_SUCCESS) {
                 log_info("cuda: %s lacks what gpu-memd needs or does not "
@@ -143,4 +154,29 @@ int cuda_ops_device_processes(gmd_backend *backend, unsigned device,
                 n++;
         }
         return (int)n;
+}
+
+unsigned cuda_ops_link_shared_with(gmd_backend *backend, unsigned device)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+        cuda_device *d = cuda_device_get(b, device);
+        nvml_device mine, other;
+
+        pthread_once(&nvml.once, nvml_load);
+        if (!d || !nvml.ok || !nvml.ancestor || nvml_device_of(b, d, &mine) < 0)
+                return device;
+        for (unsigned i = 0; i < device; i++) {
+                int level = 0;
+
+                if (nvml_device_of(b, &b->devices[i], &other) < 0 ||
+                    nvml.ancestor(other, mine, &level) != NVML_SUCCESS)
+                        continue;
+                if (level <= NVML_TOPOLOGY_MULTIPLE) {
+                        log_info("cuda: devices %u and %u are behind one PCIe "
+                                 "switch (NVML topology level %d): one link "
+                                 "to host memory", i, device, level);
+                        return i;
+                }
+        }
+        return device;
 }

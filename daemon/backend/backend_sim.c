@@ -84,7 +84,9 @@ typedef struct sim_backend {
         uint64_t created[SIM_MAX_DEVICES];  /* bytes alive per device, as a
                                              * driver counts */
         sim_arena arenas[SIM_MAX_DEVICES];
-        sim_copier *copier;     /* queue 2 * device + direction */
+        sim_copier *copier;     /* queue 2 * device + direction (device 0's
+                                 * for all with [sim] shared_link) */
+        bool shared_link;       /* [sim] shared_link */
         char *fail_copies;      /* GMD_SIM_FAIL_COPIES, or NULL */
         char *vram_others;      /* GMD_SIM_VRAM_OTHERS, or NULL */
 } sim_backend;
@@ -341,6 +343,13 @@ static int64_t sim_arena_grow(gmd_backend *b, unsigned device, uint64_t want,
         return (int64_t)bytes;
 }
 
+/* With [sim] shared_link every device copies through device 0's queues,
+ * one link of [sim] copy_rate each way for all. */
+static unsigned sim_link_shared_with(gmd_backend *b, unsigned device)
+{
+        return to_sim(b)->shared_link ? 0 : device;
+}
+
 /* The link is what [sim] copy_rate throttles each copy queue to (each
  * device has one per direction); 0, unknown, when copies are unthrottled. */
 static void sim_link_info(gmd_backend *b, unsigned device,
@@ -396,7 +405,7 @@ static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
 {
         sim_backend *sim = to_sim(b);
         sim_copy_part parts[SIM_COPY_MAX_PARTS];
-        unsigned queue = 2 * device + dir, n_parts = 0;
+        unsigned queue = 2 * (sim->shared_link ? 0 : device) + dir, n_parts = 0;
 
         if (device >= sim->n_devices || dst_off > dst->size ||
             len > dst->size - dst_off || src_off > src->size ||
@@ -521,6 +530,7 @@ static const gmd_backend_ops sim_ops = {
         .arena_info = sim_arena_info,
         .arena_grow = sim_arena_grow,
         .link_info = sim_link_info,
+        .link_shared_with = sim_link_shared_with,
 };
 
 int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
@@ -536,6 +546,7 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
         sim->n_devices = config->sim_devices;
         sim->vram = config->sim_vram;
         sim->granularity = config->sim_granularity;
+        sim->shared_link = config->sim_shared_link;
         if (sim->n_devices > SIM_MAX_DEVICES)
                 sim->n_devices = SIM_MAX_DEVICES;
         for (unsigned i = 0; i < SIM_MAX_DEVICES; i++) {

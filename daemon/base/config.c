@@ -77,6 +77,7 @@ static const config_key config_keys[] = {
         KEY("sim", "vram", KEY_SIZE, sim_vram, 0),
         KEY("sim", "granularity", KEY_SIZE, sim_granularity, 0),
         KEY("sim", "copy_rate", KEY_SIZE, sim_copy_rate, 0),
+        KEY("sim", "shared_link", KEY_BOOL, sim_shared_link, 0),
         KEY("metrics", "listen", KEY_STRING, metrics_listen, 0),
         KEY("metrics", "clients", KEY_STRING, metrics_clients, 0),
 };

@@ -86,6 +86,8 @@ typedef struct gmd_config {
         uint64_t sim_vram;            /* bytes each simulated device has */
         uint64_t sim_granularity;
         uint64_t sim_copy_rate;       /* bytes/s per copy queue; 0 = memcpy speed */
+        bool sim_shared_link;         /* every device's copies share device
+                                       * 0's queues (and copy_rate) */
 
         /* [users], [group NAME], [user NAME] */
         gmd_quota_rule quota_rules[GMD_MAX_QUOTA_RULES];

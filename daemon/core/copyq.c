@@ -27,12 +27,23 @@ void copyqs_init(gmd_copyqs *qs, gmd_copyq *q, unsigned n, gmd_backend *backend,
         qs->stats = stats;
         qs->pending = pending;
         for (unsigned i = 0; i < n; i++) {
+                unsigned link = i;
+
                 memset(&q[i], 0, sizeof(q[i]));
                 q[i].device = i;
+                /* Only a lower device can lead: a group is the devices
+                 * that name the same first one. */
+                if (backend->ops->link_shared_with)
+                        link = backend->ops->link_shared_with(backend, i);
+                q[i].link = link < i ? q[link].link : i;
                 for (int d = 0; d < 2; d++)
                         for (int c = 0; c < 3; c++)
                                 list_init(&q[i].queued[d][c]);
                 list_init(&q[i].ended);
+                if (q[i].link != i)
+                        log_info("device %u shares its link to host memory "
+                                 "with device %u: their copies are scheduled "
+                                 "together", i, q[i].link);
         }
 }
 
@@ -51,11 +62,22 @@ bool copyq_usable(const gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
         return now_us() >= qs->q[device].broken_until_us[dir];
 }
 
-static gmd_copy *next_copy(gmd_copyq *q, gmd_copy_dir dir)
+/* The next copy to issue a chunk of on `link` (its first device's
+ * queue) this way: the best class on any of its devices, the devices
+ * taken in turn after the one served last. */
+static gmd_copy *next_copy(gmd_copyqs *qs, gmd_copyq *link, gmd_copy_dir dir)
 {
-        for (int c = 0; c < 3; c++)
-                if (!list_empty(&q->queued[dir][c]))
+        for (int c = 0; c < 3; c++) {
+                for (unsigned k = 1; k <= qs->n; k++) {
+                        unsigned d = (link->link_turn[dir] + k) % qs->n;
+                        gmd_copyq *q = &qs->q[d];
+
+                        if (q->link != link->device || list_empty(&q->queued[dir][c]))
+                                continue;
+                        link->link_turn[dir] = d;
                         return container_of(q->queued[dir][c].next, gmd_copy, qlink);
+                }
+        }
         return NULL;
 }
 
@@ -83,28 +105,32 @@ static void copy_end_later(gmd_copyqs *qs, gmd_copyq *q, gmd_copy *c)
         pending_mark(qs->pending, PENDING_COPIES);
 }
 
-/* May one more chunk go to the backend this way? (copyq.h) */
-static bool copyq_room(const gmd_config *cfg, const gmd_copyq *q,
+/* May one more chunk go to the backend this way on `link`? (copyq.h) */
+static bool copyq_room(const gmd_config *cfg, const gmd_copyq *link,
                        gmd_copy_dir dir)
 {
-        if (q->inflight[dir] < cfg->swap_copies_in_flight)
+        if (link->link_inflight[dir] < cfg->swap_copies_in_flight)
                 return true;
-        return q->inflight[dir] < COPYQ_MAX_CHUNKS &&
-               q->inflight_bytes[dir] < cfg->swap_bytes_in_flight;
+        return link->link_inflight[dir] < COPYQ_MAX_CHUNKS &&
+               link->link_inflight_bytes[dir] < cfg->swap_bytes_in_flight;
 }
 
-static void copyq_issue(gmd_copyqs *qs, gmd_copyq *q, gmd_copy_dir dir)
+/* Issue chunks on the link of device `device` while it has room. */
+static void copyq_issue(gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
 {
         const gmd_config *cfg = qs->config;
+        gmd_copyq *link = &qs->q[qs->q[device].link];
 
-        while (copyq_room(cfg, q, dir)) {
-                gmd_copy *c = next_copy(q, dir);
+        while (copyq_room(cfg, link, dir)) {
+                gmd_copy *c = next_copy(qs, link, dir);
+                gmd_copyq *q;
                 copy_chunk *chunk;
                 uint64_t len;
                 int r;
 
                 if (!c)
                         return;
+                q = &qs->q[c->device];
                 len = c->size - c->issued;
                 if (len > cfg->swap_chunk_size)
                         len = cfg->swap_chunk_size;
@@ -131,6 +157,8 @@ static void copyq_issue(gmd_copyqs *qs, gmd_copyq *q, gmd_copy_dir dir)
                 if (q->inflight[dir]++ == 0)
                         q->busy_since[dir] = now_us();
                 q->inflight_bytes[dir] += len;
+                link->link_inflight[dir]++;
+                link->link_inflight_bytes[dir] += len;
                 if (c->issued == 0)
                         c->issued_us = now_us();
                 c->inflight++;
@@ -149,7 +177,7 @@ void copyq_push(gmd_copyqs *qs, gmd_copy *c)
         c->phase = COPY_ISSUING;
         list_add_tail(&q->queued[c->dir][c->cls], &c->qlink);
         q->moves[c->dir]++;
-        copyq_issue(qs, q, c->dir);
+        copyq_issue(qs, c->device, c->dir);
 }
 
 void copyq_reclass(gmd_copyqs *qs, gmd_copy *c, move_class cls)
@@ -195,6 +223,8 @@ void copyq_on_done(void *ctx, void *cookie, int status)
         }
         q->bytes[dir] += chunk->len;
         q->inflight_bytes[dir] -= chunk->len;
+        qs->q[q->link].link_inflight[dir]--;
+        qs->q[q->link].link_inflight_bytes[dir] -= chunk->len;
         if (dir == GMD_COPY_OUT)
                 qs->stats->bytes_out += chunk->len;
         else
@@ -210,7 +240,7 @@ void copyq_on_done(void *ctx, void *cookie, int status)
         if (c->inflight == 0 && c->phase != COPY_ENDED &&
             (c->phase == COPY_STOPPING || c->done == c->size))
                 copy_end_later(qs, q, c);
-        copyq_issue(qs, q, dir);
+        copyq_issue(qs, q->device, dir);
 }
 
 gmd_copy *copyq_take_ended(gmd_copyqs *qs)

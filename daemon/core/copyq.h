@@ -11,6 +11,15 @@
  * copy so overtakes a bulk one within a chunk or two, or the bytes in
  * flight, and both directions run at the same time.
  *
+ * Devices whose links to host memory are one (behind one PCIe switch, on
+ * one riser: the backend's link_shared_with) share those limits: the
+ * chunks in flight and their bytes are counted per link, and the next
+ * chunk is the first copy of the best class on any of the link's devices,
+ * the devices taken in turn within a class. So an acquire on one GPU
+ * overtakes the other GPU's prefetch as it overtakes its own, instead of
+ * queueing behind everything both devices have in flight, and two GPUs on
+ * one link are never given twice what it carries.
+ *
  * A copy is the byte-moving part of a move (move.h embeds one). copyq
  * knows nothing of moves: a copy whose last chunk came back, or that was
  * refused, goes on the device's ended list and is marked PENDING_COPIES;
@@ -65,6 +74,13 @@ typedef struct gmd_copy {
 
 typedef struct gmd_copyq {
         unsigned device;
+        unsigned link;              /* the device whose counters below the
+                                     * link's limits use: the lowest one
+                                     * sharing this device's link, or itself */
+        /* Of the link, kept in its first device's queue: */
+        unsigned link_inflight[2];  /* chunks with the backend, all devices */
+        uint64_t link_inflight_bytes[2];
+        unsigned link_turn[2];      /* the device served last, for turns */
         gmd_list queued[2][3];      /* [dir][class]: copies with bytes to issue */
         unsigned inflight[2];       /* chunks with the backend */
         uint64_t inflight_bytes[2]; /* their bytes */

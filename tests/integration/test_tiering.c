@@ -474,6 +474,65 @@ static void test_acquire_overtakes_prefetch(void **state)
         harness_stop(&f->h);
 }
 
+/* Device 0's bytes copied in so far (its pool's bytes_in). */
+static uint64_t bytes_in_of(gmd_client *c, unsigned device)
+{
+        return harness_vram_pool(c, device).bytes_in;
+}
+
+/* Two devices on one link ([sim] shared_link: one copy queue each way for
+ * both, at 200 MB/s, two 2 MiB chunks in flight): a 16 MiB acquire on
+ * device 1, issued while device 0 prefetches 48 MiB, takes the link's
+ * chunks as an acquire on device 0 would. Device 0's prefetch gets no new
+ * chunk until the acquire's last one is issued: at most its two in flight
+ * (and one issued as the acquire arrived) copy meanwhile, where with a
+ * limit per device the two interleave chunk for chunk (~16 MiB). */
+static void test_acquire_overtakes_other_devices_prefetch(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *big = NULL, *small = NULL;
+        uint64_t before, during;
+        char *line;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 256M\n"
+                                   "[swap]\nchunk_size = 2M\n"
+                                   "bytes_in_flight = 0\n"
+                                   "[sim]\ndevices = 2\ncopy_rate = 200M\n"
+                                   "shared_link = yes\n");
+        line = harness_wait_log(&f->h, "device 1 shares its link to host "
+                                "memory with device 0", 2000);
+        free(line);
+        f->client = harness_client(&f->h, "shared link");
+        OK(gmd_alloc(f->client, 48 * MiB, 0, 0, GMD_NO_WAIT, &big));
+        OK(gmd_alloc(f->client, 16 * MiB, 1, 0, GMD_NO_WAIT, &small));
+        pattern_fill(big, 20);
+        pattern_fill(small, 21);
+        OK(gmd_release(f->client, big));
+        OK(gmd_release(f->client, small));
+        OK(gmd_pageout(f->client, NULL));
+        OK(gmd_wait(f->client, NULL, 10000));
+
+        OK(gmd_prefetch(f->client, big));
+        harness_sleep_ms(25);           /* the prefetch is under way */
+        before = bytes_in_of(f->client, 0);
+        OK(gmd_acquire(f->client, small, 10000));
+        during = bytes_in_of(f->client, 0) - before;
+        print_message("device 0 copied %llu MiB in while device 1's 16 MiB "
+                      "acquire ran\n", (unsigned long long)(during / MiB));
+        if (during > 6 * MiB)
+                fail_msg("device 0's prefetch copied %llu MiB during device "
+                         "1's acquire on their shared link: want at most the "
+                         "chunks in flight as it came (6 MiB)",
+                         (unsigned long long)(during / MiB));
+        pattern_check(small, 21, "device 1's buffer after its swap-in");
+        OK(gmd_wait(f->client, big, 10000));
+        OK(gmd_acquire(f->client, big, 0));
+        pattern_check(big, 20, "device 0's buffer after its prefetch");
+        OK(gmd_free(f->client, big));
+        OK(gmd_free(f->client, small));
+        harness_stop(&f->h);
+}
+
 /* ---- 3. deadlines ------------------------------------------------------------- */
 
 /* Allocate `n` acquired buffers of `size`, filling VRAM so nothing can be
@@ -1284,6 +1343,8 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_transitions, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_acquire_overtakes_prefetch,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_acquire_overtakes_other_devices_prefetch,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_deadlines, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_eviction_choice, setup,

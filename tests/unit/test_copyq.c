@@ -4,7 +4,8 @@
  * completions the test hands back itself. Chunking, the limit of chunks in
  * flight, class order, a stop with and without chunks in flight, a failed
  * chunk and a refused submit ending the copy on the ended list with a mark
- * for the scheduling pass, and the pause after a refusal.
+ * for the scheduling pass, the pause after a refusal, and two devices on
+ * one link sharing its limit, served by class across both, in turns.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -262,6 +263,65 @@ static void test_refused_submit_rests(void **state)
         assert_true(copyq_usable(&f->qs, 0, GMD_COPY_IN));
 }
 
+static unsigned both_on_device_0(gmd_backend *backend, unsigned device)
+{
+        (void)backend;
+        (void)device;
+        return 0;
+}
+
+/* Two devices: with link_shared_with they share copies_in_flight (2), the
+ * best class goes first whichever device it is on, and a class's copies
+ * take turns between the devices; without it each has its own limit. */
+static void test_shared_link(void **state)
+{
+        fixture *f = *state;
+        gmd_copyq q[2];
+        gmd_copy a, b, urgent;
+
+        f->fake.ops.link_shared_with = both_on_device_0;
+        copyqs_init(&f->qs, q, 2, &f->fake.backend, &f->config, &f->stats,
+                    &f->pending);
+        assert_int_equal(q[1].link, 0);
+        copy_init(&a, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
+        copy_init(&b, GMD_COPY_IN, MOVE_BULK, &f->b, 16 * MIB);
+        b.device = 1;
+        copyq_push(&f->qs, &a);
+        assert_int_equal(f->fake.n, 2);
+        copyq_push(&f->qs, &b);
+        assert_int_equal(f->fake.n, 2);         /* the link is full */
+        finish_one(f, 0);
+        assert_ptr_equal(f->fake.dsts[2], &f->b);       /* device 1's turn */
+        finish_one(f, 0);
+        assert_ptr_equal(f->fake.dsts[3], &f->a);       /* then device 0's */
+        copy_init(&urgent, GMD_COPY_IN, MOVE_URGENT, &f->c, 4 * MIB);
+        copyq_push(&f->qs, &urgent);
+        assert_int_equal(f->fake.n, 4);
+        finish_one(f, 0);
+        assert_ptr_equal(f->fake.dsts[4], &f->c);       /* urgent, device 0 */
+        /* In flight: device 0's bulk chunk and the urgent one. */
+        assert_int_equal(q[0].link_inflight[GMD_COPY_IN], 2);
+        assert_int_equal(q[0].inflight[GMD_COPY_IN], 2);
+        assert_int_equal(q[1].inflight[GMD_COPY_IN], 0);
+        drain(f);
+        assert_int_equal(q[0].link_inflight[GMD_COPY_IN], 0);
+        assert_int_equal(q[0].link_inflight_bytes[GMD_COPY_IN], 0);
+
+        /* Links of their own: two chunks each. */
+        f->fake.ops.link_shared_with = NULL;
+        f->fake.n = f->fake.next_done = 0;
+        copyqs_init(&f->qs, q, 2, &f->fake.backend, &f->config, &f->stats,
+                    &f->pending);
+        assert_int_equal(q[1].link, 1);
+        copy_init(&a, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
+        copy_init(&b, GMD_COPY_IN, MOVE_BULK, &f->b, 16 * MIB);
+        b.device = 1;
+        copyq_push(&f->qs, &a);
+        copyq_push(&f->qs, &b);
+        assert_int_equal(f->fake.n, 4);
+        drain(f);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -273,6 +333,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_failed_chunk, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_refused_submit_rests,
                                                 setup, teardown),
+                cmocka_unit_test_setup_teardown(test_shared_link, setup, teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
