@@ -329,6 +329,9 @@ void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
  * range of `limit` bytes split evenly, what it may grow to, and start the
  * worker that pins it. 0 or -errno. */
 int cuda_host_open(cuda_backend *b, uint64_t total, uint64_t limit);
+/* Whether the worker is pinning a piece of some arena now or will (a
+ * build or a growth under way). Call with cuda_host.lock held. */
+bool cuda_host_pinning(cuda_backend *b);
 /* Stop the worker after it released what it was given; free the arenas. */
 void cuda_host_close(cuda_backend *b);
 /* mem_create(HOST): a whole allocation of its own, made here (it pins);

@@ -113,6 +113,11 @@ static uint64_t arenas_built(const cuda_backend *b)
         return built;
 }
 
+bool cuda_host_pinning(cuda_backend *b)
+{
+        return arena_next(b) != NULL;
+}
+
 static void arena_progress(cuda_backend *b, bool done)
 {
         uint64_t built = 0, target = 0, now = now_us();

@@ -244,13 +244,13 @@ static int link_arena_ready(cuda_backend *b, cuda_device *d, uint64_t len,
                            "measurement copies";
                 ready = -1;
         } else {
-                /* Until the arena is pinned in full: the background
-                 * thread's cuMemHostRegister holds the driver, so the
-                 * measurement's first calls on the loop thread waited
-                 * for it (1.37 s of a 1.38 s measurement on the H200
-                 * while 8 GiB were pinned). */
-                *ret_building = a->ranges.built < len ||
-                                (a->ranges.built < a->ranges.target && !a->failed);
+                /* Until every arena is pinned in full: the background
+                 * thread's pinning holds the driver, so the measurement's
+                 * first calls on the loop thread waited for it (1.37 s of
+                 * a 1.38 s measurement on the H200 while 8 GiB were
+                 * pinned; on a two-H100 host device 0's, started while
+                 * device 1's arena was pinned, 601 ms of 609). */
+                *ret_building = a->ranges.built < len || cuda_host_pinning(b);
                 ready = extents_largest(&a->ranges.free) >= len ? 1 : 0;
         }
         pthread_mutex_unlock(&b->host.lock);

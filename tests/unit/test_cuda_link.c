@@ -170,7 +170,8 @@ static void on_wake(void *ctx)
 /* One device with a built arena of 128 MiB and idle copy streams. */
 static int setup(void **state)
 {
-        cuda_backend *b = calloc(1, sizeof(*b) + sizeof(cuda_device));
+        /* Room for a second device, which test_waits_for_pinning uses. */
+        cuda_backend *b = calloc(1, sizeof(*b) + 2 * sizeof(cuda_device));
         cuda_device *d;
 
         assert_non_null(b);
@@ -283,6 +284,31 @@ static void test_measures_without_waiting(void **state)
         fk_run();
         cuda_link_poll(b);
         assert_int_equal(fk.bytes[0] + fk.bytes[2], 2 * (WARMUP + 3 * LEN));
+}
+
+/* Not while an arena is being pinned, another device's here: the pinning
+ * holds the driver, and the measurement's calls on the loop thread waited
+ * for it (a two-H100 host: device 0's took 601 of 609 ms on the loop
+ * while device 1's arena was pinned). Device 1 is only an arena being
+ * built; once it is no more, device 0 is measured. */
+static void test_waits_for_pinning(void **state)
+{
+        cuda_backend *b = *state;
+        cuda_device *d = &b->devices[0], *other = &b->devices[1];
+
+        b->n_devices = 2;
+        other->arena.base = (CUdeviceptr)0x200000000ull;
+        host_arena_init(&other->arena.ranges, 2 * MIB, 256 * MIB, 256 * MIB);
+        assert_int_equal(host_arena_add(&other->arena.ranges, 0, 64 * MIB), 0);
+        cuda_link_maintain(b);
+        assert_int_equal(d->link.state, CUDA_LINK_PENDING);
+        assert_int_equal(fk.copies, 0);
+        host_arena_clear(&other->arena.ranges);
+        b->n_devices = 1;
+        cuda_link_maintain(b);
+        assert_int_equal(d->link.state, CUDA_LINK_COPYING);
+        run_to_end(b);
+        assert_int_equal(d->link.state, CUDA_LINK_DONE);
 }
 
 /* A slow link: a direction stops once its copies took LINK_BUDGET_US. */
@@ -411,6 +437,8 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_measures_without_waiting,
                                                 setup, teardown),
+                cmocka_unit_test_setup_teardown(test_waits_for_pinning, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_client_copy_restarts,
                                                 setup, teardown),
