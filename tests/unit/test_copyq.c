@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -270,6 +271,25 @@ static unsigned both_on_device_0(gmd_backend *backend, unsigned device)
         return 0;
 }
 
+/* Two devices' queues in `q`, sharing device 0's link when `shared`;
+ * then 16 MiB bulk copies `a` on device 0 and `b` on device 1, pushed in
+ * that order. How many chunks went to the backend. */
+static unsigned two_devices_two_bulks(fixture *f, gmd_copyq *q, bool shared,
+                                      gmd_copy *a, gmd_copy *b)
+{
+        f->fake.ops.link_shared_with = shared ? both_on_device_0 : NULL;
+        f->fake.n = f->fake.next_done = 0;
+        copyqs_init(&f->qs, q, 2, &f->fake.backend, &f->config, &f->stats,
+                    &f->pending);
+        assert_int_equal(q[1].link, shared ? 0 : 1);
+        copy_init(a, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
+        copy_init(b, GMD_COPY_IN, MOVE_BULK, &f->b, 16 * MIB);
+        b->device = 1;
+        copyq_push(&f->qs, a);
+        copyq_push(&f->qs, b);
+        return f->fake.n;
+}
+
 /* Two devices: with link_shared_with they share copies_in_flight (2), the
  * best class goes first whichever device it is on, and a class's copies
  * take turns between the devices; without it each has its own limit. */
@@ -279,17 +299,9 @@ static void test_shared_link(void **state)
         gmd_copyq q[2];
         gmd_copy a, b, urgent;
 
-        f->fake.ops.link_shared_with = both_on_device_0;
-        copyqs_init(&f->qs, q, 2, &f->fake.backend, &f->config, &f->stats,
-                    &f->pending);
-        assert_int_equal(q[1].link, 0);
-        copy_init(&a, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
-        copy_init(&b, GMD_COPY_IN, MOVE_BULK, &f->b, 16 * MIB);
-        b.device = 1;
-        copyq_push(&f->qs, &a);
-        assert_int_equal(f->fake.n, 2);
-        copyq_push(&f->qs, &b);
-        assert_int_equal(f->fake.n, 2);         /* the link is full */
+        /* Device 0's two chunks fill the link; device 1's wait. */
+        assert_int_equal(two_devices_two_bulks(f, q, true, &a, &b), 2);
+        assert_ptr_equal(f->fake.dsts[1], &f->a);
         finish_one(f, 0);
         assert_ptr_equal(f->fake.dsts[2], &f->b);       /* device 1's turn */
         finish_one(f, 0);
@@ -308,17 +320,7 @@ static void test_shared_link(void **state)
         assert_int_equal(q[0].link_inflight_bytes[GMD_COPY_IN], 0);
 
         /* Links of their own: two chunks each. */
-        f->fake.ops.link_shared_with = NULL;
-        f->fake.n = f->fake.next_done = 0;
-        copyqs_init(&f->qs, q, 2, &f->fake.backend, &f->config, &f->stats,
-                    &f->pending);
-        assert_int_equal(q[1].link, 1);
-        copy_init(&a, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
-        copy_init(&b, GMD_COPY_IN, MOVE_BULK, &f->b, 16 * MIB);
-        b.device = 1;
-        copyq_push(&f->qs, &a);
-        copyq_push(&f->qs, &b);
-        assert_int_equal(f->fake.n, 4);
+        assert_int_equal(two_devices_two_bulks(f, q, false, &a, &b), 4);
         drain(f);
 }
 
