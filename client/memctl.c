@@ -212,6 +212,34 @@ static void print_gpu_processes(const gmd_status *status, unsigned device)
  * copying (bytes over the time a copy was running); then a line per
  * device for its link, its host arena and VRAM kept for swap-ins, when
  * it has any. */
+/* "gpu0 shares its link to host memory with gpu1": a line for each GPU
+ * whose link_group another has too, naming the others. */
+static void print_shared_links(const gmd_status *status)
+{
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+                const char *sep = " shares its link to host memory with";
+                bool any = false;
+
+                if (p->tier != GMD_TIER_VRAM)
+                        continue;
+                for (size_t j = 0; j < status->n_pools; j++) {
+                        const gmd_pool_status *o = &status->pools[j];
+
+                        if (o->tier != GMD_TIER_VRAM || o->device == p->device ||
+                            o->link_group != p->link_group)
+                                continue;
+                        if (!any)
+                                printf("gpu%u", p->device);
+                        printf("%s gpu%u", sep, o->device);
+                        sep = ",";
+                        any = true;
+                }
+                if (any)
+                        printf(" (their copies are scheduled together)\n");
+        }
+}
+
 static void print_copies(const gmd_status *status)
 {
         char dev[16], out[16], in[16], rate_out[24], rate_in[24];
@@ -237,7 +265,8 @@ static void print_copies(const gmd_status *status)
         }
         /* What each link can do, each way (in: host to VRAM, as in the
          * columns above): measured at start (cuda) or the throttle of the
-         * sim's copies; nothing where not known. */
+         * sim's copies; nothing where not known. Then the GPUs sharing a
+         * link, each with the others on it. */
         for (size_t i = 0; i < status->n_pools; i++) {
                 const gmd_pool_status *p = &status->pools[i];
 
@@ -252,6 +281,7 @@ static void print_copies(const gmd_status *status)
                        strcmp(status->backend, "sim") == 0 ?
                        "sim: [sim] copy_rate" : "measured at start");
         }
+        print_shared_links(status);
         for (size_t i = 0; i < status->n_pools; i++) {
                 const gmd_pool_status *p = &status->pools[i];
 
@@ -468,6 +498,7 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                                   p->link_bytes_per_s_out);
                         json_uint(&w, "link_bytes_per_s_in",
                                   p->link_bytes_per_s_in);
+                        json_uint(&w, "link_group", p->link_group);
                 }
                 json_end_object(&w);
         }

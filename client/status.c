@@ -76,6 +76,8 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 p->unaccounted = w->unaccounted;
                 p->link_bytes_per_s_out = w->link_bytes_per_s_out;
                 p->link_bytes_per_s_in = w->link_bytes_per_s_in;
+                /* 0: a daemon without the field, a link of its own. */
+                p->link_group = w->link_group ? w->link_group - 1 : p->device;
         }
         s->n_clients = reply->n_clients;
         for (size_t i = 0; i < reply->n_clients; i++) {

@@ -518,6 +518,13 @@ typedef struct gmd_pool_status {
          * unthrottled, or a daemon older than these fields). */
         uint64_t link_bytes_per_s_out;
         uint64_t link_bytes_per_s_in;
+        /* VRAM pools: the lowest-numbered device whose link to host memory
+         * this device shares (GPUs behind one PCIe switch, as NVML's
+         * topology tells; sim: [sim] shared_link), this device's own
+         * number when it shares none. Devices with the same link_group
+         * share one link: the daemon schedules their copies together, and
+         * the link rates above are each one's measured alone. */
+        unsigned link_group;
 } gmd_pool_status;
 
 typedef struct gmd_client_status {

@@ -40,6 +40,7 @@ static void take_pool(const gmd_server *server, unsigned i,
                 ret->busy_us[d] = server->copyqs.q[i].busy_us[d];
         }
         ret->kept = reuse_bytes(&server->reuse, i);
+        ret->link_group = server->copyqs.q[i].link;
         if (server->vram[i].known) {
                 ret->has_driver_view = true;
                 ret->device_free = server->vram[i].free;

@@ -40,6 +40,7 @@ typedef struct gmd_pool_snapshot {
         uint64_t unaccounted;        /* used on the GPU, not by gpu-memd */
         uint64_t link[2];            /* the device's link, bytes per second
                                       * by gmd_copy_dir; 0: not known */
+        unsigned link_group;         /* the lowest device on its link */
 } gmd_pool_snapshot;
 
 /* One client, after its hello. */

@@ -56,6 +56,8 @@ static void render_pool(const gmd_pool_snapshot *p, Gmd__PoolInfo *ret)
         ret->unaccounted = p->unaccounted;
         ret->link_bytes_per_s_out = p->link[GMD_COPY_OUT];
         ret->link_bytes_per_s_in = p->link[GMD_COPY_IN];
+        if (p->tier == GMD_TIER_VRAM)
+                ret->link_group = p->link_group + 1;
 }
 
 static void render_client(const gmd_session *viewer,

@@ -297,6 +297,9 @@ static void test_status_two_devices(void **state)
         assert_non_null(find_pool(s, 1, GMD_TIER_VRAM));
         assert_non_null(find_pool(s, 0, GMD_TIER_HOST));
         assert_int_equal(find_pool(s, 1, GMD_TIER_VRAM)->capacity, POOL);
+        /* Each has a link of its own ([sim] shared_link off). */
+        assert_int_equal(find_pool(s, 0, GMD_TIER_VRAM)->link_group, 0);
+        assert_int_equal(find_pool(s, 1, GMD_TIER_VRAM)->link_group, 1);
         gmd_status_free(s);
 
         /* An allocation counts against its own device only. */

@@ -503,6 +503,25 @@ static void test_acquire_overtakes_other_devices_prefetch(void **state)
                                 "memory with device 0", 2000);
         free(line);
         f->client = harness_client(&f->h, "shared link");
+        /* Status says so: both devices in device 0's link group. */
+        assert_int_equal(harness_vram_pool(f->client, 0).link_group, 0);
+        assert_int_equal(harness_vram_pool(f->client, 1).link_group, 0);
+#ifdef GMD_CTL_PATH
+        {
+                const char *argv[] = { GMD_CTL_PATH, "status", NULL };
+                char *out = NULL, *err = NULL;
+                int status = harness_run(&f->h, NULL, argv, &out, &err, 5000);
+
+                assert_int_equal(harness_exit_code(status), 0);
+                if (!strstr(out, "gpu1 shares its link to host memory with "
+                                 "gpu0 (their copies are scheduled together)") ||
+                    !strstr(out, "gpu0 shares its link to host memory with gpu1"))
+                        fail_msg("gpu-memctl status does not say the link is "
+                                 "shared:\n%s", out);
+                free(out);
+                free(err);
+        }
+#endif
         OK(gmd_alloc(f->client, 48 * MiB, 0, 0, GMD_NO_WAIT, &big));
         OK(gmd_alloc(f->client, 16 * MiB, 1, 0, GMD_NO_WAIT, &small));
         pattern_fill(big, 20);

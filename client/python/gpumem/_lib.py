@@ -63,6 +63,7 @@ class PoolStatus(ctypes.Structure):
         ("unaccounted", ctypes.c_uint64),
         ("link_bytes_per_s_out", ctypes.c_uint64),
         ("link_bytes_per_s_in", ctypes.c_uint64),
+        ("link_group", ctypes.c_uint),
     ]
 
 

@@ -31,6 +31,10 @@ class Pool:
     # 0: not known). What gpumem.torch plans its prefetch lead from.
     link_bytes_per_s_out: int
     link_bytes_per_s_in: int
+    # VRAM pools: the lowest-numbered device whose link to host memory this
+    # device shares (its own number when none): devices with the same
+    # link_group have their copies scheduled together.
+    link_group: int
 
 
 @dataclasses.dataclass
