@@ -25,6 +25,9 @@
 #   map_bench.json / map_bench.txt       the driver calls of a client's
 #                                        remap per buffer (GMD_BENCH entry
 #                                        "map", not in the default list; ~2 s)
+#   notify_bench.json / notify_bench.txt how soon the host hears a copy is
+#                                        over, three ways (GMD_BENCH entry
+#                                        "notify", not in the default list)
 #   torch_bench.json / torch_bench.txt   PyTorch on gpu-memd against the
 #                                        default allocator (bench/torch/,
 #                                        GMD_BENCH entry "torch", ~3 min),
@@ -224,6 +227,7 @@ bench_rc=null
 swap_rc=null
 release_rc=null
 map_rc=null
+notify_rc=null
 torch_rc=null
 offload_rc=null
 cotenancy_rc=null
@@ -273,6 +277,7 @@ for b in $benches; do
         swap) swap_rc=$rc ;;
         release) release_rc=$rc ;;
         map) map_rc=$rc ;;
+        notify) notify_rc=$rc ;;
         esac
 done
 
@@ -289,8 +294,8 @@ fi
         printf '{"gpu": "%s",\n "sandbox": %s, "sandbox_starts": %s,\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" "$sandbox" "$sandbox_starts"
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
-        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "map_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s,\n "cotenancy_bench_rc": %s}\n' \
-                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$map_rc" "$torch_rc" "$offload_rc" "$cotenancy_rc"
+        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "map_bench_rc": %s,\n "notify_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s,\n "cotenancy_bench_rc": %s}\n' \
+                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$map_rc" "$notify_rc" "$torch_rc" "$offload_rc" "$cotenancy_rc"
 } >"$json"
 cat "$json"
 exit $((failed > 0))
