@@ -417,19 +417,16 @@ int64_t cuda_ops_arena_grow(gmd_backend *backend, unsigned device,
         cuda_backend *b = (cuda_backend *)backend;
         cuda_device *d = cuda_device_get(b, device);
         cuda_arena *a;
-        uint64_t bytes, added = 0, gran;
+        uint64_t bytes, added = 0;
 
-        if (!d || !b->host.started || !d->arena.base || want == 0)
+        if (!d || !b->host.started || !d->arena.base)
                 return -ENOSPC;
         a = &d->arena;
-        gran = d->host_granularity;
+        pthread_mutex_lock(&b->host.lock);
         /* Whole pieces, so a range that grows to its end takes no more
          * than the pieces arena_reserve sized it for. */
-        bytes = (want + a->piece - 1) / a->piece * a->piece;
-        if (bytes > most)
-                bytes = most - most % gran;
-        pthread_mutex_lock(&b->host.lock);
-        if (!a->failed && bytes >= want &&
+        bytes = host_arena_growth(&a->ranges, want, most, a->piece);
+        if (bytes && !a->failed &&
             a->n_pieces + (bytes + a->piece - 1) / a->piece <= CUDA_ARENA_MAX_PIECES)
                 added = host_arena_raise(&a->ranges, bytes);
         if (added) {

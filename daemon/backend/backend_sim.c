@@ -325,16 +325,14 @@ static int64_t sim_arena_grow(gmd_backend *b, unsigned device, uint64_t want,
         sim_arena *a;
         uint64_t bytes, at;
 
-        if (device >= sim->n_devices || want == 0)
+        if (device >= sim->n_devices)
                 return -ENOSPC;
         a = &sim->arenas[device];
-        if (a->fd < 0 || !a->piece)
+        if (a->fd < 0)
                 return -ENOSPC;
-        bytes = (want + a->piece - 1) / a->piece * a->piece;
-        if (bytes > most)
-                bytes = most - most % sim->granularity;
+        bytes = host_arena_growth(&a->ranges, want, most, a->piece);
         at = a->ranges.built;
-        if (bytes < want || host_arena_raise(&a->ranges, bytes) == 0)
+        if (bytes == 0 || host_arena_raise(&a->ranges, bytes) == 0)
                 return -ENOSPC;
         if (host_arena_add(&a->ranges, at, bytes) < 0) {
                 a->ranges.target = at;

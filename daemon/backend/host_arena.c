@@ -30,6 +30,19 @@ uint64_t host_arena_raise(gmd_host_arena *a, uint64_t bytes)
         return bytes;
 }
 
+uint64_t host_arena_growth(const gmd_host_arena *a, uint64_t want,
+                           uint64_t most, uint64_t piece)
+{
+        uint64_t bytes;
+
+        if (want == 0 || piece == 0 || !a->free.unit)
+                return 0;
+        bytes = (want + piece - 1) / piece * piece;
+        if (bytes > most)
+                bytes = most - most % a->free.unit;
+        return bytes >= want ? bytes : 0;
+}
+
 void host_arena_clear(gmd_host_arena *a)
 {
         uint64_t unit = a->free.unit;

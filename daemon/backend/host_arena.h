@@ -57,6 +57,12 @@ void host_arena_init(gmd_host_arena *a, uint64_t unit, uint64_t target,
  * way: one at a time) or when `bytes` would pass the limit. */
 uint64_t host_arena_raise(gmd_host_arena *a, uint64_t bytes);
 
+/* The bytes a growth asked for `want` should add: `want` rounded up to
+ * whole pieces of `piece` bytes, cut to `most` (in whole units); 0 when
+ * that leaves less than `want`. What both backends' arena_grow raise by. */
+uint64_t host_arena_growth(const gmd_host_arena *a, uint64_t want,
+                           uint64_t most, uint64_t piece);
+
 /* Forget every piece and span (not the memory: the backend's). The arena
  * is empty afterwards and may be initialised again. */
 void host_arena_clear(gmd_host_arena *a);

@@ -80,20 +80,21 @@ bool backing_arena_grow(gmd_server *server, unsigned device, uint64_t size)
         int64_t added;
 
         if (!server->config.host_stock_grow || !ops->arena_grow ||
-            !ops->arena_info || pinned + size >= cap)
+            pinned + size >= cap)
                 return false;
-        ops->arena_info(server->backend, device, &a);
-        if (!a.target || a.built < a.target)
-                return false;
-        /* This swap-out still pins its own copy: keep its room. */
+        /* This swap-out still pins its own copy: keep its room. The
+         * backend refuses where there is no arena or a growth is under
+         * way. */
         added = ops->arena_grow(server->backend, device, size,
                                 cap - pinned - size);
         if (added <= 0)
                 return false;
+        if (ops->arena_info)
+                ops->arena_info(server->backend, device, &a);
         log_info("device %u: the host arena grows by %s to %s, pinned in the "
                  "background: swap-outs found it full ([pools] host_stock_grow)",
                  device, size_format((uint64_t)added, grown, sizeof(grown)),
-                 size_format(a.target + (uint64_t)added, to, sizeof(to)));
+                 size_format(a.target, to, sizeof(to)));
         return true;
 }
 

@@ -83,6 +83,14 @@ static void test_raise(void **state)
         assert_int_equal(host_arena_add(&a, 16 * U, 4 * U), 0);
         /* At the limit. */
         assert_int_equal(host_arena_raise(&a, U), 0);
+        /* A growth's size: whole pieces, cut to `most` in whole units,
+         * nothing when that is less than asked. */
+        assert_int_equal(host_arena_growth(&a, 3 * U, 100 * U, 4 * U), 4 * U);
+        assert_int_equal(host_arena_growth(&a, 5 * U, 100 * U, 4 * U), 8 * U);
+        assert_int_equal(host_arena_growth(&a, 5 * U, 6 * U + U / 2, 4 * U),
+                         6 * U);
+        assert_int_equal(host_arena_growth(&a, 5 * U, 4 * U, 4 * U), 0);
+        assert_int_equal(host_arena_growth(&a, 0, 100 * U, 4 * U), 0);
         host_arena_info(&a, &info);
         assert_int_equal(info.target, 20 * U);
         assert_int_equal(info.free, 20 * U);
