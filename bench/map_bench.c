@@ -35,6 +35,7 @@
 #include "cuda_driver.h"
 #include "gpu_kernels.h"
 #include "gpu_proc.h"
+#include "bench_cli.h"
 
 #define MiB (1ull << 20)
 #define ROUNDS 3
@@ -197,14 +198,8 @@ int main(int argc, char **argv)
         FILE *f;
 
         setvbuf(stdout, NULL, _IOLBF, 0);
-        for (int i = 1; i < argc; i++) {
-                if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
-                        json = argv[++i];
-                } else {
-                        fprintf(stderr, "usage: %s [--json FILE]\n", argv[0]);
-                        return 2;
-                }
-        }
+        if (bench_parse_args(argc, argv, &json, NULL, 0))
+                return 2;
         cu = gpu_usable();
         if (!cu)
                 return GPU_TEST_SKIP;
@@ -215,16 +210,12 @@ int main(int argc, char **argv)
         }
         print_human(stdout, name);
         if (json) {
-                f = fopen(json, "w");
-                if (!f) {
-                        fprintf(stderr, "%s: %s\n", json, strerror(errno));
+                f = bench_json_open(json);
+                if (!f)
                         return 1;
-                }
                 print_json(f, name);
-                if (fclose(f) != 0) {
-                        fprintf(stderr, "%s: %s\n", json, strerror(errno));
+                if (bench_json_close(f, json) < 0)
                         return 1;
-                }
         }
         return 0;
 }

@@ -35,6 +35,7 @@
 #include "cuda_driver.h"
 #include "gpu_kernels.h"
 #include "gpu_proc.h"
+#include "bench_cli.h"
 
 #define MiB (1ull << 20)
 #define COPY (64 * MiB)
@@ -161,21 +162,8 @@ int main(int argc, char **argv)
         FILE *f = NULL;
 
         setvbuf(stdout, NULL, _IOLBF, 0);
-        for (int i = 1; i < argc; i++) {
-                if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
-                        json = argv[++i];
-                } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-                        reps = atoi(argv[++i]);
-                } else {
-                        fprintf(stderr, "usage: %s [--json FILE] [--reps N]\n",
-                                argv[0]);
-                        return 2;
-                }
-        }
-        if (reps < 1 || reps > MAX_REPS) {
-                fprintf(stderr, "--reps: 1 to %d\n", MAX_REPS);
+        if (bench_parse_args(argc, argv, &json, &reps, MAX_REPS))
                 return 2;
-        }
         cu = gpu_usable();
         if (!cu)
                 return GPU_TEST_SKIP;
@@ -193,11 +181,9 @@ int main(int argc, char **argv)
                        way_names[w], heard[w], gpu[w], heard[w] - gpu[w]);
         }
         if (json) {
-                f = fopen(json, "w");
-                if (!f) {
-                        fprintf(stderr, "%s: %s\n", json, strerror(errno));
+                f = bench_json_open(json);
+                if (!f)
                         return 1;
-                }
                 fprintf(f, "{\n \"bench\": \"notify_bench\",\n \"device\": "
                         "\"%s\",\n \"copy_bytes\": %llu,\n \"reps\": %d,\n "
                         "\"ways\": {", name, (unsigned long long)COPY, reps);
@@ -207,10 +193,8 @@ int main(int argc, char **argv)
                                 w ? "," : "", way_names[w], heard[w], gpu[w],
                                 heard[w] - gpu[w]);
                 fprintf(f, "\n }\n}\n");
-                if (fclose(f) != 0) {
-                        fprintf(stderr, "%s: %s\n", json, strerror(errno));
+                if (bench_json_close(f, json) < 0)
                         return 1;
-                }
         }
         return 0;
 }

@@ -44,6 +44,7 @@
 #include "cuda_driver.h"
 #include "gpu_kernels.h"
 #include "gpu_proc.h"
+#include "bench_cli.h"
 
 #define MiB (1ull << 20)
 #define COPY_MIB 256
@@ -432,21 +433,8 @@ int main(int argc, char **argv)
         FILE *f;
 
         setvbuf(stdout, NULL, _IOLBF, 0);
-        for (int i = 1; i < argc; i++) {
-                if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
-                        json = argv[++i];
-                } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-                        reps = atoi(argv[++i]);
-                } else {
-                        fprintf(stderr, "usage: %s [--json FILE] [--reps N]\n",
-                                argv[0]);
-                        return 2;
-                }
-        }
-        if (reps < 1 || reps > MAX_REPS) {
-                fprintf(stderr, "--reps: 1 to %d\n", MAX_REPS);
+        if (bench_parse_args(argc, argv, &json, &reps, MAX_REPS))
                 return 2;
-        }
         cu = gpu_usable();
         if (!cu)
                 return GPU_TEST_SKIP;
@@ -457,16 +445,12 @@ int main(int argc, char **argv)
         }
         print_human(stdout, name, reps);
         if (json) {
-                f = fopen(json, "w");
-                if (!f) {
-                        fprintf(stderr, "%s: %s\n", json, strerror(errno));
+                f = bench_json_open(json);
+                if (!f)
                         return 1;
-                }
                 print_json(f, name, reps);
-                if (fclose(f) != 0) {
-                        fprintf(stderr, "%s: %s\n", json, strerror(errno));
+                if (bench_json_close(f, json) < 0)
                         return 1;
-                }
         }
         return 0;
 }
