@@ -105,14 +105,24 @@ static void copy_end_later(gmd_copyqs *qs, gmd_copyq *q, gmd_copy *c)
         pending_mark(qs->pending, PENDING_COPIES);
 }
 
-/* May one more chunk go to the backend this way on `link`? (copyq.h) */
-static bool copyq_room(const gmd_config *cfg, const gmd_copyq *link,
+/* May one more chunk go to the backend this way on `link`, counting the
+ * chunks in flight of all its devices? (copyq.h) */
+static bool copyq_room(const gmd_copyqs *qs, const gmd_copyq *link,
                        gmd_copy_dir dir)
 {
-        if (link->link_inflight[dir] < cfg->swap_copies_in_flight)
+        const gmd_config *cfg = qs->config;
+        unsigned chunks = 0;
+        uint64_t bytes = 0;
+
+        for (unsigned d = 0; d < qs->n; d++) {
+                if (qs->q[d].link != link->device)
+                        continue;
+                chunks += qs->q[d].inflight[dir];
+                bytes += qs->q[d].inflight_bytes[dir];
+        }
+        if (chunks < cfg->swap_copies_in_flight)
                 return true;
-        return link->link_inflight[dir] < COPYQ_MAX_CHUNKS &&
-               link->link_inflight_bytes[dir] < cfg->swap_bytes_in_flight;
+        return chunks < COPYQ_MAX_CHUNKS && bytes < cfg->swap_bytes_in_flight;
 }
 
 /* Issue chunks on the link of device `device` while it has room. */
@@ -121,7 +131,7 @@ static void copyq_issue(gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
         const gmd_config *cfg = qs->config;
         gmd_copyq *link = &qs->q[qs->q[device].link];
 
-        while (copyq_room(cfg, link, dir)) {
+        while (copyq_room(qs, link, dir)) {
                 gmd_copy *c = next_copy(qs, link, dir);
                 gmd_copyq *q;
                 copy_chunk *chunk;
@@ -157,8 +167,6 @@ static void copyq_issue(gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
                 if (q->inflight[dir]++ == 0)
                         q->busy_since[dir] = now_us();
                 q->inflight_bytes[dir] += len;
-                link->link_inflight[dir]++;
-                link->link_inflight_bytes[dir] += len;
                 if (c->issued == 0)
                         c->issued_us = now_us();
                 c->inflight++;
@@ -223,8 +231,6 @@ void copyq_on_done(void *ctx, void *cookie, int status)
         }
         q->bytes[dir] += chunk->len;
         q->inflight_bytes[dir] -= chunk->len;
-        qs->q[q->link].link_inflight[dir]--;
-        qs->q[q->link].link_inflight_bytes[dir] -= chunk->len;
         if (dir == GMD_COPY_OUT)
                 qs->stats->bytes_out += chunk->len;
         else

@@ -74,13 +74,10 @@ typedef struct gmd_copy {
 
 typedef struct gmd_copyq {
         unsigned device;
-        unsigned link;              /* the device whose counters below the
-                                     * link's limits use: the lowest one
-                                     * sharing this device's link, or itself */
-        /* Of the link, kept in its first device's queue: */
-        unsigned link_inflight[2];  /* chunks with the backend, all devices */
-        uint64_t link_inflight_bytes[2];
-        unsigned link_turn[2];      /* the device served last, for turns */
+        unsigned link;              /* the lowest device sharing this
+                                     * device's link, or itself */
+        unsigned link_turn[2];      /* of a link, in its first device's
+                                     * queue: the device served last */
         gmd_list queued[2][3];      /* [dir][class]: copies with bytes to issue */
         unsigned inflight[2];       /* chunks with the backend */
         uint64_t inflight_bytes[2]; /* their bytes */

@@ -311,13 +311,13 @@ static void test_shared_link(void **state)
         assert_int_equal(f->fake.n, 4);
         finish_one(f, 0);
         assert_ptr_equal(f->fake.dsts[4], &f->c);       /* urgent, device 0 */
-        /* In flight: device 0's bulk chunk and the urgent one. */
-        assert_int_equal(q[0].link_inflight[GMD_COPY_IN], 2);
+        /* In flight on the link: device 0's bulk chunk and the urgent one. */
         assert_int_equal(q[0].inflight[GMD_COPY_IN], 2);
         assert_int_equal(q[1].inflight[GMD_COPY_IN], 0);
         drain(f);
-        assert_int_equal(q[0].link_inflight[GMD_COPY_IN], 0);
-        assert_int_equal(q[0].link_inflight_bytes[GMD_COPY_IN], 0);
+        assert_int_equal(q[0].inflight[GMD_COPY_IN] + q[1].inflight[GMD_COPY_IN], 0);
+        assert_int_equal(q[0].inflight_bytes[GMD_COPY_IN] +
+                         q[1].inflight_bytes[GMD_COPY_IN], 0);
 
         /* Links of their own: two chunks each. */
         assert_int_equal(two_devices_two_bulks(f, q, false, &a, &b), 4);
