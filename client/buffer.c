@@ -421,9 +421,10 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
               unsigned flags, int64_t timeout_ms, gmd_buffer **ret_buffer)
 {
         Gmd__AllocRequest msg = GMD__ALLOC_REQUEST__INIT;
-        /* GMD_ALLOC_NO_SELF_WAIT says how to wait, not what the buffer
-         * is: the handle and the cache of idle mappings go without it. */
-        unsigned kind = flags & ~GMD_ALLOC_NO_SELF_WAIT;
+        /* GMD_ALLOC_NO_SELF_WAIT and GMD_ALLOC_YIELD say how to wait,
+         * not what the buffer is: the handle and the cache of idle
+         * mappings go without them. */
+        unsigned kind = flags & ~(GMD_ALLOC_NO_SELF_WAIT | GMD_ALLOC_YIELD);
         gmd_request req = { .device = device, .flags = kind, .size = size };
         gmd_buffer *cached = NULL;
         int r;

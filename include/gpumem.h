@@ -94,6 +94,22 @@ extern "C" {
  * than the flag refuses it with -EINVAL ("unknown allocation flags 0x8"). */
 #define GMD_ALLOC_NO_SELF_WAIT (1u << 3)
 
+/* GMD_ALLOC_YIELD: while this allocation waits for room, the daemon may
+ * move the buffers this process holds acquired (through any gmd_client of
+ * the same pid; not PIN_VRAM ones) out to host memory, to make room for
+ * another process's acquire or allocation, and brings every one back into
+ * VRAM, at the same address, before gmd_alloc returns — also when it
+ * fails or times out, so it may return later than its timeout. The
+ * caller promises that nothing of its process touches those buffers
+ * until gmd_alloc returns: no kernel still queued (synchronize the device
+ * first) and no other thread. This is what keeps processes that each hold
+ * memory in use and each wait for more from waiting for each other for
+ * ever: of those that wait this way, one is served as soon as the pool
+ * can hold its request and what it lent. The daemon says in its log when
+ * a process lends. A daemon older than the flag refuses it with -EINVAL
+ * ("unknown allocation flags 0x10"). */
+#define GMD_ALLOC_YIELD (1u << 4)
+
 /* gmd_alloc timeouts. */
 #define GMD_NO_WAIT      0        /* fail at once if there is no room */
 #define GMD_WAIT_FOREVER (-1)     /* wait until room appears */

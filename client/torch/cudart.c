@@ -124,6 +124,26 @@ static int current_device(void)
         return dev;
 }
 
+/* Wait for every kernel and copy this process queued on the devices it
+ * used (shim_alloc's quiesce: its memory may move while it waits). 0, or
+ * -EIO when a device reports an error. */
+static int quiesce_devices(void)
+{
+        int cur = current_device(), r = 0;
+
+        if (cur < 0)
+                return cur;
+        for (int d = 0; d < MAX_DEVICES; d++) {
+                if (!context_ready[d])
+                        continue;
+                if ((d != cur && real.set_device(d) != CUDA_SUCCESS) ||
+                    real.device_synchronize() != CUDA_SUCCESS)
+                        r = -EIO;
+        }
+        real.set_device(cur);
+        return r;
+}
+
 GMD_TORCH_EXPORT cuda_error cudaMalloc(void **dev_ptr, size_t size)
 {
         int dev;
@@ -143,7 +163,7 @@ GMD_TORCH_EXPORT cuda_error cudaMalloc(void **dev_ptr, size_t size)
                 if (real.free(NULL) == CUDA_SUCCESS)
                         context_ready[dev] = 1;
         }
-        if (shim_alloc(size, (unsigned)dev, dev_ptr) < 0)
+        if (shim_alloc(size, (unsigned)dev, quiesce_devices, dev_ptr) < 0)
                 return CUDA_ERROR_MEMORY_ALLOC;
         return CUDA_SUCCESS;
 }

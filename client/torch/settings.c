@@ -104,6 +104,7 @@ int torch_settings_load(torch_settings *ret, char *err, size_t err_len)
         const char *timeout = getenv(GMD_TORCH_TIMEOUT_ENV);
         const char *name = getenv(GMD_TORCH_NAME_ENV);
         const char *quiet = getenv(GMD_TORCH_QUIET_ENV);
+        const char *yield = getenv(GMD_TORCH_YIELD_ENV);
         torch_settings s = { 0 };
 
         if (torch_settings_parse_timeout(timeout, &s.timeout_ms) < 0) {
@@ -113,6 +114,7 @@ int torch_settings_load(torch_settings *ret, char *err, size_t err_len)
                 return -EINVAL;
         }
         s.quiet = quiet && *quiet && strcmp(quiet, "0") != 0;
+        s.yield = !yield || !*yield || strcmp(yield, "0") != 0;
         if (name && *name)
                 snprintf(s.name, sizeof(s.name), "%s", name);
         else

@@ -2,7 +2,8 @@
  * settings — what the PyTorch shim (libgpumem_torch.so) reads from its
  * environment, parsed once at the first allocation: how long an allocation
  * waits for room, the name gpu-memctl shows, and whether the shim may write
- * its one line to stderr when it gives up. Pure functions over strings, so
+ * its one line to stderr when it gives up, and whether a wait lends what
+ * the process holds (GMD_ALLOC_YIELD). Pure functions over strings, so
  * the unit tests need neither a daemon nor a GPU.
  */
 #ifndef GMD_TORCH_SETTINGS_H
@@ -15,11 +16,15 @@
 #define GMD_TORCH_NAME_ENV    "GPU_MEMD_TORCH_NAME"
 #define GMD_TORCH_QUIET_ENV   "GPU_MEMD_TORCH_QUIET"
 #define GMD_TORCH_CUDART_ENV  "GPU_MEMD_TORCH_CUDART"
+#define GMD_TORCH_YIELD_ENV   "GPU_MEMD_TORCH_YIELD"
 #define GMD_TORCH_NAME_MAX    64
 
 typedef struct torch_settings {
         int64_t timeout_ms;     /* -1: wait for room as long as it takes */
         int quiet;              /* 1: never write to stderr */
+        int yield;              /* 1 (default; "0" turns it off): the
+                                 * repeat of a refused request waits with
+                                 * GMD_ALLOC_YIELD, after synchronizing */
         char name[GMD_TORCH_NAME_MAX + 1];
 } torch_settings;
 

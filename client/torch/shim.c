@@ -127,7 +127,8 @@ static int connect_locked(void)
 }
 
 /* The connected client, or NULL with the error set. */
-static gmd_client *client_get(int64_t *ret_timeout, int *ret_quiet)
+static gmd_client *client_get(int64_t *ret_timeout, int *ret_quiet,
+                              int *ret_lend)
 {
         gmd_client *c;
 
@@ -137,6 +138,8 @@ static gmd_client *client_get(int64_t *ret_timeout, int *ret_quiet)
                 *ret_timeout = settings.timeout_ms;
         if (ret_quiet)
                 *ret_quiet = settings.quiet;
+        if (ret_lend)
+                *ret_lend = settings.yield;
         pthread_mutex_unlock(&lock);
         return c;
 }
@@ -162,19 +165,21 @@ static int64_t wait_for(size_t size, unsigned device, int64_t timeout_ms,
         return GMD_NO_WAIT;
 }
 
-int shim_alloc(size_t size, unsigned device, void **ret_ptr)
+int shim_alloc(size_t size, unsigned device, int (*quiesce)(void),
+               void **ret_ptr)
 {
         gmd_buffer *b = NULL;
         gmd_client *c;
         int64_t timeout_ms, wait_ms;
         uint64_t start = now_us();
-        int quiet, repeat, r;
+        int quiet, repeat, lend, r;
+        unsigned flags;
 
         if (!thread_seen) {
                 thread_seen = 1;
                 count(GMD_TORCH_THREADS, 1);
         }
-        c = client_get(&timeout_ms, &quiet);
+        c = client_get(&timeout_ms, &quiet, &lend);
         if (!c) {
                 count(GMD_TORCH_ALLOC_FAILS, 1);
                 if (!quiet)
@@ -186,11 +191,23 @@ int shim_alloc(size_t size, unsigned device, void **ret_ptr)
          * of this process can free until it returns, so room only this
          * process holds would be waited for in vain (for ever by default).
          * The daemon then fails it at once, in words, and PyTorch raises
-         * its out-of-memory error with them. A daemon older than the flag
-         * refuses it as unknown (-EINVAL): asked again without it. */
-        r = gmd_alloc(c, size, device,
-                      repeat ? GMD_ALLOC_NO_SELF_WAIT : GMD_ALLOC_SWAPPABLE,
-                      wait_ms, &b);
+         * its out-of-memory error with them. While it waits for another
+         * process's room, it lends the daemon what this process holds
+         * (GMD_ALLOC_YIELD), so that two processes each mid-step do not
+         * wait for each other for ever: nothing of this process runs on
+         * the GPU meanwhile once `quiesce` synchronized its devices, and
+         * its other threads wait for the allocator mutex. A daemon older
+         * than a flag refuses it as unknown (-EINVAL): asked again
+         * without them. */
+        flags = GMD_ALLOC_SWAPPABLE;
+        if (repeat) {
+                flags = GMD_ALLOC_NO_SELF_WAIT;
+                if (lend && quiesce && quiesce() == 0)
+                        flags |= GMD_ALLOC_YIELD;
+        }
+        r = gmd_alloc(c, size, device, flags, wait_ms, &b);
+        if (r == -EINVAL && (flags & GMD_ALLOC_YIELD))
+                r = gmd_alloc(c, size, device, GMD_ALLOC_NO_SELF_WAIT, wait_ms, &b);
         if (r == -EINVAL && repeat)
                 r = gmd_alloc(c, size, device, GMD_ALLOC_SWAPPABLE, wait_ms, &b);
         if (r < 0) {
@@ -271,7 +288,7 @@ int shim_free(void *ptr)
 int shim_pool_info(unsigned device, size_t *ret_free, size_t *ret_total)
 {
         gmd_status *st = NULL;
-        gmd_client *c = client_get(NULL, NULL);
+        gmd_client *c = client_get(NULL, NULL, NULL);
         int r = -ENOENT;
 
         if (!c)

@@ -14,10 +14,14 @@
  * A buffer of `size` bytes on `device`. The first request for a size does
  * not wait: a caller with a cache (PyTorch's allocator) frees it and asks
  * again, and the repeat on the same thread, same size and device, waits
- * until the deadline set when the first one failed. 0 with *ret_ptr set;
- * -ENOMEM and friends with the sentence in shim_last_error().
+ * until the deadline set when the first one failed — lending what the
+ * process holds meanwhile (GMD_ALLOC_YIELD) once `quiesce` returned 0:
+ * it must leave no kernel queued on the process's memory (the caller
+ * synchronizes its devices). 0 with *ret_ptr set; -ENOMEM and friends
+ * with the sentence in shim_last_error().
  */
-int shim_alloc(size_t size, unsigned device, void **ret_ptr);
+int shim_alloc(size_t size, unsigned device, int (*quiesce)(void),
+               void **ret_ptr);
 
 /* The device of a pointer shim_alloc handed out, or -ENOENT. */
 int shim_device_of(void *ptr);

@@ -13,6 +13,7 @@
 #include "admission.h"
 #include "backing.h"
 #include "buffer.h"
+#include "loan.h"
 #include "log.h"
 #include "move.h"
 #include "evict.h"
@@ -27,10 +28,11 @@
 #include "waitq.h"
 
 #define KNOWN_ALLOC_FLAGS (GMD_ALLOC_PIN_VRAM | GMD_ALLOC_SPILLABLE | \
-                           GMD_ALLOC_LEGACY_IPC | GMD_ALLOC_NO_SELF_WAIT)
+                           GMD_ALLOC_LEGACY_IPC | GMD_ALLOC_NO_SELF_WAIT | \
+                           GMD_ALLOC_YIELD)
 /* Flags that say how the request waits, not what the buffer is: the
  * buffer's record keeps none of them. */
-#define REQUEST_ONLY_FLAGS GMD_ALLOC_NO_SELF_WAIT
+#define REQUEST_ONLY_FLAGS (GMD_ALLOC_NO_SELF_WAIT | GMD_ALLOC_YIELD)
 #define LEGACY_IPC_ALIGN (2ull << 20)
 
 /* The quota of the client's user, against what all its clients hold
@@ -200,7 +202,8 @@ gmd_outcome alloc_self_bound(gmd_session *s, uint64_t size, unsigned device,
         if (pool_free(pool) + kept +
             evict_reclaimable(&server->sessions, device,
                               server->config.reclaim_timeout_ms) +
-            evict_idle_bytes(server, device) >= size ||
+            evict_idle_bytes(server, device) -
+            evict_lent_bytes(server, device, s->pid) >= size ||
             move_any_on(server, device))
                 return OUTCOME_LATER;
         /* Per-session counts, one step per connection, not per buffer. */
@@ -335,6 +338,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         char name[32], asked[32], cap[32], free_b[32];
         quota_verdict verdict;
         gmd_waitq_who who;
+        gmd_waiter *w;
         int64_t timeout_ms;
         uint64_t size;
         int r;
@@ -470,9 +474,12 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                                     alloc_user_waiting(&server->sessions, s->uid));
         who = (gmd_waitq_who){ s, s->priority, (uint32_t)s->uid };
         r = waitq_add(&server->waitq, &who, &s->waitq, id, m->size, size, m->device,
-                      m->flags, timeout_ms, now_us());
+                      m->flags, timeout_ms, now_us(), &w);
         if (r < 0)
                 return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
                                     "cannot queue the allocation: %s", strerror(-r));
+        /* GMD_ALLOC_YIELD: what the process holds may move meanwhile. */
+        if (m->flags & GMD_ALLOC_YIELD)
+                w->loan = loan_start(s, id);
         return OUTCOME_LATER;
 }

@@ -38,6 +38,9 @@ typedef enum answer_kind {
         ANSWER_OK,          /* an OkReply to request_id */
         ANSWER_ERROR,       /* an ErrorReply to request_id: the result's
                              * code and text */
+        ANSWER_ALLOCATED,   /* an AllocReply to request_id: the result's
+                             * buffer (an allocation answered once what
+                             * it lent is back, loan.h) */
         ANSWER_NOTICE,      /* an ErrorReply with request id 0: the daemon
                              * speaking on its own (why it closes the
                              * connection) */
@@ -49,7 +52,7 @@ typedef struct gmd_answer {
         gmd_list link;              /* in gmd_answers.queue */
         answer_kind kind;
         uint32_t request_id;        /* 0 for a notice */
-        gmd_result result;          /* OK, ERROR, NOTICE */
+        gmd_result result;          /* OK, ERROR, ALLOCATED, NOTICE */
         /* PACKET: the message as session_send built it; fds are our
          * duplicates, closed by answer_free. */
         uint16_t type;

@@ -156,7 +156,7 @@ void buffer_index(gmd_dbuffer *b)
 {
         gmd_server *server = b->owner->server;
         bool moving = b->move != NULL;
-        bool idle = !b->acquired && b->tier == GMD_TIER_VRAM;
+        bool idle = (!b->acquired || b->loan) && b->tier == GMD_TIER_VRAM;
 
         if (moving != !list_empty(&b->moving_link)) {
                 list_remove(&b->moving_link);

@@ -33,6 +33,9 @@ typedef struct gmd_dbuffer {
         gmd_tier tier;
         gmd_buffer_state state;
         bool acquired;
+        struct gmd_loan *loan;      /* acquired, and lent to the daemon
+                                     * while its owner waits (loan.h):
+                                     * it may move like a released one */
         bool parked;                /* idle in the client's mapping cache */
         uint64_t released_ms;       /* when the lease was last released */
         uint64_t prefetched_us;     /* when a prefetch brought it into VRAM,

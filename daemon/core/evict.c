@@ -40,6 +40,21 @@ uint64_t evict_idle_bytes(gmd_server *server, unsigned device)
         return bytes;
 }
 
+uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid)
+{
+        uint64_t bytes = 0;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->vram_idle) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
+
+                if (b->device == device && b->loan && b->owner->pid == pid &&
+                    placement_evictable(b))
+                        bytes += b->size;
+        }
+        return bytes;
+}
+
 uint64_t evict_evictable(gmd_server *server, unsigned device)
 {
         uint64_t bytes = evict_idle_bytes(server, device);
@@ -181,7 +196,9 @@ void evict_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
 
 /* ---- moving idle buffers out ------------------------------------------- */
 
-/* Lowest client priority first; within it, buffers nobody announced a
+/* Buffers released first, those lent by a waiting process (loan.h) last:
+ * each of those is a round trip its owner waits for. Then lowest client
+ * priority first; within it, buffers nobody announced a
  * use of (least recently released first) before those a prefetch brought
  * in or kept, latest prefetch first: a client prefetches in the order it
  * will use, so the latest is needed last. Oldest-released first would
@@ -192,6 +209,8 @@ static int by_victim_order(const void *x, const void *y)
         const gmd_dbuffer *a = *(gmd_dbuffer *const *)x, *b = *(gmd_dbuffer *const *)y;
         bool pa = a->prefetched_us != 0, pb = b->prefetched_us != 0;
 
+        if (!a->loan != !b->loan)
+                return a->loan ? 1 : -1;
         if (a->owner->priority != b->owner->priority)
                 return a->owner->priority < b->owner->priority ? -1 : 1;
         if (pa != pb)
@@ -200,6 +219,25 @@ static int by_victim_order(const void *x, const void *y)
                 return (a->prefetched_us < b->prefetched_us) -
                        (a->prefetched_us > b->prefetched_us);
         return (a->released_ms > b->released_ms) - (a->released_ms < b->released_ms);
+}
+
+/* Does an acquire or allocation of another process than `b`'s owner wait
+ * for VRAM on its device? */
+static bool waited_for_by_other(gmd_server *server, const gmd_dbuffer *b)
+{
+        const gmd_session *owner = b->owner;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->waitq.waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->device != b->device || w->rank == WAITQ_PREFETCH)
+                        continue;
+                if (w->session != owner &&
+                    (owner->pid <= 0 || w->session->pid != owner->pid))
+                        return true;
+        }
+        return false;
 }
 
 unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
@@ -229,6 +267,11 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
 
                 /* A prefetch does not push out what is about to be used. */
                 if (b->prefetched_us && !urgent)
+                        continue;
+                /* What a process lent goes for another's acquire or
+                 * allocation only: its own would have to wait for it to
+                 * come back, and a prefetch can wait. */
+                if (b->loan && (!urgent || !waited_for_by_other(server, b)))
                         continue;
                 victims[chosen++] = b;
                 need = need > b->size ? need - b->size : 0;

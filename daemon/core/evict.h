@@ -72,4 +72,8 @@ uint64_t evict_evictable(gmd_server *server, unsigned device);
  * pool's free bytes, which another client may give back). */
 uint64_t evict_idle_bytes(gmd_server *server, unsigned device);
 
+/* Of those, the bytes process `pid` lent while it waits (loan.h): no room
+ * for that process's own requests. */
+uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid);
+
 #endif

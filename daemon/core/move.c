@@ -187,7 +187,10 @@ static void acquirer_grant(gmd_acquirer *a)
                 return;
         result_ok(&ok);
         buffer_set_acquired(a->buffer, true);
-        session_answer(a->session, ANSWER_OK, a->request_id, &ok);
+        if (a->on_done)
+                a->on_done(a->ctx, a->buffer, 0, NULL);
+        else
+                session_answer(a->session, ANSWER_OK, a->request_id, &ok);
         acquirer_done(a);
 }
 
@@ -197,6 +200,11 @@ static void acquirer_fail(gmd_acquirer *a, int code, const char *why)
 
         if (a->done)
                 return;
+        if (a->on_done) {
+                a->on_done(a->ctx, a->buffer, code, why);
+                acquirer_done(a);
+                return;
+        }
         result_error(&res, code, "buffer %llu: %s",
                      (unsigned long long)a->buffer->id, why);
         session_answer(a->session, ANSWER_ERROR, a->request_id, &res);
@@ -820,6 +828,43 @@ bool move_any_on(gmd_server *server, unsigned device)
 
 /* ---- acquire ------------------------------------------------------------ */
 
+static gmd_acquirer *acquirer_new(gmd_server *server, gmd_session *s,
+                                  gmd_dbuffer *b)
+{
+        gmd_acquirer *a = calloc(1, sizeof(*a));
+
+        if (!a || uv_timer_init(server->loop, &a->timer) < 0) {
+                free(a);
+                return NULL;
+        }
+        a->buffer = b;
+        a->session = s;
+        a->since_us = now_us();
+        a->timer.data = a;
+        return a;
+}
+
+/* Set `b` on its way back to VRAM for `a`, which is granted or failed when
+ * it is there or cannot come — possibly before this returns. */
+static void acquire_start(gmd_server *server, gmd_dbuffer *b, gmd_acquirer *a)
+{
+        b->acquirer = a;
+        if (b->move && b->move->copy.dir == GMD_COPY_OUT && move_copying(b->move)) {
+                /* Still copying out: stop, it never left. */
+                move_cancel(server, b);
+        } else if (b->move && b->move->copy.dir == GMD_COPY_IN) {
+                if (move_copying(b->move))
+                        copyq_reclass(&server->copyqs, &b->move->copy, MOVE_URGENT);
+        } else if (b->move_waiter) {
+                waitq_set_rank(b->move_waiter, WAITQ_SWAP_IN);
+        } else if (!b->move && b->tier == GMD_TIER_HOST) {
+                if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
+                        acquirer_fail(a, GMD__ERROR_CODE__ERR_INTERNAL,
+                                      "cannot queue its swap-in");
+        }
+        /* else: a move out awaits its ack; move_finish swaps it back in. */
+}
+
 gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
                          int64_t timeout_ms, bool read_only, gmd_result *ret)
 {
@@ -844,37 +889,13 @@ gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
                 buffer_set_acquired(b, true);
                 return OUTCOME_OK;
         }
-        a = calloc(1, sizeof(*a));
-        if (!a || uv_timer_init(server->loop, &a->timer) < 0) {
-                free(a);
+        a = acquirer_new(server, s, b);
+        if (!a)
                 return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
                                     "out of memory");
-        }
-        a->buffer = b;
-        a->session = s;
         a->request_id = id;
         a->timeout_ms = timeout_ms;
-        a->since_us = now_us();
-        a->timer.data = a;
-        b->acquirer = a;
-
-        if (b->move && b->move->copy.dir == GMD_COPY_OUT && move_copying(b->move)) {
-                /* Still copying out: stop, it never left. */
-                move_cancel(server, b);
-        } else if (b->move && b->move->copy.dir == GMD_COPY_IN) {
-                if (move_copying(b->move))
-                        copyq_reclass(&server->copyqs, &b->move->copy, MOVE_URGENT);
-        } else if (b->move_waiter) {
-                waitq_set_rank(b->move_waiter, WAITQ_SWAP_IN);
-        } else if (!b->move && b->tier == GMD_TIER_HOST) {
-                if (move_in_request(server, b, WAITQ_SWAP_IN) < 0) {
-                        acquirer_fail(a, GMD__ERROR_CODE__ERR_INTERNAL,
-                                      "cannot queue its swap-in");
-                        return OUTCOME_ANSWERED;
-                }
-        }
-        /* else: a move out awaits its ack; move_finish swaps it back in. */
-
+        acquire_start(server, b, a);
         if (b->acquirer != a)
                 return OUTCOME_ANSWERED;   /* granted or failed already */
         /* A move out that had its owner unmap early is undone by one more
@@ -889,4 +910,26 @@ gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
         /* Granted or failed by now, or when the move ends or the deadline
          * passes: either way through acquirer_grant / acquirer_fail. */
         return OUTCOME_LATER;
+}
+
+int move_acquire_for(gmd_server *server, gmd_dbuffer *b,
+                     move_acquired_fn done, void *ctx)
+{
+        gmd_acquirer *a;
+
+        if (b->acquirer)
+                return -EBUSY;
+        if (b->tier == GMD_TIER_VRAM && !b->move) {
+                buffer_set_acquired(b, true);
+                return 1;
+        }
+        buffer_set_acquired(b, false);
+        a = acquirer_new(server, b->owner, b);
+        if (!a)
+                return -ENOMEM;
+        a->on_done = done;
+        a->ctx = ctx;
+        a->timeout_ms = -1;
+        acquire_start(server, b, a);
+        return 0;
 }

@@ -137,10 +137,19 @@ static inline bool move_stopping(const gmd_move *move)
                move->state == MOVE_ORPHANED || move->copy.status < 0;
 }
 
-/* An acquire waiting for its buffer to be usable. */
+/* Told of an acquire the daemon made for itself (move_acquire_for):
+ * `code` 0 when the buffer is back and acquired, else a
+ * GMD__ERROR_CODE__* and why. */
+typedef void (*move_acquired_fn)(void *ctx, gmd_dbuffer *buffer, int code,
+                                 const char *why);
+
+/* An acquire waiting for its buffer to be usable: a client's (answered in
+ * its session) or the daemon's own (on_done). */
 typedef struct gmd_acquirer {
         gmd_dbuffer *buffer;
         gmd_session *session;
+        move_acquired_fn on_done;   /* NULL: a client's request */
+        void *ctx;
         uint32_t request_id;
         int64_t timeout_ms;
         uint64_t since_us;
@@ -201,5 +210,13 @@ bool move_busy(const gmd_dbuffer *buffer);
 gmd_outcome move_acquire(gmd_session *session, uint32_t request_id,
                          gmd_dbuffer *buffer, int64_t timeout_ms,
                          bool read_only, gmd_result *ret);
+
+/* Bring `buffer` back to VRAM and acquire it for its owner, as an acquire
+ * with no deadline would, without a request to answer (loan.h): 1 when it
+ * is acquired now (`done` is not called), 0 when `done(ctx, ...)` will be,
+ * when it is back or cannot come (possibly before this returns), -EBUSY
+ * when an acquire waits for it already, -ENOMEM. */
+int move_acquire_for(gmd_server *server, gmd_dbuffer *buffer,
+                     move_acquired_fn done, void *ctx);
 
 #endif

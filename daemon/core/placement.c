@@ -31,12 +31,13 @@ bool placement_owner_maps(const gmd_dbuffer *b, const gmd_mem *mem,
 
 bool placement_may_move(const gmd_dbuffer *b)
 {
-        return !b->acquired;
+        return !b->acquired || b->loan;
 }
 
 bool placement_pageout_allowed(const gmd_dbuffer *b, const char **ret_why)
 {
-        if (!placement_may_move(b)) {
+        /* Its owner's view: a buffer it lent is still its lease. */
+        if (b->acquired) {
                 *ret_why = "is acquired: release it first (a buffer in use "
                            "never moves; a SPILLABLE one in use stays where "
                            "it is)";

@@ -51,7 +51,8 @@ bool placement_usable_on_host(const gmd_dbuffer *b);
 bool placement_owner_maps(const gmd_dbuffer *b, const gmd_mem *mem,
                           gmd_tier tier);
 
-/* May it be moved now, either way? Not while its owner holds it. */
+/* May it be moved now, either way? Not while its owner holds it, unless
+ * the owner lent it while it waits (loan.h). */
 bool placement_may_move(const gmd_dbuffer *b);
 
 /* May a pageout the owner asks for move it now? Not while acquired,

@@ -63,6 +63,8 @@ typedef struct gmd_session {
         gmd_parking_owner parking;  /* of `bytes`, parked in its mapping
                                      * cache (parking.h) */
         gmd_waitq_owner waitq;      /* its allocations waiting (waitq.h) */
+        struct gmd_loan *loan;      /* what its process lent while one of
+                                     * them waits (loan.h), or NULL */
 
         gmd_waits waits;            /* MSG_WAITs waiting for moves (waits.h) */
 

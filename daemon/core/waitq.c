@@ -144,7 +144,7 @@ static gmd_waiter *waiter_new(gmd_waitq *q, const gmd_waitq_who *who,
 int waitq_add(gmd_waitq *q, const gmd_waitq_who *who, gmd_waitq_owner *owner,
               uint32_t request_id, uint64_t asked, uint64_t size,
               unsigned device, unsigned flags, int64_t timeout_ms,
-              uint64_t since_us)
+              uint64_t since_us, gmd_waiter **ret_waiter)
 {
         gmd_waiter *w = waiter_new(q, who, WAITQ_ALLOC, size, device);
 
@@ -164,6 +164,8 @@ int waitq_add(gmd_waitq *q, const gmd_waitq_who *who, gmd_waitq_owner *owner,
          * its device back already (wait_hold_ms 0) and times the serve
          * at which it may; evict: make room for it. */
         pending_mark(q->pending, PENDING_ROOM | PENDING_EVICT);
+        if (ret_waiter)
+                *ret_waiter = w;
         return 0;
 }
 
@@ -280,7 +282,8 @@ uint64_t waitq_demand_before(const gmd_waitq *q, unsigned device,
                 gmd_waiter *w = container_of(pos, gmd_waiter, link);
 
                 if (w->device == device && w->rank < rank)
-                        bytes += w->size;
+                        bytes += w->size +
+                                 (q->ops->more ? q->ops->more(q->ctx, w) : 0);
         }
         return bytes;
 }

@@ -58,6 +58,9 @@ typedef struct gmd_waitq_ops {
          * evictable VRAM together cover its size)? Only such a waiter
          * holds the others back once it waited hold_after_ms. */
         bool (*reachable)(void *ctx, const gmd_waiter *waiter);
+        /* VRAM it needs on its device besides its size (what a waiting
+         * allocation's loan must bring back, loan.h); NULL: none. */
+        uint64_t (*more)(void *ctx, const gmd_waiter *waiter);
         /* An allocation's deadline passed: answer it (it leaves after). */
         void (*expire)(void *ctx, gmd_waiter *waiter);
         /* Dropped unserved because the daemon stops: an allocation is
@@ -101,6 +104,8 @@ struct gmd_waiter {
         uint64_t asked;             /* as the client asked */
         unsigned flags;
         int64_t timeout_ms;         /* < 0: no deadline */
+        struct gmd_loan *loan;      /* what it lent while it waits (loan.h),
+                                     * set by the layer above */
 
         /* WAITQ_SWAP_IN, WAITQ_PREFETCH */
         gmd_dbuffer *buffer;
@@ -117,11 +122,12 @@ typedef struct gmd_waitq_who {
 } gmd_waitq_who;
 
 /* Queue an allocation of `who` (its side: `owner`); its deadline timer
- * starts now. */
+ * starts now. *ret_waiter (if not NULL) is the waiter, valid until it
+ * leaves the queue. */
 int waitq_add(gmd_waitq *q, const gmd_waitq_who *who, gmd_waitq_owner *owner,
               uint32_t request_id, uint64_t asked, uint64_t size,
               unsigned device, unsigned flags, int64_t timeout_ms,
-              uint64_t since_us);
+              uint64_t since_us, gmd_waiter **ret_waiter);
 
 /* Queue `buffer`'s return to VRAM (`size` bytes on `device`, owned by
  * `who`); *ret_waiter lets the mover promote or cancel it. */
@@ -155,7 +161,7 @@ static inline bool waitq_holds(const gmd_waitq *q, unsigned device)
 /* The waiter that has waited longest for room on `device`, or NULL. */
 const gmd_waiter *waitq_oldest(const gmd_waitq *q, unsigned device);
 
-/* VRAM bytes waited for on `device`. */
+/* VRAM bytes waited for on `device` (sizes and ops->more). */
 uint64_t waitq_demand(const gmd_waitq *q, unsigned device);
 
 /* Of those, the bytes waited for by ranks before `rank` (WAITQ_PREFETCH:

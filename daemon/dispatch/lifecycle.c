@@ -26,6 +26,7 @@
 #include "backing.h"
 #include "buffer.h"
 #include "gpumem.pb-c.h"
+#include "loan.h"
 #include "log.h"
 #include "metrics.h"
 #include "move.h"
@@ -58,14 +59,16 @@ static void reuse_release(void *ctx, gmd_mem *mem)
         backing_release(ctx, mem);
 }
 
-/* A session closed: drop its waiters and waits without answering, free
- * its buffers (settling their moves), release the VRAM kept for it. */
+/* A session closed: drop its waiters and waits without answering, give
+ * what it lent of its process's other connections back to them, free its
+ * buffers (settling their moves), release the VRAM kept for it. */
 static void session_release(gmd_session *s)
 {
         gmd_server *server = s->server;
         gmd_list *pos, *tmp;
 
         waitq_cancel_session(&server->waitq, s);
+        loan_session_closed(s);
         tiering_session_closed(s);
         list_for_each_safe(pos, tmp, &s->buffers)
                 move_free_buffer(server, container_of(pos, gmd_dbuffer, owner_link));

@@ -23,6 +23,7 @@
 #include "alloc.h"
 #include "buffer.h"
 #include "gpumem.pb-c.h"
+#include "loan.h"
 #include "log.h"
 #include "move.h"
 #include "parking.h"
@@ -171,6 +172,23 @@ void request_answer(gmd_session *s, uint32_t id, gmd_outcome outcome,
         }
 }
 
+/* An allocation answered from the queue (loan.h): its buffer, unless an
+ * administrator revoked it meanwhile. */
+static void answer_queued_alloc(gmd_session *s, uint32_t id, gmd_result *r)
+{
+        gmd_list *pos;
+
+        list_for_each(pos, &s->buffers)
+                if (container_of(pos, gmd_dbuffer, owner_link) == r->buffer) {
+                        answer_alloc(s, id, r);
+                        return;
+                }
+        result_error(r, GMD__ERROR_CODE__ERR_NOT_FOUND,
+                     "the buffer allocated for this request was revoked "
+                     "before the answer went out");
+        answer_result(s, id, r);
+}
+
 void request_send_answers(gmd_session *s)
 {
         gmd_answer *a;
@@ -183,6 +201,9 @@ void request_send_answers(gmd_session *s)
                         break;
                 case ANSWER_ERROR:
                         answer_result(s, a->request_id, &a->result);
+                        break;
+                case ANSWER_ALLOCATED:
+                        answer_queued_alloc(s, a->request_id, &a->result);
                         break;
                 case ANSWER_NOTICE:
                         answer_result(s, 0, &a->result);
@@ -268,6 +289,8 @@ static gmd_outcome handle_release(gmd_session *s, uint32_t id,
                 buffer_set_last_use(s->server, b, event);
         }
         b->released_ms = now_ms();
+        if (b->loan)
+                loan_forget(b);         /* not to be brought back for it */
         buffer_set_acquired(b, false);
         /* An idle buffer is room for whoever waits for VRAM. */
         if (!waitq_empty(&s->server->waitq))

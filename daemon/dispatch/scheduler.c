@@ -13,6 +13,7 @@
 #include "answers.h"
 #include "copyq.h"
 #include "evict.h"
+#include "loan.h"
 #include "move.h"
 #include "pending.h"
 #include "request.h"
@@ -23,6 +24,19 @@
 
 /* ---- what serving a waiter means (waitq.h) ----------------------------- */
 
+/* Answer a waiting allocation: now, or — when it lent what its process
+ * holds (GMD_ALLOC_YIELD) — once all of that is back in VRAM (loan.h). */
+static void waiter_answer(gmd_waiter *w, gmd_outcome outcome, gmd_result *res)
+{
+        if (!w->loan) {
+                request_answer(w->session, w->request_id, outcome, res);
+                return;
+        }
+        loan_end(w->loan, outcome == OUTCOME_ALLOCATED ? ANSWER_ALLOCATED :
+                          ANSWER_ERROR, res);
+        w->loan = NULL;
+}
+
 static int waiter_serve(void *ctx, gmd_waiter *w)
 {
         gmd_server *server = ctx;
@@ -31,14 +45,17 @@ static int waiter_serve(void *ctx, gmd_waiter *w)
 
         if (w->rank != WAITQ_ALLOC)
                 return move_in_begin(server, w->buffer);
+        /* Served with room for what it lent too, or not yet. */
+        if (w->loan && !loan_fits(w->loan, w->size, w->device))
+                return -ENOSPC;
         result_ok(&res);
         r = alloc_now_on(w->session, w->size, w->device, w->flags,
                          GMD_TIER_VRAM, w->since_us, &res);
         if (r == 0) {
-                request_answer(w->session, w->request_id, OUTCOME_ALLOCATED, &res);
+                waiter_answer(w, OUTCOME_ALLOCATED, &res);
                 server->stats.alloc_waited++;
         } else if (!alloc_must_wait(r)) {
-                request_answer(w->session, w->request_id, OUTCOME_ERROR, &res);
+                waiter_answer(w, OUTCOME_ERROR, &res);
         } else if (r == -ENOSPC) {
                 /* GMD_ALLOC_NO_SELF_WAIT: only its own process could make
                  * the room: answered now, it leaves the queue. */
@@ -49,15 +66,21 @@ static int waiter_serve(void *ctx, gmd_waiter *w)
                         return r;
                 if (o == OUTCOME_ALLOCATED)
                         server->stats.alloc_waited++;
-                request_answer(w->session, w->request_id, o, &res);
+                waiter_answer(w, o, &res);
                 return 0;
         }
         return r;
 }
 
+static uint64_t waiter_more(void *ctx, const gmd_waiter *w)
+{
+        (void)ctx;
+        return w->rank == WAITQ_ALLOC ? loan_out_bytes(w->loan, w->device) : 0;
+}
+
 static bool waiter_reachable(void *ctx, const gmd_waiter *w)
 {
-        return alloc_room_reachable(ctx, w->device, w->size);
+        return alloc_room_reachable(ctx, w->device, w->size + waiter_more(ctx, w));
 }
 
 static void waiter_expire(void *ctx, gmd_waiter *w)
@@ -66,10 +89,9 @@ static void waiter_expire(void *ctx, gmd_waiter *w)
 
         (void)ctx;
         result_ok(&res);
-        request_answer(w->session, w->request_id,
-                       alloc_expired(w->session, w->size, w->device, w->flags,
-                                     w->timeout_ms, w->since_us, &res),
-                       &res);
+        waiter_answer(w, alloc_expired(w->session, w->size, w->device, w->flags,
+                                       w->timeout_ms, w->since_us, &res),
+                      &res);
 }
 
 static void waiter_cancel(void *ctx, gmd_waiter *w, int code, const char *message)
@@ -79,7 +101,7 @@ static void waiter_cancel(void *ctx, gmd_waiter *w, int code, const char *messag
         (void)ctx;
         if (w->rank == WAITQ_ALLOC) {
                 result_error(&res, code, "%s", message);
-                request_answer(w->session, w->request_id, OUTCOME_ERROR, &res);
+                waiter_answer(w, OUTCOME_ERROR, &res);
         } else {
                 move_in_cancelled(w->buffer);
         }
@@ -88,6 +110,7 @@ static void waiter_cancel(void *ctx, gmd_waiter *w, int code, const char *messag
 const gmd_waitq_ops scheduler_waitq_ops = {
         .serve = waiter_serve,
         .reachable = waiter_reachable,
+        .more = waiter_more,
         .expire = waiter_expire,
         .cancel = waiter_cancel,
 };

@@ -15,6 +15,13 @@
  *   alloc SIZE TIMEOUT_MS  one gmd_alloc; print "rc N", "elapsed_ms N",
  *                          "error TEXT"; on success check the buffer's bytes
  *                          and free it. Exit 0 iff rc is 0 and bytes check.
+ *   yield HELD WANT TIMEOUT_MS
+ *                          allocate HELD and fill it, print "ready", then
+ *                          gmd_alloc WANT with GMD_ALLOC_YIELD; print "rc N",
+ *                          "error TEXT", "held-bad-words N" (HELD checked
+ *                          after the call) and, on success, "bytes ok|bad"
+ *                          (the new buffer reads as zeros); free both. Exit
+ *                          0 iff rc is 0 and every byte checks.
  *
  * Exit status 2: bad arguments or no connection.
  */
@@ -240,11 +247,49 @@ static int cmd_alloc(int argc, char **argv)
         return ok ? 0 : 1;
 }
 
+static int cmd_yield(int argc, char **argv)
+{
+        gmd_buffer *held = NULL, *buf = NULL;
+        gmd_client *client;
+        size_t held_size, want;
+        size_t bad;
+        int r, ok;
+
+        if (argc < 3 || client_parse_size("gmd_test_client", argv[0], &held_size) < 0 ||
+            client_parse_size("gmd_test_client", argv[1], &want) < 0)
+                return 2;
+        client = client_connect_or_die("gmd_test_client", "yield");
+        r = gmd_alloc(client, held_size, 0, GMD_ALLOC_SWAPPABLE, 5000, &held);
+        if (r < 0) {
+                printf("alloc-failed %d %s\n", r, gmd_last_error());
+                return 1;
+        }
+        fill(held, 91, 0);
+        printf("ready\n");
+        fflush(stdout);
+        r = gmd_alloc(client, want, 0, GMD_ALLOC_YIELD,
+                      strtoll(argv[2], NULL, 10), &buf);
+        bad = check(held, 91, 0);
+        printf("rc %d\nerror %s\nheld-bad-words %zu\n", r,
+               r < 0 ? gmd_last_error() : "", bad);
+        ok = r == 0 && bad == 0;
+        if (r == 0) {
+                int zero = count_nonzero(buf) == 0;
+
+                printf("bytes %s\n", zero ? "ok" : "bad");
+                ok = ok && zero;
+                gmd_free(client, buf);
+        }
+        gmd_free(client, held);
+        gmd_disconnect(client);
+        return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
         setvbuf(stdout, NULL, _IOLBF, 0);
         if (argc < 2) {
-                fprintf(stderr, "usage: gmd_test_client pattern|hold|alloc ...\n");
+                fprintf(stderr, "usage: gmd_test_client pattern|hold|alloc|yield ...\n");
                 return 2;
         }
         if (strcmp(argv[1], "pattern") == 0)
@@ -253,6 +298,8 @@ int main(int argc, char **argv)
                 return cmd_hold(argc - 2, argv + 2);
         if (strcmp(argv[1], "alloc") == 0)
                 return cmd_alloc(argc - 2, argv + 2);
+        if (strcmp(argv[1], "yield") == 0)
+                return cmd_yield(argc - 2, argv + 2);
         fprintf(stderr, "gmd_test_client: unknown command '%s'\n", argv[1]);
         return 2;
 }

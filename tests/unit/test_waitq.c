@@ -154,7 +154,7 @@ static gmd_waiter *add_alloc_as(fixture *f, gmd_session *s, gmd_waitq_owner *o,
         uint32_t id = ++f->next_id;
 
         assert_int_equal(waitq_add(&f->q, &who, o, id, size, size, device, 0,
-                                   timeout_ms, now_us()), 0);
+                                   timeout_ms, now_us(), NULL), 0);
         return find_request(f, id);
 }
 

@@ -34,7 +34,7 @@ import threading
 from ._args import format_size, parse_size
 from .buffer import Buffer
 from .client import (DEFAULT_SOCKET, LEGACY_IPC, NO_SELF_WAIT, PIN_VRAM,
-                     SPILLABLE, SWAPPABLE, Client)
+                     SPILLABLE, SWAPPABLE, YIELD, Client)
 from .errors import (Busy, ConnectFailed, CopyFailed, Disconnected,
                      GpumemError, InvalidArgument, LibraryNotFound,
                      LimitReached, NoSuchBuffer, NotAllowed, NotSupported,
@@ -49,6 +49,7 @@ __all__ = [
     "default_client", "current_client", "use_client", "alloc", "status",
     "parse_size", "format_size", "strerror",
     "SWAPPABLE", "PIN_VRAM", "SPILLABLE", "LEGACY_IPC", "NO_SELF_WAIT",
+    "YIELD",
     "DEFAULT_SOCKET",
     "GpumemError", "OutOfMemory", "TooLarge", "QuotaExceeded", "TimedOut",
     "NoSuchBuffer", "NotAllowed", "Busy", "NotSupported", "Revoked",

@@ -17,8 +17,9 @@ import os
 import threading
 import time
 
-from .errors import (Busy, CopyFailed, GpumemError, OutOfMemory, TimedOut,
-                     TooLarge)
+from .client import YIELD
+from .errors import (Busy, CopyFailed, GpumemError, InvalidArgument,
+                     OutOfMemory, TimedOut, TooLarge)
 
 # Seconds a buffer of ours waits for room before PyTorch is asked for its
 # unused cache (acquire_making_room, alloc_or_none): with gpumem.torch.enable() that cache is
@@ -101,6 +102,11 @@ class HostOps:
     def release_cached():
         """Give back what PyTorch caches unused: nothing on the CPU."""
         return False
+
+    @staticmethod
+    def quiesce():
+        """Let nothing queued touch this process's memory: on the CPU the
+        work is done when each call returns."""
 
 
 class CudaOps:
@@ -213,6 +219,14 @@ class CudaOps:
         torch.cuda.empty_cache()
         return True
 
+    @staticmethod
+    def quiesce():
+        """Wait for every kernel and copy queued on this process's devices,
+        so that its buffers may move while it waits (GMD_ALLOC_YIELD)."""
+        import torch
+        for d in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(d)
+
 
 def model_device_index(model, ops, client, device, who):
     """The CUDA device index a model's buffers go on: `device`'s, else
@@ -289,7 +303,10 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
     training jobs sharing a budget (bench_cotenancy) that gave their
     caches away mid-step each took the other's room and both waited out
     the timeout, where waiting lets the other finish its step and go
-    idle."""
+    idle. That wait lends the daemon what this process holds (YIELD, after
+    ops.quiesce()), so that two processes that are both mid-step do not
+    wait for each other for ever (bench_cotenancy, H100: two training jobs
+    and an inference job all waited out 120 s, the pool all acquired)."""
     first = start_wait(timeout)
     try:
         return client.alloc(nbytes, device=device, flags=flags,
@@ -297,11 +314,17 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
     except (OutOfMemory, TimedOut) as e:
         if isinstance(e, TooLarge):
             raise
+    rest = None if timeout is None else max(0.0, timeout - first)
     if not others_hold_vram(client):
         ops.release_cached()
-    return client.alloc(nbytes, device=device, flags=flags,
-                        timeout=None if timeout is None
-                        else max(0.0, timeout - first))
+        return client.alloc(nbytes, device=device, flags=flags, timeout=rest)
+    ops.quiesce()
+    try:
+        return client.alloc(nbytes, device=device, flags=flags | YIELD,
+                            timeout=rest)
+    except InvalidArgument:
+        # A daemon older than the flag refuses it: wait without lending.
+        return client.alloc(nbytes, device=device, flags=flags, timeout=rest)
 
 
 def others_hold_vram(client):

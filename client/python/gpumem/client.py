@@ -28,6 +28,9 @@ SPILLABLE = 1 << 1     # may live on host memory even while in use
 LEGACY_IPC = 1 << 2    # cuda only: plain cudaIpcMemHandle
 NO_SELF_WAIT = 1 << 3  # how to wait: fail at once on room only this
                        # process holds (gpumem.h GMD_ALLOC_NO_SELF_WAIT)
+YIELD = 1 << 4         # how to wait: what this process holds may move out
+                       # meanwhile and is back before the call returns
+                       # (gpumem.h GMD_ALLOC_YIELD)
 
 DEFAULT_SOCKET = "/run/gpu-memd/gpu-memd.sock"
 

@@ -1,0 +1,193 @@
+/*
+ * test_yield — GMD_ALLOC_YIELD against the real gpu-memd (sim backend, one
+ * device of 64 MiB in 2 MiB steps): two processes that each hold memory
+ * in use and each wait for the rest of the pool both complete, with every
+ * byte they held intact, where without the flag they wait each other out;
+ * what a waiting process lent is evicted for another process's plain
+ * allocation and is back, bytes intact, when its own call times out; and
+ * it is never evicted for the lender's own request.
+ *
+ * The mapping cache is off, so a free gives memory straight back and the
+ * pool's bytes are exactly what the test holds.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gpumem.h"
+#include "harness.h"
+#include "pattern.h"
+
+typedef harness_fixture fixture;
+
+#define LEND_WORDS "lends its"
+
+static int setup(void **state)
+{
+        setenv(GMD_CACHE_ENV, "0", 1);
+        return harness_setup(state);
+}
+
+static void start(fixture *f)
+{
+        harness_start_small(&f->h, NULL);
+        f->client = harness_client(&f->h, "yield");
+}
+
+static harness_proc *spawn_ready(fixture *f, const char *const *args)
+{
+        harness_proc *p = harness_track_client(f, args);
+        char *line = harness_read_line(p, "ready", 5000);
+
+        if (!line)
+                fail_msg("%s did not get ready; daemon log:\n%s", args[0],
+                         harness_read_log(&f->h));
+        free(line);
+        return p;
+}
+
+/* The child's exit and its "rc" line; fails the test unless it exited 0. */
+static void expect_child_ok(fixture *f, harness_proc *p)
+{
+        char *out = NULL;
+        int code = harness_finish(p, &out, 20000);
+
+        if (code != 0)
+                fail_msg("child exited %d:\n%s\ndaemon log:\n%s", code,
+                         out ? out : "", harness_read_log(&f->h));
+        assert_non_null(strstr(out, "rc 0"));
+        free(out);
+}
+
+/* (1) This process holds 24 MiB and wants 40, the other holds 40 and wants
+ * 24: each needs the whole pool. With the flag both are served, one after
+ * the other, and what each held reads back intact. */
+static void test_two_waiters_both_complete(void **state)
+{
+        fixture *f = *state;
+        const char *args[] = { "yield", "40M", "24M", "20000", NULL };
+        gmd_buffer *held = NULL, *more = NULL;
+        harness_proc *p;
+
+        start(f);
+        OK(gmd_alloc(f->client, 24 * MiB, 0, 0, GMD_NO_WAIT, &held));
+        pattern_fill(held, 5);
+        p = spawn_ready(f, args);
+        /* Let the other's wait begin first: either order must work. */
+        harness_sleep_ms(100);
+        if (gmd_alloc(f->client, 40 * MiB, 0, GMD_ALLOC_YIELD, 20000, &more) != 0) {
+                fprintf(stderr, "daemon log:\n%s\n", harness_read_log(&f->h));
+                fail_msg("alloc: %s", gmd_last_error());
+        }
+        pattern_check(held, 5, "the buffer this process lent");
+        pattern_fill(more, 6);
+        pattern_check(more, 6, "the new buffer");
+        OK(gmd_free(f->client, more));
+        OK(gmd_free(f->client, held));
+        expect_child_ok(f, p);
+        assert_true(harness_log_count(&f->h, LEND_WORDS) >= 2);
+}
+
+/* (2) The same two without the flag wait each other out: the deadlock the
+ * flag is for. */
+static void test_without_flag_they_wait(void **state)
+{
+        fixture *f = *state;
+        const char *args[] = { "hold", "40M", NULL };
+        gmd_buffer *held = NULL, *more = NULL;
+        harness_proc *p;
+        int r;
+
+        start(f);
+        OK(gmd_alloc(f->client, 24 * MiB, 0, 0, GMD_NO_WAIT, &held));
+        p = spawn_ready(f, args);
+        (void)p;
+        r = gmd_alloc(f->client, 40 * MiB, 0, 0, 500, &more);
+        assert_int_equal(r, GMD_ETIMEDOUT);
+        assert_int_equal(harness_log_count(&f->h, LEND_WORDS), 0);
+        OK(gmd_free(f->client, held));
+}
+
+/* (3) What a waiting process lent is evicted for another process's plain
+ * allocation, which is served; the lender's own call times out (another
+ * process still holds the rest) and returns with its buffers back in
+ * VRAM, bytes intact. */
+static void test_lent_evicted_for_other_and_back(void **state)
+{
+        fixture *f = *state;
+        const char *hold[] = { "hold", "24M", NULL };
+        const char *plain[] = { "alloc", "16M", "10000", NULL };
+        gmd_buffer *a = NULL, *b = NULL, *c = NULL;
+        harness_proc *other;
+        char *line;
+        int r;
+
+        start(f);
+        OK(gmd_alloc(f->client, 24 * MiB, 0, 0, GMD_NO_WAIT, &a));
+        OK(gmd_alloc(f->client, 16 * MiB, 0, 0, GMD_NO_WAIT, &b));
+        pattern_fill(a, 11);
+        pattern_fill(b, 12);
+        spawn_ready(f, hold);           /* the pool is full */
+        other = harness_track_client(f, plain);
+        line = harness_read_line(other, "connected", 5000);
+        free(line);
+        /* The plain allocation waits for room nobody releases... */
+        harness_sleep_ms(200);
+        /* ...until this one waits too, lending a and b: one of them goes
+         * out for the plain allocation. */
+        r = gmd_alloc(f->client, 16 * MiB, 0, GMD_ALLOC_YIELD, 1500, &c);
+        assert_int_equal(r, GMD_ETIMEDOUT);
+        expect_child_ok(f, other);
+        assert_int_equal(gmd_buffer_tier(a), GMD_TIER_VRAM);
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
+        pattern_check(a, 11, "lent buffer a");
+        pattern_check(b, 12, "lent buffer b");
+        if (!harness_log_count(&f->h, "evicting buffer"))
+                fail_msg("nothing lent was evicted; daemon log:\n%s",
+                         harness_read_log(&f->h));
+        /* Still its lease: usable and released as before. */
+        OK(gmd_release(f->client, a));
+        OK(gmd_free(f->client, a));
+        OK(gmd_free(f->client, b));
+}
+
+/* (4) Nothing but its own lent buffers could make the room: they are not
+ * moved for its own request (they would have to come back at once). */
+static void test_own_lent_not_evicted_for_itself(void **state)
+{
+        fixture *f = *state;
+        const char *hold[] = { "hold", "24M", NULL };
+        gmd_buffer *a = NULL, *c = NULL;
+        int r;
+
+        start(f);
+        OK(gmd_alloc(f->client, 40 * MiB, 0, 0, GMD_NO_WAIT, &a));
+        pattern_fill(a, 21);
+        spawn_ready(f, hold);
+        r = gmd_alloc(f->client, 16 * MiB, 0, GMD_ALLOC_YIELD, 400, &c);
+        assert_int_equal(r, GMD_ETIMEDOUT);
+        assert_int_equal(harness_log_count(&f->h, "evicting buffer"), 0);
+        pattern_check(a, 21, "lent buffer");
+        OK(gmd_free(f->client, a));
+}
+
+#define TEST(name) cmocka_unit_test_setup_teardown(name, setup, harness_teardown)
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                TEST(test_two_waiters_both_complete),
+                TEST(test_without_flag_they_wait),
+                TEST(test_lent_evicted_for_other_and_back),
+                TEST(test_own_lent_not_evicted_for_itself),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
