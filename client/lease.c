@@ -36,9 +36,9 @@ static int acquire_request(gmd_client *client, gmd_buffer *buffer,
                 gmd__error_set("%s: client and buffer must be given", fn);
                 return -EINVAL;
         }
-        if (flags & ~GMD_ACQUIRE_READ_ONLY) {
+        if (flags & ~(GMD_ACQUIRE_READ_ONLY | GMD_ACQUIRE_YIELD)) {
                 gmd__error_set("%s: unknown flags 0x%x", fn,
-                               flags & ~GMD_ACQUIRE_READ_ONLY);
+                               flags & ~(GMD_ACQUIRE_READ_ONLY | GMD_ACQUIRE_YIELD));
                 return -EINVAL;
         }
         if (buffer_acquiring(buffer, fn))

@@ -340,6 +340,14 @@ int gmd_acquire(gmd_client *client, gmd_buffer *buffer, int64_t timeout_ms);
  */
 #define GMD_ACQUIRE_READ_ONLY (1u << 0)
 
+/* GMD_ACQUIRE_YIELD: while this acquire waits for its buffer to come back,
+ * the other buffers this process holds acquired may be moved out for
+ * another process, as with GMD_ALLOC_YIELD (same promise: nothing of the
+ * process touches them until the call returns; they are back in VRAM,
+ * at their addresses, before it does, also when it fails). A daemon older
+ * than the flag refuses it (GMD_EINVAL, "unknown acquire flags 0x2"). */
+#define GMD_ACQUIRE_YIELD (1u << 1)
+
 /* gmd_acquire with GMD_ACQUIRE_* `flags` (0: gmd_acquire). */
 GMD_EXPORT
 int gmd_acquire_flags(gmd_client *client, gmd_buffer *buffer,

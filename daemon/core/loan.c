@@ -19,6 +19,7 @@
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
+#include "waitq.h"
 
 /* Does `o` belong to the same process as `s` (the same pid, or `s` itself
  * when the pid is unknown)? */
@@ -216,6 +217,29 @@ void loan_end(gmd_loan *loan, answer_kind kind, const gmd_result *result)
         loan_back(loan, NULL, 0, NULL);
 }
 
+/* The acquire the loan was made for is granted (code 0) or failed. */
+static void loan_acquired(void *ctx, gmd_dbuffer *b, int code, const char *why)
+{
+        gmd_loan *loan = ctx;
+        gmd_result res;
+
+        /* Its swap-in may go on as a prefetch: no longer this loan's. */
+        if (b->move_waiter)
+                b->move_waiter->loan = NULL;
+        result_ok(&res);
+        if (code)
+                result_error(&res, code, "buffer %llu: %s",
+                             (unsigned long long)b->id, why);
+        loan_end(loan, code ? ANSWER_ERROR : ANSWER_OK, &res);
+}
+
+void loan_take_acquire(gmd_loan *loan, gmd_dbuffer *b)
+{
+        move_acquire_divert(b, loan_acquired, loan);
+        if (b->move_waiter)
+                b->move_waiter->loan = loan;
+}
+
 void loan_forget(gmd_dbuffer *b)
 {
         b->loan = NULL;
@@ -232,12 +256,18 @@ void loan_session_closed(gmd_session *s)
                 return;
         s->loan = NULL;
         loan->session = NULL;
-        /* Its own buffers are freed next: not brought back first. */
+        /* Its own buffers are freed next: not brought back first, and an
+         * acquire of one that the loan was to answer is the session's
+         * again (nobody is answered: it closes). */
         list_for_each(pos, &s->buffers) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
 
                 if (b->loan == loan)
                         loan_forget(b);
+                if (b->acquirer && b->acquirer->ctx == loan)
+                        move_acquire_divert(b, NULL, NULL);
+                if (b->move_waiter && b->move_waiter->loan == loan)
+                        b->move_waiter->loan = NULL;
         }
         result_ok(&none);
         loan_end(loan, ANSWER_OK, &none);

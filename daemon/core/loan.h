@@ -73,6 +73,12 @@ bool loan_fits(const gmd_loan *loan, uint64_t size, unsigned device);
  * answer when the last one is back (at once when none is away). */
 void loan_end(gmd_loan *loan, answer_kind kind, const gmd_result *result);
 
+/* The loan was made for the client's acquire of `buffer`, which waits:
+ * its grant or failure ends the loan (the answer, OK or the error, is
+ * queued once what was lent is back), and its swap-in is served only with
+ * room for what the loan must bring back too. */
+void loan_take_acquire(gmd_loan *loan, gmd_dbuffer *buffer);
+
 /* The owner released or freed a lent buffer: it is no longer the loan's
  * to bring back. */
 void loan_forget(gmd_dbuffer *buffer);

@@ -912,6 +912,14 @@ gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
         return OUTCOME_LATER;
 }
 
+void move_acquire_divert(gmd_dbuffer *b, move_acquired_fn done, void *ctx)
+{
+        if (!b->acquirer)
+                return;
+        b->acquirer->on_done = done;
+        b->acquirer->ctx = ctx;
+}
+
 int move_acquire_for(gmd_server *server, gmd_dbuffer *b,
                      move_acquired_fn done, void *ctx)
 {

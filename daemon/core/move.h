@@ -219,4 +219,9 @@ gmd_outcome move_acquire(gmd_session *session, uint32_t request_id,
 int move_acquire_for(gmd_server *server, gmd_dbuffer *buffer,
                      move_acquired_fn done, void *ctx);
 
+/* The acquire waiting for `buffer` (move_acquire's OUTCOME_LATER) is
+ * answered by `done(ctx, ...)` instead of a reply to its client (`done`
+ * NULL: by the reply again). */
+void move_acquire_divert(gmd_dbuffer *buffer, move_acquired_fn done, void *ctx);
+
 #endif

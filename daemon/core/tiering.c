@@ -13,6 +13,7 @@
 
 #include "backing.h"
 #include "buffer.h"
+#include "loan.h"
 #include "log.h"
 #include "move.h"
 #include "result.h"
@@ -27,18 +28,27 @@
 gmd_outcome tiering_handle_acquire(gmd_session *s, uint32_t id,
                                    const Gmd__AcquireRequest *m, gmd_result *ret)
 {
+        const uint32_t known = GMD_ACQUIRE_READ_ONLY | GMD_ACQUIRE_YIELD;
         gmd_dbuffer *b = buffer_find(s->server, s, m->buffer_id);
+        gmd_outcome o;
+        gmd_loan *loan;
 
-        if (m->flags & ~(uint32_t)GMD_ACQUIRE_READ_ONLY)
+        if (m->flags & ~known)
                 return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
                                     "unknown acquire flags 0x%x",
-                                    m->flags & ~(uint32_t)GMD_ACQUIRE_READ_ONLY);
+                                    m->flags & ~known);
         if (!b || b->parked)
                 return result_error(ret, GMD__ERROR_CODE__ERR_NOT_FOUND,
                                     "no buffer %llu belongs to this client",
                                     (unsigned long long)m->buffer_id);
-        return move_acquire(s, id, b, m->timeout_ms,
-                            m->flags & GMD_ACQUIRE_READ_ONLY, ret);
+        o = move_acquire(s, id, b, m->timeout_ms,
+                         m->flags & GMD_ACQUIRE_READ_ONLY, ret);
+        /* GMD_ACQUIRE_YIELD: while it waits, what the process holds may
+         * move; its answer waits for all of that to be back (loan.h). */
+        if (o == OUTCOME_LATER && (m->flags & GMD_ACQUIRE_YIELD) &&
+            b->acquirer && (loan = loan_start(s, id)))
+                loan_take_acquire(loan, b);
+        return o;
 }
 
 /* Check every named buffer: the array, or NULL with `ret` filled. */

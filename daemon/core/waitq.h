@@ -104,11 +104,14 @@ struct gmd_waiter {
         uint64_t asked;             /* as the client asked */
         unsigned flags;
         int64_t timeout_ms;         /* < 0: no deadline */
-        struct gmd_loan *loan;      /* what it lent while it waits (loan.h),
-                                     * set by the layer above */
 
         /* WAITQ_SWAP_IN, WAITQ_PREFETCH */
         gmd_dbuffer *buffer;
+
+        /* What its client's process lent while this allocation or the
+         * acquire behind this swap-in waits (loan.h); set by the layer
+         * above, NULL when none. */
+        struct gmd_loan *loan;
 };
 
 void waitq_init(gmd_waitq *q, uv_loop_t *loop, gmd_pending *pending,

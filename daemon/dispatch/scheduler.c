@@ -43,11 +43,11 @@ static int waiter_serve(void *ctx, gmd_waiter *w)
         gmd_result res;
         int r;
 
-        if (w->rank != WAITQ_ALLOC)
-                return move_in_begin(server, w->buffer);
         /* Served with room for what it lent too, or not yet. */
         if (w->loan && !loan_fits(w->loan, w->size, w->device))
                 return -ENOSPC;
+        if (w->rank != WAITQ_ALLOC)
+                return move_in_begin(server, w->buffer);
         result_ok(&res);
         r = alloc_now_on(w->session, w->size, w->device, w->flags,
                          GMD_TIER_VRAM, w->since_us, &res);
@@ -75,7 +75,7 @@ static int waiter_serve(void *ctx, gmd_waiter *w)
 static uint64_t waiter_more(void *ctx, const gmd_waiter *w)
 {
         (void)ctx;
-        return w->rank == WAITQ_ALLOC ? loan_out_bytes(w->loan, w->device) : 0;
+        return loan_out_bytes(w->loan, w->device);
 }
 
 static bool waiter_reachable(void *ctx, const gmd_waiter *w)

@@ -5,7 +5,8 @@
  * byte they held intact, where without the flag they wait each other out;
  * what a waiting process lent is evicted for another process's plain
  * allocation and is back, bytes intact, when its own call times out; and
- * it is never evicted for the lender's own request.
+ * it is never evicted for the lender's own request; an acquire that waits
+ * with GMD_ACQUIRE_YIELD lends the same way.
  *
  * The mapping cache is off, so a free gives memory straight back and the
  * pool's bytes are exactly what the test holds.
@@ -178,6 +179,45 @@ static void test_own_lent_not_evicted_for_itself(void **state)
         OK(gmd_free(f->client, a));
 }
 
+/* (5) An acquire that waits with GMD_ACQUIRE_YIELD lends the same way.
+ * This process holds 40 MiB in use and brings back 16 it paged out; the
+ * other holds the rest for good, and a third waits for 16 with a plain
+ * allocation: what this process lent goes out for the third, which is
+ * served, and this acquire times out (the second never frees) and
+ * returns with everything back, bytes intact. Without the flag the third
+ * would wait out its 5 s. */
+static void test_acquire_lends(void **state)
+{
+        fixture *f = *state;
+        const char *hold[] = { "hold", "24M", NULL };
+        const char *plain[] = { "alloc", "16M", "5000", NULL };
+        gmd_buffer *held = NULL, *out;
+        harness_proc *third;
+        char *line;
+        int r;
+
+        start(f);
+        out = harness_released_buffer(f->client, 16 * MiB, 31);
+        harness_page_out(f->client, out);
+        OK(gmd_alloc(f->client, 40 * MiB, 0, 0, GMD_NO_WAIT, &held));
+        pattern_fill(held, 32);
+        spawn_ready(f, hold);           /* the pool is full */
+        third = harness_track_client(f, plain);
+        line = harness_read_line(third, "connected", 5000);
+        free(line);
+        harness_sleep_ms(200);
+        r = gmd_acquire_flags(f->client, out, 1500, GMD_ACQUIRE_YIELD);
+        assert_int_equal(r, GMD_ETIMEDOUT);
+        expect_child_ok(f, third);
+        assert_int_equal(gmd_buffer_tier(held), GMD_TIER_VRAM);
+        pattern_check(held, 32, "the buffer this process lent");
+        assert_int_equal(harness_log_count(&f->h, LEND_WORDS), 1);
+        OK(gmd_free(f->client, held));  /* room for the one it acquired */
+        OK(gmd_acquire(f->client, out, 5000));
+        pattern_check(out, 31, "the buffer acquired");
+        OK(gmd_free(f->client, out));
+}
+
 #define TEST(name) cmocka_unit_test_setup_teardown(name, setup, harness_teardown)
 
 int main(void)
@@ -187,6 +227,7 @@ int main(void)
                 TEST(test_without_flag_they_wait),
                 TEST(test_lent_evicted_for_other_and_back),
                 TEST(test_own_lent_not_evicted_for_itself),
+                TEST(test_acquire_lends),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -377,6 +377,45 @@ class Default(DaemonTest):
         self.assertIs(gpumem.current_client(), d)
 
 
+class Lend(DaemonTest):
+    """YIELD and acquire(lend=True): a process that waits lends what it
+    holds to another process's request, and has it back, bytes intact,
+    when its call returns (here: when it times out)."""
+    CHILD = ("import gpumem, sys\n"
+             "c = gpumem.Client(name='lender')\n"
+             "held = c.alloc(40 << 20)\n"
+             "held.as_memoryview()[:4] = b'lent'\n"
+             "out = c.alloc(16 << 20); out.release(); out.pageout()\n"
+             "out.wait(timeout=5)\n"
+             "print('ready', flush=True); sys.stdin.readline()\n"
+             "try:\n    out.acquire(timeout=1.5, lend=True)\n"
+             "except gpumem.TimedOut:\n    print('timed out', flush=True)\n"
+             "print(held.tier, bytes(held.as_memoryview()[:4]).decode(),\n"
+             "      flush=True)\n")
+
+    def test_acquire_lends_to_another_process(self):
+        child = spawn_python(self.daemon, self.CHILD)
+        self.addCleanup(reap, child)
+        self.assertEqual(child.stdout.readline().strip(), "ready")
+        rest = self.client.alloc(24 << 20)      # the pool is full
+        self.addCleanup(rest.free)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        # Waits for room only the child's lent buffer can make.
+        buf = self.client.alloc(16 << 20, timeout=5)
+        buf.free()
+        self.assertEqual(child.stdout.readline().strip(), "timed out")
+        self.assertEqual(child.stdout.readline().split(), ["vram", "lent"])
+        self.assertEqual(child.wait(10), 0)
+
+    def test_flags_are_known(self):
+        self.assertEqual(gpumem.YIELD, 1 << 4)
+        buf = self.client.alloc(4 * MiB, flags=gpumem.YIELD, timeout=0)
+        buf.release()
+        buf.acquire(timeout=1, lend=True)
+        self.assertEqual(buf.tier, "vram")
+
+
 @unittest.skipUnless(os.geteuid() == 0, "admin calls need root")
 class Admin(DaemonTest):
     CHILD = ("import gpumem, sys\n"

@@ -261,10 +261,18 @@ def start_wait(timeout):
 def _acquire_after_room(buf, timeout, ops, read_only):
     """An acquire that waited start_wait(timeout) in vain: PyTorch's unused
     cache given back, then the rest of `timeout` waited out (None: for
-    ever). True when the cache was released."""
+    ever), lending the daemon what this process holds meanwhile (after
+    ops.quiesce(): GMD_ACQUIRE_YIELD), so that two processes that each
+    hold memory in use and wait for more do not wait for each other for
+    ever. True when the cache was released."""
     released = ops.release_cached()
-    buf.acquire(None if timeout is None else
-                max(0.0, timeout - start_wait(timeout)), read_only=read_only)
+    rest = None if timeout is None else max(0.0, timeout - start_wait(timeout))
+    ops.quiesce()
+    try:
+        buf.acquire(rest, read_only=read_only, lend=True)
+    except InvalidArgument:
+        # A daemon older than the flag refuses it: wait without lending.
+        buf.acquire(rest, read_only=read_only)
     return released
 
 

@@ -17,6 +17,7 @@ from . import _lib, errors, views
 from ._args import timeout_ms
 
 READ_ONLY = 1 << 0      # gpumem.h GMD_ACQUIRE_READ_ONLY
+LEND = 1 << 1           # gpumem.h GMD_ACQUIRE_YIELD
 
 
 def stream_handle(stream):
@@ -33,6 +34,11 @@ def stream_handle(stream):
     raise TypeError(f"stream must be an int handle, a torch.cuda.Stream or "
                     f"None, not {type(stream).__name__}")
 
+
+
+def _acquire_flags(read_only, lend):
+    """GMD_ACQUIRE_* bits of acquire()'s arguments."""
+    return (READ_ONLY if read_only else 0) | (LEND if lend else 0)
 
 class Buffer:
     """Memory from gpu-memd: `ptr`, `size` (bytes, rounded to the
@@ -119,7 +125,7 @@ class Buffer:
             self._handle, self._gone = handle, None
             raise
 
-    def acquire(self, timeout=None, read_only=False):
+    def acquire(self, timeout=None, read_only=False, lend=False):
         """Take the lease: the daemon will not move the buffer away until
         release. Brings it back from host memory first, ahead of other
         moves. Raises TimedOut after `timeout` seconds (None: forever),
@@ -128,20 +134,23 @@ class Buffer:
         (GMD_ACQUIRE_READ_ONLY): while every lease since its last swap-in
         is read only the daemon keeps the host copy that swap-in came
         from, and the next pageout copies nothing; a write under a
-        read-only lease may be lost."""
+        read-only lease may be lost.
+        lend: while it waits, the other buffers this process holds may be
+        moved out for another process and are back before it returns, also
+        when it fails (GMD_ACQUIRE_YIELD); the caller promises that nothing
+        of this process touches them meanwhile (synchronize the device
+        first)."""
         self._client._call(_lib.lib().gmd_acquire_flags, self._live(),
-                           timeout_ms(timeout),
-                           READ_ONLY if read_only else 0)
+                           timeout_ms(timeout), _acquire_flags(read_only, lend))
 
-    def acquire_start(self, timeout=None, read_only=False):
+    def acquire_start(self, timeout=None, read_only=False, lend=False):
         """acquire() in two halves: send the request and return at once;
         acquire_finish() waits for the lease (and raises what acquire
         would have). The buffer is usable only after acquire_finish.
         Until then another acquire or a release of this buffer raises
         Busy; free() hears the answer first."""
         self._client._call(_lib.lib().gmd_acquire_start, self._live(),
-                           timeout_ms(timeout),
-                           READ_ONLY if read_only else 0)
+                           timeout_ms(timeout), _acquire_flags(read_only, lend))
 
     def acquire_finish(self):
         """Wait for the lease acquire_start asked for."""
