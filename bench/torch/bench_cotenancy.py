@@ -59,7 +59,10 @@ Cases (--cases, default both):
              losses bit-identical alone and together, and the bytes the
              daemon moved each way and their GB/s (gpu-memctl --json
              status before and after each phase: the VRAM pool's
-             bytes_out/bytes_in and copy_us_out/copy_us_in).
+             bytes_out/bytes_in and copy_us_out/copy_us_in). --no-idle
+             runs the same jobs without idle(): they never take turns,
+             and two mid-step jobs whose working sets do not both fit
+             must lend (GMD_ALLOC_YIELD) to finish at all.
 Each case and each child is bounded in time (--deadline, default 220 s
 quick, 480 s full, over both cases; a child stops its steps past its
 share and says so), so one 10-minute device command runs the bench.
@@ -708,7 +711,7 @@ def summarize_train2x(case, show=True):
 
 # ---- case: three processes ------------------------------------------------
 
-def cotenancy_jobs(quick, budget, stream_frac):
+def cotenancy_jobs(quick, budget, stream_frac, idle=True):
     tbase = dict(width=1024, heads=16, seq=512, batch=4, vocab=50257) \
         if quick else dict(width=2048, heads=16, seq=512, batch=8,
                            vocab=50257)
@@ -718,12 +721,12 @@ def cotenancy_jobs(quick, budget, stream_frac):
     steps, warmup = (8, 2) if quick else (16, 3)
     requests, tokens = (6, 24) if quick else (10, 32)
     train = {"cfg": tcfg, "steps": steps, "warmup": warmup,
-             "method": "gpumem", "shim": True, "idle": True,
+             "method": "gpumem", "shim": True, "idle": idle,
              "stream_budget": int(stream_frac * budget)}
     jobs = [("train", dict(train, name="train_a", seed=42), None),
             ("train", dict(train, name="train_b", seed=43), None),
             ("infer", {"cfg": lcfg, "name": "infer", "shim": True,
-                       "stream": True, "idle": True, "gap_s": 0.2,
+                       "stream": True, "idle": idle, "gap_s": 0.2,
                        "requests": requests, "tokens": tokens, "prompt": 32},
              INFER_PRIORITY)]
     return jobs
@@ -733,7 +736,8 @@ def case_cotenancy(ctx, opts, left):
     quick = opts.quick
     budget = parse_size(opts.cot_budget) if opts.cot_budget else \
         (4 * GiB if quick else 16 * GiB)
-    jobs = cotenancy_jobs(quick, budget, opts.stream_frac)
+    jobs = cotenancy_jobs(quick, budget, opts.stream_frac,
+                          idle=not opts.no_idle)
     out = {"budget": budget, "jobs": [a for _, a, _ in jobs],
            "alone": [], "together": []}
     t0 = time.monotonic()
@@ -911,6 +915,11 @@ def main():
                     help="more train2x gpumem runs: a JSON list of "
                     "offload_activations() arguments, e.g. "
                     "'[{\"pageout\": false}, {\"min_bytes\": 4194304}]'")
+    ap.add_argument("--no-idle", action="store_true",
+                    help="cotenancy without idle() between steps and "
+                    "requests: the jobs never take turns, so their in-step "
+                    "working sets meet (a robustness run, not the "
+                    "issue's benchmark)")
     ap.add_argument("--per-process-margin", default="1G",
                     help="the holder's margin per GPU process (default 1G)")
     ap.add_argument("--summarize", metavar="FILE",
