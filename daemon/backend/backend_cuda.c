@@ -84,8 +84,10 @@ static void cuda_ops_destroy(gmd_backend *backend)
 
         if (!b)
                 return;
-        if (b->copy_lock_ready)
+        if (b->copy_lock_ready) {
                 cuda_ops_set_wake(backend, NULL, NULL);
+                cuda_watch_stop(b);
+        }
         cuda_events_clear(b);
         for (i = 0; i < b->n_devices; i++) {
                 cuda_device *d = &b->devices[i];
@@ -300,6 +302,7 @@ int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
                 cuda_ops_destroy(&b->base);
                 return r;
         }
+        (void)cuda_watch_start(b);      /* without it, host functions */
         *ret_backend = &b->base;
         return 0;
 }

@@ -68,13 +68,18 @@ typedef struct cuda_copy {
         CUevent done;
         void *cookie;
         bool fired;              /* under cuda_backend.copy_lock */
+        /* The watcher's (backend_cuda_watch.c), under copy_lock: */
+        uint64_t gen;            /* which submit this record is for */
+        uint64_t due_us;         /* when it should end (now_us clock) */
+        uint64_t poll_us;        /* when to query its event next */
 } cuda_copy;
 
 /* One direction of one device: the stream copies run on, the stream
  * their host functions run on (waiting on each copy's event, so a host
  * function never holds the next copy back), and what is in flight,
- * oldest first. The list is the loop thread's; only `fired` flags change
- * elsewhere. */
+ * oldest first. The list changes under copy_lock (the watcher reads it);
+ * records are added and taken off by the loop thread only, and only
+ * `fired` flags change elsewhere. */
 typedef struct cuda_queue {
         CUstream stream;
         CUstream notify;
@@ -86,7 +91,18 @@ typedef struct cuda_queue {
         /* Copies ever submitted: the link measurement compares the count
          * before and after each of its copies to know it ran alone. */
         uint64_t n_submitted;
+        uint64_t last_due_us;    /* when its last copy should end */
 } cuda_queue;
+
+/* The thread that hears copies end by polling their events near their
+ * expected end (backend_cuda_watch.c). Its flags are under copy_lock. */
+typedef struct cuda_watch {
+        pthread_t thread;
+        pthread_cond_t cond;     /* a copy queued, or stop */
+        bool started, stopping;
+        uint64_t gen;            /* records queued so far */
+        uint64_t queries, heard; /* events queried; copies heard first */
+} cuda_watch;
 
 /* The host arena of one device (backend_cuda_host.c): one VA range of
  * `target` bytes in the daemon, filled from its start with host-located
@@ -211,6 +227,7 @@ struct cuda_backend {
         void *wake_ctx;
         cuda_copy *zombies;      /* failed copies whose host function
                                   * never ran: freed at close */
+        cuda_watch watch;
         cuda_host host;
         unsigned n_devices;
         cuda_device devices[];
@@ -227,6 +244,30 @@ cuda_device *cuda_device_get(cuda_backend *b, unsigned device);
 /* Log a failed driver call ("what: CUDA_ERROR_... (text)") and return it
  * as a negative errno; 0 for CUDA_SUCCESS. */
 int cuda_check(cuda_backend *b, CUresult res, const char *what);
+
+/* ---- backend_cuda_watch.c ----------------------------------------------- */
+
+/* Start the watcher thread; 0 or -errno (copies are then heard by their
+ * host functions alone). */
+int cuda_watch_start(cuda_backend *b);
+
+/* Stop it and wait for it; before the copy queues close. */
+void cuda_watch_stop(cuda_backend *b);
+
+/* Loop thread, copy_lock held: `c`, `len` bytes, was just queued on `q`
+ * (a copy of device `d`, direction `dir`): append it to the in-flight
+ * list, reckon when it should end from the link's rate, and let the
+ * watcher know. */
+void cuda_watch_queued(cuda_backend *b, cuda_device *d, cuda_queue *q,
+                       gmd_copy_dir dir, cuda_copy *c, uint64_t len,
+                       uint64_t now);
+
+/* One round of the watcher (copy_lock held; dropped around each driver
+ * call): query the event of each queue's first copy not heard of yet
+ * whose time has come, mark those that ended and wake the loop. Returns
+ * when the next query is due (now_us clock), UINT64_MAX when nothing is
+ * in flight. The thread's body; the unit tests call it directly. */
+uint64_t cuda_watch_step(cuda_backend *b, uint64_t now);
 
 /* ---- backend_cuda_mem.c ------------------------------------------------- */
 

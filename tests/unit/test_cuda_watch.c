@@ -1,0 +1,218 @@
+/*
+ * test_cuda_watch — daemon/backend/backend_cuda_watch.c, the thread that
+ * hears copies end by polling their events, one round at a time
+ * (cuda_watch_step) on a fake CUDA driver: a copy is not queried before
+ * it is due; queried, a copy still running is asked again a few
+ * microseconds later and less often the later it runs; one that ended is
+ * marked fired and wakes the loop once, and the next copy of its stream
+ * is queried in the same breath; a copy its host function marked first
+ * is passed over; a copy queued behind another is due after it; the
+ * thread itself, started and stopped, hears a copy that ends.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "backend_cuda.h"
+#include "timeutil.h"
+
+#define MIB (UINT64_C(1) << 20)
+#define RATE (UINT64_C(1) << 30)       /* 1 MiB takes 976 us */
+
+static struct {
+        char ctx;
+        bool done[4];                  /* by record index */
+        unsigned queries;
+        unsigned wakes;
+} fk;
+
+static cuda_copy records[4];
+
+static CUresult fk_ctx_set(CUcontext ctx) { (void)ctx; return CUDA_SUCCESS; }
+
+static CUresult fk_event_query(CUevent ev)
+{
+        unsigned i = (unsigned)(uintptr_t)ev - 1;
+
+        __atomic_add_fetch(&fk.queries, 1, __ATOMIC_SEQ_CST);
+        return __atomic_load_n(&fk.done[i], __ATOMIC_SEQ_CST) ?
+               CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+static const gmd_cuda_driver fake_driver = {
+        .cuCtxSetCurrent = fk_ctx_set,
+        .cuEventQuery = fk_event_query,
+};
+
+static void on_wake(void *ctx)
+{
+        (void)ctx;
+        __atomic_add_fetch(&fk.wakes, 1, __ATOMIC_SEQ_CST);
+}
+
+static int setup(void **state)
+{
+        cuda_backend *b = calloc(1, sizeof(*b) + sizeof(cuda_device));
+
+        assert_non_null(b);
+        memset(&fk, 0, sizeof(fk));
+        memset(records, 0, sizeof(records));
+        for (unsigned i = 0; i < 4; i++)
+                records[i].done = (CUevent)(uintptr_t)(i + 1);
+        b->cu = &fake_driver;
+        b->n_devices = 1;
+        pthread_mutex_init(&b->copy_lock, NULL);
+        b->copy_lock_ready = true;
+        b->wake = on_wake;
+        b->devices[0].ctx = (CUcontext)&fk.ctx;
+        b->devices[0].link.bytes_per_s[GMD_COPY_IN] = RATE;
+        *state = b;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        cuda_backend *b = *state;
+
+        pthread_mutex_destroy(&b->copy_lock);
+        free(b);
+        return 0;
+}
+
+/* Queue record `i`, `len` bytes, on device 0's host-to-VRAM stream at
+ * `now`. */
+static void queue(cuda_backend *b, unsigned i, uint64_t len, uint64_t now)
+{
+        cuda_device *d = &b->devices[0];
+
+        pthread_mutex_lock(&b->copy_lock);
+        cuda_watch_queued(b, d, &d->queues[GMD_COPY_IN], GMD_COPY_IN,
+                          &records[i], len, now);
+        pthread_mutex_unlock(&b->copy_lock);
+}
+
+static uint64_t step(cuda_backend *b, uint64_t now)
+{
+        uint64_t next;
+
+        pthread_mutex_lock(&b->copy_lock);
+        next = cuda_watch_step(b, now);
+        pthread_mutex_unlock(&b->copy_lock);
+        return next;
+}
+
+static void test_nothing_in_flight(void **state)
+{
+        assert_int_equal(step(*state, 1000), UINT64_MAX);
+        assert_int_equal(fk.queries, 0);
+}
+
+static void test_not_queried_before_due(void **state)
+{
+        cuda_backend *b = *state;
+        uint64_t due;
+
+        queue(b, 0, MIB, 1000);
+        due = records[0].due_us;
+        /* Start, then 1 MiB at 1 GiB/s. */
+        assert_in_range(due, 1000 + 976, 1000 + 976 + 20);
+        assert_int_equal(step(b, 1100), records[0].poll_us);
+        assert_true(records[0].poll_us < due);
+        assert_int_equal(fk.queries, 0);
+}
+
+static void test_running_copy_polled_less_often_as_it_runs_late(void **state)
+{
+        cuda_backend *b = *state;
+        uint64_t due;
+
+        queue(b, 0, MIB, 1000);
+        due = records[0].due_us;
+        assert_int_equal(step(b, due), due + 3);
+        assert_int_equal(fk.queries, 1);
+        assert_false(records[0].fired);
+        assert_int_equal(step(b, due + 500), due + 525);
+        assert_int_equal(step(b, due + 5000), due + 5250);
+        assert_int_equal(fk.queries, 3);
+        assert_int_equal(fk.wakes, 0);
+}
+
+static void test_ended_copy_fires_and_wakes_once(void **state)
+{
+        cuda_backend *b = *state;
+        uint64_t now;
+
+        queue(b, 0, MIB, 1000);
+        queue(b, 1, MIB, 1000);
+        /* Behind the first on its stream: due a copy's time later. */
+        assert_in_range(records[1].due_us, records[0].due_us + 970,
+                        records[0].due_us + 980);
+        now = records[0].due_us;
+        fk.done[0] = true;
+        assert_int_equal(step(b, now), now);    /* look again at once */
+        assert_true(records[0].fired);
+        assert_false(records[1].fired);
+        assert_int_equal(fk.wakes, 1);
+        /* The next one is not due yet: no query for it. */
+        assert_int_equal(step(b, now), records[1].poll_us);
+        assert_int_equal(fk.queries, 1);
+        assert_int_equal(fk.wakes, 1);
+}
+
+static void test_fired_by_host_function_is_passed_over(void **state)
+{
+        cuda_backend *b = *state;
+        uint64_t now;
+
+        queue(b, 0, MIB, 1000);
+        queue(b, 1, 0, 1000);          /* an empty copy, due with it */
+        records[0].fired = true;       /* its host function ran */
+        now = records[1].due_us;
+        fk.done[1] = true;
+        step(b, now);
+        assert_int_equal(fk.queries, 1);        /* record 1's only */
+        assert_true(records[1].fired);
+        assert_int_equal(fk.wakes, 1);
+}
+
+static void test_thread_hears_a_copy(void **state)
+{
+        cuda_backend *b = *state;
+        uint64_t deadline;
+
+        assert_int_equal(cuda_watch_start(b), 0);
+        queue(b, 0, 64 * 1024, now_us());       /* due in ~70 us */
+        deadline = now_us() + 2000000;
+        __atomic_store_n(&fk.done[0], true, __ATOMIC_SEQ_CST);
+        while (!__atomic_load_n(&fk.wakes, __ATOMIC_SEQ_CST) &&
+               now_us() < deadline) {
+                struct timespec ts = { 0, 100000 };
+
+                nanosleep(&ts, NULL);
+        }
+        cuda_watch_stop(b);
+        assert_int_equal(fk.wakes, 1);
+        assert_true(records[0].fired);
+        assert_true(b->watch.heard == 1);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_nothing_in_flight, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_not_queried_before_due, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_running_copy_polled_less_often_as_it_runs_late, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_ended_copy_fires_and_wakes_once, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_fired_by_host_function_is_passed_over, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_thread_hears_a_copy, setup, teardown),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
