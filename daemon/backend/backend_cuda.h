@@ -68,6 +68,9 @@ typedef struct cuda_copy {
         CUevent done;
         void *cookie;
         bool fired;              /* under cuda_backend.copy_lock */
+        bool called;             /* its host function ran (copy_lock): it
+                                  * may be reused only then, or that host
+                                  * function would mark the next copy */
         /* The watcher's (backend_cuda_watch.c), under copy_lock: */
         uint64_t gen;            /* which submit this record is for */
         uint64_t due_us;         /* when it should end (now_us clock) */
@@ -86,6 +89,9 @@ typedef struct cuda_queue {
         cuda_copy *head, *tail;
         cuda_copy *spare;        /* reaped records, events kept (an event
                                   * belongs to its device's context) */
+        /* Reaped records whose host function has not run yet (the watcher
+         * heard them first), oldest first: spare once it ran. */
+        cuda_copy *retired, *retired_tail;
         unsigned n_inflight;
         int error;               /* the stream failed: every copy fails */
         /* Copies ever submitted: the link measurement compares the count

@@ -60,6 +60,7 @@ static void cuda_copy_wake(cuda_backend *b, cuda_copy *c)
 
         pthread_mutex_lock(&b->copy_lock);
         if (c) {
+                c->called = true;
                 /* Heard already (backend_cuda_watch.c): the loop knows. */
                 if (c->fired) {
                         pthread_mutex_unlock(&b->copy_lock);
@@ -133,15 +134,35 @@ void cuda_copy_list_free(cuda_backend *b, cuda_copy *c)
         }
 }
 
+/* Move the retired records whose host function ran to the spare list
+ * (copy_lock held). Host functions run in order: from the head. */
+static void cuda_copy_recycle(cuda_queue *q)
+{
+        while (q->retired && q->retired->called) {
+                cuda_copy *c = q->retired;
+
+                q->retired = c->next;
+                if (!q->retired)
+                        q->retired_tail = NULL;
+                c->next = q->spare;
+                q->spare = c;
+        }
+}
+
 /* A record with its event: a spare one, else a new one. */
 static cuda_copy *cuda_copy_get(cuda_backend *b, cuda_queue *q)
 {
-        cuda_copy *c = q->spare;
+        cuda_copy *c;
 
+        pthread_mutex_lock(&b->copy_lock);
+        cuda_copy_recycle(q);
+        pthread_mutex_unlock(&b->copy_lock);
+        c = q->spare;
         if (c) {
                 q->spare = c->next;
                 c->next = NULL;
                 c->fired = false;
+                c->called = false;
                 return c;
         }
         c = calloc(1, sizeof(*c));
@@ -156,10 +177,21 @@ static cuda_copy *cuda_copy_get(cuda_backend *b, cuda_queue *q)
         return c;
 }
 
+/* A record back for reuse: spare, or retired until its host function
+ * has run (copy_lock held). */
 static void cuda_copy_put(cuda_queue *q, cuda_copy *c)
 {
-        c->next = q->spare;
-        q->spare = c;
+        if (c->called) {
+                c->next = q->spare;
+                q->spare = c;
+                return;
+        }
+        c->next = NULL;
+        if (q->retired_tail)
+                q->retired_tail->next = c;
+        else
+                q->retired = c;
+        q->retired_tail = c;
 }
 
 void cuda_copy_close(cuda_backend *b, cuda_device *d)
@@ -180,7 +212,9 @@ void cuda_copy_close(cuda_backend *b, cuda_device *d)
                 }
                 cuda_copy_list_free(b, q->head);
                 cuda_copy_list_free(b, q->spare);
+                cuda_copy_list_free(b, q->retired);
                 q->spare = NULL;
+                q->retired = q->retired_tail = NULL;
                 q->head = q->tail = NULL;
                 q->n_inflight = 0;
         }
@@ -253,6 +287,7 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
                          * memory must outlive them. */
                         if (done)
                                 b->cu->cuStreamSynchronize(q->stream);
+                        c->called = true;       /* none was queued */
                         cuda_copy_put(q, c);
                         return r;
                 }
@@ -337,7 +372,9 @@ void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
                         done(ctx, c->cookie, fired ? 0 :
                              q->error ? q->error : -EIO);
                         if (fired) {
+                                pthread_mutex_lock(&b->copy_lock);
                                 cuda_copy_put(q, c);
+                                pthread_mutex_unlock(&b->copy_lock);
                         } else {
                                 /* Its host function may still run. */
                                 c->next = b->zombies;

@@ -25,9 +25,12 @@
  * query made while the record was reaped and queued again could answer
  * for the next copy. Each queued record gets a new generation number,
  * and a query's answer counts only if the record still has the
- * generation it had before the query. A record the thread is querying
- * is never freed under it: records are freed only at close, after
- * cuda_watch_stop.
+ * generation it had before the query. A record heard here is reaped
+ * before its host function runs; it is reused only after that host
+ * function ran (the queue's retired list), or the late host function
+ * would mark the next copy made with it. A record the thread is
+ * querying is never freed under it: records are freed only at close,
+ * after cuda_watch_stop.
  */
 #include "backend_cuda.h"
 
@@ -45,6 +48,8 @@
 #define WATCH_EARLY_US 10
 /* Launch and start of a copy on an idle stream. */
 #define WATCH_START_US 8
+/* The shortest pause between two rounds. */
+#define WATCH_MIN_WAIT_US 2
 
 void cuda_watch_queued(cuda_backend *b, cuda_device *d, cuda_queue *q,
                        gmd_copy_dir dir, cuda_copy *c, uint64_t len,
@@ -167,9 +172,11 @@ static void *watch_main(void *arg)
                         pthread_cond_wait(&b->watch.cond, &b->copy_lock);
                         continue;
                 }
+                /* Always a real wait, however short, so that the lock
+                 * goes to the loop and the host functions in between. */
                 now = now_us();
-                if (next <= now)
-                        continue;
+                if (next < now + WATCH_MIN_WAIT_US)
+                        next = now + WATCH_MIN_WAIT_US;
                 clock_gettime(CLOCK_MONOTONIC, &ts);
                 ts.tv_nsec += (long)((next - now) * 1000);
                 while (ts.tv_nsec >= 1000000000L) {
