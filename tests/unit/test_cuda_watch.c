@@ -7,7 +7,9 @@
  * marked fired and wakes the loop once, and the next copy of its stream
  * is queried in the same breath; a copy its host function marked first
  * is passed over; a copy queued behind another is due after it; the
- * thread itself, started and stopped, hears a copy that ends.
+ * thread itself, started and stopped, hears a copy that ends; a record
+ * it heard is reused only after its host function ran (through the
+ * backend's own submit and reap).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -27,28 +29,89 @@
 #define RATE (UINT64_C(1) << 30)       /* 1 MiB takes 976 us */
 
 static struct {
-        char ctx;
+        char ctx, streams[2];
         bool done[4];                  /* by record index */
         unsigned queries;
         unsigned wakes;
+        /* Events the backend made (copy_submit's records): done or not. */
+        bool ev_done[8];
+        unsigned n_events;
+        CUhostFn fns[8];               /* host functions queued, in order */
+        void *fn_data[8];
+        unsigned n_fns;
 } fk;
 
 static cuda_copy records[4];
 
 static CUresult fk_ctx_set(CUcontext ctx) { (void)ctx; return CUDA_SUCCESS; }
 
+/* Handles 1..4 are the hand-made records' events, 101.. those the
+ * backend creates. */
+static bool *fk_event(CUevent ev)
+{
+        uintptr_t h = (uintptr_t)ev;
+
+        return h > 100 ? &fk.ev_done[h - 101] : &fk.done[h - 1];
+}
+
 static CUresult fk_event_query(CUevent ev)
 {
-        unsigned i = (unsigned)(uintptr_t)ev - 1;
-
         __atomic_add_fetch(&fk.queries, 1, __ATOMIC_SEQ_CST);
-        return __atomic_load_n(&fk.done[i], __ATOMIC_SEQ_CST) ?
+        return __atomic_load_n(fk_event(ev), __ATOMIC_SEQ_CST) ?
                CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+static CUresult fk_event_create(CUevent *ret, unsigned flags)
+{
+        (void)flags;
+        assert_true(fk.n_events < 8);
+        *ret = (CUevent)(uintptr_t)(101 + fk.n_events++);
+        return CUDA_SUCCESS;
+}
+
+static CUresult fk_event_record(CUevent ev, CUstream s)
+{
+        (void)s;
+        *fk_event(ev) = false;
+        return CUDA_SUCCESS;
+}
+
+static CUresult fk_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t n,
+                          CUstream s)
+{
+        (void)dst; (void)src; (void)n; (void)s;
+        return CUDA_SUCCESS;
+}
+
+static CUresult fk_wait_event(CUstream s, CUevent e, unsigned flags)
+{
+        (void)s; (void)e; (void)flags;
+        return CUDA_SUCCESS;
+}
+
+static CUresult fk_launch_host_func(CUstream s, CUhostFn fn, void *data)
+{
+        (void)s;
+        assert_true(fk.n_fns < 8);
+        fk.fns[fk.n_fns] = fn;
+        fk.fn_data[fk.n_fns++] = data;
+        return CUDA_SUCCESS;
+}
+
+static CUresult fk_stream(CUstream s) { (void)s; return CUDA_SUCCESS; }
+static CUresult fk_event_destroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
+
 static const gmd_cuda_driver fake_driver = {
+        .cuStreamSynchronize = fk_stream,
+        .cuStreamDestroy = fk_stream,
+        .cuEventDestroy = fk_event_destroy,
         .cuCtxSetCurrent = fk_ctx_set,
         .cuEventQuery = fk_event_query,
+        .cuEventCreate = fk_event_create,
+        .cuEventRecord = fk_event_record,
+        .cuMemcpyAsync = fk_memcpy,
+        .cuStreamWaitEvent = fk_wait_event,
+        .cuLaunchHostFunc = fk_launch_host_func,
 };
 
 static void on_wake(void *ctx)
@@ -72,6 +135,8 @@ static int setup(void **state)
         b->copy_lock_ready = true;
         b->wake = on_wake;
         b->devices[0].ctx = (CUcontext)&fk.ctx;
+        b->devices[0].queues[GMD_COPY_IN].stream = (CUstream)&fk.streams[0];
+        b->devices[0].queues[GMD_COPY_IN].notify = (CUstream)&fk.streams[1];
         b->devices[0].link.bytes_per_s[GMD_COPY_IN] = RATE;
         *state = b;
         return 0;
@@ -203,6 +268,68 @@ static void test_thread_hears_a_copy(void **state)
         assert_true(b->watch.heard == 1);
 }
 
+static unsigned reaped;
+
+static void on_done(void *ctx, void *cookie, int status)
+{
+        (void)ctx;
+        (void)cookie;
+        assert_int_equal(status, 0);
+        reaped++;
+}
+
+/* A copy of 1 MiB from one fake mapping to another, through the
+ * backend's own submit. */
+static void submit(cuda_backend *b, cuda_mem *dst, cuda_mem *src)
+{
+        assert_int_equal(cuda_ops_copy_submit(&b->base, 0, GMD_COPY_IN,
+                                              &dst->mem, 0, &src->mem, 0,
+                                              MIB, NULL), 0);
+}
+
+/* The watcher hears a copy before its host function runs: the record is
+ * reaped but not reused until that host function ran, which then marks
+ * nothing else; after it, the record is reused. */
+static void test_heard_record_waits_for_its_host_function(void **state)
+{
+        cuda_backend *b = *state;
+        cuda_queue *q = &b->devices[0].queues[GMD_COPY_IN];
+        cuda_mem src = { .mem = { .size = MIB }, .va = 0x10000000 };
+        cuda_mem dst = { .mem = { .size = MIB }, .va = 0x20000000 };
+        cuda_copy *first, *second;
+
+        reaped = 0;
+        submit(b, &dst, &src);
+        first = q->head;
+        fk.ev_done[0] = true;                   /* the GPU is done */
+        step(b, first->due_us);                 /* heard by the watcher */
+        assert_true(first->fired);
+        cuda_ops_copy_reap(&b->base, on_done, NULL);
+        assert_int_equal(reaped, 1);
+        assert_null(q->head);
+        /* Its host function has not run: the next copy gets a new one. */
+        submit(b, &dst, &src);
+        second = q->head;
+        assert_ptr_not_equal(second, first);
+        /* The late host function marks its own record, not the next. */
+        fk.fns[0](fk.fn_data[0]);
+        assert_false(second->fired);
+        assert_int_equal(fk.wakes, 1);          /* the watcher's only */
+        /* The second's host function runs, no watcher: reaped as ever. */
+        fk.ev_done[1] = true;
+        fk.fns[1](fk.fn_data[1]);
+        assert_true(second->fired);
+        cuda_ops_copy_reap(&b->base, on_done, NULL);
+        assert_int_equal(reaped, 2);
+        /* Both host functions ran: the first record is reused now. */
+        submit(b, &dst, &src);
+        assert_ptr_equal(q->head, first);
+        fk.ev_done[0] = true;
+        fk.fns[2](fk.fn_data[2]);
+        cuda_ops_copy_reap(&b->base, on_done, NULL);
+        cuda_copy_close(b, &b->devices[0]);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -212,6 +339,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_ended_copy_fires_and_wakes_once, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_fired_by_host_function_is_passed_over, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_thread_hears_a_copy, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_heard_record_waits_for_its_host_function, setup, teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
