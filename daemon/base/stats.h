@@ -38,6 +38,10 @@ typedef struct gmd_stats {
         /* Moves out that copied nothing: a host copy kept since the
          * buffer's swap-in (core/hostcopy.h), and the bytes not copied. */
         uint64_t clean_outs, clean_bytes;
+        /* Waits that lent what their process holds (core/loan.h), and
+         * the buffers lent: still in VRAM when the wait ended, or moved
+         * out and brought back. */
+        uint64_t loans, lent_stayed, lent_moved;
 } gmd_stats;
 
 /* Count one allocation that took `us` microseconds from request to reply. */

@@ -74,8 +74,9 @@ gmd_loan *loan_start(gmd_session *s, uint32_t request_id)
                 return NULL;
         }
         s->loan = loan;
+        server->stats.loans++;
         log_info("%s waits for room and lends its %u buffers in use (%llu "
-                 "bytes) meanwhile (GMD_ALLOC_YIELD)",
+                 "bytes) meanwhile (it waits with a YIELD flag)",
                  session_describe(s, who, sizeof(who)), loan->lent,
                  (unsigned long long)bytes);
         /* Lent buffers are room for whoever waits. */
@@ -196,9 +197,13 @@ static void return_one(gmd_loan *loan, gmd_dbuffer *b, void *arg)
         b->loan = NULL;
         loan->returning++;
         r = move_acquire_for(loan->server, b, loan_back, loan);
-        if (r == 1)
+        if (r == 1) {
                 loan->returning--;      /* still in VRAM: acquired again */
-        else if (r < 0)
+                loan->server->stats.lent_stayed++;
+                return;
+        }
+        loan->server->stats.lent_moved++;
+        if (r < 0)
                 loan_back(loan, b, GMD__ERROR_CODE__ERR_INTERNAL,
                           "cannot queue its swap-in");
 }

@@ -264,6 +264,20 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                         "Bytes those moves out did not copy.");
         promtext_printf(t, "gpumemd_clean_pageout_bytes_total %" PRIu64 "\n",
                         snap->stats.clean_bytes);
+        promtext_family(t, "gpumemd_loans_total", "counter",
+                        "Waits (GMD_ALLOC_YIELD, GMD_ACQUIRE_YIELD) that lent "
+                        "the buffers their process holds, so that others "
+                        "could move them.");
+        promtext_printf(t, "gpumemd_loans_total %" PRIu64 "\n",
+                        snap->stats.loans);
+        promtext_family(t, "gpumemd_lent_buffers_total", "counter",
+                        "Buffers lent by waiting processes, by what became of "
+                        "them: still in VRAM when the wait ended, or moved "
+                        "out for another process and brought back.");
+        promtext_printf(t, "gpumemd_lent_buffers_total{outcome=\"stayed\"} %"
+                        PRIu64 "\ngpumemd_lent_buffers_total{outcome=\"moved\"} %"
+                        PRIu64 "\n", snap->stats.lent_stayed,
+                        snap->stats.lent_moved);
         promtext_family(t, "gpumemd_host_pinned_bytes", "gauge",
                         "Host memory pinned, the host arenas included, which "
                         "[pools] host_limit bounds; and that limit.");

@@ -130,7 +130,8 @@ static void test_lent_evicted_for_other_and_back(void **state)
         char *line;
         int r;
 
-        start(f);
+        harness_start_small_metrics(&f->h, NULL);
+        f->client = harness_client(&f->h, "yield");
         OK(gmd_alloc(f->client, 24 * MiB, 0, 0, GMD_NO_WAIT, &a));
         OK(gmd_alloc(f->client, 16 * MiB, 0, 0, GMD_NO_WAIT, &b));
         pattern_fill(a, 11);
@@ -153,6 +154,14 @@ static void test_lent_evicted_for_other_and_back(void **state)
         if (!harness_log_count(&f->h, "evicting buffer"))
                 fail_msg("nothing lent was evicted; daemon log:\n%s",
                          harness_read_log(&f->h));
+        /* One loan; what moved came back, the rest stayed. */
+        assert_true(harness_metric(&f->h, "gpumemd_loans_total") == 1);
+        assert_true(harness_metric(&f->h,
+                    "gpumemd_lent_buffers_total{outcome=\"moved\"}") +
+                    harness_metric(&f->h,
+                    "gpumemd_lent_buffers_total{outcome=\"stayed\"}") == 2);
+        assert_true(harness_metric(&f->h,
+                    "gpumemd_lent_buffers_total{outcome=\"moved\"}") >= 1);
         /* Still its lease: usable and released as before. */
         OK(gmd_release(f->client, a));
         OK(gmd_free(f->client, a));
