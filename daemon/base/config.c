@@ -68,6 +68,7 @@ static const config_key config_keys[] = {
         KEY("limits", "max_waiting_per_user", KEY_COUNT, max_waiting_per_user, 1u << 20),
         KEY("limits", "wait_hold_ms", KEY_COUNT, wait_hold_ms, 3600000),
         KEY("limits", "reclaim_timeout_ms", KEY_UINT, reclaim_timeout_ms, 3600000),
+        KEY("limits", "priority_grace_ms", KEY_COUNT, priority_grace_ms, 3600000),
         KEY("limits", "user_turn_us", KEY_COUNT, user_turn_us, 1000000),
         KEY("swap", "chunk_size", KEY_SIZE, swap_chunk_size, 0),
         KEY("swap", "copies_in_flight", KEY_UINT, swap_copies_in_flight, 64),

@@ -69,6 +69,9 @@ typedef struct gmd_config {
         unsigned reclaim_timeout_ms;      /* parked buffers asked back and not
                                            * returned this long are not
                                            * counted on */
+        unsigned priority_grace_ms;       /* a buffer released less than this
+                                           * long ago is not evicted for a
+                                           * lower-priority waiter; 0 = off */
         unsigned user_turn_us;            /* loop time a user may take per
                                            * loop turn (users.h); 0 = no
                                            * turns */

@@ -9,6 +9,7 @@
 #include "evict.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,7 @@
 #include "log.h"
 #include "move.h"
 #include "parking.h"
+#include "pending.h"
 #include "placement.h"
 #include "reuse.h"
 #include "server.h"
@@ -240,14 +242,50 @@ static bool waited_for_by_other(gmd_server *server, const gmd_dbuffer *b)
         return false;
 }
 
+/* The highest priority among the clients waiting for VRAM on `device`
+ * (INT_MIN when none waits). */
+static int waiting_priority(gmd_server *server, unsigned device)
+{
+        int top = INT_MIN;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->waitq.waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->device == device && w->priority > top)
+                        top = w->priority;
+        }
+        return top;
+}
+
+/* [limits] priority_grace_ms: is `b`, of a client above every waiter,
+ * released too recently to go? Then *ret_wait_ms is when it may. */
+static bool in_grace(gmd_server *server, const gmd_dbuffer *b, int top,
+                     uint64_t now, uint64_t *ret_wait_ms)
+{
+        uint64_t grace = server->config.priority_grace_ms;
+        uint64_t since = now > b->released_ms ? now - b->released_ms : 0;
+
+        if (!grace || b->owner->priority <= top || since >= grace)
+                return false;
+        if (grace - since < *ret_wait_ms)
+                *ret_wait_ms = grace - since;
+        return true;
+}
+
 unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
-                      uint64_t urgent, gmd_dbuffer ***ret_victims)
+                      uint64_t urgent, uint64_t now, gmd_dbuffer ***ret_victims,
+                      uint64_t *ret_wait_ms)
 {
         gmd_dbuffer **victims;
         unsigned n = 0, cap = 0, chosen = 0;
+        uint64_t wait_ms = UINT64_MAX;
+        int top = server->config.priority_grace_ms ?
+                  waiting_priority(server, device) : INT_MIN;
         gmd_list *pos;
 
         *ret_victims = NULL;
+        *ret_wait_ms = UINT64_MAX;
         list_for_each(pos, &server->vram_idle)
                 cap++;
         if (!cap || !need)
@@ -273,10 +311,14 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
                  * come back, and a prefetch can wait. */
                 if (b->loan && (!urgent || !waited_for_by_other(server, b)))
                         continue;
+                /* A higher-priority client's memory waits out its grace. */
+                if (in_grace(server, b, top, now, &wait_ms))
+                        continue;
                 victims[chosen++] = b;
                 need = need > b->size ? need - b->size : 0;
                 urgent = urgent > b->size ? urgent - b->size : 0;
         }
+        *ret_wait_ms = wait_ms;
         if (!chosen) {
                 free(victims);
                 return 0;
@@ -289,7 +331,14 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need,
                          uint64_t urgent)
 {
         gmd_dbuffer **victims;
-        unsigned n = evict_choose(server, device, need, urgent, &victims);
+        uint64_t wait_ms;
+        unsigned n = evict_choose(server, device, need, urgent, now_ms(),
+                                  &victims, &wait_ms);
+
+        /* Look again when what a priority's grace held back may go. */
+        if (wait_ms != UINT64_MAX)
+                pending_mark_after(&server->pending, PENDING_ROOM | PENDING_EVICT,
+                                   wait_ms + 1);
 
         for (unsigned i = 0; i < n; i++) {
                 gmd_dbuffer *b = victims[i];

@@ -58,11 +58,17 @@ void evict_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
  * the least recently released first, and last the buffers a prefetch
  * brought in (or asked to keep) that nobody acquired since, latest
  * prefetch first; those are taken only for the urgent bytes, never for a
- * prefetch. Returns how many, in *ret_victims (the caller frees it;
- * NULL when none).
+ * prefetch. Buffers lent by a waiting process (loan.h) come last, for
+ * another process's acquire or allocation only. With [limits]
+ * priority_grace_ms, a buffer of a client whose priority is above every
+ * waiter's on the device is passed over until it has been released that
+ * long; *ret_wait_ms is then how long until the first of those may go
+ * (else UINT64_MAX). Returns how many, in *ret_victims (the caller frees
+ * it; NULL when none).
  */
 unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
-                      uint64_t urgent, gmd_dbuffer ***ret_victims);
+                      uint64_t urgent, uint64_t now,
+                      gmd_dbuffer ***ret_victims, uint64_t *ret_wait_ms);
 
 /* Bytes of VRAM on `device` that eviction could free now. */
 uint64_t evict_evictable(gmd_server *server, unsigned device);

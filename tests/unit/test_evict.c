@@ -7,7 +7,9 @@
  * step's backward pass, prefetching its saved activations in order of
  * use, evicted the one it prefetched just before (released longest ago)
  * and brought it back again on its acquire: ~1.3 GiB a step each way on
- * the H200 (bench/torch/profile_offload.py, BENCHMARKS.md).
+ * the H200 (bench/torch/profile_offload.py, BENCHMARKS.md). With
+ * [limits] priority_grace_ms a higher-priority client's recent releases
+ * wait out the grace for a lower-priority waiter.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +33,7 @@ typedef struct fixture {
         gmd_server server;
         gmd_session low, high;      /* priorities 0 and 10 */
         gmd_dbuffer b[N];           /* ids 1..N, 1 MiB each, of `low` */
+        uint64_t now, wait_ms;      /* evict_choose's clock and answer */
 } fixture;
 
 static int setup(void **state)
@@ -43,6 +46,8 @@ static int setup(void **state)
         list_init(&f->server.buffers);
         list_init(&f->server.moving);
         list_init(&f->server.vram_idle);
+        list_init(&f->server.waitq.waiters);
+        f->now = 1000;
         f->low.server = f->high.server = &f->server;
         f->high.priority = 10;
         for (int i = 0; i < N; i++) {
@@ -75,7 +80,8 @@ static const char *chosen(fixture *f, uint64_t need, uint64_t urgent)
 {
         static char out[64];
         gmd_dbuffer **v;
-        unsigned n = evict_choose(&f->server, 0, need, urgent, &v);
+        unsigned n = evict_choose(&f->server, 0, need, urgent, f->now, &v,
+                                  &f->wait_ms);
         size_t len = 0;
 
         out[0] = '\0';
@@ -151,6 +157,33 @@ static void test_acquire_ends_prefetched(void **state)
         assert_int_equal(f->b[1].prefetched_us, 0);
 }
 
+/* [limits] priority_grace_ms: a higher-priority client's buffer released
+ * within the grace is passed over for a lower-priority waiter, and the
+ * answer says when it may go; past the grace, or for a waiter of its own
+ * priority, it goes as ever. */
+static void test_priority_grace(void **state)
+{
+        fixture *f = *state;
+        gmd_waiter w = { .device = 0, .priority = 0, .size = 6 * MiB };
+
+        list_add_tail(&f->server.waitq.waiters, &w.link);
+        f->server.config.priority_grace_ms = 500;
+        f->b[0].owner = &f->high;
+        f->b[0].released_ms = 900;              /* 100 ms ago */
+        assert_string_equal(chosen(f, 6 * MiB, 6 * MiB), "2,3,4,5,6");
+        assert_int_equal(f->wait_ms, 400);
+        f->now = 1400;                          /* its grace is over */
+        assert_string_equal(chosen(f, 6 * MiB, 6 * MiB), "2,3,4,5,6,1");
+        assert_int_equal(f->wait_ms, UINT64_MAX);
+        f->now = 1000;
+        w.priority = 10;                        /* a waiter as high */
+        assert_string_equal(chosen(f, 6 * MiB, 6 * MiB), "2,3,4,5,6,1");
+        f->server.config.priority_grace_ms = 0; /* off */
+        w.priority = 0;
+        assert_string_equal(chosen(f, 6 * MiB, 6 * MiB), "2,3,4,5,6,1");
+        list_remove(&w.link);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -161,6 +194,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_prefetched_last_latest_first,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_prefetch_does_not_push_out_prefetched,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_priority_grace,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_acquire_ends_prefetched,
                                                 setup, teardown),
