@@ -471,7 +471,8 @@ class Env:
             ctx.watch.mark()
             if daemon:
                 self.daemon = Daemon(ctx.build, ctx.log, f"{budget // MiB}M",
-                                     "48G", "gmd-bench-cot-")
+                                     "48G", "gmd-bench-cot-",
+                                     config=ctx.daemon_config)
                 ctx.watch.watch_pids(self.daemon.pid)
         except Exception as e:          # HolderError, OSError, RuntimeError
             self.error = f"{type(e).__name__}: {e}"
@@ -508,11 +509,12 @@ class Env:
 
 
 class Ctx:
-    def __init__(self, build, log, per_process, watch):
+    def __init__(self, build, log, per_process, watch, daemon_config=""):
         self.build = build
         self.log = log
         self.per_process = per_process
         self.watch = watch
+        self.daemon_config = daemon_config      # INI text for gpu-memd
 
 
 def start_child(ctx, env, kind, args):
@@ -920,6 +922,9 @@ def main():
                     "requests: the jobs never take turns, so their in-step "
                     "working sets meet (a robustness run, not the "
                     "issue's benchmark)")
+    ap.add_argument("--priority-grace", type=int, default=0, metavar="MS",
+                    help="the daemon's [limits] priority_grace_ms (default "
+                    "0: off, the daemon's default)")
     ap.add_argument("--per-process-margin", default="1G",
                     help="the holder's margin per GPU process (default 1G)")
     ap.add_argument("--summarize", metavar="FILE",
@@ -946,10 +951,13 @@ def main():
     print(f"NVML source: {watch.source or 'none'}"
           + (f" ({watch.error})" if watch.error else ""), flush=True)
     ctx = Ctx(os.path.abspath(opts.build), log,
-              parse_size(opts.per_process_margin), watch)
+              parse_size(opts.per_process_margin), watch,
+              f"[limits]\npriority_grace_ms = {opts.priority_grace}\n"
+              if opts.priority_grace else "")
     out = {"quick": opts.quick, "deadline": deadline,
            "nvml_source": watch.source,
-           "per_process_margin": ctx.per_process}
+           "per_process_margin": ctx.per_process,
+           "priority_grace_ms": opts.priority_grace}
     t0 = time.monotonic()
     shares = {"train2x": 0.4, "cotenancy": 0.6} if len(cases) == 2 \
         else {cases[0]: 1.0}

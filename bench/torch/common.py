@@ -76,26 +76,26 @@ class Daemon:
     """A cuda gpu-memd of the bench's own ($GMD_DAEMON, else BUILD's) on a
     temporary socket, with `vram_limit` and `host_limit` as given on its
     command line (and `extra` arguments), clients allowed priorities up to
-    `max_priority`, logging to `log`; RuntimeError when it exits at
-    start."""
+    `max_priority`, `config` (INI text) added to its config file, logging
+    to `log`; RuntimeError when it exits at start."""
 
     def __init__(self, build, log, vram_limit, host_limit, prefix,
-                 extra=(), max_priority=100):
+                 extra=(), max_priority=100, config=""):
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.socket = os.path.join(self.dir, "sock")
         # A client may ask for up to this priority (GPU_MEMD_PRIORITY):
         # the daemon's default [users] max_priority is 0, which turned
         # the co-tenancy bench's inference job at priority 10 into 0.
-        config = os.path.join(self.dir, "gpu-memd.conf")
-        with open(config, "w") as f:
-            f.write(f"[users]\nmax_priority = {max_priority}\n")
+        path = os.path.join(self.dir, "gpu-memd.conf")
+        with open(path, "w") as f:
+            f.write(f"[users]\nmax_priority = {max_priority}\n{config}")
         self.build = build
         self.proc = subprocess.Popen(
             [os.environ.get("GMD_DAEMON",
                             os.path.join(build, "daemon", "gpu-memd")),
              "--backend", "cuda", "--socket", self.socket,
              "--vram-limit", vram_limit, "--host-limit", host_limit,
-             "--config", config, *extra],
+             "--config", path, *extra],
             stdout=log, stderr=subprocess.STDOUT)
         for _ in range(3000):
             if os.path.exists(self.socket) or self.proc.poll() is not None:

@@ -32,6 +32,10 @@ typedef enum pending_work {
                                      * request.c builds and sends them */
 } pending_work;
 
+/* Timed marks kept apart; past that many, a new one joins the nearest
+ * (and so may run early: whoever asked for it asks again from that pass). */
+#define PENDING_LATERS 8
+
 typedef struct gmd_pending {
         unsigned work;              /* pending_work bits */
         bool open;                  /* the handles below are initialised */
@@ -39,8 +43,13 @@ typedef struct gmd_pending {
         uv_idle_t idle;             /* keeps the poll from blocking */
         uv_check_cb run;
         uv_idle_cb spin;
-        uv_timer_t later;           /* pending_mark_after */
-        unsigned later_work;
+        uv_timer_t later;           /* pending_mark_after: armed for the
+                                     * earliest of the marks below */
+        struct pending_later {
+                uint64_t due_ms;    /* loop clock (uv_now) */
+                unsigned work;
+        } laters[PENDING_LATERS];   /* timed marks, soonest first */
+        unsigned n_laters;
 } gmd_pending;
 
 /* Something changed: the pass runs before the loop waits again. */
@@ -53,27 +62,80 @@ static inline void pending_mark(gmd_pending *p, unsigned work)
         }
 }
 
+static inline void pending_on_later(uv_timer_t *timer);
+
+/* Arm the timer for the soonest timed mark, or stop it. */
+static inline void pending_arm(gmd_pending *p)
+{
+        uint64_t now = uv_now(p->later.loop);
+
+        if (!p->n_laters) {
+                uv_timer_stop(&p->later);
+                return;
+        }
+        uv_timer_start(&p->later, pending_on_later,
+                       p->laters[0].due_ms > now ? p->laters[0].due_ms - now : 0, 0);
+}
+
+/* The timer: mark what is due, arm for the next. */
 static inline void pending_on_later(uv_timer_t *timer)
 {
         gmd_pending *p = container_of(timer, gmd_pending, later);
-        unsigned work = p->later_work;
+        uint64_t now = uv_now(timer->loop);
+        unsigned work = 0, i = 0;
 
-        p->later_work = 0;
-        pending_mark(p, work);
+        while (i < p->n_laters && p->laters[i].due_ms <= now)
+                work |= p->laters[i++].work;
+        p->n_laters -= i;
+        for (unsigned j = 0; j < p->n_laters; j++)
+                p->laters[j] = p->laters[j + i];
+        pending_arm(p);
+        if (work)
+                pending_mark(p, work);
 }
 
 /* Mark `work` in `ms` milliseconds, counted on the real clock (a copy
  * queue that refused a copy rests for a while: what waits for it is
- * served once it is usable again). A mark already timed stays as timed. */
+ * served once it is usable again). Each mark keeps its own time (up to
+ * PENDING_LATERS of them; one within a millisecond of another joins it):
+ * a priority's grace of 400 ms behind a waiter's 5 s hold waited the 5 s
+ * when one timer kept the first time asked. */
 static inline void pending_mark_after(gmd_pending *p, unsigned work, uint64_t ms)
 {
+        uint64_t due;
+        unsigned i;
+
         if (!p->open)
                 return;
-        p->later_work |= work;
-        if (!uv_is_active((uv_handle_t *)&p->later)) {
-                uv_update_time(p->later.loop);
-                uv_timer_start(&p->later, pending_on_later, ms, 0);
+        uv_update_time(p->later.loop);
+        due = uv_now(p->later.loop) + ms;
+        for (i = 0; i < p->n_laters; i++) {
+                uint64_t d = p->laters[i].due_ms;
+
+                if (d <= due + 1 && due <= d + 1) {
+                        p->laters[i].work |= work;
+                        return;
+                }
         }
+        if (p->n_laters == PENDING_LATERS) {
+                /* Full: join the last (it runs no later than asked). */
+                struct pending_later *last = &p->laters[PENDING_LATERS - 1];
+
+                last->work |= work;
+                if (due < last->due_ms)
+                        last->due_ms = due;
+        } else {
+                p->laters[p->n_laters++] = (struct pending_later){ due, work };
+        }
+        /* Soonest first: one insertion step. */
+        for (i = p->n_laters - 1; i > 0 &&
+             p->laters[i].due_ms < p->laters[i - 1].due_ms; i--) {
+                struct pending_later t = p->laters[i];
+
+                p->laters[i] = p->laters[i - 1];
+                p->laters[i - 1] = t;
+        }
+        pending_arm(p);
 }
 
 #endif

@@ -708,6 +708,37 @@ static void expect_tier(fixture *f, uint64_t id, gmd_tier tier, const char *who)
                          gmd_tier_name(tier), harness_read_log(&f->h));
 }
 
+/* [limits] priority_grace_ms: a priority-40 process's buffer released just
+ * now is not evicted for this priority-0 client's allocation until it has
+ * been released 400 ms; then it is, and the allocation is served. */
+static void test_priority_grace(void **state)
+{
+        fixture *f = *state;
+        static const char *const high[] = { "GPU_MEMD_PRIORITY=40", NULL };
+        const char *args_h[] = { "hold", "1", "8M", "3", NULL };
+        gmd_buffer *fill = NULL, *more = NULL;
+        harness_proc *h;
+        uint64_t hid[1], t0, ms;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 256M\n"
+                                   "[users]\nmax_priority = 50\n"
+                                   "[limits]\npriority_grace_ms = 400\n");
+        f->client = harness_client(&f->h, "low");
+        h = spawn_tier(f, high, args_h);
+        assert_int_equal(read_ready(f, h, hid, 1), 1);
+        OK(gmd_alloc(f->client, POOL - 8 * MiB, 0, 0, GMD_NO_WAIT, &fill));
+        release_next(f, h);
+        t0 = harness_now_ms();
+        OK(gmd_alloc(f->client, 8 * MiB, 0, 0, 5000, &more));
+        ms = harness_now_ms() - t0;
+        if (ms < 300 || ms > 3000)
+                fail_msg("served after %llu ms, want about 400; log:\n%s",
+                         (unsigned long long)ms, harness_read_log(&f->h));
+        expect_tier(f, hid[0], GMD_TIER_HOST, "H1 (its grace over)");
+        OK(gmd_free(f->client, more));
+        OK(gmd_free(f->client, fill));
+}
+
 /* Three processes with released buffers: L and M at priority 10, H at 40.
  * H released first, so least-recently-released alone would pick H; the
  * order of eviction must be L1, M1, L2 (priority 10, by release time) and
@@ -1379,6 +1410,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_prefetch_answers_first, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_quota_follows_moves, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_priority_grace, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_oversubscription, setup,
                                                 teardown),
