@@ -261,6 +261,43 @@ static unsigned alloc_user_waiting(const gmd_list *sessions, uid_t uid)
         return n;
 }
 
+/* Does every process holding VRAM on `device` wait for room there
+ * itself (an allocation, or a swap-in an acquire waits for)? Then they
+ * may be waiting for each other: how many, their pids in `pids` (at most
+ * `max` listed); 0 when one of them does not wait. */
+static unsigned alloc_waiting_holders(gmd_server *server, unsigned device,
+                                      pid_t *pids, unsigned max)
+{
+        unsigned n = 0;
+        gmd_list *pos, *wpos;
+
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *o = container_of(pos, gmd_session, link);
+                bool waits = false, listed = false;
+
+                if (!o->vram_on[device])
+                        continue;
+                list_for_each(wpos, &server->waitq.waiters) {
+                        const gmd_waiter *w = container_of(wpos, gmd_waiter, link);
+
+                        if (w->device == device && w->rank != WAITQ_PREFETCH &&
+                            (w->session == o ||
+                             (o->pid > 0 && w->session->pid == o->pid)))
+                                waits = true;
+                }
+                if (!waits)
+                        return 0;
+                for (unsigned i = 0; i < n && i < max; i++)
+                        listed |= pids[i] == o->pid;
+                if (!listed) {
+                        if (n < max)
+                                pids[n] = o->pid;
+                        n++;
+                }
+        }
+        return n;
+}
+
 /* Why an allocation of `size` on `device`, asked at `since_us`, is still
  * waiting: what holds the pool, and what it was behind. */
 static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
@@ -293,8 +330,24 @@ static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
                          "being made ([limits] wait_hold_ms)", other,
                          (unsigned long long)((now_us() - oldest->since_us) / 1000));
         } else if (stuck + size > pool->capacity) {
-                snprintf(buf + n, len - (size_t)n, "; it cannot fit until "
-                         "buffers in use are released or freed");
+                pid_t pids[4];
+                unsigned w = alloc_waiting_holders(server, device, pids, 4);
+                char list[64] = "";
+                size_t l = 0;
+
+                for (unsigned i = 0; i < w && i < 4; i++)
+                        l += (size_t)snprintf(list + l, sizeof(list) - l, "%s%d",
+                                              i ? ", " : "", (int)pids[i]);
+                if (w < 2)
+                        snprintf(buf + n, len - (size_t)n, "; it cannot fit "
+                                 "until buffers in use are released or freed");
+                else
+                        snprintf(buf + n, len - (size_t)n, "; every process "
+                                 "holding it waits for room itself (pids "
+                                 "%s%s): they wait for each other "
+                                 "(GMD_ALLOC_YIELD lets what a waiting "
+                                 "process holds move)", list,
+                                 w > 4 ? ", ..." : "");
         }
 }
 
@@ -305,7 +358,7 @@ gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
         gmd_server *server = s->server;
         gmd_pool *pool = server_vram_pool(server, device);
         char asked[32], free_b[32], cap[32], name[32], host[160] = "";
-        char why[320];
+        char why[448];
         int r;
 
         /* VRAM first, then host: a SPILLABLE allocation that got no VRAM

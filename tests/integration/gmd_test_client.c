@@ -15,9 +15,10 @@
  *   alloc SIZE TIMEOUT_MS  one gmd_alloc; print "rc N", "elapsed_ms N",
  *                          "error TEXT"; on success check the buffer's bytes
  *                          and free it. Exit 0 iff rc is 0 and bytes check.
- *   yield HELD WANT TIMEOUT_MS
+ *   yield HELD WANT TIMEOUT_MS [plain]
  *                          allocate HELD and fill it, print "ready", then
- *                          gmd_alloc WANT with GMD_ALLOC_YIELD; print "rc N",
+ *                          gmd_alloc WANT with GMD_ALLOC_YIELD (without it:
+ *                          "plain"); print "rc N",
  *                          "error TEXT", "held-bad-words N" (HELD checked
  *                          after the call) and, on success, "bytes ok|bad"
  *                          (the new buffer reads as zeros); free both. Exit
@@ -267,8 +268,9 @@ static int cmd_yield(int argc, char **argv)
         fill(held, 91, 0);
         printf("ready\n");
         fflush(stdout);
-        r = gmd_alloc(client, want, 0, GMD_ALLOC_YIELD,
-                      strtoll(argv[2], NULL, 10), &buf);
+        r = gmd_alloc(client, want, 0,
+                      argc > 3 && strcmp(argv[3], "plain") == 0 ? 0 :
+                      GMD_ALLOC_YIELD, strtoll(argv[2], NULL, 10), &buf);
         bad = check(held, 91, 0);
         printf("rc %d\nerror %s\nheld-bad-words %zu\n", r,
                r < 0 ? gmd_last_error() : "", bad);

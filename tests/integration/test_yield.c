@@ -97,23 +97,31 @@ static void test_two_waiters_both_complete(void **state)
 }
 
 /* (2) The same two without the flag wait each other out: the deadlock the
- * flag is for. */
+ * flag is for. The timeout says so, naming both processes. */
 static void test_without_flag_they_wait(void **state)
 {
         fixture *f = *state;
-        const char *args[] = { "hold", "40M", NULL };
+        const char *args[] = { "yield", "40M", "24M", "3000", "plain", NULL };
         gmd_buffer *held = NULL, *more = NULL;
         harness_proc *p;
+        char pid[32], *line;
         int r;
 
         start(f);
         OK(gmd_alloc(f->client, 24 * MiB, 0, 0, GMD_NO_WAIT, &held));
         p = spawn_ready(f, args);
-        (void)p;
+        harness_sleep_ms(100);          /* its wait has begun */
         r = gmd_alloc(f->client, 40 * MiB, 0, 0, 500, &more);
         assert_int_equal(r, GMD_ETIMEDOUT);
+        snprintf(pid, sizeof(pid), "%d", (int)p->pid);
+        if (!strstr(gmd_last_error(), "they wait for each other") ||
+            !strstr(gmd_last_error(), pid))
+                fail_msg("error: '%s'", gmd_last_error());
         assert_int_equal(harness_log_count(&f->h, LEND_WORDS), 0);
-        OK(gmd_free(f->client, held));
+        OK(gmd_free(f->client, held));  /* the other is served now */
+        line = harness_read_line(p, "rc 0", 5000);
+        assert_non_null(line);
+        free(line);
 }
 
 /* (3) What a waiting process lent is evicted for another process's plain
