@@ -70,6 +70,14 @@ static void test_load(void **state)
         assert_int_equal(s.timeout_ms, 1500);
         assert_string_equal(s.name, "my-job");
         assert_int_equal(s.quiet, 1);
+        assert_int_equal(s.yield, 1);           /* unset: on */
+        setenv(GMD_TORCH_YIELD_ENV, "0", 1);
+        assert_int_equal(torch_settings_load(&s, err, sizeof(err)), 0);
+        assert_int_equal(s.yield, 0);
+        setenv(GMD_TORCH_YIELD_ENV, "1", 1);
+        assert_int_equal(torch_settings_load(&s, err, sizeof(err)), 0);
+        assert_int_equal(s.yield, 1);
+        unsetenv(GMD_TORCH_YIELD_ENV);
         setenv(GMD_TORCH_TIMEOUT_ENV, "soon", 1);
         assert_int_equal(torch_settings_load(&s, err, sizeof(err)), -EINVAL);
         assert_non_null(strstr(err, "GPU_MEMD_TORCH_TIMEOUT_MS=soon is not a number"));

@@ -9,7 +9,8 @@
  * One daemon (two sim devices of 64 MiB) serves the whole program: the
  * shim keeps one connection per process, as it does under PyTorch. Room
  * another process holds comes from gmd_test_client (`hold`): the shim's
- * repeat fails at once on room only this process holds.
+ * repeat fails at once on room only this process holds, and lends what
+ * this process holds while it waits for another's (`yield ... plain`).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -282,6 +283,50 @@ static void test_repeat_fails_on_own_memory(void **state)
         gmd_trim_cache(probe);
 }
 
+/* Two processes each mid-step: this one holds 40 MiB of PyTorch's
+ * segments and repeats a 24 MiB request; the other holds 24 and waits
+ * plainly for 40. The repeat synchronizes the devices and lends what this
+ * process holds (GMD_ALLOC_YIELD): the other is served from this
+ * process's segment, which is back, bytes intact, before the repeat
+ * returns. Without it both would wait for each other. */
+static void test_repeat_lends(void **state)
+{
+        const char *args[] = { "yield", "24M", "40M", "5000", "plain", NULL };
+        int syncs;
+        void *seg = NULL, *p = NULL;
+        harness_proc other;
+        char *line;
+
+        fake_cudart_set_device(0);
+        assert_int_equal(gmd_torch_set_timeout(10000), 0);
+        assert_int_equal(cudaMalloc(&seg, 40 * MiB), 0);
+        memset(seg, 0x5a, 40 * MiB);            /* sim: host memory */
+        other = harness_spawn_client(&h, args);
+        line = harness_read_line(&other, "ready", 5000);
+        assert_non_null(line);
+        free(line);
+        harness_sleep_ms(100);                  /* its wait has begun */
+        syncs = fake_cudart_count(SYNCS);
+        assert_int_equal(cudaMalloc(&p, 24 * MiB), CUDA_ERROR_MEMORY_ALLOC);
+        if (cudaMalloc(&p, 24 * MiB) != 0)
+                fail_msg("repeat: %s", gmd_torch_last_error());
+        assert_true(fake_cudart_count(SYNCS) > syncs);
+        for (size_t i = 0; i < 40 * MiB; i += 4096)
+                if (((unsigned char *)seg)[i] != 0x5a)
+                        fail_msg("byte %zu of the lent segment changed", i);
+        line = harness_read_line(&other, "rc 0", 5000);
+        if (!line)
+                fail_msg("the other process was not served; daemon log:\n%s",
+                         harness_read_log(&h));
+        free(line);
+        assert_true(harness_log_count(&h, "lends its") >= 1);
+        assert_int_equal(cudaFree(p), 0);
+        assert_int_equal(cudaFree(seg), 0);
+        harness_wait_proc(&other, 5000);
+        close(other.out_fd);
+        assert_int_equal(gmd_torch_set_timeout(-1), 0);
+}
+
 /* Every thread allocates through the one connection. */
 static void *alloc_in_thread(void *arg)
 {
@@ -345,6 +390,7 @@ int main(void)
                 cmocka_unit_test(test_deadline),
                 cmocka_unit_test(test_repeat_waits_for_room),
                 cmocka_unit_test(test_repeat_fails_on_own_memory),
+                cmocka_unit_test(test_repeat_lends),
                 cmocka_unit_test(test_threads),
                 cmocka_unit_test(test_fork_and_no_daemon),
         };
