@@ -34,9 +34,11 @@ typedef enum gmd_outcome {
 typedef struct gmd_result {
         int code;               /* GMD__ERROR_CODE__*; 0: success */
         char text[512];         /* why, and what to do about it */
-        /* OUTCOME_ALLOCATED: the buffer created, and when the request
-         * came (now_us(), for the latency histogram). */
+        /* OUTCOME_ALLOCATED: the buffer created, its id (to find it again
+         * when the answer goes out later: it may be gone by then), and
+         * when the request came (now_us(), for the latency histogram). */
         struct gmd_dbuffer *buffer;
+        uint64_t buffer_id;
         uint64_t since_us;
 } gmd_result;
 
@@ -46,6 +48,7 @@ static inline void result_ok(gmd_result *r)
         r->code = 0;
         r->text[0] = '\0';
         r->buffer = NULL;
+        r->buffer_id = 0;
         r->since_us = 0;
 }
 

@@ -166,6 +166,7 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
                 return r == -EAGAIN ? -EIO : r;
         }
         ret->buffer = b;
+        ret->buffer_id = b->id;
         ret->since_us = since_us;
         return 0;
 }
@@ -210,7 +211,7 @@ gmd_outcome alloc_self_bound(gmd_session *s, uint64_t size, unsigned device,
         list_for_each(pos, &server->sessions) {
                 const gmd_session *o = container_of(pos, gmd_session, link);
 
-                if (o->pid == s->pid) {
+                if (session_same_process(s, o)) {
                         mine += o->vram_on[device];
                         n += o->vram_n_on[device];
                 }
@@ -281,8 +282,7 @@ static unsigned alloc_waiting_holders(gmd_server *server, unsigned device,
                         const gmd_waiter *w = container_of(wpos, gmd_waiter, link);
 
                         if (w->device == device && w->rank != WAITQ_PREFETCH &&
-                            (w->session == o ||
-                             (o->pid > 0 && w->session->pid == o->pid)))
+                            session_same_process(o, w->session))
                                 waits = true;
                 }
                 if (!waits)

@@ -50,10 +50,9 @@ int answers_push(gmd_answers *q, answer_kind kind, uint32_t request_id,
         a->kind = kind;
         a->request_id = kind == ANSWER_NOTICE ? 0 : request_id;
         a->result = *r;
-        /* Only an allocation's answer names its buffer; it may be gone
-         * by the time the answer goes out (request.c checks). */
-        if (kind != ANSWER_ALLOCATED)
-                a->result.buffer = NULL;
+        /* An answer names no buffer by pointer: it may be gone by the time
+         * the answer goes out. An allocation's names its buffer's id. */
+        a->result.buffer = NULL;
         answers_add(q, a);
         return 0;
 }

@@ -235,27 +235,10 @@ static bool waited_for_by_other(gmd_server *server, const gmd_dbuffer *b)
 
                 if (w->device != b->device || w->rank == WAITQ_PREFETCH)
                         continue;
-                if (w->session != owner &&
-                    (owner->pid <= 0 || w->session->pid != owner->pid))
+                if (!session_same_process(owner, w->session))
                         return true;
         }
         return false;
-}
-
-/* The highest priority among the clients waiting for VRAM on `device`
- * (INT_MIN when none waits). */
-static int waiting_priority(gmd_server *server, unsigned device)
-{
-        int top = INT_MIN;
-        gmd_list *pos;
-
-        list_for_each(pos, &server->waitq.waiters) {
-                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
-
-                if (w->device == device && w->priority > top)
-                        top = w->priority;
-        }
-        return top;
 }
 
 /* [limits] priority_grace_ms: is `b`, of a client above every waiter,
@@ -281,7 +264,7 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
         unsigned n = 0, cap = 0, chosen = 0;
         uint64_t wait_ms = UINT64_MAX;
         int top = server->config.priority_grace_ms ?
-                  waiting_priority(server, device) : INT_MIN;
+                  waitq_top_priority(&server->waitq, device) : INT_MIN;
         gmd_list *pos;
 
         *ret_victims = NULL;

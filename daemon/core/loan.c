@@ -21,13 +21,6 @@
 #include "timeutil.h"
 #include "waitq.h"
 
-/* Does `o` belong to the same process as `s` (the same pid, or `s` itself
- * when the pid is unknown)? */
-static bool same_process(const gmd_session *s, const gmd_session *o)
-{
-        return o == s || (s->pid > 0 && o->pid == s->pid);
-}
-
 static bool lendable(const gmd_dbuffer *b)
 {
         return b->acquired && !b->loan && !b->parked && !b->acquirer &&
@@ -55,7 +48,7 @@ gmd_loan *loan_start(gmd_session *s, uint32_t request_id)
         list_for_each(pos, &server->sessions) {
                 gmd_session *o = container_of(pos, gmd_session, link);
 
-                if (!same_process(s, o) || o->closing)
+                if (!session_same_process(s, o) || o->closing)
                         continue;
                 list_for_each(bpos, &o->buffers) {
                         gmd_dbuffer *b = container_of(bpos, gmd_dbuffer, owner_link);
@@ -138,13 +131,8 @@ bool loan_fits(const gmd_loan *loan, uint64_t size, unsigned device)
                size + loan_out_bytes(loan, device);
 }
 
-static void loan_free_if_done(gmd_loan *loan)
-{
-        if (loan->ended && !loan->returning)
-                free(loan);
-}
-
-/* Everything is back (or could not come): queue the answer. */
+/* Everything is back (or could not come): queue the answer; the loan is
+ * over. */
 static void loan_answer(gmd_loan *loan)
 {
         gmd_session *s = loan->session;
@@ -155,18 +143,7 @@ static void loan_answer(gmd_loan *loan)
                 s->loan = NULL;
                 session_answer(s, loan->kind, loan->request_id, &loan->result);
         }
-        loan_free_if_done(loan);
-}
-
-/* Is `b` still one of `s`'s buffers (not revoked meanwhile)? */
-static bool session_owns(const gmd_session *s, const gmd_dbuffer *b)
-{
-        const gmd_list *pos;
-
-        list_for_each(pos, &s->buffers)
-                if (container_of(pos, gmd_dbuffer, owner_link) == b)
-                        return true;
-        return false;
+        free(loan);
 }
 
 static void loan_back(void *ctx, gmd_dbuffer *b, int code, const char *why)
@@ -176,10 +153,13 @@ static void loan_back(void *ctx, gmd_dbuffer *b, int code, const char *why)
         loan->returning--;
         if (code && loan->session && loan->kind != ANSWER_ERROR) {
                 /* The call fails: the new buffer, unknown to the client,
-                 * goes with it. */
-                if (loan->kind == ANSWER_ALLOCATED &&
-                    session_owns(loan->session, loan->result.buffer))
-                        move_free_buffer(loan->server, loan->result.buffer);
+                 * goes with it (unless it was revoked meanwhile). */
+                gmd_dbuffer *made = loan->kind != ANSWER_ALLOCATED ? NULL :
+                                    buffer_find(loan->server, loan->session,
+                                                loan->result.buffer_id);
+
+                if (made)
+                        move_free_buffer(loan->server, made);
                 result_error(&loan->result, code, "buffer %llu, lent while "
                              "this allocation waited, could not come back to "
                              "VRAM: %s", (unsigned long long)b->id, why);
@@ -214,6 +194,7 @@ void loan_end(gmd_loan *loan, answer_kind kind, const gmd_result *result)
                 return;
         loan->kind = kind;
         loan->result = *result;
+        loan->result.buffer = NULL;     /* found again by its id */
         /* Held so that a buffer granted at once does not answer before
          * the others are on their way. */
         loan->returning++;

@@ -144,6 +144,15 @@ void session_apply_config(gmd_session *session);
 void session_user_usage(const gmd_list *sessions, uid_t uid,
                         gmd_usage *ret_usage);
 
+/* Are `a` and `b` connections of one process (the same pid; a session
+ * whose pid is unknown is only itself)? A process's connections share
+ * what it lends while one of them waits (loan.h). */
+static inline bool session_same_process(const gmd_session *a,
+                                        const gmd_session *b)
+{
+        return a == b || (a->pid > 0 && a->pid == b->pid);
+}
+
 /* "client 3 (pid 1234, uid 1000, trainer)" for log lines. */
 const char *session_describe(const gmd_session *session, char *buf, size_t len);
 

@@ -8,6 +8,7 @@
 #include "waitq.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 
 #include "log.h"
@@ -270,6 +271,20 @@ const gmd_waiter *waitq_oldest(const gmd_waitq *q, unsigned device)
                         oldest = w;
         }
         return oldest;
+}
+
+int waitq_top_priority(const gmd_waitq *q, unsigned device)
+{
+        int top = INT_MIN;
+        gmd_list *pos;
+
+        list_for_each(pos, &q->waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->device == device && w->priority > top)
+                        top = w->priority;
+        }
+        return top;
 }
 
 uint64_t waitq_demand_before(const gmd_waitq *q, unsigned device,

@@ -164,6 +164,10 @@ static inline bool waitq_holds(const gmd_waitq *q, unsigned device)
 /* The waiter that has waited longest for room on `device`, or NULL. */
 const gmd_waiter *waitq_oldest(const gmd_waitq *q, unsigned device);
 
+/* The highest client priority among the waiters on `device` (INT_MIN
+ * when none waits). */
+int waitq_top_priority(const gmd_waitq *q, unsigned device);
+
 /* VRAM bytes waited for on `device` (sizes and ops->more). */
 uint64_t waitq_demand(const gmd_waitq *q, unsigned device);
 

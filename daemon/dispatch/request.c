@@ -176,13 +176,11 @@ void request_answer(gmd_session *s, uint32_t id, gmd_outcome outcome,
  * administrator revoked it meanwhile. */
 static void answer_queued_alloc(gmd_session *s, uint32_t id, gmd_result *r)
 {
-        gmd_list *pos;
-
-        list_for_each(pos, &s->buffers)
-                if (container_of(pos, gmd_dbuffer, owner_link) == r->buffer) {
-                        answer_alloc(s, id, r);
-                        return;
-                }
+        r->buffer = buffer_find(s->server, s, r->buffer_id);
+        if (r->buffer) {
+                answer_alloc(s, id, r);
+                return;
+        }
         result_error(r, GMD__ERROR_CODE__ERR_NOT_FOUND,
                      "the buffer allocated for this request was revoked "
                      "before the answer went out");
