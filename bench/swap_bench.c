@@ -23,12 +23,14 @@
  *             comes in ("2way"), compared with the largest size's baseline.
  * Ratios are ours / baseline (medians). Also: creating host-tier memory
  * pinned on the spot against carving it from the arena, and the latency
- * of an acquire (a passive swap-in) while a multi-GB prefetch is in
- * flight, against the same acquire with the copy engine idle.
+ * of acquires of paged-out 2, 16 and 64 MiB buffers (a passive swap-in),
+ * 15 of each, against a pinned copy of the same size timed the same way,
+ * and of one while a multi-GB prefetch is in flight.
  *
  * Usage: swap_bench [--json FILE] [--max-mib N] [--reps N]. Exits 77 when
  * there is no usable GPU.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -77,6 +79,16 @@ static double median(const samples *s)
         return s->n % 2 ? tmp[s->n / 2] : (tmp[s->n / 2 - 1] + tmp[s->n / 2]) / 2;
 }
 
+static double min_of(const samples *s)
+{
+        double m = s->n ? s->v[0] : 0;
+
+        for (int i = 1; i < s->n; i++)
+                if (s->v[i] < m)
+                        m = s->v[i];
+        return m;
+}
+
 static void add(samples *s, double v)
 {
         if (s->n < MAX_REPS)
@@ -87,6 +99,61 @@ static double gbs(uint64_t bytes, double us)
 {
         return us > 0 ? bytes / us / 1e3 : 0;
 }
+
+/* CPU seconds the daemon's threads used: all of them, and its copy
+ * watcher's (the thread that polls copies near their end). */
+typedef struct cpu_use {
+        double total_s, watch_s, wall_us;
+} cpu_use;
+
+static cpu_use daemon_cpu(pid_t pid)
+{
+        cpu_use u = { .wall_us = gpu_now_us() };
+        char path[320];
+        struct dirent *e;
+        DIR *dir;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+        dir = opendir(path);
+        if (!dir)
+                return u;
+        while ((e = readdir(dir))) {
+                char buf[1024], *p;
+                unsigned long utime, stime;
+                FILE *f;
+                size_t n;
+
+                if (e->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;
+                n = fread(buf, 1, sizeof(buf) - 1, f);
+                fclose(f);
+                buf[n] = 0;
+                /* pid (comm) state ... field 14 utime, 15 stime */
+                p = strrchr(buf, ')');
+                if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                                 &utime, &stime) != 2)
+                        continue;
+                u.total_s += (double)(utime + stime) / sysconf(_SC_CLK_TCK);
+                if (strstr(buf, "(gmd-copywatch)"))
+                        u.watch_s += (double)(utime + stime) / sysconf(_SC_CLK_TCK);
+        }
+        closedir(dir);
+        return u;
+}
+
+static cpu_use cpu_since(pid_t pid, cpu_use before)
+{
+        cpu_use now = daemon_cpu(pid);
+
+        return (cpu_use){ now.total_s - before.total_s, now.watch_s - before.watch_s,
+                          now.wall_us - before.wall_us };
+}
+
+static cpu_use cpu_batches, cpu_latency;
 
 typedef struct result {
         uint64_t size;
@@ -679,52 +746,108 @@ out:
         }
 }
 
+/* Acquires of a paged-out buffer, each against its copy: the issue's
+ * target is the copy's time plus 0.3 ms. Several of each size, since one
+ * acquire is noise (the sixth session's single 64 MiB sample said 1747 us
+ * one run and 1.6-2.0 ms the next). */
+#define LAT_SIZES 3
+#define LAT_REPS 15
+static const uint64_t lat_mib[LAT_SIZES] = { 2, 16, 64 };
+
 typedef struct latency {
-        double idle_us, busy_us, big_prefetch_ms;
-        uint64_t small, big;
+        samples acquire[LAT_SIZES];     /* us: gmd_acquire of a paged-out buffer */
+        samples copy[LAT_SIZES];        /* us: a pinned cuMemcpyHtoDAsync + sync */
+        double busy_us, big_prefetch_ms;
+        uint64_t big;
         bool ran;
 } latency;
 
-/* An acquire of a small paged-out buffer, alone and while `big` bytes are
- * being prefetched. */
+/* The copy the target counts: one pinned host-to-VRAM copy of `size`,
+ * from a pause as long as the acquire's, to its stream's synchronize. */
+static int time_copies(latency *lat)
+{
+        CUdeviceptr dev;
+        CUstream st;
+        void *host;
+        uint64_t max = lat_mib[LAT_SIZES - 1] * MiB;
+
+        CU(cu->cuMemAlloc(&dev, max));
+        CU(cu->cuMemHostAlloc(&host, max, 0));
+        CU(cu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+        memset(host, 0x5a, max);
+        CU(cu->cuMemcpyHtoDAsync(dev, host, max, st));       /* warm-up */
+        CU(cu->cuStreamSynchronize(st));
+        for (int k = 0; k < LAT_SIZES; k++)
+                for (int i = 0; i < LAT_REPS; i++) {
+                        double t0;
+
+                        usleep(2000);
+                        t0 = gpu_now_us();
+                        CU(cu->cuMemcpyHtoDAsync(dev, host, lat_mib[k] * MiB, st));
+                        CU(cu->cuStreamSynchronize(st));
+                        add(&lat->copy[k], gpu_now_us() - t0);
+                }
+        cu->cuStreamDestroy(st);
+        cu->cuMemFreeHost(host);
+        cu->cuMemFree(dev);
+        return 0;
+}
+
+/* Acquires of paged-out buffers of each size, idle; then one of 64 MiB
+ * while `big` bytes are being prefetched. */
 static void run_latency(gmd_client *c, uint64_t big, latency *lat)
 {
-        gmd_buffer *p = NULL, *s = NULL;
+        gmd_buffer *p = NULL, *s[LAT_SIZES] = { NULL };
         double t0, t1;
 
-        lat->small = 64 * MiB;
         lat->big = big;
-        if (new_filled(c, big, 4242, &p) < 0 || new_filled(c, lat->small, 4343, &s) < 0) {
+        if (time_copies(lat) < 0) {
+                failures++;
+                return;
+        }
+        if (new_filled(c, big, 4242, &p) < 0) {
                 failures++;
                 goto out;
         }
-        if (timed_out(c, s) < 0)
-                goto out;
+        for (int k = 0; k < LAT_SIZES; k++)
+                if (new_filled(c, lat_mib[k] * MiB, 4343 + k, &s[k]) < 0) {
+                        failures++;
+                        goto out;
+                }
         /* Idle means idle: the driver scrubs VRAM for a while after it is
          * released (the cases before freed GiBs), and copies to the GPU
          * run slower meanwhile (release_bench: 2-10 ms). */
         usleep(50 * 1000);
-        t0 = gpu_now_us();
-        if (gmd_acquire(c, s, GMD_WAIT_FOREVER) < 0)
-                goto fail;
-        lat->idle_us = gpu_now_us() - t0;
-        gmd_release(c, s);
-        if (timed_out(c, s) < 0 || timed_out(c, p) < 0)
+        for (int k = 0; k < LAT_SIZES; k++)
+                for (int i = 0; i < LAT_REPS; i++) {
+                        if (timed_out(c, s[k]) < 0)
+                                goto out;
+                        usleep(2000);
+                        t0 = gpu_now_us();
+                        if (gmd_acquire(c, s[k], GMD_WAIT_FOREVER) < 0)
+                                goto fail;
+                        add(&lat->acquire[k], gpu_now_us() - t0);
+                        gmd_release(c, s[k]);
+                }
+        if (timed_out(c, s[LAT_SIZES - 1]) < 0 || timed_out(c, p) < 0)
                 goto out;
         t0 = gpu_now_us();
         if (gmd_prefetch(c, p) < 0)
                 goto fail;
         usleep(2000);   /* the prefetch is under way */
         t1 = gpu_now_us();
-        if (gmd_acquire(c, s, GMD_WAIT_FOREVER) < 0)
+        if (gmd_acquire(c, s[LAT_SIZES - 1], GMD_WAIT_FOREVER) < 0)
                 goto fail;
         lat->busy_us = gpu_now_us() - t1;
-        gmd_release(c, s);
+        gmd_release(c, s[LAT_SIZES - 1]);
         if (wait_ok(c, p, "big prefetch") < 0)
                 goto out;
         lat->big_prefetch_ms = (gpu_now_us() - t0) / 1e3;
         lat->ran = true;
-        if (!check_pattern(c, s, 4343) || !check_pattern(c, p, 4242))
+        for (int k = 0; k < LAT_SIZES; k++)
+                if (!check_pattern(c, s[k], 4343 + k))
+                        failures++;
+        if (!check_pattern(c, p, 4242))
                 failures++;
         goto out;
 fail:
@@ -733,8 +856,9 @@ fail:
 out:
         if (p)
                 gmd_free(c, p);
-        if (s)
-                gmd_free(c, s);
+        for (int k = 0; k < LAT_SIZES; k++)
+                if (s[k])
+                        gmd_free(c, s[k]);
 }
 
 /* ---- output --------------------------------------------------------------- */
@@ -794,26 +918,10 @@ static void print_human(FILE *f, const char *gpu, const latency *lat)
                                 (unsigned long long)(results[k].size / MiB),
                                 ratio(&results[k].be_in_fresh, &results[k].base_h2d));
         fprintf(f, "\n");
-        if (lat->ran)
-                fprintf(f, "acquire of a paged-out %llu MiB buffer: %.0f us idle, "
-                        "%.0f us while %llu MiB are prefetched (that prefetch took "
-                        "%.1f ms)\n", (unsigned long long)(lat->small / MiB),
-                        lat->idle_us, lat->busy_us,
-                        (unsigned long long)(lat->big / MiB), lat->big_prefetch_ms);
-        for (int k = 0; k < N_BATCH; k++) {
-                const batch *bt = &batches[k];
-
-                if (!bt->ran)
-                        continue;
-                fprintf(f, "batch %2u x %4llu MiB (all moving at once): out %5.1f "
-                        "in %5.1f 2way %5.1f GB/s, ratio %.2f / %.2f / %.2f of the "
-                        "largest baseline%s\n",
-                        bt->n, (unsigned long long)(bt->size / MiB),
-                        median(&bt->out), median(&bt->in), median(&bt->both),
-                        median(&bt->out) / big_base(0), median(&bt->in) / big_base(1),
-                        median(&bt->both) / big_base(2),
-                        bt->checked_ok ? "" : " (PATTERN MISMATCH)");
-        }
+        fprintf(f, "daemon CPU: batches %.2f s of %.2f s (copy watcher %.2f s), "
+                "acquires %.2f s of %.2f s (copy watcher %.2f s)\n",
+                cpu_batches.total_s, cpu_batches.wall_us / 1e6, cpu_batches.watch_s,
+                cpu_latency.total_s, cpu_latency.wall_us / 1e6, cpu_latency.watch_s);
         fprintf(f, "time in gmd_pageout (the request; host copy carved from the "
                 "arena or pinned), ms: ");
         for (size_t k = 0; k < N_SIZES; k++)
@@ -821,6 +929,20 @@ static void print_human(FILE *f, const char *gpu, const latency *lat)
                         fprintf(f, "%llu M %.2f  ", (unsigned long long)(results[k].size / MiB),
                                 median(&results[k].d_out_call));
         fprintf(f, "\n%s: %d failure(s)\n", failures ? "FAIL" : "OK", failures);
+        if (!lat->ran)
+                return;
+        for (int k = 0; k < LAT_SIZES; k++)
+                fprintf(f, "acquire of a paged-out %llu MiB buffer, idle: %.0f us "
+                        "median (min %.0f) of %d; its copy %.0f us: %+.0f us over "
+                        "(target +300)\n", (unsigned long long)lat_mib[k],
+                        median(&lat->acquire[k]), min_of(&lat->acquire[k]),
+                        lat->acquire[k].n, median(&lat->copy[k]),
+                        median(&lat->acquire[k]) - median(&lat->copy[k]));
+        fprintf(f, "acquire of a paged-out %llu MiB buffer while %llu MiB are "
+                "prefetched: %.0f us (that prefetch took %.1f ms)\n",
+                (unsigned long long)lat_mib[LAT_SIZES - 1],
+                (unsigned long long)(lat->big / MiB), lat->busy_us,
+                lat->big_prefetch_ms);
 }
 
 static void json_samples(FILE *f, const char *name, const samples *s, bool last)
@@ -891,11 +1013,24 @@ static void print_json(FILE *f, const char *gpu, const latency *lat)
                         median(&bt->both) / big_base(2),
                         bt->checked_ok ? "true" : "false");
         }
-        fprintf(f, "],\n \"acquire_latency\": {\"ran\": %s, \"small\": %llu, \"big\": %llu, "
-                "\"idle_us\": %.1f, \"during_prefetch_us\": %.1f, \"big_prefetch_ms\": %.2f},\n"
-                " \"failures\": %d}\n", lat->ran ? "true" : "false",
-                (unsigned long long)lat->small, (unsigned long long)lat->big,
-                lat->idle_us, lat->busy_us, lat->big_prefetch_ms, failures);
+        fprintf(f, "],\n \"acquire_latency\": {\"ran\": %s, \"unit\": \"us\", "
+                "\"big\": %llu, \"during_prefetch_us\": %.1f, \"big_prefetch_ms\": %.2f, "
+                "\"sizes\": [", lat->ran ? "true" : "false",
+                (unsigned long long)lat->big, lat->busy_us, lat->big_prefetch_ms);
+        for (int k = 0; k < LAT_SIZES; k++) {
+                fprintf(f, "%s\n  {\"size\": %llu, ", k ? "," : "",
+                        (unsigned long long)(lat_mib[k] * MiB));
+                json_samples(f, "acquire", &lat->acquire[k], false);
+                json_samples(f, "copy", &lat->copy[k], false);
+                fprintf(f, "\"over_copy_us\": %.1f}",
+                        median(&lat->acquire[k]) - median(&lat->copy[k]));
+        }
+        fprintf(f, "]},\n \"daemon_cpu_s\": {\"batches\": {\"wall\": %.3f, "
+                "\"total\": %.3f, \"copy_watcher\": %.3f}, \"acquires\": {\"wall\": %.3f, "
+                "\"total\": %.3f, \"copy_watcher\": %.3f}},\n \"failures\": %d}\n",
+                cpu_batches.wall_us / 1e6, cpu_batches.total_s, cpu_batches.watch_s,
+                cpu_latency.wall_us / 1e6, cpu_latency.total_s, cpu_latency.watch_s,
+                failures);
 }
 
 int main(int argc, char **argv)
@@ -1013,7 +1148,11 @@ int main(int argc, char **argv)
                         run_daemon_size(c, &results[k], reps);
                         results[k].done = true;
                 }
+                cpu_use t = daemon_cpu(d.pid);
+
                 run_latency(c, max >= 1024 * MiB ? max : 1024 * MiB, &lat);
+                cpu_latency = cpu_since(d.pid, t);
+                t = daemon_cpu(d.pid);
                 /* Up to 2 GiB in flight at once, in buffers of 16, 64,
                  * 256 MiB (at most 64 of them), and 256 of 2 MiB: a
                  * step's worth of PyTorch's small segments. */
@@ -1029,6 +1168,7 @@ int main(int argc, char **argv)
                                (unsigned long long)(batches[k].size / MiB));
                         run_batch(c, &batches[k], reps);
                 }
+                cpu_batches = cpu_since(d.pid, t);
                 gmd_disconnect(c);
         }
         if (getenv("GMD_BENCH_DAEMON_LOG"))

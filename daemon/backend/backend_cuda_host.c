@@ -45,6 +45,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "log.h"
 #include "timeutil.h"
@@ -211,6 +212,7 @@ static void *host_worker(void *arg)
         cuda_backend *b = arg;
         cuda_host *h = &b->host;
 
+        prctl(PR_SET_NAME, "gmd-hostpin", 0, 0, 0);
         pthread_mutex_lock(&h->lock);
         for (;;) {
                 cuda_device *d;

@@ -69,6 +69,7 @@ static const config_key config_keys[] = {
         KEY("limits", "wait_hold_ms", KEY_COUNT, wait_hold_ms, 3600000),
         KEY("limits", "reclaim_timeout_ms", KEY_UINT, reclaim_timeout_ms, 3600000),
         KEY("limits", "priority_grace_ms", KEY_COUNT, priority_grace_ms, 3600000),
+        KEY("limits", "memory_slice_ms", KEY_COUNT, memory_slice_ms, 3600000),
         KEY("limits", "user_turn_us", KEY_COUNT, user_turn_us, 1000000),
         KEY("swap", "chunk_size", KEY_SIZE, swap_chunk_size, 0),
         KEY("swap", "copies_in_flight", KEY_UINT, swap_copies_in_flight, 64),
@@ -120,6 +121,7 @@ void config_init_defaults(gmd_config *config)
         config->max_waiting_per_user = 256;
         config->wait_hold_ms = 5000;
         config->reclaim_timeout_ms = 2000;
+        config->memory_slice_ms = 1000;
         config->user_turn_us = 100;
         config->swap_chunk_size = 64ull << 20;
         config->swap_copies_in_flight = 2;

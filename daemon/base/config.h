@@ -72,6 +72,10 @@ typedef struct gmd_config {
         unsigned priority_grace_ms;       /* a buffer released less than this
                                            * long ago is not evicted for a
                                            * lower-priority waiter; 0 = off */
+        unsigned memory_slice_ms;         /* processes whose memory does not
+                                           * fit together hold a device's
+                                           * memory in turns this long
+                                           * (slice.h); 0 = off */
         unsigned user_turn_us;            /* loop time a user may take per
                                            * loop turn (users.h); 0 = no
                                            * turns */

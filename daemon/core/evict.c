@@ -23,6 +23,7 @@
 #include "reuse.h"
 #include "server.h"
 #include "session.h"
+#include "slice.h"
 #include "timeutil.h"
 #include "waitq.h"
 
@@ -256,6 +257,56 @@ static bool in_grace(gmd_server *server, const gmd_dbuffer *b, int top,
         return true;
 }
 
+/* What of the memory of the process whose slice runs (slice.h) may go:
+ * released buffers for its own requests (it pages for itself) and for
+ * those of processes above its priority, lent ones for the latter only. */
+typedef struct slice_room {
+        pid_t holder;           /* 0: no slice runs */
+        uint64_t left_ms;
+        uint64_t released;      /* bytes of its released buffers that may go */
+        uint64_t lent;          /* of its lent ones */
+} slice_room;
+
+static void slice_room_of(gmd_server *server, unsigned device, uint64_t now,
+                          slice_room *r)
+{
+        gmd_list *pos;
+
+        memset(r, 0, sizeof(*r));
+        r->holder = slice_holder(&server->slices, device, now, &r->left_ms);
+        if (!r->holder)
+                return;
+        list_for_each(pos, &server->waitq.waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->device != device)
+                        continue;
+                if (w->session->pid == r->holder) {
+                        r->released += w->size;
+                } else if (w->priority > server->slices.on[device].priority) {
+                        r->released += w->size;
+                        r->lent += w->size;
+                }
+        }
+}
+
+/* May `b` go, as far as the slice that runs on its device goes? Else
+ * *ret_wait_ms is when the slice ends. */
+static bool slice_allows(slice_room *r, const gmd_dbuffer *b, uint64_t *ret_wait_ms)
+{
+        uint64_t *room = b->loan ? &r->lent : &r->released;
+
+        if (!r->holder || b->owner->pid != r->holder)
+                return true;
+        if (!*room) {
+                if (r->left_ms < *ret_wait_ms)
+                        *ret_wait_ms = r->left_ms;
+                return false;
+        }
+        *room = *room > b->size ? *room - b->size : 0;
+        return true;
+}
+
 unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
                       uint64_t urgent, uint64_t now, gmd_dbuffer ***ret_victims,
                       uint64_t *ret_wait_ms)
@@ -265,6 +316,7 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
         uint64_t wait_ms = UINT64_MAX;
         int top = server->config.priority_grace_ms ?
                   waitq_top_priority(&server->waitq, device) : INT_MIN;
+        slice_room slice;
         gmd_list *pos;
 
         *ret_victims = NULL;
@@ -283,6 +335,7 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
                         victims[n++] = b;
         }
         qsort(victims, n, sizeof(*victims), by_victim_order);
+        slice_room_of(server, device, now, &slice);
         for (unsigned i = 0; i < n && need > 0; i++) {
                 gmd_dbuffer *b = victims[i];
 
@@ -297,6 +350,9 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
                 /* A higher-priority client's memory waits out its grace. */
                 if (in_grace(server, b, top, now, &wait_ms))
                         continue;
+                /* The memory of a process whose slice runs stays its own. */
+                if (!slice_allows(&slice, b, &wait_ms))
+                        continue;
                 victims[chosen++] = b;
                 need = need > b->size ? need - b->size : 0;
                 urgent = urgent > b->size ? urgent - b->size : 0;
@@ -310,6 +366,43 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
         return chosen;
 }
 
+/* `device` is short of room: the slice of its memory goes to the first
+ * process waiting for it when nobody's runs, and passes to another once
+ * it is over (slice.h). */
+static void slice_pass(gmd_server *server, unsigned device, uint64_t now)
+{
+        const gmd_slice *cur = &server->slices.on[device];
+        const gmd_session *first = NULL, *other = NULL;
+        gmd_list *pos;
+        char who[128];
+
+        if (!server->slices.length_ms)
+                return;
+        list_for_each(pos, &server->waitq.waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->device != device || w->rank == WAITQ_PREFETCH ||
+                    w->session->pid <= 0)
+                        continue;
+                if (!first)
+                        first = w->session;
+                if (!other && w->session->pid != cur->pid)
+                        other = w->session;
+                if (other)
+                        break;
+        }
+        if (!first || !slice_update(&server->slices, device, first->pid,
+                                    first->priority, other ? other->pid : 0,
+                                    other ? other->priority : 0, now))
+                return;
+        log_info("device %u: a %u ms slice of its memory to %s, priority %d: what "
+                 "it holds stays while it runs ([limits] memory_slice_ms)", device,
+                 server->config.memory_slice_ms,
+                 session_describe(cur->pid == first->pid ? first : other, who,
+                                  sizeof(who)),
+                 cur->priority);
+}
+
 static void evict_device(gmd_server *server, unsigned device, uint64_t need,
                          uint64_t urgent)
 {
@@ -318,7 +411,8 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need,
         unsigned n = evict_choose(server, device, need, urgent, now_ms(),
                                   &victims, &wait_ms);
 
-        /* Look again when what a priority's grace held back may go. */
+        /* Look again when what a priority's grace or a slice held back
+         * may go. */
         if (wait_ms != UINT64_MAX)
                 pending_mark_after(&server->pending, PENDING_ROOM | PENDING_EVICT,
                                    wait_ms + 1);
@@ -387,6 +481,7 @@ bool evict_balance(gmd_server *server)
                         uint64_t urgent = waitq_demand_before(&server->waitq, d,
                                                               WAITQ_PREFETCH);
 
+                        slice_pass(server, d, now_ms());
                         evict_device(server, d, demand - room,
                                      urgent > room ? urgent - room : 0);
                 }

@@ -23,6 +23,7 @@
 #include "server.h"
 #include "server_limits.h"
 #include "session.h"
+#include "slice.h"
 #include "timeutil.h"
 #include "vram.h"
 
@@ -846,12 +847,26 @@ static gmd_acquirer *acquirer_new(gmd_server *server, gmd_session *s,
 
 /* Set `b` on its way back to VRAM for `a`, which is granted or failed when
  * it is there or cannot come — possibly before this returns. */
+/* Is `b` being evicted while another process's slice of its device runs
+ * (slice.h)? Then the eviction makes that process's room: it goes on. */
+static bool evicted_for_slice(gmd_server *server, const gmd_dbuffer *b)
+{
+        pid_t holder = slice_holder(&server->slices, b->device, now_ms(), NULL);
+
+        return holder && holder != b->owner->pid &&
+               b->move->copy.cls == MOVE_EVICT &&
+               server->slices.on[b->device].priority >= b->owner->priority;
+}
+
 static void acquire_start(gmd_server *server, gmd_dbuffer *b, gmd_acquirer *a)
 {
         b->acquirer = a;
         if (b->move && b->move->copy.dir == GMD_COPY_OUT && move_copying(b->move)) {
-                /* Still copying out: stop, it never left. */
-                move_cancel(server, b);
+                /* Still copying out: stop, it never left — unless another
+                 * process's slice needs the room; then it comes back once
+                 * out (move_finish). */
+                if (!evicted_for_slice(server, b))
+                        move_cancel(server, b);
         } else if (b->move && b->move->copy.dir == GMD_COPY_IN) {
                 if (move_copying(b->move))
                         copyq_reclass(&server->copyqs, &b->move->copy, MOVE_URGENT);

@@ -21,6 +21,7 @@
 #include "pending.h"
 #include "pool.h"
 #include "reuse.h"
+#include "slice.h"
 #include "server_limits.h"
 #include "stats.h"
 #include "users.h"
@@ -74,6 +75,8 @@ typedef struct gmd_server {
 
         gmd_waitq waitq;              /* VRAM requests waiting (waitq.h) */
         gmd_reuse reuse;              /* VRAM kept for swap-ins (reuse.h) */
+        gmd_slices slices;            /* whose slice of each device's
+                                       * memory runs (slice.h) */
 
         gmd_pending pending;          /* work marked for the scheduling
                                        * pass (scheduler.h) */

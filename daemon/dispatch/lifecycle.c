@@ -61,7 +61,8 @@ static void reuse_release(void *ctx, gmd_mem *mem)
 
 /* A session closed: drop its waiters and waits without answering, give
  * what it lent of its process's other connections back to them, free its
- * buffers (settling their moves), release the VRAM kept for it. */
+ * buffers (settling their moves), release the VRAM kept for it; the
+ * process's last one gives up its slices of memory. */
 static void session_release(gmd_session *s)
 {
         gmd_server *server = s->server;
@@ -73,6 +74,13 @@ static void session_release(gmd_session *s)
         list_for_each_safe(pos, tmp, &s->buffers)
                 move_free_buffer(server, container_of(pos, gmd_dbuffer, owner_link));
         reuse_forget(&server->reuse, &s->reuse);
+        list_for_each(pos, &server->sessions) {
+                gmd_session *o = container_of(pos, gmd_session, link);
+
+                if (o != s && session_same_process(o, s))
+                        return;
+        }
+        slice_forget(&server->slices, s->pid);
 }
 
 /* The devices' free memory is read again: what other programs use now
@@ -131,6 +139,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         waitq_init(&server->waitq, loop, &server->pending,
                    &scheduler_waitq_ops, server);
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
+        slices_init(&server->slices, config->memory_slice_ms);
         users_init(&server->users, (int64_t)config->user_turn_us * 1000);
         reuse_init(&server->reuse, config->swap_keep_vram, &server->stats,
                    reuse_release, server);
@@ -600,6 +609,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
                    old->cuda_reserve_chunks != config->cuda_reserve_chunks);
 
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
+        server->slices.length_ms = config->memory_slice_ms;
         users_set_quantum(&server->users, (int64_t)config->user_turn_us * 1000);
         gmd_config next = *config;
         strcpy(next.socket_path, old->socket_path);

@@ -19,7 +19,9 @@
 #include "request.h"
 #include "server.h"
 #include "session.h"
+#include "slice.h"
 #include "tiering.h"
+#include "timeutil.h"
 #include "waitq.h"
 
 /* ---- what serving a waiter means (waitq.h) ----------------------------- */
@@ -37,9 +39,33 @@ static void waiter_answer(gmd_waiter *w, gmd_outcome outcome, gmd_result *res)
         w->loan = NULL;
 }
 
-static int waiter_serve(void *ctx, gmd_waiter *w)
+/* Does another process's slice of `w`'s device run while that process
+ * waits for room there? Then the room that frees up is its (slice.h): `w`
+ * is served after it, or when the slice ends. */
+static bool slice_holds_back(gmd_server *server, const gmd_waiter *w)
 {
-        gmd_server *server = ctx;
+        uint64_t left_ms;
+        pid_t holder = slice_holder(&server->slices, w->device, now_ms(), &left_ms);
+        gmd_list *pos;
+
+        if (!holder || holder == w->session->pid ||
+            w->priority > server->slices.on[w->device].priority)
+                return false;
+        list_for_each(pos, &server->waitq.waiters) {
+                const gmd_waiter *o = container_of(pos, gmd_waiter, link);
+
+                if (o->device == w->device && o->rank != WAITQ_PREFETCH &&
+                    o->session->pid == holder) {
+                        pending_mark_after(&server->pending, PENDING_ROOM,
+                                           left_ms + 1);
+                        return true;
+                }
+        }
+        return false;
+}
+
+static int waiter_try(gmd_server *server, gmd_waiter *w)
+{
         gmd_result res;
         int r;
 
@@ -72,6 +98,21 @@ static int waiter_serve(void *ctx, gmd_waiter *w)
         return r;
 }
 
+static int waiter_serve(void *ctx, gmd_waiter *w)
+{
+        gmd_server *server = ctx;
+        unsigned device = w->device;
+        pid_t pid = w->session->pid;
+        int r;
+
+        if (slice_holds_back(server, w))
+                return -ENOSPC;
+        r = waiter_try(server, w);
+        if (r == 0)
+                slice_served(&server->slices, device, pid, now_ms());
+        return r;
+}
+
 static uint64_t waiter_more(void *ctx, const gmd_waiter *w)
 {
         (void)ctx;
@@ -80,6 +121,15 @@ static uint64_t waiter_more(void *ctx, const gmd_waiter *w)
 
 static bool waiter_reachable(void *ctx, const gmd_waiter *w)
 {
+        gmd_server *server = ctx;
+        pid_t holder = slice_holder(&server->slices, w->device, now_ms(), NULL);
+
+        /* Another process's slice of the device runs: its memory is not
+         * room for this one until it ends, so holding back would only
+         * stall the holder. */
+        if (holder && holder != w->session->pid &&
+            w->priority <= server->slices.on[w->device].priority)
+                return false;
         return alloc_room_reachable(ctx, w->device, w->size + waiter_more(ctx, w));
 }
 

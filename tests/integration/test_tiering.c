@@ -739,6 +739,84 @@ static void test_priority_grace(void **state)
         OK(gmd_free(f->client, fill));
 }
 
+/* [limits] memory_slice_ms: this client keeps stepping (acquire, release,
+ * acquire again at once: a training job with idle() between steps) on a
+ * buffer of 48 of the pool's 64 MiB while another process waits to
+ * allocate 48 MiB. Every eviction made for the other is stopped by the
+ * next acquire when nothing else decides, so without slices the other
+ * waits out its 3 s (copies at 64 MB/s: an eviction takes 750 ms, and
+ * this loop acquires again within milliseconds). With slices the waiting
+ * process gets the device's slice, the eviction goes on past the acquire,
+ * which gets the buffer back, bytes intact, once the other is done. */
+static void run_slices(fixture *f, unsigned slice_ms)
+{
+        static const char *const args[] = { "alloc", "48M", "3000", NULL };
+        gmd_buffer *b = NULL;
+        harness_proc *p;
+        char config[160], *out = NULL;
+        uint64_t deadline, t0;
+        int64_t longest = 0;
+        siginfo_t info;
+        int status;
+
+        snprintf(config, sizeof(config), "[pools]\nhost_limit = 256M\n"
+                 "[sim]\ncopy_rate = 64M\n[limits]\nmemory_slice_ms = %u\n",
+                 slice_ms);
+        harness_start_small(&f->h, config);
+        f->client = harness_client(&f->h, "stepper");
+        OK(gmd_alloc(f->client, 48 * MiB, 0, 0, GMD_NO_WAIT, &b));
+        pattern_fill(b, 130);
+        OK(gmd_release(f->client, b));
+        p = harness_track_client(f, args);
+        free(read_line(f, p, "connected", 5000));
+        deadline = harness_now_ms() + 6000;
+        for (;;) {
+                memset(&info, 0, sizeof(info));
+                if ((waitid(P_PID, p->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                     info.si_pid) || harness_now_ms() > deadline)
+                        break;
+                t0 = harness_now_ms();
+                OK(gmd_acquire(f->client, b, 10000));
+                if (elapsed_since(t0) > longest)
+                        longest = elapsed_since(t0);
+                pattern_check(b, 130, "between steps");
+                OK(gmd_release(f->client, b));
+        }
+        status = harness_finish(p, &out, 5000);
+        if (slice_ms) {
+                if (harness_exit_code(status) != 0 || !strstr(out, "bytes ok")) {
+                        /* The log is longer than a cmocka message holds. */
+                        fprintf(stderr, "daemon log:\n%s\n", harness_read_log(&f->h));
+                        fail_msg("with slices the waiting allocation was not "
+                                 "served:\n%s", out);
+                }
+                /* The acquire that found the eviction waited it out. */
+                if (longest < 300)
+                        fail_msg("no acquire waited for the eviction (longest "
+                                 "%lld ms)", (long long)longest);
+                if (harness_log_count(&f->h, "slice of its memory to") < 1)
+                        fail_msg("no slice was given; log:\n%s",
+                                 harness_read_log(&f->h));
+        } else if (harness_exit_code(status) == 0 || !strstr(out, "rc -")) {
+                fail_msg("without slices the allocation was served: this test "
+                         "no longer shows what slices change:\n%s", out);
+        }
+        free(out);
+        OK(gmd_acquire(f->client, b, 10000));
+        pattern_check(b, 130, "after the other process");
+        OK(gmd_free(f->client, b));
+}
+
+static void test_memory_slices(void **state)
+{
+        run_slices(*state, 400);
+}
+
+static void test_memory_slices_off(void **state)
+{
+        run_slices(*state, 0);
+}
+
 /* Three processes with released buffers: L and M at priority 10, H at 40.
  * H released first, so least-recently-released alone would pick H; the
  * order of eviction must be L1, M1, L2 (priority 10, by release time) and
@@ -944,7 +1022,12 @@ static void test_cancellations(void **state)
         harness_start_small(&f->h, "[pools]\nhost_limit = 256M\n"
                                    "[swap]\nchunk_size = 2M\n"
                                    "bytes_in_flight = 0\n"
-                                   "[sim]\ncopy_rate = 64M\n");
+                                   "[sim]\ncopy_rate = 64M\n"
+                                   /* An acquire stops an eviction: with
+                                    * slices, one made for another
+                                    * process's slice goes on
+                                    * (test_memory_slices). */
+                                   "[limits]\nmemory_slice_ms = 0\n");
         f->client = harness_client(&f->h, "cancel");
         OK(gmd_alloc(f->client, 32 * MiB, 0, 0, GMD_NO_WAIT, &b));
         pattern_fill(b, 120);
@@ -1412,6 +1495,10 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_quota_follows_moves, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_priority_grace, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_memory_slices, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_memory_slices_off, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_oversubscription, setup,
                                                 teardown),

@@ -289,19 +289,32 @@ def infer_result(name, lat, **kw):
     return r
 
 
-def cot_case(together_infer_lat, makespan, oom=False):
+def cot_case(together_infer_lat, makespan, oom=False, train_end=None):
+    """Alone: measured parts of 30 + 30 + 20 s, 40 + 40 + 20 s with set-up.
+    Together, from one go at t=1000: the inference job's four requests of
+    25 tokens at 1000, 1010, 1020, 1030 and its end at 1000 + makespan;
+    the training jobs step until `train_end` (default: the end)."""
+    end = 1000.0 + makespan
+    train_end = train_end or end
     alone = [train_result("gpumem", 200.0, ["0x1p+3"], name="train_a",
-                          wall_s=30.0, working_set=3 * GiB),
+                          wall_s=40.0, working_set=3 * GiB,
+                          t_start=0.0, t_end=30.0),
              train_result("gpumem", 200.0, ["0x1p+3"], name="train_b",
-                          wall_s=30.0, working_set=3 * GiB),
-             infer_result("infer", [10.0] * 98 + [20.0] * 2)]
-    together = [train_result("gpumem", 260.0, ["0x1p+3"], name="train_a"),
+                          wall_s=40.0, working_set=3 * GiB,
+                          t_start=100.0, t_end=130.0),
+             infer_result("infer", [10.0] * 98 + [20.0] * 2,
+                          t_start=200.0, t_end=220.0)]
+    together = [train_result("gpumem", 260.0, ["0x1p+3"], name="train_a",
+                             t_start=1000.0, t_end=train_end),
                 train_result("gpumem", 250.0, ["0x1p+2"], name="train_b",
+                             t_start=1000.0, t_end=min(train_end, 1015.0),
                              oom=oom, **({"error": "gpu-memd: waited"}
                                          if oom else {})),
-                infer_result("infer", together_infer_lat)]
+                infer_result("infer", together_infer_lat, t_start=1000.0,
+                             t_end=end, tokens_per_request=25,
+                             request_t=[1000.0, 1010.0, 1020.0, 1030.0])]
     return {"budget": 4 * GiB, "alone": alone, "together": together,
-            "makespan_together_s": makespan,
+            "makespan_wall_s": makespan + 12.0,
             "moved_together": {"bytes_out": 8 * GiB, "bytes_in": 9 * GiB,
                                "gbps_out": 45.0, "gbps_in": None,
                                "link_gbps_out": 55.0, "link_gbps_in": 55.1},
@@ -346,6 +359,11 @@ class Summaries(unittest.TestCase):
         s, text = self.quiet(bc.summarize_cotenancy, cot_case(lat, 85.0))
         self.assertEqual(s["makespan_sequential_s"], 80.0)
         self.assertAlmostEqual(s["makespan_ratio"], 85.0 / 80.0)
+        self.assertAlmostEqual(s["makespan_wall_ratio"], 97.0 / 100.0)
+        self.assertEqual(s["infer_requests_during_training"], 4)
+        self.assertEqual(s["infer_requests_during_both"], 2)
+        self.assertIn("requests while training stepped: 4 of 4 (2 while "
+                      "both did)", text)
         self.assertAlmostEqual(s["p99_alone_ms"], 20.0)
         self.assertAlmostEqual(s["p99_together_ms"], 22.0)
         self.assertAlmostEqual(s["p99_ratio"], 1.1)
@@ -369,6 +387,35 @@ class Summaries(unittest.TestCase):
         self.assertFalse(s["complete"])
         self.assertNotIn("met", s)
         self.assertIn("OOM: together train_b", text)
+
+    def test_cotenancy_p99_of_the_requests_during_training(self):
+        # the slow tokens are the last request's, after training ended
+        lat = [10.0] * 75 + [40.0] * 25
+        s, text = self.quiet(bc.summarize_cotenancy,
+                             cot_case(lat, 40.0, train_end=1025.0))
+        self.assertEqual(s["infer_requests_during_training"], 3)
+        self.assertAlmostEqual(s["p99_during_training_ms"], 10.0)
+        self.assertGreater(s["p99_together_ms"], 39.0)
+        self.assertIn("p99 of the requests during training 10.00 ms", text)
+
+    def test_go_releases_when_all_are_ready_or_gone(self):
+        with tempfile.TemporaryDirectory() as d:
+            go = os.path.join(d, "go")
+            ready = subprocess.Popen(
+                [sys.executable, "-c",
+                 "import sys; sys.path.insert(0, %r); "
+                 "import bench_cotenancy as bc, os; "
+                 "bc.wait_go({'go_file': %r, 'name': 'a'}); "
+                 "print(os.path.exists(%r))" % (BENCH, go, go)],
+                stdout=subprocess.PIPE, text=True)
+            gone = subprocess.Popen([sys.executable, "-c", "pass"])
+            t = bc.release_together([(ready, 0, "a"), (gone, 0, "b")], go,
+                                    ["a", "b"], 60)
+            out, _ = ready.communicate(timeout=60)
+            gone.wait()
+            self.assertTrue(os.path.exists(go + ".ready.a"))
+            self.assertEqual(out.strip(), "True")
+            self.assertLessEqual(t, time.time())
 
     def test_summarize_a_file(self):
         with tempfile.TemporaryDirectory() as d:

@@ -1,0 +1,118 @@
+/*
+ * test_slice — daemon/core/slice.c, the bookkeeping of memory slices:
+ * nobody's slice goes to the first waiting process; it runs
+ * SLICE_WAIT_LENGTHS lengths until a request of the holder is served and
+ * one length from then; a slice that is over passes to another waiting
+ * process, one that runs does not; a length of 0 turns slices off; a
+ * process that leaves gives its slices up.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "slice.h"
+
+#define L 1000
+
+static void test_first_waiter_gets_nobodys_slice(void **state)
+{
+        gmd_slices t;
+        uint64_t left = 0;
+
+        (void)state;
+        slices_init(&t, L);
+        assert_int_equal(slice_holder(&t, 0, 5000, NULL), 0);
+        assert_true(slice_update(&t, 0, 11, 3, 11, 3, 5000));
+        assert_int_equal(slice_holder(&t, 0, 5000, &left), 11);
+        assert_int_equal(t.on[0].priority, 3);
+        /* Not served yet: it may wait for its room a few lengths. */
+        assert_int_equal(left, SLICE_WAIT_LENGTHS * L);
+        assert_int_equal(slice_holder(&t, 1, 5000, NULL), 0);
+        assert_int_equal(t.passed, 1);
+}
+
+static void test_clock_starts_when_served(void **state)
+{
+        gmd_slices t;
+        uint64_t left = 0;
+
+        (void)state;
+        slices_init(&t, L);
+        slice_update(&t, 0, 11, 0, 11, 0, 5000);
+        slice_served(&t, 0, 22, 5300);          /* not the holder */
+        assert_int_equal(t.on[0].served_ms, 0);
+        slice_served(&t, 0, 11, 5800);
+        slice_served(&t, 0, 11, 5900);          /* the first counts */
+        assert_int_equal(slice_holder(&t, 0, 6000, &left), 11);
+        assert_int_equal(left, 800);
+        assert_int_equal(slice_holder(&t, 0, 6799, NULL), 11);
+        assert_int_equal(slice_holder(&t, 0, 6800, NULL), 0);
+}
+
+static void test_unserved_slice_ends(void **state)
+{
+        gmd_slices t;
+
+        (void)state;
+        slices_init(&t, L);
+        slice_update(&t, 0, 11, 0, 11, 0, 5000);
+        assert_int_equal(slice_holder(&t, 0, 5000 + SLICE_WAIT_LENGTHS * L - 1, NULL), 11);
+        assert_int_equal(slice_holder(&t, 0, 5000 + SLICE_WAIT_LENGTHS * L, NULL), 0);
+}
+
+static void test_passes_only_when_over(void **state)
+{
+        gmd_slices t;
+
+        (void)state;
+        slices_init(&t, L);
+        slice_update(&t, 0, 11, 0, 11, 0, 5000);
+        slice_served(&t, 0, 11, 5000);
+        /* Running: another waiter does not take it. */
+        assert_false(slice_update(&t, 0, 22, 0, 22, 0, 5500));
+        assert_int_equal(slice_holder(&t, 0, 5500, NULL), 11);
+        /* Over, and only the holder waits: it stays its (and over). */
+        assert_false(slice_update(&t, 0, 11, 0, 0, 0, 6500));
+        assert_int_equal(t.on[0].pid, 11);
+        assert_int_equal(slice_holder(&t, 0, 6500, NULL), 0);
+        /* Over, another waits: it passes, fresh. */
+        assert_true(slice_update(&t, 0, 11, 0, 22, 5, 6600));
+        assert_int_equal(slice_holder(&t, 0, 6600, NULL), 22);
+        assert_int_equal(t.on[0].priority, 5);
+        assert_int_equal(t.on[0].served_ms, 0);
+        assert_int_equal(t.passed, 2);
+}
+
+static void test_off_and_forget(void **state)
+{
+        gmd_slices t;
+
+        (void)state;
+        slices_init(&t, 0);
+        assert_false(slice_update(&t, 0, 11, 0, 11, 0, 5000));
+        assert_int_equal(slice_holder(&t, 0, 5000, NULL), 0);
+        t.length_ms = L;                        /* a reload turns them on */
+        assert_true(slice_update(&t, 0, 11, 0, 11, 0, 5000));
+        assert_true(slice_update(&t, 2, 11, 0, 11, 0, 5000));
+        slice_forget(&t, 11);
+        assert_int_equal(slice_holder(&t, 0, 5000, NULL), 0);
+        assert_int_equal(slice_holder(&t, 2, 5000, NULL), 0);
+        /* Unknown pids hold nothing. */
+        assert_false(slice_update(&t, 0, 0, 0, 0, 0, 5000));
+        assert_false(slice_update(&t, GMD_MAX_DEVICES, 11, 0, 11, 0, 5000));
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_first_waiter_gets_nobodys_slice),
+                cmocka_unit_test(test_clock_starts_when_served),
+                cmocka_unit_test(test_unserved_slice_ends),
+                cmocka_unit_test(test_passes_only_when_over),
+                cmocka_unit_test(test_off_and_forget),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
