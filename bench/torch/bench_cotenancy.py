@@ -1016,6 +1016,9 @@ def main():
     ap.add_argument("--priority-grace", type=int, default=0, metavar="MS",
                     help="the daemon's [limits] priority_grace_ms (default "
                     "0: off, the daemon's default)")
+    ap.add_argument("--memory-slice", type=int, default=None, metavar="MS",
+                    help="the daemon's [limits] memory_slice_ms (default: "
+                    "the daemon's, 1000; 0: off)")
     ap.add_argument("--per-process-margin", default="1G",
                     help="the holder's margin per GPU process (default 1G)")
     ap.add_argument("--summarize", metavar="FILE",
@@ -1041,14 +1044,19 @@ def main():
     watch = Watch(device=0).start()
     print(f"NVML source: {watch.source or 'none'}"
           + (f" ({watch.error})" if watch.error else ""), flush=True)
+    limits = ""
+    if opts.priority_grace:
+        limits += f"priority_grace_ms = {opts.priority_grace}\n"
+    if opts.memory_slice is not None:
+        limits += f"memory_slice_ms = {opts.memory_slice}\n"
     ctx = Ctx(os.path.abspath(opts.build), log,
               parse_size(opts.per_process_margin), watch,
-              f"[limits]\npriority_grace_ms = {opts.priority_grace}\n"
-              if opts.priority_grace else "")
+              f"[limits]\n{limits}" if limits else "")
     out = {"quick": opts.quick, "deadline": deadline,
            "nvml_source": watch.source,
            "per_process_margin": ctx.per_process,
-           "priority_grace_ms": opts.priority_grace}
+           "priority_grace_ms": opts.priority_grace,
+           "memory_slice_ms": opts.memory_slice}
     t0 = time.monotonic()
     shares = {"train2x": 0.4, "cotenancy": 0.6} if len(cases) == 2 \
         else {cases[0]: 1.0}
