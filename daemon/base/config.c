@@ -121,7 +121,6 @@ void config_init_defaults(gmd_config *config)
         config->max_waiting_per_user = 256;
         config->wait_hold_ms = 5000;
         config->reclaim_timeout_ms = 2000;
-        config->memory_slice_ms = 1000;
         config->user_turn_us = 100;
         config->swap_chunk_size = 64ull << 20;
         config->swap_copies_in_flight = 2;

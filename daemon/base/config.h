@@ -75,7 +75,8 @@ typedef struct gmd_config {
         unsigned memory_slice_ms;         /* processes whose memory does not
                                            * fit together hold a device's
                                            * memory in turns this long
-                                           * (slice.h); 0 = off */
+                                           * (slice.h); 0 = off, the
+                                           * default */
         unsigned user_turn_us;            /* loop time a user may take per
                                            * loop turn (users.h); 0 = no
                                            * turns */

@@ -26,6 +26,15 @@
  * equal processes alternate and each runs alone for a slice, paying the
  * move of the working sets once a slice instead of once a step.
  *
+ * Off by default (0): on the H100 (bench_cotenancy --quick, same call,
+ * 2026-11-26) two training jobs with 1000 ms slices did alternate, ~20
+ * steps a slice, but stepped at 75 ms in their slices against 40 ms alone,
+ * and their measured parts took 60 s against 38 s without slices. The
+ * likely cause, not yet shown: the other job, blocked in a plain acquire,
+ * keeps its buffers in use in VRAM, so the holder pages within its steps;
+ * a process blocked by another's slice would then have to lend what it
+ * holds in use, as a waiter with GMD_ALLOC_YIELD does (loan.h).
+ *
  * This file is the bookkeeping alone (pure: no server, no clock); evict.c
  * gives the slice and asks it, move.c asks it before cancelling an
  * eviction.
