@@ -60,7 +60,9 @@ Cases (--cases, default both):
              counts how many did): makespan against sequential (target
              at most 1.1x; with set-up as a second figure), the inference
              job's p99 token latency against alone (target at most 1.2x;
-             also over the requests made while training stepped), OOMs
+             also over the requests made while training stepped; a
+             request's first token counts from its arrival, before
+             idle() gives its memory back), OOMs
              (target none), training
              losses bit-identical alone and together, and the bytes the
              daemon moved each way and their GB/s (gpu-memctl --json
@@ -374,10 +376,13 @@ def child_infer(args):
                            generator=g).cuda()
     oom_types = _oom_types(torch)
 
-    def request():
+    def request(arrived=None):
+        """Each token's latency; the first one's from `arrived`, when the
+        request came (before idle() gave the memory back: the wait for it
+        is the request's, not hidden between requests)."""
         lat, toks = [], []
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0 = arrived if arrived is not None else time.perf_counter()
         out = model(input_ids=prompt, use_cache=True)
         past = out.past_key_values
         nxt = out.logits[:, -1:].argmax(-1)
@@ -407,14 +412,18 @@ def child_infer(args):
             for r in range(args["requests"]):
                 if r and time.monotonic() > end:
                     break
+                arrived = None
                 if args.get("gap_s"):
                     if gt is not None and args.get("idle"):
                         with gt.idle():
                             time.sleep(args["gap_s"])
+                            arrived = time.perf_counter()
+                            request_t.append(time.time())
                     else:
                         time.sleep(args["gap_s"])
-                request_t.append(time.time())
-                lat, toks = request()
+                if arrived is None:
+                    request_t.append(time.time())
+                lat, toks = request(arrived)
                 first.append(lat[0])
                 lat_all.extend(lat)
                 tokens = tokens or toks
