@@ -298,10 +298,11 @@ static unsigned alloc_waiting_holders(gmd_server *server, unsigned device,
         return n;
 }
 
-/* Why an allocation of `size` on `device`, asked at `since_us`, is still
- * waiting: what holds the pool, and what it was behind. */
+/* Why an allocation of `size` on `device` by a client at `priority`,
+ * asked at `since_us`, is still waiting: what holds the pool, and what it
+ * was behind. */
 static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
-                             uint64_t since_us, char *buf, size_t len)
+                             int priority, uint64_t since_us, char *buf, size_t len)
 {
         gmd_pool *pool = server_vram_pool(server, device);
         const gmd_waiter *oldest = waitq_oldest(&server->waitq, device);
@@ -323,7 +324,7 @@ static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
         if (n < 0 || (size_t)n >= len)
                 return;
         if (oldest && oldest->since_us < since_us &&
-            waitq_holds(&server->waitq, device)) {
+            waitq_holds(&server->waitq, device, priority)) {
                 size_format(oldest->size, other, sizeof(other));
                 snprintf(buf + n, len - (size_t)n, "; it was held behind an older "
                          "request for %s, waiting %llu ms, for which room is "
@@ -371,7 +372,8 @@ gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
         }
         if (placement_host_fallback(flags))
                 backing_no_host_room(server, host, sizeof(host));
-        alloc_why_waited(server, device, size, since_us, why, sizeof(why));
+        alloc_why_waited(server, device, size, s->priority, since_us, why,
+                         sizeof(why));
         size_format(size, asked, sizeof(asked));
         size_format(pool_free(pool), free_b, sizeof(free_b));
         size_format(pool->capacity, cap, sizeof(cap));
@@ -468,7 +470,8 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         /* What fits is served now, past waiters that do not fit — unless
          * one of them has waited past [limits] wait_hold_ms and holds the
          * device so that room accumulates for it (waitq.h). */
-        if (verdict == QUOTA_OK && !waitq_holds(&server->waitq, m->device)) {
+        if (verdict == QUOTA_OK &&
+            !waitq_holds(&server->waitq, m->device, s->priority)) {
                 r = alloc_now_on(s, size, m->device, m->flags, GMD_TIER_VRAM,
                                  now_us(), ret);
                 if (!alloc_must_wait(r))

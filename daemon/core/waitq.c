@@ -45,7 +45,7 @@ void waitq_drop(gmd_waiter *w)
         w->dropped = true;
         list_remove(&w->link);
         /* A waiter that held its device back does no longer: serve again. */
-        if (waitq_holds(w->q, w->device)) {
+        if ((w->q->held >> (w->device % 64)) & 1) {
                 w->q->held &= ~(1ull << (w->device % 64));
                 pending_mark(w->q->pending, PENDING_ROOM);
         }
@@ -208,18 +208,21 @@ bool waitq_serve(gmd_waitq *q)
 {
         gmd_list *pos, *tmp;
         uint64_t held = 0;      /* bit per device held back */
+        int held_priority[64];  /* up to which priority */
         bool waiting = false;   /* some did not fit */
         int r;
 
         list_for_each_safe(pos, tmp, &q->waiters) {
                 gmd_waiter *w = container_of(pos, gmd_waiter, link);
-                uint64_t bit = 1ull << (w->device % 64);
+                unsigned dev = w->device % 64;
+                uint64_t bit = 1ull << dev;
 
-                if (held & bit)
+                if ((held & bit) && w->priority <= held_priority[dev])
                         continue;
                 r = q->ops->serve(q->ctx, w);
                 if (r == -EAGAIN) {
                         held |= bit;
+                        held_priority[dev] = INT_MAX;
                         continue;
                 }
                 if (r == -ENOSPC) {
@@ -238,6 +241,8 @@ bool waitq_serve(gmd_waitq *q)
                                                  (unsigned long long)w->size,
                                                  w->device,
                                                  (unsigned long long)((now_us() - w->since_us) / 1000));
+                                if (!(held & bit))
+                                        held_priority[dev] = w->priority;
                                 held |= bit;
                         }
                         continue;
@@ -256,6 +261,9 @@ bool waitq_serve(gmd_waitq *q)
                 waiting = false;
         }
         q->held = held;
+        for (unsigned d = 0; d < 64; d++)
+                if (held & (1ull << d))
+                        q->held_priority[d] = held_priority[d];
         return waiting || held != 0;
 }
 

@@ -13,8 +13,11 @@
  *   - no starvation: a waiter that has not fit for hold_after_ms, and
  *     for which room can be made (ops->reachable: free, kept, parked and
  *     evictable VRAM cover it), holds back every waiter behind it on its
- *     device — and new allocations there (waitq_holds) — until it is
- *     served, so room accumulates for it;
+ *     device of its priority or lower — and such new allocations there
+ *     (waitq_holds) — until it is served, so room accumulates for it; a
+ *     higher priority's prefetch behind it is not held (a priority-0
+ *     training job's starved allocation held an inference job's weights
+ *     back for seconds, H100, 2026-11-26);
  *   - a copy queue resting after a refused copy (-EAGAIN) holds back its
  *     device; an allocation waiting for its user's own parked buffers to
  *     come back (-EINPROGRESS) holds back nobody.
@@ -77,6 +80,8 @@ typedef struct gmd_waitq {
         gmd_list waiters;           /* in serving order (waitq_insert) */
         uint64_t hold_after_us;     /* [limits] wait_hold_ms */
         uint64_t held;              /* bit per device held by a starved waiter */
+        int held_priority[64];      /* its priority: only waiters of that
+                                     * priority or lower are held back */
 } gmd_waitq;
 
 /* A session's side: its allocations waiting. */
@@ -154,11 +159,13 @@ void waitq_set_hold_after(gmd_waitq *q, uint64_t ms);
  * asks the evictor. */
 bool waitq_serve(gmd_waitq *q);
 
-/* Must a new allocation on `device` queue behind the waiters rather than
- * take room now (a starved waiter holds the device, see above)? */
-static inline bool waitq_holds(const gmd_waitq *q, unsigned device)
+/* Must a new allocation of a client at `priority` on `device` queue
+ * behind the waiters rather than take room now (a starved waiter of that
+ * priority or higher holds the device, see above)? */
+static inline bool waitq_holds(const gmd_waitq *q, unsigned device, int priority)
 {
-        return (q->held >> (device % 64)) & 1;
+        return ((q->held >> (device % 64)) & 1) &&
+               priority <= q->held_priority[device % 64];
 }
 
 /* The waiter that has waited longest for room on `device`, or NULL. */

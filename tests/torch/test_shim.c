@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -188,12 +189,35 @@ static harness_proc other_hold(const char *size)
         return p;
 }
 
+/* Has the daemon let go of every connection of process `pid`? */
+static bool daemon_forgot(pid_t pid)
+{
+        gmd_status *st = NULL;
+        bool gone = true;
+
+        if (gmd_query_status(probe, GMD_STATUS_CLIENTS, 0, &st) < 0)
+                return false;
+        for (size_t i = 0; i < st->n_clients; i++)
+                if (st->clients[i].pid == (uint32_t)pid)
+                        gone = false;
+        gmd_status_free(st);
+        return gone;
+}
+
+/* Kill it and wait until the daemon has freed what it held: the daemon
+ * hears of the exit on its own time, and a test after this one that
+ * needs the pool would race it (test_repeat_lends's first cudaMalloc
+ * failed so under ctest -j2). */
 static void other_stop(harness_proc *p)
 {
+        uint64_t deadline = harness_now_ms() + 5000;
+
         kill(p->pid, SIGKILL);
         harness_wait_proc(p, 5000);
         close(p->out_fd);
         p->out_fd = -1;
+        while (!daemon_forgot(p->pid) && harness_now_ms() < deadline)
+                harness_sleep_ms(5);
 }
 
 /* What PyTorch's allocator does when cudaMalloc fails: free its cache and
@@ -292,11 +316,16 @@ static void test_repeat_fails_on_own_memory(void **state)
 static void test_repeat_lends(void **state)
 {
         const char *args[] = { "yield", "24M", "40M", "5000", "plain", NULL };
+        uint64_t deadline = harness_now_ms() + 5000;
         int syncs;
         void *seg = NULL, *p = NULL;
         harness_proc other;
         char *line;
 
+        /* The tests before gave memory back on the daemon's time (a cache
+         * trimmed, a process killed): this one needs the whole pool. */
+        while (harness_vram_pool(probe, 0).used && harness_now_ms() < deadline)
+                harness_sleep_ms(5);
         fake_cudart_set_device(0);
         assert_int_equal(gmd_torch_set_timeout(10000), 0);
         assert_int_equal(cudaMalloc(&seg, 40 * MiB), 0);

@@ -313,7 +313,7 @@ static void test_serves_what_fits(void **state)
         assert_ptr_equal(f->served[0], small1);
         assert_ptr_equal(f->served[1], small2);
         assert_int_equal(waitq_count(&f->q), 1);
-        assert_false(waitq_holds(&f->q, 0));    /* new small ones go ahead */
+        assert_false(waitq_holds(&f->q, 0, 0));    /* new small ones go ahead */
         assert_ptr_equal(waitq_oldest(&f->q, 0), big);
         /* It is served once room is there. */
         f->room[0] = 64 << 20;
@@ -339,15 +339,38 @@ static void test_starved_waiter_holds_its_device(void **state)
         assert_true(waitq_serve(&f->q));
         assert_int_equal(f->n_served, 1);
         assert_ptr_equal(f->served[0], other_device);
-        assert_true(waitq_holds(&f->q, 0));
-        assert_false(waitq_holds(&f->q, 1));
+        assert_true(waitq_holds(&f->q, 0, 0));
+        assert_false(waitq_holds(&f->q, 1, 0));
 
         f->room[0] = 66 << 20;
         f->pending.work = 0;
         assert_false(waitq_serve(&f->q));
         assert_ptr_equal(f->served[1], big);
         assert_int_equal(f->n_served, 3);
-        assert_false(waitq_holds(&f->q, 0));
+        assert_false(waitq_holds(&f->q, 0, 0));
+}
+
+/* A starved waiter holds back only waiters of its priority or lower: a
+ * higher priority's prefetch behind it (a lower rank) is served, and a
+ * higher priority's new allocation is not held. */
+static void test_hold_spares_higher_priorities(void **state)
+{
+        fixture *f = *state;
+        gmd_waitq_who high = { SESSION_B, 10, 2 };
+        gmd_waiter *prefetch = NULL;
+
+        waitq_set_hold_after(&f->q, 0);
+        f->by_room = true;
+        f->room[0] = 8 << 20;
+        add_alloc_as(f, SESSION_A, &f->owner_a, 0, 0, 64 << 20, -1);
+        add_alloc_as(f, SESSION_A, &f->owner_a, 0, 0, 2 << 20, -1);
+        assert_int_equal(waitq_add_move_in(&f->q, &high, BUFFER(7), 4 << 20, 0,
+                                           WAITQ_PREFETCH, &prefetch), 0);
+        assert_true(waitq_serve(&f->q));
+        assert_int_equal(f->n_served, 1);
+        assert_ptr_equal(f->served[0], prefetch);
+        assert_true(waitq_holds(&f->q, 0, 0));
+        assert_false(waitq_holds(&f->q, 0, 10));
 }
 
 /* A starved waiter for which no room can be made (the pool is held by
@@ -366,7 +389,7 @@ static void test_unreachable_waiter_holds_nobody(void **state)
         assert_true(waitq_serve(&f->q));
         assert_int_equal(f->n_served, 1);
         assert_ptr_equal(f->served[0], small);
-        assert_false(waitq_holds(&f->q, 0));
+        assert_false(waitq_holds(&f->q, 0, 0));
 }
 
 /* An allocation that waits for its own user's parked buffers (quota)
@@ -385,7 +408,7 @@ static void test_quota_wait_holds_nobody(void **state)
         waitq_serve(&f->q);
         assert_int_equal(f->n_served, 1);
         assert_ptr_equal(f->served[0], small);
-        assert_false(waitq_holds(&f->q, 0));
+        assert_false(waitq_holds(&f->q, 0, 0));
         assert_int_equal(waitq_count(&f->q), 1);
 }
 
@@ -446,6 +469,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_drop_twice_is_harmless,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_serves_what_fits, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_hold_spares_higher_priorities,
+                                                setup, teardown),
                 cmocka_unit_test_setup_teardown(test_starved_waiter_holds_its_device,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unreachable_waiter_holds_nobody,
