@@ -267,13 +267,21 @@ def _acquire_after_room(buf, timeout, ops, read_only):
     ever. True when the cache was released."""
     released = ops.release_cached()
     rest = None if timeout is None else max(0.0, timeout - start_wait(timeout))
+    _lending(ops, lambda lend: buf.acquire(rest, read_only=read_only,
+                                           lend=lend))
+    return released
+
+
+def _lending(ops, call):
+    """call(True): a wait that lends the daemon what this process holds,
+    after ops.quiesce() (nothing of the process touches it meanwhile). A
+    daemon older than the flag refuses it: then call(False), a wait that
+    does not lend."""
     ops.quiesce()
     try:
-        buf.acquire(rest, read_only=read_only, lend=True)
+        return call(True)
     except InvalidArgument:
-        # A daemon older than the flag refuses it: wait without lending.
-        buf.acquire(rest, read_only=read_only)
-    return released
+        return call(False)
 
 
 def acquire_making_room(buf, timeout, ops, read_only=False):
@@ -326,13 +334,9 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
     if not others_hold_vram(client):
         ops.release_cached()
         return client.alloc(nbytes, device=device, flags=flags, timeout=rest)
-    ops.quiesce()
-    try:
-        return client.alloc(nbytes, device=device, flags=flags | YIELD,
-                            timeout=rest)
-    except InvalidArgument:
-        # A daemon older than the flag refuses it: wait without lending.
-        return client.alloc(nbytes, device=device, flags=flags, timeout=rest)
+    return _lending(ops, lambda lend: client.alloc(
+        nbytes, device=device, flags=flags | (YIELD if lend else 0),
+        timeout=rest))
 
 
 def others_hold_vram(client):
