@@ -224,14 +224,8 @@ static int by_victim_order(const void *x, const void *y)
         return (a->released_ms > b->released_ms) - (a->released_ms < b->released_ms);
 }
 
-/* Does an acquire or allocation of another process than `b`'s owner, of
- * its priority or higher, wait for VRAM on its device? What a process
- * lends goes to its equals and betters only: on the H100 an inference job
- * at priority 10 that waited lending had its 1.7 GB of weights taken at
- * once for the priority-0 training jobs' requests, and then waited for
- * them to come back (bench_cotenancy, 2026-11-26). Of processes that all
- * wait lending, the highest in priority can still take every lower one's
- * loan, so one of them always proceeds. */
+/* Does an acquire or allocation of another process than `b`'s owner wait
+ * for VRAM on its device? */
 static bool waited_for_by_other(gmd_server *server, const gmd_dbuffer *b)
 {
         const gmd_session *owner = b->owner;
@@ -240,8 +234,7 @@ static bool waited_for_by_other(gmd_server *server, const gmd_dbuffer *b)
         list_for_each(pos, &server->waitq.waiters) {
                 const gmd_waiter *w = container_of(pos, gmd_waiter, link);
 
-                if (w->device != b->device || w->rank == WAITQ_PREFETCH ||
-                    w->priority < owner->priority)
+                if (w->device != b->device || w->rank == WAITQ_PREFETCH)
                         continue;
                 if (!session_same_process(owner, w->session))
                         return true;
@@ -350,9 +343,8 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
                 if (b->prefetched_us && !urgent)
                         continue;
                 /* What a process lent goes for another's acquire or
-                 * allocation only, of its priority or higher: its own
-                 * would have to wait for it to come back, and a prefetch
-                 * can wait. */
+                 * allocation only: its own would have to wait for it to
+                 * come back, and a prefetch can wait. */
                 if (b->loan && (!urgent || !waited_for_by_other(server, b)))
                         continue;
                 /* A higher-priority client's memory waits out its grace. */

@@ -59,8 +59,7 @@ void evict_reclaim(gmd_list *sessions, unsigned n_sessions, unsigned device,
  * brought in (or asked to keep) that nobody acquired since, latest
  * prefetch first; those are taken only for the urgent bytes, never for a
  * prefetch. Buffers lent by a waiting process (loan.h) come last, for
- * an acquire or allocation of another process of the lender's priority
- * or higher only. With [limits]
+ * another process's acquire or allocation only. With [limits]
  * priority_grace_ms, a buffer of a client whose priority is above every
  * waiter's on the device is passed over until it has been released that
  * long; *ret_wait_ms is then how long until the first of those may go

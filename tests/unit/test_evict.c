@@ -9,8 +9,7 @@
  * and brought it back again on its acquire: ~1.3 GiB a step each way on
  * the H200 (bench/torch/profile_offload.py, BENCHMARKS.md). With
  * [limits] priority_grace_ms a higher-priority client's recent releases
- * wait out the grace for a lower-priority waiter. What a waiting process
- * lends goes last, to its equals and betters only.
+ * wait out the grace for a lower-priority waiter.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,7 +21,6 @@
 
 #include "buffer.h"
 #include "evict.h"
-#include "loan.h"
 #include "server.h"
 #include "session.h"
 
@@ -159,43 +157,6 @@ static void test_acquire_ends_prefetched(void **state)
         assert_int_equal(f->b[1].prefetched_us, 0);
 }
 
-/* What a waiting process lends goes last, and only for an acquire or
- * allocation of another process of its priority or higher. */
-static void test_lent_go_to_equals_and_betters(void **state)
-{
-        fixture *f = *state;
-        gmd_session other = { .server = &f->server, .pid = 300 };
-        gmd_waiter w = { .session = &other, .device = 0, .rank = WAITQ_ALLOC,
-                         .size = 6 * MiB };
-        gmd_loan *loan = (gmd_loan *)&w;        /* only its presence counts */
-
-        f->low.pid = 100;
-        f->high.pid = 200;
-        for (int i = 0; i < 2; i++) {           /* 1, 2: high's, lent */
-                f->b[i].owner = &f->high;
-                buffer_set_acquired(&f->b[i], true);
-                f->b[i].loan = loan;
-                buffer_index(&f->b[i]);
-        }
-        /* Nobody waits: lent buffers are nobody's victims. */
-        assert_string_equal(chosen(f, 6 * MiB, 6 * MiB), "3,4,5,6");
-        /* A priority-0 process waits: still not. */
-        w.priority = 0;
-        list_add_tail(&f->server.waitq.waiters, &w.link);
-        assert_string_equal(chosen(f, 6 * MiB, 6 * MiB), "3,4,5,6");
-        /* One of the lender's priority: last of all. */
-        w.priority = 10;
-        assert_string_equal(chosen(f, 6 * MiB, 6 * MiB), "3,4,5,6,1,2");
-        /* Never for the lender's own process's request. */
-        other.pid = 200;
-        assert_string_equal(chosen(f, 6 * MiB, 6 * MiB), "3,4,5,6");
-        list_remove(&w.link);
-        for (int i = 0; i < 2; i++) {
-                f->b[i].loan = NULL;
-                buffer_set_acquired(&f->b[i], false);
-        }
-}
-
 /* [limits] priority_grace_ms: a higher-priority client's buffer released
  * within the grace is passed over for a lower-priority waiter, and the
  * answer says when it may go; past the grace, or for a waiter of its own
@@ -233,8 +194,6 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_prefetched_last_latest_first,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_prefetch_does_not_push_out_prefetched,
-                                                setup, teardown),
-                cmocka_unit_test_setup_teardown(test_lent_go_to_equals_and_betters,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_priority_grace,
                                                 setup, teardown),
