@@ -195,28 +195,13 @@ void waitq_set_rank(gmd_waiter *w, waitq_rank rank)
         pending_mark(w->q->pending, PENDING_ROOM);
 }
 
-/* Can room be made for `w` (free, kept, parked and evictable VRAM)? */
-static bool waiter_reachable(const gmd_waitq *q, const gmd_waiter *w)
-{
-        return !q->ops->reachable || q->ops->reachable(q->ctx, w);
-}
-
 /* Has `w` waited long enough to hold back its device, and would holding
  * help (room can be made for it)? */
 static bool waiter_starved(const gmd_waitq *q, const gmd_waiter *w, uint64_t now)
 {
         if (now - w->since_us < q->hold_after_us)
                 return false;
-        return waiter_reachable(q, w);
-}
-
-/* Hold device `dev` back for waiters up to `priority`. */
-static void hold_up_to(uint64_t *held, int *held_priority, unsigned dev,
-                       int priority)
-{
-        if (!(*held & (1ull << dev)) || held_priority[dev] < priority)
-                held_priority[dev] = priority;
-        *held |= 1ull << dev;
+        return !q->ops->reachable || q->ops->reachable(q->ctx, w);
 }
 
 bool waitq_serve(gmd_waitq *q)
@@ -256,14 +241,9 @@ bool waitq_serve(gmd_waitq *q)
                                                  (unsigned long long)w->size,
                                                  w->device,
                                                  (unsigned long long)((now_us() - w->since_us) / 1000));
-                                hold_up_to(&held, held_priority, dev, w->priority);
-                        } else if (w->rank != WAITQ_PREFETCH && w->priority > INT_MIN &&
-                                   waiter_reachable(q, w)) {
-                                /* Lower priorities are held back at once:
-                                 * the room that can be made is its first,
-                                 * and a lower-priority process that then
-                                 * waits lends what it holds in use. */
-                                hold_up_to(&held, held_priority, dev, w->priority - 1);
+                                if (!(held & bit))
+                                        held_priority[dev] = w->priority;
+                                held |= bit;
                         }
                         continue;
                 }

@@ -373,46 +373,6 @@ static void test_hold_spares_higher_priorities(void **state)
         assert_false(waitq_holds(&f->q, 0, 10));
 }
 
-/* A waiter for an acquire or allocation that does not fit holds back lower
- * priorities at once, not after wait_hold_ms: the room that can be made is
- * its first (a lower-priority process kept taking the room an inference
- * job's weights waited for, H100). Equals are not held before wait_hold_ms,
- * a prefetch holds nobody, nor does a waiter no room can be made for. */
-static void test_higher_priority_holds_lower_at_once(void **state)
-{
-        fixture *f = *state;
-        gmd_waiter *equal, *low;
-        gmd_waitq_who high = { SESSION_B, 10, 2 };
-        gmd_waiter *prefetch = NULL;
-
-        waitq_set_hold_after(&f->q, 60000);
-        f->by_room = true;
-        f->room[0] = 8 << 20;
-        add_alloc_as(f, SESSION_A, &f->owner_a, 10, 0, 64 << 20, -1);
-        low = add_alloc_as(f, SESSION_B, &f->owner_b, 0, 0, 2 << 20, -1);
-        equal = add_alloc_as(f, SESSION_B, &f->owner_b, 10, 0, 2 << 20, -1);
-        assert_true(waitq_serve(&f->q));
-        assert_int_equal(f->n_served, 1);
-        assert_ptr_equal(f->served[0], equal);
-        assert_true(waitq_holds(&f->q, 0, 0));
-        assert_false(waitq_holds(&f->q, 0, 10));
-        /* No room can be made for it: it holds nobody. */
-        f->reachable = false;
-        assert_true(waitq_serve(&f->q));
-        assert_int_equal(f->n_served, 2);
-        assert_ptr_equal(f->served[1], low);
-        assert_false(waitq_holds(&f->q, 0, 0));
-        /* A prefetch that does not fit holds nobody either. */
-        f->reachable = true;
-        waitq_drop(container_of(f->q.waiters.next, gmd_waiter, link));
-        assert_int_equal(waitq_add_move_in(&f->q, &high, BUFFER(7), 64 << 20, 0,
-                                           WAITQ_PREFETCH, &prefetch), 0);
-        low = add_alloc_as(f, SESSION_A, &f->owner_a, 0, 0, 2 << 20, -1);
-        assert_true(waitq_serve(&f->q));
-        assert_ptr_equal(f->served[2], low);
-        assert_false(waitq_holds(&f->q, 0, 0));
-}
-
 /* A starved waiter for which no room can be made (the pool is held by
  * buffers in use) holds back nobody: holding would help no one. */
 static void test_unreachable_waiter_holds_nobody(void **state)
@@ -509,8 +469,6 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_drop_twice_is_harmless,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_serves_what_fits, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_higher_priority_holds_lower_at_once,
-                                                setup, teardown),
                 cmocka_unit_test_setup_teardown(test_hold_spares_higher_priorities,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_starved_waiter_holds_its_device,
