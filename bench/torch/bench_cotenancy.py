@@ -415,7 +415,7 @@ def child_infer(args):
                 arrived = None
                 if args.get("gap_s"):
                     if gt is not None and args.get("idle"):
-                        with gt.idle():
+                        with gt.idle(pageout=not args.get("idle_keep")):
                             time.sleep(args["gap_s"])
                             arrived = time.perf_counter()
                             request_t.append(time.time())
@@ -761,7 +761,8 @@ def summarize_train2x(case, show=True):
 
 # ---- case: three processes ------------------------------------------------
 
-def cotenancy_jobs(quick, budget, stream_frac, idle=True, train_steps=0):
+def cotenancy_jobs(quick, budget, stream_frac, idle=True, train_steps=0,
+                   infer_idle_keep=False):
     tbase = dict(width=1024, heads=16, seq=512, batch=4, vocab=50257) \
         if quick else dict(width=2048, heads=16, seq=512, batch=8,
                            vocab=50257)
@@ -781,6 +782,7 @@ def cotenancy_jobs(quick, budget, stream_frac, idle=True, train_steps=0):
             ("train", dict(train, name="train_b", seed=43), None),
             ("infer", {"cfg": lcfg, "name": "infer", "shim": True,
                        "stream": True, "idle": idle, "gap_s": 0.2,
+                       "idle_keep": infer_idle_keep,
                        "requests": requests, "tokens": tokens, "prompt": 32},
              INFER_PRIORITY)]
     return jobs
@@ -791,7 +793,8 @@ def case_cotenancy(ctx, opts, left):
     budget = parse_size(opts.cot_budget) if opts.cot_budget else \
         (4 * GiB if quick else 16 * GiB)
     jobs = cotenancy_jobs(quick, budget, opts.stream_frac,
-                          idle=not opts.no_idle, train_steps=opts.train_steps)
+                          idle=not opts.no_idle, train_steps=opts.train_steps,
+                          infer_idle_keep=opts.infer_idle_keep)
     out = {"budget": budget, "jobs": [a for _, a, _ in jobs],
            "alone": [], "together": []}
     t0 = time.monotonic()
@@ -1025,6 +1028,11 @@ def main():
     ap.add_argument("--priority-grace", type=int, default=0, metavar="MS",
                     help="the daemon's [limits] priority_grace_ms (default "
                     "0: off, the daemon's default)")
+    ap.add_argument("--infer-idle-keep", action="store_true",
+                    help="the inference job's idle() between requests "
+                    "releases its weights without paging them out "
+                    "(idle(pageout=False)); with --priority-grace above "
+                    "its 0.2 s gap they stay in VRAM")
     ap.add_argument("--memory-slice", type=int, default=None, metavar="MS",
                     help="the daemon's [limits] memory_slice_ms (default: "
                     "the daemon's, 1000; 0: off)")

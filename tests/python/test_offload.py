@@ -798,6 +798,40 @@ class Idle(DaemonTest):
         with torch.no_grad():
             self.assertTrue(torch.equal(model(tokens), expected))
 
+    def test_idle_without_pageout_releases_only(self):
+        tokens, model, expected = layers_with_expected()
+        s = gt.stream(model, client=self.client)     # all resident
+        bufs = [s.rest.buf] + [b.buf for b in s.blocks]
+        pageouts = s.stats["pageouts"]
+        with gt.idle(pageout=False):
+            self.client.wait(timeout=10)
+            status = {b.buffer_id: (b.tier, b.acquired) for b in
+                      self.client.status("buffers").buffers}
+            self.assertEqual([status[b.id] for b in bufs],
+                             [("vram", False)] * 5)
+        self.assertEqual(s.stats["pageouts"], pageouts)
+        status = {b.buffer_id: (b.tier, b.acquired) for b in
+                  self.client.status("buffers").buffers}
+        self.assertEqual([status[b.id] for b in bufs], [("vram", True)] * 5)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(tokens), expected))
+        # Released only, they go when another client needs the room, and
+        # come back on exit, bytes intact.
+        other = gpumem.Client(self.daemon.socket, name="other")
+        try:
+            with gt.idle(pageout=False):
+                vram = [p for p in other.status().pools
+                        if p.tier == "vram"][0]
+                room = other.alloc(vram.capacity, timeout=10)   # all of it
+                self.client.wait(timeout=10)
+                self.assertEqual([b.tier for b in bufs], ["host"] * 5)
+                room.free()
+            self.assertEqual([b.tier for b in bufs], ["vram"] * 5)
+        finally:
+            other.close()
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(tokens), expected))
+
     def test_idle_with_optimizer_state(self):
         torch.manual_seed(3)
         tokens = torch.randint(0, 64, (16, 32))

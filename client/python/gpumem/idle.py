@@ -16,6 +16,14 @@ buffers and pages out those in VRAM, and on exit acquires them again,
 back in VRAM when room is made in time (spill.py). Offloaded activations
 are released between uses already: nothing more to give.
 
+With idle(pageout=False) nothing is paged out on entry: what was resident
+is released only, moved out by the daemon if another process needs the
+room, and still in VRAM on exit otherwise. Paging out 2.4 GB of an
+inference job's weights at every 0.2 s gap between its requests is what
+made each request's first token wait for them under co-tenancy (H100,
+bench_cotenancy, 2026-11-26), and what kept [limits] priority_grace_ms
+from keeping them.
+
 What registers here (streaming.Streamer, spill.Spiller, offload.Offloader)
 is held weakly: a model or offload block that goes away drops out.
 """
@@ -41,14 +49,18 @@ def members():
 
 
 @contextlib.contextmanager
-def idle():
+def idle(pageout=True):
     """Release and page out this process's streamed weights for the block;
-    bring them back on exit (see the module comment). Yields the list of
-    what took part."""
+    bring them back on exit (see the module comment). pageout=False only
+    releases them: the daemon moves them out if another process needs the
+    room, and they are still in VRAM on exit otherwise (an inference server
+    between requests; `[limits] priority_grace_ms` keeps a higher
+    priority's from lower ones meanwhile). Yields the list of what took
+    part."""
     entered = []
     try:
         for member in members():
-            member._idle_enter()
+            member._idle_enter(pageout)
             entered.append(member)
         yield entered
     finally:

@@ -571,7 +571,7 @@ class Offloader:
         self._free_retired()
 
     # idle(): offloaded buffers are released between uses already
-    def _idle_enter(self):
+    def _idle_enter(self, pageout=True):
         self._free_retired()
 
     def _idle_exit(self):

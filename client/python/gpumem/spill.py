@@ -230,12 +230,12 @@ class Spiller:
 
     # ---- idle and removal ------------------------------------------------
 
-    def _idle_enter(self):
+    def _idle_enter(self, pageout=True):
         stream = self.ops.current_stream(self.torch_device)
         for part in self._live():
             part.was_vram = part.buf.tier == "vram"
             part.buf.release_after(stream)
-            if part.was_vram:
+            if part.was_vram and pageout:
                 try:
                     part.buf.pageout()
                 except GpumemError:

@@ -369,7 +369,10 @@ class Streamer:
             block.prefetched = False
             self.stats["acquires"] += 1
 
-    def _release(self, block):
+    def _release(self, block, pageout=None):
+        """Release `block` after the work queued on the current stream;
+        paged out too when `pageout` (None: as the streamer's pageout
+        says)."""
         with self._lock:
             if not block.held or block.buf is None:
                 return
@@ -377,7 +380,7 @@ class Streamer:
                 self.torch_device), wait=False)
             block.held = False
             self.stats["releases"] += 1
-            if self.pageout:
+            if self.pageout if pageout is None else pageout:
                 self._pageout(block)
 
     def _pageout(self, block):
@@ -766,13 +769,11 @@ class Streamer:
         return [x for x in parts if x.resident and x.buf is not None
                 and not x.buf.freed]
 
-    def _idle_enter(self):
+    def _idle_enter(self, pageout=True):
         for block in self._held_resident():
             block.resident = False      # the hooks would stream it meanwhile
             block.idle_back = True
-            self._release(block)
-            if not self.pageout:
-                self._pageout(block)
+            self._release(block, pageout)
 
     def _idle_exit(self):
         back = []
