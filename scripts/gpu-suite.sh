@@ -52,7 +52,7 @@
 #                                        (bench/torch/bench_cotenancy.py,
 #                                        GMD_BENCH entry "cotenancy", not
 #                                        in the default list; ~8 min, or
-#                                        GMD_COTENANCY_QUICK=1: under 4 min;
+#                                        GMD_COTENANCY_QUICK=1: about 6 min;
 #                                        alone in one device command:
 #                                        GMD_BENCH=cotenancy scripts/gpu-suite.sh
 #                                        run BUILD none, "none" naming no
