@@ -136,14 +136,14 @@ static void render_clients(promtext *t, const gmd_snapshot *snap,
         render_per_user(t, snap);
         if (strcmp(clients, "users") != 0)
                 render_per_client(t, snap, strcmp(clients, "names") == 0);
-        promtext_family(t, "gpumemd_clients", "gauge",
-                        "Clients connected (after the hello).");
-        promtext_printf(t, "gpumemd_clients %u\n", snap->n_clients);
-        promtext_family(t, "gpumemd_buffers", "gauge", "Buffers alive.");
-        promtext_printf(t, "gpumemd_buffers %" PRIu64 "\n", snap->total_buffers);
-        promtext_family(t, "gpumemd_waiting_allocations", "gauge",
-                        "Allocations waiting for room (queue depth).");
-        promtext_printf(t, "gpumemd_waiting_allocations %u\n",
+        promtext_metric(t, "gpumemd_clients", "gauge",
+                        "Clients connected (after the hello).",
+                        snap->n_clients);
+        promtext_metric(t, "gpumemd_buffers", "gauge",
+                        "Buffers alive.",
+                        snap->total_buffers);
+        promtext_metric(t, "gpumemd_waiting_allocations", "gauge",
+                        "Allocations waiting for room (queue depth).",
                         snap->waiting_allocations);
 }
 
@@ -242,10 +242,9 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                         promtext_printf(t, "gpumemd_vram_device_free_bytes{"
                                         "device=\"%u\"} %" PRIu64 "\n", i,
                                         snap->pools[i].device_free);
-        promtext_family(t, "gpumemd_vram_refused_total", "counter",
+        promtext_metric(t, "gpumemd_vram_refused_total", "counter",
                         "VRAM allocations the pool had room for and the GPU "
-                        "had not (memory held outside gpu-memd).");
-        promtext_printf(t, "gpumemd_vram_refused_total %" PRIu64 "\n",
+                        "had not (memory held outside gpu-memd).",
                         snap->stats.vram_refused);
         promtext_family(t, "gpumemd_vram_kept_total", "counter",
                         "Kept VRAM by outcome: reused by a swap-in, or "
@@ -255,20 +254,17 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                         "\ngpumemd_vram_kept_total{outcome=\"released\"} %"
                         PRIu64 "\n", snap->stats.vram_reused,
                         snap->stats.vram_kept_released);
-        promtext_family(t, "gpumemd_clean_pageouts_total", "counter",
+        promtext_metric(t, "gpumemd_clean_pageouts_total", "counter",
                         "Moves out that copied nothing: the buffer was only "
-                        "read since its swap-in, whose host copy was kept.");
-        promtext_printf(t, "gpumemd_clean_pageouts_total %" PRIu64 "\n",
+                        "read since its swap-in, whose host copy was kept.",
                         snap->stats.clean_outs);
-        promtext_family(t, "gpumemd_clean_pageout_bytes_total", "counter",
-                        "Bytes those moves out did not copy.");
-        promtext_printf(t, "gpumemd_clean_pageout_bytes_total %" PRIu64 "\n",
+        promtext_metric(t, "gpumemd_clean_pageout_bytes_total", "counter",
+                        "Bytes those moves out did not copy.",
                         snap->stats.clean_bytes);
-        promtext_family(t, "gpumemd_loans_total", "counter",
+        promtext_metric(t, "gpumemd_loans_total", "counter",
                         "Waits (GMD_ALLOC_YIELD, GMD_ACQUIRE_YIELD) that lent "
                         "the buffers their process holds, so that others "
-                        "could move them.");
-        promtext_printf(t, "gpumemd_loans_total %" PRIu64 "\n",
+                        "could move them.",
                         snap->stats.loans);
         promtext_family(t, "gpumemd_lent_buffers_total", "counter",
                         "Buffers lent by waiting processes, by what became of "
@@ -324,12 +320,12 @@ static void render_counters(promtext *t, const gmd_stats *st)
 {
         uint64_t other = 0;
 
-        promtext_family(t, "gpumemd_allocations_total", "counter",
-                        "Allocations that succeeded.");
-        promtext_printf(t, "gpumemd_allocations_total %" PRIu64 "\n",
+        promtext_metric(t, "gpumemd_allocations_total", "counter",
+                        "Allocations that succeeded.",
                         st->allocations);
-        promtext_family(t, "gpumemd_frees_total", "counter", "Buffers freed.");
-        promtext_printf(t, "gpumemd_frees_total %" PRIu64 "\n", st->frees);
+        promtext_metric(t, "gpumemd_frees_total", "counter",
+                        "Buffers freed.",
+                        st->frees);
 
         promtext_family(t, "gpumemd_errors_total", "counter",
                         "Error replies sent, by kind.");
@@ -346,18 +342,15 @@ static void render_counters(promtext *t, const gmd_stats *st)
         promtext_printf(t, "gpumemd_errors_total{kind=\"other\"} %" PRIu64 "\n",
                         other);
 
-        promtext_family(t, "gpumemd_protocol_disconnects_total", "counter",
-                        "Clients disconnected for breaking the protocol.");
-        promtext_printf(t, "gpumemd_protocol_disconnects_total %" PRIu64 "\n",
+        promtext_metric(t, "gpumemd_protocol_disconnects_total", "counter",
+                        "Clients disconnected for breaking the protocol.",
                         st->disconnects_protocol);
-        promtext_family(t, "gpumemd_connections_total", "counter",
-                        "Client connections accepted.");
-        promtext_printf(t, "gpumemd_connections_total %" PRIu64 "\n",
+        promtext_metric(t, "gpumemd_connections_total", "counter",
+                        "Client connections accepted.",
                         st->connections);
-        promtext_family(t, "gpumemd_connections_refused_total", "counter",
+        promtext_metric(t, "gpumemd_connections_refused_total", "counter",
                         "Client connections refused by a [limits] bound or for "
-                        "want of file descriptors.");
-        promtext_printf(t, "gpumemd_connections_refused_total %" PRIu64 "\n",
+                        "want of file descriptors.",
                         st->connections_refused);
 }
 

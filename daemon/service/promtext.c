@@ -88,6 +88,13 @@ void promtext_family(promtext *t, const char *name, const char *type,
                         type);
 }
 
+void promtext_metric(promtext *t, const char *name, const char *type,
+                     const char *help, uint64_t value)
+{
+        promtext_family(t, name, type, help);
+        promtext_printf(t, "%s %" PRIu64 "\n", name, value);
+}
+
 void promtext_label_value(promtext *t, const char *value)
 {
         const unsigned char *p = (const unsigned char *)(value ? value : "");

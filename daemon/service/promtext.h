@@ -37,6 +37,10 @@ void promtext_printf(promtext *t, const char *fmt, ...);
 void promtext_family(promtext *t, const char *name, const char *type,
                      const char *help);
 
+/* A family of one sample without labels: its header, then "name value\n". */
+void promtext_metric(promtext *t, const char *name, const char *type,
+                     const char *help, uint64_t value);
+
 /*
  * Write `value` as a label value, without the quotes: '\\' becomes "\\\\",
  * '"' becomes "\\\"", newline becomes "\\n". Values must be UTF-8; client
