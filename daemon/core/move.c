@@ -851,11 +851,9 @@ static gmd_acquirer *acquirer_new(gmd_server *server, gmd_session *s,
  * (slice.h)? Then the eviction makes that process's room: it goes on. */
 static bool evicted_for_slice(gmd_server *server, const gmd_dbuffer *b)
 {
-        pid_t holder = slice_holder(&server->slices, b->device, now_ms(), NULL);
-
-        return holder && holder != b->owner->pid &&
-               b->move->copy.cls == MOVE_EVICT &&
-               server->slices.on[b->device].priority >= b->owner->priority;
+        return b->move->copy.cls == MOVE_EVICT &&
+               slice_over(&server->slices, b->device, b->owner->pid,
+                          b->owner->priority, now_ms(), NULL);
 }
 
 static void acquire_start(gmd_server *server, gmd_dbuffer *b, gmd_acquirer *a)

@@ -36,6 +36,16 @@ pid_t slice_holder(const gmd_slices *t, unsigned device, uint64_t now,
         return s->pid;
 }
 
+pid_t slice_over(const gmd_slices *t, unsigned device, pid_t pid, int priority,
+                 uint64_t now, uint64_t *ret_left_ms)
+{
+        pid_t holder = slice_holder(t, device, now, ret_left_ms);
+
+        if (!holder || holder == pid || priority > t->on[device].priority)
+                return 0;
+        return holder;
+}
+
 static void slice_give(gmd_slices *t, gmd_slice *s, pid_t pid, int priority,
                        uint64_t now)
 {

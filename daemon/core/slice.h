@@ -75,6 +75,12 @@ void slices_init(gmd_slices *t, uint64_t length_ms);
 pid_t slice_holder(const gmd_slices *t, unsigned device, uint64_t now,
                    uint64_t *ret_left_ms);
 
+/* The holder of a slice of `device` that runs at `now` for a process other
+ * than `pid`, of `priority` or higher: the process `pid`'s requests and
+ * memory give way to. 0 when none (*ret_left_ms as slice_holder's). */
+pid_t slice_over(const gmd_slices *t, unsigned device, pid_t pid, int priority,
+                 uint64_t now, uint64_t *ret_left_ms);
+
 /*
  * A device under contention at `now`: `first` is the process of the first
  * waiter for its VRAM in the queue's order (not a prefetch), `other` that

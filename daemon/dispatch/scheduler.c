@@ -45,11 +45,11 @@ static void waiter_answer(gmd_waiter *w, gmd_outcome outcome, gmd_result *res)
 static bool slice_holds_back(gmd_server *server, const gmd_waiter *w)
 {
         uint64_t left_ms;
-        pid_t holder = slice_holder(&server->slices, w->device, now_ms(), &left_ms);
+        pid_t holder = slice_over(&server->slices, w->device, w->session->pid,
+                                  w->priority, now_ms(), &left_ms);
         gmd_list *pos;
 
-        if (!holder || holder == w->session->pid ||
-            w->priority > server->slices.on[w->device].priority)
+        if (!holder)
                 return false;
         list_for_each(pos, &server->waitq.waiters) {
                 const gmd_waiter *o = container_of(pos, gmd_waiter, link);
@@ -122,13 +122,12 @@ static uint64_t waiter_more(void *ctx, const gmd_waiter *w)
 static bool waiter_reachable(void *ctx, const gmd_waiter *w)
 {
         gmd_server *server = ctx;
-        pid_t holder = slice_holder(&server->slices, w->device, now_ms(), NULL);
 
         /* Another process's slice of the device runs: its memory is not
          * room for this one until it ends, so holding back would only
          * stall the holder. */
-        if (holder && holder != w->session->pid &&
-            w->priority <= server->slices.on[w->device].priority)
+        if (slice_over(&server->slices, w->device, w->session->pid,
+                       w->priority, now_ms(), NULL))
                 return false;
         return alloc_room_reachable(ctx, w->device, w->size + waiter_more(ctx, w));
 }

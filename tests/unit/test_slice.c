@@ -85,6 +85,25 @@ static void test_passes_only_when_over(void **state)
         assert_int_equal(t.passed, 2);
 }
 
+/* What gives way to a running slice: other processes of its priority or
+ * lower, not the holder, not a higher priority, nobody once it is over. */
+static void test_who_gives_way(void **state)
+{
+        gmd_slices t;
+        uint64_t left = 0;
+
+        (void)state;
+        slices_init(&t, L);
+        slice_update(&t, 0, 11, 5, 11, 5, 5000);
+        slice_served(&t, 0, 11, 5000);
+        assert_int_equal(slice_over(&t, 0, 22, 5, 5400, &left), 11);
+        assert_int_equal(left, 600);
+        assert_int_equal(slice_over(&t, 0, 22, 0, 5400, NULL), 11);
+        assert_int_equal(slice_over(&t, 0, 11, 0, 5400, NULL), 0);
+        assert_int_equal(slice_over(&t, 0, 22, 6, 5400, NULL), 0);
+        assert_int_equal(slice_over(&t, 0, 22, 0, 6000, NULL), 0);
+}
+
 static void test_off_and_forget(void **state)
 {
         gmd_slices t;
@@ -111,6 +130,7 @@ int main(void)
                 cmocka_unit_test(test_clock_starts_when_served),
                 cmocka_unit_test(test_unserved_slice_ends),
                 cmocka_unit_test(test_passes_only_when_over),
+                cmocka_unit_test(test_who_gives_way),
                 cmocka_unit_test(test_off_and_forget),
         };
 
