@@ -28,6 +28,7 @@ here (issue 13, items 1, 2 and 4):
 Skips with one SKIP: line where torch is missing.
 """
 import copy
+import errno
 import time
 import unittest
 
@@ -459,6 +460,77 @@ class NoRoom(DaemonTest):
         wait_until(lambda: not _torchdev.others_hold_vram(self.client),
                    what="the other process's VRAM freed")
         hog.free()
+
+
+class LendWait(unittest.TestCase):
+    """The thresholds of _torchdev.acquire_making_room, with a buffer that
+    scripts the daemon's answers: a plain wait of LEND_WAIT, then a wait
+    that lends (after a quiesce) up to ROOM_WAIT, then PyTorch's cache
+    given back and the rest lent. bench_cotenancy's first tokens waited
+    ~1.1 s when the loan came only after a plain ROOM_WAIT."""
+
+    class Buf:
+        def __init__(self, answers):
+            self.answers = list(answers)    # True: served, False: timed out
+            self.calls = []
+
+        def acquire(self, timeout, read_only=False, lend=False):
+            self.calls.append((timeout, lend))
+            if not self.answers.pop(0):
+                raise gpumem.errors.TimedOut(-errno.ETIMEDOUT,
+                                              "gmd_acquire: timed out")
+
+    class Ops:
+        def __init__(self, log):
+            self.log = log
+
+        def quiesce(self):
+            self.log.append("quiesce")
+
+        def release_cached(self):
+            self.log.append("release_cached")
+            return True
+
+    def run_acquire(self, answers, timeout):
+        log = []
+        buf = self.Buf(answers)
+        try:
+            released = _torchdev.acquire_making_room(buf, timeout,
+                                                     self.Ops(log))
+        except gpumem.errors.TimedOut:
+            released = "timed out"
+        return buf.calls, log, released
+
+    def test_lends_before_the_cache_is_given_back(self):
+        lw, rw = _torchdev.LEND_WAIT, _torchdev.ROOM_WAIT
+        self.assertLess(lw, rw)
+        calls, log, released = self.run_acquire([False, True], 30)
+        self.assertEqual([c[1] for c in calls], [False, True])
+        self.assertAlmostEqual(calls[0][0], lw)
+        self.assertAlmostEqual(calls[1][0], rw - lw)
+        self.assertEqual((log, released), (["quiesce"], False))
+
+    def test_cache_given_back_after_room_wait(self):
+        lw, rw = _torchdev.LEND_WAIT, _torchdev.ROOM_WAIT
+        calls, log, released = self.run_acquire([False, False, True], 30)
+        self.assertEqual([c[1] for c in calls], [False, True, True])
+        self.assertAlmostEqual(calls[2][0], 30 - rw)
+        self.assertEqual(log, ["quiesce", "release_cached", "quiesce"])
+        self.assertTrue(released)
+        # for ever stays for ever after the first two parts
+        calls, _, _ = self.run_acquire([False, False, True], None)
+        self.assertEqual([c[0] for c in calls], [lw, rw - lw, None])
+
+    def test_short_timeout(self):
+        """A timeout under LEND_WAIT is one plain wait then one lending
+        wait of nothing; one under ROOM_WAIT never waits past it."""
+        calls, _, released = self.run_acquire([False, False], 0.01)
+        self.assertEqual(released, "timed out")
+        self.assertEqual([c[1] for c in calls], [False, True])
+        self.assertAlmostEqual(calls[0][0], 0.01)
+        self.assertAlmostEqual(calls[1][0], 0.0)
+        calls, _, _ = self.run_acquire([False, False, False], 0.5)
+        self.assertAlmostEqual(sum(c[0] for c in calls), 0.5)
 
 
 @unittest.skipIf(torch is None, "torch not installed")

@@ -27,6 +27,16 @@ from .errors import (Busy, CopyFailed, GpumemError, InvalidArgument,
 # its own allocations fails, never while our call waits.
 ROOM_WAIT = 1.0
 
+# Seconds an acquire waits for room before it lends the daemon what this
+# process holds in use (the rest of the wait up to ROOM_WAIT, and after
+# it, lends). Separate from ROOM_WAIT: lending costs a synchronize and,
+# if the daemon takes the loan, moves the lent buffers out and back, but
+# room held by processes that are all mid-step frees only through a loan:
+# with the loan after a plain ROOM_WAIT the inference job of
+# bench_cotenancy waited ~1.1 s, or a multiple, for every first token
+# (H100, 2026-11-26).
+LEND_WAIT = 0.05
+
 
 class HostOps:
     """sim: tensors are CPU tensors, copies end when copy_ returns."""
@@ -253,22 +263,34 @@ def ops_for(client):
 
 
 def start_wait(timeout):
-    """The first part of `timeout` an acquire waits before PyTorch is
-    asked for its unused cache: ROOM_WAIT, or all of a shorter timeout."""
-    return ROOM_WAIT if timeout is None else min(timeout, ROOM_WAIT)
+    """The first part of `timeout` an acquire waits without lending:
+    LEND_WAIT, or all of a shorter timeout."""
+    return LEND_WAIT if timeout is None else min(timeout, LEND_WAIT)
+
+
+def _left(timeout, spent):
+    return None if timeout is None else max(0.0, timeout - spent)
 
 
 def _acquire_after_room(buf, timeout, ops, read_only):
-    """An acquire that waited start_wait(timeout) in vain: PyTorch's unused
-    cache given back, then the rest of `timeout` waited out (None: for
-    ever), lending the daemon what this process holds meanwhile (after
-    ops.quiesce(): GMD_ACQUIRE_YIELD), so that two processes that each
-    hold memory in use and wait for more do not wait for each other for
-    ever. True when the cache was released."""
+    """An acquire that waited start_wait(timeout) in vain: the rest of
+    `timeout` (None: for ever) waited out lending the daemon what this
+    process holds (after ops.quiesce(): GMD_ACQUIRE_YIELD), so that two
+    processes that each hold memory in use and wait for more do not wait
+    for each other; from ROOM_WAIT on with PyTorch's unused cache given
+    back. True when the cache was released."""
+    first = start_wait(timeout)
+    second = min(ROOM_WAIT, timeout if timeout is not None else ROOM_WAIT)
+    try:
+        if second > first:
+            _lending(ops, lambda lend: buf.acquire(
+                second - first, read_only=read_only, lend=lend))
+            return False
+    except TimedOut:
+        pass
     released = ops.release_cached()
-    rest = None if timeout is None else max(0.0, timeout - start_wait(timeout))
-    _lending(ops, lambda lend: buf.acquire(rest, read_only=read_only,
-                                           lend=lend))
+    _lending(ops, lambda lend: buf.acquire(
+        _left(timeout, max(first, second)), read_only=read_only, lend=lend))
     return released
 
 
@@ -285,9 +307,10 @@ def _lending(ops, call):
 
 
 def acquire_making_room(buf, timeout, ops, read_only=False):
-    """buf.acquire(timeout, read_only), asking PyTorch for its unused cache
-    after ROOM_WAIT and waiting out the rest of `timeout` (None: for
-    ever). True when the cache was released on the way."""
+    """buf.acquire(timeout, read_only), lending after LEND_WAIT, asking
+    PyTorch for its unused cache after ROOM_WAIT and waiting out the rest
+    of `timeout` (None: for ever). True when the cache was released on the
+    way."""
     try:
         buf.acquire(start_wait(timeout), read_only=read_only)
         return False
@@ -310,9 +333,9 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
     """client.alloc(nbytes, device, flags) waiting `timeout` seconds (None:
     for ever) for room. For a buffer that takes the place of PyTorch
     tensors (stream()'s optimizer state, made by the first optimizer step
-    in PyTorch's cache): when no room is made within start_wait(timeout)
-    and no other process holds VRAM through gpu-memd, PyTorch's unused
-    cache is given back first, as that cache is then what holds the room
+    in PyTorch's cache): when no room is made within ROOM_WAIT and no
+    other process holds VRAM through gpu-memd, PyTorch's unused cache is
+    given back first, as that cache is then what holds the room
     (H100, GPT-2 17 x 2048 trained alone at half its peak: the state's
     buffer waited 120 s for room its own cache held unused). With other
     processes holding VRAM it waits for them instead, cache kept: two
@@ -320,23 +343,34 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
     caches away mid-step each took the other's room and both waited out
     the timeout, where waiting lets the other finish its step and go
     idle. That wait lends the daemon what this process holds (YIELD, after
-    ops.quiesce()), so that two processes that are both mid-step do not
-    wait for each other for ever (bench_cotenancy, H100: two training jobs
-    and an inference job all waited out 120 s, the pool all acquired)."""
+    ops.quiesce(), from LEND_WAIT on), so that two processes that are
+    both mid-step do not wait for each other for ever (bench_cotenancy,
+    H100: two training jobs and an inference job all waited out 120 s,
+    the pool all acquired)."""
+    def plain(wait):
+        try:
+            return client.alloc(nbytes, device=device, flags=flags,
+                                timeout=wait)
+        except (OutOfMemory, TimedOut) as e:
+            if isinstance(e, TooLarge):
+                raise
+        return None
+
     first = start_wait(timeout)
-    try:
-        return client.alloc(nbytes, device=device, flags=flags,
-                            timeout=first)
-    except (OutOfMemory, TimedOut) as e:
-        if isinstance(e, TooLarge):
-            raise
-    rest = None if timeout is None else max(0.0, timeout - first)
-    if not others_hold_vram(client):
-        ops.release_cached()
-        return client.alloc(nbytes, device=device, flags=flags, timeout=rest)
-    return _lending(ops, lambda lend: client.alloc(
-        nbytes, device=device, flags=flags | (YIELD if lend else 0),
-        timeout=rest))
+    buf = plain(first)
+    if buf is not None:
+        return buf
+    if others_hold_vram(client):
+        return _lending(ops, lambda lend: client.alloc(
+            nbytes, device=device, flags=flags | (YIELD if lend else 0),
+            timeout=_left(timeout, first)))
+    second = min(ROOM_WAIT, timeout if timeout is not None else ROOM_WAIT)
+    buf = plain(second - first) if second > first else None
+    if buf is not None:
+        return buf
+    ops.release_cached()
+    return client.alloc(nbytes, device=device, flags=flags,
+                        timeout=_left(timeout, max(first, second)))
 
 
 def others_hold_vram(client):
