@@ -298,9 +298,8 @@ def child_train(args):
                 offload_stats = dict(o.stats)
             del out
             if args.get("idle") and gt is not None:
-                with gt.idle():
-                    if args.get("empty_cache"):
-                        torch.cuda.empty_cache()
+                with gt.idle(release_cache=not args.get("keep_cache")):
+                    pass
     except _oom_types(torch) as e:
         oom, error = True, str(e).splitlines()[0]
     except RuntimeError as e:
@@ -415,7 +414,8 @@ def child_infer(args):
                 arrived = None
                 if args.get("gap_s"):
                     if gt is not None and args.get("idle"):
-                        with gt.idle(pageout=not args.get("idle_keep")):
+                        with gt.idle(pageout=not args.get("idle_keep"),
+                                     release_cache=not args.get("keep_cache")):
                             time.sleep(args["gap_s"])
                             arrived = time.perf_counter()
                             request_t.append(time.time())
@@ -463,6 +463,9 @@ def child(kind, arg_json):
     # A child past its time says where each thread is (finish_child).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = json.loads(arg_json)
+    if args.get("lend_wait") is not None:
+        from gpumem import _torchdev        # an A/B knob, not an API
+        _torchdev.LEND_WAIT = args["lend_wait"]
     fn = child_train if kind == "train" else child_infer
     print("RESULT " + json.dumps(fn(args)), flush=True)
     return 0
@@ -762,7 +765,7 @@ def summarize_train2x(case, show=True):
 # ---- case: three processes ------------------------------------------------
 
 def cotenancy_jobs(quick, budget, stream_frac, idle=True, train_steps=0,
-                   infer_idle_keep=False):
+                   infer_idle_keep=False, lend_wait=None, keep_cache=False):
     tbase = dict(width=1024, heads=16, seq=512, batch=4, vocab=50257) \
         if quick else dict(width=2048, heads=16, seq=512, batch=8,
                            vocab=50257)
@@ -777,12 +780,14 @@ def cotenancy_jobs(quick, budget, stream_frac, idle=True, train_steps=0,
     requests, tokens = (6, 24) if quick else (10, 32)
     train = {"cfg": tcfg, "steps": steps, "warmup": warmup,
              "method": "gpumem", "shim": True, "idle": idle,
-             "stream_budget": int(stream_frac * budget)}
+             "stream_budget": int(stream_frac * budget),
+             "lend_wait": lend_wait, "keep_cache": keep_cache}
     jobs = [("train", dict(train, name="train_a", seed=42), None),
             ("train", dict(train, name="train_b", seed=43), None),
             ("infer", {"cfg": lcfg, "name": "infer", "shim": True,
                        "stream": True, "idle": idle, "gap_s": 0.2,
                        "idle_keep": infer_idle_keep,
+                       "lend_wait": lend_wait, "keep_cache": keep_cache,
                        "requests": requests, "tokens": tokens, "prompt": 32},
              INFER_PRIORITY)]
     return jobs
@@ -794,7 +799,9 @@ def case_cotenancy(ctx, opts, left):
         (4 * GiB if quick else 16 * GiB)
     jobs = cotenancy_jobs(quick, budget, opts.stream_frac,
                           idle=not opts.no_idle, train_steps=opts.train_steps,
-                          infer_idle_keep=opts.infer_idle_keep)
+                          infer_idle_keep=opts.infer_idle_keep,
+                          lend_wait=opts.lend_wait,
+                          keep_cache=opts.keep_cache)
     out = {"budget": budget, "jobs": [a for _, a, _ in jobs],
            "alone": [], "together": []}
     t0 = time.monotonic()
@@ -1033,6 +1040,15 @@ def main():
                     "releases its weights without paging them out "
                     "(idle(pageout=False)); with --priority-grace above "
                     "its 0.2 s gap they stay in VRAM")
+    ap.add_argument("--lend-wait", type=float, default=None, metavar="S",
+                    help="cotenancy: seconds a streamed block's acquire "
+                    "waits before its process lends what it holds "
+                    "(gpumem's _torchdev.LEND_WAIT; default: the "
+                    "package's)")
+    ap.add_argument("--keep-cache", action="store_true",
+                    help="cotenancy: idle() keeps PyTorch's unused cached "
+                    "segments (release_cache=False) instead of giving them "
+                    "back to the daemon")
     ap.add_argument("--memory-slice", type=int, default=None, metavar="MS",
                     help="the daemon's [limits] memory_slice_ms (default: "
                     "the daemon's, 1000; 0: off)")
@@ -1075,7 +1091,10 @@ def main():
            "nvml_source": watch.source,
            "per_process_margin": ctx.per_process,
            "priority_grace_ms": opts.priority_grace,
-           "memory_slice_ms": opts.memory_slice}
+           "memory_slice_ms": opts.memory_slice,
+           "lend_wait": opts.lend_wait,
+           "infer_idle_keep": opts.infer_idle_keep,
+           "keep_cache": opts.keep_cache}
     t0 = time.monotonic()
     shares = {"train2x": 0.3, "cotenancy": 0.7} if len(cases) == 2 \
         else {cases[0]: 1.0}
