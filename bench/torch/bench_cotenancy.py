@@ -813,9 +813,10 @@ def case_cotenancy(ctx, opts, left):
     # one daemon and holder per job (1 job + the daemon)
     for i, (kind, args, prio) in enumerate(jobs):
         used = time.monotonic() - t0
-        if used > phase - 20:
+        if opts.together_only or used > phase - 20:
+            why = "--together-only" if opts.together_only else "deadline"
             out["alone"].append({"name": args["name"],
-                                 "error": "skipped: deadline", "rc": None})
+                                 "error": f"skipped: {why}", "rc": None})
             continue
         each = (phase - used) / (len(jobs) - i)
         env = Env(ctx, budget, processes=1, daemon=True)
@@ -1049,6 +1050,9 @@ def main():
                     help="cotenancy: idle() keeps PyTorch's unused cached "
                     "segments (release_cache=False) instead of giving them "
                     "back to the daemon")
+    ap.add_argument("--together-only", action="store_true",
+                    help="cotenancy: skip the alone runs (a diagnosis run: "
+                    "no makespan or p99 against alone)")
     ap.add_argument("--memory-slice", type=int, default=None, metavar="MS",
                     help="the daemon's [limits] memory_slice_ms (default: "
                     "the daemon's, 1000; 0: off)")

@@ -11,6 +11,11 @@ Python processes, as a user would:
               shim preloaded and still allocates from gpu-memd
   launcher    gpumem-run python3 THIS child ...: no edit at all
   empty_cache torch.cuda.empty_cache() gives the segments back to the daemon
+  idle_cache  gpumem.torch.idle() keeps PyTorch's unused cached segments
+              while no other process waits for room, and gives them back
+              to the daemon when one does (which is then served;
+              release_cache=False keeps them); a tensor alive across it
+              keeps its segment and its bytes
   oom         a deadline (GPU_MEMD_TORCH_TIMEOUT_MS) passes: the user gets
               torch.OutOfMemoryError whose message is the daemon's sentence
   three_procs the pool cannot hold three processes at once: a holder, then
@@ -39,6 +44,9 @@ MiB = 1 << 20
 
 def child_env(extra=None):
     env = dict(os.environ)
+    if "GMD_BUILD" in env:
+        env.setdefault("GPUMEM_LIBRARY", os.path.join(
+            env["GMD_BUILD"], "client", "libgpumem.so.0"))
     env["PYTHONPATH"] = os.path.join(ROOT, "client", "python") + \
         (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
@@ -98,6 +106,34 @@ def child(mode):
                       reserved_after=torch.cuda.memory_reserved(),
                       clients_before=clients_before,
                       clients_after=memctl_clients(os.environ["GMD_BUILD"]))
+    elif mode == "idle_cache":
+        keep = torch.full((MiB,), 7, dtype=torch.uint8, device="cuda")
+        t = torch.empty(GiB, dtype=torch.uint8, device="cuda")
+        t.fill_(1)
+        del t
+        held = [gt.stats()["bytes_held"]]
+        with gt.idle():                 # nobody waits: kept
+            held.append(gt.stats()["bytes_held"])
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", WAITER, str(int(3.5 * GiB))],
+            env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True)
+        try:
+            result["waiter_waits"] = wait_until_waiting(waiter.pid)
+            with gt.idle(release_cache=False):
+                held.append(gt.stats()["bytes_held"])
+            with gt.idle():
+                held.append(gt.stats()["bytes_held"])
+                result["clients_idle"] = memctl_clients(
+                    os.environ["GMD_BUILD"])
+                result["waiter_served"] = waiter.stdout.readline().strip()
+        finally:
+            waiter.stdin.close()
+            waiter.wait(timeout=30)
+        t = torch.ones(GiB, dtype=torch.uint8, device="cuda")
+        result.update(held=held, reserved_after=torch.cuda.memory_reserved(),
+                      ones_after=bool(t.min().item() == 1),
+                      keep_ok=bool((keep == 7).all().item()))
     elif mode == "hold":
         size = int(os.environ["HOLD_BYTES"])
         t = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -193,6 +229,38 @@ def case_empty_cache():
           bool(me and was) and was[0]["bytes"] >= GiB and me[0]["bytes"] < 64 * MiB,
           f"gpu-memctl bytes {was[0]['bytes'] if was else None} -> "
           f"{me[0]['bytes'] if me else None}")
+
+
+# Another process's allocation that waits for room (up to 60 s), then says
+# so and holds it until its stdin closes.
+WAITER = (
+    "import sys, gpumem\n"
+    "b = gpumem.Client(name='waiter').alloc(int(sys.argv[1]), timeout=60)\n"
+    "print('served', flush=True)\n"
+    "sys.stdin.read()\n")
+
+
+def case_idle_cache():
+    r, log = run_child("idle_cache")
+    held = r["held"]
+    check("idle_cache.kept_while_nobody_waits",
+          held[0] >= GiB and held[1] == held[0],
+          f"held {held[0]} bytes, {held[1]} in idle() with nobody waiting")
+    check("idle_cache.kept_without_release_cache",
+          r["waiter_waits"] and held[2] == held[0],
+          f"another process waits: {r['waiter_waits']}; held {held[2]} "
+          "bytes in idle(release_cache=False)")
+    check("idle_cache.given_back_when_another_waits",
+          MiB <= held[3] < 64 * MiB and r["waiter_served"] == "served",
+          f"held {held[3]} bytes in idle() (a live 1 MiB tensor kept); "
+          f"the waiter: {r['waiter_served']!r}")
+    me = [c for c in r["clients_idle"]["clients"] if c.get("pid") == r["pid"]]
+    check("idle_cache.daemon_sees_it", bool(me) and me[0]["bytes"] < 64 * MiB,
+          f"gpu-memctl bytes in idle() {me[0]['bytes'] if me else None}")
+    check("idle_cache.allocates_after", r["ones_after"] and
+          r["keep_ok"] and r["reserved_after"] >= GiB,
+          f"a new 1 GiB tensor filled {r['ones_after']}, the live tensor "
+          f"intact {r['keep_ok']}")
 
 
 def start_child(mode, env):
@@ -328,6 +396,7 @@ def main():
                              "launcher", os.path.join(build, "client", "torch",
                                                       "gpumem-run"))),
                          ("empty_cache", case_empty_cache),
+                         ("idle_cache", case_idle_cache),
                          ("oom", case_oom),
                          ("oom_launcher", lambda: case_oom_launcher(
                              os.path.join(build, "client", "torch", "gpumem-run"))),

@@ -433,6 +433,29 @@ class NoRoom(DaemonTest):
         "print('held', flush=True)\n"
         "sys.stdin.read()\n")
 
+    WAITER = (
+        "import sys, gpumem\n"
+        "c = gpumem.Client(name='waiter')\n"
+        "print('asking', flush=True)\n"
+        "b = c.alloc(int(sys.argv[1]), timeout=30)\n"
+        "print('served', flush=True)\n"
+        "sys.stdin.read()\n")
+
+    def test_others_wait(self):
+        """_torchdev.others_wait, which idle() asks before it gives
+        PyTorch's cache back: no, until another process's allocation
+        waits for room this process holds; no again once it is served."""
+        self.assertFalse(_torchdev.others_wait(self.client))
+        hog = self.client.alloc(192 * MiB)
+        child = spawn_python(self.daemon, self.WAITER, str(128 * MiB))
+        self.addCleanup(reap, child)
+        self.assertEqual(child.stdout.readline().strip(), "asking")
+        wait_until(lambda: _torchdev.others_wait(self.client),
+                   what="the other process waiting")
+        hog.free()
+        self.assertEqual(child.stdout.readline().strip(), "served")
+        self.assertFalse(_torchdev.others_wait(self.client))
+
     def test_state_buffer_waits_while_others_hold_vram(self):
         """With another process holding VRAM (another training job on the
         same budget), the cache is kept and the buffer waits for that

@@ -373,18 +373,29 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
                         timeout=_left(timeout, max(first, second)))
 
 
-def others_hold_vram(client):
-    """Whether a process other than this one holds VRAM through gpu-memd
-    (the daemon's clients with their vram_bytes; one whose details are
-    hidden from this user counts as holding; so does any when the status
-    cannot be had)."""
+def _any_other(client, what):
+    """Whether what(c) holds for a client c of another process than this
+    one (True when the daemon's status cannot be had)."""
     try:
         clients = client.status("clients").clients
     except GpumemError:
         return True
     me = os.getpid()
-    return any(c.pid != me and (c.vram_bytes or c.details_hidden)
-               for c in clients)
+    return any(c.pid != me and what(c) for c in clients)
+
+
+def others_hold_vram(client):
+    """Whether a process other than this one holds VRAM through gpu-memd
+    (the daemon's clients with their vram_bytes; one whose details are
+    hidden from this user counts as holding; so does any when the status
+    cannot be had)."""
+    return _any_other(client, lambda c: c.vram_bytes or c.details_hidden)
+
+
+def others_wait(client):
+    """Whether a process other than this one waits for room in gpu-memd
+    (or the status cannot be had)."""
+    return _any_other(client, lambda c: c.waiting)
 
 
 def alloc_or_none(client, nbytes, device, flags, ops, wait):

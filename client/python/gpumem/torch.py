@@ -138,6 +138,18 @@ def loaded_path(maps_text):
     return None
 
 
+_shim_seen = False
+
+
+def _shim_loaded():
+    """Whether the shim is in this process (enable(), or gpumem-run's
+    preload without an enable()). Once in, it stays: the answer is kept."""
+    global _shim_seen
+    if not _shim_seen:
+        _shim_seen = _lib is not None or loaded_path(_maps()) is not None
+    return _shim_seen
+
+
 def placement(maps_text):
     """What enable() must do, from the text of /proc/self/maps: "present"
     (the shim is loaded already: preloaded or enabled before), "load" (no
