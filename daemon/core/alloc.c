@@ -302,7 +302,8 @@ static unsigned alloc_waiting_holders(gmd_server *server, unsigned device,
  * asked at `since_us`, is still waiting: what holds the pool, and what it
  * was behind. */
 static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
-                             int priority, uint64_t since_us, char *buf, size_t len)
+                             int priority, uint64_t since_us, char *buf,
+                             size_t len)
 {
         gmd_pool *pool = server_vram_pool(server, device);
         const gmd_waiter *oldest = waitq_oldest(&server->waitq, device);
@@ -324,7 +325,7 @@ static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
         if (n < 0 || (size_t)n >= len)
                 return;
         if (oldest && oldest->since_us < since_us &&
-            waitq_holds(&server->waitq, device, priority)) {
+            waitq_holds(&server->waitq, device, priority, true)) {
                 size_format(oldest->size, other, sizeof(other));
                 snprintf(buf + n, len - (size_t)n, "; it was held behind an older "
                          "request for %s, waiting %llu ms, for which room is "
@@ -471,7 +472,8 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
          * one of them has waited past [limits] wait_hold_ms and holds the
          * device so that room accumulates for it (waitq.h). */
         if (verdict == QUOTA_OK &&
-            !waitq_holds(&server->waitq, m->device, s->priority)) {
+            !waitq_holds(&server->waitq, m->device, s->priority,
+                         (m->flags & GMD_ALLOC_YIELD) || m->timeout_ms == 0)) {
                 r = alloc_now_on(s, size, m->device, m->flags, GMD_TIER_VRAM,
                                  now_us(), ret);
                 if (!alloc_must_wait(r))

@@ -29,6 +29,42 @@ static bool lendable(const gmd_dbuffer *b)
                b->mem && b->mem->fd >= 0;
 }
 
+/* Has a connection of `s`'s process made a wait that lends? */
+static bool process_lends(const gmd_server *server, const gmd_session *s)
+{
+        const gmd_list *pos;
+
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *o = container_of(pos, gmd_session, link);
+
+                if (o->lends && session_same_process(s, o))
+                        return true;
+        }
+        return false;
+}
+
+uint64_t loan_would_lend(gmd_server *server, unsigned device, pid_t pid,
+                         int priority)
+{
+        uint64_t bytes = 0;
+        gmd_list *pos, *bpos;
+
+        list_for_each(pos, &server->sessions) {
+                gmd_session *o = container_of(pos, gmd_session, link);
+
+                if (o->pid == pid || o->priority > priority || o->closing ||
+                    !process_lends(server, o))
+                        continue;
+                list_for_each(bpos, &o->buffers) {
+                        gmd_dbuffer *b = container_of(bpos, gmd_dbuffer, owner_link);
+
+                        if (b->device == device && lendable(b))
+                                bytes += b->size;
+                }
+        }
+        return bytes;
+}
+
 gmd_loan *loan_start(gmd_session *s, uint32_t request_id)
 {
         gmd_server *server = s->server;
@@ -37,6 +73,7 @@ gmd_loan *loan_start(gmd_session *s, uint32_t request_id)
         gmd_loan *loan;
         char who[128];
 
+        s->lends = true;
         if (s->loan)
                 return NULL;
         loan = calloc(1, sizeof(*loan));

@@ -35,6 +35,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "answers.h"
 #include "result.h"
@@ -53,6 +54,14 @@ typedef struct gmd_loan {
         answer_kind kind;           /* the answer, queued when all are back */
         gmd_result result;
 } gmd_loan;
+
+/* VRAM on `device` that processes other than `pid`, at `priority` or
+ * lower, hold in use and would lend if they waited: those that made a
+ * wait that lends before (their client code lends when it waits, as
+ * gpumem.torch does). Room a starved waiter may count on when it holds
+ * such processes back (waitq.h). */
+uint64_t loan_would_lend(gmd_server *server, unsigned device, pid_t pid,
+                         int priority);
 
 /* Lend the buffers in VRAM that `s`'s process holds acquired (not pinned,
  * parked or lent already) for the allocation `request_id`, which waits.

@@ -49,6 +49,8 @@ typedef struct gmd_session {
         char name[65];
         bool hello_done;
         unsigned version;
+        bool lends;                 /* it made a wait that lends (loan.h):
+                                     * its process lends when it waits */
 
         gmd_list buffers;           /* owned buffers */
         unsigned n_buffers;

@@ -24,6 +24,7 @@ void waitq_init(gmd_waitq *q, uv_loop_t *loop, gmd_pending *pending,
         list_init(&q->waiters);
         q->hold_after_us = 0;
         q->held = 0;
+        q->held_lenders = 0;
 }
 
 void waitq_set_hold_after(gmd_waitq *q, uint64_t ms)
@@ -47,6 +48,7 @@ void waitq_drop(gmd_waiter *w)
         /* A waiter that held its device back does no longer: serve again. */
         if ((w->q->held >> (w->device % 64)) & 1) {
                 w->q->held &= ~(1ull << (w->device % 64));
+                w->q->held_lenders &= ~(1ull << (w->device % 64));
                 pending_mark(w->q->pending, PENDING_ROOM);
         }
         if (w->rank == WAITQ_ALLOC)
@@ -196,33 +198,88 @@ void waitq_set_rank(gmd_waiter *w, waitq_rank rank)
 }
 
 /* Has `w` waited long enough to hold back its device, and would holding
- * help (room can be made for it)? */
-static bool waiter_starved(const gmd_waitq *q, const gmd_waiter *w, uint64_t now)
+ * help (how room can be made for it; WAITQ_REACH_NO: not starved)? */
+static waitq_reach waiter_starved(const gmd_waitq *q, const gmd_waiter *w,
+                                  uint64_t now)
 {
         if (now - w->since_us < q->hold_after_us)
-                return false;
-        return !q->ops->reachable || q->ops->reachable(q->ctx, w);
+                return WAITQ_REACH_NO;
+        return q->ops->reachable ? q->ops->reachable(q->ctx, w) : WAITQ_REACH_NOW;
+}
+
+/* Make `w`, which found no room, its device's holder if it is starved and
+ * the device has none yet. `before`: the devices held already (logged
+ * when they were). */
+static void waitq_try_hold(gmd_waitq *q, const gmd_waiter *w, uint64_t before,
+                           uint64_t now)
+{
+        unsigned dev = w->device % 64;
+        uint64_t bit = 1ull << dev;
+        waitq_reach reach;
+
+        if ((q->held & bit) || !w->no_room)
+                return;
+        reach = waiter_starved(q, w, now);
+        if (reach == WAITQ_REACH_NO)
+                return;
+        if (!(before & bit))
+                log_info("a request for %llu bytes on device %u has waited "
+                         "%llu ms: holding back smaller ones there%s "
+                         "until it fits", (unsigned long long)w->size,
+                         w->device,
+                         (unsigned long long)((now - w->since_us) / 1000),
+                         reach == WAITQ_REACH_LENT ? " that lend" : "");
+        q->held |= bit;
+        if (reach == WAITQ_REACH_LENT)
+                q->held_lenders |= bit;
+        q->held_priority[dev] = w->priority;
+        q->holder[dev] = w;
+}
+
+/* The holders, found before serving (waitq.h: a holder holds back those
+ * ahead of it in the order too): on each device the first starved waiter
+ * in order that found no room when last served. */
+static void waitq_find_holders(gmd_waitq *q, uint64_t before)
+{
+        uint64_t now = now_us();
+        gmd_list *pos;
+
+        q->held = 0;
+        q->held_lenders = 0;
+        list_for_each(pos, &q->waiters)
+                waitq_try_hold(q, container_of(pos, gmd_waiter, link), before, now);
+}
+
+static bool waitq_held_back(const gmd_waitq *q, const gmd_waiter *w)
+{
+        return w != q->holder[w->device % 64] &&
+               waitq_holds(q, w->device, w->priority, w->loan != NULL);
 }
 
 bool waitq_serve(gmd_waitq *q)
 {
         gmd_list *pos, *tmp;
-        uint64_t held = 0;      /* bit per device held back */
-        int held_priority[64];  /* up to which priority */
+        uint64_t before = q->held;
         bool waiting = false;   /* some did not fit */
         int r;
 
+        waitq_find_holders(q, before);
         list_for_each_safe(pos, tmp, &q->waiters) {
                 gmd_waiter *w = container_of(pos, gmd_waiter, link);
                 unsigned dev = w->device % 64;
                 uint64_t bit = 1ull << dev;
 
-                if ((held & bit) && w->priority <= held_priority[dev])
+                if (waitq_held_back(q, w))
                         continue;
                 r = q->ops->serve(q->ctx, w);
+                w->no_room = r == -ENOSPC;
                 if (r == -EAGAIN) {
-                        held |= bit;
-                        held_priority[dev] = INT_MAX;
+                        /* Its copy queue rests: every waiter behind it
+                         * there waits too. */
+                        q->held |= bit;
+                        q->held_lenders &= ~bit;
+                        q->held_priority[dev] = INT_MAX;
+                        q->holder[dev] = NULL;
                         continue;
                 }
                 if (r == -ENOSPC) {
@@ -233,18 +290,9 @@ bool waitq_serve(gmd_waitq *q)
                                 /* Serve again when it may start to hold. */
                                 pending_mark_after(q->pending, PENDING_ROOM,
                                                    (q->hold_after_us - waited) / 1000 + 1);
-                        if (waiter_starved(q, w, now_us())) {
-                                if (!(q->held & bit))
-                                        log_info("a request for %llu bytes on device %u "
-                                                 "has waited %llu ms: holding back "
-                                                 "smaller ones there until it fits",
-                                                 (unsigned long long)w->size,
-                                                 w->device,
-                                                 (unsigned long long)((now_us() - w->since_us) / 1000));
-                                if (!(held & bit))
-                                        held_priority[dev] = w->priority;
-                                held |= bit;
-                        }
+                        /* Starved: it holds those behind it from now on,
+                         * those ahead from the next pass. */
+                        waitq_try_hold(q, w, before, now_us());
                         continue;
                 }
                 if (r == -EINPROGRESS)
@@ -254,17 +302,14 @@ bool waitq_serve(gmd_waitq *q)
                           (unsigned long long)w->size,
                           (unsigned long long)((now_us() - w->since_us) / 1000));
                 /* Serving may close a session and drop waiters behind this
-                 * one: drop this one and restart from the head. */
+                 * one: drop this one and restart from the head, with the
+                 * holders found again (room changed). */
                 waitq_drop(w);
                 tmp = q->waiters.next;
-                held = 0;
                 waiting = false;
+                waitq_find_holders(q, before | q->held);
         }
-        q->held = held;
-        for (unsigned d = 0; d < 64; d++)
-                if (held & (1ull << d))
-                        q->held_priority[d] = held_priority[d];
-        return waiting || held != 0;
+        return waiting || q->held != 0;
 }
 
 const gmd_waiter *waitq_oldest(const gmd_waitq *q, unsigned device)

@@ -10,12 +10,23 @@
  *     arrival order within one user's turn;
  *   - serve what fits: a waiter that does not fit is passed over, so a
  *     request for the whole pool does not hold back a 2 MiB one behind it;
- *   - no starvation: a waiter that has not fit for hold_after_ms, and
- *     for which room can be made (ops->reachable: free, kept, parked and
- *     evictable VRAM cover it), holds back every waiter behind it on its
- *     device of its priority or lower — and such new allocations there
- *     (waitq_holds) — until it is served, so room accumulates for it; a
- *     higher priority's prefetch behind it is not held (a priority-0
+ *   - no starvation: the first waiter in that order that has not fit for
+ *     hold_after_ms, and for which room can be made (ops->reachable: free,
+ *     kept, parked and evictable VRAM cover it), holds back every other
+ *     waiter on its device of its priority or lower — ahead of it in the
+ *     order too — and such new allocations there (waitq_holds),
+ *     until it is served, so room accumulates for it. When room can be
+ *     made only if processes holding VRAM in use lend it (ops->reachable
+ *     says WAITQ_REACH_LENT), it holds back only what makes them lend:
+ *     their waits that lend and their new requests that would lend or not
+ *     wait at all (the shim's first try; its repeat lends). Else a
+ *     training job stepping on memory it holds in use took every room the
+ *     other's starved allocation could have had: the room that job freed
+ *     between two steps was its own again before the waiter could use it. Ahead too: another
+ *     process's swap-in ranks before an allocation, and two training jobs
+ *     on one budget re-acquired their blocks between steps ahead of the
+ *     other's starved allocation, which waited 10-13 s (H100, 2026-11-26).
+ *     A higher priority is not held (a priority-0
  *     training job's starved allocation held an inference job's weights
  *     back for seconds, H100, 2026-11-26);
  *   - a copy queue resting after a refused copy (-EAGAIN) holds back its
@@ -50,6 +61,13 @@ typedef enum waitq_rank {
         WAITQ_RANKS
 } waitq_rank;
 
+/* Can room be made for a waiter (ops->reachable)? */
+typedef enum waitq_reach {
+        WAITQ_REACH_NO = 0,     /* holding back would help nobody */
+        WAITQ_REACH_LENT,       /* if processes that lend when they wait lent */
+        WAITQ_REACH_NOW,        /* free, kept, parked and evictable VRAM */
+} waitq_reach;
+
 /* What the layer above does with a waiter. */
 typedef struct gmd_waitq_ops {
         /* Serve it now: 0 served (or answered: it leaves the queue),
@@ -57,10 +75,10 @@ typedef struct gmd_waitq_ops {
          * a refused copy (holds back its device), -EINPROGRESS its user's
          * quota waits for parked buffers to come back (holds back nobody). */
         int (*serve)(void *ctx, gmd_waiter *waiter);
-        /* Can room be made for it on its device (free, kept, parked and
-         * evictable VRAM together cover its size)? Only such a waiter
-         * holds the others back once it waited hold_after_ms. */
-        bool (*reachable)(void *ctx, const gmd_waiter *waiter);
+        /* Can room be made for it on its device (waitq_reach)? Only such
+         * a waiter holds the others back once it waited hold_after_ms;
+         * NULL: always (WAITQ_REACH_NOW). */
+        waitq_reach (*reachable)(void *ctx, const gmd_waiter *waiter);
         /* VRAM it needs on its device besides its size (what a waiting
          * allocation's loan must bring back, loan.h); NULL: none. */
         uint64_t (*more)(void *ctx, const gmd_waiter *waiter);
@@ -80,8 +98,12 @@ typedef struct gmd_waitq {
         gmd_list waiters;           /* in serving order (waitq_insert) */
         uint64_t hold_after_us;     /* [limits] wait_hold_ms */
         uint64_t held;              /* bit per device held by a starved waiter */
+        uint64_t held_lenders;      /* of those, held only for what lends
+                                     * (WAITQ_REACH_LENT) */
         int held_priority[64];      /* its priority: only waiters of that
                                      * priority or lower are held back */
+        const gmd_waiter *holder[64]; /* the starved waiter (NULL: a copy
+                                       * queue that rests) */
 } gmd_waitq;
 
 /* A session's side: its allocations waiting. */
@@ -101,6 +123,7 @@ struct gmd_waiter {
         uint64_t size;              /* VRAM bytes wanted (rounded) */
         unsigned device;
         uint64_t since_us;          /* when the request came */
+        bool no_room;               /* its last serve found no room */
         bool dropped;               /* left the queue; freed on timer close */
         uv_timer_t timer;
 
@@ -161,11 +184,15 @@ bool waitq_serve(gmd_waitq *q);
 
 /* Must a new allocation of a client at `priority` on `device` queue
  * behind the waiters rather than take room now (a starved waiter of that
- * priority or higher holds the device, see above)? */
-static inline bool waitq_holds(const gmd_waitq *q, unsigned device, int priority)
+ * priority or higher holds the device, see above)? `lends`: the request
+ * would lend while it waits, or not wait at all. */
+static inline bool waitq_holds(const gmd_waitq *q, unsigned device,
+                               int priority, bool lends)
 {
-        return ((q->held >> (device % 64)) & 1) &&
-               priority <= q->held_priority[device % 64];
+        unsigned d = device % 64;
+
+        return ((q->held >> d) & 1) && priority <= q->held_priority[d] &&
+               (lends || !((q->held_lenders >> d) & 1));
 }
 
 /* The waiter that has waited longest for room on `device`, or NULL. */

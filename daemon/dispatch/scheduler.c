@@ -119,17 +119,27 @@ static uint64_t waiter_more(void *ctx, const gmd_waiter *w)
         return loan_out_bytes(w->loan, w->device);
 }
 
-static bool waiter_reachable(void *ctx, const gmd_waiter *w)
+static waitq_reach waiter_reachable(void *ctx, const gmd_waiter *w)
 {
         gmd_server *server = ctx;
+        uint64_t need = w->size + waiter_more(ctx, w), lend;
 
         /* Another process's slice of the device runs: its memory is not
          * room for this one until it ends, so holding back would only
          * stall the holder. */
         if (slice_over(&server->slices, w->device, w->session->pid,
                        w->priority, now_ms(), NULL))
-                return false;
-        return alloc_room_reachable(ctx, w->device, w->size + waiter_more(ctx, w));
+                return WAITQ_REACH_NO;
+        if (alloc_room_reachable(ctx, w->device, need))
+                return WAITQ_REACH_NOW;
+        /* VRAM in use by processes that lend when they wait: room once
+         * they are held back and wait (waitq.h). Not that of a process
+         * that never lent: holding it back could lock it out for good. */
+        lend = loan_would_lend(server, w->device, w->session->pid, w->priority);
+        if (lend && alloc_room_reachable(ctx, w->device,
+                                         need > lend ? need - lend : 0))
+                return WAITQ_REACH_LENT;
+        return WAITQ_REACH_NO;
 }
 
 static void waiter_expire(void *ctx, gmd_waiter *w)
