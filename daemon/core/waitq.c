@@ -207,10 +207,18 @@ static waitq_reach waiter_starved(const gmd_waitq *q, const gmd_waiter *w,
         return q->ops->reachable ? q->ops->reachable(q->ctx, w) : WAITQ_REACH_NOW;
 }
 
+/* How long a hold for lenders only lasts: hold_after_ms, 1 s with strict
+ * order (0). */
+static uint64_t waitq_lent_hold_us(const gmd_waitq *q)
+{
+        return q->hold_after_us ? q->hold_after_us : 1000000;
+}
+
 /* Make `w`, which found no room, its device's holder if it is starved and
  * the device has none yet. `before`: the devices held already (logged
- * when they were). */
-static void waitq_try_hold(gmd_waitq *q, const gmd_waiter *w, uint64_t before,
+ * when they were). A hold for lenders only lasts hold_after_ms at most
+ * (waitq.h), counted until the waiter is reachable now. */
+static void waitq_try_hold(gmd_waitq *q, gmd_waiter *w, uint64_t before,
                            uint64_t now)
 {
         unsigned dev = w->device % 64;
@@ -220,6 +228,16 @@ static void waitq_try_hold(gmd_waitq *q, const gmd_waiter *w, uint64_t before,
         if ((q->held & bit) || !w->no_room)
                 return;
         reach = waiter_starved(q, w, now);
+        if (reach != WAITQ_REACH_LENT) {
+                w->lent_hold_us = 0;
+        } else if (!w->lent_hold_us) {
+                w->lent_hold_us = now;
+                /* Let go then, even if nothing else happens. */
+                pending_mark_after(q->pending, PENDING_ROOM,
+                                   waitq_lent_hold_us(q) / 1000 + 1);
+        } else if (now - w->lent_hold_us > waitq_lent_hold_us(q)) {
+                return;         /* the lenders did not come */
+        }
         if (reach == WAITQ_REACH_NO)
                 return;
         if (!(before & bit))

@@ -19,7 +19,9 @@
  *     made only if processes holding VRAM in use lend it (ops->reachable
  *     says WAITQ_REACH_LENT), it holds back only what makes them lend:
  *     their waits that lend and their new requests that would lend or not
- *     wait at all (the shim's first try; its repeat lends). Else a
+ *     wait at all (the shim's first try; its repeat lends) — for at most
+ *     hold_after_ms more, in case those processes make no request (a
+ *     lender that sits on its memory must not lock the others out). Else a
  *     training job stepping on memory it holds in use took every room the
  *     other's starved allocation could have had: the room that job freed
  *     between two steps was its own again before the waiter could use it. Ahead too: another
@@ -124,6 +126,8 @@ struct gmd_waiter {
         unsigned device;
         uint64_t since_us;          /* when the request came */
         bool no_room;               /* its last serve found no room */
+        uint64_t lent_hold_us;      /* since when it holds for lenders only
+                                     * (WAITQ_REACH_LENT); 0: it does not */
         bool dropped;               /* left the queue; freed on timer close */
         uv_timer_t timer;
 

@@ -434,6 +434,31 @@ static void test_lenders_hold(void **state)
         lending->loan = NULL;
 }
 
+/* A hold for lenders only lets go after wait_hold_ms if the lenders make
+ * no request (one that sits on its memory must not lock others out). */
+static void test_lenders_hold_lets_go(void **state)
+{
+        fixture *f = *state;
+
+        waitq_set_hold_after(&f->q, 200);
+        f->by_room = true;
+        f->reach = WAITQ_REACH_LENT;
+        f->room[0] = 1 << 20;
+        add_alloc(f, SESSION_A, &f->owner_a, 0, 64 << 20, -1);
+        assert_true(waitq_serve(&f->q));
+        assert_false(waitq_holds(&f->q, 0, 0, true));   /* not starved yet */
+        uv_sleep(250);
+        assert_true(waitq_serve(&f->q));
+        assert_true(waitq_holds(&f->q, 0, 0, true));
+        uv_sleep(250);
+        assert_true(waitq_serve(&f->q));
+        assert_false(waitq_holds(&f->q, 0, 0, true));
+        /* Reachable now, it holds again, fully. */
+        f->reach = WAITQ_REACH_NOW;
+        assert_true(waitq_serve(&f->q));
+        assert_true(waitq_holds(&f->q, 0, 0, false));
+}
+
 /* A starved waiter for which no room can be made (the pool is held by
  * buffers in use) holds back nobody: holding would help no one. */
 static void test_unreachable_waiter_holds_nobody(void **state)
@@ -535,6 +560,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_hold_covers_swap_ins_ahead,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_lenders_hold, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_lenders_hold_lets_go, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_starved_waiter_holds_its_device,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unreachable_waiter_holds_nobody,
