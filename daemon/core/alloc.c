@@ -300,10 +300,10 @@ static unsigned alloc_waiting_holders(gmd_server *server, unsigned device,
 
 /* Why an allocation of `size` on `device` by a client at `priority`,
  * asked at `since_us`, is still waiting: what holds the pool, and what it
- * was behind. */
+ * was behind. `lends`: it lent while it waited, or did not wait. */
 static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
-                             int priority, uint64_t since_us, char *buf,
-                             size_t len)
+                             int priority, bool lends, uint64_t since_us,
+                             char *buf, size_t len)
 {
         gmd_pool *pool = server_vram_pool(server, device);
         const gmd_waiter *oldest = waitq_oldest(&server->waitq, device);
@@ -325,7 +325,7 @@ static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
         if (n < 0 || (size_t)n >= len)
                 return;
         if (oldest && oldest->since_us < since_us &&
-            waitq_holds(&server->waitq, device, priority, true)) {
+            waitq_holds(&server->waitq, device, priority, lends)) {
                 size_format(oldest->size, other, sizeof(other));
                 snprintf(buf + n, len - (size_t)n, "; it was held behind an older "
                          "request for %s, waiting %llu ms, for which room is "
@@ -373,8 +373,9 @@ gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
         }
         if (placement_host_fallback(flags))
                 backing_no_host_room(server, host, sizeof(host));
-        alloc_why_waited(server, device, size, s->priority, since_us, why,
-                         sizeof(why));
+        alloc_why_waited(server, device, size, s->priority,
+                         (flags & GMD_ALLOC_YIELD) || timeout_ms == 0, since_us,
+                         why, sizeof(why));
         size_format(size, asked, sizeof(asked));
         size_format(pool_free(pool), free_b, sizeof(free_b));
         size_format(pool->capacity, cap, sizeof(cap));

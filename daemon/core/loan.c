@@ -43,8 +43,8 @@ static bool process_lends(const gmd_server *server, const gmd_session *s)
         return false;
 }
 
-uint64_t loan_would_lend(gmd_server *server, unsigned device, pid_t pid,
-                         int priority)
+uint64_t loan_would_lend(gmd_server *server, unsigned device,
+                         const gmd_session *waiter, int priority)
 {
         uint64_t bytes = 0;
         gmd_list *pos, *bpos;
@@ -52,7 +52,8 @@ uint64_t loan_would_lend(gmd_server *server, unsigned device, pid_t pid,
         list_for_each(pos, &server->sessions) {
                 gmd_session *o = container_of(pos, gmd_session, link);
 
-                if (o->pid == pid || o->priority > priority || o->closing ||
+                if (session_same_process(o, waiter) ||
+                    o->priority > priority || o->closing ||
                     !process_lends(server, o))
                         continue;
                 list_for_each(bpos, &o->buffers) {

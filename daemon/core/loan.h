@@ -35,7 +35,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/types.h>
 
 #include "answers.h"
 #include "result.h"
@@ -55,13 +54,13 @@ typedef struct gmd_loan {
         gmd_result result;
 } gmd_loan;
 
-/* VRAM on `device` that processes other than `pid`, at `priority` or
+/* VRAM on `device` that processes other than `waiter`'s, at `priority` or
  * lower, hold in use and would lend if they waited: those that made a
  * wait that lends before (their client code lends when it waits, as
  * gpumem.torch does). Room a starved waiter may count on when it holds
- * such processes back (waitq.h). */
-uint64_t loan_would_lend(gmd_server *server, unsigned device, pid_t pid,
-                         int priority);
+ * such processes back (waitq.h). Walks the sessions once per session. */
+uint64_t loan_would_lend(gmd_server *server, unsigned device,
+                         const gmd_session *waiter, int priority);
 
 /* Lend the buffers in VRAM that `s`'s process holds acquired (not pinned,
  * parked or lent already) for the allocation `request_id`, which waits.

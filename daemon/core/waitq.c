@@ -25,6 +25,10 @@ void waitq_init(gmd_waitq *q, uv_loop_t *loop, gmd_pending *pending,
         q->hold_after_us = 0;
         q->held = 0;
         q->held_lenders = 0;
+        for (unsigned d = 0; d < 64; d++) {
+                q->held_priority[d] = 0;
+                q->holder[d] = NULL;
+        }
 }
 
 void waitq_set_hold_after(gmd_waitq *q, uint64_t ms)
@@ -230,13 +234,17 @@ static void waitq_try_hold(gmd_waitq *q, gmd_waiter *w, uint64_t before,
         reach = waiter_starved(q, w, now);
         if (reach != WAITQ_REACH_LENT) {
                 w->lent_hold_us = 0;
-        } else if (!w->lent_hold_us) {
-                w->lent_hold_us = now;
-                /* Let go then, even if nothing else happens. */
+        } else {
+                uint64_t limit = waitq_lent_hold_us(q);
+
+                if (!w->lent_hold_us)
+                        w->lent_hold_us = now;
+                if (now - w->lent_hold_us > limit)
+                        return;         /* the lenders did not come */
+                /* Let go then, even if nothing else happens (marked at
+                 * every pass: a timed mark may come early, pending.h). */
                 pending_mark_after(q->pending, PENDING_ROOM,
-                                   waitq_lent_hold_us(q) / 1000 + 1);
-        } else if (now - w->lent_hold_us > waitq_lent_hold_us(q)) {
-                return;         /* the lenders did not come */
+                                   (limit - (now - w->lent_hold_us)) / 1000 + 1);
         }
         if (reach == WAITQ_REACH_NO)
                 return;
@@ -270,8 +278,8 @@ static void waitq_find_holders(gmd_waitq *q, uint64_t before)
 
 static bool waitq_held_back(const gmd_waitq *q, const gmd_waiter *w)
 {
-        return w != q->holder[w->device % 64] &&
-               waitq_holds(q, w->device, w->priority, w->loan != NULL);
+        return waitq_holds(q, w->device, w->priority, w->loan != NULL) &&
+               w != q->holder[w->device % 64];
 }
 
 bool waitq_serve(gmd_waitq *q)
@@ -313,8 +321,16 @@ bool waitq_serve(gmd_waitq *q)
                         waitq_try_hold(q, w, before, now_us());
                         continue;
                 }
-                if (r == -EINPROGRESS)
+                if (r == -EINPROGRESS) {
+                        /* A holder that waits for its own parked buffers
+                         * holds back nobody: find the holders again and
+                         * serve from the head those it held. */
+                        if (w == q->holder[dev] && ((q->held >> dev) & 1)) {
+                                tmp = q->waiters.next;
+                                waitq_find_holders(q, before | q->held);
+                        }
                         continue;
+                }
                 log_debug("%s of %llu bytes served after %llu ms",
                           w->rank == WAITQ_ALLOC ? "allocation" : "swap-in",
                           (unsigned long long)w->size,

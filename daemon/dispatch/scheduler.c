@@ -135,7 +135,7 @@ static waitq_reach waiter_reachable(void *ctx, const gmd_waiter *w)
         /* VRAM in use by processes that lend when they wait: room once
          * they are held back and wait (waitq.h). Not that of a process
          * that never lent: holding it back could lock it out for good. */
-        lend = loan_would_lend(server, w->device, w->session->pid, w->priority);
+        lend = loan_would_lend(server, w->device, w->session, w->priority);
         if (lend && alloc_room_reachable(ctx, w->device,
                                          need > lend ? need - lend : 0))
                 return WAITQ_REACH_LENT;

@@ -498,6 +498,27 @@ static void test_quota_wait_holds_nobody(void **state)
         assert_int_equal(waitq_count(&f->q), 1);
 }
 
+/* A holder whose next serve waits for its own parked buffers
+ * (-EINPROGRESS) holds back nobody from then on: the waiter it held is
+ * served in the same pass. */
+static void test_holder_waiting_for_quota_lets_go(void **state)
+{
+        fixture *f = *state;
+        gmd_waiter *small;
+
+        waitq_set_hold_after(&f->q, 0);
+        f->by_room = true;
+        f->room[0] = 1 << 20;
+        add_alloc(f, SESSION_A, &f->owner_a, 0, 64 << 20, -1);
+        assert_true(waitq_serve(&f->q));            /* starved: it holds */
+        small = add_alloc(f, SESSION_B, &f->owner_b, 0, 1 << 20, -1);
+        f->quota_size = 64 << 20;
+        waitq_serve(&f->q);
+        assert_int_equal(f->n_served, 1);
+        assert_ptr_equal(f->served[0], small);
+        assert_false(waitq_holds(&f->q, 0, 0, false));
+}
+
 /* A higher priority goes first among waiters, whoever came first. */
 static void test_priority_first(void **state)
 {
@@ -560,6 +581,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_hold_covers_swap_ins_ahead,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_lenders_hold, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_holder_waiting_for_quota_lets_go,
+                                                setup, teardown),
                 cmocka_unit_test_setup_teardown(test_lenders_hold_lets_go, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_starved_waiter_holds_its_device,
