@@ -122,7 +122,11 @@ static uint64_t waiter_more(void *ctx, const gmd_waiter *w)
 static waitq_reach waiter_reachable(void *ctx, const gmd_waiter *w)
 {
         gmd_server *server = ctx;
-        uint64_t need = w->size + waiter_more(ctx, w), lend;
+        /* Its own process's lent buffers count as evictable VRAM, but are
+         * no room for it: evicted, they are more to bring back. */
+        uint64_t need = w->size + waiter_more(ctx, w) +
+                        evict_lent_bytes(server, w->device, w->session->pid);
+        uint64_t lend;
 
         /* Another process's slice of the device runs: its memory is not
          * room for this one until it ends, so holding back would only
