@@ -1,6 +1,6 @@
-"""test_turns — two processes that each need most of the pool, and lend it
-while they wait (as gpumem.torch does), take turns: neither waits for the
-whole of the other's run (waitq.h, "no starvation").
+"""test_turns — of two processes that each need most of the pool, and lend
+it while they wait (as gpumem.torch does), neither waits for the whole of
+the other's run (waitq.h, "no starvation").
 
 Each process steps like a training job streamed by gpumem.torch: acquire
 its two blocks (a short plain wait, then a wait that lends), allocate its
@@ -12,7 +12,9 @@ own idle instant freed before the other's starved allocation could use
 it, at every step: the other waited for all of its run (H100, two
 training jobs: 10-13 s; here the length of the other's run). Now the
 starved one holds back the other's requests that lend once it waited
-[limits] wait_hold_ms, and they take turns of about that length.
+[limits] wait_hold_ms, and is served within about that long (one request:
+in some runs it then steps on for tens of steps, in others the other takes
+the device back at once and it steps once each wait_hold_ms).
 
 The check is relative, so that it holds on a loaded machine: no single
 step of either waits half as long as the other's whole run.
