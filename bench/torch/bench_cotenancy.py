@@ -958,13 +958,25 @@ def summarize_cotenancy(case, show=True):
             s["infer_tokens_identical"] = ia["tokens"] == it["tokens"]
     for name in ("train_a", "train_b"):
         a, t = alone.get(name), together.get(name)
+        # The longest single step together: a job starved by the other
+        # waits in one step (10-13 s on the H100 before 587370a).
+        steps = (t or {}).get("step_ms") or []
+        longest = ""
+        if steps:
+            s[f"{name}_longest_step_ms"] = max(steps)
+            longest = (f"; longest step {max(steps):.0f} ms (step "
+                       f"{steps.index(max(steps))})")
         if a and t and a.get("losses") and t.get("losses"):
             n = min(len(a["losses"]), len(t["losses"]))
             s[f"{name}_losses_identical"] = a["losses"][:n] == t["losses"][:n]
             lines.append(f"  {name}: step {t['step_ms_median']:.1f} ms "
                          f"together, {a['step_ms_median']:.1f} ms alone; "
                          "losses " + ("bit-identical" if s[
-                             f"{name}_losses_identical"] else "DIFFER"))
+                             f"{name}_losses_identical"] else "DIFFER")
+                         + longest)
+        elif t and t.get("step_ms_median") is not None:
+            lines.append(f"  {name}: step {t['step_ms_median']:.1f} ms "
+                         f"together{longest}")
     for key, label in (("moved_together", "together"),):
         d = case.get(key)
         if d:

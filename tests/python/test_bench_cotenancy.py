@@ -375,6 +375,20 @@ class Summaries(unittest.TestCase):
         self.assertIn("out 8.00 GiB at 45.0 GB/s", text)
         self.assertIn("OOM: none", text)
 
+    def test_cotenancy_longest_step(self):
+        """The longest single step together (a starved job waits in one),
+        also without alone runs (--together-only)."""
+        case = cot_case([11.0] * 100, 85.0)
+        case["together"][0]["step_ms"] = [250.0, 12500.0, 260.0]
+        s, text = self.quiet(bc.summarize_cotenancy, case)
+        self.assertEqual(s["train_a_longest_step_ms"], 12500.0)
+        self.assertNotIn("train_b_longest_step_ms", s)
+        self.assertIn("longest step 12500 ms (step 1)", text)
+        case["alone"] = []
+        s, text = self.quiet(bc.summarize_cotenancy, case)
+        self.assertIn("train_a: step 260.0 ms together; longest step "
+                      "12500 ms (step 1)", text)
+
     def test_cotenancy_misses_and_ooms(self):
         lat = [10.0] * 90 + [40.0] * 10
         s, text = self.quiet(bc.summarize_cotenancy, cot_case(lat, 95.0))
