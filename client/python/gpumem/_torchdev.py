@@ -268,6 +268,12 @@ def start_wait(timeout):
     return LEND_WAIT if timeout is None else min(timeout, LEND_WAIT)
 
 
+def room_wait(timeout):
+    """The part of `timeout` a wait for room takes before PyTorch is asked
+    for its unused cache: ROOM_WAIT, or all of a shorter timeout."""
+    return ROOM_WAIT if timeout is None else min(timeout, ROOM_WAIT)
+
+
 def _left(timeout, spent):
     return None if timeout is None else max(0.0, timeout - spent)
 
@@ -279,15 +285,14 @@ def _acquire_after_room(buf, timeout, ops, read_only):
     processes that each hold memory in use and wait for more do not wait
     for each other; from ROOM_WAIT on with PyTorch's unused cache given
     back. True when the cache was released."""
-    first = start_wait(timeout)
-    second = min(ROOM_WAIT, timeout if timeout is not None else ROOM_WAIT)
-    try:
-        if second > first:
+    first, second = start_wait(timeout), room_wait(timeout)
+    if second > first:
+        try:
             _lending(ops, lambda lend: buf.acquire(
                 second - first, read_only=read_only, lend=lend))
             return False
-    except TimedOut:
-        pass
+        except TimedOut:
+            pass
     released = ops.release_cached()
     _lending(ops, lambda lend: buf.acquire(
         _left(timeout, max(first, second)), read_only=read_only, lend=lend))
@@ -364,7 +369,7 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
         return _lending(ops, lambda lend: client.alloc(
             nbytes, device=device, flags=flags | (YIELD if lend else 0),
             timeout=_left(timeout, first)))
-    second = min(ROOM_WAIT, timeout if timeout is not None else ROOM_WAIT)
+    second = room_wait(timeout)
     buf = plain(second - first) if second > first else None
     if buf is not None:
         return buf
