@@ -261,7 +261,7 @@ def child_train(args):
 
         def scope():
             return contextlib.nullcontext()
-    losses, times, fwd = [], [], []
+    losses, times, fwd, starts = [], [], [], []
     working_set = 0
     offload_stats = moves_before = None
     wait_go(args)
@@ -276,6 +276,7 @@ def child_train(args):
             ids = data[i].cuda()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
+            starts.append(round(time.time() - t_start, 3))
             if client is not None and i == warmup:
                 moves_before = pool_moves(client)
             with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -315,6 +316,9 @@ def child_train(args):
               "step_ms_median": statistics.median(counted) if counted
               else None,
               "step_ms": [round(t, 2) for t in times],
+              # when each step began, seconds from t_start (wall clock:
+              # to be read beside the daemon's log)
+              "step_start_s": starts,
               "losses": [float(x).hex() for x in losses],
               "max_allocated": torch.cuda.max_memory_allocated(),
               "max_reserved": torch.cuda.max_memory_reserved(),

@@ -24,6 +24,7 @@
 #include "server.h"
 #include "session.h"
 #include "slice.h"
+#include "stuck.h"
 #include "timeutil.h"
 #include "waitq.h"
 
@@ -407,9 +408,13 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need,
                          uint64_t urgent)
 {
         gmd_dbuffer **victims;
-        uint64_t wait_ms;
+        uint64_t wait_ms, chosen = 0;
         unsigned n = evict_choose(server, device, need, urgent, now_ms(),
                                   &victims, &wait_ms);
+
+        for (unsigned i = 0; i < n; i++)
+                chosen += victims[i]->size;
+        stuck_log(server, device, need, chosen);
 
         /* Look again when what a priority's grace or a slice held back
          * may go. */

@@ -94,6 +94,8 @@ typedef struct gmd_server {
         bool maintaining;
 
         gmd_stats stats;
+        uint64_t stuck_ms[GMD_MAX_DEVICES];   /* the last line of stuck.h */
+        uint64_t stuck_sum[GMD_MAX_DEVICES];  /* and what it showed */
         struct gmd_metrics *metrics;  /* the metrics endpoint, or NULL */
 
         /* Set by lifecycle.c, the layer above the sessions: a packet a
