@@ -269,10 +269,19 @@ def child_train(args):
     end = time.monotonic() + args.get("deadline_s", 1e9)
     error = None
     oom = False
+    # GMD_BENCH_STACKS=S (diagnosis): a step that takes over S seconds
+    # prints where each thread of this job is, every S seconds, to the
+    # bench's log
+    stacks = float(os.environ.get("GMD_BENCH_STACKS") or 0)
+    if stacks:
+        import faulthandler
     try:
         for i in range(steps):
             if i > warmup and time.monotonic() > end:
                 break
+            if stacks:
+                faulthandler.cancel_dump_traceback_later()
+                faulthandler.dump_traceback_later(stacks, repeat=True)
             ids = data[i].cuda()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -306,6 +315,8 @@ def child_train(args):
     except RuntimeError as e:
         error = str(e).splitlines()[0]
         oom = "out of memory" in error.lower() or "waited" in error
+    if stacks:
+        faulthandler.cancel_dump_traceback_later()
     t_end = time.time()
     counted = times[warmup:] if len(times) > warmup else times
     result = {"method": method, "name": args["name"],

@@ -556,6 +556,71 @@ class LendWait(unittest.TestCase):
         self.assertAlmostEqual(sum(c[0] for c in calls), 0.5)
 
 
+class AllocLends(unittest.TestCase):
+    """_torchdev.alloc_or_none (offload's slabs) against a client that
+    scripts the daemon's answers: each ask waits LEND_WAIT plainly, then
+    lends (YIELD, after a quiesce) for the rest of its wait; the second
+    ask comes after PyTorch's cache was given back. A plain wait of the
+    forward pass kept 2.7 GiB from the job whose memory slice it was
+    (H100, 2026-11-26)."""
+
+    class Client:
+        def __init__(self, answers):
+            self.answers = list(answers)    # True: served, False: timed out
+            self.calls = []
+
+        def alloc(self, nbytes, device=0, flags=0, timeout=None):
+            self.calls.append((timeout, bool(flags & gpumem.YIELD)))
+            answer = self.answers.pop(0)
+            if answer == "too large":
+                raise gpumem.errors.TooLarge(-errno.E2BIG, "gmd_alloc: too large")
+            if not answer:
+                raise gpumem.errors.TimedOut(-errno.ETIMEDOUT,
+                                              "gmd_alloc: timed out")
+            return "buffer"
+
+    def run_alloc(self, answers, wait, released=True):
+        log = []
+        ops = LendWait.Ops(log)
+        if not released:
+            ops.release_cached = lambda: log.append("release_cached")
+        client = self.Client(answers)
+        buf = _torchdev.alloc_or_none(client, 1 << 20, 0, gpumem.SWAPPABLE,
+                                      ops, wait)
+        return client.calls, log, buf
+
+    def test_lends_after_lend_wait(self):
+        lw = _torchdev.LEND_WAIT
+        calls, log, buf = self.run_alloc([False, True], 1.0)
+        self.assertEqual(buf, "buffer")
+        self.assertEqual([c[1] for c in calls], [False, True])
+        self.assertAlmostEqual(calls[0][0], lw)
+        self.assertAlmostEqual(calls[1][0], 1.0 - lw)
+        self.assertEqual(log, ["quiesce"])
+
+    def test_second_ask_after_the_cache(self):
+        calls, log, buf = self.run_alloc([False, False, False, True], 1.0)
+        self.assertEqual(buf, "buffer")
+        self.assertEqual([c[1] for c in calls], [False, True, False, True])
+        self.assertEqual(log, ["quiesce", "release_cached", "quiesce"])
+        # nothing given back: no second ask
+        calls, log, buf = self.run_alloc([False, False], 1.0, released=False)
+        self.assertIsNone(buf)
+        self.assertEqual(len(calls), 2)
+
+    def test_short_wait_and_too_large(self):
+        """A wait of LEND_WAIT or less never lends; a request larger than
+        the pool is None at once."""
+        calls, log, buf = self.run_alloc([False, False],
+                                         _torchdev.LEND_WAIT)
+        self.assertIsNone(buf)
+        self.assertEqual([c[1] for c in calls], [False, False])
+        self.assertNotIn("quiesce", log)
+        calls, log, buf = self.run_alloc(["too large"], 1.0)
+        self.assertIsNone(buf)
+        self.assertEqual((len(calls), log), (1, []))
+
+
 @unittest.skipIf(torch is None, "torch not installed")
 class Stream(DaemonTest):
     CONFIG = CONFIG

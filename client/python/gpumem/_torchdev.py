@@ -407,16 +407,39 @@ def alloc_or_none(client, nbytes, device, flags, ops, wait):
     """A buffer, or None when no room is made within `wait` seconds, asked
     twice, the second time after PyTorch's unused cache was given back
     (ops.release_cached): for callers that can do without (offload keeps
-    the tensor where it is)."""
-    for attempt in range(2):
+    the tensor where it is). Each ask waits LEND_WAIT plainly, then lends
+    the daemon what this process holds (YIELD, after ops.quiesce()) for
+    the rest of `wait`, as acquire_making_room does: the forward pass that
+    waits here holds its activations and PyTorch's cache, which a plain
+    wait keeps from everybody else. Seen on the H100 (bench_cotenancy,
+    two training jobs in 1 s memory slices, 2026-11-26): a job blocked
+    here for its ROOM_WAIT and again after its cache went back held 2.7
+    GiB in use, and the other job, whose slice it was, waited for that
+    memory until its slice ran out; each handover took 4-7 s."""
+    def ask(flags, timeout):
         try:
             return client.alloc(nbytes, device=device, flags=flags,
-                                timeout=wait)
+                                timeout=timeout)
         except (OutOfMemory, TimedOut) as e:
-            if isinstance(e, TooLarge) or attempt or \
-                    not ops.release_cached():
-                return None
-    return None
+            if isinstance(e, TooLarge):
+                raise
+        return None
+
+    def once():
+        first = start_wait(wait)
+        buf = ask(flags, first)
+        if buf is None and wait > first:
+            buf = _lending(ops, lambda lend: ask(
+                flags | (YIELD if lend else 0), wait - first))
+        return buf
+
+    try:
+        buf = once()
+        if buf is None and ops.release_cached():
+            buf = once()
+    except TooLarge:
+        return None
+    return buf
 
 
 def flush(client, stats):

@@ -247,8 +247,9 @@ class Offloader:
 
     def _alloc(self, nbytes, device):
         """A buffer for saved tensors, or None when no room is made
-        (_torchdev.alloc_or_none: ROOM_WAIT, then again after PyTorch gave
-        back its unused cache): the tensor then stays where it is, which
+        (_torchdev.alloc_or_none: ROOM_WAIT, lending what the process
+        holds from LEND_WAIT on, then again after PyTorch gave back its
+        unused cache): the tensor then stays where it is, which
         takes no memory it does not hold already. Waiting longer could
         wait for ever: the room may be held by this process itself
         (PyTorch's cache on gpu-memd, this process's acquired buffers),
