@@ -471,10 +471,13 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                 verdict = QUOTA_PARKED;
         /* What fits is served now, past waiters that do not fit — unless
          * one of them has waited past [limits] wait_hold_ms and holds the
-         * device so that room accumulates for it (waitq.h). */
+         * device so that room accumulates for it (waitq.h), or another
+         * process's memory slice keeps what is not free (slice.h). */
         if (verdict == QUOTA_OK &&
             !waitq_holds(&server->waitq, m->device, s->priority,
-                         (m->flags & GMD_ALLOC_YIELD) || m->timeout_ms == 0)) {
+                         (m->flags & GMD_ALLOC_YIELD) || m->timeout_ms == 0) &&
+            !evict_slice_keeps(server, m->device, s->pid, s->priority, size,
+                               NULL)) {
                 r = alloc_now_on(s, size, m->device, m->flags, GMD_TIER_VRAM,
                                  now_us(), ret);
                 if (!alloc_must_wait(r))

@@ -15,6 +15,7 @@
 
 #include "buffer.h"
 #include "gpumem.pb-c.h"
+#include "loan.h"
 #include "log.h"
 #include "move.h"
 #include "parking.h"
@@ -447,12 +448,60 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need,
         free(victims);
 }
 
+bool evict_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
+                       int priority, uint64_t need, uint64_t *ret_left_ms)
+{
+        uint64_t left_ms = 0;
+
+        if (!slice_over(&server->slices, device, pid, priority, now_ms(), &left_ms))
+                return false;
+        if (ret_left_ms)
+                *ret_left_ms = left_ms;
+        return pool_free(server_vram_pool(server, device)) < need;
+}
+
+/* What the requests waiting on `device` that rank before `before` want
+ * (their size and what they lent that is out), but for those a running
+ * slice holds back (slice.h): room made for them now would be the
+ * holder's (the VRAM kept for its swap-ins, its parked buffers) or taken
+ * back by it, and they are served after the slice. Counted, they made
+ * the holder give up both at every pass: on the H100 (bench_cotenancy,
+ * 1 s slices) the holder created and destroyed 17 VRAM allocations a
+ * step and stepped at 53 ms against 35 alone. */
+static uint64_t demand_now(gmd_server *server, unsigned device,
+                           waitq_rank before, uint64_t now)
+{
+        uint64_t bytes = 0, left_ms;
+        bool held = false;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->waitq.waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->device != device || w->rank >= before)
+                        continue;
+                if (slice_over(&server->slices, device, w->session->pid,
+                               w->priority, now, &left_ms)) {
+                        held = true;
+                        continue;
+                }
+                bytes += w->size + loan_out_bytes(w->loan, device);
+        }
+        /* Look again when the slice ends, whatever its holder does. */
+        if (held)
+                pending_mark_after(&server->pending, PENDING_ROOM | PENDING_EVICT,
+                                   left_ms + 1);
+        return bytes;
+}
+
 bool evict_balance(gmd_server *server)
 {
         bool released = false;
+        uint64_t now = now_ms();
 
         for (unsigned d = 0; d < server->n_devices; d++) {
-                uint64_t demand = waitq_demand(&server->waitq, d), room, parked, leaving;
+                uint64_t demand = demand_now(server, d, WAITQ_RANKS, now);
+                uint64_t room, parked, leaving;
                 gmd_pool *pool = server_vram_pool(server, d);
 
                 if (!demand)
@@ -483,10 +532,10 @@ bool evict_balance(gmd_server *server)
                                            server->config.reclaim_timeout_ms);
                 }
                 if (room < demand && server_can_move(server)) {
-                        uint64_t urgent = waitq_demand_before(&server->waitq, d,
-                                                              WAITQ_PREFETCH);
+                        uint64_t urgent = demand_now(server, d, WAITQ_PREFETCH,
+                                                     now);
 
-                        slice_pass(server, d, now_ms());
+                        slice_pass(server, d, now);
                         evict_device(server, d, demand - room,
                                      urgent > room ? urgent - room : 0);
                 }

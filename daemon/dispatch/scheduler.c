@@ -39,29 +39,35 @@ static void waiter_answer(gmd_waiter *w, gmd_outcome outcome, gmd_result *res)
         w->loan = NULL;
 }
 
-/* Does another process's slice of `w`'s device run while that process
- * waits for room there? Then the room that frees up is its (slice.h): `w`
- * is served after it, or when the slice ends. */
+/* Does another process's slice of `w`'s device run? Then the room that
+ * frees up there is the holder's first (slice.h): `w` is served after
+ * the slice while the holder waits for room, and before that only from
+ * room that is free: not from the VRAM kept for the holder's swap-ins
+ * (reuse.h), which its next swap-in would have to make again. */
 static bool slice_holds_back(gmd_server *server, const gmd_waiter *w)
 {
         uint64_t left_ms;
         pid_t holder = slice_over(&server->slices, w->device, w->session->pid,
                                   w->priority, now_ms(), &left_ms);
+        bool held;
         gmd_list *pos;
 
         if (!holder)
                 return false;
+        held = evict_slice_keeps(server, w->device, w->session->pid, w->priority,
+                                 w->size + loan_out_bytes(w->loan, w->device),
+                                 NULL);
         list_for_each(pos, &server->waitq.waiters) {
                 const gmd_waiter *o = container_of(pos, gmd_waiter, link);
 
-                if (o->device == w->device && o->rank != WAITQ_PREFETCH &&
-                    o->session->pid == holder) {
-                        pending_mark_after(&server->pending, PENDING_ROOM,
-                                           left_ms + 1);
-                        return true;
-                }
+                if (held)
+                        break;
+                held = o->device == w->device && o->rank != WAITQ_PREFETCH &&
+                       o->session->pid == holder;
         }
-        return false;
+        if (held)
+                pending_mark_after(&server->pending, PENDING_ROOM, left_ms + 1);
+        return held;
 }
 
 static int waiter_try(gmd_server *server, gmd_waiter *w)
