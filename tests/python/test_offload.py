@@ -31,6 +31,7 @@ import copy
 import errno
 import time
 import unittest
+from unittest import mock
 
 from gpumem import _torchdev, offload
 
@@ -619,6 +620,47 @@ class AllocLends(unittest.TestCase):
         calls, log, buf = self.run_alloc(["too large"], 1.0)
         self.assertIsNone(buf)
         self.assertEqual((len(calls), log), (1, []))
+
+
+class MakingRoomLends(unittest.TestCase):
+    """_torchdev.alloc_making_room (stream()'s blocks and optimizer state)
+    against a scripted client: a plain LEND_WAIT, then every wait lends,
+    also the one after PyTorch's cache went back. A plain wait there held
+    a training job's 1.7 GiB while an inference job, waiting plainly in
+    stream()'s set-up, held 2.3 GiB: nobody was served for 20 s (H100,
+    2026-11-26)."""
+
+    def run_alloc(self, answers, timeout, others):
+        log = []
+        client = AllocLends.Client(answers)
+        with mock.patch.object(_torchdev, "others_hold_vram",
+                               lambda c: others):
+            try:
+                buf = _torchdev.alloc_making_room(
+                    client, 1 << 20, 0, gpumem.SWAPPABLE, timeout,
+                    LendWait.Ops(log))
+            except gpumem.errors.TimedOut:
+                buf = "timed out"
+        return client.calls, log, buf
+
+    def test_alone_lends_then_gives_the_cache_back(self):
+        lw, rw = _torchdev.LEND_WAIT, _torchdev.ROOM_WAIT
+        calls, log, buf = self.run_alloc([False, False, True], 30, False)
+        self.assertEqual(buf, "buffer")
+        self.assertEqual([c[1] for c in calls], [False, True, True])
+        self.assertEqual([c[0] for c in calls][:2], [lw, rw - lw])
+        self.assertAlmostEqual(calls[2][0], 30 - rw)
+        self.assertEqual(log, ["quiesce", "release_cached", "quiesce"])
+        calls, log, buf = self.run_alloc([False, False, False], 30, False)
+        self.assertEqual(buf, "timed out")
+
+    def test_others_lend_and_keep_the_cache(self):
+        lw = _torchdev.LEND_WAIT
+        calls, log, buf = self.run_alloc([False, True], 30, True)
+        self.assertEqual(buf, "buffer")
+        self.assertEqual([c[1] for c in calls], [False, True])
+        self.assertAlmostEqual(calls[1][0], 30 - lw)
+        self.assertEqual(log, ["quiesce"])
 
 
 @unittest.skipIf(torch is None, "torch not installed")

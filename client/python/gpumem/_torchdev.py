@@ -347,11 +347,17 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
     training jobs sharing a budget (bench_cotenancy) that gave their
     caches away mid-step each took the other's room and both waited out
     the timeout, where waiting lets the other finish its step and go
-    idle. That wait lends the daemon what this process holds (YIELD, after
+    idle. Its waits lend the daemon what this process holds (YIELD, after
     ops.quiesce(), from LEND_WAIT on), so that two processes that are
     both mid-step do not wait for each other for ever (bench_cotenancy,
     H100: two training jobs and an inference job all waited out 120 s,
-    the pool all acquired)."""
+    the pool all acquired); also those of the branch that gives the cache
+    back. Plain there, begun when no other process held VRAM, the wait for
+    a training job's first optimizer state held its 1.7 GiB in use while
+    an inference job that started later waited, plainly too (stream()'s
+    blocks, which come here now), with 2.3 GiB: nobody lent, nobody was
+    served for 20 s (H100, bench_cotenancy, 5 s memory slices,
+    2026-11-26)."""
     def plain(wait):
         try:
             return client.alloc(nbytes, device=device, flags=flags,
@@ -361,21 +367,26 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
                 raise
         return None
 
+    def lending(wait):
+        return _lending(ops, lambda lend: client.alloc(
+            nbytes, device=device, flags=flags | (YIELD if lend else 0),
+            timeout=wait))
+
     first = start_wait(timeout)
     buf = plain(first)
     if buf is not None:
         return buf
     if others_hold_vram(client):
-        return _lending(ops, lambda lend: client.alloc(
-            nbytes, device=device, flags=flags | (YIELD if lend else 0),
-            timeout=_left(timeout, first)))
+        return lending(_left(timeout, first))
     second = room_wait(timeout)
-    buf = plain(second - first) if second > first else None
-    if buf is not None:
-        return buf
+    if second > first:
+        try:
+            return lending(second - first)
+        except (OutOfMemory, TimedOut) as e:
+            if isinstance(e, TooLarge):
+                raise
     ops.release_cached()
-    return client.alloc(nbytes, device=device, flags=flags,
-                        timeout=_left(timeout, max(first, second)))
+    return lending(_left(timeout, max(first, second)))
 
 
 def _any_other(client, what):

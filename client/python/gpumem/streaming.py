@@ -282,8 +282,12 @@ class Streamer:
         if offset == 0:
             block.resident = True
             return
-        block.buf = self.client.alloc(offset, device=self.device_index,
-                                      flags=SWAPPABLE, timeout=self.timeout)
+        # waits lend what is filled already: a plain wait here held an
+        # inference job's 2.3 GiB while a training job waited for it
+        # (_torchdev.alloc_making_room)
+        block.buf = _torchdev.alloc_making_room(
+            self.client, offset, self.device_index, SWAPPABLE,
+            self.timeout, self.ops)
         block.held = True
         for p, off in block.params:
             view = block.buf.as_tensor(p.dtype, tuple(p.shape), off)
