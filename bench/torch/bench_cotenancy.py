@@ -1088,9 +1088,11 @@ def main():
     ap.add_argument("--together-only", action="store_true",
                     help="cotenancy: skip the alone runs (a diagnosis run: "
                     "no makespan or p99 against alone)")
-    ap.add_argument("--memory-slice", type=int, default=None, metavar="MS",
-                    help="the daemon's [limits] memory_slice_ms (default: "
-                    "the daemon's, 1000; 0: off)")
+    ap.add_argument("--memory-slice", type=int, default=5000, metavar="MS",
+                    help="the daemon's [limits] memory_slice_ms (default "
+                    "5000: the training jobs, which cannot fit together, "
+                    "take the budget in turns; 0: off, the daemon's "
+                    "default)")
     ap.add_argument("--per-process-margin", default="1G",
                     help="the holder's margin per GPU process (default 1G)")
     ap.add_argument("--summarize", metavar="FILE",
@@ -1121,7 +1123,7 @@ def main():
     limits = ""
     if opts.priority_grace:
         limits += f"priority_grace_ms = {opts.priority_grace}\n"
-    if opts.memory_slice is not None:
+    if opts.memory_slice:
         limits += f"memory_slice_ms = {opts.memory_slice}\n"
     ctx = Ctx(os.path.abspath(opts.build), log,
               parse_size(opts.per_process_margin), watch,

@@ -26,14 +26,21 @@
  * equal processes alternate and each runs alone for a slice, paying the
  * move of the working sets once a slice instead of once a step.
  *
- * Off by default (0): on the H100 (bench_cotenancy --quick, same call,
- * 2026-11-26) two training jobs with 1000 ms slices did alternate, ~20
- * steps a slice, but stepped at 75 ms in their slices against 40 ms alone,
- * and their measured parts took 60 s against 38 s without slices. The
- * likely cause, not yet shown: the other job, blocked in a plain acquire,
- * keeps its buffers in use in VRAM, so the holder pages within its steps;
- * a process blocked by another's slice would then have to lend what it
- * holds in use, as a waiter with GMD_ALLOC_YIELD does (loan.h).
+ * A request the slice holds back makes no room while it runs: the
+ * evictor leaves its demand out (evict.c, demand_now) and it is served
+ * only from free room (evict_slice_keeps), not from the VRAM kept for the
+ * holder's swap-ins or the holder's parked buffers. Counted, it made the
+ * holder give both up at every pass: on the H100 (bench_cotenancy --quick,
+ * 2026-11-26) a job created and destroyed 17 VRAM allocations a step in
+ * its slice and stepped at 53 ms against 35 alone; now at its alone speed
+ * (45.3 / 43.3 ms with 1000 ms slices, 35.7 / 36.8 with 5000).
+ *
+ * Off by default (0): a request held back waits up to a slice, and the
+ * handover moves both working sets. The same run's makespan against the
+ * jobs one after another: 1.71 without slices, 1.45 with 1000, 1.44 with
+ * 5000; what is left is time in which neither job steps (the holder
+ * waiting in its own slice, seconds at a time; the cause is not yet
+ * shown).
  *
  * This file is the bookkeeping alone (pure: no server, no clock); evict.c
  * gives the slice and asks it, move.c asks it before cancelling an
