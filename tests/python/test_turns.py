@@ -22,7 +22,7 @@ step of either waits half as long as the other's whole run.
 import json
 import unittest
 
-from gmd_daemon import DaemonTest, reap, spawn_python
+from gmd_daemon import DaemonTest, reap, spawn_python, wait_until
 
 STEPS = 60
 
@@ -98,6 +98,74 @@ class Turns(DaemonTest):
                 f"the other's run took {run[other]:.2f} s "
                 f"(runs {run[0]:.2f} / {run[1]:.2f} s)")
 
+
+
+OTHER = """
+import sys, time
+import gpumem
+from gpumem.client import YIELD
+MiB = 1 << 20
+c = gpumem.Client(name="other")
+a = c.alloc(24 * MiB)                       # held: lent while it waits
+print("holding", flush=True)
+sys.stdin.readline()
+t0 = time.monotonic()
+b = c.alloc(16 * MiB, flags=gpumem.SWAPPABLE | YIELD, timeout=30)
+print("served %.3f" % (time.monotonic() - t0), flush=True)
+sys.stdin.readline()
+"""
+
+
+class SliceTurn(DaemonTest):
+    """While process H's memory slice runs, process O, which waits lending
+    and whose lent memory was moved out for H, is served only from free
+    room: not from what H freed into its client's mapping cache (parked),
+    which O's wait used to have asked back. Served from it during H's
+    slice, O took its lent memory back in, and H's next request in its own
+    slice waited for O: here until its 10 s timeout (1a0aac1); on the H100
+    the slice's holder waited seconds at a time with neither training job
+    stepping. O is served when the slice ends."""
+    CONFIG = ("[sim]\nvram = 64M\ngranularity = 64K\n"
+              "[limits]\nmemory_slice_ms = 3000\n")
+
+    def test_held_back_loan_waits_for_the_slice(self):
+        import time
+        MiB = 1 << 20
+        o = spawn_python(self.daemon, OTHER)
+        self.addCleanup(reap, o)
+        self.assertEqual(o.stdout.readline().strip(), "holding",
+                         o.stderr.read() if o.poll() is not None else "")
+        x = self.client.alloc(16 * MiB)
+        x.release()
+        # H waits for room its own released X holds: the slice is H's
+        y = self.client.alloc(32 * MiB, timeout=10)
+        t_slice = time.monotonic()
+        self.assertIn("slice of its memory to", self.daemon.log())
+        # O waits lending its 24 MiB; H's next request takes them out
+        o.stdin.write("go\n")
+        o.stdin.flush()
+        wait_until(lambda: any(c.pid == o.pid and c.waiting
+                               for c in self.client.status("clients").clients),
+                   what="the other process waiting")
+        z = self.client.alloc(16 * MiB, timeout=10)
+        # H frees all: room enough for O and what it lent
+        for b in (y, z):
+            b.free()
+        time.sleep(0.2)
+        # H again, in its own slice: served at once, not after O
+        t0 = time.monotonic()
+        w = self.client.alloc(40 * MiB, timeout=10)
+        took = time.monotonic() - t0
+        self.assertLess(time.monotonic() - t_slice, 3.0,
+                        "the checks outlasted the slice: they show nothing")
+        self.assertLess(took, 0.5, f"H waited {took:.2f} s in its own slice")
+        w.free()
+        line = o.stdout.readline().strip()
+        if not line.startswith("served"):
+            o.kill()
+            self.fail(f"the other process: {line!r} {o.stderr.read()}")
+        o.stdin.write("done\n")
+        o.stdin.flush()
 
 if __name__ == "__main__":
     unittest.main()
