@@ -150,13 +150,14 @@ def wait_until(predicate, timeout=5, what="condition"):
 class DaemonTest(unittest.TestCase):
     """A test case with its own daemon (CONFIG) and a Client on it."""
     CONFIG = "[sim]\nvram = 64M\n"
+    ARGS = ()           # more gpu-memd arguments
     ENV = None
 
     def setUp(self):
         import gpumem
         fds = count_fds()
         self.addCleanup(self.check_fds, fds)     # runs last
-        self.daemon = Daemon(self.CONFIG, env=self.ENV)
+        self.daemon = Daemon(self.CONFIG, args=self.ARGS, env=self.ENV)
         self.addCleanup(self.daemon.cleanup)
         self.daemon.start()
         self.client = gpumem.Client(self.daemon.socket, name="pytest")

@@ -18,6 +18,10 @@ the device back at once and it steps once each wait_hold_ms).
 
 The check is relative, so that it holds on a loaded machine: no single
 step of either waits half as long as the other's whole run.
+
+Also here: SliceTurn (a memory slice's holder is not made to wait for a
+process its slice holds back) and StuckLines (the debug lines that say
+what holds a device's VRAM when a request cannot be served).
 """
 import json
 import unittest
@@ -166,6 +170,39 @@ class SliceTurn(DaemonTest):
             self.fail(f"the other process: {line!r} {o.stderr.read()}")
         o.stdin.write("done\n")
         o.stdin.flush()
+
+
+HOLDER = """
+import sys, gpumem
+c = gpumem.Client(name="holder")
+b = c.alloc(48 << 20)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+class StuckLines(DaemonTest):
+    """At debug level, a request that waits while the evictor finds
+    nothing to move out has the daemon say what holds the device's VRAM,
+    per process (daemon/core/stuck.c): the lines that showed on the H100
+    why a training job waited seconds in its slice."""
+    ARGS = ("--log-level", "debug")
+
+    def test_what_holds_the_vram(self):
+        import os
+        import gpumem
+        o = spawn_python(self.daemon, HOLDER)
+        self.addCleanup(reap, o)
+        self.assertEqual(o.stdout.readline().strip(), "held")
+        with self.assertRaises(gpumem.errors.TimedOut):
+            self.client.alloc(32 << 20, timeout=0.3)
+        lines = [line for line in self.daemon.log().splitlines()
+                 if "more wanted" in line]
+        self.assertTrue(lines, self.daemon.log())
+        self.assertIn("device 0: 16 MiB more wanted, 0 B chosen to move out, "
+                      "16 MiB free;", lines[0])
+        self.assertIn(f"pid {o.pid}: in use 48 MiB;", lines[0])
+        self.assertIn(f"pid {os.getpid()}: waits 1 for 32 MiB;", lines[0])
 
 if __name__ == "__main__":
     unittest.main()
