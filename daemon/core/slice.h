@@ -72,7 +72,7 @@ typedef struct gmd_slice {
 typedef struct gmd_slices {
         gmd_slice on[GMD_MAX_DEVICES];
         uint64_t length_ms;     /* [limits] memory_slice_ms; 0: no slices */
-        uint64_t passed;        /* slices given (metrics) */
+        uint64_t passed;        /* slices given (gpumemd_memory_slices_total) */
 } gmd_slices;
 
 void slices_init(gmd_slices *t, uint64_t length_ms);

@@ -195,6 +195,7 @@ int snapshot_take(const gmd_server *server, unsigned what,
         s.host_pinned = backing_pinned(server);
         s.host_limit = server->host_pool.capacity;
         s.stats = server->stats;
+        s.slices_given = server->slices.passed;
         s.uptime_ms = now_ms() - server->start_ms;
         s.version = GMD_VERSION_STRING;
         s.backend = server->backend->ops->name;

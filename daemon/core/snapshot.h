@@ -98,6 +98,7 @@ typedef struct gmd_snapshot {
         uint64_t host_pinned;           /* pinned host memory (backing.h) */
         uint64_t host_limit;            /* [pools] host_limit */
         gmd_stats stats;
+        uint64_t slices_given;          /* memory slices given (slice.h) */
         uint64_t uptime_ms;
         const char *version;            /* static strings */
         const char *backend;

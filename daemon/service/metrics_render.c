@@ -274,6 +274,11 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                         PRIu64 "\ngpumemd_lent_buffers_total{outcome=\"moved\"} %"
                         PRIu64 "\n", snap->stats.lent_stayed,
                         snap->stats.lent_moved);
+        promtext_metric(t, "gpumemd_memory_slices_total", "counter",
+                        "Slices of a device's memory given to a process "
+                        "([limits] memory_slice_ms): each a turn of processes "
+                        "whose memory does not fit together.",
+                        snap->slices_given);
         promtext_family(t, "gpumemd_host_pinned_bytes", "gauge",
                         "Host memory pinned, the host arenas included, which "
                         "[pools] host_limit bounds; and that limit.");

@@ -498,9 +498,10 @@ static void test_slice_keeps_holders_kept(void **state)
         x = harness_released_buffer(f->client, 32 * MiB, 1);
         OK(gmd_alloc(f->client, 48 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &y));
         t0 = harness_now_ms();
-        if (harness_log_count(&f->h, "slice of its memory to") != 1)
-                fail_msg("A's wait for room got no slice; log:\n%s",
-                         harness_read_log(&f->h));
+        if (harness_log_count(&f->h, "slice of its memory to") != 1 ||
+            harness_metric(&f->h, "gpumemd_memory_slices_total") != 1)
+                fail_msg("A's wait for room got no slice (or the metric did "
+                         "not count it); log:\n%s", harness_read_log(&f->h));
         assert_int_equal(gmd_buffer_tier(x), GMD_TIER_HOST);
         OK(gmd_free(f->client, y));
         bring_back(f->client, x, 1, "X back");
