@@ -476,7 +476,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         if (verdict == QUOTA_OK &&
             !waitq_holds(&server->waitq, m->device, s->priority,
                          (m->flags & GMD_ALLOC_YIELD) || m->timeout_ms == 0) &&
-            !evict_slice_keeps(server, m->device, s->pid, s->priority, size,
+            !server_slice_keeps(server, m->device, s->pid, s->priority, size,
                                NULL)) {
                 r = alloc_now_on(s, size, m->device, m->flags, GMD_TIER_VRAM,
                                  now_us(), ret);

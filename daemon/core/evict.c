@@ -448,18 +448,6 @@ static void evict_device(gmd_server *server, unsigned device, uint64_t need,
         free(victims);
 }
 
-bool evict_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
-                       int priority, uint64_t need, uint64_t *ret_left_ms)
-{
-        uint64_t left_ms = 0;
-
-        if (!slice_over(&server->slices, device, pid, priority, now_ms(), &left_ms))
-                return false;
-        if (ret_left_ms)
-                *ret_left_ms = left_ms;
-        return pool_free(server_vram_pool(server, device)) < need;
-}
-
 /* What the requests waiting on `device` that rank before `before` want
  * (their size and what they lent that is out), but for those a running
  * slice holds back (slice.h): room made for them now would be the

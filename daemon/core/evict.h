@@ -82,13 +82,4 @@ uint64_t evict_idle_bytes(gmd_server *server, unsigned device);
  * for that process's own requests. */
 uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid);
 
-/* Does a slice of `device`'s memory that another process holds (slice.h)
- * keep `need` bytes from a process `pid` at `priority` now: does the
- * slice run for it, and is less than `need` free? Then the rest would
- * have to come from the holder (the VRAM kept for its swap-ins, reuse.h)
- * and the request waits for the slice to end, in *ret_left_ms (may be
- * NULL). Room that is free it may have. */
-bool evict_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
-                       int priority, uint64_t need, uint64_t *ret_left_ms);
-
 #endif

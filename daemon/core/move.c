@@ -381,8 +381,11 @@ int move_in_request(gmd_server *server, gmd_dbuffer *b, waitq_rank rank)
          * after the reply, a client issuing prefetch and pageout requests
          * one after another ran 64 x 16 MiB both ways at 0.64-0.70 of the
          * baseline instead of 0.83 (H200, ARCHITECTURE.md "Request path").
-         * What cannot start yet stays queued for the pass. */
-        if (first) {
+         * What cannot start yet stays queued for the pass, as does one
+         * that another process's memory slice keeps waiting (slice.h:
+         * started here, it would take the VRAM kept for the holder). */
+        if (first && !server_slice_keeps(server, b->device, b->owner->pid,
+                                         b->owner->priority, b->size, NULL)) {
                 gmd_waiter *w = b->move_waiter;
 
                 if (move_in_begin(server, b) == 0 && !b->move_waiter)

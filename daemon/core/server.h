@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "backend.h"
@@ -122,5 +123,14 @@ gmd_pool *server_vram_pool(gmd_server *server, unsigned device);
 
 /* The pool a tier of `device` draws from (the host pool for any device). */
 gmd_pool *server_pool(gmd_server *server, gmd_tier tier, unsigned device);
+
+/* Does a slice of `device`'s memory that another process holds (slice.h)
+ * keep `need` bytes from process `pid` at `priority` now: does the slice
+ * run for it, and is less than `need` free? Then the rest would have to
+ * come from the holder (the VRAM kept for its swap-ins, reuse.h, its
+ * parked buffers) and the request waits for the slice to end, in
+ * *ret_left_ms (may be NULL). Room that is free it may have. */
+bool server_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
+                        int priority, uint64_t need, uint64_t *ret_left_ms);
 
 #endif

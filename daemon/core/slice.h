@@ -28,7 +28,7 @@
  *
  * A request the slice holds back makes no room while it runs: the
  * evictor leaves its demand out (evict.c, demand_now) and it is served
- * only from free room (evict_slice_keeps), not from the VRAM kept for the
+ * only from free room (server_slice_keeps), not from the VRAM kept for the
  * holder's swap-ins or the holder's parked buffers. Counted, it made the
  * holder give both up at every pass: on the H100 (bench_cotenancy --quick,
  * 2026-11-26) a job created and destroyed 17 VRAM allocations a step in

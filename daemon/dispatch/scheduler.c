@@ -54,9 +54,9 @@ static bool slice_holds_back(gmd_server *server, const gmd_waiter *w)
 
         if (!holder)
                 return false;
-        held = evict_slice_keeps(server, w->device, w->session->pid, w->priority,
-                                 w->size + loan_out_bytes(w->loan, w->device),
-                                 NULL);
+        held = server_slice_keeps(server, w->device, w->session->pid, w->priority,
+                                  w->size + loan_out_bytes(w->loan, w->device),
+                                  NULL);
         list_for_each(pos, &server->waitq.waiters) {
                 const gmd_waiter *o = container_of(pos, gmd_waiter, link);
 

@@ -535,6 +535,75 @@ static void test_slice_keeps_holders_kept(void **state)
         harness_stop(&f->h);
 }
 
+/* The same for a swap-in started inside its request (nothing queued
+ * ahead of it): process P (gmd_tier_client) holds a 24 MiB buffer,
+ * releases it, and it is evicted for A's wait, which gets the slice; A's
+ * X is then paged out (32 MiB kept) and A holds 16 MiB more, so 16 are
+ * free. P's acquire must not start at once from A's kept VRAM: it waits
+ * for the slice to end, and A's swap-in copies into what was kept. */
+static void test_slice_keeps_kept_from_swapin(void **state)
+{
+        static const char *const argv[] = { GMD_TIER_CLIENT_PATH, "hold", "1",
+                                            "24M", "7", NULL };
+        fixture *f = *state;
+        harness_proc *p = harness_track(f);
+        gmd_buffer *x, *y = NULL, *filler = NULL;
+        double reused, released;
+        uint64_t t0;
+        char *line, *out = NULL;
+        int status;
+
+        start(f, "[limits]\nmemory_slice_ms = 4000\n");
+        *p = harness_spawn(&f->h, NULL, argv);
+        line = harness_read_line(p, "ready", 10000);
+        if (!line)
+                fail_msg("the client process did not start; log:\n%s",
+                         harness_read_log(&f->h));
+        free(line);
+        x = harness_released_buffer(f->client, 32 * MiB, 1);
+        kill(p->pid, SIGUSR1);
+        free(harness_read_line(p, "released", 5000));
+        OK(gmd_alloc(f->client, 48 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &y));
+        t0 = harness_now_ms();
+        if (harness_log_count(&f->h, "slice of its memory to") != 1)
+                fail_msg("A's wait for room got no slice; log:\n%s",
+                         harness_read_log(&f->h));
+        OK(gmd_free(f->client, y));
+        bring_back(f->client, x, 1, "X back");
+        OK(gmd_release(f->client, x));
+        harness_page_out(f->client, x);
+        OK(gmd_alloc(f->client, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT,
+                     &filler));
+        expect_vram(f, 48 * MiB, 32 * MiB, "X out, its VRAM kept, 16 MiB more");
+        reused = harness_metric(&f->h, "gpumemd_vram_kept_total{outcome=\"reused\"}");
+        released = harness_metric(&f->h, "gpumemd_vram_kept_total{outcome=\"released\"}");
+
+        kill(p->pid, SIGUSR2);          /* P acquires its buffer */
+        free(harness_read_line(p, "tier", 5000));
+        harness_sleep_ms(300);
+        expect_vram(f, 48 * MiB, 32 * MiB, "P asked for its buffer");
+        bring_back(f->client, x, 1, "X back into its kept VRAM");
+        expect_outcomes(f, (unsigned)reused + 1, (unsigned)released,
+                        "X back in A's slice");
+        if (harness_now_ms() - t0 >= 4000)
+                fail_msg("the checks took longer than the slice (%llu ms): "
+                         "they showed nothing",
+                         (unsigned long long)(harness_now_ms() - t0));
+        OK(gmd_release(f->client, x));
+        OK(gmd_free(f->client, filler));
+
+        /* The slice over, P's buffer comes back, every byte. */
+        status = harness_finish(p, &out, 20000);
+        if (harness_exit_code(status) != 0 || !strstr(out, "bad-words 0"))
+                fail_msg("P was not served after the slice:\n%s\nlog:\n%s", out,
+                         harness_read_log(&f->h));
+        free(out);
+        OK(gmd_acquire(f->client, x, 5000));
+        pattern_check(x, 1, "X after P");
+        OK(gmd_free(f->client, x));
+        harness_stop(&f->h);
+}
+
 /* ---- 7. gpu-memctl status --json ----------------------------------------------- */
 
 static void test_ctl_json_shows_kept(void **state)
@@ -569,6 +638,7 @@ int main(void)
                 HARNESS_TEST(test_eviction_releases_kept),
                 HARNESS_TEST(test_ctl_json_shows_kept),
                 HARNESS_TEST(test_slice_keeps_holders_kept),
+                HARNESS_TEST(test_slice_keeps_kept_from_swapin),
         };
 
         /* Freed buffers must go back at once for the figures checked here,
