@@ -474,28 +474,15 @@ static void wait_for_waiter(fixture *f, pid_t pid)
 
 /* ---- 8. kept for the process whose memory slice runs ------------------------ */
 
-/* [limits] memory_slice_ms: while A's slice runs, another process's
- * request that needs more than is free waits for the slice to end, and
- * A's kept VRAM stays A's: its next swap-in copies into it. A gets the
- * slice by waiting for room its own released buffer holds; the other
- * process (gmd_test_client) then asks for 48 MiB with 32 free and A's 32
- * kept. Before, every pass made room for such a request from A's kept
- * VRAM (on the H100 a training job in its slice created and destroyed
- * 17 VRAM allocations a step, and stepped at 53 ms against 35 alone), and
- * the request itself took it. */
-static void test_slice_keeps_holders_kept(void **state)
+/* A gets the slice of device 0's memory: it asks for 48 MiB with its
+ * released 32 MiB X holding the room, so it waits, is given the slice,
+ * and X goes out for it. Then X is brought back and paged out again, its
+ * 32 MiB kept for A. Returns (about) when the slice began. */
+static uint64_t slice_with_kept(fixture *f, gmd_buffer *x)
 {
-        static const char *const args[] = { "alloc", "48M", "20000", NULL };
-        fixture *f = *state;
-        gmd_buffer *x, *y = NULL;
-        harness_proc *p;
-        double reused, released;
+        gmd_buffer *y = NULL;
         uint64_t t0;
-        char *out = NULL;
-        int status;
 
-        start(f, "[limits]\nmemory_slice_ms = 4000\n");
-        x = harness_released_buffer(f->client, 32 * MiB, 1);
         OK(gmd_alloc(f->client, 48 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &y));
         t0 = harness_now_ms();
         if (harness_log_count(&f->h, "slice of its memory to") != 1 ||
@@ -507,25 +494,33 @@ static void test_slice_keeps_holders_kept(void **state)
         bring_back(f->client, x, 1, "X back");
         OK(gmd_release(f->client, x));
         harness_page_out(f->client, x);
-        expect_vram(f, 32 * MiB, 32 * MiB, "X out, its VRAM kept");
-        reused = harness_metric(&f->h, "gpumemd_vram_kept_total{outcome=\"reused\"}");
-        released = harness_metric(&f->h, "gpumemd_vram_kept_total{outcome=\"released\"}");
+        return t0;
+}
 
-        p = harness_track_client(f, args);
-        wait_for_waiter(f, p->pid);
-        expect_vram(f, 32 * MiB, 32 * MiB, "the other process asked");
+/* Within the slice that began at `t0` (4000 ms): X comes back into the
+ * VRAM kept for it, one reuse more than `reused` and no release past
+ * `released`; then it is released. */
+static void expect_kept_in_slice(fixture *f, gmd_buffer *x, uint64_t t0,
+                                 double reused, double released)
+{
         bring_back(f->client, x, 1, "X back into its kept VRAM");
-        expect_vram(f, 32 * MiB, 0, "X back");
         expect_outcomes(f, (unsigned)reused + 1, (unsigned)released,
                         "X back in A's slice");
         if (harness_now_ms() - t0 >= 4000)
                 fail_msg("the checks took longer than the slice (%llu ms): "
-                         "they showed nothing", (unsigned long long)(harness_now_ms() - t0));
+                         "they showed nothing",
+                         (unsigned long long)(harness_now_ms() - t0));
         OK(gmd_release(f->client, x));
+}
 
-        /* The slice over, X goes out for it and it is served. */
-        status = harness_finish(p, &out, 20000);
-        if (harness_exit_code(status) != 0 || !strstr(out, "bytes ok"))
+/* The other process is served after the slice; X is intact. */
+static void finish_after_slice(fixture *f, harness_proc *p, gmd_buffer *x,
+                               const char *ok)
+{
+        char *out = NULL;
+        int status = harness_finish(p, &out, 20000);
+
+        if (harness_exit_code(status) != 0 || !strstr(out, ok))
                 fail_msg("the other process was not served after the slice:\n%s\n"
                          "log:\n%s", out, harness_read_log(&f->h));
         free(out);
@@ -535,23 +530,53 @@ static void test_slice_keeps_holders_kept(void **state)
         harness_stop(&f->h);
 }
 
+/* [limits] memory_slice_ms: while A's slice runs, another process's
+ * request that needs more than is free waits for the slice to end, and
+ * A's kept VRAM stays A's: its next swap-in copies into it. The other
+ * process (gmd_test_client) asks for 48 MiB with 32 free and A's 32
+ * kept. Before, every pass made room for such a request from A's kept
+ * VRAM (on the H100 a training job in its slice created and destroyed
+ * 17 VRAM allocations a step, and stepped at 53 ms against 35 alone), and
+ * the request itself took it. */
+static void test_slice_keeps_holders_kept(void **state)
+{
+        static const char *const args[] = { "alloc", "48M", "20000", NULL };
+        fixture *f = *state;
+        gmd_buffer *x;
+        harness_proc *p;
+        double reused, released;
+        uint64_t t0;
+
+        start(f, "[limits]\nmemory_slice_ms = 4000\n");
+        x = harness_released_buffer(f->client, 32 * MiB, 1);
+        t0 = slice_with_kept(f, x);
+        expect_vram(f, 32 * MiB, 32 * MiB, "X out, its VRAM kept");
+        reused = harness_metric(&f->h, "gpumemd_vram_kept_total{outcome=\"reused\"}");
+        released = harness_metric(&f->h, "gpumemd_vram_kept_total{outcome=\"released\"}");
+
+        p = harness_track_client(f, args);
+        wait_for_waiter(f, p->pid);
+        expect_vram(f, 32 * MiB, 32 * MiB, "the other process asked");
+        expect_kept_in_slice(f, x, t0, reused, released);
+        finish_after_slice(f, p, x, "bytes ok");
+}
+
 /* The same for a swap-in started inside its request (nothing queued
- * ahead of it): process P (gmd_tier_client) holds a 24 MiB buffer,
- * releases it, and it is evicted for A's wait, which gets the slice; A's
- * X is then paged out (32 MiB kept) and A holds 16 MiB more, so 16 are
- * free. P's acquire must not start at once from A's kept VRAM: it waits
- * for the slice to end, and A's swap-in copies into what was kept. */
+ * ahead of it): process P (gmd_tier_client) holds a 24 MiB buffer and
+ * releases it; it is evicted for A's wait, which gets the slice; A's X is
+ * then paged out (32 MiB kept) and A holds 16 MiB more, so 16 are free.
+ * P's acquire must not start at once from A's kept VRAM: it waits for the
+ * slice to end. */
 static void test_slice_keeps_kept_from_swapin(void **state)
 {
         static const char *const argv[] = { GMD_TIER_CLIENT_PATH, "hold", "1",
                                             "24M", "7", NULL };
         fixture *f = *state;
         harness_proc *p = harness_track(f);
-        gmd_buffer *x, *y = NULL, *filler = NULL;
+        gmd_buffer *x, *filler = NULL;
         double reused, released;
         uint64_t t0;
-        char *line, *out = NULL;
-        int status;
+        char *line;
 
         start(f, "[limits]\nmemory_slice_ms = 4000\n");
         *p = harness_spawn(&f->h, NULL, argv);
@@ -563,15 +588,7 @@ static void test_slice_keeps_kept_from_swapin(void **state)
         x = harness_released_buffer(f->client, 32 * MiB, 1);
         kill(p->pid, SIGUSR1);
         free(harness_read_line(p, "released", 5000));
-        OK(gmd_alloc(f->client, 48 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &y));
-        t0 = harness_now_ms();
-        if (harness_log_count(&f->h, "slice of its memory to") != 1)
-                fail_msg("A's wait for room got no slice; log:\n%s",
-                         harness_read_log(&f->h));
-        OK(gmd_free(f->client, y));
-        bring_back(f->client, x, 1, "X back");
-        OK(gmd_release(f->client, x));
-        harness_page_out(f->client, x);
+        t0 = slice_with_kept(f, x);
         OK(gmd_alloc(f->client, 16 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT,
                      &filler));
         expect_vram(f, 48 * MiB, 32 * MiB, "X out, its VRAM kept, 16 MiB more");
@@ -582,26 +599,9 @@ static void test_slice_keeps_kept_from_swapin(void **state)
         free(harness_read_line(p, "tier", 5000));
         harness_sleep_ms(300);
         expect_vram(f, 48 * MiB, 32 * MiB, "P asked for its buffer");
-        bring_back(f->client, x, 1, "X back into its kept VRAM");
-        expect_outcomes(f, (unsigned)reused + 1, (unsigned)released,
-                        "X back in A's slice");
-        if (harness_now_ms() - t0 >= 4000)
-                fail_msg("the checks took longer than the slice (%llu ms): "
-                         "they showed nothing",
-                         (unsigned long long)(harness_now_ms() - t0));
-        OK(gmd_release(f->client, x));
+        expect_kept_in_slice(f, x, t0, reused, released);
         OK(gmd_free(f->client, filler));
-
-        /* The slice over, P's buffer comes back, every byte. */
-        status = harness_finish(p, &out, 20000);
-        if (harness_exit_code(status) != 0 || !strstr(out, "bad-words 0"))
-                fail_msg("P was not served after the slice:\n%s\nlog:\n%s", out,
-                         harness_read_log(&f->h));
-        free(out);
-        OK(gmd_acquire(f->client, x, 5000));
-        pattern_check(x, 1, "X after P");
-        OK(gmd_free(f->client, x));
-        harness_stop(&f->h);
+        finish_after_slice(f, p, x, "bad-words 0");
 }
 
 /* ---- 7. gpu-memctl status --json ----------------------------------------------- */
