@@ -472,7 +472,7 @@ static void wait_for_waiter(fixture *f, pid_t pid)
         }
 }
 
-/* ---- 8. kept for the process whose memory slice runs ------------------------ */
+/* ---- 7. kept for the process whose memory slice runs ------------------------ */
 
 /* A gets the slice of device 0's memory: it asks for 48 MiB with its
  * released 32 MiB X holding the room, so it waits, is given the slice,
@@ -604,7 +604,7 @@ static void test_slice_keeps_kept_from_swapin(void **state)
         finish_after_slice(f, p, x, "bad-words 0");
 }
 
-/* ---- 7. gpu-memctl status --json ----------------------------------------------- */
+/* ---- 8. gpu-memctl status --json ----------------------------------------------- */
 
 static void test_ctl_json_shows_kept(void **state)
 {
