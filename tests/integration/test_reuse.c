@@ -450,6 +450,8 @@ static void test_eviction_releases_kept(void **state)
         harness_stop(&f->h);
 }
 
+/* ---- 7. kept for the process whose memory slice runs ------------------------ */
+
 /* Poll (5 s at most) until process `pid` has a request waiting. */
 static void wait_for_waiter(fixture *f, pid_t pid)
 {
@@ -471,8 +473,6 @@ static void wait_for_waiter(fixture *f, pid_t pid)
                 harness_sleep_ms(5);
         }
 }
-
-/* ---- 7. kept for the process whose memory slice runs ------------------------ */
 
 /* A gets the slice of device 0's memory: it asks for 48 MiB with its
  * released 32 MiB X holding the room, so it waits, is given the slice,
