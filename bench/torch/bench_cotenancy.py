@@ -70,7 +70,11 @@ Cases (--cases, default both):
              bytes_out/bytes_in and copy_us_out/copy_us_in). --no-idle
              runs the same jobs without idle(): they never take turns,
              and two mid-step jobs whose working sets do not both fit
-             must lend (GMD_ALLOC_YIELD) to finish at all.
+             must lend (GMD_ALLOC_YIELD) to finish at all. The daemon
+             runs with [limits] priority_grace_ms = 500 and
+             memory_slice_ms = 5000 (--priority-grace, --memory-slice):
+             the training jobs, which cannot fit together, take the
+             budget in turns.
 Each case and each child is bounded in time (--deadline, default 360 s
 quick, 480 s full, over both cases, 30% / 70%; a child stops its steps past its
 share and says so), so one 10-minute device command runs the bench.
