@@ -375,7 +375,9 @@ int waitq_top_priority(const gmd_waitq *q, unsigned device)
 }
 
 uint64_t waitq_demand_before(const gmd_waitq *q, unsigned device,
-                             waitq_rank rank)
+                             waitq_rank rank,
+                             bool (*skip)(void *ctx, const gmd_waiter *w),
+                             void *ctx)
 {
         uint64_t bytes = 0;
         gmd_list *pos;
@@ -383,7 +385,8 @@ uint64_t waitq_demand_before(const gmd_waitq *q, unsigned device,
         list_for_each(pos, &q->waiters) {
                 gmd_waiter *w = container_of(pos, gmd_waiter, link);
 
-                if (w->device == device && w->rank < rank)
+                if (w->device == device && w->rank < rank &&
+                    !(skip && skip(ctx, w)))
                         bytes += w->size +
                                  (q->ops->more ? q->ops->more(q->ctx, w) : 0);
         }
@@ -392,7 +395,7 @@ uint64_t waitq_demand_before(const gmd_waitq *q, unsigned device,
 
 uint64_t waitq_demand(const gmd_waitq *q, unsigned device)
 {
-        return waitq_demand_before(q, device, WAITQ_RANKS);
+        return waitq_demand_before(q, device, WAITQ_RANKS, NULL, NULL);
 }
 
 unsigned waitq_count(const gmd_waitq *q)

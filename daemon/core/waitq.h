@@ -211,9 +211,12 @@ uint64_t waitq_demand(const gmd_waitq *q, unsigned device);
 
 /* Of those, the bytes waited for by ranks before `rank` (WAITQ_PREFETCH:
  * acquires and allocations, what a buffer about to be used may have to
- * yield to, evict.h). */
+ * yield to, evict.h), but for the waiters `skip` (may be NULL) says to
+ * leave out. */
 uint64_t waitq_demand_before(const gmd_waitq *q, unsigned device,
-                             waitq_rank rank);
+                             waitq_rank rank,
+                             bool (*skip)(void *ctx, const gmd_waiter *w),
+                             void *ctx);
 
 /* Waiters of every kind. */
 unsigned waitq_count(const gmd_waitq *q);
