@@ -358,35 +358,43 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
     blocks, which come here now), with 2.3 GiB: nobody lent, nobody was
     served for 20 s (H100, bench_cotenancy, 5 s memory slices,
     2026-11-26)."""
-    def plain(wait):
-        try:
-            return client.alloc(nbytes, device=device, flags=flags,
-                                timeout=wait)
-        except (OutOfMemory, TimedOut) as e:
-            if isinstance(e, TooLarge):
-                raise
-        return None
-
     def lending(wait):
         return _lending(ops, lambda lend: client.alloc(
             nbytes, device=device, flags=flags | (YIELD if lend else 0),
             timeout=wait))
 
     first = start_wait(timeout)
-    buf = plain(first)
+    buf = _alloc_in_time(client, nbytes, device, flags, first)
     if buf is not None:
         return buf
     if others_hold_vram(client):
         return lending(_left(timeout, first))
     second = room_wait(timeout)
     if second > first:
-        try:
-            return lending(second - first)
-        except (OutOfMemory, TimedOut) as e:
-            if isinstance(e, TooLarge):
-                raise
+        buf = _alloc_lending_in_time(client, nbytes, device, flags,
+                                     second - first, ops)
+        if buf is not None:
+            return buf
     ops.release_cached()
     return lending(_left(timeout, max(first, second)))
+
+
+def _alloc_in_time(client, nbytes, device, flags, timeout):
+    """client.alloc, or None when no room was made within `timeout`
+    (TooLarge is raised: no wait can help)."""
+    try:
+        return client.alloc(nbytes, device=device, flags=flags,
+                            timeout=timeout)
+    except (OutOfMemory, TimedOut) as e:
+        if isinstance(e, TooLarge):
+            raise
+    return None
+
+
+def _alloc_lending_in_time(client, nbytes, device, flags, timeout, ops):
+    """_alloc_in_time waiting with YIELD, after ops.quiesce() (_lending)."""
+    return _lending(ops, lambda lend: _alloc_in_time(
+        client, nbytes, device, flags | (YIELD if lend else 0), timeout))
 
 
 def _any_other(client, what):
@@ -427,21 +435,12 @@ def alloc_or_none(client, nbytes, device, flags, ops, wait):
     here for its ROOM_WAIT and again after its cache went back held 2.7
     GiB in use, and the other job, whose slice it was, waited for that
     memory until its slice ran out; each handover took 4-7 s."""
-    def ask(flags, timeout):
-        try:
-            return client.alloc(nbytes, device=device, flags=flags,
-                                timeout=timeout)
-        except (OutOfMemory, TimedOut) as e:
-            if isinstance(e, TooLarge):
-                raise
-        return None
-
     def once():
         first = start_wait(wait)
-        buf = ask(flags, first)
+        buf = _alloc_in_time(client, nbytes, device, flags, first)
         if buf is None and wait > first:
-            buf = _lending(ops, lambda lend: ask(
-                flags | (YIELD if lend else 0), wait - first))
+            buf = _alloc_lending_in_time(client, nbytes, device, flags,
+                                         wait - first, ops)
         return buf
 
     try:
