@@ -25,13 +25,17 @@ typedef struct stuck_pid {
         unsigned n_waits;
 } stuck_pid;
 
+/* The slot of `pid`; past STUCK_PIDS - 1 processes, the last slot holds
+ * the rest together (pid -1, shown as "others"). */
 static stuck_pid *stuck_slot(stuck_pid *p, unsigned *n, pid_t pid)
 {
         for (unsigned i = 0; i < *n; i++)
                 if (p[i].pid == pid)
                         return &p[i];
-        if (*n == STUCK_PIDS)
-                return &p[STUCK_PIDS - 1];      /* the rest, together */
+        if (*n == STUCK_PIDS) {
+                p[STUCK_PIDS - 1].pid = -1;
+                return &p[STUCK_PIDS - 1];
+        }
         memset(&p[*n], 0, sizeof(p[*n]));
         p[*n].pid = pid;
         return &p[(*n)++];
@@ -117,8 +121,10 @@ void stuck_log(gmd_server *server, unsigned device, uint64_t wanted,
                                         " slice: pid %d, %llu ms left;",
                                         (int)holder, (unsigned long long)left_ms);
         for (unsigned i = 0; i < n && len < sizeof(line); i++) {
-                len += (size_t)snprintf(line + len, sizeof(line) - len,
-                                        " pid %d:", (int)p[i].pid);
+                len += (size_t)(p[i].pid < 0 ?
+                        snprintf(line + len, sizeof(line) - len, " others:") :
+                        snprintf(line + len, sizeof(line) - len, " pid %d:",
+                                 (int)p[i].pid));
                 len += (size_t)stuck_size(line + len, sizeof(line) - len,
                                           "in use", p[i].in_use);
                 len += (size_t)stuck_size(line + len, sizeof(line) - len,
