@@ -35,9 +35,26 @@ static void buffer_account(gmd_dbuffer *b, int sign)
         if (sign > 0) {
                 owner->vram_on[b->device] += b->size;
                 owner->vram_n_on[b->device]++;
+                if (owner->vram_on[b->device] > owner->vram_peak[b->device])
+                        owner->vram_peak[b->device] = owner->vram_on[b->device];
         } else {
                 owner->vram_on[b->device] -= b->size;
                 owner->vram_n_on[b->device]--;
+        }
+}
+
+/* Count `b` in (sign 1) or out of (-1) its owner's acquired buffers on
+ * its device; the owner's last release is when the count falls to 0. */
+static void buffer_account_acquired(gmd_dbuffer *b, int sign)
+{
+        gmd_session *owner = b->owner;
+
+        if (b->device >= GMD_MAX_DEVICES)
+                return;
+        if (sign > 0) {
+                owner->acquired_on[b->device]++;
+        } else if (--owner->acquired_on[b->device] == 0) {
+                owner->unused_since_ms[b->device] = now_ms();
         }
 }
 
@@ -106,6 +123,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         owner->n_buffers++;
         owner->bytes += size;
         buffer_account(b, 1);
+        buffer_account_acquired(b, 1);
         *ret_buffer = b;
         return 0;
 
@@ -141,6 +159,8 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         b->owner->n_buffers--;
         b->owner->bytes -= b->size;
         buffer_account(b, -1);
+        if (b->acquired)
+                buffer_account_acquired(b, -1);
         hostcopy_drop(server, b);
         if (b->mem)
                 backing_release(server, b->mem);
@@ -182,6 +202,8 @@ void buffer_set_tier(gmd_dbuffer *b, gmd_tier tier)
 
 void buffer_set_acquired(gmd_dbuffer *b, bool acquired)
 {
+        if (b->acquired != acquired)
+                buffer_account_acquired(b, acquired ? 1 : -1);
         b->acquired = acquired;
         if (acquired)
                 b->prefetched_us = 0;

@@ -488,13 +488,39 @@ static uint64_t demand_now(gmd_server *server, unsigned device,
         return bytes;
 }
 
+/* The slice of `device` ends once its holder has left it idle for
+ * SLICE_IDLE_MS while others wait (slice.h). On the H100 a training job
+ * done with its last step kept its slice, and the other job waiting,
+ * for the 1.3 s it took to exit (bench_cotenancy --quick, 2026-11-26). */
+static void slice_end_idle(gmd_server *server, unsigned device, uint64_t now)
+{
+        uint64_t idle_ms;
+        pid_t holder = slice_holder(&server->slices, device, now, NULL);
+
+        if (!holder || !waitq_oldest(&server->waitq, device) ||
+            !server_idle(server, device, holder, now, &idle_ms))
+                return;
+        if (idle_ms < SLICE_IDLE_MS) {
+                pending_mark_after(&server->pending, PENDING_ROOM | PENDING_EVICT,
+                                   SLICE_IDLE_MS - idle_ms + 1);
+                return;
+        }
+        slice_end(&server->slices, device);
+        log_info("device %u: the slice of pid %d ends: it used none of its "
+                 "buffers there for %llu ms", device, (int)holder,
+                 (unsigned long long)idle_ms);
+}
+
 bool evict_balance(gmd_server *server)
 {
         bool released = false;
         uint64_t now = now_ms();
 
         for (unsigned d = 0; d < server->n_devices; d++) {
-                uint64_t demand = demand_now(server, d, WAITQ_RANKS, now);
+                uint64_t demand;
+
+                slice_end_idle(server, d, now);
+                demand = demand_now(server, d, WAITQ_RANKS, now);
                 uint64_t room, parked, leaving;
                 gmd_pool *pool = server_vram_pool(server, d);
 

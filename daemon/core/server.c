@@ -5,8 +5,10 @@
  */
 #include "server.h"
 
+#include "session.h"
 #include "slice.h"
 #include "timeutil.h"
+#include "waitq.h"
 
 
 gmd_pool *server_vram_pool(gmd_server *server, unsigned device)
@@ -20,16 +22,68 @@ gmd_pool *server_pool(gmd_server *server, gmd_tier tier, unsigned device)
                server_vram_pool(server, device);
 }
 
+/* Does process `pid` wait for room on `device` (a prefetch too)? */
+static bool process_waits(gmd_server *server, unsigned device, pid_t pid)
+{
+        gmd_list *pos;
+
+        list_for_each(pos, &server->waitq.waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->device == device && w->session->pid == pid)
+                        return true;
+        }
+        return false;
+}
+
 bool server_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
                         int priority, uint64_t need, uint64_t *ret_left_ms)
 {
-        uint64_t left_ms = 0;
+        uint64_t left_ms = 0, held = 0, peak = 0, again;
         gmd_pool *pool = server_vram_pool(server, device);
+        pid_t holder;
+        gmd_list *pos;
 
-        if (!pool || !slice_over(&server->slices, device, pid, priority, now_ms(),
-                                 &left_ms))
+        if (!pool)
+                return false;
+        holder = slice_over(&server->slices, device, pid, priority, now_ms(),
+                            &left_ms);
+        if (!holder)
                 return false;
         if (ret_left_ms)
                 *ret_left_ms = left_ms;
-        return pool_free(pool) < need;
+        if (process_waits(server, device, holder))
+                return true;
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (s->pid == holder) {
+                        held += s->vram_on[device];
+                        peak += s->vram_peak[device];
+                }
+        }
+        again = peak > held ? peak - held : 0;
+        return pool_free(pool) < need + again;
+}
+
+bool server_idle(gmd_server *server, unsigned device, pid_t pid, uint64_t now,
+                 uint64_t *ret_ms)
+{
+        uint64_t since = 0;
+        gmd_list *pos;
+
+        if (device >= GMD_MAX_DEVICES || process_waits(server, device, pid))
+                return false;
+        list_for_each(pos, &server->sessions) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (s->pid != pid)
+                        continue;
+                if (s->acquired_on[device])
+                        return false;
+                if (s->unused_since_ms[device] > since)
+                        since = s->unused_since_ms[device];
+        }
+        *ret_ms = now > since ? now - since : 0;
+        return true;
 }

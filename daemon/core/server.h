@@ -125,12 +125,20 @@ gmd_pool *server_vram_pool(gmd_server *server, unsigned device);
 gmd_pool *server_pool(gmd_server *server, gmd_tier tier, unsigned device);
 
 /* Does a slice of `device`'s memory that another process holds (slice.h)
- * keep `need` bytes from process `pid` at `priority` now: does the slice
- * run for it, and is less than `need` free? Then the rest would have to
- * come from the holder (the VRAM kept for its swap-ins, reuse.h, its
- * parked buffers) and the request waits for the slice to end, in
- * *ret_left_ms (may be NULL). Room that is free it may have. */
+ * keep `need` bytes from process `pid` at `priority` now? It does while
+ * the holder waits there (a prefetch too), and otherwise unless the room
+ * free now covers `need` beside what the holder may take again: the most
+ * it held there at once (its connections' peaks) less what it holds now.
+ * What it would give up is its own (the VRAM kept for its swap-ins,
+ * reuse.h, its parked buffers) and what it takes back waits for the
+ * taker's in-use memory, which no slice moves. Then the request waits
+ * for the slice to end, in *ret_left_ms (may be NULL). */
 bool server_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
                         int priority, uint64_t need, uint64_t *ret_left_ms);
+
+/* How long process `pid` has had none of its buffers of `device`
+ * acquired and nothing waiting there, in *ret_ms; false while it has. */
+bool server_idle(gmd_server *server, unsigned device, pid_t pid, uint64_t now,
+                 uint64_t *ret_ms);
 
 #endif

@@ -61,6 +61,13 @@ typedef struct gmd_session {
          * buffers (alloc_self_bound). */
         uint64_t vram_on[GMD_MAX_DEVICES];
         unsigned vram_n_on[GMD_MAX_DEVICES];
+        /* The most it held there at once: the room a memory slice it
+         * holds keeps for it (server_slice_keeps). */
+        uint64_t vram_peak[GMD_MAX_DEVICES];
+        /* Its buffers of a device acquired now, on either tier, and when
+         * that last fell to none (server_idle). */
+        unsigned acquired_on[GMD_MAX_DEVICES];
+        uint64_t unused_since_ms[GMD_MAX_DEVICES];
         gmd_reuse_owner reuse;      /* VRAM kept for its swap-ins (reuse.h) */
         gmd_parking_owner parking;  /* of `bytes`, parked in its mapping
                                      * cache (parking.h) */

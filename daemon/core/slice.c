@@ -88,6 +88,12 @@ void slice_served(gmd_slices *t, unsigned device, pid_t pid, uint64_t now)
                 s->served_ms = now ? now : 1;
 }
 
+void slice_end(gmd_slices *t, unsigned device)
+{
+        if (device < GMD_MAX_DEVICES)
+                memset(&t->on[device], 0, sizeof(t->on[device]));
+}
+
 void slice_forget(gmd_slices *t, pid_t pid)
 {
         if (pid <= 0)

@@ -69,6 +69,13 @@ typedef struct gmd_slice {
  * cannot be served does not keep the others back for long. */
 #define SLICE_WAIT_LENGTHS 4
 
+/* A slice whose holder has had none of its buffers of the device acquired
+ * and nothing waiting there for this long ends: a job between its last
+ * step and its exit, or waiting for data, keeps nobody back. Between two
+ * steps a training job that releases everything (gpumem.torch.idle) uses
+ * nothing for well under a millisecond to a few. */
+#define SLICE_IDLE_MS 250
+
 typedef struct gmd_slices {
         gmd_slice on[GMD_MAX_DEVICES];
         uint64_t length_ms;     /* [limits] memory_slice_ms; 0: no slices */
@@ -101,6 +108,9 @@ bool slice_update(gmd_slices *t, unsigned device, pid_t first, int first_priorit
 /* A request of `pid` was served at `now`: the first in its slice of
  * `device` starts the slice's clock. */
 void slice_served(gmd_slices *t, unsigned device, pid_t pid, uint64_t now);
+
+/* The slice of `device` ends now (its holder left it idle, evict.c). */
+void slice_end(gmd_slices *t, unsigned device);
 
 /* A process that closed its last connection holds no slice. */
 void slice_forget(gmd_slices *t, pid_t pid);

@@ -39,38 +39,15 @@ static void waiter_answer(gmd_waiter *w, gmd_outcome outcome, gmd_result *res)
         w->loan = NULL;
 }
 
-/* Does process `holder` wait for room on `device` (a prefetch aside)? */
-static bool holder_waits(gmd_server *server, unsigned device, pid_t holder)
-{
-        gmd_list *pos;
-
-        list_for_each(pos, &server->waitq.waiters) {
-                const gmd_waiter *o = container_of(pos, gmd_waiter, link);
-
-                if (o->device == device && o->rank != WAITQ_PREFETCH &&
-                    o->session->pid == holder)
-                        return true;
-        }
-        return false;
-}
-
-/* Does another process's slice of `w`'s device run? Then the room that
- * frees up there is the holder's first (slice.h): `w` is served after
- * the slice while the holder waits for room, and before that only from
- * room that is free: not from the VRAM kept for the holder's swap-ins
- * (reuse.h), which its next swap-in would have to make again. */
+/* Does another process's slice of `w`'s device run and keep what `w`
+ * needs (server_slice_keeps)? Then `w` is served after the slice. */
 static bool slice_holds_back(gmd_server *server, const gmd_waiter *w)
 {
         uint64_t left_ms;
-        pid_t holder = slice_over(&server->slices, w->device, w->session->pid,
-                                  w->priority, now_ms(), &left_ms);
 
-        if (!holder)
-                return false;
         if (!server_slice_keeps(server, w->device, w->session->pid, w->priority,
                                 w->size + loan_out_bytes(w->loan, w->device),
-                                NULL) &&
-            !holder_waits(server, w->device, holder))
+                                &left_ms))
                 return false;
         pending_mark_after(&server->pending, PENDING_ROOM, left_ms + 1);
         return true;
