@@ -505,6 +505,12 @@ def let_go():
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+        # cuBLAS's workspaces are PyTorch allocations that live as long
+        # as the process: where one sits in a large segment, the segment
+        # stays (98-428 MiB held in use past the job's end, H100)
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
         torch.cuda.empty_cache()
 
 

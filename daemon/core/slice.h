@@ -35,12 +35,20 @@
  * its slice and stepped at 53 ms against 35 alone; now at its alone speed
  * (45.3 / 43.3 ms with 1000 ms slices, 35.7 / 36.8 with 5000).
  *
+ * Nor is it served from free room the holder may take again: never while
+ * the holder waits (a prefetch too), and otherwise only beside the most
+ * the holder held at once less what it holds now (server_slice_keeps).
+ * The holder frees and re-takes memory within each step; served from
+ * that room, the other process held it in use, which no slice moves, and
+ * the holder waited in its own slice with neither job stepping: 3-4 s
+ * spans, ~8 s of a 25 s run (H100, debug run of 2026-11-26). And a slice
+ * whose holder has had none of its buffers acquired and nothing waiting
+ * for SLICE_IDLE_MS ends (evict.c, slice_end_idle).
+ *
  * Off by default (0): a request held back waits up to a slice, and the
  * handover moves both working sets. The same run's makespan against the
- * jobs one after another: 1.71 without slices, 1.45 with 1000, 1.44 with
- * 5000; what is left is time in which neither job steps (the holder
- * waiting in its own slice, seconds at a time; the cause is not yet
- * shown).
+ * jobs one after another: 1.71 without slices, 1.44 with 5000 before the
+ * two rules above, 1.17 after them (BENCHMARKS.md).
  *
  * This file is the bookkeeping alone (pure: no server, no clock); evict.c
  * gives the slice and asks it, move.c asks it before cancelling an
