@@ -77,7 +77,10 @@ Cases (--cases, default both):
              budget in turns.
 Each case and each child is bounded in time (--deadline, default 360 s
 quick, 480 s full, over both cases, 30% / 70%; a child stops its steps past its
-share and says so), so one 10-minute device command runs the bench.
+share and says so), so one 10-minute device command runs the bench. The
+full-size cotenancy case completes only run alone with --deadline 530 (396 s
+on the H100): within less, the alone inference job's share runs out (its
+set-up, building 106 layers on the CPU, takes a minute of it).
 
     bench_cotenancy.py --build BUILD [--cases train2x,cotenancy] [--quick]
                        [--json FILE] [--log FILE] [--deadline S]
