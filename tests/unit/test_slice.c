@@ -4,7 +4,8 @@
  * SLICE_WAIT_LENGTHS lengths until a request of the holder is served and
  * one length from then; a slice that is over passes to another waiting
  * process, one that runs does not; a length of 0 turns slices off; a
- * process that leaves gives its slices up.
+ * process that leaves gives its slices up; a slice ended early (its holder
+ * idle) is nobody's, and the next waiter's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -123,6 +124,27 @@ static void test_off_and_forget(void **state)
         assert_false(slice_update(&t, GMD_MAX_DEVICES, 11, 0, 11, 0, 5000));
 }
 
+static void test_end(void **state)
+{
+        gmd_slices t;
+
+        (void)state;
+        slices_init(&t, L);
+        assert_true(slice_update(&t, 0, 11, 0, 12, 0, 5000));
+        assert_true(slice_update(&t, 1, 11, 0, 12, 0, 5000));
+        slice_served(&t, 0, 11, 5000);
+        slice_end(&t, 0);
+        assert_int_equal(slice_holder(&t, 0, 5001, NULL), 0);
+        assert_int_equal(slice_over(&t, 0, 12, 0, 5001, NULL), 0);
+        /* The other device's slice runs on. */
+        assert_int_equal(slice_holder(&t, 1, 5001, NULL), 11);
+        /* Nobody's now: the first waiter's, whoever held it before. */
+        assert_true(slice_update(&t, 0, 12, 0, 11, 0, 5002));
+        assert_int_equal(slice_holder(&t, 0, 5002, NULL), 12);
+        assert_int_equal(t.passed, 3);
+        slice_end(&t, GMD_MAX_DEVICES);         /* out of range: nothing */
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -132,6 +154,7 @@ int main(void)
                 cmocka_unit_test(test_passes_only_when_over),
                 cmocka_unit_test(test_who_gives_way),
                 cmocka_unit_test(test_off_and_forget),
+                cmocka_unit_test(test_end),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
