@@ -1,7 +1,7 @@
 /*
  * server — see server.h: the record's lookups (its pools, what a running
- * memory slice keeps). Its life (start-up,
- * listening, reload, stop) is lifecycle.c's.
+ * memory slice keeps, whether a process is idle on a device). Its life
+ * (start-up, listening, reload, stop) is lifecycle.c's.
  */
 #include "server.h"
 
