@@ -240,6 +240,30 @@ static void print_shared_links(const gmd_status *status)
         }
 }
 
+/* The process whose memory slice runs on each GPU ([limits]
+ * memory_slice_ms), named after its first client where status has them. */
+static void print_slices(const gmd_status *status)
+{
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+                const char *name = NULL;
+                char shown[17];
+
+                if (p->tier != GMD_TIER_VRAM || !p->slice_pid)
+                        continue;
+                for (size_t c = 0; c < status->n_clients && !name; c++)
+                        if (status->clients[c].pid == p->slice_pid &&
+                            !status->clients[c].details_hidden)
+                                name = ctl_name_text(status->clients[c].name,
+                                                     shown, sizeof(shown) - 1);
+                printf("gpu%u memory slice: pid %" PRIu32 "%s%s%s, %" PRIu64
+                       " ms left at most (what it holds stays in VRAM for it; "
+                       "[limits] memory_slice_ms)\n", p->device, p->slice_pid,
+                       name ? " (" : "", name ? name : "", name ? ")" : "",
+                       p->slice_left_ms);
+        }
+}
+
 static void print_copies(const gmd_status *status)
 {
         char dev[16], out[16], in[16], rate_out[24], rate_in[24];
@@ -304,6 +328,7 @@ static void print_copies(const gmd_status *status)
                        "needed)\n", p->device,
                        ctl_size_text(p->kept, out, sizeof(out)));
         }
+        print_slices(status);
         /* What the pool cannot see: memory other processes (or a client
          * keeping freed buffers' fds) hold on the GPU, which no
          * allocation can use however free the pool looks. */
@@ -391,16 +416,24 @@ const char *ctl_tiers_text(const gmd_status *status, char *buf, size_t len)
  * which the daemon takes back when it needs room. */
 static void print_totals(const gmd_status *status)
 {
-        char tiers[160], cached[16];
-        uint64_t parked = 0;
+        char tiers[160], cached[16], lent_text[16];
+        uint64_t parked = 0, lent = 0;
 
-        for (size_t i = 0; i < status->n_clients; i++)
+        for (size_t i = 0; i < status->n_clients; i++) {
                 parked += status->clients[i].parked_bytes;
-        printf("\n%s\n%" PRIu32 " client%s, %" PRIu32 " buffer%s, %s cached\n",
+                lent += status->clients[i].lent_bytes;
+        }
+        printf("\n%s\n%" PRIu32 " client%s, %" PRIu32 " buffer%s, %s cached",
                ctl_tiers_text(status, tiers, sizeof(tiers)),
                status->total_clients, status->total_clients == 1 ? "" : "s",
                status->total_buffers, status->total_buffers == 1 ? "" : "s",
                ctl_size_text(parked, cached, sizeof(cached)));
+        /* In use by clients that wait, lent so that it may move out
+         * meanwhile (GMD_ALLOC_YIELD, GMD_ACQUIRE_YIELD). */
+        if (lent)
+                printf(", %s lent while waiting",
+                       ctl_size_text(lent, lent_text, sizeof(lent_text)));
+        printf("\n");
 }
 
 static void show_status(const gmd_status *status)
@@ -499,6 +532,8 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                         json_uint(&w, "link_bytes_per_s_in",
                                   p->link_bytes_per_s_in);
                         json_uint(&w, "link_group", p->link_group);
+                        json_uint(&w, "slice_pid", p->slice_pid);
+                        json_uint(&w, "slice_left_ms", p->slice_left_ms);
                 }
                 json_end_object(&w);
         }
@@ -535,6 +570,7 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                 json_uint(&w, "parked_bytes", c->parked_bytes);
                 json_uint(&w, "vram_bytes", c->vram_bytes);
                 json_uint(&w, "host_bytes", c->host_bytes);
+                json_uint(&w, "lent_bytes", c->lent_bytes);
                 json_end_object(&w);
         }
         json_end_array(&w);

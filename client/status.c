@@ -78,6 +78,8 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 p->link_bytes_per_s_in = w->link_bytes_per_s_in;
                 /* 0: a daemon without the field, a link of its own. */
                 p->link_group = w->link_group ? w->link_group - 1 : p->device;
+                p->slice_pid = w->slice_pid;
+                p->slice_left_ms = w->slice_left_ms;
         }
         s->n_clients = reply->n_clients;
         for (size_t i = 0; i < reply->n_clients; i++) {
@@ -97,6 +99,7 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 c->parked_bytes = w->parked_bytes;
                 c->vram_bytes = w->vram_bytes;
                 c->host_bytes = w->host_bytes;
+                c->lent_bytes = w->lent_bytes;
         }
         s->n_buffers = reply->n_buffers;
         for (size_t i = 0; i < reply->n_buffers; i++) {

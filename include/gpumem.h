@@ -549,6 +549,14 @@ typedef struct gmd_pool_status {
          * share one link: the daemon schedules their copies together, and
          * the link rates above are each one's measured alone. */
         unsigned link_group;
+        /* VRAM pools: the process whose memory slice of the device runs
+         * ([limits] memory_slice_ms in gpu-memd.conf: while it runs, what
+         * that process holds stays in VRAM for it and processes of its
+         * priority or lower wait for it), and the milliseconds it has left
+         * at most (it ends sooner when that process uses none of its
+         * buffers there). 0 and 0: no slice runs. */
+        uint32_t slice_pid;
+        uint64_t slice_left_ms;
 } gmd_pool_status;
 
 typedef struct gmd_client_status {
@@ -566,6 +574,10 @@ typedef struct gmd_client_status {
         uint64_t parked_bytes;  /* of `bytes`, idle in its mapping cache */
         uint64_t vram_bytes;    /* of `bytes`, on VRAM (parked ones too) */
         uint64_t host_bytes;    /* of `bytes`, moved out to host memory */
+        uint64_t lent_bytes;    /* of `bytes`, acquired but lent to the
+                                 * daemon while a request of its process
+                                 * waits (GMD_ALLOC_YIELD, GMD_ACQUIRE_YIELD):
+                                 * it may be moved out meanwhile */
 } gmd_client_status;
 
 typedef struct gmd_buffer_status {

@@ -41,6 +41,8 @@ static void take_pool(const gmd_server *server, unsigned i,
         }
         ret->kept = reuse_bytes(&server->reuse, i);
         ret->link_group = server->copyqs.q[i].link;
+        ret->slice_pid = slice_holder(&server->slices, i, now_ms(),
+                                      &ret->slice_left_ms);
         if (server->vram[i].known) {
                 ret->has_driver_view = true;
                 ret->device_free = server->vram[i].free;
@@ -65,6 +67,8 @@ static void take_pool(const gmd_server *server, unsigned i,
 
 static void take_client(const gmd_session *s, gmd_client_snapshot *ret)
 {
+        const gmd_list *pos;
+
         ret->id = s->id;
         ret->pid = s->pid;
         ret->uid = s->uid;
@@ -77,6 +81,12 @@ static void take_client(const gmd_session *s, gmd_client_snapshot *ret)
         ret->tier_bytes[0] = s->tier_bytes[0];
         ret->tier_bytes[1] = s->tier_bytes[1];
         ret->parked_bytes = s->parking.bytes;
+        list_for_each(pos, &s->buffers) {
+                const gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
+
+                if (b->loan)
+                        ret->lent_bytes += b->size;
+        }
 }
 
 static void take_buffer(const gmd_dbuffer *b, gmd_buffer_snapshot *ret)

@@ -41,6 +41,8 @@ typedef struct gmd_pool_snapshot {
         uint64_t link[2];            /* the device's link, bytes per second
                                       * by gmd_copy_dir; 0: not known */
         unsigned link_group;         /* the lowest device on its link */
+        pid_t slice_pid;             /* whose memory slice runs (slice.h); 0: none */
+        uint64_t slice_left_ms;      /* ... and for how long still */
 } gmd_pool_snapshot;
 
 /* One client, after its hello. */
@@ -56,6 +58,8 @@ typedef struct gmd_client_snapshot {
         uint64_t bytes;
         uint64_t tier_bytes[2];      /* by gmd_tier */
         uint64_t parked_bytes;       /* of `bytes`, in its mapping cache */
+        uint64_t lent_bytes;         /* of `bytes`, lent while its process
+                                      * waits (loan.h) */
 } gmd_client_snapshot;
 
 /* One buffer (only with SNAPSHOT_BUFFERS, as the filter chose), in the

@@ -58,6 +58,8 @@ static void render_pool(const gmd_pool_snapshot *p, Gmd__PoolInfo *ret)
         ret->link_bytes_per_s_in = p->link[GMD_COPY_IN];
         if (p->tier == GMD_TIER_VRAM)
                 ret->link_group = p->link_group + 1;
+        ret->slice_pid = p->slice_pid > 0 ? (uint32_t)p->slice_pid : 0;
+        ret->slice_left_ms = ret->slice_pid ? p->slice_left_ms : 0;
 }
 
 static void render_client(const gmd_session *viewer,
@@ -74,6 +76,7 @@ static void render_client(const gmd_session *viewer,
         ret->parked_bytes = c->parked_bytes;
         ret->vram_bytes = c->tier_bytes[GMD_TIER_VRAM];
         ret->host_bytes = c->tier_bytes[GMD_TIER_HOST];
+        ret->lent_bytes = c->lent_bytes;
         if (may_see_details(viewer, c->uid)) {
                 ret->name = (char *)c->name;
                 ret->buffers = c->n_buffers;

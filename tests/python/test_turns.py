@@ -151,6 +151,11 @@ class SliceTurn(DaemonTest):
         wait_until(lambda: any(c.pid == o.pid and c.waiting
                                for c in self.client.status("clients").clients),
                    what="the other process waiting")
+        # status shows what it lends meanwhile
+        lent = [c.lent_bytes for c in self.client.status("clients").clients
+                if c.pid == o.pid]
+        self.assertEqual(lent, [24 * MiB])
+        self.assertIn("24 MiB lent while waiting", memctl(self.daemon, "status"))
         z = self.client.alloc(16 * MiB, timeout=10)
         # H frees all: room enough for O and what it lent
         for b in (y, z):
@@ -229,6 +234,19 @@ def waits(client, pid):
                for c in client.status("clients").clients)
 
 
+def memctl(daemon, *args):
+    """gpu-memctl (beside the daemon's build) against `daemon`: its
+    stdout."""
+    import os
+    import subprocess
+    from gmd_daemon import DAEMON
+    ctl = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+        DAEMON))), "client", "gpu-memctl")
+    return subprocess.run([ctl, "--socket", daemon.socket] + list(args),
+                          check=True, capture_output=True, text=True,
+                          timeout=30).stdout
+
+
 class SliceKeepsPeak(DaemonTest):
     """While process H's memory slice runs, another process O is served
     from free room only beside what H held at its most there: H frees its
@@ -250,6 +268,17 @@ class SliceKeepsPeak(DaemonTest):
         self.assertEqual(h.do("alloc k 4 5")[0], "ok")
         self.assertEqual(h.do("alloc y 48 10")[0], "ok")
         self.assertIn("slice of its memory to", self.daemon.log())
+        # status and gpu-memctl say whose slice runs
+        pool = [p for p in self.client.status("pools").pools
+                if p.tier == "vram"][0]
+        self.assertEqual(pool.slice_pid, h.pid)
+        self.assertTrue(0 < pool.slice_left_ms <= 3000, pool.slice_left_ms)
+        self.assertIn(f"gpu0 memory slice: pid {h.pid} (holder), ",
+                      memctl(self.daemon, "status"))
+        import json
+        pools = json.loads(memctl(self.daemon, "--json", "status"))["pools"]
+        self.assertEqual([p["slice_pid"] for p in pools if "slice_pid" in p],
+                         [h.pid])
         self.assertEqual(h.do("free y")[0], "ok")
         # 60 MiB free, H held 52 and holds 4: O's 32 wait for the slice
         o.send("alloc z 32 20")

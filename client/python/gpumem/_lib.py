@@ -64,6 +64,8 @@ class PoolStatus(ctypes.Structure):
         ("link_bytes_per_s_out", ctypes.c_uint64),
         ("link_bytes_per_s_in", ctypes.c_uint64),
         ("link_group", ctypes.c_uint),
+        ("slice_pid", ctypes.c_uint32),
+        ("slice_left_ms", ctypes.c_uint64),
     ]
 
 
@@ -82,6 +84,7 @@ class ClientStatus(ctypes.Structure):
         ("parked_bytes", ctypes.c_uint64),
         ("vram_bytes", ctypes.c_uint64),
         ("host_bytes", ctypes.c_uint64),
+        ("lent_bytes", ctypes.c_uint64),
     ]
 
 

@@ -35,6 +35,10 @@ class Pool:
     # device shares (its own number when none): devices with the same
     # link_group have their copies scheduled together.
     link_group: int
+    # VRAM pools: the process whose memory slice of the device runs
+    # ([limits] memory_slice_ms), and the ms it has left at most; 0, 0: none
+    slice_pid: int
+    slice_left_ms: int
 
 
 @dataclasses.dataclass
@@ -52,6 +56,7 @@ class ClientInfo:
     parked_bytes: int
     vram_bytes: int
     host_bytes: int
+    lent_bytes: int       # of bytes, lent to the daemon while it waits
 
 
 @dataclasses.dataclass
