@@ -195,6 +195,28 @@ static void top_copies(top_view *v, const gmd_status *s)
         }
 }
 
+/* Whose memory slice runs on each GPU ([limits] memory_slice_ms). */
+static void top_slices(top_view *v, const gmd_status *s)
+{
+        for (size_t i = 0; i < s->n_pools; i++) {
+                const gmd_pool_status *p = &s->pools[i];
+                const char *name = NULL;
+                char shown[17];
+
+                if (p->tier != GMD_TIER_VRAM || !p->slice_pid)
+                        continue;
+                for (size_t c = 0; c < s->n_clients && !name; c++)
+                        if (s->clients[c].pid == p->slice_pid &&
+                            !s->clients[c].details_hidden)
+                                name = ctl_name_text(s->clients[c].name, shown,
+                                                     sizeof(shown) - 1);
+                top_line(v, "gpu%u memory slice: pid %" PRIu32 "%s%s%s, %"
+                         PRIu64 " ms left at most", p->device, p->slice_pid,
+                         name ? " (" : "", name ? name : "", name ? ")" : "",
+                         p->slice_left_ms);
+        }
+}
+
 /* Remember this frame's counters for the next frame's rates. */
 static void top_remember(top_view *v, const gmd_status *s)
 {
@@ -252,8 +274,9 @@ static void top_clients(top_view *v, gmd_status *s)
 
 static void top_frame(top_view *v, gmd_status *s)
 {
-        char title[128], up[32], tiers[160];
+        char title[128], up[32], tiers[160], lent_text[40] = "";
         uint32_t waiting = 0;
+        uint64_t lent = 0;
         struct winsize ws;
 
         v->rows = 24;
@@ -261,8 +284,16 @@ static void top_frame(top_view *v, gmd_status *s)
                 v->rows = ws.ws_row;
         /* The last row stays empty: a newline there would scroll. */
         v->rows_left = v->rows - 1;
-        for (size_t i = 0; i < s->n_clients; i++)
+        for (size_t i = 0; i < s->n_clients; i++) {
                 waiting += s->clients[i].waiting;
+                lent += s->clients[i].lent_bytes;
+        }
+        if (lent) {
+                char size[16];
+
+                snprintf(lent_text, sizeof(lent_text), ", %s lent",
+                         ctl_size_text(lent, size, sizeof(size)));
+        }
 
         if (v->live)
                 fputs("\033[H", stdout);
@@ -277,12 +308,14 @@ static void top_frame(top_view *v, gmd_status *s)
         top_pools(v, s);
         top_line(v, "%s", "");
         top_copies(v, s);
+        top_slices(v, s);
         top_remember(v, s);
         top_line(v, "%s", "");
         top_line(v, "%s", ctl_tiers_text(s, tiers, sizeof(tiers)));
         top_line(v, "%" PRIu32 " client%s, %" PRIu32 " buffer%s, %" PRIu32
-                 " waiting", s->total_clients, s->total_clients == 1 ? "" : "s",
-                 s->total_buffers, s->total_buffers == 1 ? "" : "s", waiting);
+                 " waiting%s", s->total_clients, s->total_clients == 1 ? "" : "s",
+                 s->total_buffers, s->total_buffers == 1 ? "" : "s", waiting,
+                 lent_text);
         top_line(v, "%s", "");
         top_clients(v, s);
         if (v->live)

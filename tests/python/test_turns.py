@@ -156,6 +156,7 @@ class SliceTurn(DaemonTest):
                 if c.pid == o.pid]
         self.assertEqual(lent, [24 * MiB])
         self.assertIn("24 MiB lent while waiting", memctl(self.daemon, "status"))
+        self.assertIn("waiting, 24 MiB lent", memctl(self.daemon, "top", "--once"))
         z = self.client.alloc(16 * MiB, timeout=10)
         # H frees all: room enough for O and what it lent
         for b in (y, z):
@@ -273,8 +274,9 @@ class SliceKeepsPeak(DaemonTest):
                 if p.tier == "vram"][0]
         self.assertEqual(pool.slice_pid, h.pid)
         self.assertTrue(0 < pool.slice_left_ms <= 3000, pool.slice_left_ms)
-        self.assertIn(f"gpu0 memory slice: pid {h.pid} (holder), ",
-                      memctl(self.daemon, "status"))
+        for command in (("status",), ("top", "--once")):
+            self.assertIn(f"gpu0 memory slice: pid {h.pid} (holder), ",
+                          memctl(self.daemon, *command))
         import json
         pools = json.loads(memctl(self.daemon, "--json", "status"))["pools"]
         self.assertEqual([p["slice_pid"] for p in pools if "slice_pid" in p],
