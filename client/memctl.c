@@ -240,28 +240,34 @@ static void print_shared_links(const gmd_status *status)
         }
 }
 
-/* The process whose memory slice runs on each GPU ([limits]
- * memory_slice_ms), named after its first client where status has them. */
+const char *ctl_slice_text(const gmd_status *status, const gmd_pool_status *p,
+                           char *buf, size_t len)
+{
+        const char *name = NULL;
+        char shown[17];
+
+        if (p->tier != GMD_TIER_VRAM || !p->slice_pid)
+                return NULL;
+        for (size_t c = 0; c < status->n_clients && !name; c++)
+                if (status->clients[c].pid == p->slice_pid &&
+                    !status->clients[c].details_hidden)
+                        name = ctl_name_text(status->clients[c].name, shown,
+                                             sizeof(shown) - 1);
+        snprintf(buf, len, "gpu%u memory slice: pid %" PRIu32 "%s%s%s, %"
+                 PRIu64 " ms left at most", p->device, p->slice_pid,
+                 name ? " (" : "", name ? name : "", name ? ")" : "",
+                 p->slice_left_ms);
+        return buf;
+}
+
 static void print_slices(const gmd_status *status)
 {
-        for (size_t i = 0; i < status->n_pools; i++) {
-                const gmd_pool_status *p = &status->pools[i];
-                const char *name = NULL;
-                char shown[17];
+        char line[96];
 
-                if (p->tier != GMD_TIER_VRAM || !p->slice_pid)
-                        continue;
-                for (size_t c = 0; c < status->n_clients && !name; c++)
-                        if (status->clients[c].pid == p->slice_pid &&
-                            !status->clients[c].details_hidden)
-                                name = ctl_name_text(status->clients[c].name,
-                                                     shown, sizeof(shown) - 1);
-                printf("gpu%u memory slice: pid %" PRIu32 "%s%s%s, %" PRIu64
-                       " ms left at most (what it holds stays in VRAM for it; "
-                       "[limits] memory_slice_ms)\n", p->device, p->slice_pid,
-                       name ? " (" : "", name ? name : "", name ? ")" : "",
-                       p->slice_left_ms);
-        }
+        for (size_t i = 0; i < status->n_pools; i++)
+                if (ctl_slice_text(status, &status->pools[i], line, sizeof(line)))
+                        printf("%s (what it holds stays in VRAM for it; "
+                               "[limits] memory_slice_ms)\n", line);
 }
 
 static void print_copies(const gmd_status *status)

@@ -43,6 +43,13 @@ const char *ctl_uptime_text(uint64_t ms, char *buf, size_t len);
  * it (every client of this process) from the list and the total. */
 void ctl_drop_self(gmd_status *status);
 
+/* "gpu0 memory slice: pid 1234 (train_a), 3120 ms left at most" for a
+ * VRAM pool whose memory slice runs ([limits] memory_slice_ms), the
+ * holder named after its first client that status shows; NULL when no
+ * slice runs there. */
+const char *ctl_slice_text(const gmd_status *status, const gmd_pool_status *p,
+                           char *buf, size_t len);
+
 /* "used: VRAM 1.0 GiB of 4.0 GiB, host 0 B of 2.0 GiB": the tiers apart
  * (one sum of both would read as a device that large). */
 const char *ctl_tiers_text(const gmd_status *status, char *buf, size_t len);

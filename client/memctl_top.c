@@ -198,23 +198,11 @@ static void top_copies(top_view *v, const gmd_status *s)
 /* Whose memory slice runs on each GPU ([limits] memory_slice_ms). */
 static void top_slices(top_view *v, const gmd_status *s)
 {
-        for (size_t i = 0; i < s->n_pools; i++) {
-                const gmd_pool_status *p = &s->pools[i];
-                const char *name = NULL;
-                char shown[17];
+        char line[96];
 
-                if (p->tier != GMD_TIER_VRAM || !p->slice_pid)
-                        continue;
-                for (size_t c = 0; c < s->n_clients && !name; c++)
-                        if (s->clients[c].pid == p->slice_pid &&
-                            !s->clients[c].details_hidden)
-                                name = ctl_name_text(s->clients[c].name, shown,
-                                                     sizeof(shown) - 1);
-                top_line(v, "gpu%u memory slice: pid %" PRIu32 "%s%s%s, %"
-                         PRIu64 " ms left at most", p->device, p->slice_pid,
-                         name ? " (" : "", name ? name : "", name ? ")" : "",
-                         p->slice_left_ms);
-        }
+        for (size_t i = 0; i < s->n_pools; i++)
+                if (ctl_slice_text(s, &s->pools[i], line, sizeof(line)))
+                        top_line(v, "%s", line);
 }
 
 /* Remember this frame's counters for the next frame's rates. */

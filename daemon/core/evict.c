@@ -517,13 +517,11 @@ bool evict_balance(gmd_server *server)
         uint64_t now = now_ms();
 
         for (unsigned d = 0; d < server->n_devices; d++) {
-                uint64_t demand;
+                uint64_t demand, room, parked, leaving;
+                gmd_pool *pool = server_vram_pool(server, d);
 
                 slice_end_idle(server, d, now);
                 demand = demand_now(server, d, WAITQ_RANKS, now);
-                uint64_t room, parked, leaving;
-                gmd_pool *pool = server_vram_pool(server, d);
-
                 if (!demand)
                         continue;
                 leaving = move_leaving_bytes(server, d);
