@@ -38,7 +38,7 @@
         X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree)                      \
         X(cuMemsetD8Async) X(cuMemcpyDtoH) X(cuMemcpyHtoD)              \
         X(cuMemcpyAsync) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)      \
-        X(cuMemHostAlloc) X(cuMemFreeHost)                              \
+        X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostGetDevicePointer) \
         X(cuMemCreate) X(cuMemRelease) X(cuMemGetAllocationGranularity) \
         X(cuMemExportToShareableHandle)                                 \
         X(cuMemImportFromShareableHandle)                               \
@@ -46,6 +46,7 @@
         X(cuMemUnmap) X(cuMemSetAccess)                                 \
         X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)     \
         X(cuStreamWaitEvent) X(cuStreamQuery) X(cuLaunchHostFunc)       \
+        X(cuStreamWaitValue32)                                          \
         X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
         X(cuEventSynchronize) X(cuEventQuery) X(cuEventElapsedTime)     \
         X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)                      \

@@ -157,6 +157,19 @@ typedef struct gmd_backend_ops {
 
         /* ---- optional: NULL where a backend has none ---------------- */
 
+        /* As copy_submit, on `device`'s urgent lane for `dir` (an acquire
+         * waits for this copy). The copies copy_submit queued that have not
+         * run yet pause, at the backend's step ([swap] preempt_step), while
+         * an urgent copy is in flight, and go on when none is. Copies of
+         * one lane finish in the order submitted; the two lanes' in any
+         * order. Both backends have it (cuda: a second stream and gated
+         * steps; sim: its copy thread serves the lane first). */
+        int (*copy_submit_urgent)(gmd_backend *backend, unsigned device,
+                                  gmd_copy_dir dir, gmd_mem *dst,
+                                  uint64_t dst_off, gmd_mem *src,
+                                  uint64_t src_off, uint64_t len,
+                                  void *cookie);
+
         /* As mem_create, for a buffer whose every byte the daemon writes
          * (a copy's destination) before any client sees it: the backend
          * may skip zeroing and hand out memory that it recycled — memory

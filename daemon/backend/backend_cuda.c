@@ -134,6 +134,7 @@ static const gmd_backend_ops cuda_ops = {
         .destroy = cuda_ops_destroy,
         .set_wake = cuda_ops_set_wake,
         .copy_submit = cuda_ops_copy_submit,
+        .copy_submit_urgent = cuda_ops_copy_submit_urgent,
         .copy_reap = cuda_ops_copy_reap,
         .maintain = cuda_ops_maintain,
         .mem_create_ipc = cuda_ops_mem_create_ipc,
@@ -285,6 +286,7 @@ int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
         b->cu = cu;
         /* Read once: a reload (SIGHUP) does not resize the reserve. */
         b->reserve_target = config->cuda_reserve_chunks;
+        b->preempt_step = config->swap_preempt_step;
         b->free_floor = config->vram_reserve;
         b->n_devices = (unsigned)n;
         pthread_mutex_init(&b->copy_lock, NULL);

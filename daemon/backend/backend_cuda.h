@@ -13,8 +13,11 @@
  *   backend_cuda_ipc.c      legacy CUDA IPC buffers (cuMemAlloc +
  *                           cuIpcGetMemHandle)
  *   backend_cuda_event.c    CUDA IPC events and their cache
- *   backend_cuda_copy.c     the copy engine: a stream per device and
- *                           direction, completions through host functions
+ *   backend_cuda_copy.c     the copy engine: two streams (lanes) per device
+ *                           and direction, completions through host
+ *                           functions
+ *   backend_cuda_gate.c     the gate that pauses a bulk lane's copies while
+ *                           an urgent one runs
  *   backend_cuda_host.c     the HOST tier: the host arena pinned ahead of
  *                           swap-outs, and the worker thread that builds it
  *                           and releases other host allocations
@@ -59,6 +62,22 @@ typedef struct cuda_mem {
 
 typedef struct cuda_backend cuda_backend;
 
+/* The gate of one device's bulk lane one way (backend_cuda_gate.c): that
+ * lane's copies are queued in steps ([swap] preempt_step), each behind a
+ * cuStreamWaitValue32 on `word` for its step number; the word says the
+ * last step that may run. While an urgent copy of that device and
+ * direction is in flight the word is set back, and the steps not started
+ * wait. Under copy_lock but for `word_dev` and `step`. */
+typedef struct cuda_gate {
+        volatile uint32_t *word; /* in pinned host memory; NULL: no gate */
+        CUdeviceptr word_dev;    /* the same word, for the GPU */
+        uint64_t step;           /* bytes per step */
+        uint32_t queued;         /* the last step queued (loop thread) */
+        uint32_t open_to;        /* the last step let run when open */
+        unsigned urgent;         /* urgent copies in flight, not heard yet */
+        uint64_t closed;         /* times an urgent copy closed it */
+} cuda_gate;
+
 /* One copy handed to a stream: `done` is recorded after it on the copy
  * stream, and the notify stream's host function marks it fired. Records
  * are recycled with their event (loop thread only). */
@@ -75,6 +94,9 @@ typedef struct cuda_copy {
         uint64_t gen;            /* which submit this record is for */
         uint64_t due_us;         /* when it should end (now_us clock) */
         uint64_t poll_us;        /* when to query its event next */
+        /* An urgent lane's record: the gate its end opens (heard under
+         * copy_lock, by the watcher or the host function). NULL else. */
+        cuda_gate *gate;
 } cuda_copy;
 
 /* One direction of one device: the stream copies run on, the stream
@@ -98,7 +120,16 @@ typedef struct cuda_queue {
          * before and after each of its copies to know it ran alone. */
         uint64_t n_submitted;
         uint64_t last_due_us;    /* when its last copy should end */
+        /* The bulk lane's gate (its steps wait on it), or the urgent
+         * lane's (its copies close it while in flight). */
+        cuda_gate *gate;
+        bool urgent;             /* the urgent lane */
 } cuda_queue;
+
+/* A device's queues: by gmd_copy_dir, the bulk lane (copy_submit), then
+ * the urgent lane (copy_submit_urgent). */
+#define CUDA_QUEUES 4
+#define CUDA_QUEUE_URGENT 2      /* + dir */
 
 /* The thread that hears copies end by polling their events near their
  * expected end (backend_cuda_watch.c). Its flags are under copy_lock. */
@@ -176,7 +207,11 @@ typedef struct cuda_device {
         CUdevice dev;
         CUcontext ctx;           /* primary context, retained */
         CUstream stream;         /* non-blocking: zeroing, events */
-        cuda_queue queues[2];    /* copies, by gmd_copy_dir */
+        cuda_queue queues[CUDA_QUEUES];  /* copies: see CUDA_QUEUES */
+        cuda_gate gates[2];      /* the bulk lanes', by gmd_copy_dir (only
+                                  * the lane in has a word: the urgent copies
+                                  * are swap-ins) */
+        void *gate_page;         /* pinned host memory of its word */
         char name[64];
         uint64_t total;
         uint64_t granularity;
@@ -220,6 +255,7 @@ struct cuda_backend {
         gmd_backend base;
         const gmd_cuda_driver *cu;
         unsigned reserve_target; /* [pools] cuda_reserve_chunks */
+        uint64_t preempt_step;   /* [swap] preempt_step: the gates' step */
         /* [pools] vram_reserve: the reserve is topped up only while the
          * driver's free memory stays above this, so it never takes what
          * the daemon leaves to other programs. */
@@ -367,8 +403,37 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
                          gmd_copy_dir dir, gmd_mem *dst, uint64_t dst_off,
                          gmd_mem *src, uint64_t src_off, uint64_t len,
                          void *cookie);
+int cuda_ops_copy_submit_urgent(gmd_backend *backend, unsigned device,
+                                gmd_copy_dir dir, gmd_mem *dst,
+                                uint64_t dst_off, gmd_mem *src,
+                                uint64_t src_off, uint64_t len, void *cookie);
 void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
                         void *ctx);
+
+/* ---- backend_cuda_gate.c ------------------------------------------------ */
+
+/* Give `d`'s bulk lanes gates of `step` bytes (context current): pinned
+ * host memory for their words, and one gated step tried on a stream, so a
+ * driver without stream memory operations is found here. 0 with the
+ * gates, or with none (step 0, or they cannot work: logged once, urgent
+ * copies then share the link with the others' chunks); -errno only for
+ * what fails the device (out of memory). */
+int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step);
+/* Open every gate of `d` for good (copy_lock held): before its streams
+ * are waited for at close, and when a stream failed. */
+void cuda_gate_release(cuda_device *d);
+/* Free the words' memory; after the streams are gone. */
+void cuda_gate_close(cuda_backend *b, cuda_device *d);
+/* Queue `n` bytes from `from` to `to` on the bulk lane `q`, in steps,
+ * each behind the gate, which opens for them first unless an urgent copy
+ * is in flight (takes copy_lock). Without a gate, one cuMemcpyAsync. 0 or
+ * -errno (logged); steps queued before a failure still run. Loop thread. */
+int cuda_gate_copy(cuda_backend *b, cuda_queue *q, CUdeviceptr to,
+                   CUdeviceptr from, uint64_t n);
+/* copy_lock held: an urgent copy is queued (close the gate) / was heard
+ * (open it when it was the last one in flight). Accept NULL. */
+void cuda_gate_urgent(cuda_gate *g);
+void cuda_gate_heard(cuda_gate *g);
 
 /* ---- backend_cuda_host.c ------------------------------------------------ */
 

@@ -1,8 +1,10 @@
 /*
  * backend_cuda_copy — the copy engine of the cuda backend (ARCHITECTURE.md
- * decision 5): per device one non-blocking stream per direction, made at
- * open in the device's primary context, so a swap-out and a swap-in run on
- * the GPU's two copy engines at once.
+ * decision 5): per device and direction two non-blocking streams, made at
+ * open in the device's primary context: the bulk lane (copy_submit) and
+ * the urgent lane (copy_submit_urgent), whose copies the bulk lane's
+ * pause for (backend_cuda_gate.c). A swap-out and a swap-in run on the
+ * GPU's two copy engines at once.
  *
  * Both ends of every copy are mapped into the daemon (backend_cuda_mem.c:
  * VRAM and host-located VMM alike, with access for the device), so a copy
@@ -67,6 +69,7 @@ static void cuda_copy_wake(cuda_backend *b, cuda_copy *c)
                         return;
                 }
                 c->fired = true;
+                cuda_gate_heard(c->gate);
         }
         wake = b->wake;
         ctx = b->wake_ctx;
@@ -105,10 +108,12 @@ int cuda_copy_wake_after(cuda_backend *b, cuda_queue *q, CUevent after)
 
 int cuda_copy_open(cuda_backend *b, cuda_device *d)
 {
-        for (int dir = 0; dir < 2; dir++) {
-                cuda_queue *q = &d->queues[dir];
+        for (int i = 0; i < CUDA_QUEUES; i++) {
+                cuda_queue *q = &d->queues[i];
                 int r;
 
+                q->urgent = i >= CUDA_QUEUE_URGENT;
+                q->gate = &d->gates[i % 2];
                 r = cuda_check(b, b->cu->cuStreamCreate(&q->stream,
                                                         CU_STREAM_NON_BLOCKING),
                                "cuStreamCreate (copies)");
@@ -119,7 +124,7 @@ int cuda_copy_open(cuda_backend *b, cuda_device *d)
                 if (r < 0)
                         return r;
         }
-        return 0;
+        return cuda_gate_open(b, d, b->preempt_step);
 }
 
 void cuda_copy_list_free(cuda_backend *b, cuda_copy *c)
@@ -163,6 +168,7 @@ static cuda_copy *cuda_copy_get(cuda_backend *b, cuda_queue *q)
                 c->next = NULL;
                 c->fired = false;
                 c->called = false;
+                c->gate = q->urgent ? q->gate : NULL;
                 return c;
         }
         c = calloc(1, sizeof(*c));
@@ -174,6 +180,7 @@ static cuda_copy *cuda_copy_get(cuda_backend *b, cuda_queue *q)
                 free(c);
                 return NULL;
         }
+        c->gate = q->urgent ? q->gate : NULL;
         return c;
 }
 
@@ -196,8 +203,12 @@ static void cuda_copy_put(cuda_queue *q, cuda_copy *c)
 
 void cuda_copy_close(cuda_backend *b, cuda_device *d)
 {
-        for (int dir = 0; dir < 2; dir++) {
-                cuda_queue *q = &d->queues[dir];
+        /* Nothing may wait on a gate now. */
+        pthread_mutex_lock(&b->copy_lock);
+        cuda_gate_release(d);
+        pthread_mutex_unlock(&b->copy_lock);
+        for (int i = 0; i < CUDA_QUEUES; i++) {
+                cuda_queue *q = &d->queues[i];
 
                 if (!q->stream)
                         continue;
@@ -218,6 +229,7 @@ void cuda_copy_close(cuda_backend *b, cuda_device *d)
                 q->head = q->tail = NULL;
                 q->n_inflight = 0;
         }
+        cuda_gate_close(b, d);
 }
 
 void cuda_ops_set_wake(gmd_backend *backend, void (*wake)(void *ctx),
@@ -231,19 +243,19 @@ void cuda_ops_set_wake(gmd_backend *backend, void (*wake)(void *ctx),
         pthread_mutex_unlock(&b->copy_lock);
 }
 
-int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
-                         gmd_copy_dir dir, gmd_mem *dst, uint64_t dst_off,
-                         gmd_mem *src, uint64_t src_off, uint64_t len,
-                         void *cookie)
+/* Queue a copy on lane `urgent` of `device`'s queues for `dir`. */
+static int cuda_copy_queue(cuda_backend *b, unsigned device, gmd_copy_dir dir,
+                           bool urgent, gmd_mem *dst, uint64_t dst_off,
+                           gmd_mem *src, uint64_t src_off, uint64_t len,
+                           void *cookie)
 {
-        cuda_backend *b = (cuda_backend *)backend;
         cuda_device *d = cuda_device_get(b, device);
         uint64_t run;
         cuda_queue *q;
         cuda_copy *c;
         CUresult res;
         bool fired;
-        int r;
+        int r = 0;
 
         if (!d || (dir != GMD_COPY_OUT && dir != GMD_COPY_IN) ||
             dst_off > dst->size || len > dst->size - dst_off ||
@@ -252,7 +264,7 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
         if (!cuda_mem_at(b, cuda_mem_of(dst), dst_off, &run) ||
             !cuda_mem_at(b, cuda_mem_of(src), src_off, &run))
                 return -EINVAL;
-        q = &d->queues[dir];
+        q = &d->queues[dir + (urgent ? CUDA_QUEUE_URGENT : 0)];
         if (q->error)
                 return q->error;
         r = cuda_device_enter(b, d);
@@ -263,12 +275,20 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
                 return -ENOMEM;
         c->cookie = cookie;
         q->n_submitted++;
+        /* Before its bytes are queued: the bulk lane's steps not begun
+         * wait from now until it is heard. */
+        if (urgent) {
+                pthread_mutex_lock(&b->copy_lock);
+                cuda_gate_urgent(c->gate);
+                pthread_mutex_unlock(&b->copy_lock);
+        }
 
-        /* One cuMemcpyAsync per stretch that is contiguous at both ends:
-         * a host arena copy comes in parts (backend_cuda_host.c). None for
-         * an empty copy: its completion below still comes after the
-         * stream's earlier work and the events it waits for. */
-        for (uint64_t done = 0; done < len; ) {
+        /* One copy per stretch that is contiguous at both ends: a host
+         * arena copy comes in parts (backend_cuda_host.c); on the bulk
+         * lane each in gated steps. None for an empty copy: its
+         * completion below still comes after the stream's earlier work
+         * and the events it waits for. */
+        for (uint64_t done = 0; done < len && r == 0; ) {
                 uint64_t to_run, from_run;
                 CUdeviceptr to = cuda_mem_at(b, cuda_mem_of(dst), dst_off + done,
                                              &to_run);
@@ -280,18 +300,26 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
                         n = to_run;
                 if (n > from_run)
                         n = from_run;
-                r = n ? cuda_check(b, b->cu->cuMemcpyAsync(to, from, n, q->stream),
-                                   "cuMemcpyAsync") : -EINVAL;
-                if (r < 0) {
-                        /* Parts queued before this one may still run: the
-                         * memory must outlive them. */
-                        if (done)
-                                b->cu->cuStreamSynchronize(q->stream);
-                        c->called = true;       /* none was queued */
-                        cuda_copy_put(q, c);
-                        return r;
-                }
+                if (!n)
+                        r = -EINVAL;
+                else if (urgent)
+                        r = cuda_check(b, b->cu->cuMemcpyAsync(to, from, n,
+                                                               q->stream),
+                                       "cuMemcpyAsync");
+                else
+                        r = cuda_gate_copy(b, q, to, from, n);
                 done += n;
+        }
+        if (r < 0) {
+                /* Parts queued before this one may still run: the memory
+                 * must outlive them. */
+                b->cu->cuStreamSynchronize(q->stream);
+                pthread_mutex_lock(&b->copy_lock);
+                c->called = true;       /* none was queued */
+                cuda_gate_heard(c->gate);
+                cuda_copy_put(q, c);
+                pthread_mutex_unlock(&b->copy_lock);
+                return r;
         }
         res = b->cu->cuEventRecord(c->done, q->stream);
         if (res == CUDA_SUCCESS)
@@ -309,7 +337,11 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
                         r = cuda_check(b, b->cu->cuStreamSynchronize(q->notify),
                                        "cuStreamSynchronize");
                 if (r < 0) {
-                        /* A host function may still name the record. */
+                        /* A host function may still name the record; the
+                         * device is broken: no gate of it stays shut. */
+                        pthread_mutex_lock(&b->copy_lock);
+                        cuda_gate_release(d);
+                        pthread_mutex_unlock(&b->copy_lock);
                         c->next = b->zombies;
                         b->zombies = c;
                         return r;
@@ -324,6 +356,24 @@ int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
         cuda_watch_queued(b, d, q, dir, c, len, now_us());
         pthread_mutex_unlock(&b->copy_lock);
         return 0;
+}
+
+int cuda_ops_copy_submit(gmd_backend *backend, unsigned device,
+                         gmd_copy_dir dir, gmd_mem *dst, uint64_t dst_off,
+                         gmd_mem *src, uint64_t src_off, uint64_t len,
+                         void *cookie)
+{
+        return cuda_copy_queue((cuda_backend *)backend, device, dir, false,
+                               dst, dst_off, src, src_off, len, cookie);
+}
+
+int cuda_ops_copy_submit_urgent(gmd_backend *backend, unsigned device,
+                                gmd_copy_dir dir, gmd_mem *dst,
+                                uint64_t dst_off, gmd_mem *src,
+                                uint64_t src_off, uint64_t len, void *cookie)
+{
+        return cuda_copy_queue((cuda_backend *)backend, device, dir, true,
+                               dst, dst_off, src, src_off, len, cookie);
 }
 
 /* Take the fired records off the head of `q` (lock held); with the queue
@@ -351,8 +401,8 @@ void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
 {
         cuda_backend *b = (cuda_backend *)backend;
 
-        for (unsigned i = 0; i < 2 * b->n_devices; i++) {
-                cuda_queue *q = &b->devices[i / 2].queues[i % 2];
+        for (unsigned i = 0; i < CUDA_QUEUES * b->n_devices; i++) {
+                cuda_queue *q = &b->devices[i / CUDA_QUEUES].queues[i % CUDA_QUEUES];
                 cuda_copy *c;
 
                 /* Detach under the lock, report without it: `done` submits
@@ -394,8 +444,8 @@ void cuda_copy_poll(cuda_backend *b)
         for (unsigned i = 0; i < b->n_devices; i++) {
                 cuda_device *d = &b->devices[i];
 
-                for (int dir = 0; dir < 2; dir++) {
-                        cuda_queue *q = &d->queues[dir];
+                for (int k = 0; k < CUDA_QUEUES; k++) {
+                        cuda_queue *q = &d->queues[k];
                         CUresult res;
 
                         if (!q->head || q->error ||
@@ -406,10 +456,14 @@ void cuda_copy_poll(cuda_backend *b)
                                 res = b->cu->cuStreamQuery(q->notify);
                         if (res == CUDA_SUCCESS || res == CUDA_ERROR_NOT_READY)
                                 continue;
-                        q->error = cuda_check(b, res, dir == GMD_COPY_OUT ?
+                        q->error = cuda_check(b, res, k % 2 == GMD_COPY_OUT ?
                                               "copy stream (out)" :
                                               "copy stream (in)");
                         failed = true;
+                        /* Its urgent copies will never be heard. */
+                        pthread_mutex_lock(&b->copy_lock);
+                        cuda_gate_release(d);
+                        pthread_mutex_unlock(&b->copy_lock);
                 }
         }
         if (failed && b->wake)

@@ -144,10 +144,10 @@ int cuda_event_wait(gmd_backend *backend, gmd_event *event)
         if (r < 0)
                 return r;
         /* The interface names no direction yet: every stream that may
-         * touch the owner's memory waits (copies in both directions and
-         * zeroing). */
-        for (int dir = 0; dir < 2 && r == 0; dir++)
-                r = cuda_check(b, b->cu->cuStreamWaitEvent(d->queues[dir].stream,
+         * touch the owner's memory waits (copies in both directions, both
+         * lanes, and zeroing). */
+        for (int i = 0; i < CUDA_QUEUES && r == 0; i++)
+                r = cuda_check(b, b->cu->cuStreamWaitEvent(d->queues[i].stream,
                                                            e->handle, 0),
                                "cuStreamWaitEvent");
         if (r < 0)

@@ -161,8 +161,20 @@ static int link_queue(cuda_backend *b, cuda_device *d, bool warmup)
 /* Copies ever submitted for the device by the copy engine. */
 static uint64_t link_submitted(const cuda_device *d)
 {
-        return d->queues[GMD_COPY_OUT].n_submitted +
-               d->queues[GMD_COPY_IN].n_submitted;
+        uint64_t n = 0;
+
+        for (int i = 0; i < CUDA_QUEUES; i++)
+                n += d->queues[i].n_submitted;
+        return n;
+}
+
+/* Nothing of the copy engine's in flight on `d`, and no stream failed. */
+static bool link_quiet(const cuda_device *d)
+{
+        for (int i = 0; i < CUDA_QUEUES; i++)
+                if (d->queues[i].head || d->queues[i].error)
+                        return false;
+        return true;
 }
 
 /* Free what the measurement holds (the device's context current): at
@@ -430,11 +442,7 @@ void cuda_link_maintain(cuda_backend *b)
                 late = now - d->link.first_try_us > LINK_PATIENCE_US;
                 /* Once the patience is spent, a try that swaps keep
                  * interrupting is not made again: each costs them. */
-                if (ready && !d->queues[GMD_COPY_OUT].head &&
-                    !d->queues[GMD_COPY_IN].head &&
-                    !d->queues[GMD_COPY_OUT].error &&
-                    !d->queues[GMD_COPY_IN].error &&
-                    !(late && d->link.interrupted)) {
+                if (ready && link_quiet(d) && !(late && d->link.interrupted)) {
                         link_begin(b, d, i);
                         continue;
                 }

@@ -103,9 +103,9 @@ uint64_t cuda_watch_step(cuda_backend *b, uint64_t now)
         uint64_t next = UINT64_MAX;
         bool woke = false;
 
-        for (unsigned i = 0; i < 2 * b->n_devices; i++) {
-                cuda_device *d = &b->devices[i / 2];
-                cuda_queue *q = &d->queues[i % 2];
+        for (unsigned i = 0; i < CUDA_QUEUES * b->n_devices; i++) {
+                cuda_device *d = &b->devices[i / CUDA_QUEUES];
+                cuda_queue *q = &d->queues[i % CUDA_QUEUES];
                 cuda_copy *c = watch_first(q);
                 uint64_t gen;
                 CUresult res;
@@ -131,6 +131,9 @@ uint64_t cuda_watch_step(cuda_backend *b, uint64_t now)
                 }
                 if (res == CUDA_SUCCESS) {
                         c->fired = true;
+                        /* The bulk lane goes on now, not after the loop
+                         * heard it (backend_cuda_gate.c). */
+                        cuda_gate_heard(c->gate);
                         b->watch.heard++;
                         woke = true;
                         next = now;     /* the next copy of the queue */

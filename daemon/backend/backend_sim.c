@@ -397,9 +397,11 @@ static void sim_set_wake(gmd_backend *b, void (*wake)(void *ctx), void *ctx)
         sim_copier_set_wake(to_sim(b)->copier, wake, ctx);
 }
 
-static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
-                           gmd_mem *dst, uint64_t dst_off, gmd_mem *src,
-                           uint64_t src_off, uint64_t len, void *cookie)
+/* A copy on the urgent or the bulk lane of its queue. */
+static int sim_copy_queue(gmd_backend *b, unsigned device, gmd_copy_dir dir,
+                          bool urgent, gmd_mem *dst, uint64_t dst_off,
+                          gmd_mem *src, uint64_t src_off, uint64_t len,
+                          void *cookie)
 {
         sim_backend *sim = to_sim(b);
         sim_copy_part parts[SIM_COPY_MAX_PARTS];
@@ -440,7 +442,25 @@ static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
                         return -EINVAL;
                 parts[n_parts++] = (sim_copy_part){ to, from, 0 };
         }
-        return sim_copier_submit_parts(sim->copier, queue, parts, n_parts, cookie);
+        return sim_copier_submit_parts(sim->copier, queue, urgent, parts,
+                                       n_parts, cookie);
+}
+
+static int sim_copy_submit(gmd_backend *b, unsigned device, gmd_copy_dir dir,
+                           gmd_mem *dst, uint64_t dst_off, gmd_mem *src,
+                           uint64_t src_off, uint64_t len, void *cookie)
+{
+        return sim_copy_queue(b, device, dir, false, dst, dst_off, src,
+                              src_off, len, cookie);
+}
+
+static int sim_copy_submit_urgent(gmd_backend *b, unsigned device,
+                                  gmd_copy_dir dir, gmd_mem *dst,
+                                  uint64_t dst_off, gmd_mem *src,
+                                  uint64_t src_off, uint64_t len, void *cookie)
+{
+        return sim_copy_queue(b, device, dir, true, dst, dst_off, src,
+                              src_off, len, cookie);
 }
 
 static void sim_copy_reap(gmd_backend *b, gmd_copy_done_fn done, void *ctx)
@@ -524,6 +544,7 @@ static const gmd_backend_ops sim_ops = {
         .set_wake = sim_set_wake,
         .copy_submit = sim_copy_submit,
         .copy_reap = sim_copy_reap,
+        .copy_submit_urgent = sim_copy_submit_urgent,
         .mem_create_private = sim_mem_create_private,
         .arena_info = sim_arena_info,
         .arena_grow = sim_arena_grow,
@@ -572,7 +593,8 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
                             "counts as VRAM used by others (a test hook)",
                             sim->vram_others);
         }
-        r = sim_copier_new(2 * sim->n_devices, config->sim_copy_rate, &sim->copier);
+        r = sim_copier_new(2 * sim->n_devices, config->sim_copy_rate,
+                           config->swap_preempt_step, &sim->copier);
         if (r < 0) {
                 sim_destroy(&sim->base);
                 return r;

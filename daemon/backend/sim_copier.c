@@ -1,8 +1,11 @@
 /*
- * sim_copier — see sim_copier.h. A job moves from its queue's pending list
+ * sim_copier — see sim_copier.h. A job moves from its lane's pending list
  * to the shared finished list under one mutex; memcpy runs outside it.
  * The wake function is called once per batch that made the finished list
  * non-empty, so a burst of small copies costs one wake-up of the loop.
+ * A bulk job is copied a step at a time, and before each step the thread
+ * looks at the urgent lane first: an urgent job waits for one step of the
+ * others at most, as the cuda backend's gated steps make it on the GPU.
  */
 #include "sim_copier.h"
 
@@ -18,15 +21,20 @@ typedef struct copy_job {
         void *dst;
         const void *src;
         size_t len;
+        size_t off;                 /* bytes copied so far */
         void *cookie;
         bool report;                /* false: a part, not handed to reap */
 } copy_job;
+
+typedef struct copy_lane {
+        copy_job *head, *tail;      /* pending, oldest first */
+} copy_lane;
 
 typedef struct copy_queue {
         sim_copier *copier;
         pthread_t thread;
         bool started;
-        copy_job *head, *tail;      /* pending, oldest first */
+        copy_lane lanes[2];         /* bulk, urgent */
         pthread_cond_t cond;
 } copy_queue;
 
@@ -39,6 +47,7 @@ struct sim_copier {
         void (*wake)(void *ctx);
         void *wake_ctx;
         uint64_t rate;              /* bytes per second, 0 = unlimited */
+        uint64_t step;              /* a bulk job's bytes per turn, 0: all */
 };
 
 static void jobs_free(copy_job *job)
@@ -81,28 +90,39 @@ static void *queue_run(void *arg)
 {
         copy_queue *q = arg;
         sim_copier *c = q->copier;
+        copy_lane *urgent = &q->lanes[1], *bulk = &q->lanes[0];
 
         pthread_mutex_lock(&c->lock);
         for (;;) {
+                copy_lane *lane;
                 copy_job *job;
+                size_t n;
                 bool was_empty;
 
-                while (!q->head && !c->stopping)
+                while (!urgent->head && !bulk->head && !c->stopping)
                         pthread_cond_wait(&q->cond, &c->lock);
-                if (!q->head)
+                lane = urgent->head ? urgent : bulk;
+                if (!lane->head)
                         break;   /* stopping, nothing left */
-                job = q->head;
+                job = lane->head;
+                n = job->len - job->off;
+                if (lane == bulk && c->step && n > c->step)
+                        n = c->step;
                 pthread_mutex_unlock(&c->lock);
 
                 uint64_t t0 = mono_ns();
 
-                memcpy(job->dst, job->src, job->len);
-                copy_throttle(c->rate, job->len, mono_ns() - t0);
+                memcpy((char *)job->dst + job->off,
+                       (const char *)job->src + job->off, n);
+                copy_throttle(c->rate, n, mono_ns() - t0);
 
                 pthread_mutex_lock(&c->lock);
-                q->head = job->next;
-                if (!q->head)
-                        q->tail = NULL;
+                job->off += n;
+                if (job->off < job->len)
+                        continue;       /* a step: the urgent lane first */
+                lane->head = job->next;
+                if (!lane->head)
+                        lane->tail = NULL;
                 job->next = NULL;
                 if (!job->report) {
                         free(job);      /* a part: the last part reports */
@@ -126,7 +146,8 @@ uint64_t sim_copier_rate(const sim_copier *copier)
         return copier ? copier->rate : 0;
 }
 
-int sim_copier_new(unsigned n_queues, uint64_t rate, sim_copier **ret_copier)
+int sim_copier_new(unsigned n_queues, uint64_t rate, uint64_t step,
+                   sim_copier **ret_copier)
 {
         sim_copier *c = calloc(1, sizeof(*c));
         int r = 0;
@@ -134,6 +155,7 @@ int sim_copier_new(unsigned n_queues, uint64_t rate, sim_copier **ret_copier)
         if (!c)
                 return -ENOMEM;
         c->rate = rate;
+        c->step = step;
         c->queues = calloc(n_queues ? n_queues : 1, sizeof(*c->queues));
         if (!c->queues) {
                 free(c);
@@ -173,7 +195,8 @@ sim_copier *sim_copier_free(sim_copier *c)
 
                 if (q->started)
                         pthread_join(q->thread, NULL);
-                jobs_free(q->head);
+                jobs_free(q->lanes[0].head);
+                jobs_free(q->lanes[1].head);
                 pthread_cond_destroy(&q->cond);
         }
         jobs_free(c->done_head);
@@ -191,11 +214,11 @@ void sim_copier_set_wake(sim_copier *c, void (*wake)(void *ctx), void *ctx)
         pthread_mutex_unlock(&c->lock);
 }
 
-int sim_copier_submit_parts(sim_copier *c, unsigned queue,
+int sim_copier_submit_parts(sim_copier *c, unsigned queue, bool urgent,
                             const sim_copy_part *parts, unsigned n, void *cookie)
 {
         copy_job *first = NULL, **tail = &first, *last = NULL;
-        copy_queue *q;
+        copy_lane *lane;
 
         if (queue >= c->n_queues || n == 0)
                 return -EINVAL;
@@ -216,14 +239,14 @@ int sim_copier_submit_parts(sim_copier *c, unsigned queue,
                 tail = &job->next;
                 last = job;
         }
-        q = &c->queues[queue];
+        lane = &c->queues[queue].lanes[urgent];
         pthread_mutex_lock(&c->lock);
-        if (q->tail)
-                q->tail->next = first;
+        if (lane->tail)
+                lane->tail->next = first;
         else
-                q->head = first;
-        q->tail = last;
-        pthread_cond_signal(&q->cond);
+                lane->head = first;
+        lane->tail = last;
+        pthread_cond_signal(&c->queues[queue].cond);
         pthread_mutex_unlock(&c->lock);
         return 0;
 }
@@ -233,7 +256,7 @@ int sim_copier_submit(sim_copier *c, unsigned queue, void *dst, const void *src,
 {
         sim_copy_part part = { dst, src, len };
 
-        return sim_copier_submit_parts(c, queue, &part, 1, cookie);
+        return sim_copier_submit_parts(c, queue, false, &part, 1, cookie);
 }
 
 void sim_copier_reap(sim_copier *c, gmd_copy_done_fn done, void *ctx)

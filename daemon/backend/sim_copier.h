@@ -1,13 +1,16 @@
 /*
  * sim_copier — the sim backend's copy engine: one worker thread per queue
  * (a device and a direction), each running memcpy on the jobs submitted to
- * it in order, the way a CUDA stream runs its copies. Finished jobs wait in
+ * it in order, the way a CUDA stream runs its copies. A queue has two
+ * lanes: urgent jobs run before the bulk ones, and a bulk job under way
+ * yields to them between its steps (backend.h copy_submit_urgent). Finished jobs wait in
  * one list until the loop thread reaps them; the wake function tells it
  * there is something to reap. Threads and locks stay inside this file.
  */
 #ifndef GMD_SIM_COPIER_H
 #define GMD_SIM_COPIER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,8 +19,10 @@
 typedef struct sim_copier sim_copier;
 
 /* Start `n_queues` worker threads, each copying at most `rate` bytes per
- * second (0: as fast as memcpy goes). */
-int sim_copier_new(unsigned n_queues, uint64_t rate, sim_copier **ret_copier);
+ * second (0: as fast as memcpy goes), a bulk job `step` bytes at a time
+ * (0: a whole part at a time). */
+int sim_copier_new(unsigned n_queues, uint64_t rate, uint64_t step,
+                   sim_copier **ret_copier);
 
 /* Stop the threads (after the jobs already queued) and free everything;
  * jobs not reaped are dropped. Accepts NULL, returns NULL. */
@@ -28,7 +33,8 @@ uint64_t sim_copier_rate(const sim_copier *copier);
 
 void sim_copier_set_wake(sim_copier *copier, void (*wake)(void *ctx), void *ctx);
 
-/* Queue a copy of `len` bytes on `queue`. 0 or -ENOMEM / -EINVAL. */
+/* Queue a copy of `len` bytes on `queue`'s bulk lane. 0 or -ENOMEM /
+ * -EINVAL. */
 int sim_copier_submit(sim_copier *copier, unsigned queue, void *dst,
                       const void *src, size_t len, void *cookie);
 
@@ -39,9 +45,10 @@ typedef struct sim_copy_part {
         size_t len;
 } sim_copy_part;
 
-/* Queue one copy made of `n` stretches, run in order; only the last is
- * reported, with `cookie`. All or nothing: on -ENOMEM none is queued. */
-int sim_copier_submit_parts(sim_copier *copier, unsigned queue,
+/* Queue one copy made of `n` stretches on `queue`'s urgent or bulk lane,
+ * run in order; only the last is reported, with `cookie`. All or nothing:
+ * on -ENOMEM none is queued. */
+int sim_copier_submit_parts(sim_copier *copier, unsigned queue, bool urgent,
                             const sim_copy_part *parts, unsigned n,
                             void *cookie);
 

@@ -74,6 +74,7 @@ static const config_key config_keys[] = {
         KEY("swap", "chunk_size", KEY_SIZE, swap_chunk_size, 0),
         KEY("swap", "copies_in_flight", KEY_UINT, swap_copies_in_flight, 64),
         KEY("swap", "bytes_in_flight", KEY_SIZE, swap_bytes_in_flight, 0),
+        KEY("swap", "preempt_step", KEY_SIZE, swap_preempt_step, 0),
         KEY("swap", "keep_vram", KEY_BOOL, swap_keep_vram, 0),
         KEY("sim", "devices", KEY_UINT, sim_devices, 16),
         KEY("sim", "vram", KEY_SIZE, sim_vram, 0),
@@ -125,6 +126,7 @@ void config_init_defaults(gmd_config *config)
         config->swap_chunk_size = 64ull << 20;
         config->swap_copies_in_flight = 2;
         config->swap_bytes_in_flight = 64ull << 20;
+        config->swap_preempt_step = 4ull << 20;
         config->swap_keep_vram = true;
         config->host_stock_grow = true;
         config->sim_devices = 1;
@@ -345,6 +347,11 @@ int config_validate(gmd_config *config, FILE *err)
         }
         if (config->swap_chunk_size < (1u << 20)) {
                 fprintf(err, "config: [swap] chunk_size must be at least 1M\n");
+                return -EINVAL;
+        }
+        if (config->swap_preempt_step && config->swap_preempt_step < (256u << 10)) {
+                fprintf(err, "config: [swap] preempt_step must be 0 (off) or at "
+                        "least 256K\n");
                 return -EINVAL;
         }
         if (config->sim_vram < g) {

@@ -86,6 +86,9 @@ typedef struct gmd_config {
         unsigned swap_copies_in_flight;   /* chunks per direction at once */
         uint64_t swap_bytes_in_flight;    /* and more, up to these bytes
                                            * per direction (small chunks) */
+        uint64_t swap_preempt_step;       /* an urgent copy overtakes queued
+                                           * ones at this step; 0: off. Read
+                                           * at start */
         bool swap_keep_vram;              /* keep VRAM a swap-out left for the
                                            * owner's next swap-in (reuse.h) */
 

@@ -15,7 +15,16 @@
 typedef struct copy_chunk {
         gmd_copy *copy;
         uint64_t len;
+        bool urgent;        /* on the backend's urgent lane */
 } copy_chunk;
+
+/* The classes each lane serves: with the backend's urgent lane, urgent
+ * copies go there and the others share the bulk lane; without it, one
+ * lane serves all three in order. */
+typedef enum copy_lane {
+        LANE_BULK = 0,
+        LANE_URGENT = 1,
+} copy_lane;
 
 void copyqs_init(gmd_copyqs *qs, gmd_copyq *q, unsigned n, gmd_backend *backend,
                  const gmd_config *config, gmd_stats *stats, gmd_pending *pending)
@@ -26,6 +35,8 @@ void copyqs_init(gmd_copyqs *qs, gmd_copyq *q, unsigned n, gmd_backend *backend,
         qs->config = config;
         qs->stats = stats;
         qs->pending = pending;
+        qs->lanes = config->swap_preempt_step &&
+                    backend->ops->copy_submit_urgent;
         for (unsigned i = 0; i < n; i++) {
                 unsigned link = i;
 
@@ -63,11 +74,15 @@ bool copyq_usable(const gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
 }
 
 /* The next copy to issue a chunk of on `link` (its first device's
- * queue) this way: the best class on any of its devices, the devices
- * taken in turn after the one served last. */
-static gmd_copy *next_copy(gmd_copyqs *qs, gmd_copyq *link, gmd_copy_dir dir)
+ * queue) this way, of the classes `lane` serves: the best class on any of
+ * its devices, the devices taken in turn after the one served last. */
+static gmd_copy *next_copy(gmd_copyqs *qs, gmd_copyq *link, gmd_copy_dir dir,
+                           copy_lane lane)
 {
-        for (int c = 0; c < 3; c++) {
+        int first = lane == LANE_URGENT || !qs->lanes ? MOVE_URGENT : MOVE_EVICT;
+        int last = lane == LANE_URGENT ? MOVE_URGENT : MOVE_BULK;
+
+        for (int c = first; c <= last; c++) {
                 for (unsigned k = 1; k <= qs->n; k++) {
                         unsigned d = (link->link_turn[dir] + k) % qs->n;
                         gmd_copyq *q = &qs->q[d];
@@ -105,34 +120,42 @@ static void copy_end_later(gmd_copyqs *qs, gmd_copyq *q, gmd_copy *c)
         pending_mark(qs->pending, PENDING_COPIES);
 }
 
-/* May one more chunk go to the backend this way on `link`, counting the
- * chunks in flight of all its devices? (copyq.h) */
+/* May one more chunk go to the backend this way on `link`'s `lane`,
+ * counting that lane's chunks in flight of all its devices? (copyq.h) */
 static bool copyq_room(const gmd_copyqs *qs, const gmd_copyq *link,
-                       gmd_copy_dir dir)
+                       gmd_copy_dir dir, copy_lane lane)
 {
         const gmd_config *cfg = qs->config;
         unsigned chunks = 0;
         uint64_t bytes = 0;
 
         for (unsigned d = 0; d < qs->n; d++) {
-                if (qs->q[d].link != link->device)
+                const gmd_copyq *q = &qs->q[d];
+
+                if (q->link != link->device)
                         continue;
-                chunks += qs->q[d].inflight[dir];
-                bytes += qs->q[d].inflight_bytes[dir];
+                if (lane == LANE_URGENT) {
+                        chunks += q->urgent_inflight[dir];
+                        bytes += q->urgent_bytes[dir];
+                } else {
+                        chunks += q->inflight[dir] - q->urgent_inflight[dir];
+                        bytes += q->inflight_bytes[dir] - q->urgent_bytes[dir];
+                }
         }
         if (chunks < cfg->swap_copies_in_flight)
                 return true;
         return chunks < COPYQ_MAX_CHUNKS && bytes < cfg->swap_bytes_in_flight;
 }
 
-/* Issue chunks on the link of device `device` while it has room. */
-static void copyq_issue(gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
+/* Issue chunks on `lane` of `link` while it has room. */
+static void copyq_issue_lane(gmd_copyqs *qs, gmd_copyq *link, gmd_copy_dir dir,
+                             copy_lane lane)
 {
         const gmd_config *cfg = qs->config;
-        gmd_copyq *link = &qs->q[qs->q[device].link];
+        gmd_backend *be = qs->backend;
 
-        while (copyq_room(qs, link, dir)) {
-                gmd_copy *c = next_copy(qs, link, dir);
+        while (copyq_room(qs, link, dir, lane)) {
+                gmd_copy *c = next_copy(qs, link, dir, lane);
                 gmd_copyq *q;
                 copy_chunk *chunk;
                 uint64_t len;
@@ -145,9 +168,13 @@ static void copyq_issue(gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
                 if (len > cfg->swap_chunk_size)
                         len = cfg->swap_chunk_size;
                 chunk = malloc(sizeof(*chunk));
-                r = chunk ? qs->backend->ops->copy_submit(qs->backend,
-                                q->device, dir, c->dst, c->issued, c->src,
-                                c->issued, len, chunk) : -ENOMEM;
+                r = !chunk ? -ENOMEM : lane == LANE_URGENT ?
+                    be->ops->copy_submit_urgent(be, q->device, dir, c->dst,
+                                                c->issued, c->src, c->issued,
+                                                len, chunk) :
+                    be->ops->copy_submit(be, q->device, dir, c->dst,
+                                         c->issued, c->src, c->issued, len,
+                                         chunk);
                 if (r < 0) {
                         free(chunk);
                         log_error("device %u: cannot start a copy: %s; no new "
@@ -164,9 +191,14 @@ static void copyq_issue(gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
                 }
                 chunk->copy = c;
                 chunk->len = len;
+                chunk->urgent = lane == LANE_URGENT;
                 if (q->inflight[dir]++ == 0)
                         q->busy_since[dir] = now_us();
                 q->inflight_bytes[dir] += len;
+                if (chunk->urgent) {
+                        q->urgent_inflight[dir]++;
+                        q->urgent_bytes[dir] += len;
+                }
                 if (c->issued == 0)
                         c->issued_us = now_us();
                 c->inflight++;
@@ -176,6 +208,17 @@ static void copyq_issue(gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
                         c->phase = COPY_ISSUED;
                 }
         }
+}
+
+/* Issue chunks on the link of device `device` while it has room: the
+ * urgent lane first. */
+static void copyq_issue(gmd_copyqs *qs, unsigned device, gmd_copy_dir dir)
+{
+        gmd_copyq *link = &qs->q[qs->q[device].link];
+
+        if (qs->lanes)
+                copyq_issue_lane(qs, link, dir, LANE_URGENT);
+        copyq_issue_lane(qs, link, dir, LANE_BULK);
 }
 
 void copyq_push(gmd_copyqs *qs, gmd_copy *c)
@@ -197,6 +240,8 @@ void copyq_reclass(gmd_copyqs *qs, gmd_copy *c, move_class cls)
                 return;
         list_remove(&c->qlink);
         list_add_tail(&q->queued[c->dir][cls], &c->qlink);
+        /* Its own lane may have room where the other had none. */
+        copyq_issue(qs, c->device, c->dir);
 }
 
 bool copyq_stop(gmd_copyqs *qs, gmd_copy *c)
@@ -231,6 +276,10 @@ void copyq_on_done(void *ctx, void *cookie, int status)
         }
         q->bytes[dir] += chunk->len;
         q->inflight_bytes[dir] -= chunk->len;
+        if (chunk->urgent) {
+                q->urgent_inflight[dir]--;
+                q->urgent_bytes[dir] -= chunk->len;
+        }
         if (dir == GMD_COPY_OUT)
                 qs->stats->bytes_out += chunk->len;
         else

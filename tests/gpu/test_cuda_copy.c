@@ -8,7 +8,9 @@
  * Checks: HOST-tier memory is created zero-filled and mapped for the
  * device; a buffer goes out to host memory in chunks and comes back
  * bit-exact; completions of one direction arrive in submission order; both
- * directions run at once; bad arguments are -EINVAL; the host arena is
+ * directions run at once; an urgent copy (copy_submit_urgent) submitted
+ * behind a bulk one finishes first, its steps gated ([swap] preempt_step),
+ * both exact; bad arguments are -EINVAL; the host arena is
  * pinned in the background, hands out fd-less pieces, in two parts when
  * no free range holds one, that one copy crosses both ways bit-exact,
  * and takes them back whole. Exits 77 with one
@@ -41,6 +43,7 @@ static int wakes;
 /* Cookies are small integers: 100 * direction + chunk index. */
 static long done_order[MAX_DONE];
 static int done_status[MAX_DONE];
+static double done_us[MAX_DONE];        /* when reaped (gpu_now_us) */
 static int n_done;
 
 static void on_wake(void *ctx)
@@ -58,6 +61,7 @@ static void on_done(void *ctx, void *cookie, int status)
         if (n_done < MAX_DONE) {
                 done_order[n_done] = (long)(intptr_t)cookie;
                 done_status[n_done] = status;
+                done_us[n_done] = gpu_now_us();
         }
         n_done++;
 }
@@ -243,6 +247,63 @@ int main(void)
         }
         CHECK(gpu_check(va_of(host2), SIZE, 0, 815) == 0, "both: out exact");
         CHECK(gpu_check(va_of(vram), SIZE, 0, 4711) == 0, "both: in exact");
+
+        /* The urgent lane: one CHUNK alone, then the same behind SIZE of
+         * bulk copies in (host2 -> vram2) submitted just before it. The
+         * bulk lane's steps not begun pause while it runs, so it is the
+         * first to finish; both land exact. */
+        {
+                cuda_device *d = &((cuda_backend *)be)->devices[0];
+                const uint64_t closed = d->gates[GMD_COPY_IN].closed;
+                double alone, behind;
+                int urgent_at = -1;
+
+                CHECK(ops->copy_submit_urgent != NULL, "an urgent lane");
+                CHECK(d->gates[GMD_COPY_IN].word != NULL &&
+                      d->gates[GMD_COPY_IN].step == config.swap_preempt_step,
+                      "the bulk lane in is gated in steps of %llu MiB (see the "
+                      "log if not)",
+                      (unsigned long long)(config.swap_preempt_step / MiB));
+                CHECK(gpu_fill(va_of(vram), SIZE, 0, 5) == 0, "scribble 3");
+                n_done = 0;
+                t0 = gpu_now_us();
+                CHECK(ops->copy_submit_urgent(be, 0, GMD_COPY_IN, vram, 0, host,
+                                              0, CHUNK, (void *)(intptr_t)999) == 0,
+                      "urgent copy alone");
+                CHECK(reap_until(be, 1) == 0, "it finishes");
+                alone = done_us[0] - t0;
+                CHECK(gpu_fill(va_of(vram), SIZE, 0, 5) == 0, "scribble 4");
+                n_done = 0;
+                count = 0;
+                CHECK(submit_all(be, GMD_COPY_IN, vram2, host2, &count) == 0,
+                      "bulk in");
+                t0 = gpu_now_us();
+                CHECK(ops->copy_submit_urgent(be, 0, GMD_COPY_IN, vram, 0, host,
+                                              0, CHUNK, (void *)(intptr_t)999) == 0,
+                      "urgent copy behind it");
+                CHECK(reap_until(be, count + 1) == 0, "all finish");
+                for (int i = 0; i < n_done && i < MAX_DONE; i++)
+                        if (done_order[i] == 999)
+                                urgent_at = i;
+                behind = urgent_at >= 0 ? done_us[urgent_at] - t0 : -1;
+                printf("urgent %llu MiB copy: %.0f us alone, %.0f us behind %llu "
+                       "MiB of bulk copies (finished %d of %d; gate closed %llu "
+                       "time(s))\n", (unsigned long long)(CHUNK / MiB), alone,
+                       behind, (unsigned long long)(SIZE / MiB), urgent_at + 1,
+                       n_done, (unsigned long long)
+                       (d->gates[GMD_COPY_IN].closed - closed));
+                CHECK(urgent_at == 0, "the urgent copy finishes first (it was "
+                      "number %d)", urgent_at + 1);
+                CHECK(d->gates[GMD_COPY_IN].closed - closed == 2,
+                      "each urgent copy closed the gate once");
+                CHECK(d->gates[GMD_COPY_IN].urgent == 0, "no urgent copy "
+                      "counted in flight after all were heard");
+                check_order(0, n_done, 100, "bulk, around the urgent one");
+                CHECK(gpu_check(va_of(vram), CHUNK, 0, 4711) == 0,
+                      "urgent copy exact");
+                CHECK(gpu_check(va_of(vram2), SIZE, 0, 815) == 0,
+                      "bulk copies exact around it");
+        }
 
         /* Bad arguments. */
         CHECK(ops->copy_submit(be, 0, GMD_COPY_OUT, host, SIZE - MiB, vram, 0,

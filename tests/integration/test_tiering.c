@@ -474,6 +474,67 @@ static void test_acquire_overtakes_prefetch(void **state)
         harness_stop(&f->h);
 }
 
+/* How long an acquire of a paged-out 4 MiB buffer takes just after a
+ * prefetch of 48 MiB began, with copies at 200 MB/s in 16 MiB chunks, two
+ * in flight ([swap] preempt_step `step`, "0" for off). */
+static int64_t acquire_behind_big_chunks(fixture *f, const char *step)
+{
+        gmd_buffer *big = NULL, *small = NULL;
+        char config[256];
+        uint64_t t0;
+        int64_t took;
+
+        snprintf(config, sizeof(config), "[pools]\nhost_limit = 256M\n"
+                 "[swap]\nchunk_size = 16M\nbytes_in_flight = 0\n"
+                 "preempt_step = %s\n[sim]\ncopy_rate = 200M\n", step);
+        harness_start_small(&f->h, config);
+        f->client = harness_client(&f->h, "preempt");
+        OK(gmd_alloc(f->client, 48 * MiB, 0, 0, GMD_NO_WAIT, &big));
+        OK(gmd_alloc(f->client, 4 * MiB, 0, 0, GMD_NO_WAIT, &small));
+        pattern_fill(big, 30);
+        pattern_fill(small, 31);
+        OK(gmd_release(f->client, big));
+        OK(gmd_release(f->client, small));
+        OK(gmd_pageout(f->client, NULL));
+        OK(gmd_wait(f->client, NULL, 10000));
+        OK(gmd_prefetch(f->client, big));
+        t0 = harness_now_ms();
+        OK(gmd_acquire(f->client, small, 10000));
+        took = elapsed_since(t0);
+        pattern_check(small, 31, "small after its swap-in");
+        OK(gmd_wait(f->client, big, 10000));
+        OK(gmd_acquire(f->client, big, 0));
+        pattern_check(big, 30, "big after the prefetch it overtook");
+        OK(gmd_free(f->client, big));
+        OK(gmd_free(f->client, small));
+        f->client = gmd_disconnect(f->client);
+        harness_stop(&f->h);
+        return took;
+}
+
+/* An acquire does not wait for the chunks a prefetch has in flight: they
+ * pause at their next step ([swap] preempt_step; sim: its copy thread
+ * serves the urgent lane between steps). Off, the 4 MiB acquire (20 ms of
+ * copying) waits behind two 16 MiB chunks (160 ms). */
+static void test_acquire_preempts_chunks_in_flight(void **state)
+{
+        fixture *f = *state;
+        int64_t on = acquire_behind_big_chunks(f, "1M");
+        int64_t off = acquire_behind_big_chunks(f, "0");
+
+        print_message("4 MiB acquire during a 48 MiB prefetch: %lld ms with "
+                      "preempt_step 1M, %lld ms with it off\n",
+                      (long long)on, (long long)off);
+        if (off < 100)
+                fail_msg("with preempt_step off the acquire took %lld ms: it "
+                         "should wait behind two 16 MiB chunks at 200 MB/s "
+                         "(160 ms)", (long long)off);
+        if (on * 2 > off)
+                fail_msg("with preempt_step 1M the acquire took %lld ms "
+                         "against %lld ms off: the chunks in flight did not "
+                         "pause for it", (long long)on, (long long)off);
+}
+
 /* Device 0's bytes copied in so far (its pool's bytes_in). */
 static uint64_t bytes_in_of(gmd_client *c, unsigned device)
 {
@@ -1476,6 +1537,8 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_transitions, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_acquire_overtakes_prefetch,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_acquire_preempts_chunks_in_flight,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_acquire_overtakes_other_devices_prefetch,
                                                 setup, teardown),

@@ -4,8 +4,10 @@
  * completions the test hands back itself. Chunking, the limit of chunks in
  * flight, class order, a stop with and without chunks in flight, a failed
  * chunk and a refused submit ending the copy on the ended list with a mark
- * for the scheduling pass, the pause after a refusal, and two devices on
- * one link sharing its limit, served by class across both, in turns.
+ * for the scheduling pass, the pause after a refusal, two devices on one
+ * link sharing its limit, served by class across both, in turns, and the
+ * backend's urgent lane ([swap] preempt_step): urgent chunks go at once,
+ * within limits of their own.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -28,11 +30,13 @@ typedef struct fake {
         void *cookies[MAX_CHUNKS];
         gmd_mem *dsts[MAX_CHUNKS];
         uint64_t lens[MAX_CHUNKS];
+        bool urgent[MAX_CHUNKS];    /* submitted on the urgent lane */
         unsigned n, next_done;
         int refuse;                 /* copy_submit's answer while nonzero */
 } fake;
 
 static fake *the_fake;
+static bool submitting_urgent;
 
 static int fake_submit(gmd_backend *backend, unsigned device, gmd_copy_dir dir,
                        gmd_mem *dst, uint64_t dst_off, gmd_mem *src,
@@ -52,8 +56,23 @@ static int fake_submit(gmd_backend *backend, unsigned device, gmd_copy_dir dir,
         f->cookies[f->n] = cookie;
         f->dsts[f->n] = dst;
         f->lens[f->n] = len;
+        f->urgent[f->n] = submitting_urgent;
         f->n++;
         return 0;
+}
+
+static int fake_submit_urgent(gmd_backend *backend, unsigned device,
+                              gmd_copy_dir dir, gmd_mem *dst, uint64_t dst_off,
+                              gmd_mem *src, uint64_t src_off, uint64_t len,
+                              void *cookie)
+{
+        int r;
+
+        submitting_urgent = true;
+        r = fake_submit(backend, device, dir, dst, dst_off, src, src_off, len,
+                        cookie);
+        submitting_urgent = false;
+        return r;
 }
 
 typedef struct fixture {
@@ -324,6 +343,98 @@ static void test_shared_link(void **state)
         drain(f);
 }
 
+/* Hand chunk `i` back, out of turn (the lanes finish in any order). */
+static void finish_at(fixture *f, unsigned i)
+{
+        assert_true(i < f->fake.n && f->fake.cookies[i]);
+        copyq_on_done(&f->qs, f->fake.cookies[i], 0);
+        f->fake.cookies[i] = NULL;
+}
+
+/* With the backend's urgent lane: an urgent copy's chunks go at once, on
+ * that lane, though the bulk lane is full; evictions stay on the bulk
+ * lane; a copy reclassed urgent goes at once too; each lane's count and
+ * bytes come back to zero. */
+static void test_urgent_lane(void **state)
+{
+        fixture *f = *state;
+        gmd_copy bulk, evict, urgent, late;
+
+        f->fake.ops.copy_submit_urgent = fake_submit_urgent;
+        f->config.swap_preempt_step = 1 * MIB;
+        copyqs_init(&f->qs, f->q, 1, &f->fake.backend, &f->config, &f->stats,
+                    &f->pending);
+        assert_true(f->qs.lanes);
+        copy_init(&bulk, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
+        copy_init(&evict, GMD_COPY_IN, MOVE_EVICT, &f->b, 4 * MIB);
+        copyq_push(&f->qs, &bulk);
+        copyq_push(&f->qs, &evict);
+        assert_int_equal(f->fake.n, 2);         /* the bulk lane is full */
+        assert_false(f->fake.urgent[0] || f->fake.urgent[1]);
+
+        copy_init(&urgent, GMD_COPY_IN, MOVE_URGENT, &f->c, 12 * MIB);
+        copyq_push(&f->qs, &urgent);
+        assert_int_equal(f->fake.n, 4);         /* two urgent chunks, now */
+        assert_true(f->fake.urgent[2] && f->fake.urgent[3]);
+        assert_ptr_equal(f->fake.dsts[2], &f->c);
+        assert_int_equal(f->q[0].urgent_inflight[GMD_COPY_IN], 2);
+        assert_int_equal(f->q[0].urgent_bytes[GMD_COPY_IN], 8 * MIB);
+        assert_int_equal(f->q[0].inflight[GMD_COPY_IN], 4);
+
+        /* An urgent chunk back: the urgent copy's rest, on its lane. */
+        finish_at(f, 2);
+        assert_int_equal(f->fake.n, 5);
+        assert_true(f->fake.urgent[4]);
+        assert_int_equal(f->fake.lens[4], 4 * MIB);
+        /* A bulk chunk back: eviction before bulk, on the bulk lane. */
+        finish_at(f, 0);
+        assert_int_equal(f->fake.n, 6);
+        assert_false(f->fake.urgent[5]);
+        assert_ptr_equal(f->fake.dsts[5], &f->b);
+
+        /* A queued bulk copy an acquire now waits for: at once. */
+        copy_init(&late, GMD_COPY_IN, MOVE_BULK, &f->a, 4 * MIB);
+        copyq_push(&f->qs, &late);
+        assert_int_equal(f->fake.n, 6);
+        copyq_reclass(&f->qs, &late, MOVE_URGENT);
+        assert_int_equal(f->fake.n, 6);         /* two urgent in flight */
+        finish_at(f, 3);
+        assert_int_equal(f->fake.n, 7);
+        assert_true(f->fake.urgent[6]);
+        assert_ptr_equal(f->fake.dsts[6], &f->a);
+
+        /* The rest, in order; what each issues comes after it. */
+        for (unsigned i = 0; i < f->fake.n; i++)
+                if (f->fake.cookies[i])
+                        finish_at(f, i);
+        assert_int_equal(urgent.phase, COPY_ENDED);
+        assert_int_equal(late.phase, COPY_ENDED);
+        assert_int_equal(f->q[0].urgent_inflight[GMD_COPY_IN], 0);
+        assert_int_equal(f->q[0].urgent_bytes[GMD_COPY_IN], 0);
+}
+
+/* [swap] preempt_step 0: no urgent lane, though the backend has one. */
+static void test_lane_off(void **state)
+{
+        fixture *f = *state;
+        gmd_copy bulk, urgent;
+
+        f->fake.ops.copy_submit_urgent = fake_submit_urgent;
+        f->config.swap_preempt_step = 0;
+        copyqs_init(&f->qs, f->q, 1, &f->fake.backend, &f->config, &f->stats,
+                    &f->pending);
+        assert_false(f->qs.lanes);
+        copy_init(&bulk, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
+        copy_init(&urgent, GMD_COPY_IN, MOVE_URGENT, &f->c, 4 * MIB);
+        copyq_push(&f->qs, &bulk);
+        copyq_push(&f->qs, &urgent);
+        assert_int_equal(f->fake.n, 2);         /* it waits for room */
+        finish_one(f, 0);
+        assert_ptr_equal(f->fake.dsts[2], &f->c);
+        assert_false(f->fake.urgent[2]);
+        drain(f);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -336,6 +447,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_refused_submit_rests,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_shared_link, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_urgent_lane, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_lane_off, setup, teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,222 @@
+/*
+ * backend_cuda_gate — lets an urgent copy overtake the bulk copies the GPU
+ * already has queued.
+ *
+ * copyq keeps two chunks of bulk copies (pageouts, prefetches, evictions)
+ * with the backend so that the link never idles while the loop hands over
+ * the next; an acquire's swap-in queued behind them on the same stream
+ * waited for all of them: 2 x 64 MiB, ~2.4 ms at 55 GB/s (on the H100 an
+ * acquire of a paged-out 64 MiB buffer took 2.9 ms during a bulk prefetch,
+ * 1.5 ms idle). Smaller chunks shorten the wait but cost line rate (4 MiB
+ * chunks: 0.86-0.95 of it against 0.99, BENCHMARKS.md): the loop must hand
+ * each one over in time.
+ *
+ * So an urgent copy runs on a stream of its own (the urgent lane), and the
+ * bulk lane's copies are queued in steps ([swap] preempt_step), each
+ * behind a cuStreamWaitValue32 on one 32-bit word in pinned host memory:
+ * step k runs once the word is at least k (a cyclic comparison, so the
+ * count may wrap). The word normally says the last step queued (it is
+ * set just before they are), and the steps run back to back as one copy
+ * would. While an urgent copy is in
+ * flight the word is set back by 2^30, so the steps not begun wait (the
+ * GPU has begun one or two), and the end of the last urgent copy, heard by
+ * the watcher thread or the host function, sets it forward again: the
+ * bulk copies go on without a round trip through the loop.
+ *
+ * A step costs the copy engine ~4 us (measured on the H100 against one
+ * copy per chunk: 4 MiB steps 0.92-0.94 of the line rate against
+ * 0.98-0.99, 8 MiB 0.96-0.97; an acquire of a paged-out 64 MiB buffer
+ * during a 4 GiB prefetch 1.38-1.49 ms with 4 MiB, 1.45-1.65 with 8 MiB,
+ * 2.93-2.97 ms without, its copy alone ~1.25 ms), so only copies in are
+ * gated: only an acquire's swap-in is urgent.
+ *
+ * A wait on memory can deadlock: a gate left closed stalls its lane for
+ * good. It is closed only while an urgent copy is counted in flight; each
+ * counted copy is heard once (its record's fired flag); and closing the
+ * backend or a failed stream opens every gate (cuda_gate_release).
+ */
+#include "backend_cuda.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+#include "log.h"
+#include "timeutil.h"
+
+/* How far back a closed gate is set: beyond every step in flight. */
+#define GATE_BACK (1u << 30)
+/* The gate's word, alone on its cache line. */
+#define GATE_BYTES 64
+/* How long the trial step at open may take. */
+#define GATE_TRY_US 1000000
+
+static void gate_store(cuda_gate *g, uint32_t value)
+{
+        __atomic_store_n(g->word, value, __ATOMIC_RELEASE);
+}
+
+/* One gated step of nothing on a stream of its own, its word already
+ * open: 0 when it passes, else why not. A driver without stream memory
+ * operations refuses the wait; one that took it but never lets it pass
+ * would stall every copy, so it is polled for a while, not waited for. */
+static int gate_try(cuda_backend *b, CUdeviceptr word_dev, volatile uint32_t *word)
+{
+        const gmd_cuda_driver *cu = b->cu;
+        uint64_t until = now_us() + GATE_TRY_US;
+        CUstream s;
+        CUresult res;
+        int r;
+
+        r = cuda_check(b, cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING),
+                       "cuStreamCreate (gate trial)");
+        if (r < 0)
+                return r;
+        *word = 1;
+        r = cuda_check(b, cu->cuStreamWaitValue32(s, word_dev, 1,
+                                                  CU_STREAM_WAIT_VALUE_GEQ),
+                       "cuStreamWaitValue32");
+        while (r == 0) {
+                res = cu->cuStreamQuery(s);
+                if (res == CUDA_SUCCESS)
+                        break;
+                if (res != CUDA_ERROR_NOT_READY) {
+                        r = cuda_check(b, res, "cuStreamQuery (gate trial)");
+                        break;
+                }
+                if (now_us() > until) {
+                        log_warning("cuda: a copy gated on host memory did not "
+                                    "pass in %u ms", GATE_TRY_US / 1000);
+                        /* Left as is: destroying a stream with work
+                         * queued is allowed; it is released once done. */
+                        r = -ETIMEDOUT;
+                        break;
+                }
+                sched_yield();
+        }
+        cu->cuStreamDestroy(s);
+        *word = 0;
+        return r;
+}
+
+int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step)
+{
+        const gmd_cuda_driver *cu = b->cu;
+        CUdeviceptr dev = 0;
+        void *page = NULL;
+        cuda_gate *g;
+        int r;
+
+        if (!step)
+                return 0;
+        r = cuda_check(b, cu->cuMemHostAlloc(&page, GATE_BYTES,
+                                             CU_MEMHOSTALLOC_DEVICEMAP),
+                       "cuMemHostAlloc (copy gates)");
+        if (r == -ENOMEM)
+                return r;
+        if (r == 0)
+                r = cuda_check(b, cu->cuMemHostGetDevicePointer(&dev, page, 0),
+                               "cuMemHostGetDevicePointer (copy gates)");
+        if (r == 0)
+                r = gate_try(b, dev, page);
+        if (r < 0) {
+                /* After a trial that never passed, the GPU may still read
+                 * the page: it is left to the process. */
+                if (page && r != -ETIMEDOUT)
+                        cu->cuMemFreeHost(page);
+                log_warning("cuda: device %s: bulk copies cannot pause for an "
+                            "urgent one (%s): an acquire's swap-in shares the "
+                            "link with the chunks in flight ([swap] "
+                            "preempt_step has no effect)", d->name, strerror(-r));
+                return 0;
+        }
+        /* Only copies in are gated: only an acquire's swap-in is urgent,
+         * and the link carries the two directions at once, so steps out
+         * would cost their rate (see above) for nothing. */
+        d->gate_page = page;
+        g = &d->gates[GMD_COPY_IN];
+        g->word = page;
+        g->word_dev = dev;
+        g->step = step;
+        g->queued = g->open_to = 0;
+        *g->word = 0;
+        return 0;
+}
+
+void cuda_gate_release(cuda_device *d)
+{
+        for (int dir = 0; dir < 2; dir++) {
+                cuda_gate *g = &d->gates[dir];
+
+                g->urgent = 0;
+                if (!g->word)
+                        continue;
+                g->open_to = g->queued;
+                gate_store(g, g->open_to);
+        }
+}
+
+void cuda_gate_close(cuda_backend *b, cuda_device *d)
+{
+        for (int dir = 0; dir < 2; dir++)
+                d->gates[dir].word = NULL;
+        if (d->gate_page)
+                b->cu->cuMemFreeHost(d->gate_page);
+        d->gate_page = NULL;
+}
+
+int cuda_gate_copy(cuda_backend *b, cuda_queue *q, CUdeviceptr to,
+                   CUdeviceptr from, uint64_t n)
+{
+        const gmd_cuda_driver *cu = b->cu;
+        cuda_gate *g = q->gate;
+
+        if (!g || !g->word)
+                return cuda_check(b, cu->cuMemcpyAsync(to, from, n, q->stream),
+                                  "cuMemcpyAsync");
+        /* Opened for the steps before they are queued: a wait that finds
+         * its word short is polled again only some microseconds later,
+         * which every copy reaching an idle stream would pay. */
+        pthread_mutex_lock(&b->copy_lock);
+        g->open_to = g->queued + (uint32_t)((n + g->step - 1) / g->step);
+        if (!g->urgent)
+                gate_store(g, g->open_to);
+        pthread_mutex_unlock(&b->copy_lock);
+        for (uint64_t off = 0; off < n; ) {
+                uint64_t len = n - off < g->step ? n - off : g->step;
+                uint32_t seq = g->queued + 1;
+                int r;
+
+                r = cuda_check(b, cu->cuStreamWaitValue32(q->stream, g->word_dev,
+                                        seq, CU_STREAM_WAIT_VALUE_GEQ),
+                               "cuStreamWaitValue32");
+                if (r < 0)
+                        return r;
+                g->queued = seq;
+                r = cuda_check(b, cu->cuMemcpyAsync(to + off, from + off, len,
+                                                    q->stream),
+                               "cuMemcpyAsync");
+                if (r < 0)
+                        return r;
+                off += len;
+        }
+        return 0;
+}
+
+void cuda_gate_urgent(cuda_gate *g)
+{
+        if (!g)
+                return;
+        if (g->urgent++ == 0 && g->word) {
+                gate_store(g, g->open_to - GATE_BACK);
+                g->closed++;
+        }
+}
+
+void cuda_gate_heard(cuda_gate *g)
+{
+        if (!g || !g->urgent)
+                return;
+        if (--g->urgent == 0 && g->word)
+                gate_store(g, g->open_to);
+}
