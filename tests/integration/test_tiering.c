@@ -474,6 +474,23 @@ static void test_acquire_overtakes_prefetch(void **state)
         harness_stop(&f->h);
 }
 
+/* A buffer of `big` bytes on device 0 and one of `small` on device
+ * `small_device`, patterns `seed` and `seed` + 1 written, both released
+ * and paged out. */
+static void paged_out_pair(gmd_client *c, uint64_t big, uint64_t small,
+                           unsigned small_device, uint32_t seed,
+                           gmd_buffer **ret_big, gmd_buffer **ret_small)
+{
+        OK(gmd_alloc(c, big, 0, 0, GMD_NO_WAIT, ret_big));
+        OK(gmd_alloc(c, small, small_device, 0, GMD_NO_WAIT, ret_small));
+        pattern_fill(*ret_big, seed);
+        pattern_fill(*ret_small, seed + 1);
+        OK(gmd_release(c, *ret_big));
+        OK(gmd_release(c, *ret_small));
+        OK(gmd_pageout(c, NULL));
+        OK(gmd_wait(c, NULL, 10000));
+}
+
 /* How long an acquire of a paged-out 4 MiB buffer takes just after a
  * prefetch of 48 MiB began, with copies at 200 MB/s in 16 MiB chunks, two
  * in flight ([swap] preempt_step `step`, "0" for off). */
@@ -489,14 +506,7 @@ static int64_t acquire_behind_big_chunks(fixture *f, const char *step)
                  "preempt_step = %s\n[sim]\ncopy_rate = 200M\n", step);
         harness_start_small(&f->h, config);
         f->client = harness_client(&f->h, "preempt");
-        OK(gmd_alloc(f->client, 48 * MiB, 0, 0, GMD_NO_WAIT, &big));
-        OK(gmd_alloc(f->client, 4 * MiB, 0, 0, GMD_NO_WAIT, &small));
-        pattern_fill(big, 30);
-        pattern_fill(small, 31);
-        OK(gmd_release(f->client, big));
-        OK(gmd_release(f->client, small));
-        OK(gmd_pageout(f->client, NULL));
-        OK(gmd_wait(f->client, NULL, 10000));
+        paged_out_pair(f->client, 48 * MiB, 4 * MiB, 0, 30, &big, &small);
         OK(gmd_prefetch(f->client, big));
         t0 = harness_now_ms();
         OK(gmd_acquire(f->client, small, 10000));
@@ -583,15 +593,7 @@ static void test_acquire_overtakes_other_devices_prefetch(void **state)
                 free(err);
         }
 #endif
-        OK(gmd_alloc(f->client, 48 * MiB, 0, 0, GMD_NO_WAIT, &big));
-        OK(gmd_alloc(f->client, 16 * MiB, 1, 0, GMD_NO_WAIT, &small));
-        pattern_fill(big, 20);
-        pattern_fill(small, 21);
-        OK(gmd_release(f->client, big));
-        OK(gmd_release(f->client, small));
-        OK(gmd_pageout(f->client, NULL));
-        OK(gmd_wait(f->client, NULL, 10000));
-
+        paged_out_pair(f->client, 48 * MiB, 16 * MiB, 1, 20, &big, &small);
         OK(gmd_prefetch(f->client, big));
         harness_sleep_ms(25);           /* the prefetch is under way */
         before = bytes_in_of(f->client, 0);
