@@ -29,38 +29,51 @@ static bool lendable(const gmd_dbuffer *b)
                b->mem && b->mem->fd >= 0;
 }
 
-/* Has a connection of `s`'s process made a wait that lends? */
-static bool process_lends(const gmd_server *server, const gmd_session *s)
+/* Is `s` the first connection of its process, in the server's list, that
+ * made a wait that lends? Then its process's lendable buffers are counted
+ * once, for it. */
+static bool first_lender(const gmd_server *server, const gmd_session *s)
 {
         const gmd_list *pos;
 
+        if (!s->lends)
+                return false;
         list_for_each(pos, &server->sessions) {
                 const gmd_session *o = container_of(pos, gmd_session, link);
 
                 if (o->lends && session_same_process(s, o))
-                        return true;
+                        return o == s;
         }
         return false;
 }
 
+/* Walks the sessions once per process that lends, not once per session:
+ * a waiter asks this on every scheduling pass. */
 uint64_t loan_would_lend(gmd_server *server, unsigned device,
                          const gmd_session *waiter, int priority)
 {
         uint64_t bytes = 0;
-        gmd_list *pos, *bpos;
+        gmd_list *lpos, *pos, *bpos;
 
-        list_for_each(pos, &server->sessions) {
-                gmd_session *o = container_of(pos, gmd_session, link);
+        list_for_each(lpos, &server->sessions) {
+                gmd_session *lender = container_of(lpos, gmd_session, link);
 
-                if (session_same_process(o, waiter) ||
-                    o->priority > priority || o->closing ||
-                    !process_lends(server, o))
+                if (!first_lender(server, lender) ||
+                    session_same_process(lender, waiter))
                         continue;
-                list_for_each(bpos, &o->buffers) {
-                        gmd_dbuffer *b = container_of(bpos, gmd_dbuffer, owner_link);
+                list_for_each(pos, &server->sessions) {
+                        gmd_session *o = container_of(pos, gmd_session, link);
 
-                        if (b->device == device && lendable(b))
-                                bytes += b->size;
+                        if (!session_same_process(o, lender) ||
+                            o->priority > priority || o->closing)
+                                continue;
+                        list_for_each(bpos, &o->buffers) {
+                                gmd_dbuffer *b = container_of(bpos, gmd_dbuffer,
+                                                              owner_link);
+
+                                if (b->device == device && lendable(b))
+                                        bytes += b->size;
+                        }
                 }
         }
         return bytes;
