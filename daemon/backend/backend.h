@@ -158,12 +158,14 @@ typedef struct gmd_backend_ops {
         /* ---- optional: NULL where a backend has none ---------------- */
 
         /* As copy_submit, on `device`'s urgent lane for `dir` (an acquire
-         * waits for this copy). The copies copy_submit queued that have not
-         * run yet pause, at the backend's step ([swap] preempt_step), while
-         * an urgent copy is in flight, and go on when none is. Copies of
-         * one lane finish in the order submitted; the two lanes' in any
-         * order. Both backends have it (cuda: a second stream and gated
-         * steps; sim: its copy thread serves the lane first). */
+         * waits for this copy). The copies copy_submit queued for that
+         * device and direction that have not run yet pause, at the
+         * backend's step ([swap] preempt_step), while an urgent copy is in
+         * flight, and go on when none is (cuda: only copies in are
+         * stepped). Copies of one lane finish in the order submitted; the
+         * two lanes' in any order. Both backends have it (cuda: a second
+         * stream and gated steps; sim: its copy thread serves the lane
+         * first). */
         int (*copy_submit_urgent)(gmd_backend *backend, unsigned device,
                                   gmd_copy_dir dir, gmd_mem *dst,
                                   uint64_t dst_off, gmd_mem *src,

@@ -67,7 +67,8 @@ typedef struct cuda_backend cuda_backend;
  * cuStreamWaitValue32 on `word` for its step number; the word says the
  * last step that may run. While an urgent copy of that device and
  * direction is in flight the word is set back, and the steps not started
- * wait. Under copy_lock but for `word_dev` and `step`. */
+ * wait. Under copy_lock but for `word_dev` and `step` (set at open) and
+ * `queued` (the loop thread's alone). */
 typedef struct cuda_gate {
         volatile uint32_t *word; /* in pinned host memory; NULL: no gate */
         CUdeviceptr word_dev;    /* the same word, for the GPU */
@@ -76,6 +77,9 @@ typedef struct cuda_gate {
         uint32_t open_to;        /* the last step let run when open */
         unsigned urgent;         /* urgent copies in flight, not heard yet */
         uint64_t closed;         /* times an urgent copy closed it */
+        uint64_t overdue;        /* times the watcher opened it early */
+        bool retired;            /* overdue too often: open for good, no
+                                  * more steps */
 } cuda_gate;
 
 /* One copy handed to a stream: `done` is recorded after it on the copy
@@ -419,9 +423,19 @@ void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
  * copies then share the link with the others' chunks); -errno only for
  * what fails the device (out of memory). */
 int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step);
-/* Open every gate of `d` for good (copy_lock held): before its streams
- * are waited for at close, and when a stream failed. */
+/* Open every gate of `d` and forget the urgent copies in flight
+ * (copy_lock held): before its streams are waited for at close, and when
+ * a stream failed. A later urgent copy closes it again; one heard late
+ * changes nothing. */
 void cuda_gate_release(cuda_device *d);
+/* copy_lock held: the urgent copy at the head of its lane is
+ * GATE_OVERDUE_US past its time; open the gate and forget the urgent
+ * copies in flight, as release does; the third time, retire the gate
+ * (open for good, copies in no longer stepped). 1 the first time, 2 when
+ * it retires (the caller logs those), else 0. */
+int cuda_gate_overdue(cuda_gate *g);
+/* How late an urgent copy may run before the gate opens anyway. */
+#define GATE_OVERDUE_US 20000
 /* Free the words' memory; after the streams are gone. */
 void cuda_gate_close(cuda_backend *b, cuda_device *d);
 /* Queue `n` bytes from `from` to `to` on the bulk lane `q`, in steps,

@@ -252,6 +252,7 @@ static int cuda_copy_queue(cuda_backend *b, unsigned device, gmd_copy_dir dir,
         cuda_device *d = cuda_device_get(b, device);
         uint64_t run;
         cuda_queue *q;
+        uint64_t done = 0;
         cuda_copy *c;
         CUresult res;
         bool fired;
@@ -288,7 +289,7 @@ static int cuda_copy_queue(cuda_backend *b, unsigned device, gmd_copy_dir dir,
          * lane each in gated steps. None for an empty copy: its
          * completion below still comes after the stream's earlier work
          * and the events it waits for. */
-        for (uint64_t done = 0; done < len && r == 0; ) {
+        while (done < len) {
                 uint64_t to_run, from_run;
                 CUdeviceptr to = cuda_mem_at(b, cuda_mem_of(dst), dst_off + done,
                                              &to_run);
@@ -308,12 +309,16 @@ static int cuda_copy_queue(cuda_backend *b, unsigned device, gmd_copy_dir dir,
                                        "cuMemcpyAsync");
                 else
                         r = cuda_gate_copy(b, q, to, from, n);
+                if (r < 0)
+                        break;
                 done += n;
         }
         if (r < 0) {
-                /* Parts queued before this one may still run: the memory
-                 * must outlive them. */
-                b->cu->cuStreamSynchronize(q->stream);
+                /* Parts queued before this one may still run (on the bulk
+                 * lane, steps of this one too): the memory must outlive
+                 * them. */
+                if (done || !urgent)
+                        b->cu->cuStreamSynchronize(q->stream);
                 pthread_mutex_lock(&b->copy_lock);
                 c->called = true;       /* none was queued */
                 cuda_gate_heard(c->gate);

@@ -32,13 +32,22 @@
  *
  * A wait on memory can deadlock: a gate left closed stalls its lane for
  * good. It is closed only while an urgent copy is counted in flight; each
- * counted copy is heard once (its record's fired flag); and closing the
- * backend or a failed stream opens every gate (cuda_gate_release).
+ * counted copy is heard once (its record's fired flag); closing the
+ * backend or a failed stream opens every gate (cuda_gate_release); an
+ * urgent copy still unheard GATE_OVERDUE_US after it should have ended
+ * opens it (the watcher: cuda_gate_overdue), so a copy that waits long
+ * (for a client's last-use event) does not hold the prefetches for as
+ * long, and after GATE_OVERDUE_MAX of those the gate retires for good;
+ * and a gate is used only with the default hardware queues (with
+ * CUDA_DEVICE_MAX_CONNECTIONS=1 on the H100 every urgent copy waited
+ * behind it until the watcher opened it) and after a trial at open
+ * showed that a wait on an open word passes (gate_try).
  */
 #include "backend_cuda.h"
 
 #include <errno.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -48,24 +57,51 @@
 #define GATE_BACK (1u << 30)
 /* The gate's word, alone on its cache line. */
 #define GATE_BYTES 64
-/* How long the trial step at open may take. */
+/* How long each trial at open may take. */
 #define GATE_TRY_US 1000000
+/* Fewer hardware queues than this and no gate (cuda_gate_open). */
+#define GATE_MIN_CONNECTIONS 8
+/* Urgent copies overdue this many times and the gate retires. */
+#define GATE_OVERDUE_MAX 3
 
 static void gate_store(cuda_gate *g, uint32_t value)
 {
         __atomic_store_n(g->word, value, __ATOMIC_RELEASE);
 }
 
-/* One gated step of nothing on a stream of its own, its word already
- * open: 0 when it passes, else why not. A driver without stream memory
- * operations refuses the wait; one that took it but never lets it pass
- * would stall every copy, so it is polled for a while, not waited for. */
-static int gate_try(cuda_backend *b, CUdeviceptr word_dev, volatile uint32_t *word)
+/* Poll until `stream` is done: 0, -ETIMEDOUT after `us`, or the driver's
+ * error. */
+static int gate_poll(cuda_backend *b, CUstream stream, uint64_t us)
 {
         const gmd_cuda_driver *cu = b->cu;
-        uint64_t until = now_us() + GATE_TRY_US;
+        uint64_t until = now_us() + us;
+
+        for (;;) {
+                CUresult res = cu->cuStreamQuery(stream);
+
+                if (res == CUDA_SUCCESS)
+                        return 0;
+                if (res != CUDA_ERROR_NOT_READY)
+                        return cuda_check(b, res, "gate trial");
+                if (now_us() > until)
+                        return -ETIMEDOUT;
+                sched_yield();
+        }
+}
+
+/* Does a wait on an open word pass, on a stream of its own? A driver
+ * without stream memory operations refuses the wait, or never lets it
+ * pass; it is polled for a while, never waited for (a wait that never
+ * passes would hang the daemon). 0 when it passes; the word is left at
+ * 0. (A second trial, the word shut behind a wait on the bulk lane while
+ * an event is recorded on the urgent lane, was tried and dropped: with
+ * CUDA_DEVICE_MAX_CONNECTIONS=1 it passed on the H100, and the urgent
+ * copies then waited behind the gate all the same.) */
+static int gate_try(cuda_backend *b, CUdeviceptr word_dev,
+                    volatile uint32_t *word)
+{
+        const gmd_cuda_driver *cu = b->cu;
         CUstream s;
-        CUresult res;
         int r;
 
         r = cuda_check(b, cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING),
@@ -76,24 +112,9 @@ static int gate_try(cuda_backend *b, CUdeviceptr word_dev, volatile uint32_t *wo
         r = cuda_check(b, cu->cuStreamWaitValue32(s, word_dev, 1,
                                                   CU_STREAM_WAIT_VALUE_GEQ),
                        "cuStreamWaitValue32");
-        while (r == 0) {
-                res = cu->cuStreamQuery(s);
-                if (res == CUDA_SUCCESS)
-                        break;
-                if (res != CUDA_ERROR_NOT_READY) {
-                        r = cuda_check(b, res, "cuStreamQuery (gate trial)");
-                        break;
-                }
-                if (now_us() > until) {
-                        log_warning("cuda: a copy gated on host memory did not "
-                                    "pass in %u ms", GATE_TRY_US / 1000);
-                        /* Left as is: destroying a stream with work
-                         * queued is allowed; it is released once done. */
-                        r = -ETIMEDOUT;
-                        break;
-                }
-                sched_yield();
-        }
+        if (r == 0)
+                r = gate_poll(b, s, GATE_TRY_US);
+        /* A wait left pending is released with the stream once done. */
         cu->cuStreamDestroy(s);
         *word = 0;
         return r;
@@ -102,6 +123,7 @@ static int gate_try(cuda_backend *b, CUdeviceptr word_dev, volatile uint32_t *wo
 int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step)
 {
         const gmd_cuda_driver *cu = b->cu;
+        const char *conn = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
         CUdeviceptr dev = 0;
         void *page = NULL;
         cuda_gate *g;
@@ -109,6 +131,20 @@ int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step)
 
         if (!step)
                 return 0;
+        /* Streams share the GPU's hardware queues, CUDA_DEVICE_MAX_
+         * CONNECTIONS of them (8 by default), in turns: with fewer the
+         * urgent lane in may share the bulk lane's, where a shut gate
+         * holds the very copy that would open it. Seen on the H100 with 1:
+         * the trial below passed, and each urgent copy then waited for the
+         * watcher to open the gate 20 ms late. */
+        if (conn && atoi(conn) < GATE_MIN_CONNECTIONS) {
+                log_warning("cuda: device %s: CUDA_DEVICE_MAX_CONNECTIONS=%s "
+                            "puts the copy streams in fewer hardware queues "
+                            "than %d, so a bulk copy cannot pause for an urgent "
+                            "one ([swap] preempt_step has no effect); unset it "
+                            "for gpu-memd", d->name, conn, GATE_MIN_CONNECTIONS);
+                return 0;
+        }
         r = cuda_check(b, cu->cuMemHostAlloc(&page, GATE_BYTES,
                                              CU_MEMHOSTALLOC_DEVICEMAP),
                        "cuMemHostAlloc (copy gates)");
@@ -127,7 +163,9 @@ int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step)
                 log_warning("cuda: device %s: bulk copies cannot pause for an "
                             "urgent one (%s): an acquire's swap-in shares the "
                             "link with the chunks in flight ([swap] "
-                            "preempt_step has no effect)", d->name, strerror(-r));
+                            "preempt_step has no effect)", d->name,
+                            r == -ETIMEDOUT ? "a wait on host memory did not "
+                            "pass in a second" : strerror(-r));
                 return 0;
         }
         /* Only copies in are gated: only an acquire's swap-in is urgent,
@@ -170,18 +208,25 @@ int cuda_gate_copy(cuda_backend *b, cuda_queue *q, CUdeviceptr to,
 {
         const gmd_cuda_driver *cu = b->cu;
         cuda_gate *g = q->gate;
+        bool stepped = false;
 
-        if (!g || !g->word)
-                return cuda_check(b, cu->cuMemcpyAsync(to, from, n, q->stream),
-                                  "cuMemcpyAsync");
         /* Opened for the steps before they are queued: a wait that finds
          * its word short is polled again only some microseconds later,
          * which every copy reaching an idle stream would pay. */
-        pthread_mutex_lock(&b->copy_lock);
-        g->open_to = g->queued + (uint32_t)((n + g->step - 1) / g->step);
-        if (!g->urgent)
-                gate_store(g, g->open_to);
-        pthread_mutex_unlock(&b->copy_lock);
+        if (g && g->word) {
+                pthread_mutex_lock(&b->copy_lock);
+                stepped = !g->retired;
+                if (stepped) {
+                        g->open_to = g->queued +
+                                     (uint32_t)((n + g->step - 1) / g->step);
+                        if (!g->urgent)
+                                gate_store(g, g->open_to);
+                }
+                pthread_mutex_unlock(&b->copy_lock);
+        }
+        if (!stepped)
+                return cuda_check(b, cu->cuMemcpyAsync(to, from, n, q->stream),
+                                  "cuMemcpyAsync");
         for (uint64_t off = 0; off < n; ) {
                 uint64_t len = n - off < g->step ? n - off : g->step;
                 uint32_t seq = g->queued + 1;
@@ -207,10 +252,26 @@ void cuda_gate_urgent(cuda_gate *g)
 {
         if (!g)
                 return;
-        if (g->urgent++ == 0 && g->word) {
+        if (g->urgent++ == 0 && g->word && !g->retired) {
                 gate_store(g, g->open_to - GATE_BACK);
                 g->closed++;
         }
+}
+
+int cuda_gate_overdue(cuda_gate *g)
+{
+        if (!g || !g->urgent || !g->word || g->retired)
+                return 0;
+        g->urgent = 0;
+        g->overdue++;
+        gate_store(g, g->open_to);
+        if (g->overdue < GATE_OVERDUE_MAX)
+                return g->overdue == 1 ? 1 : 0;
+        /* Something holds the urgent lane behind the gate, or often holds
+         * the urgent copies: stepping costs the copies in their rate for
+         * nothing. Open for good, queue no more steps. */
+        g->retired = true;
+        return 2;
 }
 
 void cuda_gate_heard(cuda_gate *g)

@@ -83,7 +83,8 @@ typedef struct gmd_config {
 
         /* [swap] */
         uint64_t swap_chunk_size;         /* bytes per copy handed to the backend */
-        unsigned swap_copies_in_flight;   /* chunks per direction at once */
+        unsigned swap_copies_in_flight;   /* chunks per direction and lane
+                                           * at once */
         uint64_t swap_bytes_in_flight;    /* and more, up to these bytes
                                            * per direction (small chunks) */
         uint64_t swap_preempt_step;       /* an urgent copy overtakes queued

@@ -12,10 +12,12 @@
  *
  * With [swap] preempt_step on and a backend that has an urgent lane
  * (copy_submit_urgent: both do), urgent copies go there, with limits of
- * their own, and the others' chunks already with the backend pause at
- * their next step while an urgent one is in flight: an acquire waits
- * behind a step or two of a prefetch (4M: ~0.1 ms) instead of its chunks
- * in flight (2 x 64M: ~2.4 ms, measured on the H100: an acquire of a
+ * their own (so a direction may have twice copies_in_flight with the
+ * backend), and the other chunks of that device and direction already
+ * with the backend pause at their next step while an urgent one is in
+ * flight (on cuda only copies in are stepped: only swap-ins are urgent):
+ * an acquire waits behind a step or two of a prefetch (4M: ~0.1 ms)
+ * instead of its chunks in flight (2 x 64M: ~2.4 ms, measured on the H100: an acquire of a
  * paged-out 64 MiB buffer took 2.9 ms during a bulk prefetch against 1.5
  * ms idle). Off, urgent copies come first in the one lane and overtake
  * the others within a chunk or two, or the bytes in flight.

@@ -353,8 +353,8 @@ static void finish_at(fixture *f, unsigned i)
 
 /* With the backend's urgent lane: an urgent copy's chunks go at once, on
  * that lane, though the bulk lane is full; evictions stay on the bulk
- * lane; a copy reclassed urgent goes at once too; each lane's count and
- * bytes come back to zero. */
+ * lane; a copy reclassed urgent while that lane is full goes when it has
+ * room; each lane's count and bytes come back to zero. */
 static void test_urgent_lane(void **state)
 {
         fixture *f = *state;
@@ -392,7 +392,8 @@ static void test_urgent_lane(void **state)
         assert_false(f->fake.urgent[5]);
         assert_ptr_equal(f->fake.dsts[5], &f->b);
 
-        /* A queued bulk copy an acquire now waits for: at once. */
+        /* A queued bulk copy an acquire now waits for, the urgent lane
+         * full: its first chunk when an urgent one ends. */
         copy_init(&late, GMD_COPY_IN, MOVE_BULK, &f->a, 4 * MIB);
         copyq_push(&f->qs, &late);
         assert_int_equal(f->fake.n, 6);
@@ -411,6 +412,34 @@ static void test_urgent_lane(void **state)
         assert_int_equal(late.phase, COPY_ENDED);
         assert_int_equal(f->q[0].urgent_inflight[GMD_COPY_IN], 0);
         assert_int_equal(f->q[0].urgent_bytes[GMD_COPY_IN], 0);
+}
+
+/* A queued copy an acquire now waits for goes on the urgent lane at
+ * once, while the bulk lane is full: not at the next chunk's end. */
+static void test_reclass_goes_at_once(void **state)
+{
+        fixture *f = *state;
+        gmd_copy bulk, late;
+
+        f->fake.ops.copy_submit_urgent = fake_submit_urgent;
+        f->config.swap_preempt_step = 1 * MIB;
+        copyqs_init(&f->qs, f->q, 1, &f->fake.backend, &f->config, &f->stats,
+                    &f->pending);
+        copy_init(&bulk, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
+        copy_init(&late, GMD_COPY_IN, MOVE_BULK, &f->b, 4 * MIB);
+        copyq_push(&f->qs, &bulk);
+        copyq_push(&f->qs, &late);
+        assert_int_equal(f->fake.n, 2);         /* bulk's two chunks */
+        copyq_reclass(&f->qs, &late, MOVE_URGENT);
+        assert_int_equal(f->fake.n, 3);
+        assert_true(f->fake.urgent[2]);
+        assert_ptr_equal(f->fake.dsts[2], &f->b);
+        assert_int_equal(late.phase, COPY_ISSUED);
+        for (unsigned i = 0; i < f->fake.n; i++)
+                if (f->fake.cookies[i])
+                        finish_at(f, i);
+        assert_int_equal(late.phase, COPY_ENDED);
+        assert_int_equal(bulk.phase, COPY_ENDED);
 }
 
 /* [swap] preempt_step 0: no urgent lane, though the backend has one. */
@@ -448,6 +477,8 @@ int main(void)
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_shared_link, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_urgent_lane, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_reclass_goes_at_once, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_lane_off, setup, teardown),
         };
 

@@ -5,8 +5,11 @@
  * run before they are queued; an urgent copy sets it back so that no
  * queued step passes, nor one queued while it is in flight; the last
  * urgent copy heard sets it forward past all of them; release opens it
- * for good and a late "heard" does not underflow; the numbers wrap (the
- * wait is a cyclic comparison); without a word a copy is one cuMemcpyAsync.
+ * and a late "heard" does not underflow; an overdue urgent copy opens it
+ * (the watcher's way out), and the third retires it (no more steps); with
+ * CUDA_DEVICE_MAX_CONNECTIONS below 8 there is no gate; the numbers wrap
+ * (the wait is a cyclic comparison); without a word a copy is one
+ * cuMemcpyAsync.
  * "Passes" is the driver's rule for CU_STREAM_WAIT_VALUE_GEQ:
  * (int32_t)(word - value) >= 0.
  */
@@ -184,6 +187,70 @@ static void test_release(void **state)
         cuda_gate_heard(NULL);
 }
 
+/* The watcher's way out for an urgent copy far past its time: open, the
+ * count forgotten, true only the first time (it logs once). */
+static void test_overdue(void **state)
+{
+        fixture *f = *state;
+
+        assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, 4 * MIB), 0);
+        assert_false(cuda_gate_overdue(f->g));  /* nothing urgent */
+        cuda_gate_urgent(f->g);
+        cuda_gate_urgent(f->g);
+        assert_false(passes(f, 1));
+        assert_true(cuda_gate_overdue(f->g));
+        assert_true(passes(f, 1));
+        assert_int_equal(f->g->urgent, 0);
+        cuda_gate_heard(f->g);                  /* late: no effect */
+        assert_true(passes(f, 1));
+        cuda_gate_urgent(f->g);
+        assert_false(passes(f, 1));
+        assert_false(cuda_gate_overdue(f->g));  /* logged once */
+        assert_true(passes(f, 1));
+        assert_int_equal(f->g->overdue, 2);
+}
+
+/* Overdue three times: the gate retires, open for good, and copies in
+ * are no longer stepped. */
+static void test_retires(void **state)
+{
+        fixture *f = *state;
+
+        assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, 8 * MIB), 0);
+        for (int i = 1; i <= 3; i++) {
+                cuda_gate_urgent(f->g);
+                assert_false(passes(f, 2));
+                assert_int_equal(cuda_gate_overdue(f->g), i == 1 ? 1 :
+                                 i == 3 ? 2 : 0);
+                assert_true(passes(f, 2));
+        }
+        assert_true(f->g->retired);
+        cuda_gate_urgent(f->g);
+        assert_true(passes(f, 2));              /* no longer shuts */
+        assert_int_equal(cuda_gate_overdue(f->g), 0);
+        cuda_gate_heard(f->g);
+        fk.n = 0;
+        assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, 8 * MIB), 0);
+        assert_int_equal(fk.n, 1);              /* one copy, no steps */
+        assert_false(fk.ops[0].wait);
+        assert_true(passes(f, 2));
+}
+
+/* CUDA_DEVICE_MAX_CONNECTIONS below the default: no gate, and no driver
+ * call to find out (the fake has none for it). */
+static void test_few_connections(void **state)
+{
+        fixture *f = *state;
+        cuda_device *d = &f->b->devices[0];
+
+        d->gates[GMD_COPY_IN].word = NULL;
+        setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+        assert_int_equal(cuda_gate_open(f->b, d, 4 * MIB), 0);
+        unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+        assert_null(d->gates[GMD_COPY_IN].word);
+        assert_null(d->gate_page);
+}
+
 static void test_wraps(void **state)
 {
         fixture *f = *state;
@@ -231,6 +298,10 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_urgent_closes_until_heard,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_release, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_overdue, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_retires, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_few_connections, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_wraps, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_no_word, setup, teardown),
         };

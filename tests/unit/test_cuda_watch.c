@@ -9,7 +9,8 @@
  * is passed over; a copy queued behind another is due after it; the
  * thread itself, started and stopped, hears a copy that ends; a record
  * it heard is reused only after its host function ran (through the
- * backend's own submit and reap).
+ * backend's own submit and reap); an urgent copy heard opens the gate of
+ * the bulk copies in, and one far past its time opens it too.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -330,6 +331,67 @@ static void test_heard_record_waits_for_its_host_function(void **state)
         cuda_copy_close(b, &b->devices[0]);
 }
 
+/* An urgent copy on device 0's urgent lane in, its gate shut by it (as
+ * submit does), the gate's word here. */
+static cuda_gate *queue_urgent(cuda_backend *b, unsigned i, uint32_t *word,
+                               uint64_t now)
+{
+        cuda_device *d = &b->devices[0];
+        cuda_queue *q = &d->queues[CUDA_QUEUE_URGENT + GMD_COPY_IN];
+        cuda_gate *g = &d->gates[GMD_COPY_IN];
+
+        q->urgent = true;
+        q->gate = g;
+        q->stream = (CUstream)&fk.streams[0];
+        g->word = word;
+        g->step = 4 * MIB;
+        g->open_to = 7;
+        *word = 7;
+        records[i].gate = g;
+        pthread_mutex_lock(&b->copy_lock);
+        cuda_gate_urgent(g);
+        cuda_watch_queued(b, d, q, GMD_COPY_IN, &records[i], MIB, now);
+        pthread_mutex_unlock(&b->copy_lock);
+        return g;
+}
+
+static void test_urgent_heard_opens_the_gate(void **state)
+{
+        cuda_backend *b = *state;
+        uint32_t word;
+        cuda_gate *g = queue_urgent(b, 0, &word, 1000);
+
+        assert_int_equal(word, 7u - (1u << 30));
+        fk.done[0] = true;
+        step(b, records[0].due_us);
+        assert_true(records[0].fired);
+        assert_int_equal(word, 7);
+        assert_int_equal(g->urgent, 0);
+        assert_int_equal(g->overdue, 0);
+}
+
+static void test_overdue_urgent_opens_the_gate(void **state)
+{
+        cuda_backend *b = *state;
+        uint32_t word;
+        cuda_gate *g = queue_urgent(b, 0, &word, 1000);
+        uint64_t due = records[0].due_us;
+
+        /* Late, but not yet by GATE_OVERDUE_US: still shut. */
+        step(b, due + GATE_OVERDUE_US / 2);
+        assert_int_equal(word, 7u - (1u << 30));
+        step(b, due + GATE_OVERDUE_US + 1);
+        assert_int_equal(word, 7);
+        assert_int_equal(g->urgent, 0);
+        assert_int_equal(g->overdue, 1);
+        assert_false(records[0].fired);
+        /* Heard at last: nothing more to open. */
+        fk.done[0] = true;
+        step(b, due + 2 * GATE_OVERDUE_US);
+        assert_true(records[0].fired);
+        assert_int_equal(word, 7);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -340,6 +402,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_fired_by_host_function_is_passed_over, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_thread_hears_a_copy, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_heard_record_waits_for_its_host_function, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_urgent_heard_opens_the_gate, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_overdue_urgent_opens_the_gate, setup, teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
