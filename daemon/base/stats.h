@@ -29,6 +29,9 @@ typedef struct gmd_stats {
         /* Swap engine: bytes moved and copy time per direction. */
         uint64_t bytes_out, bytes_in;
         uint64_t copy_us_out, copy_us_in;
+        /* Of bytes_in, those of chunks issued while an acquire waited
+         * (the urgent class): what prefetching did not hide. */
+        uint64_t bytes_in_waited;
         /* VRAM a swap-out left (reuse.h): swap-ins that copied into it,
          * and kept allocations released instead. */
         uint64_t vram_reused, vram_kept_released;

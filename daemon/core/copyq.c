@@ -16,6 +16,8 @@ typedef struct copy_chunk {
         gmd_copy *copy;
         uint64_t len;
         bool urgent;        /* on the backend's urgent lane */
+        bool waited;        /* issued while an acquire waited (urgent
+                             * class, either lane) */
 } copy_chunk;
 
 /* The classes each lane serves: with the backend's urgent lane, urgent
@@ -192,6 +194,7 @@ static void copyq_issue_lane(gmd_copyqs *qs, gmd_copyq *link, gmd_copy_dir dir,
                 chunk->copy = c;
                 chunk->len = len;
                 chunk->urgent = lane == LANE_URGENT;
+                chunk->waited = c->cls == MOVE_URGENT;
                 if (q->inflight[dir]++ == 0)
                         q->busy_since[dir] = now_us();
                 q->inflight_bytes[dir] += len;
@@ -284,6 +287,8 @@ void copyq_on_done(void *ctx, void *cookie, int status)
                 qs->stats->bytes_out += chunk->len;
         else
                 qs->stats->bytes_in += chunk->len;
+        if (dir == GMD_COPY_IN && chunk->waited)
+                qs->stats->bytes_in_waited += chunk->len;
         c->inflight--;
         c->done += chunk->len;
         if (status < 0 && c->status == 0) {

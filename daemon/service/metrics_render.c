@@ -156,6 +156,11 @@ static void render_moves(promtext *t, const gmd_stats *st)
                         PRIu64 "\n", st->bytes_out);
         promtext_printf(t, "gpumemd_bytes_moved_total{direction=\"in\"} %"
                         PRIu64 "\n", st->bytes_in);
+        promtext_metric(t, "gpumemd_bytes_moved_waited_total", "counter",
+                        "Bytes copied to VRAM while an acquire waited for "
+                        "them (passive swap-ins, and the rest of prefetches "
+                        "an acquire caught up with): what prefetching did "
+                        "not hide.", st->bytes_in_waited);
         promtext_family(t, "gpumemd_copy_seconds_total", "counter",
                         "Time spent copying between tiers, by direction.");
         promtext_printf(t, "gpumemd_copy_seconds_total{direction=\"out\"} ");

@@ -473,6 +473,8 @@ static void test_scrape_after_pageout(void **state)
                     == 8.0 * MiB);
         assert_true(sample(body, "gpumemd_device_copy_seconds_total{device=\"0\",direction=\"in\"}") > 0);
         assert_true(sample(body, "gpumemd_bytes_moved_total{direction=\"in\"}") == 8.0 * MiB);
+        /* A prefetch nobody waited for. */
+        assert_true(sample(body, "gpumemd_bytes_moved_waited_total") == 0);
         /* It came back into the VRAM it left. */
         assert_true(sample(body, "gpumemd_vram_kept_bytes{device=\"0\"}") == 0);
         assert_true(sample(body, "gpumemd_vram_kept_total{outcome=\"reused\"}") == 1);
@@ -483,6 +485,18 @@ static void test_scrape_after_pageout(void **state)
                                   ",tier=\"vram\"") == 8.0 * MiB);
         assert_true(client_sample(body, "gpumemd_client_tier_bytes", "mover",
                                   ",tier=\"host\"") == 0);
+        free(answer);
+
+        /* Out again (prefetched, it is still released), and back
+         * through an acquire: waited for. */
+        assert_int_equal(gmd_pageout(f->client, b), 0);
+        assert_int_equal(gmd_wait(f->client, b, 5000), 0);
+        assert_int_equal(gmd_acquire(f->client, b, 5000), 0);
+        answer = scrape_tcp(tcp_port);
+        body = body_of(answer);
+        check_exposition(body);
+        assert_true(sample(body, "gpumemd_bytes_moved_total{direction=\"in\"}") == 16.0 * MiB);
+        assert_true(sample(body, "gpumemd_bytes_moved_waited_total") == 8.0 * MiB);
         free(answer);
 
         assert_int_equal(gmd_free(f->client, b), 0);
