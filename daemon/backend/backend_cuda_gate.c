@@ -135,8 +135,9 @@ int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step)
          * CONNECTIONS of them (8 by default), in turns: with fewer the
          * urgent lane in may share the bulk lane's, where a shut gate
          * holds the very copy that would open it. Seen on the H100 with 1:
-         * the trial below passed, and each urgent copy then waited for the
-         * watcher to open the gate 20 ms late. */
+         * each urgent copy waited until the watcher opened the gate, 20 ms
+         * late (and a trial at open, an event recorded on the urgent lane
+         * with the gate shut, passed all the same: hence this check). */
         if (conn && atoi(conn) < GATE_MIN_CONNECTIONS) {
                 log_warning("cuda: device %s: CUDA_DEVICE_MAX_CONNECTIONS=%s "
                             "puts the copy streams in fewer hardware queues "
