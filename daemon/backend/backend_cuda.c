@@ -304,7 +304,14 @@ int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
                 cuda_ops_destroy(&b->base);
                 return r;
         }
-        (void)cuda_watch_start(b);      /* without it, host functions */
+        /* Without it, host functions hear the copies, and no gate may
+         * shut: nothing would open one the GPU holds its opener behind. */
+        if (cuda_watch_start(b) < 0) {
+                pthread_mutex_lock(&b->copy_lock);
+                for (i = 0; i < b->n_devices; i++)
+                        cuda_gate_retire(&b->devices[i]);
+                pthread_mutex_unlock(&b->copy_lock);
+        }
         *ret_backend = &b->base;
         return 0;
 }

@@ -75,11 +75,20 @@ typedef struct cuda_gate {
         uint64_t step;           /* bytes per step */
         uint32_t queued;         /* the last step queued (loop thread) */
         uint32_t open_to;        /* the last step let run when open */
-        unsigned urgent;         /* urgent copies in flight, not heard yet */
-        uint64_t closed;         /* times an urgent copy closed it */
+        unsigned urgent;         /* urgent copies of this epoch in flight,
+                                  * not heard yet */
+        uint32_t epoch;          /* bumped when the copies in flight are
+                                  * given up on (overdue, release) */
+        unsigned stale;          /* copies given up on, not heard yet: no
+                                  * shutting while one is ahead */
+        bool shut;               /* set back by an urgent copy now */
+        uint64_t shut_heard;     /* urgent copies that ended while it was
+                                  * shut: the urgent lane runs past it */
+        uint64_t closed;         /* times an urgent copy shut it */
         uint64_t overdue;        /* times the watcher opened it early */
-        bool retired;            /* overdue too often: open for good, no
-                                  * more steps */
+        bool retired;            /* open for good, no more steps: urgent
+                                  * copies given up on GATE_OVERDUE_MAX
+                                  * times and none ever ended with it shut */
 } cuda_gate;
 
 /* One copy handed to a stream: `done` is recorded after it on the copy
@@ -99,8 +108,10 @@ typedef struct cuda_copy {
         uint64_t due_us;         /* when it should end (now_us clock) */
         uint64_t poll_us;        /* when to query its event next */
         /* An urgent lane's record: the gate its end opens (heard under
-         * copy_lock, by the watcher or the host function). NULL else. */
+         * copy_lock, by the watcher or the host function), and the gate's
+         * epoch when it was counted. NULL else. */
         cuda_gate *gate;
+        uint32_t gate_epoch;
 } cuda_copy;
 
 /* One direction of one device: the stream copies run on, the stream
@@ -423,19 +434,25 @@ void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
  * copies then share the link with the others' chunks); -errno only for
  * what fails the device (out of memory). */
 int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step);
-/* Open every gate of `d` and forget the urgent copies in flight
+/* Open every gate of `d` and give up on the urgent copies in flight
  * (copy_lock held): before its streams are waited for at close, and when
- * a stream failed. A later urgent copy closes it again; one heard late
+ * a stream failed. A later urgent copy shuts it again; one heard late
  * changes nothing. */
 void cuda_gate_release(cuda_device *d);
-/* copy_lock held: the urgent copy at the head of its lane is
- * GATE_OVERDUE_US past its time; open the gate and forget the urgent
- * copies in flight, as release does; the third time, retire the gate
- * (open for good, copies in no longer stepped). 1 the first time, 2 when
- * it retires (the caller logs those), else 0. */
-int cuda_gate_overdue(cuda_gate *g);
+/* copy_lock held: urgent copy `c`, first on its lane, is GATE_OVERDUE_US
+ * past its time: unless given up on already, open its gate and give up
+ * on the copies counted in flight (a new epoch: their ends count no
+ * more, and the gate is not shut again until they are heard). The
+ * GATE_OVERDUE_MAXth time, if no urgent copy ever ended with the gate
+ * shut, retire the gate (open for good, copies in no longer stepped).
+ * 1 the first time, 2 when it retires (the caller logs those), else 0. */
+int cuda_gate_overdue(cuda_copy *c);
 /* How late an urgent copy may run before the gate opens anyway. */
 #define GATE_OVERDUE_US 20000
+/* Open every gate of `d` for good, no more steps (copy_lock held): with
+ * no watcher thread, nothing would open a gate whose urgent copy the
+ * GPU holds behind it. */
+void cuda_gate_retire(cuda_device *d);
 /* Free the words' memory; after the streams are gone. */
 void cuda_gate_close(cuda_backend *b, cuda_device *d);
 /* Queue `n` bytes from `from` to `to` on the bulk lane `q`, in steps,
@@ -444,10 +461,11 @@ void cuda_gate_close(cuda_backend *b, cuda_device *d);
  * -errno (logged); steps queued before a failure still run. Loop thread. */
 int cuda_gate_copy(cuda_backend *b, cuda_queue *q, CUdeviceptr to,
                    CUdeviceptr from, uint64_t n);
-/* copy_lock held: an urgent copy is queued (close the gate) / was heard
- * (open it when it was the last one in flight). Accept NULL. */
-void cuda_gate_urgent(cuda_gate *g);
-void cuda_gate_heard(cuda_gate *g);
+/* copy_lock held: urgent copy `c` is queued (shut its gate, noting the
+ * epoch) / was heard (open it when it was the last of its epoch in
+ * flight). Records without a gate (bulk ones) are left alone. */
+void cuda_gate_urgent(cuda_copy *c);
+void cuda_gate_heard(cuda_copy *c);
 
 /* ---- backend_cuda_host.c ------------------------------------------------ */
 

@@ -69,7 +69,7 @@ static void cuda_copy_wake(cuda_backend *b, cuda_copy *c)
                         return;
                 }
                 c->fired = true;
-                cuda_gate_heard(c->gate);
+                cuda_gate_heard(c);
         }
         wake = b->wake;
         ctx = b->wake_ctx;
@@ -280,7 +280,7 @@ static int cuda_copy_queue(cuda_backend *b, unsigned device, gmd_copy_dir dir,
          * wait from now until it is heard. */
         if (urgent) {
                 pthread_mutex_lock(&b->copy_lock);
-                cuda_gate_urgent(c->gate);
+                cuda_gate_urgent(c);
                 pthread_mutex_unlock(&b->copy_lock);
         }
 
@@ -321,7 +321,7 @@ static int cuda_copy_queue(cuda_backend *b, unsigned device, gmd_copy_dir dir,
                         b->cu->cuStreamSynchronize(q->stream);
                 pthread_mutex_lock(&b->copy_lock);
                 c->called = true;       /* none was queued */
-                cuda_gate_heard(c->gate);
+                cuda_gate_heard(c);
                 cuda_copy_put(q, c);
                 pthread_mutex_unlock(&b->copy_lock);
                 return r;

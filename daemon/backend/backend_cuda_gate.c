@@ -30,18 +30,25 @@
  * 2.93-2.97 ms without, its copy alone ~1.25 ms), so only copies in are
  * gated: only an acquire's swap-in is urgent.
  *
- * A wait on memory can deadlock: a gate left closed stalls its lane for
- * good. It is closed only while an urgent copy is counted in flight; each
- * counted copy is heard once (its record's fired flag); closing the
- * backend or a failed stream opens every gate (cuda_gate_release); an
- * urgent copy still unheard GATE_OVERDUE_US after it should have ended
- * opens it (the watcher: cuda_gate_overdue), so a copy that waits long
- * (for a client's last-use event) does not hold the prefetches for as
- * long, and after GATE_OVERDUE_MAX of those the gate retires for good;
- * and a gate is used only with the default hardware queues (with
- * CUDA_DEVICE_MAX_CONNECTIONS=1 on the H100 every urgent copy waited
- * behind it until the watcher opened it) and after a trial at open
- * showed that a wait on an open word passes (gate_try).
+ * A wait on memory can deadlock: a gate left shut stalls its lane for
+ * good. So:
+ * - it is shut only while an urgent copy is counted in flight, and each
+ *   counted copy is heard once (its record's fired flag);
+ * - closing the backend or a failed stream opens every gate
+ *   (cuda_gate_release);
+ * - the watcher gives up on an urgent copy still unheard GATE_OVERDUE_US
+ *   after it should have ended (cuda_gate_overdue): the gate opens, the
+ *   copies counted in flight start a new epoch (their ends, heard later,
+ *   count no more), and no urgent copy shuts it while one given up on is
+ *   still ahead of it on the urgent lane. A copy that waits long for a
+ *   client's last-use event so holds the prefetches 20 ms at most;
+ * - if urgent copies were given up on GATE_OVERDUE_MAX times and none
+ *   ever ended while the gate was shut, the gate holds the urgent lane on
+ *   this device and retires: open for good, no more steps;
+ * - there is no gate with CUDA_DEVICE_MAX_CONNECTIONS below 8 (with 1, on
+ *   the H100, every urgent copy waited behind it until the watcher opened
+ *   it), none without the watcher thread, and none unless a trial at open
+ *   showed that a wait on an open word passes (gate_try).
  */
 #include "backend_cuda.h"
 
@@ -138,7 +145,7 @@ int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step)
          * each urgent copy waited until the watcher opened the gate, 20 ms
          * late (and a trial at open, an event recorded on the urgent lane
          * with the gate shut, passed all the same: hence this check). */
-        if (conn && atoi(conn) < GATE_MIN_CONNECTIONS) {
+        if (conn && *conn && strtol(conn, NULL, 10) < GATE_MIN_CONNECTIONS) {
                 log_warning("cuda: device %s: CUDA_DEVICE_MAX_CONNECTIONS=%s "
                             "puts the copy streams in fewer hardware queues "
                             "than %d, so a bulk copy cannot pause for an urgent "
@@ -182,16 +189,37 @@ int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step)
         return 0;
 }
 
+/* Open `g` and forget the urgent copies counted in flight: a new epoch,
+ * whose copies alone count from now on (copy_lock held). */
+static void gate_forget(cuda_gate *g)
+{
+        g->stale += g->urgent;
+        g->urgent = 0;
+        g->epoch++;
+        g->shut = false;
+        if (g->word)
+                gate_store(g, g->open_to);
+}
+
 void cuda_gate_release(cuda_device *d)
 {
         for (int dir = 0; dir < 2; dir++) {
                 cuda_gate *g = &d->gates[dir];
 
-                g->urgent = 0;
-                if (!g->word)
-                        continue;
                 g->open_to = g->queued;
-                gate_store(g, g->open_to);
+                gate_forget(g);
+                /* Nothing waits for the copies forgotten here. */
+                g->stale = 0;
+        }
+}
+
+void cuda_gate_retire(cuda_device *d)
+{
+        for (int dir = 0; dir < 2; dir++) {
+                cuda_gate *g = &d->gates[dir];
+
+                gate_forget(g);
+                g->retired = true;
         }
 }
 
@@ -249,36 +277,59 @@ int cuda_gate_copy(cuda_backend *b, cuda_queue *q, CUdeviceptr to,
         return 0;
 }
 
-void cuda_gate_urgent(cuda_gate *g)
+void cuda_gate_urgent(cuda_copy *c)
 {
+        cuda_gate *g = c->gate;
+
         if (!g)
                 return;
-        if (g->urgent++ == 0 && g->word && !g->retired) {
+        c->gate_epoch = g->epoch;
+        /* Not while a copy given up on is still ahead on the urgent lane:
+         * this one waits behind it, and so would the bulk lane. */
+        if (g->urgent++ == 0 && g->word && !g->retired && !g->stale) {
                 gate_store(g, g->open_to - GATE_BACK);
+                g->shut = true;
                 g->closed++;
         }
 }
 
-int cuda_gate_overdue(cuda_gate *g)
+int cuda_gate_overdue(cuda_copy *c)
 {
-        if (!g || !g->urgent || !g->word || g->retired)
+        cuda_gate *g = c->gate;
+
+        if (!g || c->gate_epoch != g->epoch || !g->urgent || !g->word ||
+            g->retired)
                 return 0;
-        g->urgent = 0;
+        gate_forget(g);
         g->overdue++;
-        gate_store(g, g->open_to);
-        if (g->overdue < GATE_OVERDUE_MAX)
-                return g->overdue == 1 ? 1 : 0;
-        /* Something holds the urgent lane behind the gate, or often holds
-         * the urgent copies: stepping costs the copies in their rate for
-         * nothing. Open for good, queue no more steps. */
-        g->retired = true;
-        return 2;
+        /* No urgent copy has ever ended with the gate shut, and three were
+         * given up on: the gate holds the urgent lane on this device (its
+         * streams share a hardware queue). Open for good, no more steps. */
+        if (g->overdue >= GATE_OVERDUE_MAX && !g->shut_heard) {
+                g->retired = true;
+                return 2;
+        }
+        return g->overdue == 1 ? 1 : 0;
 }
 
-void cuda_gate_heard(cuda_gate *g)
+void cuda_gate_heard(cuda_copy *c)
 {
-        if (!g || !g->urgent)
+        cuda_gate *g = c->gate;
+
+        if (!g)
                 return;
-        if (--g->urgent == 0 && g->word)
+        if (c->gate_epoch != g->epoch) {
+                /* Given up on (overdue) or released: counted no more. */
+                if (g->stale)
+                        g->stale--;
+                return;
+        }
+        if (!g->urgent)
+                return;
+        if (g->shut)
+                g->shut_heard++;
+        if (--g->urgent == 0 && g->word) {
                 gate_store(g, g->open_to);
+                g->shut = false;
+        }
 }

@@ -68,7 +68,7 @@ void cuda_watch_queued(cuda_backend *b, cuda_device *d, cuda_queue *q,
 
         if (!rate)
                 rate = WATCH_DEFAULT_RATE;
-        if (g && g->word && !q->urgent && g->step)
+        if (g && g->word && !g->retired && !q->urgent && g->step)
                 steps = (len + g->step - 1) / g->step;
         c->gen = ++b->watch.gen;
         c->due_us = start + len * 1000000 / rate + steps * WATCH_STEP_US;
@@ -95,6 +95,16 @@ static uint64_t watch_next_poll(const cuda_copy *c, uint64_t now)
         if (late < 1000)
                 return now + 25;
         return now + 250;
+}
+
+/* Move the times of the copies queued behind `c` on `q` by `late`. */
+static void watch_shift(cuda_queue *q, cuda_copy *c, uint64_t late)
+{
+        for (cuda_copy *n = c->next; n; n = n->next) {
+                n->due_us += late;
+                n->poll_us += late;
+        }
+        q->last_due_us += late;
 }
 
 /* The first copy of `q` not heard of yet, or NULL. */
@@ -142,7 +152,10 @@ uint64_t cuda_watch_step(cuda_backend *b, uint64_t now)
                         c->fired = true;
                         /* The bulk lane goes on now, not after the loop
                          * heard it (backend_cuda_gate.c). */
-                        cuda_gate_heard(c->gate);
+                        cuda_gate_heard(c);
+                        /* The copies behind a late one start as late. */
+                        if (now > c->due_us)
+                                watch_shift(q, c, now - c->due_us);
                         b->watch.heard++;
                         woke = true;
                         next = now;     /* the next copy of the queue */
@@ -153,7 +166,7 @@ uint64_t cuda_watch_step(cuda_backend *b, uint64_t now)
                  * An urgent copy far past its time no longer holds the
                  * bulk copies in (backend_cuda_gate.c). */
                 if (now > c->due_us + GATE_OVERDUE_US) {
-                        int o = cuda_gate_overdue(c->gate);
+                        int o = cuda_gate_overdue(c);
 
                         if (o)
                                 log_warning("cuda: device %s: an urgent copy "

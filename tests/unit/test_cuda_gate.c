@@ -66,6 +66,9 @@ static const gmd_cuda_driver fake_driver = {
         .cuMemcpyAsync = fk_memcpy,
 };
 
+/* Urgent records on the fixture's gate (an urgent lane's), rec(). */
+static cuda_copy urgent_rec[8];
+
 typedef struct fixture {
         cuda_backend *b;
         cuda_queue q;
@@ -79,6 +82,7 @@ static int setup(void **state)
 
         assert_non_null(f);
         memset(&fk, 0, sizeof(fk));
+        memset(urgent_rec, 0, sizeof(urgent_rec));
         f->b = calloc(1, sizeof(*f->b) + sizeof(cuda_device));
         assert_non_null(f->b);
         f->b->cu = &fake_driver;
@@ -141,12 +145,19 @@ static void test_steps(void **state)
         assert_int_equal(f->g->queued, 3);
 }
 
+/* Urgent record `i` on the fixture's gate. */
+static cuda_copy *rec(fixture *f, unsigned i)
+{
+        urgent_rec[i].gate = f->g;
+        return &urgent_rec[i];
+}
+
 static void test_urgent_closes_until_heard(void **state)
 {
         fixture *f = *state;
 
         assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, 8 * MIB), 0);
-        cuda_gate_urgent(f->g);
+        cuda_gate_urgent(rec(f, 0));
         assert_int_equal(f->g->closed, 1);
         /* Neither the steps queued before nor those queued now pass. */
         assert_false(passes(f, 1));
@@ -154,14 +165,24 @@ static void test_urgent_closes_until_heard(void **state)
         assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, 4 * MIB), 0);
         assert_false(passes(f, 3));
         /* A second urgent copy; the first heard: still shut. */
-        cuda_gate_urgent(f->g);
+        cuda_gate_urgent(rec(f, 1));
         assert_int_equal(f->g->closed, 1);
-        cuda_gate_heard(f->g);
+        cuda_gate_heard(rec(f, 0));
         assert_false(passes(f, 1));
         /* The last heard: every step queued runs. */
-        cuda_gate_heard(f->g);
+        cuda_gate_heard(rec(f, 1));
         assert_true(passes(f, 3));
         assert_int_equal(f->g->urgent, 0);
+        /* Both ended with it shut: the urgent lane runs past it. */
+        assert_int_equal(f->g->shut_heard, 2);
+        /* A bulk record (no gate) is left alone. */
+        {
+                cuda_copy bulk = { 0 };
+
+                cuda_gate_urgent(&bulk);
+                cuda_gate_heard(&bulk);
+                assert_int_equal(cuda_gate_overdue(&bulk), 0);
+        }
 }
 
 static void test_release(void **state)
@@ -169,71 +190,107 @@ static void test_release(void **state)
         fixture *f = *state;
 
         assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, 4 * MIB), 0);
-        cuda_gate_urgent(f->g);
+        cuda_gate_urgent(rec(f, 0));
         assert_false(passes(f, 1));
         cuda_gate_release(&f->b->devices[0]);
         assert_true(passes(f, 1));
         assert_int_equal(f->g->urgent, 0);
-        /* Its copy heard late (a failed stream's host function): no
-         * underflow, the next urgent copy still closes it. */
-        cuda_gate_heard(f->g);
-        assert_int_equal(f->g->urgent, 0);
-        cuda_gate_urgent(f->g);
+        /* A new urgent copy shuts it again; the released one, heard late
+         * (a failed stream's host function), does not open it. */
+        cuda_gate_urgent(rec(f, 1));
         assert_false(passes(f, 1));
-        cuda_gate_heard(f->g);
+        cuda_gate_heard(rec(f, 0));
+        assert_false(passes(f, 1));
+        assert_int_equal(f->g->urgent, 1);
+        cuda_gate_heard(rec(f, 1));
         assert_true(passes(f, 1));
-        /* NULL accepted. */
-        cuda_gate_urgent(NULL);
-        cuda_gate_heard(NULL);
 }
 
 /* The watcher's way out for an urgent copy far past its time: open, the
- * count forgotten, true only the first time (it logs once). */
+ * copies in flight given up on, 1 only the first time (it logs once);
+ * the copy given up on counts once however long it stays first; no
+ * shutting while it is still ahead; a copy given up on, heard late,
+ * does not open a gate a newer copy shut. */
 static void test_overdue(void **state)
 {
         fixture *f = *state;
 
         assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, 4 * MIB), 0);
-        assert_false(cuda_gate_overdue(f->g));  /* nothing urgent */
-        cuda_gate_urgent(f->g);
-        cuda_gate_urgent(f->g);
+        cuda_gate_urgent(rec(f, 0));
+        cuda_gate_urgent(rec(f, 1));
         assert_false(passes(f, 1));
-        assert_true(cuda_gate_overdue(f->g));
+        assert_int_equal(cuda_gate_overdue(rec(f, 0)), 1);
         assert_true(passes(f, 1));
         assert_int_equal(f->g->urgent, 0);
-        cuda_gate_heard(f->g);                  /* late: no effect */
+        assert_int_equal(f->g->stale, 2);
+        /* Still first and still late: counted once. */
+        assert_int_equal(cuda_gate_overdue(rec(f, 0)), 0);
+        assert_int_equal(f->g->overdue, 1);
+        /* Behind it on the urgent lane, a new copy does not shut. */
+        cuda_gate_urgent(rec(f, 2));
         assert_true(passes(f, 1));
-        cuda_gate_urgent(f->g);
+        cuda_gate_heard(rec(f, 0));
+        cuda_gate_heard(rec(f, 1));
+        assert_int_equal(f->g->stale, 0);
+        cuda_gate_heard(rec(f, 2));
+        assert_int_equal(f->g->urgent, 0);
+        /* With none given up on ahead, the next shuts it again; given
+         * up on too, it is logged no more. */
+        cuda_gate_urgent(rec(f, 3));
         assert_false(passes(f, 1));
-        assert_false(cuda_gate_overdue(f->g));  /* logged once */
+        assert_int_equal(cuda_gate_overdue(rec(f, 3)), 0);
         assert_true(passes(f, 1));
         assert_int_equal(f->g->overdue, 2);
+        assert_false(f->g->retired);            /* two of three */
 }
 
-/* Overdue three times: the gate retires, open for good, and copies in
- * are no longer stepped. */
+/* Given up on three times with no urgent copy ever ending while the gate
+ * was shut: it holds the urgent lane; it retires, open for good, and
+ * copies in are no longer stepped. */
 static void test_retires(void **state)
 {
         fixture *f = *state;
 
         assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, 8 * MIB), 0);
-        for (int i = 1; i <= 3; i++) {
-                cuda_gate_urgent(f->g);
+        for (unsigned i = 0; i < 3; i++) {
+                cuda_gate_urgent(rec(f, i));
                 assert_false(passes(f, 2));
-                assert_int_equal(cuda_gate_overdue(f->g), i == 1 ? 1 :
-                                 i == 3 ? 2 : 0);
+                assert_int_equal(cuda_gate_overdue(rec(f, i)), i == 0 ? 1 :
+                                 i == 2 ? 2 : 0);
                 assert_true(passes(f, 2));
+                cuda_gate_heard(rec(f, i));     /* late, after the opening */
         }
         assert_true(f->g->retired);
-        cuda_gate_urgent(f->g);
+        cuda_gate_urgent(rec(f, 3));
         assert_true(passes(f, 2));              /* no longer shuts */
-        assert_int_equal(cuda_gate_overdue(f->g), 0);
-        cuda_gate_heard(f->g);
+        assert_int_equal(cuda_gate_overdue(rec(f, 3)), 0);
+        cuda_gate_heard(rec(f, 3));
         fk.n = 0;
         assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, 8 * MIB), 0);
         assert_int_equal(fk.n, 1);              /* one copy, no steps */
         assert_false(fk.ops[0].wait);
         assert_true(passes(f, 2));
+}
+
+/* Where an urgent copy once ended with the gate shut, copies given up on
+ * (waiting for a client's last-use event, say) never retire it. */
+static void test_overdue_never_retires_a_working_gate(void **state)
+{
+        fixture *f = *state;
+
+        assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, 4 * MIB), 0);
+        cuda_gate_urgent(rec(f, 0));
+        cuda_gate_heard(rec(f, 0));             /* ended while shut */
+        for (unsigned i = 1; i <= 5; i++) {
+                cuda_gate_urgent(rec(f, i));
+                assert_false(passes(f, 1));
+                cuda_gate_overdue(rec(f, i));
+                cuda_gate_heard(rec(f, i));
+        }
+        assert_int_equal(f->g->overdue, 5);
+        assert_false(f->g->retired);
+        cuda_gate_urgent(rec(f, 6));
+        assert_false(passes(f, 1));             /* still shuts */
 }
 
 /* CUDA_DEVICE_MAX_CONNECTIONS below the default: no gate, and no driver
@@ -265,10 +322,10 @@ static void test_wraps(void **state)
         assert_int_equal(w[3], 2);
         for (unsigned i = 0; i < 4; i++)
                 assert_true(passes(f, w[i]));
-        cuda_gate_urgent(f->g);
+        cuda_gate_urgent(rec(f, 0));
         for (unsigned i = 0; i < 4; i++)
                 assert_false(passes(f, w[i]));
-        cuda_gate_heard(f->g);
+        cuda_gate_heard(rec(f, 0));
         for (unsigned i = 0; i < 4; i++)
                 assert_true(passes(f, w[i]));
 }
@@ -283,8 +340,8 @@ static void test_no_word(void **state)
         assert_false(fk.ops[0].wait);
         assert_int_equal(fk.ops[0].len, 10 * MIB);
         /* Urgent copies are still counted; nothing to store. */
-        cuda_gate_urgent(f->g);
-        cuda_gate_heard(f->g);
+        cuda_gate_urgent(rec(f, 0));
+        cuda_gate_heard(rec(f, 0));
         assert_int_equal(f->g->urgent, 0);
         f->q.gate = NULL;
         assert_int_equal(cuda_gate_copy(f->b, &f->q, 0, 0, MIB), 0);
@@ -300,6 +357,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_release, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_overdue, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_retires, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_overdue_never_retires_a_working_gate,
+                                                setup, teardown),
                 cmocka_unit_test_setup_teardown(test_few_connections, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_wraps, setup, teardown),

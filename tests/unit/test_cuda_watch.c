@@ -10,7 +10,8 @@
  * thread itself, started and stopped, hears a copy that ends; a record
  * it heard is reused only after its host function ran (through the
  * backend's own submit and reap); an urgent copy heard opens the gate of
- * the bulk copies in, and one far past its time opens it too.
+ * the bulk copies in, and one far past its time opens it too; a copy
+ * heard late moves the times of those behind it.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -349,7 +350,7 @@ static cuda_gate *queue_urgent(cuda_backend *b, unsigned i, uint32_t *word,
         *word = 7;
         records[i].gate = g;
         pthread_mutex_lock(&b->copy_lock);
-        cuda_gate_urgent(g);
+        cuda_gate_urgent(&records[i]);
         cuda_watch_queued(b, d, q, GMD_COPY_IN, &records[i], MIB, now);
         pthread_mutex_unlock(&b->copy_lock);
         return g;
@@ -392,6 +393,29 @@ static void test_overdue_urgent_opens_the_gate(void **state)
         assert_int_equal(word, 7);
 }
 
+/* A copy heard late moves the times of those behind it as late: they
+ * are not queried (nor, urgent, given up on) for its lateness. A late
+ * bulk copy leaves the gate alone. */
+static void test_late_copy_shifts_those_behind(void **state)
+{
+        cuda_backend *b = *state;
+        uint32_t word = 5;
+        uint64_t due1;
+
+        b->devices[0].gates[GMD_COPY_IN].word = &word;
+        b->devices[0].gates[GMD_COPY_IN].open_to = 5;
+        queue(b, 0, MIB, 1000);
+        queue(b, 1, MIB, 1000);
+        due1 = records[1].due_us;
+        step(b, records[0].due_us + GATE_OVERDUE_US + 1);   /* not done */
+        assert_int_equal(word, 5);
+        fk.done[0] = true;
+        step(b, records[0].due_us + GATE_OVERDUE_US + 5000);
+        assert_true(records[0].fired);
+        assert_int_equal(records[1].due_us, due1 + GATE_OVERDUE_US + 5000);
+        assert_int_equal(word, 5);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -404,6 +428,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_heard_record_waits_for_its_host_function, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_urgent_heard_opens_the_gate, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_overdue_urgent_opens_the_gate, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_late_copy_shifts_those_behind, setup, teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
