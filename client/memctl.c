@@ -312,6 +312,22 @@ static void print_copies(const gmd_status *status)
                        "sim: [sim] copy_rate" : "measured at start");
         }
         print_shared_links(status);
+        /* Whether an acquire's swap-in overtakes the prefetches under way
+         * (on when gpu-memd starts, unless [swap] preempt_step is 0; on
+         * cuda it may turn itself off, and its log says why). */
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+
+                if (p->tier != GMD_TIER_VRAM)
+                        continue;
+                if (p->preempt_step)
+                        printf("gpu%u acquires overtake prefetches: copies in "
+                               "pause every %s\n", p->device,
+                               ctl_size_text(p->preempt_step, out, sizeof(out)));
+                else
+                        printf("gpu%u acquires wait behind prefetches in "
+                               "flight ([swap] preempt_step)\n", p->device);
+        }
         for (size_t i = 0; i < status->n_pools; i++) {
                 const gmd_pool_status *p = &status->pools[i];
 
@@ -540,6 +556,7 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                         json_uint(&w, "link_group", p->link_group);
                         json_uint(&w, "slice_pid", p->slice_pid);
                         json_uint(&w, "slice_left_ms", p->slice_left_ms);
+                        json_uint(&w, "preempt_step", p->preempt_step);
                 }
                 json_end_object(&w);
         }

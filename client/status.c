@@ -80,6 +80,7 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 p->link_group = w->link_group ? w->link_group - 1 : p->device;
                 p->slice_pid = w->slice_pid;
                 p->slice_left_ms = w->slice_left_ms;
+                p->preempt_step = w->preempt_step;
         }
         s->n_clients = reply->n_clients;
         for (size_t i = 0; i < reply->n_clients; i++) {

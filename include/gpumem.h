@@ -557,6 +557,13 @@ typedef struct gmd_pool_status {
          * buffers there). 0 and 0: no slice runs. */
         uint32_t slice_pid;
         uint64_t slice_left_ms;
+        /* VRAM pools: the step, in bytes, at which the device's copies to
+         * VRAM already under way pause for an acquire's swap-in ([swap]
+         * preempt_step in gpu-memd.conf), so it waits behind at most a
+         * step or two of a prefetch. 0: they do not pause (preempt_step 0;
+         * on cuda the daemon's log says why otherwise; or an older
+         * daemon). */
+        uint64_t preempt_step;
 } gmd_pool_status;
 
 typedef struct gmd_client_status {

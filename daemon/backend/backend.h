@@ -171,6 +171,10 @@ typedef struct gmd_backend_ops {
                                   uint64_t dst_off, gmd_mem *src,
                                   uint64_t src_off, uint64_t len,
                                   void *cookie);
+        /* The step at which `device`'s copies in pause for an urgent one
+         * now, 0 when they do not (cuda: no gate, or it retired; the log
+         * says why). For status; cheap. */
+        uint64_t (*copy_preempt_step)(gmd_backend *backend, unsigned device);
 
         /* As mem_create, for a buffer whose every byte the daemon writes
          * (a copy's destination) before any client sees it: the backend

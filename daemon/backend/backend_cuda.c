@@ -135,6 +135,7 @@ static const gmd_backend_ops cuda_ops = {
         .set_wake = cuda_ops_set_wake,
         .copy_submit = cuda_ops_copy_submit,
         .copy_submit_urgent = cuda_ops_copy_submit_urgent,
+        .copy_preempt_step = cuda_ops_copy_preempt_step,
         .copy_reap = cuda_ops_copy_reap,
         .maintain = cuda_ops_maintain,
         .mem_create_ipc = cuda_ops_mem_create_ipc,

@@ -453,6 +453,8 @@ int cuda_gate_overdue(cuda_copy *c);
  * no watcher thread, nothing would open a gate whose urgent copy the
  * GPU holds behind it. */
 void cuda_gate_retire(cuda_device *d);
+/* The copy_preempt_step op: the gate's step in, 0 with none or retired. */
+uint64_t cuda_ops_copy_preempt_step(gmd_backend *backend, unsigned device);
 /* Free the words' memory; after the streams are gone. */
 void cuda_gate_close(cuda_backend *b, cuda_device *d);
 /* Queue `n` bytes from `from` to `to` on the bulk lane `q`, in steps,

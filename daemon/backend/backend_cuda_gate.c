@@ -223,6 +223,21 @@ void cuda_gate_retire(cuda_device *d)
         }
 }
 
+uint64_t cuda_ops_copy_preempt_step(gmd_backend *backend, unsigned device)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+        cuda_device *d = cuda_device_get(b, device);
+        uint64_t step = 0;
+
+        if (!d)
+                return 0;
+        pthread_mutex_lock(&b->copy_lock);
+        if (d->gates[GMD_COPY_IN].word && !d->gates[GMD_COPY_IN].retired)
+                step = d->gates[GMD_COPY_IN].step;
+        pthread_mutex_unlock(&b->copy_lock);
+        return step;
+}
+
 void cuda_gate_close(cuda_backend *b, cuda_device *d)
 {
         for (int dir = 0; dir < 2; dir++)

@@ -463,6 +463,13 @@ static int sim_copy_submit_urgent(gmd_backend *b, unsigned device,
                               src_off, len, cookie);
 }
 
+static uint64_t sim_copy_preempt_step(gmd_backend *b, unsigned device)
+{
+        sim_backend *sim = to_sim(b);
+
+        return device < sim->n_devices ? sim_copier_step(sim->copier) : 0;
+}
+
 static void sim_copy_reap(gmd_backend *b, gmd_copy_done_fn done, void *ctx)
 {
         sim_copier_reap(to_sim(b)->copier, done, ctx);
@@ -545,6 +552,7 @@ static const gmd_backend_ops sim_ops = {
         .copy_submit = sim_copy_submit,
         .copy_reap = sim_copy_reap,
         .copy_submit_urgent = sim_copy_submit_urgent,
+        .copy_preempt_step = sim_copy_preempt_step,
         .mem_create_private = sim_mem_create_private,
         .arena_info = sim_arena_info,
         .arena_grow = sim_arena_grow,

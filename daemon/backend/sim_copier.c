@@ -146,6 +146,11 @@ uint64_t sim_copier_rate(const sim_copier *copier)
         return copier ? copier->rate : 0;
 }
 
+uint64_t sim_copier_step(const sim_copier *copier)
+{
+        return copier ? copier->step : 0;
+}
+
 int sim_copier_new(unsigned n_queues, uint64_t rate, uint64_t step,
                    sim_copier **ret_copier)
 {

@@ -31,6 +31,9 @@ sim_copier *sim_copier_free(sim_copier *copier);
 /* The bytes per second each queue copies at most (0: unthrottled). */
 uint64_t sim_copier_rate(const sim_copier *copier);
 
+/* The bytes of a bulk job copied per turn (0: whole parts). */
+uint64_t sim_copier_step(const sim_copier *copier);
+
 void sim_copier_set_wake(sim_copier *copier, void (*wake)(void *ctx), void *ctx);
 
 /* Queue a copy of `len` bytes on `queue`'s bulk lane. 0 or -ENOMEM /

@@ -41,6 +41,9 @@ static void take_pool(const gmd_server *server, unsigned i,
         }
         ret->kept = reuse_bytes(&server->reuse, i);
         ret->link_group = server->copyqs.q[i].link;
+        if (server->copyqs.lanes && server->backend->ops->copy_preempt_step)
+                ret->preempt_step = server->backend->ops->copy_preempt_step(
+                                        server->backend, i);
         ret->slice_pid = slice_holder(&server->slices, i, now_ms(),
                                       &ret->slice_left_ms);
         if (server->vram[i].known) {

@@ -42,6 +42,8 @@ typedef struct gmd_pool_snapshot {
                                       * by gmd_copy_dir; 0: not known */
         unsigned link_group;         /* the lowest device on its link */
         pid_t slice_pid;             /* whose memory slice runs (slice.h); 0: none */
+        uint64_t preempt_step;       /* copies in pause for an urgent one at
+                                      * this step; 0: they do not */
         uint64_t slice_left_ms;      /* ... and for how long still */
 } gmd_pool_snapshot;
 

@@ -60,6 +60,7 @@ static void render_pool(const gmd_pool_snapshot *p, Gmd__PoolInfo *ret)
                 ret->link_group = p->link_group + 1;
         ret->slice_pid = p->slice_pid > 0 ? (uint32_t)p->slice_pid : 0;
         ret->slice_left_ms = ret->slice_pid ? p->slice_left_ms : 0;
+        ret->preempt_step = p->preempt_step;
 }
 
 static void render_client(const gmd_session *viewer,

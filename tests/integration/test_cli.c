@@ -512,12 +512,17 @@ static void test_ctl_while_moving(void **state)
         /* The link: the sim's copy rate, each way. */
         assert_row_uint(row, "link_bytes_per_s_in", 8 * MiB);
         assert_row_uint(row, "link_bytes_per_s_out", 8 * MiB);
+        /* [swap] preempt_step's default. */
+        assert_row_uint(row, "preempt_step", 4 * MiB);
         free(row);
         free(out);
         out = ctl_output(f, (const char *[]){ "status", NULL });
         if (!strstr(out, "\ngpu0 link: 8 MiB/s in, 8 MiB/s out "
                     "(sim: [sim] copy_rate)\n"))
                 fail_msg("status: no link line:\n%s", out);
+        if (!strstr(out, "\ngpu0 acquires overtake prefetches: copies in "
+                    "pause every 4 MiB\n"))
+                fail_msg("status: no preempt_step line:\n%s", out);
         free(out);
         assert_int_equal(gmd_free(f->client, b), 0);
         harness_stop(&f->h);

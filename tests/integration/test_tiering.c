@@ -506,6 +506,9 @@ static int64_t acquire_behind_big_chunks(fixture *f, const char *step)
                  "preempt_step = %s\n[sim]\ncopy_rate = 200M\n", step);
         harness_start_small(&f->h, config);
         f->client = harness_client(&f->h, "preempt");
+        /* Status says so (PoolInfo.preempt_step). */
+        assert_int_equal(harness_vram_pool(f->client, 0).preempt_step,
+                         strcmp(step, "0") ? MiB : 0);
         paged_out_pair(f->client, 48 * MiB, 4 * MiB, 0, 30, &big, &small);
         OK(gmd_prefetch(f->client, big));
         t0 = harness_now_ms();

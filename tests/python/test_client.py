@@ -334,6 +334,8 @@ class Status(DaemonTest):
         # Unthrottled sim copies: the link is not known.
         self.assertEqual((vram[0].link_bytes_per_s_in,
                           vram[0].link_bytes_per_s_out), (0, 0))
+        # The last field of the struct: [swap] preempt_step's default.
+        self.assertEqual(vram[0].preempt_step, 4 * MiB)
         self.assertEqual(st.gpu_processes, [])
         d = st.to_dict()
         self.assertEqual(d["pools"][0]["device"], 0)

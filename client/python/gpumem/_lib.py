@@ -66,6 +66,7 @@ class PoolStatus(ctypes.Structure):
         ("link_group", ctypes.c_uint),
         ("slice_pid", ctypes.c_uint32),
         ("slice_left_ms", ctypes.c_uint64),
+        ("preempt_step", ctypes.c_uint64),
     ]
 
 

@@ -39,6 +39,9 @@ class Pool:
     # ([limits] memory_slice_ms), and the ms it has left at most; 0, 0: none
     slice_pid: int
     slice_left_ms: int
+    # VRAM pools: copies to VRAM under way pause for an acquire's swap-in
+    # every this many bytes ([swap] preempt_step); 0: they do not
+    preempt_step: int
 
 
 @dataclasses.dataclass
