@@ -91,6 +91,13 @@ typedef struct cuda_gate {
                                   * times and none ever ended with it shut */
 } cuda_gate;
 
+/* Does `g` step its lane's copies and shut for urgent ones (a word, not
+ * retired)? copy_lock held: the watcher may retire it. */
+static inline bool cuda_gate_on(const cuda_gate *g)
+{
+        return g && g->word && !g->retired;
+}
+
 /* One copy handed to a stream: `done` is recorded after it on the copy
  * stream, and the notify stream's host function marks it fired. Records
  * are recycled with their event (loop thread only). */

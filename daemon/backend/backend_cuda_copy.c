@@ -168,7 +168,6 @@ static cuda_copy *cuda_copy_get(cuda_backend *b, cuda_queue *q)
                 c->next = NULL;
                 c->fired = false;
                 c->called = false;
-                c->gate = q->urgent ? q->gate : NULL;
                 return c;
         }
         c = calloc(1, sizeof(*c));
@@ -180,6 +179,7 @@ static cuda_copy *cuda_copy_get(cuda_backend *b, cuda_queue *q)
                 free(c);
                 return NULL;
         }
+        /* For good: a record stays with its queue (q->spare). */
         c->gate = q->urgent ? q->gate : NULL;
         return c;
 }

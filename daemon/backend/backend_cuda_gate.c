@@ -232,7 +232,7 @@ uint64_t cuda_ops_copy_preempt_step(gmd_backend *backend, unsigned device)
         if (!d)
                 return 0;
         pthread_mutex_lock(&b->copy_lock);
-        if (d->gates[GMD_COPY_IN].word && !d->gates[GMD_COPY_IN].retired)
+        if (cuda_gate_on(&d->gates[GMD_COPY_IN]))
                 step = d->gates[GMD_COPY_IN].step;
         pthread_mutex_unlock(&b->copy_lock);
         return step;
@@ -259,7 +259,7 @@ int cuda_gate_copy(cuda_backend *b, cuda_queue *q, CUdeviceptr to,
          * which every copy reaching an idle stream would pay. */
         if (g && g->word) {
                 pthread_mutex_lock(&b->copy_lock);
-                stepped = !g->retired;
+                stepped = cuda_gate_on(g);
                 if (stepped) {
                         g->open_to = g->queued +
                                      (uint32_t)((n + g->step - 1) / g->step);
@@ -301,7 +301,7 @@ void cuda_gate_urgent(cuda_copy *c)
         c->gate_epoch = g->epoch;
         /* Not while a copy given up on is still ahead on the urgent lane:
          * this one waits behind it, and so would the bulk lane. */
-        if (g->urgent++ == 0 && g->word && !g->retired && !g->stale) {
+        if (g->urgent++ == 0 && cuda_gate_on(g) && !g->stale) {
                 gate_store(g, g->open_to - GATE_BACK);
                 g->shut = true;
                 g->closed++;
@@ -312,8 +312,7 @@ int cuda_gate_overdue(cuda_copy *c)
 {
         cuda_gate *g = c->gate;
 
-        if (!g || c->gate_epoch != g->epoch || !g->urgent || !g->word ||
-            g->retired)
+        if (!cuda_gate_on(g) || c->gate_epoch != g->epoch || !g->urgent)
                 return 0;
         gate_forget(g);
         g->overdue++;

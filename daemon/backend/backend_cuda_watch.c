@@ -68,7 +68,7 @@ void cuda_watch_queued(cuda_backend *b, cuda_device *d, cuda_queue *q,
 
         if (!rate)
                 rate = WATCH_DEFAULT_RATE;
-        if (g && g->word && !g->retired && !q->urgent && g->step)
+        if (cuda_gate_on(g) && !q->urgent)
                 steps = (len + g->step - 1) / g->step;
         c->gen = ++b->watch.gen;
         c->due_us = start + len * 1000000 / rate + steps * WATCH_STEP_US;
