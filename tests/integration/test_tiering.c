@@ -491,6 +491,19 @@ static void paged_out_pair(gmd_client *c, uint64_t big, uint64_t small,
         OK(gmd_wait(c, NULL, 10000));
 }
 
+/* paged_out_pair's buffers, the small one acquired: its pattern checked,
+ * the big one's once its prefetch ended, both freed. */
+static void check_and_free_pair(gmd_client *c, gmd_buffer *big,
+                                gmd_buffer *small, uint32_t seed)
+{
+        pattern_check(small, seed + 1, "the small buffer after its swap-in");
+        OK(gmd_wait(c, big, 10000));
+        OK(gmd_acquire(c, big, 0));
+        pattern_check(big, seed, "the big buffer after its prefetch");
+        OK(gmd_free(c, big));
+        OK(gmd_free(c, small));
+}
+
 /* How long an acquire of a paged-out 4 MiB buffer takes just after a
  * prefetch of 48 MiB began, with copies at 200 MB/s in 16 MiB chunks, two
  * in flight ([swap] preempt_step `step`, "0" for off). */
@@ -514,12 +527,7 @@ static int64_t acquire_behind_big_chunks(fixture *f, const char *step)
         t0 = harness_now_ms();
         OK(gmd_acquire(f->client, small, 10000));
         took = elapsed_since(t0);
-        pattern_check(small, 31, "small after its swap-in");
-        OK(gmd_wait(f->client, big, 10000));
-        OK(gmd_acquire(f->client, big, 0));
-        pattern_check(big, 30, "big after the prefetch it overtook");
-        OK(gmd_free(f->client, big));
-        OK(gmd_free(f->client, small));
+        check_and_free_pair(f->client, big, small, 30);
         f->client = gmd_disconnect(f->client);
         harness_stop(&f->h);
         return took;
@@ -609,12 +617,7 @@ static void test_acquire_overtakes_other_devices_prefetch(void **state)
                          "1's acquire on their shared link: want at most the "
                          "chunks in flight as it came (6 MiB)",
                          (unsigned long long)(during / MiB));
-        pattern_check(small, 21, "device 1's buffer after its swap-in");
-        OK(gmd_wait(f->client, big, 10000));
-        OK(gmd_acquire(f->client, big, 0));
-        pattern_check(big, 20, "device 0's buffer after its prefetch");
-        OK(gmd_free(f->client, big));
-        OK(gmd_free(f->client, small));
+        check_and_free_pair(f->client, big, small, 20);
         harness_stop(&f->h);
 }
 

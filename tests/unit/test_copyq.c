@@ -351,6 +351,16 @@ static void finish_at(fixture *f, unsigned i)
         f->fake.cookies[i] = NULL;
 }
 
+/* The queues again, over a backend with an urgent lane, [swap]
+ * preempt_step `step`. */
+static void lanes_init(fixture *f, uint64_t step)
+{
+        f->fake.ops.copy_submit_urgent = fake_submit_urgent;
+        f->config.swap_preempt_step = step;
+        copyqs_init(&f->qs, f->q, 1, &f->fake.backend, &f->config, &f->stats,
+                    &f->pending);
+}
+
 /* With the backend's urgent lane: an urgent copy's chunks go at once, on
  * that lane, though the bulk lane is full; evictions stay on the bulk
  * lane; a copy reclassed urgent while that lane is full goes when it has
@@ -360,10 +370,7 @@ static void test_urgent_lane(void **state)
         fixture *f = *state;
         gmd_copy bulk, evict, urgent, late;
 
-        f->fake.ops.copy_submit_urgent = fake_submit_urgent;
-        f->config.swap_preempt_step = 1 * MIB;
-        copyqs_init(&f->qs, f->q, 1, &f->fake.backend, &f->config, &f->stats,
-                    &f->pending);
+        lanes_init(f, 1 * MIB);
         assert_true(f->qs.lanes);
         copy_init(&bulk, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
         copy_init(&evict, GMD_COPY_IN, MOVE_EVICT, &f->b, 4 * MIB);
@@ -421,10 +428,7 @@ static void test_reclass_goes_at_once(void **state)
         fixture *f = *state;
         gmd_copy bulk, late;
 
-        f->fake.ops.copy_submit_urgent = fake_submit_urgent;
-        f->config.swap_preempt_step = 1 * MIB;
-        copyqs_init(&f->qs, f->q, 1, &f->fake.backend, &f->config, &f->stats,
-                    &f->pending);
+        lanes_init(f, 1 * MIB);
         copy_init(&bulk, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
         copy_init(&late, GMD_COPY_IN, MOVE_BULK, &f->b, 4 * MIB);
         copyq_push(&f->qs, &bulk);
@@ -448,10 +452,7 @@ static void test_lane_off(void **state)
         fixture *f = *state;
         gmd_copy bulk, urgent;
 
-        f->fake.ops.copy_submit_urgent = fake_submit_urgent;
-        f->config.swap_preempt_step = 0;
-        copyqs_init(&f->qs, f->q, 1, &f->fake.backend, &f->config, &f->stats,
-                    &f->pending);
+        lanes_init(f, 0);
         assert_false(f->qs.lanes);
         copy_init(&bulk, GMD_COPY_IN, MOVE_BULK, &f->a, 16 * MIB);
         copy_init(&urgent, GMD_COPY_IN, MOVE_URGENT, &f->c, 4 * MIB);

@@ -209,8 +209,8 @@ static void test_release(void **state)
 /* The watcher's way out for an urgent copy far past its time: open, the
  * copies in flight given up on, 1 only the first time (it logs once);
  * the copy given up on counts once however long it stays first; no
- * shutting while it is still ahead; a copy given up on, heard late,
- * does not open a gate a newer copy shut. */
+ * shutting while it is still ahead (so none of them, heard late, can open
+ * a gate a newer copy shut; release's case is test_release). */
 static void test_overdue(void **state)
 {
         fixture *f = *state;
