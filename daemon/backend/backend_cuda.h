@@ -434,12 +434,13 @@ void cuda_ops_copy_reap(gmd_backend *backend, gmd_copy_done_fn done,
 
 /* ---- backend_cuda_gate.c ------------------------------------------------ */
 
-/* Give `d`'s bulk lanes gates of `step` bytes (context current): pinned
- * host memory for their words, and one gated step tried on a stream, so a
- * driver without stream memory operations is found here. 0 with the
- * gates, or with none (step 0, or they cannot work: logged once, urgent
- * copies then share the link with the others' chunks); -errno only for
- * what fails the device (out of memory). */
+/* Give `d`'s bulk lane in a gate of `step` bytes (context current; the
+ * lane out is never gated): pinned host memory for its word, and one
+ * gated step tried on a stream, so a driver without stream memory
+ * operations is found here. 0 with the gate, or with none (step 0,
+ * CUDA_DEVICE_MAX_CONNECTIONS below 8, or it cannot work: logged once,
+ * urgent copies then share the link with the others' chunks); -errno only
+ * for what fails the device (out of memory). */
 int cuda_gate_open(cuda_backend *b, cuda_device *d, uint64_t step);
 /* Open every gate of `d` and give up on the urgent copies in flight
  * (copy_lock held): before its streams are waited for at close, and when
