@@ -25,6 +25,8 @@
  * when a CUDA call fails (the call and the error are printed).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,9 +43,12 @@
 #define ROUNDS 3
 #define MAX_N 256
 
-enum { EXPORT, IMPORT, MAP, ACCESS, UNMAP, ACCESS_RANGE, N_STEPS };
+enum { EXPORT, IMPORT, MAP, ACCESS, UNMAP, ACCESS_RANGE, SWAPIN_T1,
+       SWAPIN_T2, SWAPIN_T4, UNMAP_T4, N_STEPS };
 static const char *const step_names[N_STEPS] = {
         "export", "import", "map", "access", "unmap", "access_range",
+        "swapin_1thread", "swapin_2threads", "swapin_4threads",
+        "unmap_4threads",
 };
 
 typedef struct map_case {
@@ -64,6 +69,109 @@ static double now_us(void)
 
         clock_gettime(CLOCK_MONOTONIC, &t);
         return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+typedef struct swapin_job {
+        CUcontext ctx;
+        CUdeviceptr va;
+        uint64_t size;
+        const int *fds;
+        CUmemGenericAllocationHandle *handles;
+        unsigned lo, hi;
+        bool unmap;                 /* unmap [lo, hi) instead */
+        CUresult res;
+} swapin_job;
+
+static void *swapin_thread(void *arg)
+{
+        swapin_job *j = arg;
+        CUmemAccessDesc access = { 0 };
+
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = dev;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        j->res = cu->cuCtxSetCurrent(j->ctx);
+        for (unsigned i = j->lo; i < j->hi && j->res == CUDA_SUCCESS; i++) {
+                CUdeviceptr at = j->va + i * j->size;
+
+                if (j->unmap) {
+                        j->res = cu->cuMemUnmap(at, j->size);
+                        continue;
+                }
+                j->res = cu->cuMemImportFromShareableHandle(&j->handles[i],
+                                (void *)(intptr_t)j->fds[i],
+                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+                if (j->res == CUDA_SUCCESS)
+                        j->res = cu->cuMemMap(at, j->size, 0, j->handles[i], 0);
+                if (j->res == CUDA_SUCCESS)
+                        j->res = cu->cuMemSetAccess(at, j->size, &access, 1);
+        }
+        return NULL;
+}
+
+/* Wall time, µs, of `threads` threads doing the swap-in calls (or the
+ * unmaps) of buffers [0, n) at va, split evenly. */
+static int run_threads(unsigned threads, bool unmap, CUdeviceptr va,
+                       uint64_t size, unsigned n, const int *fds,
+                       CUmemGenericAllocationHandle *handles, double *ret_us)
+{
+        swapin_job jobs[4];
+        pthread_t tid[4];
+        CUcontext ctx;
+        double t;
+
+        CU(cu->cuCtxGetCurrent(&ctx));
+        for (unsigned k = 0; k < threads; k++)
+                jobs[k] = (swapin_job){ .ctx = ctx, .va = va, .size = size,
+                                        .fds = fds, .handles = handles,
+                                        .lo = n * k / threads,
+                                        .hi = n * (k + 1) / threads,
+                                        .unmap = unmap };
+        t = now_us();
+        for (unsigned k = 0; k < threads; k++)
+                if (pthread_create(&tid[k], NULL, swapin_thread, &jobs[k]))
+                        return -EAGAIN;
+        for (unsigned k = 0; k < threads; k++)
+                pthread_join(tid[k], NULL);
+        *ret_us = now_us() - t;
+        for (unsigned k = 0; k < threads; k++)
+                CU(jobs[k].res);
+        return 0;
+}
+
+/* The swap-in calls over 1, 2 and 4 threads, then unmaps over 4; `made`
+ * exported afresh for each. */
+static int run_threaded(map_case *c, CUmemGenericAllocationHandle *made,
+                        double *us)
+{
+        static CUmemGenericAllocationHandle imported[MAX_N];
+        static int fds[MAX_N];
+        static const unsigned counts[] = { 1, 2, 4 };
+        uint64_t size = (uint64_t)c->size_mib * MiB;
+        CUdeviceptr va = 0;
+
+        CU(cu->cuMemAddressReserve(&va, size * c->n, 0, 0, 0));
+        for (unsigned k = 0; k < 3; k++) {
+                for (unsigned i = 0; i < c->n; i++)
+                        CU(cu->cuMemExportToShareableHandle(&fds[i], made[i],
+                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+                if (run_threads(counts[k], false, va, size, c->n, fds,
+                                imported, &us[SWAPIN_T1 + k]) < 0)
+                        return -EIO;
+                for (unsigned i = 0; i < c->n; i++) {
+                        close(fds[i]);
+                        CU(cu->cuMemRelease(imported[i]));
+                }
+                if (k < 2) {
+                        CU(cu->cuMemUnmap(va, size * c->n));
+                        continue;
+                }
+                if (run_threads(4, true, va, size, c->n, fds, imported,
+                                &us[UNMAP_T4]) < 0)
+                        return -EIO;
+        }
+        CU(cu->cuMemAddressFree(va, size * c->n));
+        return 0;
 }
 
 /* One round of case `c`: every call kind timed over all its buffers. */
@@ -119,10 +227,12 @@ static int run_round(map_case *c, double *us)
         us[ACCESS_RANGE] = now_us() - t;
         CU(cu->cuMemUnmap(va, size * c->n));
         CU(cu->cuMemAddressFree(va, size * c->n));
-        for (unsigned i = 0; i < c->n; i++) {
+        for (unsigned i = 0; i < c->n; i++)
                 CU(cu->cuMemRelease(imported[i]));
+        if (run_threaded(c, made, us) < 0)
+                return -EIO;
+        for (unsigned i = 0; i < c->n; i++)
                 CU(cu->cuMemRelease(made[i]));
-        }
         for (int s = 0; s < N_STEPS; s++)
                 us[s] /= c->n;
         return 0;
@@ -151,6 +261,15 @@ static void print_human(FILE *f, const char *name)
                         "%.1f GB/s\n", c->size_mib, c->n, us[EXPORT],
                         us[IMPORT], us[MAP], us[ACCESS], us[UNMAP],
                         us[ACCESS_RANGE], swap_in_bound(c));
+        }
+        fprintf(f, "swap-in calls (import + map + access) on 1 / 2 / 4 "
+                "threads, unmap on 4, wall us per buffer\n");
+        for (unsigned i = 0; i < N_CASES; i++) {
+                const double *us = cases[i].us[ROUNDS - 1];
+
+                fprintf(f, "%3u MiB %7.1f %7.1f %7.1f   unmap %7.1f\n",
+                        cases[i].size_mib, us[SWAPIN_T1], us[SWAPIN_T2],
+                        us[SWAPIN_T4], us[UNMAP_T4]);
         }
 }
 
