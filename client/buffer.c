@@ -273,6 +273,25 @@ static void buffer_mark_revoked(gmd_buffer *buffer, const char *why)
         atomic_store(&buffer->revoked, true);
 }
 
+/*
+ * A remap with keep_mapping (proto/gpumem.proto): the daemon kept the
+ * buffer's VRAM across a swap-out, and our mapping of it stays. Out: keep
+ * it (the buffer is released; nobody touches it until an acquire). In: it
+ * is current again, with no import and no map — the point of keeping it,
+ * as those two driver calls cost ~80 us a buffer, more than a 2 MiB copy
+ * (bench/map_bench.c). -ESTALE when we have no mapping to take up again.
+ */
+static int remap_kept(gmd_buffer *buffer, const Gmd__RemapNotify *notify,
+                      const gmd_wire_packet *packet, const char **ret_reason)
+{
+        if (notify->n_segments || packet->n_fds) {
+                *ret_reason = "segments or fds with a remap that keeps the "
+                              "mapping";
+                return -EPROTO;
+        }
+        return buffer->unmapped ? -ESTALE : 0;
+}
+
 int gmd__buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
                  gmd_wire_packet *packet, const char **ret_reason)
 {
@@ -299,6 +318,12 @@ int gmd__buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
                  * rather than tear down a mapping that still works. */
                 r = -EOPNOTSUPP;
                 goto out;
+        }
+        if (notify->keep_mapping) {
+                r = remap_kept(buffer, notify, packet, ret_reason);
+                if (r == -EPROTO)
+                        goto out;
+                goto mapped;
         }
         if (notify->tier == GMD__TIER__TIER_HOST && notify->n_segments == 0) {
                 /* A SWAPPABLE buffer moved to host memory: nobody touches

@@ -42,8 +42,10 @@ struct gmd_buffer {
                                          * first use; one per buffer, since a
                                          * wait covers only the latest record */
         uint8_t last_use_handle[64];
-        bool unmapped;                  /* out on host memory, not mapped
-                                         * here (buffers_lock) */
+        bool unmapped;                  /* nothing mapped here: out on host
+                                         * memory, unless a remap with
+                                         * keep_mapping left its VRAM mapped
+                                         * (buffers_lock) */
         gmd_list cache_node;            /* client->cache.lru while parked */
         _Atomic int tier;               /* gmd_tier; a remap changes it */
         _Atomic bool revoked;           /* backing gone, range reserved */

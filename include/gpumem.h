@@ -39,6 +39,10 @@ extern "C" {
 #define GMD_PRIORITY_ENV    "GPU_MEMD_PRIORITY"
 #define GMD_CACHE_ENV       "GPU_MEMD_CACHE"        /* "0": no mapping cache */
 #define GMD_CACHE_LIMIT_ENV "GPU_MEMD_CACHE_LIMIT"  /* bytes parked at most */
+/* "0": unmap a SWAPPABLE buffer's VRAM at every swap-out, as before 0.1's
+ * kept mappings (the default keeps it mapped while the daemon keeps that
+ * VRAM for the way back, so a swap-in into it costs no driver call). */
+#define GMD_KEEP_MAPPINGS_ENV "GPU_MEMD_KEEP_MAPPINGS"
 
 /* Marks the library's exported functions: libgpumem.so is built with
  * -fvisibility=hidden, so everything else stays internal. */

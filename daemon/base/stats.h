@@ -35,6 +35,10 @@ typedef struct gmd_stats {
         /* VRAM a swap-out left (reuse.h): swap-ins that copied into it,
          * and kept allocations released instead. */
         uint64_t vram_reused, vram_kept_released;
+        /* Of vram_reused, swap-ins into VRAM the owner still mapped (no
+         * import or map in the client); kept VRAM asked back from an
+         * owner's mapping. */
+        uint64_t vram_reused_mapped, vram_unmaps_asked;
         /* VRAM allocations the pool had room for and the driver had not:
          * memory held outside gpu-memd (core/vram.h). */
         uint64_t vram_refused;

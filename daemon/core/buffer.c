@@ -164,10 +164,13 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         hostcopy_drop(server, b);
         if (b->mem)
                 backing_release(server, b->mem);
-        /* One buffer fewer that could come back into kept VRAM. */
-        if (b->tier == GMD_TIER_HOST)
+        /* One buffer fewer that could come back into kept VRAM; what its
+         * owner still mapped for it went with the owner's free. */
+        if (b->tier == GMD_TIER_HOST) {
+                reuse_buffer_gone(&server->reuse, b);
                 reuse_trim(&server->reuse, &b->owner->reuse, b->device, b->size,
                            buffer_count_out(b->owner, b->device, b->size));
+        }
         free(b);
         pending_mark(&server->pending, PENDING_ROOM);
 }

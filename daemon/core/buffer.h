@@ -38,6 +38,8 @@ typedef struct gmd_dbuffer {
                                      * it may move like a released one */
         bool parked;                /* idle in the client's mapping cache */
         uint64_t released_ms;       /* when the lease was last released */
+        uint64_t unmap_seq;         /* remap asking its owner to unmap kept
+                                     * VRAM, awaiting its ack (reuse.h) */
         uint64_t prefetched_us;     /* when a prefetch brought it into VRAM,
                                      * if nobody acquired it since: it is
                                      * about to be used (evict.h); else 0 */

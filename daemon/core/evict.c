@@ -511,6 +511,22 @@ static void slice_end_idle(gmd_server *server, unsigned device, uint64_t now)
                  (unsigned long long)idle_ms);
 }
 
+/* Kept VRAM on `device` its owners were asked to unmap, and may still:
+ * counted on for [limits] reclaim_timeout_ms, as parked memory asked back
+ * is, and looked at again when that ends. */
+static uint64_t unmapping_bytes(gmd_server *server, unsigned device,
+                                uint64_t now)
+{
+        uint64_t timeout = server->config.reclaim_timeout_ms;
+        uint64_t bytes = reuse_unmapping_bytes(&server->reuse, device,
+                                               now > timeout ? now - timeout : 0);
+
+        if (bytes)
+                pending_mark_after(&server->pending,
+                                   PENDING_ROOM | PENDING_EVICT, timeout);
+        return bytes;
+}
+
 bool evict_balance(gmd_server *server)
 {
         bool released = false;
@@ -524,14 +540,18 @@ bool evict_balance(gmd_server *server)
                 demand = demand_now(server, d, WAITQ_RANKS, now);
                 if (!demand)
                         continue;
-                leaving = move_leaving_bytes(server, d);
+                leaving = move_leaving_bytes(server, d) +
+                          unmapping_bytes(server, d, now);
                 room = pool_free(pool) + leaving;
                 if (room >= demand)
                         continue;
-                /* VRAM kept for swap-ins is the cheapest room: no copy, no
-                 * message. The waiters are served again below. */
+                /* VRAM kept for swap-ins is the cheapest room: no copy;
+                 * where its owner still maps it, one message. The waiters
+                 * are served again below. */
                 if (reuse_make_room(&server->reuse, pool, demand - leaving)) {
                         released = true;
+                        leaving = move_leaving_bytes(server, d) +
+                                  unmapping_bytes(server, d, now);
                         room = pool_free(pool) + leaving;
                         if (room >= demand)
                                 continue;

@@ -327,10 +327,16 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         m->clean = clean;
         if (clean)
                 m->copy.size = 0;
+        /* The owner keeps mapping VRAM kept for the buffer's way back
+         * (reuse.h): its remap changes nothing the GPU could be using, so
+         * it goes early, even with GPU work pending on the buffer. */
+        m->keep_mapping = placement_keep_mapping(b,
+                        b->owner->keeps_mappings &&
+                        reuse_keeps(&server->reuse, &b->owner->reuse));
         /* The owner's last use, recorded on its stream when it released:
          * the copy streams wait for it on the GPU, not the owner on the
          * host. */
-        early = placement_early_out(b);
+        early = m->keep_mapping || placement_early_out(b);
         r = wait_last_use(server, b, m);
         if (r < 0) {
                 free(m);
@@ -349,8 +355,9 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
                 m->remap = MOVE_REMAP_EARLY;
                 move_send_remap(server, m, dst, GMD_TIER_HOST);
         }
-        log_debug("buffer %llu: move out starts (%s remap%s)",
+        log_debug("buffer %llu: move out starts (%s remap%s%s)",
                   (unsigned long long)b->id, early ? "early" : "late",
+                  m->keep_mapping ? ", mapping kept" : "",
                   clean ? ", clean: nothing to copy" : "");
         copyq_push(&server->copyqs, &m->copy);
         return 0;
@@ -410,7 +417,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         move_class cls;
         gmd_mem *dst;
         gmd_move *m;
-        bool kept;
+        bool kept, mapped;
         int r;
 
         if (!b->move_waiter || b->move)
@@ -419,8 +426,14 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         if (!copyq_usable(&server->copyqs, b->device, GMD_COPY_IN))
                 return -EAGAIN; /* a copy just failed: wait, do not spin */
         /* The VRAM its own last move out left, if kept: no scrub of
-         * released memory competing with the copy, nothing to create. */
-        dst = reuse_take(&server->reuse, &b->owner->reuse, b->device, b->size);
+         * released memory competing with the copy, nothing to create; and
+         * if its owner still maps it there, nothing for the owner to
+         * import or map either. */
+        dst = reuse_take_mapped(&server->reuse, b);
+        mapped = dst != NULL;
+        if (!dst)
+                dst = reuse_take(&server->reuse, &b->owner->reuse, b->device,
+                                 b->size);
         kept = dst != NULL;
         if (!dst) {
                 r = reuse_pool_take(&server->reuse, pool, b->size);
@@ -450,7 +463,10 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
 
                 log_error("buffer %llu: cannot create VRAM to bring it back: %s",
                           (unsigned long long)b->id, strerror(r < 0 ? -r : ENOMEM));
-                if (r == 0)
+                if (mapped)
+                        reuse_keep_mapped(&server->reuse, &b->owner->reuse,
+                                          dst, b);
+                else if (r == 0)
                         backing_release(server, dst);
                 else
                         pool_give(pool, b->size);
@@ -472,14 +488,20 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 log_error("buffer %llu: cannot wait for its last use: %s",
                           (unsigned long long)b->id, strerror(-r));
                 free(m);
-                backing_release(server, dst);
+                if (mapped)
+                        reuse_keep_mapped(&server->reuse, &b->owner->reuse,
+                                          dst, b);
+                else
+                        backing_release(server, dst);
                 move_in_refused(server, b, GMD__ERROR_CODE__ERR_INTERNAL,
                                 "cannot order the copy after its last use");
                 return 0;
         }
         b->move = m;
         buffer_index(b);
-        m->dst_from = kept ? MOVE_DST_KEPT : MOVE_DST_NEW;
+        m->dst_from = mapped ? MOVE_DST_MAPPED :
+                      kept ? MOVE_DST_KEPT : MOVE_DST_NEW;
+        m->keep_mapping = mapped;
         /* Its owner maps nothing while a SWAPPABLE buffer is out, so it
          * can map the new VRAM while the copy runs (move.h) — if that VRAM
          * holds nothing but the owner's own bytes: new VRAM is not zeroed
@@ -491,7 +513,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         log_debug("buffer %llu: move in starts (%s remap, %s VRAM)",
                   (unsigned long long)b->id,
                   m->remap == MOVE_REMAP_EARLY ? "early" : "late",
-                  kept ? "kept" : "new");
+                  mapped ? "kept, still mapped" : kept ? "kept" : "new");
         copyq_push(&server->copyqs, &m->copy);
         return 0;
 }
@@ -531,12 +553,15 @@ static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
 {
         Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
         Gmd__Segment segment = GMD__SEGMENT__INIT, *segments[1] = { &segment };
-        bool maps = placement_owner_maps(m->buffer, mem, tier);
+        bool maps = !m->keep_mapping &&
+                    placement_owner_maps(m->buffer, mem, tier);
 
         m->seq = ++server->next_remap_seq;
         note.buffer_id = m->buffer->id;
         note.sequence = m->seq;
         note.tier = (Gmd__Tier)tier;
+        /* Either way, the owner's mapping of the VRAM side stays. */
+        note.keep_mapping = m->keep_mapping;
         if (maps) {
                 segment.fd_index = 0;
                 segment.offset = 0;
@@ -563,6 +588,9 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
          * new VRAM is not zeroed, and a cancelled copy filled part of it. */
         if (m->dst_from == MOVE_DST_KEPT)
                 reuse_keep(&server->reuse, &b->owner->reuse, m->copy.dst);
+        else if (m->dst_from == MOVE_DST_MAPPED)
+                reuse_keep_mapped(&server->reuse, &b->owner->reuse,
+                                  m->copy.dst, b);
         else
                 out_destination_undo(server, b, m->copy.dst, m->clean);
         b->move = NULL;
@@ -603,7 +631,11 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         /* VRAM it left is kept before anything else, so that the swap-in
          * an acquirer starts below copies into it. */
         if (old_tier == GMD_TIER_VRAM) {
-                reuse_keep(&server->reuse, &owner->reuse, old);
+                if (m->keep_mapping)
+                        reuse_keep_mapped(&server->reuse, &owner->reuse, old,
+                                          b);
+                else
+                        reuse_keep(&server->reuse, &owner->reuse, old);
                 old = NULL;
         }
         /* Answer whoever waits for this move first: releasing the old
@@ -703,6 +735,40 @@ static void move_copy_over(gmd_server *server, gmd_move *m)
 static void move_ack(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
                      gmd_move *m, const Gmd__RemapAck *ack);
 
+/* ---- VRAM kept mapped, asked back (reuse.h) ----------------------------- */
+
+int move_ask_unmap(gmd_server *server, gmd_dbuffer *b)
+{
+        Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
+
+        b->unmap_seq = ++server->next_remap_seq;
+        note.buffer_id = b->id;
+        note.sequence = b->unmap_seq;
+        note.tier = GMD__TIER__TIER_HOST;
+        log_debug("buffer %llu: its owner is asked to unmap the VRAM kept "
+                  "for it", (unsigned long long)b->id);
+        return session_send(b->owner, GMD__MSG_TYPE__MSG_REMAP, 0, &note.base,
+                            NULL, 0);
+}
+
+/* The owner unmapped the kept VRAM it was asked back (or could not, and
+ * gave the buffer up, as after a failed move). */
+static void unmap_acked(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
+                        const Gmd__RemapAck *ack)
+{
+        b->unmap_seq = 0;
+        reuse_unmapped(&server->reuse, b);
+        pending_mark(&server->pending, PENDING_WAITS | PENDING_ROOM);
+        if (ack->result < 0) {
+                char who[128];
+
+                log_warning("%s could not unmap buffer %llu's kept VRAM (%s); "
+                            "freeing it", session_describe(s, who, sizeof(who)),
+                            (unsigned long long)b->id, strerror(-ack->result));
+                move_free_buffer(server, b);
+        }
+}
+
 void move_copy_ended(gmd_server *server, gmd_copy *copy)
 {
         move_copy_over(server, container_of(copy, gmd_move, copy));
@@ -724,7 +790,10 @@ gmd_outcome move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ac
 static void move_ack(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
                      gmd_move *m, const Gmd__RemapAck *ack)
 {
-
+        if (b && b->unmap_seq && b->unmap_seq == ack->sequence) {
+                unmap_acked(server, s, b, ack);
+                return;
+        }
         if (!m || !m->seq || m->seq != ack->sequence) {
                 log_debug("client %llu: stale remap ack for buffer %llu ignored",
                           (unsigned long long)s->id,

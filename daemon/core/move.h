@@ -96,6 +96,8 @@ typedef enum move_dst_from {
         MOVE_DST_NEW,               /* created for this move */
         MOVE_DST_KEPT,              /* VRAM kept from the owner's own
                                      * swap-out (reuse.h) */
+        MOVE_DST_MAPPED,            /* ... and still mapped by the owner
+                                     * for this buffer */
 } move_dst_from;
 
 typedef struct gmd_move {
@@ -108,6 +110,9 @@ typedef struct gmd_move {
         gmd_tier src_tier, dst_tier;
         bool clean;                 /* out to the host copy kept since the
                                      * swap-in: an empty copy (hostcopy.h) */
+        bool keep_mapping;          /* the owner's mapping of the VRAM side
+                                     * stays: its remaps carry keep_mapping
+                                     * and no segments (reuse.h) */
         uint32_t waited_gen;        /* the last-use event its copy waits
                                      * for (buffer's last_use_gen) */
         uint64_t seq;               /* of the remap out, awaiting its ack;
@@ -183,6 +188,12 @@ void move_cancel(gmd_server *server, gmd_dbuffer *buffer);
 /* The scheduling pass: a copy on copyq's ended list is over (every byte
  * copied, or stopped, or failed): go on with its move. */
 void move_copy_ended(gmd_server *server, gmd_copy *copy);
+
+/* reuse.h's ask_unmap: tell the owner of `buffer`, which is out, to unmap
+ * the VRAM kept for it that it still maps (a remap to HOST without
+ * segments); its ack releases that VRAM (reuse_unmapped). 0, or the send's
+ * error. */
+int move_ask_unmap(gmd_server *server, gmd_dbuffer *buffer);
 
 /* MSG_REMAP_ACK, a notification (OUTCOME_NONE). */
 gmd_outcome move_handle_ack(gmd_session *session, uint32_t request_id,

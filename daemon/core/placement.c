@@ -64,6 +64,12 @@ bool placement_early_in(const gmd_dbuffer *b, bool dst_kept)
         return dst_kept && !placement_usable_on_host(b);
 }
 
+bool placement_keep_mapping(const gmd_dbuffer *b, bool owner_keeps)
+{
+        return owner_keeps && !placement_usable_on_host(b) &&
+               b->tier == GMD_TIER_VRAM && b->mem && !b->mem->daemon_only;
+}
+
 bool placement_host_copy_private(const gmd_dbuffer *b)
 {
         return !placement_usable_on_host(b);

@@ -75,6 +75,13 @@ bool placement_early_out(const gmd_dbuffer *b);
  * nothing meanwhile. */
 bool placement_early_in(const gmd_dbuffer *b, bool dst_kept);
 
+/* May the owner keep mapping the VRAM the buffer moves out of, for its
+ * way back (reuse.h)? Only if the owner said it can (`owner_keeps`:
+ * Hello.keeps_mappings and VRAM kept for it) and maps nothing of the
+ * buffer on host memory: a SPILLABLE buffer's owner must be remapped to
+ * the host copy it may use. */
+bool placement_keep_mapping(const gmd_dbuffer *b, bool owner_keeps);
+
 /* Does a swap-out's host copy come from the daemon's own host arena? Not
  * for a buffer its owner maps on host memory: that one gets a pinned
  * allocation it can be given. */

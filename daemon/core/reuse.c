@@ -2,12 +2,15 @@
  * reuse — see reuse.h. One list per daemon, oldest first, and a byte
  * count per device: a client keeps at most one allocation per buffer it
  * has out on host memory, so the list stays as short as the buffers that
- * are out, and walking it is cheap next to the copy a hit saves.
+ * are out, and walking it is cheap next to the copy a hit saves. An entry
+ * with a tag is memory that buffer's owner still maps.
  */
 #include "reuse.h"
 
 #include <errno.h>
 #include <stdlib.h>
+
+#include "timeutil.h"
 
 #include "backend.h"
 
@@ -15,17 +18,22 @@ typedef struct reuse_entry {
         gmd_list link;              /* in reuse->kept, oldest first */
         gmd_reuse_owner *owner;
         gmd_mem *mem;
+        void *tag;                  /* the buffer that still maps it */
+        bool unmapping;             /* ... asked to unmap it */
+        uint64_t asked_ms;          /* ... when */
 } reuse_entry;
 
 void reuse_init(gmd_reuse *r, bool enabled, gmd_stats *stats,
-                void (*release)(void *ctx, gmd_mem *mem), void *ctx)
+                void (*release)(void *ctx, gmd_mem *mem),
+                int (*ask_unmap)(void *ctx, void *tag), void *ctx)
 {
         list_init(&r->kept);
         for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
-                r->kept_on[d] = 0;
+                r->kept_on[d] = r->unmapping_on[d] = 0;
         r->enabled = enabled;
         r->stats = stats;
         r->release = release;
+        r->ask_unmap = ask_unmap;
         r->ctx = ctx;
 }
 
@@ -37,6 +45,8 @@ static gmd_mem *entry_take(gmd_reuse *r, reuse_entry *e)
         list_remove(&e->link);
         e->owner->kept_bytes -= mem->size;
         r->kept_on[mem->device] -= mem->size;
+        if (e->unmapping)
+                r->unmapping_on[mem->device] -= mem->size;
         free(e);
         return mem;
 }
@@ -47,6 +57,28 @@ static void entry_release(gmd_reuse *r, reuse_entry *e)
         r->stats->vram_kept_released++;
 }
 
+/* Give the memory back: plain kept memory at once; memory its owner still
+ * maps once the owner unmapped it, unless the owner is gone (its mapping
+ * went with its connection, or goes with its process). Asking twice asks
+ * once. */
+static void entry_give_back(gmd_reuse *r, reuse_entry *e)
+{
+        if (!e->tag || e->owner->gone) {
+                entry_release(r, e);
+                return;
+        }
+        if (e->unmapping)
+                return;
+        if (r->ask_unmap(r->ctx, e->tag) < 0) {
+                entry_release(r, e);
+                return;
+        }
+        e->unmapping = true;
+        e->asked_ms = now_ms();
+        r->stats->vram_unmaps_asked++;
+        r->unmapping_on[e->mem->device] += e->mem->size;
+}
+
 static bool entry_is(const reuse_entry *e, const gmd_reuse_owner *owner,
                      unsigned device, uint64_t size)
 {
@@ -54,21 +86,65 @@ static bool entry_is(const reuse_entry *e, const gmd_reuse_owner *owner,
                e->mem->size == size;
 }
 
-void reuse_keep(gmd_reuse *r, gmd_reuse_owner *owner, gmd_mem *mem)
+/* The entry of buffer `tag` that is (or is not) being unmapped. A buffer
+ * has at most one of each: the one it maps now, and older ones asked back
+ * before it moved in and out again. */
+static reuse_entry *entry_of_tag(gmd_reuse *r, const void *tag, bool unmapping)
+{
+        gmd_list *pos;
+
+        /* Newest first: a batch's swap-in follows its swap-out. */
+        for (pos = r->kept.prev; pos != &r->kept; pos = pos->prev) {
+                reuse_entry *e = container_of(pos, reuse_entry, link);
+
+                if (e->tag == tag && e->unmapping == unmapping)
+                        return e;
+        }
+        return NULL;
+}
+
+/* A new entry for `mem`, or NULL when it may not be kept. */
+static reuse_entry *entry_add(gmd_reuse *r, gmd_reuse_owner *owner,
+                              gmd_mem *mem, void *tag)
 {
         reuse_entry *e;
 
-        if (!r->enabled || owner->gone || mem->fd < 0 ||
-            mem->tier != GMD_TIER_VRAM || mem->device >= GMD_MAX_DEVICES ||
-            !(e = calloc(1, sizeof(*e)))) {
-                r->release(r->ctx, mem);
-                return;
-        }
+        if (owner->gone || mem->fd < 0 || mem->tier != GMD_TIER_VRAM ||
+            mem->device >= GMD_MAX_DEVICES || !(e = calloc(1, sizeof(*e))))
+                return NULL;
         e->owner = owner;
         e->mem = mem;
+        e->tag = tag;
         list_add_tail(&r->kept, &e->link);
         owner->kept_bytes += mem->size;
         r->kept_on[mem->device] += mem->size;
+        return e;
+}
+
+void reuse_keep(gmd_reuse *r, gmd_reuse_owner *owner, gmd_mem *mem)
+{
+        if (!r->enabled || !entry_add(r, owner, mem, NULL))
+                r->release(r->ctx, mem);
+}
+
+bool reuse_keeps(const gmd_reuse *r, const gmd_reuse_owner *owner)
+{
+        return r->enabled && !owner->gone;
+}
+
+void reuse_keep_mapped(gmd_reuse *r, gmd_reuse_owner *owner, gmd_mem *mem,
+                       void *tag)
+{
+        reuse_entry *e = entry_add(r, owner, mem, tag);
+
+        /* Released at once, the owner's mapping would keep it alive
+         * unseen: where it may not be kept, it is asked back as kept
+         * memory is. Only an owner gone (or no memory for the entry)
+         * lets it go now. */
+        if (!e)
+                r->release(r->ctx, mem);
+        else if (!r->enabled)
+                entry_give_back(r, e);
 }
 
 gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
@@ -82,12 +158,58 @@ gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
         for (pos = r->kept.prev; pos != &r->kept; pos = pos->prev) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
-                if (entry_is(e, owner, device, size)) {
+                if (!e->tag && entry_is(e, owner, device, size)) {
                         r->stats->vram_reused++;
                         return entry_take(r, e);
                 }
         }
+        /* Then memory another buffer of the owner still maps, oldest
+         * first (the one least likely to come back soon): the owner
+         * unmaps it there before it reads what maps it here, as it
+         * reads in order, and it is the same owner's memory either way,
+         * so nothing waits for that ack. */
+        list_for_each(pos, &r->kept) {
+                reuse_entry *e = container_of(pos, reuse_entry, link);
+
+                if (!e->tag || e->unmapping || !entry_is(e, owner, device, size))
+                        continue;
+                if (r->ask_unmap(r->ctx, e->tag) < 0)
+                        continue;
+                r->stats->vram_unmaps_asked++;
+                r->stats->vram_reused++;
+                return entry_take(r, e);
+        }
         return NULL;
+}
+
+gmd_mem *reuse_take_mapped(gmd_reuse *r, const void *tag)
+{
+        reuse_entry *e = entry_of_tag(r, tag, false);
+
+        if (!e)
+                return NULL;
+        r->stats->vram_reused++;
+        r->stats->vram_reused_mapped++;
+        return entry_take(r, e);
+}
+
+void reuse_unmapped(gmd_reuse *r, const void *tag)
+{
+        reuse_entry *e;
+
+        /* The owner answers in order: its ack of the latest unmap covers
+         * any asked before. */
+        while ((e = entry_of_tag(r, tag, true)))
+                entry_release(r, e);
+}
+
+void reuse_buffer_gone(gmd_reuse *r, const void *tag)
+{
+        reuse_entry *e;
+
+        while ((e = entry_of_tag(r, tag, true)) ||
+               (e = entry_of_tag(r, tag, false)))
+                entry_release(r, e);
 }
 
 int reuse_pool_take(gmd_reuse *r, gmd_pool *pool, uint64_t bytes)
@@ -110,11 +232,12 @@ bool reuse_make_room(gmd_reuse *r, gmd_pool *pool, uint64_t bytes)
         list_for_each_safe(pos, tmp, &r->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
-                if (pool_free(pool) >= bytes || !r->kept_on[device])
+                if (pool_free(pool) + r->unmapping_on[device] >= bytes ||
+                    r->kept_on[device] == r->unmapping_on[device])
                         break;
-                if (e->mem->device != device)
+                if (e->mem->device != device || e->unmapping)
                         continue;
-                entry_release(r, e);
+                entry_give_back(r, e);
                 released = true;
         }
         return released;
@@ -127,12 +250,20 @@ void reuse_trim(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
 
         if (!owner->kept_bytes)
                 return;
-        /* The newest `out` of that device and size stay; older ones go. */
+        /* Memory a buffer out still maps is for that buffer. */
+        list_for_each(pos, &r->kept) {
+                reuse_entry *e = container_of(pos, reuse_entry, link);
+
+                if (e->tag && entry_is(e, owner, device, size) && out)
+                        out--;
+        }
+        /* The newest `out` others of that device and size stay; older ones
+         * go. */
         for (pos = r->kept.prev; pos != &r->kept; pos = prev) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
                 prev = pos->prev;
-                if (!entry_is(e, owner, device, size))
+                if (e->tag || !entry_is(e, owner, device, size))
                         continue;
                 if (out)
                         out--;
@@ -151,11 +282,29 @@ void reuse_forget(gmd_reuse *r, gmd_reuse_owner *owner)
                 if (!owner->kept_bytes)
                         break;
                 if (e->owner == owner)
-                        entry_release(r, e);
+                        entry_give_back(r, e);
         }
 }
 
 uint64_t reuse_bytes(const gmd_reuse *r, unsigned device)
 {
         return device < GMD_MAX_DEVICES ? r->kept_on[device] : 0;
+}
+
+uint64_t reuse_unmapping_bytes(const gmd_reuse *r, unsigned device,
+                               uint64_t since_ms)
+{
+        uint64_t bytes = 0;
+        const gmd_list *pos;
+
+        if (device >= GMD_MAX_DEVICES || !r->unmapping_on[device])
+                return 0;
+        list_for_each(pos, &r->kept) {
+                const reuse_entry *e = container_of(pos, reuse_entry, link);
+
+                if (e->unmapping && e->mem->device == device &&
+                    e->asked_ms >= since_ms)
+                        bytes += e->mem->size;
+        }
+        return bytes;
 }

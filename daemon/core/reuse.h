@@ -28,6 +28,20 @@
  * back into them), when the client disconnects, and when a reload sets
  * [swap] keep_vram = no (which turns it off).
  *
+ * Mapped: a client whose hello says it keeps mappings (proto/gpumem.proto,
+ * RemapNotify.keep_mapping) does not unmap a SWAPPABLE buffer's VRAM when
+ * it moves out into kept memory: its swap-in into that memory then costs
+ * the client no driver call, where import, map and set access cost ~80 us
+ * a buffer, more than copying 2 MiB (bench/map_bench.c). Such memory is
+ * kept *for that buffer* (its tag) and only its swap-in takes it. It cannot
+ * simply be released: the client's mapping would keep it alive outside
+ * the pool's count. So where plain kept memory is released, mapped memory
+ * is asked back (ask_unmap: the server sends the owner an unmap) and
+ * released when reuse_unmapped hears the owner's ack; meanwhile it counts
+ * as "unmapping", room on its way, and no swap-in takes it. A client gone
+ * or a buffer freed or revoked needs no asking: it unmapped, or its
+ * process did.
+ *
  * The daemon's side of it is a gmd_reuse in the server, each client's a
  * gmd_reuse_owner in its session; the functions take those, a pool where
  * bytes are counted, and release memory through the function the server
@@ -49,10 +63,16 @@ typedef struct gmd_mem gmd_mem;
 typedef struct gmd_reuse {
         gmd_list kept;              /* reuse_entry, oldest first */
         uint64_t kept_on[GMD_MAX_DEVICES];   /* their bytes per device */
+        uint64_t unmapping_on[GMD_MAX_DEVICES];  /* of those, asked back
+                                                  * from a mapping */
         bool enabled;               /* [swap] keep_vram */
         gmd_stats *stats;           /* vram_reused, vram_kept_released */
         /* Destroy `mem` and give its bytes back to its pool. */
         void (*release)(void *ctx, gmd_mem *mem);
+        /* Ask the owner of the buffer `tag` to unmap the kept VRAM it
+         * still maps there: 0 when asked (reuse_unmapped follows), or
+         * negative when it cannot be (the memory is released at once). */
+        int (*ask_unmap)(void *ctx, void *tag);
         void *ctx;
 } gmd_reuse;
 
@@ -63,17 +83,44 @@ typedef struct gmd_reuse_owner {
 } gmd_reuse_owner;
 
 void reuse_init(gmd_reuse *reuse, bool enabled, gmd_stats *stats,
-                void (*release)(void *ctx, gmd_mem *mem), void *ctx);
+                void (*release)(void *ctx, gmd_mem *mem),
+                int (*ask_unmap)(void *ctx, void *tag), void *ctx);
 
 /* `mem`, the VRAM `owner`'s buffer just moved out of (its pool bytes still
  * taken), is no longer mapped by anyone: keep it for the owner, or release
  * it when keeping is off or it cannot be kept. */
 void reuse_keep(gmd_reuse *reuse, gmd_reuse_owner *owner, gmd_mem *mem);
 
+/* Would reuse_keep_mapped keep memory of `owner` (keeping is on, the
+ * owner not gone)? A move out asks before it tells the owner to keep its
+ * mapping. */
+bool reuse_keeps(const gmd_reuse *reuse, const gmd_reuse_owner *owner);
+
+/* `mem`, the VRAM the buffer `tag` of `owner` just moved out of, is still
+ * mapped by the owner at that buffer's address: keep it for that buffer's
+ * swap-in (reuse_take_mapped). Where it cannot be kept (keeping was turned
+ * off meanwhile) the owner is asked to unmap it; where that cannot be
+ * either (the owner is gone, no memory), it is released. */
+void reuse_keep_mapped(gmd_reuse *reuse, gmd_reuse_owner *owner,
+                       gmd_mem *mem, void *tag);
+
 /* A kept allocation of exactly `size` bytes on `device` for `owner`, its
- * pool bytes with it, or NULL. */
+ * pool bytes with it, or NULL. Memory a buffer of the owner still maps is
+ * taken last, and that buffer's owner is asked to unmap it there. */
 gmd_mem *reuse_take(gmd_reuse *reuse, gmd_reuse_owner *owner, unsigned device,
                     uint64_t size);
+
+/* The VRAM the buffer `tag` still maps, kept for it, its pool bytes with
+ * it; NULL when there is none or it is being unmapped. */
+gmd_mem *reuse_take_mapped(gmd_reuse *reuse, const void *tag);
+
+/* The owner of buffer `tag` acked the latest unmap asked of it: what was
+ * asked back for that buffer is released. */
+void reuse_unmapped(gmd_reuse *reuse, const void *tag);
+
+/* Buffer `tag` was freed or revoked: its owner unmapped it, so all that
+ * is kept for it is released, asked back or not. */
+void reuse_buffer_gone(gmd_reuse *reuse, const void *tag);
 
 /* pool_take on `pool` (a device's VRAM), releasing kept memory of its
  * device first when it is short (reuse_make_room): 0, or -ENOSPC with
@@ -81,20 +128,30 @@ gmd_mem *reuse_take(gmd_reuse *reuse, gmd_reuse_owner *owner, unsigned device,
 int reuse_pool_take(gmd_reuse *reuse, gmd_pool *pool, uint64_t bytes);
 
 /* Release kept memory of `pool`'s device, oldest first, until the pool has
- * `bytes` free or nothing is kept there. Returns whether it released any. */
+ * `bytes` free, counting memory asked back from a mapping as free, or
+ * nothing is kept there; mapped memory is asked back, not released.
+ * Returns whether it released or asked back any. */
 bool reuse_make_room(gmd_reuse *reuse, gmd_pool *pool, uint64_t bytes);
 
 /* Release, oldest first, what `owner` keeps of `size` bytes on `device`
  * beyond `out`, the number of its buffers of that device and size on host
- * memory (buffer_count_out). Call when one of those came back or was
- * freed. */
+ * memory (buffer_count_out); memory a buffer still maps counts as one of
+ * those and stays. Call when one of those came back or was freed. */
 void reuse_trim(gmd_reuse *reuse, gmd_reuse_owner *owner, unsigned device,
                 uint64_t size, unsigned out);
 
-/* Release everything `owner` keeps (it is going away). */
+/* Release everything `owner` keeps; what it still maps is asked back
+ * unless it is gone. For a client going away, and keeping turned off. */
 void reuse_forget(gmd_reuse *reuse, gmd_reuse_owner *owner);
 
 /* Bytes kept on `device`, all clients. */
 uint64_t reuse_bytes(const gmd_reuse *reuse, unsigned device);
+
+/* Of those, bytes asked back from a mapping at or after `since_ms` and
+ * not yet unmapped: room on its way, as a move out under way is. Asks
+ * older than the caller's patience are not counted on (an owner that does
+ * not answer must not hold others up). */
+uint64_t reuse_unmapping_bytes(const gmd_reuse *reuse, unsigned device,
+                               uint64_t since_ms);
 
 #endif

@@ -49,6 +49,7 @@ typedef struct gmd_session {
         char name[65];
         bool hello_done;
         unsigned version;
+        bool keeps_mappings;        /* Hello.keeps_mappings (reuse.h) */
         bool lends;                 /* it made a wait that lends (loan.h):
                                      * its process lends when it waits */
 

@@ -59,6 +59,11 @@ static void reuse_release(void *ctx, gmd_mem *mem)
         backing_release(ctx, mem);
 }
 
+static int reuse_ask_unmap(void *ctx, void *tag)
+{
+        return move_ask_unmap(ctx, tag);
+}
+
 /* A session closed: drop its waiters and waits without answering, give
  * what it lent of its process's other connections back to them, free its
  * buffers (settling their moves), release the VRAM kept for it; the
@@ -142,7 +147,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         slices_init(&server->slices, config->memory_slice_ms);
         users_init(&server->users, (int64_t)config->user_turn_us * 1000);
         reuse_init(&server->reuse, config->swap_keep_vram, &server->stats,
-                   reuse_release, server);
+                   reuse_release, reuse_ask_unmap, server);
         list_init(&server->close_pending);
         list_init(&server->answers_due);
         idmap_init(&server->buffers_by_id);

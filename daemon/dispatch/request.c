@@ -69,6 +69,7 @@ static gmd_outcome handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m
         }
         copy_name(s->name, sizeof(s->name), m->client_name);
         s->version = version;
+        s->keeps_mappings = m->keeps_mappings;
         if (m->priority != 0) {
                 int want = m->priority;
 

@@ -259,6 +259,14 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                         "\ngpumemd_vram_kept_total{outcome=\"released\"} %"
                         PRIu64 "\n", snap->stats.vram_reused,
                         snap->stats.vram_kept_released);
+        promtext_metric(t, "gpumemd_swapins_mapped_total", "counter",
+                        "Swap-ins into VRAM their owner still mapped: the "
+                        "client imported and mapped nothing.",
+                        snap->stats.vram_reused_mapped);
+        promtext_metric(t, "gpumemd_vram_unmaps_asked_total", "counter",
+                        "Kept VRAM its owner still mapped, asked back "
+                        "(an unmap) because others needed the room.",
+                        snap->stats.vram_unmaps_asked);
         promtext_metric(t, "gpumemd_clean_pageouts_total", "counter",
                         "Moves out that copied nothing: the buffer was only "
                         "read since its swap-in, whose host copy was kept.",

@@ -25,7 +25,13 @@ typedef struct fixture {
         gmd_reuse_owner a, b;
         gmd_mem *released[16];
         unsigned n_released;
+        void *asked[16];            /* tags asked to unmap */
+        unsigned n_asked;
+        int ask_result;
 } fixture;
+
+/* Buffers, as tags: only their addresses matter. */
+static int buffer_x, buffer_y;
 
 static void release(void *ctx, gmd_mem *mem)
 {
@@ -35,6 +41,15 @@ static void release(void *ctx, gmd_mem *mem)
         f->released[f->n_released++] = mem;
 }
 
+static int ask_unmap(void *ctx, void *tag)
+{
+        fixture *f = ctx;
+
+        if (f->ask_result == 0)
+                f->asked[f->n_asked++] = tag;
+        return f->ask_result;
+}
+
 static int setup(void **state)
 {
         fixture *f = calloc(1, sizeof(*f));
@@ -42,7 +57,7 @@ static int setup(void **state)
         assert_non_null(f);
         pool_init(&f->pool[0], 0, GMD_TIER_VRAM, 64 * MIB, 2 * MIB);
         pool_init(&f->pool[1], 1, GMD_TIER_VRAM, 64 * MIB, 2 * MIB);
-        reuse_init(&f->reuse, true, &f->stats, release, f);
+        reuse_init(&f->reuse, true, &f->stats, release, ask_unmap, f);
         *state = f;
         return 0;
 }
@@ -51,6 +66,8 @@ static int teardown(void **state)
 {
         fixture *f = *state;
 
+        /* Gone: what they still map is released, not asked back. */
+        f->a.gone = f->b.gone = true;
         reuse_forget(&f->reuse, &f->a);
         reuse_forget(&f->reuse, &f->b);
         for (unsigned i = 0; i < f->n_released; i++)
@@ -184,6 +201,185 @@ static void test_forget(void **state)
         assert_int_equal(reuse_bytes(&f->reuse, 1), 2 * MIB);
 }
 
+/* ---- VRAM its owner still maps (a tag) ---------------------------------- */
+
+static void test_mapped_kept_for_its_buffer_only(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 8 * MIB);
+
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        assert_int_equal(reuse_bytes(&f->reuse, 0), 8 * MIB);
+        assert_int_equal(f->a.kept_bytes, 8 * MIB);
+        /* Not another owner's; not as a buffer's own for another buffer. */
+        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB));
+        assert_null(reuse_take_mapped(&f->reuse, &buffer_y));
+        assert_ptr_equal(reuse_take_mapped(&f->reuse, &buffer_x), m);
+        assert_null(reuse_take_mapped(&f->reuse, &buffer_x));
+        assert_int_equal(f->stats.vram_reused, 1);
+        assert_int_equal(f->stats.vram_reused_mapped, 1);
+        assert_int_equal(reuse_bytes(&f->reuse, 0), 0);
+        assert_int_equal(f->n_asked, 0);
+        f->released[f->n_released++] = m;
+}
+
+static void test_take_prefers_plain_then_unmaps_mapped(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 8 * MIB), *plain = vram(f, 0, 8 * MIB);
+
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        reuse_keep(&f->reuse, &f->a, plain);
+        /* An allocation or another buffer's swap-in of the same owner:
+         * plain kept memory first, at once. */
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), plain);
+        assert_int_equal(f->n_asked, 0);
+        /* Then x's, which x's owner is told to unmap; nobody waits. */
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), m);
+        assert_int_equal(f->n_asked, 1);
+        assert_ptr_equal(f->asked[0], &buffer_x);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 0);
+        assert_null(reuse_take_mapped(&f->reuse, &buffer_x));
+        /* Its late ack finds nothing to release. */
+        reuse_unmapped(&f->reuse, &buffer_x);
+        assert_int_equal(f->n_released, 0);
+        f->released[f->n_released++] = m;
+        f->released[f->n_released++] = plain;
+}
+
+static void test_make_room_asks_mapped_back(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *plain = vram(f, 0, 16 * MIB), *m = vram(f, 0, 16 * MIB);
+
+        assert_int_equal(pool_take(&f->pool[0], 32 * MIB), 0);
+        reuse_keep(&f->reuse, &f->a, plain);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        /* 32 MiB wanted: the plain one goes at once, the mapped one is
+         * asked back and counts as on its way. */
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 32 * MIB));
+        assert_int_equal(f->n_released, 1);
+        assert_ptr_equal(f->released[0], plain);
+        assert_int_equal(f->n_asked, 1);
+        assert_ptr_equal(f->asked[0], &buffer_x);
+        assert_int_equal(f->stats.vram_unmaps_asked, 1);
+        assert_int_equal(pool_free(&f->pool[0]), 16 * MIB);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 16 * MIB);
+        /* Asked once; not taken while the owner unmaps it. */
+        assert_false(reuse_make_room(&f->reuse, &f->pool[0], 32 * MIB));
+        assert_int_equal(f->n_asked, 1);
+        assert_null(reuse_take_mapped(&f->reuse, &buffer_x));
+        /* An ask older than the caller's patience is not counted on. */
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, UINT64_MAX), 0);
+        /* The ack. */
+        reuse_unmapped(&f->reuse, &buffer_x);
+        assert_int_equal(f->n_released, 2);
+        assert_ptr_equal(f->released[1], m);
+        assert_int_equal(pool_free(&f->pool[0]), 32 * MIB);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 0);
+        assert_int_equal(reuse_bytes(&f->reuse, 0), 0);
+}
+
+static void test_mapped_released_when_it_cannot_be_asked(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 8 * MIB), *n = vram(f, 0, 8 * MIB);
+
+        /* The ask cannot be sent: released at once. */
+        f->ask_result = -EPIPE;
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 64 * MIB));
+        assert_int_equal(f->n_released, 1);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 0);
+        /* An owner gone: nothing to ask, nothing kept. */
+        f->ask_result = 0;
+        f->b.gone = true;
+        reuse_keep_mapped(&f->reuse, &f->b, n, &buffer_y);
+        assert_int_equal(f->n_released, 2);
+        assert_int_equal(f->n_asked, 0);
+        assert_int_equal(reuse_bytes(&f->reuse, 0), 0);
+}
+
+static void test_mapped_asked_back_when_keeping_is_off(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 8 * MIB), *n = vram(f, 0, 8 * MIB);
+
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        /* A reload turns keeping off: forget asks, not releases. */
+        f->reuse.enabled = false;
+        assert_false(reuse_keeps(&f->reuse, &f->a));
+        reuse_forget(&f->reuse, &f->a);
+        assert_int_equal(f->n_released, 0);
+        assert_int_equal(f->n_asked, 1);
+        /* A move out that ends after the reload: asked at once. */
+        reuse_keep_mapped(&f->reuse, &f->a, n, &buffer_y);
+        assert_int_equal(f->n_asked, 2);
+        assert_ptr_equal(f->asked[1], &buffer_y);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 16 * MIB);
+        reuse_unmapped(&f->reuse, &buffer_x);
+        reuse_unmapped(&f->reuse, &buffer_y);
+        assert_int_equal(f->n_released, 2);
+        assert_int_equal(reuse_bytes(&f->reuse, 0), 0);
+}
+
+static void test_ack_releases_only_what_was_asked(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *old = vram(f, 0, 8 * MIB), *now = vram(f, 0, 8 * MIB);
+
+        /* Asked back, then the buffer came in (other VRAM) and went out
+         * again, leaving `now` mapped: the late ack is about `old`. */
+        reuse_keep_mapped(&f->reuse, &f->a, old, &buffer_x);
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 64 * MIB));
+        reuse_keep_mapped(&f->reuse, &f->a, now, &buffer_x);
+        reuse_unmapped(&f->reuse, &buffer_x);
+        assert_int_equal(f->n_released, 1);
+        assert_ptr_equal(f->released[0], old);
+        assert_ptr_equal(reuse_take_mapped(&f->reuse, &buffer_x), now);
+        f->released[f->n_released++] = now;
+}
+
+static void test_buffer_gone_releases_all_of_it(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *old = vram(f, 0, 8 * MIB), *now = vram(f, 0, 8 * MIB);
+        gmd_mem *other = vram(f, 0, 8 * MIB);
+
+        reuse_keep_mapped(&f->reuse, &f->a, old, &buffer_x);
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 48 * MIB));
+        reuse_keep_mapped(&f->reuse, &f->a, now, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, other, &buffer_y);
+        reuse_buffer_gone(&f->reuse, &buffer_x);
+        assert_int_equal(f->n_released, 2);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 0);
+        assert_int_equal(reuse_bytes(&f->reuse, 0), 8 * MIB);
+        assert_ptr_equal(reuse_take_mapped(&f->reuse, &buffer_y), other);
+        f->released[f->n_released++] = other;
+}
+
+static void test_trim_counts_mapped_as_out(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 4 * MIB), *p1 = vram(f, 0, 4 * MIB);
+        gmd_mem *p2 = vram(f, 0, 4 * MIB);
+
+        reuse_keep(&f->reuse, &f->a, p1);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        reuse_keep(&f->reuse, &f->a, p2);
+        /* Two buffers out: one is x, whose mapped VRAM stays; of the
+         * others only the newest stays. */
+        reuse_trim(&f->reuse, &f->a, 0, 4 * MIB, 2);
+        assert_int_equal(f->n_released, 1);
+        assert_ptr_equal(f->released[0], p1);
+        /* None out: the mapped one still stays (its buffer owns it until
+         * freed or moved in); the plain one goes. */
+        reuse_trim(&f->reuse, &f->a, 0, 4 * MIB, 0);
+        assert_int_equal(f->n_released, 2);
+        assert_ptr_equal(f->released[1], p2);
+        assert_int_equal(f->a.kept_bytes, 4 * MIB);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -198,6 +394,22 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_trim_keeps_newest_out,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_forget, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_mapped_kept_for_its_buffer_only,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_take_prefers_plain_then_unmaps_mapped,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_make_room_asks_mapped_back,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_mapped_released_when_it_cannot_be_asked,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_mapped_asked_back_when_keeping_is_off,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_ack_releases_only_what_was_asked,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_buffer_gone_releases_all_of_it,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_trim_counts_mapped_as_out,
+                                                setup, teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
