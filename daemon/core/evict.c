@@ -517,13 +517,13 @@ static void slice_end_idle(gmd_server *server, unsigned device, uint64_t now)
 static uint64_t unmapping_bytes(gmd_server *server, unsigned device,
                                 uint64_t now)
 {
-        uint64_t timeout = server->config.reclaim_timeout_ms;
-        uint64_t bytes = reuse_unmapping_bytes(&server->reuse, device,
-                                               now > timeout ? now - timeout : 0);
+        uint64_t next, bytes = reuse_unmapping_bytes(&server->reuse, device,
+                                                     &next);
 
         if (bytes)
                 pending_mark_after(&server->pending,
-                                   PENDING_ROOM | PENDING_EVICT, timeout);
+                                   PENDING_ROOM | PENDING_EVICT,
+                                   next > now ? next - now + 1 : 1);
         return bytes;
 }
 

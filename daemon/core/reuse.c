@@ -31,6 +31,7 @@ void reuse_init(gmd_reuse *r, bool enabled, gmd_stats *stats,
         for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
                 r->kept_on[d] = r->unmapping_on[d] = 0;
         r->enabled = enabled;
+        r->ask_timeout_ms = 2000;
         r->stats = stats;
         r->release = release;
         r->ask_unmap = ask_unmap;
@@ -226,18 +227,22 @@ bool reuse_make_room(gmd_reuse *r, gmd_pool *pool, uint64_t bytes)
         unsigned device = pool->device;
         gmd_list *pos, *tmp;
         bool released = false;
+        uint64_t coming;
 
         if (device >= GMD_MAX_DEVICES)
                 return false;
+        coming = reuse_unmapping_bytes(r, device, NULL);
         list_for_each_safe(pos, tmp, &r->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
-                if (pool_free(pool) + r->unmapping_on[device] >= bytes ||
+                if (pool_free(pool) + coming >= bytes ||
                     r->kept_on[device] == r->unmapping_on[device])
                         break;
                 if (e->mem->device != device || e->unmapping)
                         continue;
                 entry_give_back(r, e);
+                if (e->unmapping)       /* asked, not released */
+                        coming += e->mem->size;
                 released = true;
         }
         return released;
@@ -292,19 +297,26 @@ uint64_t reuse_bytes(const gmd_reuse *r, unsigned device)
 }
 
 uint64_t reuse_unmapping_bytes(const gmd_reuse *r, unsigned device,
-                               uint64_t since_ms)
+                               uint64_t *ret_next_ms)
 {
-        uint64_t bytes = 0;
+        uint64_t bytes = 0, now = now_ms(), next = 0;
         const gmd_list *pos;
 
+        if (ret_next_ms)
+                *ret_next_ms = 0;
         if (device >= GMD_MAX_DEVICES || !r->unmapping_on[device])
                 return 0;
         list_for_each(pos, &r->kept) {
                 const reuse_entry *e = container_of(pos, reuse_entry, link);
+                uint64_t until = e->asked_ms + r->ask_timeout_ms;
 
-                if (e->unmapping && e->mem->device == device &&
-                    e->asked_ms >= since_ms)
-                        bytes += e->mem->size;
+                if (!e->unmapping || e->mem->device != device || until < now)
+                        continue;
+                bytes += e->mem->size;
+                if (!next || until < next)
+                        next = until;
         }
+        if (ret_next_ms)
+                *ret_next_ms = next;
         return bytes;
 }

@@ -66,6 +66,8 @@ typedef struct gmd_reuse {
         uint64_t unmapping_on[GMD_MAX_DEVICES];  /* of those, asked back
                                                   * from a mapping */
         bool enabled;               /* [swap] keep_vram */
+        uint64_t ask_timeout_ms;    /* [limits] reclaim_timeout_ms: how
+                                     * long an unmap asked is counted on */
         gmd_stats *stats;           /* vram_reused, vram_kept_released */
         /* Destroy `mem` and give its bytes back to its pool. */
         void (*release)(void *ctx, gmd_mem *mem);
@@ -128,9 +130,10 @@ void reuse_buffer_gone(gmd_reuse *reuse, const void *tag);
 int reuse_pool_take(gmd_reuse *reuse, gmd_pool *pool, uint64_t bytes);
 
 /* Release kept memory of `pool`'s device, oldest first, until the pool has
- * `bytes` free, counting memory asked back from a mapping as free, or
- * nothing is kept there; mapped memory is asked back, not released.
- * Returns whether it released or asked back any. */
+ * `bytes` free, counting memory asked back from a mapping (within
+ * ask_timeout_ms) as free, or nothing is kept there; mapped memory is
+ * asked back, not released. Returns whether it released or asked back
+ * any. */
 bool reuse_make_room(gmd_reuse *reuse, gmd_pool *pool, uint64_t bytes);
 
 /* Release, oldest first, what `owner` keeps of `size` bytes on `device`
@@ -147,11 +150,11 @@ void reuse_forget(gmd_reuse *reuse, gmd_reuse_owner *owner);
 /* Bytes kept on `device`, all clients. */
 uint64_t reuse_bytes(const gmd_reuse *reuse, unsigned device);
 
-/* Of those, bytes asked back from a mapping at or after `since_ms` and
- * not yet unmapped: room on its way, as a move out under way is. Asks
- * older than the caller's patience are not counted on (an owner that does
- * not answer must not hold others up). */
+/* Of those, bytes asked back from a mapping and not yet unmapped: room on
+ * its way, as a move out under way is. Asks older than ask_timeout_ms are
+ * not counted on: an owner that does not answer must not hold others up.
+ * Sets *ret_next_ms to when the oldest ask counted runs out (0: none). */
 uint64_t reuse_unmapping_bytes(const gmd_reuse *reuse, unsigned device,
-                               uint64_t since_ms);
+                               uint64_t *ret_next_ms);
 
 #endif

@@ -148,6 +148,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         users_init(&server->users, (int64_t)config->user_turn_us * 1000);
         reuse_init(&server->reuse, config->swap_keep_vram, &server->stats,
                    reuse_release, reuse_ask_unmap, server);
+        server->reuse.ask_timeout_ms = config->reclaim_timeout_ms;
         list_init(&server->close_pending);
         list_init(&server->answers_due);
         idmap_init(&server->buffers_by_id);
@@ -633,6 +634,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
 
         log_set_level(old->log_level);
         server->reuse.enabled = old->swap_keep_vram;
+        server->reuse.ask_timeout_ms = old->reclaim_timeout_ms;
         for (unsigned i = 0; i < server->n_devices; i++) {
                 gmd_pool *p = &server->vram_pools[i];
 

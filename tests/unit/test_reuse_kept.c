@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "backend.h"
@@ -39,6 +40,13 @@ static void release(void *ctx, gmd_mem *mem)
 
         pool_give(&f->pool[mem->device], mem->size);
         f->released[f->n_released++] = mem;
+}
+
+static void harness_sleep_ms_unit(int ms)
+{
+        struct timespec t = { 0, ms * 1000000L };
+
+        nanosleep(&t, NULL);
 }
 
 static int ask_unmap(void *ctx, void *tag)
@@ -238,7 +246,7 @@ static void test_take_prefers_plain_then_unmaps_mapped(void **state)
         assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), m);
         assert_int_equal(f->n_asked, 1);
         assert_ptr_equal(f->asked[0], &buffer_x);
-        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 0);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
         assert_null(reuse_take_mapped(&f->reuse, &buffer_x));
         /* Its late ack finds nothing to release. */
         reuse_unmapped(&f->reuse, &buffer_x);
@@ -264,19 +272,23 @@ static void test_make_room_asks_mapped_back(void **state)
         assert_ptr_equal(f->asked[0], &buffer_x);
         assert_int_equal(f->stats.vram_unmaps_asked, 1);
         assert_int_equal(pool_free(&f->pool[0]), 16 * MIB);
-        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 16 * MIB);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 16 * MIB);
         /* Asked once; not taken while the owner unmaps it. */
         assert_false(reuse_make_room(&f->reuse, &f->pool[0], 32 * MIB));
         assert_int_equal(f->n_asked, 1);
         assert_null(reuse_take_mapped(&f->reuse, &buffer_x));
-        /* An ask older than the caller's patience is not counted on. */
-        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, UINT64_MAX), 0);
+        /* An ask older than the daemon's patience is not counted on, and
+         * then no longer stops make_room from looking further. */
+        f->reuse.ask_timeout_ms = 0;
+        harness_sleep_ms_unit(2);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
+        f->reuse.ask_timeout_ms = 2000;
         /* The ack. */
         reuse_unmapped(&f->reuse, &buffer_x);
         assert_int_equal(f->n_released, 2);
         assert_ptr_equal(f->released[1], m);
         assert_int_equal(pool_free(&f->pool[0]), 32 * MIB);
-        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 0);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
         assert_int_equal(reuse_bytes(&f->reuse, 0), 0);
 }
 
@@ -290,7 +302,7 @@ static void test_mapped_released_when_it_cannot_be_asked(void **state)
         reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
         assert_true(reuse_make_room(&f->reuse, &f->pool[0], 64 * MIB));
         assert_int_equal(f->n_released, 1);
-        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 0);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
         /* An owner gone: nothing to ask, nothing kept. */
         f->ask_result = 0;
         f->b.gone = true;
@@ -316,7 +328,7 @@ static void test_mapped_asked_back_when_keeping_is_off(void **state)
         reuse_keep_mapped(&f->reuse, &f->a, n, &buffer_y);
         assert_int_equal(f->n_asked, 2);
         assert_ptr_equal(f->asked[1], &buffer_y);
-        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 16 * MIB);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 16 * MIB);
         reuse_unmapped(&f->reuse, &buffer_x);
         reuse_unmapped(&f->reuse, &buffer_y);
         assert_int_equal(f->n_released, 2);
@@ -352,7 +364,7 @@ static void test_buffer_gone_releases_all_of_it(void **state)
         reuse_keep_mapped(&f->reuse, &f->a, other, &buffer_y);
         reuse_buffer_gone(&f->reuse, &buffer_x);
         assert_int_equal(f->n_released, 2);
-        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, 0), 0);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
         assert_int_equal(reuse_bytes(&f->reuse, 0), 8 * MIB);
         assert_ptr_equal(reuse_take_mapped(&f->reuse, &buffer_y), other);
         f->released[f->n_released++] = other;
