@@ -175,7 +175,7 @@ bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size)
 {
         return pool_free(server_vram_pool(server, device)) +
                move_leaving_bytes(server, device) +
-               reuse_bytes(&server->reuse, device) +
+               reuse_reachable_bytes(&server->reuse, device) +
                evict_reclaimable(&server->sessions, device,
                                  server->config.reclaim_timeout_ms) +
                evict_evictable(server, device) >= size;
@@ -199,7 +199,7 @@ gmd_outcome alloc_self_bound(gmd_session *s, uint64_t size, unsigned device,
          * parked mappings (asked back), released buffers (evicted, as if
          * the host pool had room: another client may give some back), a
          * move under way (its end changes the picture: asked again then). */
-        kept = reuse_bytes(&server->reuse, device);
+        kept = reuse_reachable_bytes(&server->reuse, device);
         if (pool_free(pool) + kept +
             evict_reclaimable(&server->sessions, device,
                               server->config.reclaim_timeout_ms) +
@@ -308,7 +308,7 @@ static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
         gmd_pool *pool = server_vram_pool(server, device);
         const gmd_waiter *oldest = waitq_oldest(&server->waitq, device);
         uint64_t movable = move_leaving_bytes(server, device) +
-                           reuse_bytes(&server->reuse, device) +
+                           reuse_reachable_bytes(&server->reuse, device) +
                            evict_reclaimable(&server->sessions, device,
                                              server->config.reclaim_timeout_ms) +
                            evict_evictable(server, device);

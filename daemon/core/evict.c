@@ -548,7 +548,9 @@ bool evict_balance(gmd_server *server)
                 /* VRAM kept for swap-ins is the cheapest room: no copy;
                  * where its owner still maps it, one message. The waiters
                  * are served again below. */
-                if (reuse_make_room(&server->reuse, pool, demand - leaving)) {
+                if (reuse_make_room(&server->reuse, pool,
+                                    demand - move_leaving_bytes(server, d),
+                                    false)) {
                         released = true;
                         leaving = move_leaving_bytes(server, d) +
                                   unmapping_bytes(server, d, now);

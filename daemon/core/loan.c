@@ -178,7 +178,7 @@ bool loan_fits(const gmd_loan *loan, uint64_t size, unsigned device)
         gmd_server *server = loan->server;
 
         return pool_free(server_vram_pool(server, device)) +
-               reuse_bytes(&server->reuse, device) >=
+               reuse_reachable_bytes(&server->reuse, device) >=
                size + loan_out_bytes(loan, device);
 }
 

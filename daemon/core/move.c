@@ -329,10 +329,12 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
                 m->copy.size = 0;
         /* The owner keeps mapping VRAM kept for the buffer's way back
          * (reuse.h): its remap changes nothing the GPU could be using, so
-         * it goes early, even with GPU work pending on the buffer. */
-        m->keep_mapping = placement_keep_mapping(b,
-                        b->owner->keeps_mappings &&
-                        reuse_keeps(&server->reuse, &b->owner->reuse));
+         * it goes early, even with GPU work pending on the buffer. Not
+         * for an eviction: it makes room for others, who would then wait
+         * for the owner to unmap. */
+        m->keep_mapping = cls != MOVE_EVICT &&
+                          placement_keep_mapping(b, b->owner->keeps_mappings &&
+                                  reuse_keeps(&server->reuse, &b->owner->reuse));
         /* The owner's last use, recorded on its stream when it released:
          * the copy streams wait for it on the GPU, not the owner on the
          * host. */

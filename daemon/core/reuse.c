@@ -70,6 +70,10 @@ static void entry_give_back(gmd_reuse *r, reuse_entry *e)
         }
         if (e->unmapping)
                 return;
+        /* A send that fails (a connection closing, no memory for the
+         * packet) leaves only release: the owner's mapping then holds the
+         * memory outside the pool's count until it unmaps it (its next
+         * remap of that buffer, its free, its exit). */
         if (r->ask_unmap(r->ctx, e->tag) < 0) {
                 entry_release(r, e);
                 return;
@@ -217,32 +221,47 @@ int reuse_pool_take(gmd_reuse *r, gmd_pool *pool, uint64_t bytes)
 {
         int rc = pool_take(pool, bytes);
 
-        if (rc == -ENOSPC && reuse_make_room(r, pool, bytes))
+        if (rc == -ENOSPC && reuse_make_room(r, pool, bytes, true))
                 rc = pool_take(pool, bytes);
         return rc;
 }
 
-bool reuse_make_room(gmd_reuse *r, gmd_pool *pool, uint64_t bytes)
+bool reuse_make_room(gmd_reuse *r, gmd_pool *pool, uint64_t bytes,
+                     bool now)
 {
         unsigned device = pool->device;
         gmd_list *pos, *tmp;
         bool released = false;
         uint64_t coming;
 
-        if (device >= GMD_MAX_DEVICES)
+        if (device >= GMD_MAX_DEVICES || !r->kept_on[device])
                 return false;
         coming = reuse_unmapping_bytes(r, device, NULL);
+        /* Plain kept memory first: released at once, while memory a
+         * buffer still maps costs a round trip now and its owner an
+         * import and a map when that buffer comes back. */
         list_for_each_safe(pos, tmp, &r->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
-                if (pool_free(pool) + coming >= bytes ||
-                    r->kept_on[device] == r->unmapping_on[device])
+                if (pool_free(pool) + (now ? 0 : coming) >= bytes)
+                        return released;
+                if (e->mem->device != device || e->tag)
+                        continue;
+                entry_release(r, e);
+                released = true;
+        }
+        list_for_each_safe(pos, tmp, &r->kept) {
+                reuse_entry *e = container_of(pos, reuse_entry, link);
+                uint64_t size = e->mem->size;
+
+                if (pool_free(pool) + coming >= bytes)
                         break;
                 if (e->mem->device != device || e->unmapping)
                         continue;
+                /* Asked back, or released where it cannot be (e is then
+                 * gone): either way it is on its way. */
                 entry_give_back(r, e);
-                if (e->unmapping)       /* asked, not released */
-                        coming += e->mem->size;
+                coming += size;
                 released = true;
         }
         return released;
@@ -294,6 +313,14 @@ void reuse_forget(gmd_reuse *r, gmd_reuse_owner *owner)
 uint64_t reuse_bytes(const gmd_reuse *r, unsigned device)
 {
         return device < GMD_MAX_DEVICES ? r->kept_on[device] : 0;
+}
+
+uint64_t reuse_reachable_bytes(const gmd_reuse *r, unsigned device)
+{
+        if (device >= GMD_MAX_DEVICES)
+                return 0;
+        return r->kept_on[device] - r->unmapping_on[device] +
+               reuse_unmapping_bytes(r, device, NULL);
 }
 
 uint64_t reuse_unmapping_bytes(const gmd_reuse *r, unsigned device,

@@ -129,12 +129,16 @@ void reuse_buffer_gone(gmd_reuse *reuse, const void *tag);
  * nothing taken. */
 int reuse_pool_take(gmd_reuse *reuse, gmd_pool *pool, uint64_t bytes);
 
-/* Release kept memory of `pool`'s device, oldest first, until the pool has
- * `bytes` free, counting memory asked back from a mapping (within
- * ask_timeout_ms) as free, or nothing is kept there; mapped memory is
- * asked back, not released. Returns whether it released or asked back
- * any. */
-bool reuse_make_room(gmd_reuse *reuse, gmd_pool *pool, uint64_t bytes);
+/* Release kept memory of `pool`'s device until the pool has `bytes` free
+ * or nothing is kept there: plain kept memory first, oldest first, then
+ * memory a buffer still maps, which is asked back, not released. Memory
+ * asked back already (within ask_timeout_ms) counts as free, except, where
+ * the room is wanted `now` (an allocation or swap-in taking it at once),
+ * against plain kept memory that could be released instead. The caller
+ * must not count asked-back memory in `bytes` itself. Returns whether it
+ * released or asked back any. */
+bool reuse_make_room(gmd_reuse *reuse, gmd_pool *pool, uint64_t bytes,
+                     bool now);
 
 /* Release, oldest first, what `owner` keeps of `size` bytes on `device`
  * beyond `out`, the number of its buffers of that device and size on host
@@ -149,6 +153,10 @@ void reuse_forget(gmd_reuse *reuse, gmd_reuse_owner *owner);
 
 /* Bytes kept on `device`, all clients. */
 uint64_t reuse_bytes(const gmd_reuse *reuse, unsigned device);
+
+/* Of those, what can still become room: all but the memory asked back
+ * from an owner that has not answered within ask_timeout_ms. */
+uint64_t reuse_reachable_bytes(const gmd_reuse *reuse, unsigned device);
 
 /* Of those, bytes asked back from a mapping and not yet unmapped: room on
  * its way, as a move out under way is. Asks older than ask_timeout_ms are

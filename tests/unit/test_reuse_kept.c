@@ -149,7 +149,7 @@ static void test_make_room_oldest_first_on_its_device(void **state)
         reuse_keep(&f->reuse, &f->b, mid);
         reuse_keep(&f->reuse, &f->a, young);
         assert_int_equal(pool_free(&f->pool[0]), 16 * MIB);
-        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 40 * MIB));
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 40 * MIB, false));
         assert_int_equal(f->n_released, 2);
         assert_ptr_equal(f->released[0], old);
         assert_ptr_equal(f->released[1], mid);
@@ -157,7 +157,7 @@ static void test_make_room_oldest_first_on_its_device(void **state)
         assert_int_equal(f->stats.vram_kept_released, 2);
         assert_int_equal(reuse_bytes(&f->reuse, 1), 16 * MIB);
         /* Enough room already: nothing more goes. */
-        assert_false(reuse_make_room(&f->reuse, &f->pool[0], 48 * MIB));
+        assert_false(reuse_make_room(&f->reuse, &f->pool[0], 48 * MIB, false));
 }
 
 static void test_pool_take_releases_kept_when_short(void **state)
@@ -265,7 +265,7 @@ static void test_make_room_asks_mapped_back(void **state)
         reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
         /* 32 MiB wanted: the plain one goes at once, the mapped one is
          * asked back and counts as on its way. */
-        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 32 * MIB));
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 32 * MIB, false));
         assert_int_equal(f->n_released, 1);
         assert_ptr_equal(f->released[0], plain);
         assert_int_equal(f->n_asked, 1);
@@ -274,7 +274,7 @@ static void test_make_room_asks_mapped_back(void **state)
         assert_int_equal(pool_free(&f->pool[0]), 16 * MIB);
         assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 16 * MIB);
         /* Asked once; not taken while the owner unmaps it. */
-        assert_false(reuse_make_room(&f->reuse, &f->pool[0], 32 * MIB));
+        assert_false(reuse_make_room(&f->reuse, &f->pool[0], 32 * MIB, false));
         assert_int_equal(f->n_asked, 1);
         assert_null(reuse_take_mapped(&f->reuse, &buffer_x));
         /* An ask older than the daemon's patience is not counted on, and
@@ -292,6 +292,58 @@ static void test_make_room_asks_mapped_back(void **state)
         assert_int_equal(reuse_bytes(&f->reuse, 0), 0);
 }
 
+/* Plain kept memory goes before memory a buffer still maps; memory asked
+ * back already counts as on its way for the evictor (`now` false), not
+ * for a request that takes the room at once. */
+static void test_make_room_plain_first_and_now(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 16 * MIB), *p1 = vram(f, 0, 16 * MIB);
+        gmd_mem *p2 = vram(f, 0, 16 * MIB);
+
+        assert_int_equal(pool_take(&f->pool[0], 16 * MIB), 0);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);    /* oldest */
+        reuse_keep(&f->reuse, &f->b, p1);
+        reuse_keep(&f->reuse, &f->b, p2);
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 16 * MIB, false));
+        assert_int_equal(f->n_released, 1);
+        assert_ptr_equal(f->released[0], p1);
+        assert_int_equal(f->n_asked, 0);
+        /* 32 MiB: p2 goes, and x's is asked for the rest. */
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 48 * MIB, false));
+        assert_int_equal(f->n_released, 2);
+        assert_int_equal(f->n_asked, 1);
+        assert_int_equal(pool_free(&f->pool[0]), 32 * MIB);
+        /* With x's on its way the evictor needs nothing more; a request
+         * taking 48 MiB now has nothing more to release either. */
+        assert_false(reuse_make_room(&f->reuse, &f->pool[0], 48 * MIB, false));
+        assert_false(reuse_make_room(&f->reuse, &f->pool[0], 48 * MIB, true));
+        reuse_unmapped(&f->reuse, &buffer_x);
+        assert_int_equal(pool_free(&f->pool[0]), 48 * MIB);
+}
+
+static void test_make_room_now_releases_plain_despite_asks(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 16 * MIB), *p = vram(f, 0, 16 * MIB);
+
+        assert_int_equal(pool_take(&f->pool[0], 32 * MIB), 0);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        /* Only x's is kept: asked back for the evictor. */
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 16 * MIB, false));
+        assert_int_equal(f->n_asked, 1);
+        reuse_keep(&f->reuse, &f->b, p);
+        /* The evictor counts x's as coming; an allocation that wants the
+         * room now gets p's at once rather than wait for x's owner. */
+        assert_false(reuse_make_room(&f->reuse, &f->pool[0], 16 * MIB, false));
+        assert_int_equal(reuse_pool_take(&f->reuse, &f->pool[0], 16 * MIB), 0);
+        assert_int_equal(f->n_released, 1);
+        assert_ptr_equal(f->released[0], p);
+        assert_int_equal(f->n_asked, 1);
+        reuse_unmapped(&f->reuse, &buffer_x);
+        pool_give(&f->pool[0], 16 * MIB);
+}
+
 static void test_mapped_released_when_it_cannot_be_asked(void **state)
 {
         fixture *f = *state;
@@ -300,7 +352,7 @@ static void test_mapped_released_when_it_cannot_be_asked(void **state)
         /* The ask cannot be sent: released at once. */
         f->ask_result = -EPIPE;
         reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
-        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 64 * MIB));
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 64 * MIB, false));
         assert_int_equal(f->n_released, 1);
         assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
         /* An owner gone: nothing to ask, nothing kept. */
@@ -343,7 +395,7 @@ static void test_ack_releases_only_what_was_asked(void **state)
         /* Asked back, then the buffer came in (other VRAM) and went out
          * again, leaving `now` mapped: the late ack is about `old`. */
         reuse_keep_mapped(&f->reuse, &f->a, old, &buffer_x);
-        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 64 * MIB));
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 64 * MIB, false));
         reuse_keep_mapped(&f->reuse, &f->a, now, &buffer_x);
         reuse_unmapped(&f->reuse, &buffer_x);
         assert_int_equal(f->n_released, 1);
@@ -359,7 +411,7 @@ static void test_buffer_gone_releases_all_of_it(void **state)
         gmd_mem *other = vram(f, 0, 8 * MIB);
 
         reuse_keep_mapped(&f->reuse, &f->a, old, &buffer_x);
-        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 48 * MIB));
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 48 * MIB, false));
         reuse_keep_mapped(&f->reuse, &f->a, now, &buffer_x);
         reuse_keep_mapped(&f->reuse, &f->a, other, &buffer_y);
         reuse_buffer_gone(&f->reuse, &buffer_x);
@@ -411,6 +463,10 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_take_prefers_plain_then_unmaps_mapped,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_make_room_asks_mapped_back,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_make_room_plain_first_and_now,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_make_room_now_releases_plain_despite_asks,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_mapped_released_when_it_cannot_be_asked,
                                                 setup, teardown),
