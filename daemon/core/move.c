@@ -283,6 +283,26 @@ static int out_destination(gmd_server *server, gmd_dbuffer *b,
         return r;
 }
 
+/*
+ * Will the owner keep mapping the VRAM `b` leaves (reuse.h)? Only where
+ * that VRAM is not wanted soon: memory kept mapped can only be given to
+ * others after a round trip to its owner (an unmap and its ack), where
+ * plain kept memory is released at once. So not for an eviction (it makes
+ * room for others), nor while requests wait on the device or its pool has
+ * less free than the buffer: a training step under a budget (bench
+ * train2x) allocates into the room its pageouts leave right away.
+ */
+static bool out_keeps_mapping(gmd_server *server, const gmd_dbuffer *b,
+                              move_class cls)
+{
+        bool owner_keeps = b->owner->keeps_mappings &&
+                           reuse_keeps(&server->reuse, &b->owner->reuse);
+
+        return cls != MOVE_EVICT && placement_keep_mapping(b, owner_keeps) &&
+               !waitq_oldest(&server->waitq, b->device) &&
+               pool_free(server_vram_pool(server, b->device)) >= b->size;
+}
+
 /* A destination out_destination gave that no move took. */
 static void out_destination_undo(gmd_server *server, gmd_dbuffer *b,
                                  gmd_mem *dst, bool clean)
@@ -329,12 +349,8 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
                 m->copy.size = 0;
         /* The owner keeps mapping VRAM kept for the buffer's way back
          * (reuse.h): its remap changes nothing the GPU could be using, so
-         * it goes early, even with GPU work pending on the buffer. Not
-         * for an eviction: it makes room for others, who would then wait
-         * for the owner to unmap. */
-        m->keep_mapping = cls != MOVE_EVICT &&
-                          placement_keep_mapping(b, b->owner->keeps_mappings &&
-                                  reuse_keeps(&server->reuse, &b->owner->reuse));
+         * it goes early, even with GPU work pending on the buffer. */
+        m->keep_mapping = out_keeps_mapping(server, b, cls);
         /* The owner's last use, recorded on its stream when it released:
          * the copy streams wait for it on the GPU, not the owner on the
          * host. */

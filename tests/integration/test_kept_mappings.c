@@ -129,6 +129,26 @@ static void test_mapping_kept_across_swapout(void **state)
         harness_stop(&f->h);
 }
 
+/* A full pool: the VRAM the buffer leaves is likely wanted soon, and kept
+ * mapped it could only be given after a round trip, so the owner unmaps
+ * as before; the swap-in still reuses the kept VRAM, mapped afresh. */
+static void test_not_kept_mapped_when_pool_is_short(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *a, *filler;
+
+        start(f, NULL);
+        a = harness_released_buffer(f->client, 8 * MiB, 5);
+        filler = harness_released_buffer(f->client, 56 * MiB, 6);
+        harness_page_out(f->client, a);
+        expect_vram(f, 64 * MiB, 8 * MiB, "paged out of a full pool");
+        bring_back(f->client, a, 5, "back, mapped afresh");
+        expect_counts(f, 0, 0, 1, "back from a full pool");
+        OK(gmd_free(f->client, a));
+        OK(gmd_free(f->client, filler));
+        harness_stop(&f->h);
+}
+
 /* ---- 2. GPU_MEMD_KEEP_MAPPINGS ---------------------------------------------- */
 
 /* "0": the owner unmaps at the swap-out and maps afresh at the swap-in,
@@ -247,6 +267,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 HARNESS_TEST(test_mapping_kept_across_swapout),
+                HARNESS_TEST(test_not_kept_mapped_when_pool_is_short),
                 HARNESS_TEST(test_keep_mappings_env),
                 HARNESS_TEST(test_asked_back_for_room),
                 HARNESS_TEST(test_owner_not_answering_holds_nobody_up),
