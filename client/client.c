@@ -578,23 +578,6 @@ static int priority_from_env(int32_t *ret_priority)
         return 0;
 }
 
-/* $GPU_MEMD_KEEP_MAPPINGS: "0" off; "1", unset or empty on. */
-static int keep_mappings_from_env(protobuf_c_boolean *ret_keep)
-{
-        const char *text = secure_getenv(GMD_KEEP_MAPPINGS_ENV);
-
-        *ret_keep = true;
-        if (!text || !*text || strcmp(text, "1") == 0)
-                return 0;
-        if (strcmp(text, "0") == 0) {
-                *ret_keep = false;
-                return 0;
-        }
-        gmd__error_set("%s='%.32s' is neither 0 (unmap at every swap-out) "
-                       "nor 1", GMD_KEEP_MAPPINGS_ENV, text);
-        return -EINVAL;
-}
-
 static int hello(gmd_client *client, const char *client_name)
 {
         Gmd__Hello msg = GMD__HELLO__INIT;
@@ -603,14 +586,17 @@ static int hello(gmd_client *client, const char *client_name)
         ProtobufCMessage *reply = NULL;
         uint8_t *buf;
         uint32_t id;
+        bool keeps;
         int r, sent;
 
         r = priority_from_env(&msg.priority);
         if (r < 0)
                 return r;
-        r = keep_mappings_from_env(&msg.keeps_mappings);
+        r = gmd__env_switch(GMD_KEEP_MAPPINGS_ENV, "unmap at every swap-out",
+                            &keeps);
         if (r < 0)
                 return r;
+        msg.keeps_mappings = keeps;
         client_name_prepare(client_name, name);
         msg.min_version = GMD_WIRE_MIN_VERSION;
         msg.max_version = GMD_WIRE_VERSION;

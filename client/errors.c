@@ -11,6 +11,7 @@
 #include "errors.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,22 @@
 #include "size.h"
 
 static _Thread_local char last_error[512];
+
+int gmd__env_switch(const char *name, const char *off_means, bool *ret_on)
+{
+        const char *text = secure_getenv(name);
+
+        *ret_on = true;
+        if (!text || !*text || strcmp(text, "1") == 0)
+                return 0;
+        if (strcmp(text, "0") == 0) {
+                *ret_on = false;
+                return 0;
+        }
+        gmd__error_set("%s='%.32s' is neither 0 (%s) nor 1", name, text,
+                       off_means);
+        return -EINVAL;
+}
 
 void gmd__error_set(const char *fmt, ...)
 {

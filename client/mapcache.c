@@ -30,23 +30,6 @@
  * of 8192 ids per message. */
 #define RETURN_BATCH 1024
 
-/* "0" switches the cache off, "1" (or unset, or empty) on. */
-static int enabled_from_env(bool *ret_enabled)
-{
-        const char *text = secure_getenv(GMD_CACHE_ENV);
-
-        *ret_enabled = true;
-        if (!text || !*text || strcmp(text, "1") == 0)
-                return 0;
-        if (strcmp(text, "0") == 0) {
-                *ret_enabled = false;
-                return 0;
-        }
-        gmd__error_set("%s='%.32s' is neither 0 (no mapping cache) nor 1",
-                  GMD_CACHE_ENV, text);
-        return -EINVAL;
-}
-
 int gmd__mapcache_init(gmd_mapcache *cache)
 {
         const char *text;
@@ -55,7 +38,7 @@ int gmd__mapcache_init(gmd_mapcache *cache)
         memset(cache, 0, sizeof(*cache));
         list_init(&cache->lru);
         cache->limit = MAPCACHE_DEFAULT_LIMIT;
-        r = enabled_from_env(&cache->enabled);
+        r = gmd__env_switch(GMD_CACHE_ENV, "no mapping cache", &cache->enabled);
         if (r < 0)
                 return r;
         text = secure_getenv(GMD_CACHE_LIMIT_ENV);

@@ -769,6 +769,19 @@ int move_ask_unmap(gmd_server *server, gmd_dbuffer *b)
                             NULL, 0);
 }
 
+/* A remap the client could not carry out: it gave the buffer up (its
+ * library marks it revoked), so do we. `what` it could not do. */
+static void ack_failed(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
+                       const Gmd__RemapAck *ack, const char *what)
+{
+        char who[128];
+
+        log_warning("%s could not %s buffer %llu (%s); freeing it",
+                    session_describe(s, who, sizeof(who)), what,
+                    (unsigned long long)b->id, strerror(-ack->result));
+        move_free_buffer(server, b);
+}
+
 /* The owner unmapped the kept VRAM it was asked back (or could not, and
  * gave the buffer up, as after a failed move). */
 static void unmap_acked(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
@@ -777,14 +790,8 @@ static void unmap_acked(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
         b->unmap_seq = 0;
         reuse_unmapped(&server->reuse, b);
         pending_mark(&server->pending, PENDING_WAITS | PENDING_ROOM);
-        if (ack->result < 0) {
-                char who[128];
-
-                log_warning("%s could not unmap buffer %llu's kept VRAM (%s); "
-                            "freeing it", session_describe(s, who, sizeof(who)),
-                            (unsigned long long)b->id, strerror(-ack->result));
-                move_free_buffer(server, b);
-        }
+        if (ack->result < 0)
+                ack_failed(server, s, b, ack, "unmap the kept VRAM of");
 }
 
 void move_copy_ended(gmd_server *server, gmd_copy *copy)
@@ -819,14 +826,7 @@ static void move_ack(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
                 return;
         }
         if (ack->result < 0) {
-                char who[128];
-
-                /* The client could not map the new backing and gave the
-                 * buffer up (its library marks it revoked): so do we. */
-                log_warning("%s could not map buffer %llu after its move (%s); "
-                            "freeing it", session_describe(s, who, sizeof(who)),
-                            (unsigned long long)b->id, strerror(-ack->result));
-                move_free_buffer(server, b);
+                ack_failed(server, s, b, ack, "map the new backing of");
                 return;
         }
         m->seq = 0;

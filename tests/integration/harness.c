@@ -764,6 +764,36 @@ void harness_page_out(gmd_client *client, gmd_buffer *buffer)
         assert_int_equal(gmd_buffer_tier(buffer), GMD_TIER_HOST);
 }
 
+void harness_bring_back(gmd_client *client, gmd_buffer *buffer)
+{
+        OK(gmd_prefetch(client, buffer));
+        OK(gmd_wait(client, buffer, 5000));
+        assert_int_equal(gmd_buffer_tier(buffer), GMD_TIER_VRAM);
+        OK(gmd_acquire(client, buffer, 0));
+}
+
+void harness_expect_vram(const harness *h, gmd_client *client, uint64_t used,
+                         uint64_t kept, const char *when)
+{
+        uint64_t deadline = harness_now_ms() + 2000;
+        gmd_pool_status p;
+
+        for (;;) {
+                p = harness_vram_pool(client, 0);
+                if (p.used == used && p.kept == kept)
+                        return;
+                if (harness_now_ms() >= deadline)
+                        fail_msg("%s: VRAM used %llu MiB, kept %llu MiB; want %llu "
+                                 "and %llu; log:\n%s", when,
+                                 (unsigned long long)(p.used >> 20),
+                                 (unsigned long long)(p.kept >> 20),
+                                 (unsigned long long)(used >> 20),
+                                 (unsigned long long)(kept >> 20),
+                                 harness_read_log(h));
+                harness_sleep_ms(5);
+        }
+}
+
 gmd_client *harness_client(const harness *h, const char *name)
 {
         gmd_client *client = NULL;

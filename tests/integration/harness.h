@@ -209,6 +209,14 @@ gmd_buffer *harness_released_buffer(gmd_client *client, uint64_t size,
 /* gmd_pageout `buffer`, wait for it, and check it went to host memory. */
 void harness_page_out(gmd_client *client, gmd_buffer *buffer);
 
+/* gmd_prefetch `buffer`, wait for it, check it is in VRAM, acquire it. */
+void harness_bring_back(gmd_client *client, gmd_buffer *buffer);
+
+/* Poll (2 s at most) until device 0's VRAM pool shows `used` and `kept`;
+ * fails the test, with the daemon's log, if it does not. */
+void harness_expect_vram(const harness *h, gmd_client *client, uint64_t used,
+                         uint64_t kept, const char *when);
+
 /* gmd_connect to the daemon, failing the test if it cannot. */
 gmd_client *harness_client(const harness *h, const char *name);
 

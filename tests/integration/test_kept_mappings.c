@@ -48,27 +48,10 @@ static void start(fixture *f, const char *extra)
         f->client = harness_client(&f->h, "owner");
 }
 
-/* Poll (2 s at most) until device 0's VRAM pool shows `used` and `kept`. */
 static void expect_vram(fixture *f, uint64_t used, uint64_t kept,
                         const char *when)
 {
-        uint64_t deadline = harness_now_ms() + 2000;
-        gmd_pool_status p;
-
-        for (;;) {
-                p = harness_vram_pool(f->client, 0);
-                if (p.used == used && p.kept == kept)
-                        return;
-                if (harness_now_ms() >= deadline)
-                        fail_msg("%s: VRAM used %llu MiB, kept %llu MiB; want %llu "
-                                 "and %llu; log:\n%s", when,
-                                 (unsigned long long)(p.used / MiB),
-                                 (unsigned long long)(p.kept / MiB),
-                                 (unsigned long long)(used / MiB),
-                                 (unsigned long long)(kept / MiB),
-                                 harness_read_log(&f->h));
-                harness_sleep_ms(5);
-        }
+        harness_expect_vram(&f->h, f->client, used, kept, when);
 }
 
 /* Swap-ins into VRAM still mapped, unmaps asked, kept VRAM reused. */
@@ -90,10 +73,7 @@ static void expect_counts(fixture *f, unsigned mapped, unsigned asked,
 static void bring_back(gmd_client *c, gmd_buffer *b, uint64_t seed,
                        const char *when)
 {
-        OK(gmd_prefetch(c, b));
-        OK(gmd_wait(c, b, 5000));
-        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
-        OK(gmd_acquire(c, b, 0));
+        harness_bring_back(c, b);
         pattern_check(b, seed, when);
 }
 
