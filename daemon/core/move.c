@@ -157,61 +157,9 @@ static void moves_changed(gmd_server *server)
         pending_mark(&server->pending, PENDING_WAITS);
 }
 
-/* ---- acquirers -------------------------------------------------------
- *
- * An acquire that waited is answered when its move ends or its deadline
- * passes: the outcome is queued in its session (session_answer), and the
- * scheduling pass's last step has request.c send the reply — after the
- * remap and ack that finished the move, in this same loop iteration. */
-
-static void acquirer_on_closed(uv_handle_t *handle)
-{
-        free(handle->data);
-}
-
-static void acquirer_done(gmd_acquirer *a)
-{
-        if (a->done)
-                return;
-        a->done = true;
-        a->buffer->acquirer = NULL;
-        uv_timer_stop(&a->timer);
-        uv_close((uv_handle_t *)&a->timer, acquirer_on_closed);
-}
-
-/* The buffer is usable: the lease is the client's. */
-static void acquirer_grant(gmd_acquirer *a)
-{
-        gmd_result ok;
-
-        if (a->done)
-                return;
-        result_ok(&ok);
-        buffer_set_acquired(a->buffer, true);
-        if (a->on_done)
-                a->on_done(a->ctx, a->buffer, 0, NULL);
-        else
-                session_answer(a->session, ANSWER_OK, a->request_id, &ok);
-        acquirer_done(a);
-}
-
-static void acquirer_fail(gmd_acquirer *a, int code, const char *why)
-{
-        gmd_result res;
-
-        if (a->done)
-                return;
-        if (a->on_done) {
-                a->on_done(a->ctx, a->buffer, code, why);
-                acquirer_done(a);
-                return;
-        }
-        result_error(&res, code, "buffer %llu: %s",
-                     (unsigned long long)a->buffer->id, why);
-        session_answer(a->session, ANSWER_ERROR, a->request_id, &res);
-        acquirer_done(a);
-}
-
+/* An acquire's deadline passed before its buffer was usable (acquirer.h):
+ * a SPILLABLE buffer is granted where it is; otherwise the acquire fails
+ * and its swap-in goes on as a prefetch. */
 static void acquirer_on_deadline(uv_timer_t *timer)
 {
         gmd_acquirer *a = timer->data;
@@ -919,22 +867,6 @@ bool move_any_on(gmd_server *server, unsigned device)
 
 /* ---- acquire ------------------------------------------------------------ */
 
-static gmd_acquirer *acquirer_new(gmd_server *server, gmd_session *s,
-                                  gmd_dbuffer *b)
-{
-        gmd_acquirer *a = calloc(1, sizeof(*a));
-
-        if (!a || uv_timer_init(server->loop, &a->timer) < 0) {
-                free(a);
-                return NULL;
-        }
-        a->buffer = b;
-        a->session = s;
-        a->since_us = now_us();
-        a->timer.data = a;
-        return a;
-}
-
 /* Set `b` on its way back to VRAM for `a`, which is granted or failed when
  * it is there or cannot come — possibly before this returns. */
 /* Is `b` being evicted while another process's slice of its device runs
@@ -992,7 +924,7 @@ gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
                 buffer_set_acquired(b, true);
                 return OUTCOME_OK;
         }
-        a = acquirer_new(server, s, b);
+        a = acquirer_new(server->loop, s, b);
         if (!a)
                 return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
                                     "out of memory");
@@ -1035,7 +967,7 @@ int move_acquire_for(gmd_server *server, gmd_dbuffer *b,
                 return 1;
         }
         buffer_set_acquired(b, false);
-        a = acquirer_new(server, b->owner, b);
+        a = acquirer_new(server->loop, b->owner, b);
         if (!a)
                 return -ENOMEM;
         a->on_done = done;

@@ -63,6 +63,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "acquirer.h"
 #include "copyq.h"
 #include "gpumem.pb-c.h"
 #include "list.h"
@@ -141,26 +142,6 @@ static inline bool move_stopping(const gmd_move *move)
                move->state == MOVE_ROLLING_BACK ||
                move->state == MOVE_ORPHANED || move->copy.status < 0;
 }
-
-/* Told of an acquire the daemon made for itself (move_acquire_for):
- * `code` 0 when the buffer is back and acquired, else a
- * GMD__ERROR_CODE__* and why. */
-typedef void (*move_acquired_fn)(void *ctx, gmd_dbuffer *buffer, int code,
-                                 const char *why);
-
-/* An acquire waiting for its buffer to be usable: a client's (answered in
- * its session) or the daemon's own (on_done). */
-typedef struct gmd_acquirer {
-        gmd_dbuffer *buffer;
-        gmd_session *session;
-        move_acquired_fn on_done;   /* NULL: a client's request */
-        void *ctx;
-        uint32_t request_id;
-        int64_t timeout_ms;
-        uint64_t since_us;
-        bool done;                  /* answered; freed on the timer's close */
-        uv_timer_t timer;
-} gmd_acquirer;
 
 /* Start moving a VRAM-resident, released buffer to host memory. Nothing
  * changed on failure: -EBUSY when its owner holds it (acquired), -ENOSPC
