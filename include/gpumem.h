@@ -39,9 +39,10 @@ extern "C" {
 #define GMD_PRIORITY_ENV    "GPU_MEMD_PRIORITY"
 #define GMD_CACHE_ENV       "GPU_MEMD_CACHE"        /* "0": no mapping cache */
 #define GMD_CACHE_LIMIT_ENV "GPU_MEMD_CACHE_LIMIT"  /* bytes parked at most */
-/* "0": unmap a SWAPPABLE buffer's VRAM at every swap-out, as before 0.1's
- * kept mappings (the default keeps it mapped while the daemon keeps that
- * VRAM for the way back, so a swap-in into it costs no driver call). */
+/* "0": unmap a SWAPPABLE buffer's VRAM at every swap-out. By default the
+ * library keeps it mapped where the daemon keeps that VRAM for the
+ * buffer's way back, so a swap-in into it costs no driver call; a buffer
+ * touched while out then reads stale bytes instead of faulting. */
 #define GMD_KEEP_MAPPINGS_ENV "GPU_MEMD_KEEP_MAPPINGS"
 
 /* Marks the library's exported functions: libgpumem.so is built with
@@ -151,7 +152,9 @@ typedef enum gmd_buffer_state {
  * it off (gmd_free then frees at once) or "1" (the default, also when
  * unset or empty); $GPU_MEMD_CACHE_LIMIT bounds the bytes one client keeps
  * parked, a size with an optional K/M/G/T suffix ("512M"; default 1G; 0
- * parks nothing). Either one set to something else fails with -EINVAL.
+ * parks nothing). $GPU_MEMD_KEEP_MAPPINGS is "0" to unmap a buffer's VRAM
+ * at every swap-out or "1" (the default; see GMD_KEEP_MAPPINGS_ENV). Any
+ * of them set to something else fails with -EINVAL.
  *
  * If the daemon stops while the client is connected, calls fail with
  * GMD_ECONN and gmd_last_error() says "gpu-memd is stopping: " followed by
@@ -299,8 +302,10 @@ unsigned gmd_buffer_device(const gmd_buffer *buffer);
 /* The tier behind the buffer's address in this process. While a released
  * buffer moves it can change before the move is over: a swap-in into VRAM
  * kept from the buffer's client maps it when the copy starts, and a
- * swap-out of a buffer released with no last-use event unmaps then; a move
- * that is then cancelled or fails changes it back. The bytes are where it
+ * swap-out of a buffer released with no last-use event unmaps then, as
+ * does one whose VRAM stays mapped for its way back (even with GPU work
+ * pending on it: that VRAM stays where it is); a move that is then
+ * cancelled or fails changes it back. The bytes are where it
  * says once gmd_wait or gmd_acquire returns, and while the buffer is
  * acquired. */
 GMD_EXPORT

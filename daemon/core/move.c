@@ -237,9 +237,17 @@ static int out_destination(gmd_server *server, gmd_dbuffer *b,
  * others after a round trip to its owner (an unmap and its ack), where
  * plain kept memory is released at once. So not for an eviction (it makes
  * room for others), nor while requests wait on the device or its pool has
- * less free than the buffer: a training step under a budget (bench
- * train2x) allocates into the room its pageouts leave right away.
+ * less free than the buffer (room_wanted): a training step under a budget
+ * (bench train2x) allocates into the room its pageouts leave right away.
+ * Where that changes while the copy runs, the owner is asked to unmap as
+ * soon as the move is over (move_finish).
  */
+static bool room_wanted(gmd_server *server, const gmd_dbuffer *b)
+{
+        return waitq_oldest(&server->waitq, b->device) ||
+               pool_free(server_vram_pool(server, b->device)) < b->size;
+}
+
 static bool out_keeps_mapping(gmd_server *server, const gmd_dbuffer *b,
                               move_class cls)
 {
@@ -247,8 +255,7 @@ static bool out_keeps_mapping(gmd_server *server, const gmd_dbuffer *b,
                            reuse_keeps(&server->reuse, &b->owner->reuse);
 
         return cls != MOVE_EVICT && placement_keep_mapping(b, owner_keeps) &&
-               !waitq_oldest(&server->waitq, b->device) &&
-               pool_free(server_vram_pool(server, b->device)) >= b->size;
+               !room_wanted(server, b);
 }
 
 /* A destination out_destination gave that no move took. */
@@ -399,7 +406,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         mapped = dst != NULL;
         if (!dst)
                 dst = reuse_take(&server->reuse, &b->owner->reuse, b->device,
-                                 b->size);
+                                 b->size, pool_free(pool) < b->size);
         kept = dst != NULL;
         if (!dst) {
                 r = reuse_pool_take(&server->reuse, pool, b->size);
@@ -431,7 +438,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                           (unsigned long long)b->id, strerror(r < 0 ? -r : ENOMEM));
                 if (mapped)
                         reuse_keep_mapped(&server->reuse, &b->owner->reuse,
-                                          dst, b);
+                                          dst, b, false);
                 else if (r == 0)
                         backing_release(server, dst);
                 else
@@ -456,7 +463,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 free(m);
                 if (mapped)
                         reuse_keep_mapped(&server->reuse, &b->owner->reuse,
-                                          dst, b);
+                                          dst, b, false);
                 else
                         backing_release(server, dst);
                 move_in_refused(server, b, GMD__ERROR_CODE__ERR_INTERNAL,
@@ -468,7 +475,8 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         m->dst_from = mapped ? MOVE_DST_MAPPED :
                       kept ? MOVE_DST_KEPT : MOVE_DST_NEW;
         m->keep_mapping = mapped;
-        /* Its owner maps nothing while a SWAPPABLE buffer is out, so it
+        /* Its owner maps no other memory while a SWAPPABLE buffer is out
+         * (at most the VRAM it left, when kept mapped for it), so it
          * can map the new VRAM while the copy runs (move.h) — if that VRAM
          * holds nothing but the owner's own bytes: new VRAM is not zeroed
          * (the copy fills it), and the owner could read it before. */
@@ -556,7 +564,7 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                 reuse_keep(&server->reuse, &b->owner->reuse, m->copy.dst);
         else if (m->dst_from == MOVE_DST_MAPPED)
                 reuse_keep_mapped(&server->reuse, &b->owner->reuse,
-                                  m->copy.dst, b);
+                                  m->copy.dst, b, false);
         else
                 out_destination_undo(server, b, m->copy.dst, m->clean);
         b->move = NULL;
@@ -597,9 +605,13 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         /* VRAM it left is kept before anything else, so that the swap-in
          * an acquirer starts below copies into it. */
         if (old_tier == GMD_TIER_VRAM) {
+                /* Requests that came to wait while it moved out want the
+                 * room: asked back at once, unless its own acquire is
+                 * about to bring it back into it. */
                 if (m->keep_mapping)
                         reuse_keep_mapped(&server->reuse, &owner->reuse, old,
-                                          b);
+                                          b, !b->acquirer &&
+                                          room_wanted(server, b));
                 else
                         reuse_keep(&server->reuse, &owner->reuse, old);
                 old = NULL;

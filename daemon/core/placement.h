@@ -10,8 +10,10 @@
  *                 reads it through its mapping; its owner maps its host
  *                 copy, so it is usable wherever it rests.
  *   (none)        SWAPPABLE: VRAM, moved to host memory only while
- *                 released; its owner maps nothing while it is out, and
- *                 an acquire brings it back first.
+ *                 released; its owner maps nothing of its host copy
+ *                 while it is out (at most the VRAM it left, kept for
+ *                 it: placement_keep_mapping), and an acquire brings it
+ *                 back first.
  *
  * Whatever the flags, a buffer its owner holds (acquired) never moves:
  * the owner may write it at any moment (its threads, its kernels), and no

@@ -61,27 +61,29 @@ static void entry_release(gmd_reuse *r, reuse_entry *e)
 /* Give the memory back: plain kept memory at once; memory its owner still
  * maps once the owner unmapped it, unless the owner is gone (its mapping
  * went with its connection, or goes with its process). Asking twice asks
- * once. */
-static void entry_give_back(gmd_reuse *r, reuse_entry *e)
+ * once. True when the owner was asked (e stays, unmapping); false when the
+ * memory was released (e is gone) or was asked before. */
+static bool entry_give_back(gmd_reuse *r, reuse_entry *e)
 {
         if (!e->tag || e->owner->gone) {
                 entry_release(r, e);
-                return;
+                return false;
         }
         if (e->unmapping)
-                return;
-        /* A send that fails (a connection closing, no memory for the
-         * packet) leaves only release: the owner's mapping then holds the
-         * memory outside the pool's count until it unmaps it (its next
-         * remap of that buffer, its free, its exit). */
+                return false;
+        /* A send that fails (a connection closing, a send queue full, no
+         * memory for the packet) leaves only release: the owner's mapping
+         * then holds the memory outside the pool's count until it unmaps
+         * it (its next remap of that buffer, its free, its exit). */
         if (r->ask_unmap(r->ctx, e->tag) < 0) {
                 entry_release(r, e);
-                return;
+                return false;
         }
         e->unmapping = true;
         e->asked_ms = now_ms();
         r->stats->vram_unmaps_asked++;
         r->unmapping_on[e->mem->device] += e->mem->size;
+        return true;
 }
 
 static bool entry_is(const reuse_entry *e, const gmd_reuse_owner *owner,
@@ -138,7 +140,7 @@ bool reuse_keeps(const gmd_reuse *r, const gmd_reuse_owner *owner)
 }
 
 void reuse_keep_mapped(gmd_reuse *r, gmd_reuse_owner *owner, gmd_mem *mem,
-                       void *tag)
+                       void *tag, bool wanted)
 {
         reuse_entry *e = entry_add(r, owner, mem, tag);
 
@@ -148,12 +150,12 @@ void reuse_keep_mapped(gmd_reuse *r, gmd_reuse_owner *owner, gmd_mem *mem,
          * lets it go now. */
         if (!e)
                 r->release(r->ctx, mem);
-        else if (!r->enabled)
-                entry_give_back(r, e);
+        else if (!r->enabled || wanted)
+                (void)entry_give_back(r, e);
 }
 
 gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
-                    uint64_t size)
+                    uint64_t size, bool mapped_too)
 {
         gmd_list *pos;
 
@@ -172,7 +174,11 @@ gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
          * first (the one least likely to come back soon): the owner
          * unmaps it there before it reads what maps it here, as it
          * reads in order, and it is the same owner's memory either way,
-         * so nothing waits for that ack. */
+         * so nothing waits for that ack. Only where the pool is short
+         * (`mapped_too`): the buffer that maps it then comes back into new
+         * VRAM, mapped afresh. */
+        if (!mapped_too)
+                return NULL;
         list_for_each(pos, &r->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
@@ -258,10 +264,10 @@ bool reuse_make_room(gmd_reuse *r, gmd_pool *pool, uint64_t bytes,
                         break;
                 if (e->mem->device != device || e->unmapping)
                         continue;
-                /* Asked back, or released where it cannot be (e is then
-                 * gone): either way it is on its way. */
-                entry_give_back(r, e);
-                coming += size;
+                /* Asked back: on its way; or released where it cannot be
+                 * asked (e is then gone), and already in pool_free. */
+                if (entry_give_back(r, e))
+                        coming += size;
                 released = true;
         }
         return released;
@@ -278,7 +284,8 @@ void reuse_trim(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
         list_for_each(pos, &r->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
-                if (e->tag && entry_is(e, owner, device, size) && out)
+                if (e->tag && !e->unmapping && entry_is(e, owner, device, size) &&
+                    out)
                         out--;
         }
         /* The newest `out` others of that device and size stay; older ones
@@ -306,7 +313,7 @@ void reuse_forget(gmd_reuse *r, gmd_reuse_owner *owner)
                 if (!owner->kept_bytes)
                         break;
                 if (e->owner == owner)
-                        entry_give_back(r, e);
+                        (void)entry_give_back(r, e);
         }
 }
 

@@ -22,7 +22,8 @@
  *
  * Kept memory yields to everything: it is released, oldest first, as soon
  * as any request on its device finds too little room (reuse_make_room: the
- * allocation and swap-in paths and the evictor call it), when its client
+ * allocation and swap-in paths and the evictor call it; memory still
+ * mapped, below, goes last and is asked back), when its client
  * keeps more allocations of one device and size than it has buffers of
  * that device and size out on host memory (nothing left that could come
  * back into them), when the client disconnects, and when a reload sets
@@ -101,16 +102,18 @@ bool reuse_keeps(const gmd_reuse *reuse, const gmd_reuse_owner *owner);
 /* `mem`, the VRAM the buffer `tag` of `owner` just moved out of, is still
  * mapped by the owner at that buffer's address: keep it for that buffer's
  * swap-in (reuse_take_mapped). Where it cannot be kept (keeping was turned
- * off meanwhile) the owner is asked to unmap it; where that cannot be
+ * off meanwhile) or its room is `wanted` now (requests came to wait while
+ * it moved out), the owner is asked to unmap it; where that cannot be
  * either (the owner is gone, no memory), it is released. */
 void reuse_keep_mapped(gmd_reuse *reuse, gmd_reuse_owner *owner,
-                       gmd_mem *mem, void *tag);
+                       gmd_mem *mem, void *tag, bool wanted);
 
 /* A kept allocation of exactly `size` bytes on `device` for `owner`, its
  * pool bytes with it, or NULL. Memory a buffer of the owner still maps is
- * taken last, and that buffer's owner is asked to unmap it there. */
+ * taken only if `mapped_too` (the pool is short), last, and the owner is
+ * told to unmap it at that buffer. */
 gmd_mem *reuse_take(gmd_reuse *reuse, gmd_reuse_owner *owner, unsigned device,
-                    uint64_t size);
+                    uint64_t size, bool mapped_too);
 
 /* The VRAM the buffer `tag` still maps, kept for it, its pool bytes with
  * it; NULL when there is none or it is being unmapped. */

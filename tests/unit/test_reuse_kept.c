@@ -108,10 +108,10 @@ static void test_keep_and_take_same_owner_only(void **state)
         assert_int_equal(reuse_bytes(&f->reuse, 0), 8 * MIB);
         assert_int_equal(f->pool[0].used, 8 * MIB);     /* still paid for */
         /* Never another client's, nor another size or device. */
-        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB));
-        assert_null(reuse_take(&f->reuse, &f->a, 0, 4 * MIB));
-        assert_null(reuse_take(&f->reuse, &f->a, 1, 8 * MIB));
-        got = reuse_take(&f->reuse, &f->a, 0, 8 * MIB);
+        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB, false));
+        assert_null(reuse_take(&f->reuse, &f->a, 0, 4 * MIB, false));
+        assert_null(reuse_take(&f->reuse, &f->a, 1, 8 * MIB, false));
+        got = reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false);
         assert_ptr_equal(got, m);
         assert_int_equal(f->stats.vram_reused, 1);
         assert_int_equal(f->a.kept_bytes, 0);
@@ -190,7 +190,7 @@ static void test_trim_keeps_newest_out(void **state)
         assert_ptr_equal(f->released[0], m2);
         assert_ptr_equal(f->released[1], m1);
         assert_int_equal(f->a.kept_bytes, 6 * MIB);
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB), m3);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB, false), m3);
         f->released[f->n_released++] = m3;
 }
 
@@ -216,11 +216,11 @@ static void test_mapped_kept_for_its_buffer_only(void **state)
         fixture *f = *state;
         gmd_mem *m = vram(f, 0, 8 * MIB);
 
-        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, false);
         assert_int_equal(reuse_bytes(&f->reuse, 0), 8 * MIB);
         assert_int_equal(f->a.kept_bytes, 8 * MIB);
         /* Not another owner's; not as a buffer's own for another buffer. */
-        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB));
+        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB, false));
         assert_null(reuse_take_mapped(&f->reuse, &buffer_y));
         assert_ptr_equal(reuse_take_mapped(&f->reuse, &buffer_x), m);
         assert_null(reuse_take_mapped(&f->reuse, &buffer_x));
@@ -236,14 +236,16 @@ static void test_take_prefers_plain_then_unmaps_mapped(void **state)
         fixture *f = *state;
         gmd_mem *m = vram(f, 0, 8 * MIB), *plain = vram(f, 0, 8 * MIB);
 
-        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, false);
         reuse_keep(&f->reuse, &f->a, plain);
         /* An allocation or another buffer's swap-in of the same owner:
          * plain kept memory first, at once. */
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), plain);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false), plain);
         assert_int_equal(f->n_asked, 0);
-        /* Then x's, which x's owner is told to unmap; nobody waits. */
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), m);
+        /* x's only where the pool is short; then x's owner is told to
+         * unmap it there, and nobody waits. */
+        assert_null(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false));
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, true), m);
         assert_int_equal(f->n_asked, 1);
         assert_ptr_equal(f->asked[0], &buffer_x);
         assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
@@ -262,7 +264,7 @@ static void test_make_room_asks_mapped_back(void **state)
 
         assert_int_equal(pool_take(&f->pool[0], 32 * MIB), 0);
         reuse_keep(&f->reuse, &f->a, plain);
-        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, false);
         /* 32 MiB wanted: the plain one goes at once, the mapped one is
          * asked back and counts as on its way. */
         assert_true(reuse_make_room(&f->reuse, &f->pool[0], 32 * MIB, false));
@@ -302,7 +304,7 @@ static void test_make_room_plain_first_and_now(void **state)
         gmd_mem *p2 = vram(f, 0, 16 * MIB);
 
         assert_int_equal(pool_take(&f->pool[0], 16 * MIB), 0);
-        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);    /* oldest */
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, false);    /* oldest */
         reuse_keep(&f->reuse, &f->b, p1);
         reuse_keep(&f->reuse, &f->b, p2);
         assert_true(reuse_make_room(&f->reuse, &f->pool[0], 16 * MIB, false));
@@ -328,7 +330,7 @@ static void test_make_room_now_releases_plain_despite_asks(void **state)
         gmd_mem *m = vram(f, 0, 16 * MIB), *p = vram(f, 0, 16 * MIB);
 
         assert_int_equal(pool_take(&f->pool[0], 32 * MIB), 0);
-        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, false);
         /* Only x's is kept: asked back for the evictor. */
         assert_true(reuse_make_room(&f->reuse, &f->pool[0], 16 * MIB, false));
         assert_int_equal(f->n_asked, 1);
@@ -351,17 +353,80 @@ static void test_mapped_released_when_it_cannot_be_asked(void **state)
 
         /* The ask cannot be sent: released at once. */
         f->ask_result = -EPIPE;
-        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, false);
         assert_true(reuse_make_room(&f->reuse, &f->pool[0], 64 * MIB, false));
         assert_int_equal(f->n_released, 1);
         assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
         /* An owner gone: nothing to ask, nothing kept. */
         f->ask_result = 0;
         f->b.gone = true;
-        reuse_keep_mapped(&f->reuse, &f->b, n, &buffer_y);
+        reuse_keep_mapped(&f->reuse, &f->b, n, &buffer_y, false);
         assert_int_equal(f->n_released, 2);
         assert_int_equal(f->n_asked, 0);
         assert_int_equal(reuse_bytes(&f->reuse, 0), 0);
+}
+
+/* One entry released (its owner is gone, so nothing to ask): that room is
+ * in the pool at once and must not also count as on its way, or the rest
+ * would not be asked for. */
+static void test_make_room_counts_a_release_once(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 16 * MIB), *n = vram(f, 0, 16 * MIB);
+
+        assert_int_equal(pool_take(&f->pool[0], 32 * MIB), 0);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, false);
+        reuse_keep_mapped(&f->reuse, &f->b, n, &buffer_y, false);
+        f->a.gone = true;
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 32 * MIB, false));
+        assert_int_equal(f->n_released, 1);
+        assert_ptr_equal(f->released[0], m);
+        assert_int_equal(f->n_asked, 1);
+        assert_ptr_equal(f->asked[0], &buffer_y);
+        reuse_unmapped(&f->reuse, &buffer_y);
+        assert_int_equal(pool_free(&f->pool[0]), 32 * MIB);
+}
+
+/* An ask past ask_timeout_ms is not counted on: make_room asks the next. */
+static void test_make_room_looks_past_an_unanswered_ask(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 16 * MIB), *n = vram(f, 0, 16 * MIB);
+
+        assert_int_equal(pool_take(&f->pool[0], 32 * MIB), 0);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, false);
+        reuse_keep_mapped(&f->reuse, &f->b, n, &buffer_y, false);
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 16 * MIB, false));
+        assert_int_equal(f->n_asked, 1);
+        assert_false(reuse_make_room(&f->reuse, &f->pool[0], 16 * MIB, false));
+        f->reuse.ask_timeout_ms = 0;
+        harness_sleep_ms_unit(2);
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 16 * MIB, false));
+        assert_int_equal(f->n_asked, 2);
+        assert_ptr_equal(f->asked[1], &buffer_y);
+        /* Unanswered past the timeout, both count as kept but not as
+         * reachable room. */
+        harness_sleep_ms_unit(2);
+        assert_int_equal(reuse_bytes(&f->reuse, 0), 32 * MIB);
+        assert_int_equal(reuse_reachable_bytes(&f->reuse, 0), 0);
+        reuse_unmapped(&f->reuse, &buffer_x);
+        reuse_unmapped(&f->reuse, &buffer_y);
+        assert_int_equal(f->n_released, 2);
+}
+
+/* Kept with its room wanted (requests came to wait while it moved out):
+ * asked back at once. */
+static void test_keep_mapped_wanted_is_asked_at_once(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 8 * MIB);
+
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, true);
+        assert_int_equal(f->n_asked, 1);
+        assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 8 * MIB);
+        assert_null(reuse_take_mapped(&f->reuse, &buffer_x));
+        reuse_unmapped(&f->reuse, &buffer_x);
+        assert_int_equal(f->n_released, 1);
 }
 
 static void test_mapped_asked_back_when_keeping_is_off(void **state)
@@ -369,7 +434,7 @@ static void test_mapped_asked_back_when_keeping_is_off(void **state)
         fixture *f = *state;
         gmd_mem *m = vram(f, 0, 8 * MIB), *n = vram(f, 0, 8 * MIB);
 
-        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, false);
         /* A reload turns keeping off: forget asks, not releases. */
         f->reuse.enabled = false;
         assert_false(reuse_keeps(&f->reuse, &f->a));
@@ -377,7 +442,7 @@ static void test_mapped_asked_back_when_keeping_is_off(void **state)
         assert_int_equal(f->n_released, 0);
         assert_int_equal(f->n_asked, 1);
         /* A move out that ends after the reload: asked at once. */
-        reuse_keep_mapped(&f->reuse, &f->a, n, &buffer_y);
+        reuse_keep_mapped(&f->reuse, &f->a, n, &buffer_y, false);
         assert_int_equal(f->n_asked, 2);
         assert_ptr_equal(f->asked[1], &buffer_y);
         assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 16 * MIB);
@@ -394,9 +459,9 @@ static void test_ack_releases_only_what_was_asked(void **state)
 
         /* Asked back, then the buffer came in (other VRAM) and went out
          * again, leaving `now` mapped: the late ack is about `old`. */
-        reuse_keep_mapped(&f->reuse, &f->a, old, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, old, &buffer_x, false);
         assert_true(reuse_make_room(&f->reuse, &f->pool[0], 64 * MIB, false));
-        reuse_keep_mapped(&f->reuse, &f->a, now, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, now, &buffer_x, false);
         reuse_unmapped(&f->reuse, &buffer_x);
         assert_int_equal(f->n_released, 1);
         assert_ptr_equal(f->released[0], old);
@@ -410,10 +475,10 @@ static void test_buffer_gone_releases_all_of_it(void **state)
         gmd_mem *old = vram(f, 0, 8 * MIB), *now = vram(f, 0, 8 * MIB);
         gmd_mem *other = vram(f, 0, 8 * MIB);
 
-        reuse_keep_mapped(&f->reuse, &f->a, old, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, old, &buffer_x, false);
         assert_true(reuse_make_room(&f->reuse, &f->pool[0], 48 * MIB, false));
-        reuse_keep_mapped(&f->reuse, &f->a, now, &buffer_x);
-        reuse_keep_mapped(&f->reuse, &f->a, other, &buffer_y);
+        reuse_keep_mapped(&f->reuse, &f->a, now, &buffer_x, false);
+        reuse_keep_mapped(&f->reuse, &f->a, other, &buffer_y, false);
         reuse_buffer_gone(&f->reuse, &buffer_x);
         assert_int_equal(f->n_released, 2);
         assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
@@ -429,7 +494,7 @@ static void test_trim_counts_mapped_as_out(void **state)
         gmd_mem *p2 = vram(f, 0, 4 * MIB);
 
         reuse_keep(&f->reuse, &f->a, p1);
-        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x);
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, false);
         reuse_keep(&f->reuse, &f->a, p2);
         /* Two buffers out: one is x, whose mapped VRAM stays; of the
          * others only the newest stays. */
@@ -442,6 +507,22 @@ static void test_trim_counts_mapped_as_out(void **state)
         assert_int_equal(f->n_released, 2);
         assert_ptr_equal(f->released[1], p2);
         assert_int_equal(f->a.kept_bytes, 4 * MIB);
+}
+
+/* VRAM asked back is no longer its buffer's: with one buffer out, the
+ * plain allocation stays for it. */
+static void test_trim_does_not_count_asked_back(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *m = vram(f, 0, 4 * MIB), *p = vram(f, 0, 4 * MIB);
+
+        reuse_keep_mapped(&f->reuse, &f->a, m, &buffer_x, true);
+        reuse_keep(&f->reuse, &f->a, p);
+        reuse_trim(&f->reuse, &f->a, 0, 4 * MIB, 1);
+        assert_int_equal(f->n_released, 0);
+        reuse_unmapped(&f->reuse, &buffer_x);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB, false), p);
+        f->released[f->n_released++] = p;
 }
 
 int main(void)
@@ -470,6 +551,12 @@ int main(void)
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_mapped_released_when_it_cannot_be_asked,
                                                 setup, teardown),
+                cmocka_unit_test_setup_teardown(test_make_room_counts_a_release_once,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_make_room_looks_past_an_unanswered_ask,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_keep_mapped_wanted_is_asked_at_once,
+                                                setup, teardown),
                 cmocka_unit_test_setup_teardown(test_mapped_asked_back_when_keeping_is_off,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_ack_releases_only_what_was_asked,
@@ -477,6 +564,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_buffer_gone_releases_all_of_it,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_trim_counts_mapped_as_out,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_trim_does_not_count_asked_back,
                                                 setup, teardown),
         };
 
