@@ -109,14 +109,18 @@ class Arguments(DaemonTest):
                 self.assertTrue(str(cm.exception))
         self.assertEqual(c.status().total_buffers, 0)
 
-    def test_bad_priority_from_environment(self):
-        os.environ["GPU_MEMD_PRIORITY"] = "high"
-        try:
-            with self.assertRaises(gpumem.InvalidArgument) as cm:
-                gpumem.Client(self.daemon.socket)
-        finally:
-            del os.environ["GPU_MEMD_PRIORITY"]
-        self.assertIn("GPU_MEMD_PRIORITY", str(cm.exception))
+    def test_bad_switches_from_environment(self):
+        for name, value in (("GPU_MEMD_PRIORITY", "high"),
+                            ("GPU_MEMD_CACHE", "off"),
+                            ("GPU_MEMD_KEEP_MAPPINGS", "no")):
+            with self.subTest(name=name):
+                os.environ[name] = value
+                try:
+                    with self.assertRaises(gpumem.InvalidArgument) as cm:
+                        gpumem.Client(self.daemon.socket)
+                finally:
+                    del os.environ[name]
+                self.assertIn(name, str(cm.exception))
 
     def test_buffer_of_another_client(self):
         with gpumem.Client(self.daemon.socket) as other:

@@ -71,7 +71,8 @@ class Client:
     `socket`: the daemon's socket (None: $GPU_MEMD_SOCKET, else
     /run/gpu-memd/gpu-memd.sock). `name`: how gpu-memctl shows this client
     (None: the program's name). Raises ConnectFailed when no daemon answers,
-    InvalidArgument for a bad $GPU_MEMD_PRIORITY or $GPU_MEMD_CACHE*.
+    InvalidArgument for a bad $GPU_MEMD_PRIORITY, $GPU_MEMD_CACHE* or
+    $GPU_MEMD_KEEP_MAPPINGS.
     Use it as a context manager to close it at the end of a block.
     """
 
