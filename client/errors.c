@@ -11,9 +11,9 @@
 #include "errors.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpumem.h"

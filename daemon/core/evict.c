@@ -533,27 +533,27 @@ bool evict_balance(gmd_server *server)
         uint64_t now = now_ms();
 
         for (unsigned d = 0; d < server->n_devices; d++) {
-                uint64_t demand, room, parked, leaving;
+                uint64_t demand, room, parked, moving, leaving;
                 gmd_pool *pool = server_vram_pool(server, d);
 
                 slice_end_idle(server, d, now);
                 demand = demand_now(server, d, WAITQ_RANKS, now);
                 if (!demand)
                         continue;
-                leaving = move_leaving_bytes(server, d) +
-                          unmapping_bytes(server, d, now);
+                /* Moves out under way; releasing kept VRAM starts none. */
+                moving = move_leaving_bytes(server, d);
+                leaving = moving + unmapping_bytes(server, d, now);
                 room = pool_free(pool) + leaving;
                 if (room >= demand)
                         continue;
                 /* VRAM kept for swap-ins is the cheapest room: no copy;
-                 * where its owner still maps it, one message. The waiters
-                 * are served again below. */
-                if (reuse_make_room(&server->reuse, pool,
-                                    demand - move_leaving_bytes(server, d),
+                 * where its owner still maps it, one message (make_room
+                 * counts what is asked back already). The waiters are
+                 * served again below. */
+                if (reuse_make_room(&server->reuse, pool, demand - moving,
                                     false)) {
                         released = true;
-                        leaving = move_leaving_bytes(server, d) +
-                                  unmapping_bytes(server, d, now);
+                        leaving = moving + unmapping_bytes(server, d, now);
                         room = pool_free(pool) + leaving;
                         if (room >= demand)
                                 continue;

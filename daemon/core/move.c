@@ -879,8 +879,6 @@ bool move_any_on(gmd_server *server, unsigned device)
 
 /* ---- acquire ------------------------------------------------------------ */
 
-/* Set `b` on its way back to VRAM for `a`, which is granted or failed when
- * it is there or cannot come — possibly before this returns. */
 /* Is `b` being evicted while another process's slice of its device runs
  * (slice.h)? Then the eviction makes that process's room: it goes on. */
 static bool evicted_for_slice(gmd_server *server, const gmd_dbuffer *b)
@@ -890,6 +888,8 @@ static bool evicted_for_slice(gmd_server *server, const gmd_dbuffer *b)
                           b->owner->priority, now_ms(), NULL);
 }
 
+/* Set `b` on its way back to VRAM for `a`, which is granted or failed when
+ * it is there or cannot come — possibly before this returns. */
 static void acquire_start(gmd_server *server, gmd_dbuffer *b, gmd_acquirer *a)
 {
         b->acquirer = a;

@@ -10,9 +10,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "timeutil.h"
-
 #include "backend.h"
+#include "timeutil.h"
 
 typedef struct reuse_entry {
         gmd_list link;              /* in reuse->kept, oldest first */
@@ -31,7 +30,7 @@ void reuse_init(gmd_reuse *r, bool enabled, gmd_stats *stats,
         for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
                 r->kept_on[d] = r->unmapping_on[d] = 0;
         r->enabled = enabled;
-        r->ask_timeout_ms = 2000;
+        r->ask_timeout_ms = 0;      /* the caller sets it (reuse.h) */
         r->stats = stats;
         r->release = release;
         r->ask_unmap = ask_unmap;
@@ -58,6 +57,17 @@ static void entry_release(gmd_reuse *r, reuse_entry *e)
         r->stats->vram_kept_released++;
 }
 
+/* Ask the owner of `e`'s buffer to unmap it there: 0, or the send's
+ * error. */
+static int entry_ask(gmd_reuse *r, reuse_entry *e)
+{
+        int rc = r->ask_unmap(r->ctx, e->tag);
+
+        if (rc == 0)
+                r->stats->vram_unmaps_asked++;
+        return rc;
+}
+
 /* Give the memory back: plain kept memory at once; memory its owner still
  * maps once the owner unmapped it, unless the owner is gone (its mapping
  * went with its connection, or goes with its process). Asking twice asks
@@ -77,13 +87,12 @@ static bool entry_give_back(gmd_reuse *r, reuse_entry *e)
          * owner's mapping holding the memory outside the pool's count
          * until it unmaps it (its next remap of that buffer, its free,
          * its exit). */
-        if (r->ask_unmap(r->ctx, e->tag) < 0) {
+        if (entry_ask(r, e) < 0) {
                 entry_release(r, e);
                 return false;
         }
         e->unmapping = true;
         e->asked_ms = now_ms();
-        r->stats->vram_unmaps_asked++;
         r->unmapping_on[e->mem->device] += e->mem->size;
         return true;
 }
@@ -186,9 +195,8 @@ gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
 
                 if (!e->tag || e->unmapping || !entry_is(e, owner, device, size))
                         continue;
-                if (r->ask_unmap(r->ctx, e->tag) < 0)
+                if (entry_ask(r, e) < 0)
                         continue;
-                r->stats->vram_unmaps_asked++;
                 r->stats->vram_reused++;
                 return entry_take(r, e);
         }
@@ -218,11 +226,14 @@ void reuse_unmapped(gmd_reuse *r, const void *tag)
 
 void reuse_buffer_gone(gmd_reuse *r, const void *tag)
 {
-        reuse_entry *e;
+        gmd_list *pos, *tmp;
 
-        while ((e = entry_of_tag(r, tag, true)) ||
-               (e = entry_of_tag(r, tag, false)))
-                entry_release(r, e);
+        list_for_each_safe(pos, tmp, &r->kept) {
+                reuse_entry *e = container_of(pos, reuse_entry, link);
+
+                if (e->tag == tag)
+                        entry_release(r, e);
+        }
 }
 
 int reuse_pool_take(gmd_reuse *r, gmd_pool *pool, uint64_t bytes)

@@ -68,7 +68,9 @@ typedef struct gmd_reuse {
                                                   * from a mapping */
         bool enabled;               /* [swap] keep_vram */
         uint64_t ask_timeout_ms;    /* [limits] reclaim_timeout_ms: how
-                                     * long an unmap asked is counted on */
+                                     * long an unmap asked is counted on;
+                                     * set by the caller (0 after init:
+                                     * not at all) */
         gmd_stats *stats;           /* vram_reused, vram_kept_released */
         /* Destroy `mem` and give its bytes back to its pool. */
         void (*release)(void *ctx, gmd_mem *mem);

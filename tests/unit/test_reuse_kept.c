@@ -66,6 +66,7 @@ static int setup(void **state)
         pool_init(&f->pool[0], 0, GMD_TIER_VRAM, 64 * MIB, 2 * MIB);
         pool_init(&f->pool[1], 1, GMD_TIER_VRAM, 64 * MIB, 2 * MIB);
         reuse_init(&f->reuse, true, &f->stats, release, ask_unmap, f);
+        f->reuse.ask_timeout_ms = 2000;     /* the daemon's default */
         *state = f;
         return 0;
 }
