@@ -81,12 +81,9 @@ static bool entry_give_back(gmd_reuse *r, reuse_entry *e)
         }
         if (e->unmapping)
                 return false;
-        /* A send that fails leaves only release. The connection is then
-         * closing (a full send queue closes it too), which releases all
-         * it holds anyway; only a packet with no memory for it leaves the
-         * owner's mapping holding the memory outside the pool's count
-         * until it unmaps it (its next remap of that buffer, its free,
-         * its exit). */
+        /* A send that fails leaves only release: the connection is then
+         * closing (a packet that cannot be sent or queued closes it,
+         * session.c), which releases all it holds anyway. */
         if (entry_ask(r, e) < 0) {
                 entry_release(r, e);
                 return false;

@@ -233,9 +233,15 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
                 session_close_later(s, why);
                 return -ENOBUFS;
         }
+        /* A packet that cannot be queued is lost, and the protocol has no
+         * way to say so: the client would wait for its answer, or for the
+         * move its remap notice announced, forever. So the connection is
+         * closed instead, which ends all it held (session_release). */
         q = malloc(sizeof(*q) + length);
-        if (!q)
+        if (!q) {
+                session_close_later(s, "no memory to queue a packet for it");
                 return -ENOMEM;
+        }
         q->type = type;
         q->request_id = request_id;
         q->length = length;
@@ -249,6 +255,9 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
                         for (unsigned j = 0; j < i; j++)
                                 close(q->fds[j]);
                         free(q);
+                        snprintf(why, sizeof(why), "could not keep an fd "
+                                 "of a queued packet: %s", strerror(-r));
+                        session_close_later(s, why);
                         return r;
                 }
                 q->n_fds++;
@@ -283,9 +292,15 @@ static int session_send_packet(gmd_session *s, uint16_t type,
                 r = gmd_wire_send(s->fd, type, request_id, payload, length,
                                   fds, n_fds);
                 if (r != -EAGAIN) {
-                        if (r < 0 && r != -EPIPE && r != -ECONNRESET)
-                                log_warning("send to client %llu failed: %s",
-                                            (unsigned long long)s->id, strerror(-r));
+                        char why[96];
+
+                        /* A peer gone is heard by the poll; any other
+                         * failure lost the packet (session_queue). */
+                        if (r < 0 && r != -EPIPE && r != -ECONNRESET) {
+                                snprintf(why, sizeof(why), "send failed: %s",
+                                         strerror(-r));
+                                session_close_later(s, why);
+                        }
                         return r;
                 }
         }

@@ -10,7 +10,8 @@
  * all read over the following turns (users.h, issue 10's load test).
  * The users' turns charge time by a clock of the test's (fake_clock), which
  * only the handler moves: a request costs exactly what the test says, on
- * an idle machine or a loaded one.
+ * an idle machine or a loaded one. A packet that cannot be queued
+ * closes its connection rather than going missing.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -19,6 +20,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -152,6 +154,40 @@ static void test_nothing_read_after_close_later(void **state)
         assert_true(f->s[0]->close_pending);
 }
 
+/* A packet the daemon cannot queue is lost, and nothing in the protocol
+ * would tell the client: its connection is closed instead. Here the peer
+ * reads nothing, so packets queue, and the next one's fd cannot be kept. */
+static void test_unqueued_packet_closes(void **state)
+{
+        fixture *f = *state;
+        gmd_session *s = f->s[0];
+        Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
+        struct rlimit old, low;
+        unsigned sent = 0;
+        int r;
+
+        note.buffer_id = 7;
+        while (list_empty(&s->sendq)) {
+                assert_int_equal(session_send(s, GMD__MSG_TYPE__MSG_REMAP, 0,
+                                              &note.base, NULL, 0), 0);
+                assert_true(++sent < 100000);
+        }
+        assert_false(s->close_pending);
+        assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+        low = old;
+        low.rlim_cur = 3;        /* no fd can be duplicated at 3 or above */
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+        r = session_send(s, GMD__MSG_TYPE__MSG_REMAP, 0, &note.base,
+                         &f->peer[1], 1);
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+        assert_true(r < 0);
+        assert_true(s->close_pending);
+        assert_non_null(strstr(s->close_reason, "could not keep an fd"));
+        /* Nothing more goes out on a condemned connection. */
+        assert_int_equal(session_send(s, GMD__MSG_TYPE__MSG_REMAP, 0,
+                                      &note.base, NULL, 0), -ECONNRESET);
+}
+
 static void test_users_take_turns(void **state)
 {
         fixture *f = *state;
@@ -195,6 +231,8 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_nothing_read_after_close_later,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_unqueued_packet_closes,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_users_take_turns, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_alone_reads_everything, setup,
