@@ -727,6 +727,12 @@ def case_train2x(ctx, opts, left):
           flush=True)
     runs = [("gpumem", "gpumem", True, None), ("save_on_cpu", "save_on_cpu",
                                                 False, None)]
+    # --train2x-daemons: gpumem once per daemon binary, in the order given,
+    # instead of gpumem and save_on_cpu (an A/B of daemon builds)
+    daemons = dict(d.split("=", 1) for d in
+                   (opts.train2x_daemons or "").split(",") if d)
+    if daemons:
+        runs = [("gpumem", f"gpumem {n}", True, None) for n in daemons]
     # --train2x-offload: more gpumem runs, offload_activations() with
     # these arguments (where the defaults are measured), timed by phase
     for kw in json.loads(opts.train2x_offload or "[]"):
@@ -743,8 +749,17 @@ def case_train2x(ctx, opts, left):
                     stream_budget=int(opts.stream_frac * budget))
         if kw is not None:
             args.update(offload=kw, phases=True)
-        out["results"].append(run_one(ctx, "train", args, budget=budget,
-                                      daemon=daemon, timeout=share(n)))
+        saved = os.environ.get("GMD_DAEMON")
+        if daemons:
+            os.environ["GMD_DAEMON"] = daemons[name.split(" ", 1)[1]]
+        try:
+            out["results"].append(run_one(ctx, "train", args, budget=budget,
+                                          daemon=daemon, timeout=share(n)))
+        finally:
+            if saved is None:
+                os.environ.pop("GMD_DAEMON", None)
+            else:
+                os.environ["GMD_DAEMON"] = saved
     out["summary"] = summarize_train2x(out)
     return out
 
@@ -1083,6 +1098,10 @@ def main():
                     help="more train2x gpumem runs: a JSON list of "
                     "offload_activations() arguments, e.g. "
                     "'[{\"pageout\": false}, {\"min_bytes\": 4194304}]'")
+    ap.add_argument("--train2x-daemons", metavar="NAME=PATH,...",
+                    help="train2x: instead of gpumem and save_on_cpu, "
+                    "gpumem once with each of these gpu-memd binaries, in "
+                    "order (an A/B of daemon builds in one run)")
     ap.add_argument("--no-idle", action="store_true",
                     help="cotenancy without idle() between steps and "
                     "requests: the jobs never take turns, so their in-step "

@@ -406,7 +406,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         mapped = dst != NULL;
         if (!dst)
                 dst = reuse_take(&server->reuse, &b->owner->reuse, b->device,
-                                 b->size, pool_free(pool) < b->size);
+                                 b->size);
         kept = dst != NULL;
         if (!dst) {
                 r = reuse_pool_take(&server->reuse, pool, b->size);

@@ -163,7 +163,7 @@ void reuse_keep_mapped(gmd_reuse *r, gmd_reuse_owner *owner, gmd_mem *mem,
 }
 
 gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
-                    uint64_t size, bool mapped_too)
+                    uint64_t size)
 {
         gmd_list *pos;
 
@@ -182,11 +182,12 @@ gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
          * first (the one least likely to come back soon): the owner
          * unmaps it there before it reads what maps it here, as it
          * reads in order, and it is the same owner's memory either way,
-         * so nothing waits for that ack. Only where the pool is short
-         * (`mapped_too`): the buffer that maps it then comes back into new
-         * VRAM, mapped afresh. */
-        if (!mapped_too)
-                return NULL;
+         * so nothing waits for that ack. Even where the pool has room:
+         * the buffer that maps it then comes back into other VRAM, mapped
+         * afresh, but the alternative is new VRAM now, and copies into
+         * new VRAM run slower (full-size train2x swapped in at 35 GB/s
+         * taking new VRAM while the pool had room, 41.7 taking this;
+         * BENCHMARKS.md, fourteenth session). */
         list_for_each(pos, &r->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 

@@ -112,10 +112,9 @@ void reuse_keep_mapped(gmd_reuse *reuse, gmd_reuse_owner *owner,
 
 /* A kept allocation of exactly `size` bytes on `device` for `owner`, its
  * pool bytes with it, or NULL. Memory a buffer of the owner still maps is
- * taken only if `mapped_too` (the pool is short), last, and the owner is
- * told to unmap it at that buffer. */
+ * taken last, and the owner is told to unmap it at that buffer. */
 gmd_mem *reuse_take(gmd_reuse *reuse, gmd_reuse_owner *owner, unsigned device,
-                    uint64_t size, bool mapped_too);
+                    uint64_t size);
 
 /* The VRAM the buffer `tag` still maps, kept for it, its pool bytes with
  * it; NULL when there is none or it is being unmapped. */

@@ -109,10 +109,10 @@ static void test_keep_and_take_same_owner_only(void **state)
         assert_int_equal(reuse_bytes(&f->reuse, 0), 8 * MIB);
         assert_int_equal(f->pool[0].used, 8 * MIB);     /* still paid for */
         /* Never another client's, nor another size or device. */
-        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB, false));
-        assert_null(reuse_take(&f->reuse, &f->a, 0, 4 * MIB, false));
-        assert_null(reuse_take(&f->reuse, &f->a, 1, 8 * MIB, false));
-        got = reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false);
+        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB));
+        assert_null(reuse_take(&f->reuse, &f->a, 0, 4 * MIB));
+        assert_null(reuse_take(&f->reuse, &f->a, 1, 8 * MIB));
+        got = reuse_take(&f->reuse, &f->a, 0, 8 * MIB);
         assert_ptr_equal(got, m);
         assert_int_equal(f->stats.vram_reused, 1);
         assert_int_equal(f->a.kept_bytes, 0);
@@ -191,7 +191,7 @@ static void test_trim_keeps_newest_out(void **state)
         assert_ptr_equal(f->released[0], m2);
         assert_ptr_equal(f->released[1], m1);
         assert_int_equal(f->a.kept_bytes, 6 * MIB);
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB, false), m3);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB), m3);
         f->released[f->n_released++] = m3;
 }
 
@@ -221,7 +221,7 @@ static void test_mapped_kept_for_its_buffer_only(void **state)
         assert_int_equal(reuse_bytes(&f->reuse, 0), 8 * MIB);
         assert_int_equal(f->a.kept_bytes, 8 * MIB);
         /* Not another owner's; not as a buffer's own for another buffer. */
-        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB, false));
+        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB));
         assert_null(reuse_take_mapped(&f->reuse, &buffer_y));
         assert_ptr_equal(reuse_take_mapped(&f->reuse, &buffer_x), m);
         assert_null(reuse_take_mapped(&f->reuse, &buffer_x));
@@ -241,12 +241,11 @@ static void test_take_prefers_plain_then_unmaps_mapped(void **state)
         reuse_keep(&f->reuse, &f->a, plain);
         /* An allocation or another buffer's swap-in of the same owner:
          * plain kept memory first, at once. */
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false), plain);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), plain);
         assert_int_equal(f->n_asked, 0);
-        /* x's only where the pool is short; then x's owner is told to
-         * unmap it there, and nobody waits. */
-        assert_null(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false));
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, true), m);
+        /* Then x's: x's owner is told to unmap it there, and nobody
+         * waits. */
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), m);
         assert_int_equal(f->n_asked, 1);
         assert_ptr_equal(f->asked[0], &buffer_x);
         assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
@@ -522,7 +521,7 @@ static void test_trim_does_not_count_asked_back(void **state)
         reuse_trim(&f->reuse, &f->a, 0, 4 * MIB, 1);
         assert_int_equal(f->n_released, 0);
         reuse_unmapped(&f->reuse, &buffer_x);
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB, false), p);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB), p);
         f->released[f->n_released++] = p;
 }
 
