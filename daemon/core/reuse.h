@@ -34,8 +34,10 @@
  * it moves out into kept memory: its swap-in into that memory then costs
  * the client no driver call, where import, map and set access cost ~80 us
  * a buffer, more than copying 2 MiB (bench/map_bench.c). Such memory is
- * kept *for that buffer* (its tag) and only its swap-in takes it. It cannot
- * simply be released: the client's mapping would keep it alive outside
+ * kept *for that buffer* (its tag): its swap-in takes it first. An
+ * allocation or another buffer's swap-in of the same owner takes it only
+ * where no plain kept memory of that size is left (reuse_take), the owner
+ * told to unmap it at the buffer. It cannot simply be released: the client's mapping would keep it alive outside
  * the pool's count. So where plain kept memory is released, mapped memory
  * is asked back (ask_unmap: the server sends the owner an unmap) and
  * released when reuse_unmapped hears the owner's ack; meanwhile it counts
