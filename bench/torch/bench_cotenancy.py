@@ -725,20 +725,20 @@ def case_train2x(ctx, opts, left):
     out["budget"] = budget
     print(f"  budget {budget / GiB:.2f} GiB ({out['budget_from']})",
           flush=True)
-    runs = [("gpumem", "gpumem", True, None), ("save_on_cpu", "save_on_cpu",
-                                                False, None)]
+    # (method, name, with a daemon, offload arguments, daemon binary)
+    runs = [("gpumem", "gpumem", True, None, None),
+            ("save_on_cpu", "save_on_cpu", False, None, None)]
     # --train2x-daemons: gpumem once per daemon binary, in the order given,
     # instead of gpumem and save_on_cpu (an A/B of daemon builds)
-    daemons = dict(d.split("=", 1) for d in
-                   (opts.train2x_daemons or "").split(",") if d)
-    if daemons:
-        runs = [("gpumem", f"gpumem {n}", True, None) for n in daemons]
+    if opts.daemon_list:
+        runs = [("gpumem", f"gpumem {n}", True, None, path)
+                for n, path in opts.daemon_list]
     # --train2x-offload: more gpumem runs, offload_activations() with
     # these arguments (where the defaults are measured), timed by phase
     for kw in json.loads(opts.train2x_offload or "[]"):
         runs.append(("gpumem", "gpumem " + ",".join(
-            f"{k}={v}" for k, v in kw.items()), True, kw))
-    for i, (method, name, daemon, kw) in enumerate(runs):
+            f"{k}={v}" for k, v in kw.items()), True, kw, None))
+    for i, (method, name, daemon, kw, binary) in enumerate(runs):
         n = len(runs) - i
         if left - (time.monotonic() - t0) < 40:
             out["results"].append({"method": method, "name": name,
@@ -750,8 +750,8 @@ def case_train2x(ctx, opts, left):
         if kw is not None:
             args.update(offload=kw, phases=True)
         saved = os.environ.get("GMD_DAEMON")
-        if daemons:
-            os.environ["GMD_DAEMON"] = daemons[name.split(" ", 1)[1]]
+        if binary:
+            os.environ["GMD_DAEMON"] = binary
         try:
             out["results"].append(run_one(ctx, "train", args, budget=budget,
                                           daemon=daemon, timeout=share(n)))
@@ -761,6 +761,23 @@ def case_train2x(ctx, opts, left):
             else:
                 os.environ["GMD_DAEMON"] = saved
     out["summary"] = summarize_train2x(out)
+    return out
+
+
+def parse_daemons(text):
+    """--train2x-daemons' NAME=PATH,... as [(name, path)]; ValueError
+    for an entry with no name or path, a repeated name, or a path that is
+    not an executable file (said before the plain run, not after it)."""
+    out = []
+    for entry in (e for e in text.split(",") if e):
+        name, sep, path = entry.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"{entry!r}: want NAME=PATH")
+        if name in (n for n, _ in out):
+            raise ValueError(f"{name!r} is named twice")
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise ValueError(f"{path}: not an executable file")
+        out.append((name, path))
     return out
 
 
@@ -1158,6 +1175,10 @@ def main():
         return 0
     if not opts.build:
         ap.error("--build is required")
+    try:
+        opts.daemon_list = parse_daemons(opts.train2x_daemons or "")
+    except ValueError as e:
+        ap.error(f"--train2x-daemons: {e}")
     from nvml_watch import Watch
     cases = [c for c in opts.cases.split(",") if c]
     for c in cases:

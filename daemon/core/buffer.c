@@ -89,7 +89,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         if (!b) {
                 r = -ENOMEM;
                 if (kept)
-                        backing_destroy(server, kept);
+                        goto fail_kept;
                 goto fail_pool;
         }
         b->mem = kept;
@@ -128,11 +128,21 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         return 0;
 
 fail_mem:
+        if (kept) {
+                free(b);
+                goto fail_kept;
+        }
         backing_destroy(server, b->mem);
 fail_free:
         free(b);
 fail_pool:
         pool_give(pool, size);
+        return r;
+fail_kept:
+        /* Kept again, its pool bytes with it, rather than released: memory
+         * another buffer of the owner mapped (reuse_take) stays alive in
+         * the owner's mapping until it reads the unmap it was sent. */
+        reuse_keep(&server->reuse, &owner->reuse, kept);
         return r;
 }
 

@@ -384,6 +384,23 @@ static void move_in_refused(gmd_server *server, gmd_dbuffer *b, int code,
         moves_changed(server);
 }
 
+/* A swap-in's VRAM that no move took, back where it came from. Kept
+ * memory is kept again rather than released: memory another buffer of the
+ * owner mapped (reuse_take) stays alive in the owner's mapping until it
+ * reads the unmap it was sent, so releasing it at once would count as free
+ * memory the GPU still holds. */
+static void in_destination_undo(gmd_server *server, gmd_dbuffer *b,
+                                gmd_mem *dst, bool mapped, bool kept)
+{
+        if (mapped)
+                reuse_keep_mapped(&server->reuse, &b->owner->reuse, dst, b,
+                                  false);
+        else if (kept)
+                reuse_keep(&server->reuse, &b->owner->reuse, dst);
+        else
+                backing_release(server, dst);
+}
+
 int move_in_begin(gmd_server *server, gmd_dbuffer *b)
 {
         gmd_pool *pool = server_vram_pool(server, b->device);
@@ -436,13 +453,10 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
 
                 log_error("buffer %llu: cannot create VRAM to bring it back: %s",
                           (unsigned long long)b->id, strerror(r < 0 ? -r : ENOMEM));
-                if (mapped)
-                        reuse_keep_mapped(&server->reuse, &b->owner->reuse,
-                                          dst, b, false);
-                else if (r == 0)
-                        backing_release(server, dst);
-                else
+                if (r < 0)
                         pool_give(pool, b->size);
+                else
+                        in_destination_undo(server, b, dst, mapped, kept);
                 if (r == -ENOMEM) {
                         /* The driver's out of memory: who holds it. */
                         vram_explain(server, b->device, b->size, &why);
@@ -461,11 +475,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 log_error("buffer %llu: cannot wait for its last use: %s",
                           (unsigned long long)b->id, strerror(-r));
                 free(m);
-                if (mapped)
-                        reuse_keep_mapped(&server->reuse, &b->owner->reuse,
-                                          dst, b, false);
-                else
-                        backing_release(server, dst);
+                in_destination_undo(server, b, dst, mapped, kept);
                 move_in_refused(server, b, GMD__ERROR_CODE__ERR_INTERNAL,
                                 "cannot order the copy after its last use");
                 return 0;

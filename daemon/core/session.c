@@ -294,9 +294,10 @@ static int session_send_packet(gmd_session *s, uint16_t type,
                 if (r != -EAGAIN) {
                         char why[96];
 
-                        /* A peer gone is heard by the poll; any other
-                         * failure lost the packet (session_queue). */
-                        if (r < 0 && r != -EPIPE && r != -ECONNRESET) {
+                        /* The packet is lost (session_queue); a peer that
+                         * only shut its reading side sends no hang-up, so
+                         * EPIPE closes too. */
+                        if (r < 0) {
                                 snprintf(why, sizeof(why), "send failed: %s",
                                          strerror(-r));
                                 session_close_later(s, why);
@@ -312,6 +313,8 @@ int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
 {
         uint8_t *payload = s->server->tx;
         size_t length = 0;
+        char why[96];
+        int r;
 
         if (s->closing || s->close_pending)
                 return -ECONNRESET;
@@ -320,17 +323,25 @@ int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
                 if (length > GMD_WIRE_MAX_PAYLOAD) {
                         log_error("reply %s of %zu bytes exceeds the protocol limit",
                                   gmd_wire_type_name(type), length);
+                        session_close_later(s, "a packet for it exceeds the "
+                                            "protocol limit");
                         return -EMSGSIZE;
                 }
                 protobuf_c_message_pack(msg, payload);
         }
         /* Answers owed go first: the client gets its packets in the
          * order they were decided (answers.h). */
-        if (answers_holding(&s->answers))
-                return answers_hold(&s->answers, type, request_id, payload,
-                                    (uint32_t)length, fds, n_fds);
-        return session_send_packet(s, type, request_id, payload,
-                                   (uint32_t)length, fds, n_fds);
+        if (!answers_holding(&s->answers))
+                return session_send_packet(s, type, request_id, payload,
+                                           (uint32_t)length, fds, n_fds);
+        r = answers_hold(&s->answers, type, request_id, payload,
+                         (uint32_t)length, fds, n_fds);
+        if (r < 0) {
+                snprintf(why, sizeof(why), "could not hold a packet behind "
+                         "its answers: %s", strerror(-r));
+                session_close_later(s, why);
+        }
+        return r;
 }
 
 int session_send_held(gmd_session *s, const gmd_answer *held)
@@ -350,9 +361,9 @@ int session_answer(gmd_session *s, answer_kind kind, uint32_t request_id,
         if (s->closing || s->close_pending)
                 return -ECONNRESET;
         ret = answers_push(&s->answers, kind, request_id, r);
+        /* Its client would wait for that answer forever. */
         if (ret == -ENOMEM)
-                log_error("client %llu: no memory to queue the answer to "
-                          "request %u", (unsigned long long)s->id, request_id);
+                session_close_later(s, "no memory to queue an answer for it");
         return ret;
 }
 

@@ -116,7 +116,11 @@ void session_close_later(gmd_session *session, const char *reason);
  * socket is full the packet is queued; a client whose queue passes
  * [limits] max_send_queue packets or max_send_queue_bytes, or whose user's
  * connections together pass max_user_send_queue_bytes, is disconnected.
- * Returns 0 or a negative errno (the session may then be closing).
+ * So is one whose packet cannot be sent, held or queued for any other
+ * reason (no memory, an fd that cannot be kept, a send error): the
+ * protocol has no way to tell it a packet went missing. The close comes
+ * later (session_close_later), so the caller may go on using the
+ * session. Returns 0 or a negative errno (the session is then closing).
  */
 int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
                  const ProtobufCMessage *msg, const int *fds, unsigned n_fds);
@@ -135,7 +139,8 @@ void session_protocol_error(gmd_session *session, const char *what,
  * `kind` with `result`'s code and text is queued for the scheduling pass,
  * whose last step has request.c build and send it, in the order queued
  * (answers.h). No reply is built here. Nothing is queued for a session
- * closing: -ECONNRESET; else 0 or -ENOMEM.
+ * closing: -ECONNRESET; else 0 or -ENOMEM (the session is then closed
+ * later: its client would wait for the answer forever).
  */
 int session_answer(gmd_session *session, answer_kind kind, uint32_t request_id,
                    const gmd_result *result);

@@ -135,6 +135,24 @@ class NvmlParsing(unittest.TestCase):
         self.assertEqual(cmd[cmd.index("-lms") + 1], "20")
 
 
+class DaemonList(unittest.TestCase):
+    """--train2x-daemons is checked before the minutes of the plain run."""
+
+    def test_names_and_paths_in_order(self):
+        self.assertEqual(bc.parse_daemons("new=/bin/true,old=/bin/sh"),
+                         [("new", "/bin/true"), ("old", "/bin/sh")])
+        self.assertEqual(bc.parse_daemons(""), [])
+
+    def test_bad_entries_say_which(self):
+        for text, words in (("new", "want NAME=PATH"),
+                            ("=/bin/true", "want NAME=PATH"),
+                            ("a=/bin/true,a=/bin/sh", "named twice"),
+                            ("a=/nonexistent/gpu-memd", "not an executable")):
+            with self.assertRaises(ValueError) as cm:
+                bc.parse_daemons(text)
+            self.assertIn(words, str(cm.exception))
+
+
 class PeaksAndVerdicts(unittest.TestCase):
     def test_per_pid_peak_when_pids_match(self):
         p = nw.Peaks()

@@ -188,6 +188,20 @@ static void test_unqueued_packet_closes(void **state)
                                       &note.base, NULL, 0), -ECONNRESET);
 }
 
+/* A peer that only shut its reading side sends no hang-up: the packet
+ * the send lost closes the connection. */
+static void test_peer_not_reading_closes(void **state)
+{
+        fixture *f = *state;
+        Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
+
+        assert_int_equal(shutdown(f->peer[0], SHUT_RD), 0);
+        assert_int_equal(session_send(f->s[0], GMD__MSG_TYPE__MSG_REMAP, 0,
+                                      &note.base, NULL, 0), -EPIPE);
+        assert_true(f->s[0]->close_pending);
+        assert_false(f->s[1]->close_pending);
+}
+
 static void test_users_take_turns(void **state)
 {
         fixture *f = *state;
@@ -233,6 +247,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_nothing_read_after_close_later,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unqueued_packet_closes,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_peer_not_reading_closes,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_users_take_turns, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_alone_reads_everything, setup,
