@@ -764,12 +764,14 @@ void harness_page_out(gmd_client *client, gmd_buffer *buffer)
         assert_int_equal(gmd_buffer_tier(buffer), GMD_TIER_HOST);
 }
 
-void harness_bring_back(gmd_client *client, gmd_buffer *buffer)
+void harness_bring_back(gmd_client *client, gmd_buffer *buffer, uint64_t seed,
+                        const char *when)
 {
         OK(gmd_prefetch(client, buffer));
         OK(gmd_wait(client, buffer, 5000));
         assert_int_equal(gmd_buffer_tier(buffer), GMD_TIER_VRAM);
         OK(gmd_acquire(client, buffer, 0));
+        pattern_check(buffer, seed, when);
 }
 
 void harness_expect_vram(const harness *h, gmd_client *client, uint64_t used,
@@ -981,6 +983,31 @@ harness_proc *harness_track_client(harness_fixture *f, const char *const *args)
 
         *p = harness_spawn_client(&f->h, args);
         return p;
+}
+
+harness_proc *harness_track_ready(harness_fixture *f, const char *const *argv,
+                                  const char *prefix, const char *what)
+{
+        harness_proc *p = harness_track(f);
+        char *line;
+
+        *p = harness_spawn(&f->h, NULL, argv);
+        line = harness_read_line(p, prefix, 10000);
+        if (!line)
+                fail_msg("the client process did not %s; log:\n%s", what,
+                         harness_read_log(&f->h));
+        free(line);
+        return p;
+}
+
+void harness_start_owner(harness_fixture *f, const char *extra_config)
+{
+        char config[256];
+
+        snprintf(config, sizeof(config), "%s%s", HARNESS_SWAP_CONFIG,
+                 extra_config ? extra_config : "");
+        harness_start_small_metrics(&f->h, config);
+        f->client = harness_client(&f->h, "owner");
 }
 
 int harness_exit_code(int status)

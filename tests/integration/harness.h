@@ -191,6 +191,20 @@ harness_proc *harness_track(harness_fixture *f);
 /* harness_spawn_client into a tracked slot. */
 harness_proc *harness_track_client(harness_fixture *f, const char *const *args);
 
+/* harness_spawn `argv` into a tracked slot, then read its stdout (10 s at
+ * most) until a line starts with `prefix`; if none does, fails the test
+ * with "the client process did not `what`" and the daemon's log. */
+harness_proc *harness_track_ready(harness_fixture *f, const char *const *argv,
+                                  const char *prefix, const char *what);
+
+/* Room on host memory for what a test pages out, moved in 2 MiB chunks. */
+#define HARNESS_SWAP_CONFIG \
+        "[pools]\nhost_limit = 256M\n[swap]\nchunk_size = 2M\n"
+
+/* harness_start_small_metrics with HARNESS_SWAP_CONFIG followed by
+ * `extra_config` (may be NULL), then f->client connected as "owner". */
+void harness_start_owner(harness_fixture *f, const char *extra_config);
+
 /* ---- through libgpumem ---------------------------------------------------- */
 
 /* A gmd_* call that must succeed: fails the test with the library's
@@ -209,8 +223,10 @@ gmd_buffer *harness_released_buffer(gmd_client *client, uint64_t size,
 /* gmd_pageout `buffer`, wait for it, and check it went to host memory. */
 void harness_page_out(gmd_client *client, gmd_buffer *buffer);
 
-/* gmd_prefetch `buffer`, wait for it, check it is in VRAM, acquire it. */
-void harness_bring_back(gmd_client *client, gmd_buffer *buffer);
+/* gmd_prefetch `buffer`, wait for it, check it is in VRAM, acquire it,
+ * and check it holds pattern `seed` (pattern_check, naming `when`). */
+void harness_bring_back(gmd_client *client, gmd_buffer *buffer, uint64_t seed,
+                        const char *when);
 
 /* Poll (2 s at most) until device 0's VRAM pool shows `used` and `kept`;
  * fails the test, with the daemon's log, if it does not. */

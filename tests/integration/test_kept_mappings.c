@@ -35,18 +35,7 @@
 #include "harness.h"
 #include "pattern.h"
 
-#define KEPT_CONFIG "[pools]\nhost_limit = 256M\n[swap]\nchunk_size = 2M\n"
-
 typedef harness_fixture fixture;
-
-static void start(fixture *f, const char *extra)
-{
-        char config[256];
-
-        snprintf(config, sizeof(config), "%s%s", KEPT_CONFIG, extra ? extra : "");
-        harness_start_small_metrics(&f->h, config);
-        f->client = harness_client(&f->h, "owner");
-}
 
 static void expect_vram(fixture *f, uint64_t used, uint64_t kept,
                         const char *when)
@@ -69,14 +58,6 @@ static void expect_counts(fixture *f, unsigned mapped, unsigned asked,
                          when, m, a, r, mapped, asked, reused);
 }
 
-/* Prefetch `b`, then acquire it and check its pattern `seed`. */
-static void bring_back(gmd_client *c, gmd_buffer *b, uint64_t seed,
-                       const char *when)
-{
-        harness_bring_back(c, b);
-        pattern_check(b, seed, when);
-}
-
 /* ---- 1. out and back with no remap in the owner ----------------------------- */
 
 /* While out, the buffer reads as on host memory and its address still
@@ -90,7 +71,7 @@ static void test_mapping_kept_across_swapout(void **state)
         gmd_buffer *a;
         void *ptr;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         a = harness_released_buffer(f->client, 8 * MiB, 1);
         ptr = gmd_buffer_ptr(a);
         for (unsigned round = 1; round <= 2; round++) {
@@ -98,7 +79,7 @@ static void test_mapping_kept_across_swapout(void **state)
                 assert_int_equal(gmd_buffer_tier(a), GMD_TIER_HOST);
                 expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
                 pattern_check(a, 1, "its address while out");
-                bring_back(f->client, a, 1, "back into the VRAM it maps");
+                harness_bring_back(f->client, a, 1, "back into the VRAM it maps");
                 assert_ptr_equal(gmd_buffer_ptr(a), ptr);
                 expect_vram(f, 8 * MiB, 0, "back");
                 expect_counts(f, round, 0, round, "back");
@@ -117,12 +98,12 @@ static void test_not_kept_mapped_when_pool_is_short(void **state)
         fixture *f = *state;
         gmd_buffer *a, *filler;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         a = harness_released_buffer(f->client, 8 * MiB, 5);
         filler = harness_released_buffer(f->client, 56 * MiB, 6);
         harness_page_out(f->client, a);
         expect_vram(f, 64 * MiB, 8 * MiB, "paged out of a full pool");
-        bring_back(f->client, a, 5, "back, mapped afresh");
+        harness_bring_back(f->client, a, 5, "back, mapped afresh");
         expect_counts(f, 0, 0, 1, "back from a full pool");
         OK(gmd_free(f->client, a));
         OK(gmd_free(f->client, filler));
@@ -139,7 +120,7 @@ static void test_alloc_takes_mapped_vram(void **state)
         fixture *f = *state;
         gmd_buffer *a, *n = NULL;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         a = harness_released_buffer(f->client, 8 * MiB, 8);
         harness_page_out(f->client, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out, kept mapped");
@@ -147,7 +128,7 @@ static void test_alloc_takes_mapped_vram(void **state)
         expect_vram(f, 8 * MiB, 0, "allocated into the mapped VRAM");
         expect_counts(f, 0, 1, 1, "allocated into the mapped VRAM");
         pattern_fill(n, 9);
-        bring_back(f->client, a, 8, "the buffer out, back into new VRAM");
+        harness_bring_back(f->client, a, 8, "the buffer out, back into new VRAM");
         expect_counts(f, 0, 1, 1, "back into new VRAM");
         pattern_check(n, 9, "the allocation, after the buffer out came back");
         OK(gmd_free(f->client, a));
@@ -166,7 +147,7 @@ static void test_keep_mappings_env(void **state)
         gmd_client *c = NULL;
         gmd_buffer *a;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         setenv(GMD_KEEP_MAPPINGS_ENV, "0", 1);
         f->other = harness_client(&f->h, "unmaps");
         setenv(GMD_KEEP_MAPPINGS_ENV, "yes", 1);
@@ -177,7 +158,7 @@ static void test_keep_mappings_env(void **state)
         a = harness_released_buffer(f->other, 8 * MiB, 2);
         harness_page_out(f->other, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
-        bring_back(f->other, a, 2, "back, mapped afresh");
+        harness_bring_back(f->other, a, 2, "back, mapped afresh");
         expect_counts(f, 0, 0, 1, "back, mapped afresh");
         OK(gmd_free(f->other, a));
         harness_stop(&f->h);
@@ -195,7 +176,7 @@ static void test_asked_back_for_room(void **state)
         fixture *f = *state;
         gmd_buffer *a, *r, *n = NULL;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         f->other = harness_client(&f->h, "other");
         a = harness_released_buffer(f->client, 16 * MiB, 3);
         harness_page_out(f->client, a);
@@ -210,7 +191,7 @@ static void test_asked_back_for_room(void **state)
         OK(gmd_free(f->client, r));
 
         OK(gmd_free(f->other, n));
-        bring_back(f->client, a, 3, "A's buffer back into new VRAM");
+        harness_bring_back(f->client, a, 3, "A's buffer back into new VRAM");
         expect_counts(f, 0, 1, 0, "A's buffer back");
         OK(gmd_free(f->client, a));
         expect_vram(f, 0, 0, "freed");
@@ -228,19 +209,13 @@ static void test_owner_not_answering_holds_nobody_up(void **state)
         static const char *const argv[] = { GMD_TIER_CLIENT_PATH, "move", "16M",
                                             "out", NULL };
         fixture *f = *state;
-        harness_proc *child = harness_track(f);
+        harness_proc *child;
         gmd_buffer *a, *n = NULL;
         uint64_t t0, ms;
-        char *line;
         int r;
 
-        start(f, "[limits]\nreclaim_timeout_ms = 200\n");
-        *child = harness_spawn(&f->h, NULL, argv);
-        line = harness_read_line(child, "moving", 10000);
-        if (!line)
-                fail_msg("the client process did not start its pageout; log:\n%s",
-                         harness_read_log(&f->h));
-        free(line);
+        harness_start_owner(f, "[limits]\nreclaim_timeout_ms = 200\n");
+        child = harness_track_ready(f, argv, "moving", "start its pageout");
         expect_vram(f, 16 * MiB, 16 * MiB, "the process's buffer out");
         kill(child->pid, SIGSTOP);
         a = harness_released_buffer(f->client, 40 * MiB, 4);
@@ -267,7 +242,7 @@ static void test_owner_not_answering_holds_nobody_up(void **state)
         kill(child->pid, SIGKILL);
         harness_wait_proc(child, 5000);
         OK(gmd_free(f->client, n));
-        bring_back(f->client, a, 4, "the evicted buffer back");
+        harness_bring_back(f->client, a, 4, "the evicted buffer back");
         OK(gmd_free(f->client, a));
         expect_vram(f, 0, 0, "freed");
         harness_stop(&f->h);

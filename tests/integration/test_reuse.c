@@ -36,26 +36,12 @@
 #include "harness.h"
 #include "pattern.h"
 
-#define REUSE_CONFIG "[pools]\nhost_limit = 256M\n[swap]\nchunk_size = 2M\n"
 #define KEEP_OFF "[swap]\nkeep_vram = no\n"
 
 /* f->client is client A, f->other client B. */
 typedef harness_fixture fixture;
 
-
-
 /* ---- helpers ---------------------------------------------------------------- */
-
-
-/* A daemon with REUSE_CONFIG and `extra`, and client A connected. */
-static void start(fixture *f, const char *extra)
-{
-        char config[256];
-
-        snprintf(config, sizeof(config), "%s%s", REUSE_CONFIG, extra ? extra : "");
-        harness_start_small_metrics(&f->h, config);
-        f->client = harness_client(&f->h, "owner");
-}
 
 /* Poll (2 s at most: the old VRAM of a move is kept or let go when the
  * owner's ack arrives, just after its wait returns) until device 0's VRAM
@@ -82,14 +68,6 @@ static void expect_outcomes(fixture *f, unsigned reused, unsigned released,
         if (r != reused || l != released)
                 fail_msg("%s: kept VRAM reused %.0f times and released %.0f; want "
                          "%u and %u", when, r, l, reused, released);
-}
-
-/* Prefetch `b`, then acquire it and check its pattern `seed`. */
-static void bring_back(gmd_client *c, gmd_buffer *b, uint64_t seed,
-                       const char *when)
-{
-        harness_bring_back(c, b);
-        pattern_check(b, seed, when);
 }
 
 static void expect_zeros(const gmd_buffer *b, const char *what)
@@ -138,14 +116,14 @@ static void test_swapin_reuses_kept(void **state)
         gmd_buffer *a;
         void *ptr;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         a = harness_released_buffer(f->client, 8 * MiB, 1);
         ptr = gmd_buffer_ptr(a);
         harness_page_out(f->client, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
         expect_outcomes(f, 0, 0, "paged out");
 
-        bring_back(f->client, a, 1, "back into kept VRAM");
+        harness_bring_back(f->client, a, 1, "back into kept VRAM");
         assert_ptr_equal(gmd_buffer_ptr(a), ptr);
         /* Into the kept 8 MiB, not into 8 MiB more. */
         expect_vram(f, 8 * MiB, 0, "prefetched");
@@ -169,7 +147,7 @@ static void test_kept_only_for_its_client(void **state)
         gmd_buffer *a, *c, *other, *n = NULL;
         uint64_t t0, ms;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         f->other = harness_client(&f->h, "other");
         a = harness_released_buffer(f->client, 16 * MiB, 1);
         c = harness_released_buffer(f->client, 2 * MiB, 2);
@@ -200,11 +178,11 @@ static void test_kept_only_for_its_client(void **state)
         harness_page_out(f->other, n);
         harness_page_out(f->client, c);
         expect_vram(f, 58 * MiB, 18 * MiB, "B's new buffer and A's small one out");
-        bring_back(f->client, a, 1, "A's buffer back, into fresh VRAM");
+        harness_bring_back(f->client, a, 1, "A's buffer back, into fresh VRAM");
         expect_vram(f, 58 * MiB, 2 * MiB, "A's buffer back");
         expect_outcomes(f, 0, 2, "A's buffer back");
         assert_int_equal(gmd_buffer_tier(n), GMD_TIER_HOST);
-        bring_back(f->client, c, 2, "A's small buffer back");
+        harness_bring_back(f->client, c, 2, "A's small buffer back");
         expect_vram(f, 58 * MiB, 0, "A's small buffer back");
         expect_outcomes(f, 1, 2, "A's small buffer back");
 
@@ -226,15 +204,15 @@ static void test_kept_only_for_its_size(void **state)
         fixture *f = *state;
         gmd_buffer *x, *y, *z = NULL, *w = NULL;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         x = harness_released_buffer(f->client, 4 * MiB, 1);
         y = harness_released_buffer(f->client, 6 * MiB, 2);
         harness_page_out(f->client, x);
         harness_page_out(f->client, y);
         expect_vram(f, 10 * MiB, 10 * MiB, "both out");
-        bring_back(f->client, x, 1, "X back");
+        harness_bring_back(f->client, x, 1, "X back");
         expect_vram(f, 10 * MiB, 6 * MiB, "X back");
-        bring_back(f->client, y, 2, "Y back");
+        harness_bring_back(f->client, y, 2, "Y back");
         expect_vram(f, 10 * MiB, 0, "Y back");
         expect_outcomes(f, 2, 0, "both back");
 
@@ -250,7 +228,7 @@ static void test_kept_only_for_its_size(void **state)
         expect_vram(f, 62 * MiB, 4 * MiB, "X out, Y's VRAM released");
         expect_outcomes(f, 2, 1, "X out, Y's VRAM released");
         /* Y's 6 MiB: not into X's 4, which is released for the room. */
-        bring_back(f->client, y, 2, "Y back into a full pool");
+        harness_bring_back(f->client, y, 2, "Y back into a full pool");
         expect_vram(f, 64 * MiB, 0, "Y back into a full pool");
         expect_outcomes(f, 2, 2, "Y back into a full pool");
 
@@ -276,7 +254,7 @@ static void test_alloc_takes_own_kept(void **state)
         gmd_buffer *a, *n = NULL;
 
         setenv(GMD_KEEP_MAPPINGS_ENV, "0", 1);
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         unsetenv(GMD_KEEP_MAPPINGS_ENV);
         a = harness_released_buffer(f->client, 8 * MiB, 1);
         harness_page_out(f->client, a);
@@ -287,7 +265,7 @@ static void test_alloc_takes_own_kept(void **state)
         assert_int_equal(gmd_buffer_tier(a), GMD_TIER_HOST);
         pattern_fill(n, 5);
 
-        bring_back(f->client, a, 1, "the buffer that left it, back");
+        harness_bring_back(f->client, a, 1, "the buffer that left it, back");
         expect_vram(f, 16 * MiB, 0, "both in VRAM");
         pattern_check(n, 5, "the allocation beside it");
         OK(gmd_free(f->client, a));
@@ -306,12 +284,11 @@ static void test_released_on_free_and_exit(void **state)
         static const char *const argv[] = { GMD_TIER_CLIENT_PATH, "move", "8M",
                                             "out", NULL };
         fixture *f = *state;
-        harness_proc *child = harness_track(f);
+        harness_proc *child;
         gmd_buffer *a;
-        char *line;
         int fds_idle;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         fds_idle = harness_count_fds(f->h.pid);
         a = harness_released_buffer(f->client, 8 * MiB, 1);
         harness_page_out(f->client, a);
@@ -321,12 +298,7 @@ static void test_released_on_free_and_exit(void **state)
         expect_outcomes(f, 0, 1, "freed while out");
         assert_int_equal(harness_wait_fds(f->h.pid, fds_idle, 3000), fds_idle);
 
-        *child = harness_spawn(&f->h, NULL, argv);
-        line = harness_read_line(child, "moving", 10000);
-        if (!line)
-                fail_msg("the client process did not start its pageout; log:\n%s",
-                         harness_read_log(&f->h));
-        free(line);
+        child = harness_track_ready(f, argv, "moving", "start its pageout");
         expect_vram(f, 8 * MiB, 8 * MiB, "the client process's buffer out");
         kill(child->pid, SIGKILL);
         harness_wait_proc(child, 5000);
@@ -345,7 +317,7 @@ static void test_free_releases_its_size(void **state)
         fixture *f = *state;
         gmd_buffer *y, *x;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         y = harness_released_buffer(f->client, 6 * MiB, 11);
         x = harness_released_buffer(f->client, 4 * MiB, 12);
         harness_page_out(f->client, y);
@@ -354,7 +326,7 @@ static void test_free_releases_its_size(void **state)
         OK(gmd_free(f->client, x));
         expect_vram(f, 6 * MiB, 6 * MiB, "the newer one freed while out");
         expect_outcomes(f, 0, 1, "the newer one freed while out");
-        bring_back(f->client, y, 11, "the older one back");
+        harness_bring_back(f->client, y, 11, "the older one back");
         expect_vram(f, 6 * MiB, 0, "the older one back");
         expect_outcomes(f, 1, 1, "the older one back");
         OK(gmd_free(f->client, y));
@@ -369,11 +341,11 @@ static void test_keep_vram_off(void **state)
         fixture *f = *state;
         gmd_buffer *a;
 
-        start(f, KEEP_OFF);
+        harness_start_owner(f, KEEP_OFF);
         a = harness_released_buffer(f->client, 8 * MiB, 1);
         harness_page_out(f->client, a);
         expect_vram(f, 0, 0, "paged out");
-        bring_back(f->client, a, 1, "back");
+        harness_bring_back(f->client, a, 1, "back");
         expect_vram(f, 8 * MiB, 0, "back");
         /* Nothing was kept, so nothing was reused or released either. */
         expect_outcomes(f, 0, 0, "back");
@@ -387,14 +359,14 @@ static void test_reload_turns_keep_off(void **state)
         fixture *f = *state;
         gmd_buffer *a;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         a = harness_released_buffer(f->client, 8 * MiB, 1);
         harness_page_out(f->client, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
         harness_reload(&f->h, KEEP_OFF);
         expect_vram(f, 0, 0, "reloaded");
         expect_outcomes(f, 0, 1, "reloaded");
-        bring_back(f->client, a, 1, "back after the reload");
+        harness_bring_back(f->client, a, 1, "back after the reload");
         OK(gmd_release(f->client, a));
         harness_page_out(f->client, a);
         expect_vram(f, 0, 0, "out again");
@@ -413,7 +385,7 @@ static void test_eviction_releases_kept(void **state)
         fixture *f = *state;
         gmd_buffer *a, *other, *n = NULL;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         f->other = harness_client(&f->h, "other");
         a = harness_released_buffer(f->client, 16 * MiB, 1);
         harness_page_out(f->client, a);
@@ -426,7 +398,7 @@ static void test_eviction_releases_kept(void **state)
         expect_vram(f, 32 * MiB, 0, "B allocated");
         expect_outcomes(f, 0, 2, "B allocated");
 
-        bring_back(f->client, a, 1, "A's buffer back");
+        harness_bring_back(f->client, a, 1, "A's buffer back");
         OK(gmd_free(f->client, a));
         OK(gmd_free(f->other, n));
         OK(gmd_acquire(f->other, other, 5000));
@@ -477,7 +449,7 @@ static uint64_t slice_with_kept(fixture *f, gmd_buffer *x)
                          "not count it); log:\n%s", harness_read_log(&f->h));
         assert_int_equal(gmd_buffer_tier(x), GMD_TIER_HOST);
         OK(gmd_free(f->client, y));
-        bring_back(f->client, x, 1, "X back");
+        harness_bring_back(f->client, x, 1, "X back");
         OK(gmd_release(f->client, x));
         harness_page_out(f->client, x);
         return t0;
@@ -489,7 +461,7 @@ static uint64_t slice_with_kept(fixture *f, gmd_buffer *x)
 static void expect_kept_in_slice(fixture *f, gmd_buffer *x, uint64_t t0,
                                  double reused, double released)
 {
-        bring_back(f->client, x, 1, "X back into its kept VRAM");
+        harness_bring_back(f->client, x, 1, "X back into its kept VRAM");
         expect_outcomes(f, (unsigned)reused + 1, (unsigned)released,
                         "X back in A's slice");
         if (harness_now_ms() - t0 >= 4000)
@@ -533,7 +505,7 @@ static void test_slice_keeps_holders_kept(void **state)
         double reused, released;
         uint64_t t0;
 
-        start(f, "[limits]\nmemory_slice_ms = 4000\n");
+        harness_start_owner(f, "[limits]\nmemory_slice_ms = 4000\n");
         x = harness_released_buffer(f->client, 32 * MiB, 1);
         t0 = slice_with_kept(f, x);
         expect_vram(f, 32 * MiB, 32 * MiB, "X out, its VRAM kept");
@@ -558,19 +530,13 @@ static void test_slice_keeps_kept_from_swapin(void **state)
         static const char *const argv[] = { GMD_TIER_CLIENT_PATH, "hold", "1",
                                             "24M", "7", NULL };
         fixture *f = *state;
-        harness_proc *p = harness_track(f);
+        harness_proc *p;
         gmd_buffer *x, *filler = NULL;
         double reused, released;
         uint64_t t0;
-        char *line;
 
-        start(f, "[limits]\nmemory_slice_ms = 4000\n");
-        *p = harness_spawn(&f->h, NULL, argv);
-        line = harness_read_line(p, "ready", 10000);
-        if (!line)
-                fail_msg("the client process did not start; log:\n%s",
-                         harness_read_log(&f->h));
-        free(line);
+        harness_start_owner(f, "[limits]\nmemory_slice_ms = 4000\n");
+        p = harness_track_ready(f, argv, "ready", "start");
         x = harness_released_buffer(f->client, 32 * MiB, 1);
         kill(p->pid, SIGUSR1);
         free(harness_read_line(p, "released", 5000));
@@ -597,13 +563,13 @@ static void test_ctl_json_shows_kept(void **state)
         fixture *f = *state;
         gmd_buffer *a;
 
-        start(f, NULL);
+        harness_start_owner(f, NULL);
         a = harness_released_buffer(f->client, 8 * MiB, 1);
         assert_int_equal(ctl_json_kept(f), 0);
         harness_page_out(f->client, a);
         expect_vram(f, 8 * MiB, 8 * MiB, "paged out");
         assert_int_equal(ctl_json_kept(f), 8 * MiB);
-        bring_back(f->client, a, 1, "back");
+        harness_bring_back(f->client, a, 1, "back");
         expect_vram(f, 8 * MiB, 0, "back");
         assert_int_equal(ctl_json_kept(f), 0);
         OK(gmd_free(f->client, a));
