@@ -15,6 +15,7 @@
 
 #include "backing.h"
 #include "buffer.h"
+#include "destination.h"
 #include "hostcopy.h"
 #include "log.h"
 #include "pending.h"
@@ -93,56 +94,6 @@ static int wait_last_use(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         return server->backend->ops->event_wait(server->backend, b->last_use);
 }
 
-/* A swap-out's host copy. One only the daemon holds (the owner of a
- * SWAPPABLE buffer unmaps it; a SPILLABLE one maps its host copy) comes
- * from the backend's host arena, pinned ahead of time; when the arena has
- * no room the copy gets an allocation of its own, which pins on the
- * request path, and the arena grows in the background for the next ones
- * ([pools] host_stock_grow); where it cannot, that is said once a minute,
- * with what to change. */
-static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
-                            gmd_mem **ret_mem)
-{
-        const gmd_backend_ops *ops = server->backend->ops;
-        gmd_arena_info arena = { 0 };
-        uint64_t now, *warned;
-        int r;
-
-        if (!ops->mem_create_private || !placement_host_copy_private(b))
-                return backing_create(server, GMD_TIER_HOST, b->device,
-                                      b->size, true, ret_mem);
-        r = ops->mem_create_private(server->backend, b->device, b->size, ret_mem);
-        /* Kept host copies are a cache: the arena room they hold first. */
-        if (r == -ENOSPC && hostcopy_reclaim(server, b->size))
-                r = ops->mem_create_private(server->backend, b->device, b->size,
-                                            ret_mem);
-        if (r != -ENOSPC)
-                return r;
-        if (backing_arena_grow(server, b->device, b->size))
-                return backing_create(server, GMD_TIER_HOST, b->device, b->size,
-                                      true, ret_mem);
-        now = now_ms();
-        warned = &server->copyqs.q[b->device].arena_warned_ms;
-        if (ops->arena_info)
-                ops->arena_info(server->backend, b->device, &arena);
-        /* No arena at all ([pools] host_stock = 0) is the operator's
-         * choice: nothing to warn about. */
-        if (ops->arena_info && arena.target &&
-            (!*warned || now - *warned >= 60000)) {
-                *warned = now;
-                log_warning("device %u: the host arena has no room for a %llu MiB "
-                            "swap-out (%llu of %llu MiB free%s): pinning its host "
-                            "copy on the spot, which is slow; a larger [pools] "
-                            "host_stock avoids it",
-                            b->device, (unsigned long long)(b->size >> 20),
-                            (unsigned long long)(arena.free >> 20),
-                            (unsigned long long)(arena.target >> 20),
-                            arena.built < arena.target ? ", still being built" : "");
-        }
-        return backing_create(server, GMD_TIER_HOST, b->device, b->size, true,
-                              ret_mem);
-}
-
 static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
                             gmd_tier tier);
 
@@ -210,64 +161,6 @@ static gmd_move *move_new(gmd_dbuffer *b, gmd_copy_dir dir, move_class cls,
         return m;
 }
 
-/* A move out's destination: the host copy kept since the swap-in (clean:
- * nothing to copy, already paid for), else new host memory, paid for in
- * the host pool, kept copies given up first where there is no room. */
-static int out_destination(gmd_server *server, gmd_dbuffer *b,
-                           gmd_mem **ret_dst, bool *ret_clean)
-{
-        int r;
-
-        *ret_dst = hostcopy_take(server, b);
-        *ret_clean = *ret_dst != NULL;
-        if (*ret_dst)
-                return 0;
-        r = hostcopy_pool_take(server, b->size);
-        if (r < 0)
-                return r;
-        r = host_copy_create(server, b, ret_dst);
-        if (r < 0)
-                pool_give(&server->host_pool, b->size);
-        return r;
-}
-
-/*
- * Will the owner keep mapping the VRAM `b` leaves (reuse.h)? Only where
- * that VRAM is not wanted soon: memory kept mapped can only be given to
- * others after a round trip to its owner (an unmap and its ack), where
- * plain kept memory is released at once. So not for an eviction (it makes
- * room for others), nor while requests wait on the device or its pool has
- * less free than the buffer (room_wanted): a training step under a budget
- * (bench train2x) allocates into the room its pageouts leave right away.
- * Where that changes while the copy runs, the owner is asked to unmap as
- * soon as the move is over (move_finish).
- */
-static bool room_wanted(gmd_server *server, const gmd_dbuffer *b)
-{
-        return waitq_oldest(&server->waitq, b->device) ||
-               pool_free(server_vram_pool(server, b->device)) < b->size;
-}
-
-static bool out_keeps_mapping(gmd_server *server, const gmd_dbuffer *b,
-                              move_class cls)
-{
-        bool owner_keeps = b->owner->keeps_mappings &&
-                           reuse_keeps(&server->reuse, &b->owner->reuse);
-
-        return cls != MOVE_EVICT && placement_keep_mapping(b, owner_keeps) &&
-               !room_wanted(server, b);
-}
-
-/* A destination out_destination gave that no move took. */
-static void out_destination_undo(gmd_server *server, gmd_dbuffer *b,
-                                 gmd_mem *dst, bool clean)
-{
-        if (clean)
-                hostcopy_put_back(server, b, dst);
-        else
-                backing_release(server, dst);
-}
-
 int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
 {
         gmd_mem *dst;
@@ -286,13 +179,13 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
                 return -EBUSY;
         if (!copyq_usable(&server->copyqs, b->device, GMD_COPY_OUT))
                 return -EIO;
-        r = out_destination(server, b, &dst, &clean);
+        r = destination_out(server, b, &dst, &clean);
         if (r < 0)
                 return r;
         b->move_error = 0;
         m = move_new(b, GMD_COPY_OUT, cls, dst);
         if (!m) {
-                out_destination_undo(server, b, dst, clean);
+                destination_out_undo(server, b, dst, clean);
                 return -ENOMEM;
         }
         /* Clean: the host copy holds the bytes already. The empty copy
@@ -305,7 +198,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         /* The owner keeps mapping VRAM kept for the buffer's way back
          * (reuse.h): its remap changes nothing the GPU could be using, so
          * it goes early, even with GPU work pending on the buffer. */
-        m->keep_mapping = out_keeps_mapping(server, b, cls);
+        m->keep_mapping = destination_keeps_mapping(server, b, cls);
         /* The owner's last use, recorded on its stream when it released:
          * the copy streams wait for it on the GPU, not the owner on the
          * host. */
@@ -313,7 +206,7 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         r = wait_last_use(server, b, m);
         if (r < 0) {
                 free(m);
-                out_destination_undo(server, b, dst, clean);
+                destination_out_undo(server, b, dst, clean);
                 return r;
         }
         b->move = m;
@@ -384,23 +277,6 @@ static void move_in_refused(gmd_server *server, gmd_dbuffer *b, int code,
         moves_changed(server);
 }
 
-/* A swap-in's VRAM that no move took, back where it came from. Kept
- * memory is kept again rather than released: memory another buffer of the
- * owner mapped (reuse_take) stays alive in the owner's mapping until it
- * reads the unmap it was sent, so releasing it at once would count as free
- * memory the GPU still holds. */
-static void in_destination_undo(gmd_server *server, gmd_dbuffer *b,
-                                gmd_mem *dst, bool mapped, bool kept)
-{
-        if (mapped)
-                reuse_keep_mapped(&server->reuse, &b->owner->reuse, dst, b,
-                                  false);
-        else if (kept)
-                reuse_keep(&server->reuse, &b->owner->reuse, dst);
-        else
-                backing_release(server, dst);
-}
-
 int move_in_begin(gmd_server *server, gmd_dbuffer *b)
 {
         gmd_pool *pool = server_vram_pool(server, b->device);
@@ -456,7 +332,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 if (r < 0)
                         pool_give(pool, b->size);
                 else
-                        in_destination_undo(server, b, dst, mapped, kept);
+                        destination_in_undo(server, b, dst, mapped, kept);
                 if (r == -ENOMEM) {
                         /* The driver's out of memory: who holds it. */
                         vram_explain(server, b->device, b->size, &why);
@@ -475,7 +351,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                 log_error("buffer %llu: cannot wait for its last use: %s",
                           (unsigned long long)b->id, strerror(-r));
                 free(m);
-                in_destination_undo(server, b, dst, mapped, kept);
+                destination_in_undo(server, b, dst, mapped, kept);
                 move_in_refused(server, b, GMD__ERROR_CODE__ERR_INTERNAL,
                                 "cannot order the copy after its last use");
                 return 0;
@@ -576,7 +452,7 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                 reuse_keep_mapped(&server->reuse, &b->owner->reuse,
                                   m->copy.dst, b, false);
         else
-                out_destination_undo(server, b, m->copy.dst, m->clean);
+                destination_out_undo(server, b, m->copy.dst, m->clean);
         b->move = NULL;
         buffer_index(b);
         b->state = GMD_STATE_RESIDENT;
@@ -621,7 +497,7 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                 if (m->keep_mapping)
                         reuse_keep_mapped(&server->reuse, &owner->reuse, old,
                                           b, !b->acquirer &&
-                                          room_wanted(server, b));
+                                          destination_room_wanted(server, b));
                 else
                         reuse_keep(&server->reuse, &owner->reuse, old);
                 old = NULL;
