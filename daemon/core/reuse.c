@@ -34,6 +34,7 @@ void reuse_init(gmd_reuse *r, bool enabled, gmd_stats *stats,
         r->stats = stats;
         r->release = release;
         r->ask_unmap = ask_unmap;
+        r->coming_back = NULL;      /* the caller sets it (reuse.h) */
         r->ctx = ctx;
 }
 
@@ -187,11 +188,15 @@ gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
          * afresh, but the alternative is new VRAM now, and copies into
          * new VRAM run slower (full-size train2x swapped in at 35 GB/s
          * taking new VRAM while the pool had room, 41.7 taking this;
-         * BENCHMARKS.md, fourteenth session). */
+         * BENCHMARKS.md, fourteenth session). Not from a buffer on its
+         * way back: it would need other VRAM itself, at once, and pay
+         * the remap this one saves. */
         list_for_each(pos, &r->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
                 if (!e->tag || e->unmapping || !entry_is(e, owner, device, size))
+                        continue;
+                if (r->coming_back && r->coming_back(r->ctx, e->tag))
                         continue;
                 if (entry_ask(r, e) < 0)
                         continue;

@@ -80,6 +80,10 @@ typedef struct gmd_reuse {
          * still maps there: 0 when asked (reuse_unmapped follows), or
          * negative when it cannot be (the memory is released at once). */
         int (*ask_unmap)(void *ctx, void *tag);
+        /* Is the buffer `tag` on its way back (a swap-in queued, an
+         * acquire waiting)? Its VRAM is then not taken for another
+         * (reuse_take). Set by the caller; NULL after init: never. */
+        bool (*coming_back)(void *ctx, const void *tag);
         void *ctx;
 } gmd_reuse;
 
@@ -114,7 +118,8 @@ void reuse_keep_mapped(gmd_reuse *reuse, gmd_reuse_owner *owner,
 
 /* A kept allocation of exactly `size` bytes on `device` for `owner`, its
  * pool bytes with it, or NULL. Memory a buffer of the owner still maps is
- * taken last, and the owner is told to unmap it at that buffer. */
+ * taken last, unless that buffer is coming back, and the owner is told to
+ * unmap it at that buffer. */
 gmd_mem *reuse_take(gmd_reuse *reuse, gmd_reuse_owner *owner, unsigned device,
                     uint64_t size);
 

@@ -64,6 +64,15 @@ static int reuse_ask_unmap(void *ctx, void *tag)
         return move_ask_unmap(ctx, tag);
 }
 
+/* A buffer with a swap-in queued or an acquire waiting for it. */
+static bool reuse_coming_back(void *ctx, const void *tag)
+{
+        const gmd_dbuffer *b = tag;
+
+        (void)ctx;
+        return b->move_waiter || b->acquirer;
+}
+
 /* A session closed: drop its waiters and waits without answering, give
  * what it lent of its process's other connections back to them, free its
  * buffers (settling their moves), release the VRAM kept for it; the
@@ -148,6 +157,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         users_init(&server->users, (int64_t)config->user_turn_us * 1000);
         reuse_init(&server->reuse, config->swap_keep_vram, &server->stats,
                    reuse_release, reuse_ask_unmap, server);
+        server->reuse.coming_back = reuse_coming_back;
         server->reuse.ask_timeout_ms = config->reclaim_timeout_ms;
         list_init(&server->close_pending);
         list_init(&server->answers_due);

@@ -257,6 +257,33 @@ static void test_take_prefers_plain_then_unmaps_mapped(void **state)
         f->released[f->n_released++] = plain;
 }
 
+/* Buffer x on its way back (a swap-in queued, an acquire waiting) keeps
+ * the VRAM it maps: another take of the owner finds none, asks nothing. */
+static bool x_coming_back(void *ctx, const void *tag)
+{
+        (void)ctx;
+        return tag == &buffer_x;
+}
+
+static void test_take_leaves_mapped_of_buffer_coming_back(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *x = vram(f, 0, 8 * MIB), *y = vram(f, 0, 8 * MIB);
+
+        f->reuse.coming_back = x_coming_back;
+        reuse_keep_mapped(&f->reuse, &f->a, x, &buffer_x, false);
+        reuse_keep_mapped(&f->reuse, &f->a, y, &buffer_y, false);
+        /* x is older, so it would go first; y's is taken instead. */
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), y);
+        assert_int_equal(f->n_asked, 1);
+        assert_ptr_equal(f->asked[0], &buffer_y);
+        assert_null(reuse_take(&f->reuse, &f->a, 0, 8 * MIB));
+        assert_int_equal(f->n_asked, 1);
+        assert_ptr_equal(reuse_take_mapped(&f->reuse, &buffer_x), x);
+        f->released[f->n_released++] = x;
+        f->released[f->n_released++] = y;
+}
+
 static void test_make_room_asks_mapped_back(void **state)
 {
         fixture *f = *state;
@@ -528,6 +555,8 @@ static void test_trim_does_not_count_asked_back(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_take_leaves_mapped_of_buffer_coming_back,
+                                                setup, teardown),
                 cmocka_unit_test_setup_teardown(test_keep_and_take_same_owner_only,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_not_kept_when_off_gone_or_unmappable,
