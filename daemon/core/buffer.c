@@ -75,7 +75,8 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
          * taken, with nothing created, mapped, zeroed or scrubbed on the
          * loop thread (0.1-1.3 ms for 64 MiB on the H200). */
         if (tier == GMD_TIER_VRAM && !(flags & GMD_ALLOC_LEGACY_IPC))
-                kept = reuse_take(&server->reuse, &owner->reuse, device, size);
+                kept = reuse_take(&server->reuse, &owner->reuse, device, size,
+                                  pool_free(pool) < size);
         if (kept)
                 r = 0;
         else if (tier == GMD_TIER_VRAM)

@@ -299,7 +299,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         mapped = dst != NULL;
         if (!dst)
                 dst = reuse_take(&server->reuse, &b->owner->reuse, b->device,
-                                 b->size);
+                                 b->size, pool_free(pool) < b->size);
         kept = dst != NULL;
         if (!dst) {
                 r = reuse_pool_take(&server->reuse, pool, b->size);

@@ -95,6 +95,12 @@ static bool entry_give_back(gmd_reuse *r, reuse_entry *e)
         return true;
 }
 
+/* Is the buffer that maps `e` on its way back (reuse.h, coming_back)? */
+static bool entry_coming_back(const gmd_reuse *r, const reuse_entry *e)
+{
+        return e->tag && r->coming_back && r->coming_back(r->ctx, e->tag);
+}
+
 static bool entry_is(const reuse_entry *e, const gmd_reuse_owner *owner,
                      unsigned device, uint64_t size)
 {
@@ -164,7 +170,7 @@ void reuse_keep_mapped(gmd_reuse *r, gmd_reuse_owner *owner, gmd_mem *mem,
 }
 
 gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
-                    uint64_t size)
+                    uint64_t size, bool pool_short)
 {
         gmd_list *pos;
 
@@ -189,14 +195,16 @@ gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
          * new VRAM run slower (full-size train2x swapped in at 35 GB/s
          * taking new VRAM while the pool had room, 41.7 taking this;
          * BENCHMARKS.md, fourteenth session). Not from a buffer on its
-         * way back: it would need other VRAM itself, at once, and pay
-         * the remap this one saves. */
+         * way back, which would need other VRAM itself, at once, and pay
+         * the remap this one saves, unless the pool is short: making room
+         * would then ask that memory back anyway (reuse_make_room), a
+         * round trip and a release dearer than taking it. */
         list_for_each(pos, &r->kept) {
                 reuse_entry *e = container_of(pos, reuse_entry, link);
 
                 if (!e->tag || e->unmapping || !entry_is(e, owner, device, size))
                         continue;
-                if (r->coming_back && r->coming_back(r->ctx, e->tag))
+                if (!pool_short && entry_coming_back(r, e))
                         continue;
                 if (entry_ask(r, e) < 0)
                         continue;
@@ -272,19 +280,25 @@ bool reuse_make_room(gmd_reuse *r, gmd_pool *pool, uint64_t bytes,
                 entry_release(r, e);
                 released = true;
         }
-        list_for_each_safe(pos, tmp, &r->kept) {
-                reuse_entry *e = container_of(pos, reuse_entry, link);
-                uint64_t size = e->mem->size;
+        /* Then memory still mapped, that of buffers on their way back
+         * last (they would need VRAM again at once). */
+        for (int pass = 0; pass < 2; pass++) {
+                list_for_each_safe(pos, tmp, &r->kept) {
+                        reuse_entry *e = container_of(pos, reuse_entry, link);
+                        uint64_t size = e->mem->size;
 
-                if (pool_free(pool) + coming >= bytes)
-                        break;
-                if (e->mem->device != device || e->unmapping)
-                        continue;
-                /* Asked back: on its way; or released where it cannot be
-                 * asked (e is then gone), and already in pool_free. */
-                if (entry_give_back(r, e))
-                        coming += size;
-                released = true;
+                        if (pool_free(pool) + coming >= bytes)
+                                return released;
+                        if (e->mem->device != device || e->unmapping ||
+                            (pass == 0 && entry_coming_back(r, e)))
+                                continue;
+                        /* Asked back: on its way; or released where it
+                         * cannot be asked (e is then gone), and already in
+                         * pool_free. */
+                        if (entry_give_back(r, e))
+                                coming += size;
+                        released = true;
+                }
         }
         return released;
 }

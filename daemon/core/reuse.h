@@ -118,10 +118,11 @@ void reuse_keep_mapped(gmd_reuse *reuse, gmd_reuse_owner *owner,
 
 /* A kept allocation of exactly `size` bytes on `device` for `owner`, its
  * pool bytes with it, or NULL. Memory a buffer of the owner still maps is
- * taken last, unless that buffer is coming back, and the owner is told to
- * unmap it at that buffer. */
+ * taken last, and the owner is told to unmap it at that buffer; not from a
+ * buffer coming back unless `pool_short` (the pool has no room for
+ * `size`). */
 gmd_mem *reuse_take(gmd_reuse *reuse, gmd_reuse_owner *owner, unsigned device,
-                    uint64_t size);
+                    uint64_t size, bool pool_short);
 
 /* The VRAM the buffer `tag` still maps, kept for it, its pool bytes with
  * it; NULL when there is none or it is being unmapped. */
@@ -142,8 +143,8 @@ int reuse_pool_take(gmd_reuse *reuse, gmd_pool *pool, uint64_t bytes);
 
 /* Release kept memory of `pool`'s device until the pool has `bytes` free
  * or nothing is kept there: plain kept memory first, oldest first, then
- * memory a buffer still maps, which is asked back, not released. Memory
- * asked back already (within ask_timeout_ms) counts as free, except, where
+ * memory a buffer still maps, which is asked back, not released (that of
+ * buffers coming back last). Memory asked back already (within ask_timeout_ms) counts as free, except, where
  * the room is wanted `now` (an allocation or swap-in taking it at once),
  * against plain kept memory that could be released instead. The caller
  * must not count asked-back memory in `bytes` itself. Returns whether it

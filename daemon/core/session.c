@@ -294,10 +294,12 @@ static int session_send_packet(gmd_session *s, uint16_t type,
                 if (r != -EAGAIN) {
                         char why[96];
 
-                        /* The packet is lost (session_queue); a peer that
-                         * only shut its reading side sends no hang-up, so
-                         * EPIPE closes too. */
-                        if (r < 0) {
+                        /* The packet is lost (session_queue). A peer gone
+                         * closes quietly, as its hang-up would: one that
+                         * only shut its reading side sends none. */
+                        if (r == -EPIPE || r == -ECONNRESET) {
+                                session_close_later(s, "");
+                        } else if (r < 0) {
                                 snprintf(why, sizeof(why), "send failed: %s",
                                          strerror(-r));
                                 session_close_later(s, why);
@@ -323,9 +325,7 @@ int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
                 if (length > GMD_WIRE_MAX_PAYLOAD) {
                         log_error("reply %s of %zu bytes exceeds the protocol limit",
                                   gmd_wire_type_name(type), length);
-                        session_close_later(s, "a packet for it exceeds the "
-                                            "protocol limit");
-                        return -EMSGSIZE;
+                        return -EMSGSIZE;       /* the caller answers */
                 }
                 protobuf_c_message_pack(msg, payload);
         }
@@ -336,7 +336,8 @@ int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
                                            (uint32_t)length, fds, n_fds);
         r = answers_hold(&s->answers, type, request_id, payload,
                          (uint32_t)length, fds, n_fds);
-        if (r < 0) {
+        /* -ECONNRESET: closing after its answers already (answers.h). */
+        if (r < 0 && r != -ECONNRESET) {
                 snprintf(why, sizeof(why), "could not hold a packet behind "
                          "its answers: %s", strerror(-r));
                 session_close_later(s, why);

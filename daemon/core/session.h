@@ -117,10 +117,12 @@ void session_close_later(gmd_session *session, const char *reason);
  * [limits] max_send_queue packets or max_send_queue_bytes, or whose user's
  * connections together pass max_user_send_queue_bytes, is disconnected.
  * So is one whose packet cannot be sent, held or queued for any other
- * reason (no memory, an fd that cannot be kept, a send error): the
- * protocol has no way to tell it a packet went missing. The close comes
- * later (session_close_later), so the caller may go on using the
- * session. Returns 0 or a negative errno (the session is then closing).
+ * reason (no memory, an fd that cannot be kept, a send error, the peer
+ * gone): the protocol has no way to tell it a packet went missing. The
+ * close comes later (session_close_later), so the caller may go on using
+ * the session. Returns 0, -EMSGSIZE for a packet over the protocol's limit
+ * (nothing sent, the session stays: the caller answers with an error),
+ * or another negative errno (the session is then closing).
  */
 int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
                  const ProtobufCMessage *msg, const int *fds, unsigned n_fds);

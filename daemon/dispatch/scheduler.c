@@ -183,7 +183,8 @@ static void pass_close_sessions(gmd_server *server)
                 gmd_session *s = container_of(server->close_pending.next,
                                               gmd_session, close_link);
 
-                session_close(s, s->close_reason);
+                /* An empty reason: the peer went, nothing to warn of. */
+                session_close(s, s->close_reason[0] ? s->close_reason : NULL);
         }
 }
 

@@ -217,6 +217,12 @@ out:
         if (r == -ENOMEM)
                 result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
                              "out of memory building the status reply");
+        /* Nothing was sent: an error the client can read, not silence. */
+        if (r == -EMSGSIZE)
+                result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                             "the status reply exceeds the protocol's packet "
+                             "limit (too many clients to list); the metrics "
+                             "endpoint shows the same figures");
         free(pools);
         free(pool_ptrs);
         free(procs);
@@ -226,5 +232,5 @@ out:
         free(buffers);
         free(buffer_ptrs);
         snapshot_clear(&snap);
-        return r == -ENOMEM ? OUTCOME_ERROR : OUTCOME_ANSWERED;
+        return r == -ENOMEM || r == -EMSGSIZE ? OUTCOME_ERROR : OUTCOME_ANSWERED;
 }

@@ -109,10 +109,10 @@ static void test_keep_and_take_same_owner_only(void **state)
         assert_int_equal(reuse_bytes(&f->reuse, 0), 8 * MIB);
         assert_int_equal(f->pool[0].used, 8 * MIB);     /* still paid for */
         /* Never another client's, nor another size or device. */
-        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB));
-        assert_null(reuse_take(&f->reuse, &f->a, 0, 4 * MIB));
-        assert_null(reuse_take(&f->reuse, &f->a, 1, 8 * MIB));
-        got = reuse_take(&f->reuse, &f->a, 0, 8 * MIB);
+        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB, false));
+        assert_null(reuse_take(&f->reuse, &f->a, 0, 4 * MIB, false));
+        assert_null(reuse_take(&f->reuse, &f->a, 1, 8 * MIB, false));
+        got = reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false);
         assert_ptr_equal(got, m);
         assert_int_equal(f->stats.vram_reused, 1);
         assert_int_equal(f->a.kept_bytes, 0);
@@ -191,7 +191,7 @@ static void test_trim_keeps_newest_out(void **state)
         assert_ptr_equal(f->released[0], m2);
         assert_ptr_equal(f->released[1], m1);
         assert_int_equal(f->a.kept_bytes, 6 * MIB);
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB), m3);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB, false), m3);
         f->released[f->n_released++] = m3;
 }
 
@@ -221,7 +221,7 @@ static void test_mapped_kept_for_its_buffer_only(void **state)
         assert_int_equal(reuse_bytes(&f->reuse, 0), 8 * MIB);
         assert_int_equal(f->a.kept_bytes, 8 * MIB);
         /* Not another owner's; not as a buffer's own for another buffer. */
-        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB));
+        assert_null(reuse_take(&f->reuse, &f->b, 0, 8 * MIB, false));
         assert_null(reuse_take_mapped(&f->reuse, &buffer_y));
         assert_ptr_equal(reuse_take_mapped(&f->reuse, &buffer_x), m);
         assert_null(reuse_take_mapped(&f->reuse, &buffer_x));
@@ -241,11 +241,11 @@ static void test_take_prefers_plain_then_unmaps_mapped(void **state)
         reuse_keep(&f->reuse, &f->a, plain);
         /* An allocation or another buffer's swap-in of the same owner:
          * plain kept memory first, at once. */
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), plain);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false), plain);
         assert_int_equal(f->n_asked, 0);
         /* Then x's: x's owner is told to unmap it there, and nobody
          * waits. */
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), m);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false), m);
         assert_int_equal(f->n_asked, 1);
         assert_ptr_equal(f->asked[0], &buffer_x);
         assert_int_equal(reuse_unmapping_bytes(&f->reuse, 0, NULL), 0);
@@ -274,14 +274,37 @@ static void test_take_leaves_mapped_of_buffer_coming_back(void **state)
         reuse_keep_mapped(&f->reuse, &f->a, x, &buffer_x, false);
         reuse_keep_mapped(&f->reuse, &f->a, y, &buffer_y, false);
         /* x is older, so it would go first; y's is taken instead. */
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB), y);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false), y);
         assert_int_equal(f->n_asked, 1);
         assert_ptr_equal(f->asked[0], &buffer_y);
-        assert_null(reuse_take(&f->reuse, &f->a, 0, 8 * MIB));
+        assert_null(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, false));
         assert_int_equal(f->n_asked, 1);
-        assert_ptr_equal(reuse_take_mapped(&f->reuse, &buffer_x), x);
+        /* Where the pool is short, x's is taken after all: making room
+         * would ask it back anyway. */
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 8 * MIB, true), x);
+        assert_int_equal(f->n_asked, 2);
+        assert_ptr_equal(f->asked[1], &buffer_x);
         f->released[f->n_released++] = x;
         f->released[f->n_released++] = y;
+}
+
+/* Making room asks back the VRAM of buffers on their way back last. */
+static void test_make_room_asks_coming_back_last(void **state)
+{
+        fixture *f = *state;
+        gmd_mem *x = vram(f, 0, 32 * MIB), *y = vram(f, 0, 32 * MIB);
+
+        f->reuse.coming_back = x_coming_back;
+        reuse_keep_mapped(&f->reuse, &f->a, x, &buffer_x, false);
+        reuse_keep_mapped(&f->reuse, &f->a, y, &buffer_y, false);
+        /* The pool is full: 32 MiB wanted. x is older, y is asked. */
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 32 * MIB, false));
+        assert_int_equal(f->n_asked, 1);
+        assert_ptr_equal(f->asked[0], &buffer_y);
+        /* Wanting it all asks x's too. */
+        assert_true(reuse_make_room(&f->reuse, &f->pool[0], 64 * MIB, false));
+        assert_int_equal(f->n_asked, 2);
+        assert_ptr_equal(f->asked[1], &buffer_x);
 }
 
 static void test_make_room_asks_mapped_back(void **state)
@@ -548,7 +571,7 @@ static void test_trim_does_not_count_asked_back(void **state)
         reuse_trim(&f->reuse, &f->a, 0, 4 * MIB, 1);
         assert_int_equal(f->n_released, 0);
         reuse_unmapped(&f->reuse, &buffer_x);
-        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB), p);
+        assert_ptr_equal(reuse_take(&f->reuse, &f->a, 0, 4 * MIB, false), p);
         f->released[f->n_released++] = p;
 }
 
@@ -556,6 +579,8 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_take_leaves_mapped_of_buffer_coming_back,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_make_room_asks_coming_back_last,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_keep_and_take_same_owner_only,
                                                 setup, teardown),
