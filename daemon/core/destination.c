@@ -95,8 +95,9 @@ int destination_out(gmd_server *server, gmd_dbuffer *b, gmd_mem **ret_dst,
  * others after a round trip to its owner (an unmap and its ack), where
  * plain kept memory is released at once. So not for an eviction (it makes
  * room for others), nor while requests wait on the device or its pool has
- * less free than the buffer (destination_room_wanted): a training step under a budget
- * (bench train2x) allocates into the room its pageouts leave right away.
+ * less free than the buffer (destination_room_wanted): a training step
+ * under a budget (bench train2x) allocates into the room its pageouts
+ * leave right away.
  * Where that changes while the copy runs, the owner is asked to unmap as
  * soon as the move is over (move_finish).
  */
