@@ -102,6 +102,24 @@ static void render_buffer(const gmd_buffer_snapshot *b, Gmd__BufferInfo *ret)
         ret->parked = b->parked;
 }
 
+/* Fit the reply in one packet: client rows go first, from the end
+ * (total_clients still counts them all), then buffer rows, down to one
+ * (more_buffers: the client asks for the rest). 1024 client rows of up to
+ * ~175 bytes, beside a buffer page of half a packet, would not fit. */
+static void status_fit(Gmd__StatusReply *reply)
+{
+        while (gmd__status_reply__get_packed_size(reply) > GMD_WIRE_MAX_PAYLOAD) {
+                if (reply->n_clients > 0) {
+                        reply->n_clients /= 2;
+                } else if (reply->n_buffers > 1) {
+                        reply->n_buffers /= 2;
+                        reply->more_buffers = true;
+                } else {
+                        break;  /* session_send refuses it: an error reply */
+                }
+        }
+}
+
 gmd_outcome status_reply(gmd_session *s, uint32_t id,
                          const Gmd__StatusRequest *req, gmd_result *ret)
 {
@@ -211,6 +229,7 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
         reply.daemon_version = (char *)snap.version;
         reply.backend = (char *)snap.backend;
         reply.uptime_ms = snap.uptime_ms;
+        status_fit(&reply);
         r = session_send(s, GMD__MSG_TYPE__MSG_STATUS_REPLY, id, &reply.base,
                          NULL, 0);
 out:
