@@ -89,8 +89,6 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         b = calloc(1, sizeof(*b));
         if (!b) {
                 r = -ENOMEM;
-                if (kept)
-                        goto fail_kept;
                 goto fail_pool;
         }
         b->mem = kept;
@@ -129,21 +127,19 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         return 0;
 
 fail_mem:
-        if (kept) {
-                free(b);
-                goto fail_kept;
-        }
-        backing_destroy(server, b->mem);
+        if (!kept)
+                backing_destroy(server, b->mem);
 fail_free:
         free(b);
 fail_pool:
-        pool_give(pool, size);
-        return r;
-fail_kept:
-        /* Kept again, its pool bytes with it, rather than released: memory
-         * another buffer of the owner mapped (reuse_take) stays alive in
-         * the owner's mapping until it reads the unmap it was sent. */
-        reuse_keep(&server->reuse, &owner->reuse, kept);
+        /* Kept memory is kept again, its pool bytes with it, rather than
+         * released: memory another buffer of the owner mapped (reuse_take)
+         * stays alive in the owner's mapping until it reads the unmap it
+         * was sent. */
+        if (kept)
+                reuse_keep(&server->reuse, &owner->reuse, kept);
+        else
+                pool_give(pool, size);
         return r;
 }
 

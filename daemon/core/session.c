@@ -207,6 +207,19 @@ static void session_update_poll(gmd_session *s)
         }
 }
 
+/* A packet lost (`what` failed with `err`): the protocol has no way to
+ * say so, and the client would wait for its answer, or for the move its
+ * remap notice announced, forever. So the connection is closed instead,
+ * which ends all it held (session_release). Returns `err`. */
+static int session_lost_packet(gmd_session *s, const char *what, int err)
+{
+        char why[96];
+
+        snprintf(why, sizeof(why), "%s: %s", what, strerror(-err));
+        session_close_later(s, why);
+        return err;
+}
+
 static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
                          const uint8_t *payload, uint32_t length,
                          const int *fds, unsigned n_fds)
@@ -233,15 +246,10 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
                 session_close_later(s, why);
                 return -ENOBUFS;
         }
-        /* A packet that cannot be queued is lost, and the protocol has no
-         * way to say so: the client would wait for its answer, or for the
-         * move its remap notice announced, forever. So the connection is
-         * closed instead, which ends all it held (session_release). */
         q = malloc(sizeof(*q) + length);
-        if (!q) {
-                session_close_later(s, "no memory to queue a packet for it");
-                return -ENOMEM;
-        }
+        if (!q)
+                return session_lost_packet(s, "could not queue a packet",
+                                           -ENOMEM);
         q->type = type;
         q->request_id = request_id;
         q->length = length;
@@ -255,10 +263,8 @@ static int session_queue(gmd_session *s, uint16_t type, uint32_t request_id,
                         for (unsigned j = 0; j < i; j++)
                                 close(q->fds[j]);
                         free(q);
-                        snprintf(why, sizeof(why), "could not keep an fd "
-                                 "of a queued packet: %s", strerror(-r));
-                        session_close_later(s, why);
-                        return r;
+                        return session_lost_packet(s, "could not keep an fd "
+                                                   "of a queued packet", r);
                 }
                 q->n_fds++;
         }
@@ -292,18 +298,13 @@ static int session_send_packet(gmd_session *s, uint16_t type,
                 r = gmd_wire_send(s->fd, type, request_id, payload, length,
                                   fds, n_fds);
                 if (r != -EAGAIN) {
-                        char why[96];
-
-                        /* The packet is lost (session_queue). A peer gone
-                         * closes quietly, as its hang-up would: one that
-                         * only shut its reading side sends none. */
-                        if (r == -EPIPE || r == -ECONNRESET) {
+                        /* A peer gone closes quietly, as its hang-up
+                         * would: one that only shut its reading side
+                         * sends none. */
+                        if (r == -EPIPE || r == -ECONNRESET)
                                 session_close_later(s, "");
-                        } else if (r < 0) {
-                                snprintf(why, sizeof(why), "send failed: %s",
-                                         strerror(-r));
-                                session_close_later(s, why);
-                        }
+                        else if (r < 0)
+                                session_lost_packet(s, "send failed", r);
                         return r;
                 }
         }
@@ -315,7 +316,6 @@ int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
 {
         uint8_t *payload = s->server->tx;
         size_t length = 0;
-        char why[96];
         int r;
 
         if (s->closing || s->close_pending)
@@ -337,11 +337,9 @@ int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
         r = answers_hold(&s->answers, type, request_id, payload,
                          (uint32_t)length, fds, n_fds);
         /* -ECONNRESET: closing after its answers already (answers.h). */
-        if (r < 0 && r != -ECONNRESET) {
-                snprintf(why, sizeof(why), "could not hold a packet behind "
-                         "its answers: %s", strerror(-r));
-                session_close_later(s, why);
-        }
+        if (r < 0 && r != -ECONNRESET)
+                session_lost_packet(s, "could not hold a packet behind its "
+                                    "answers", r);
         return r;
 }
 
@@ -362,9 +360,8 @@ int session_answer(gmd_session *s, answer_kind kind, uint32_t request_id,
         if (s->closing || s->close_pending)
                 return -ECONNRESET;
         ret = answers_push(&s->answers, kind, request_id, r);
-        /* Its client would wait for that answer forever. */
         if (ret == -ENOMEM)
-                session_close_later(s, "no memory to queue an answer for it");
+                session_lost_packet(s, "could not queue an answer", ret);
         return ret;
 }
 

@@ -265,7 +265,8 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                         snap->stats.vram_reused_mapped);
         promtext_metric(t, "gpumemd_vram_unmaps_asked_total", "counter",
                         "Kept VRAM its owner still mapped, asked back "
-                        "(an unmap) because others needed the room.",
+                        "(an unmap) because the room was wanted: by others, "
+                        "or by another buffer of the owner.",
                         snap->stats.vram_unmaps_asked);
         promtext_metric(t, "gpumemd_clean_pageouts_total", "counter",
                         "Moves out that copied nothing: the buffer was only "
