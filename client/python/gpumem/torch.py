@@ -293,7 +293,8 @@ def enable(timeout_ms=None, name=None):
 
 _LAZY = {"offload_activations": "offload", "Offloader": "offload",
          "stream": "streaming", "Streamer": "streaming", "idle": "idle",
-         "spill": "spill", "Spiller": "spill"}
+         "spill": "spill", "Spiller": "spill", "fit": "fit",
+         "Fitter": "fit", "fitted": "fit"}
 
 
 def __getattr__(name):

@@ -1,0 +1,336 @@
+"""fit — one call that makes a model's training fit a VRAM budget.
+
+    fitter = gpumem.torch.fit(model, optimizer)      # budget: what is free
+    for batch in data:
+        loss = model(batch).loss                       # unchanged loop
+        loss.backward(); optimizer.step(); optimizer.zero_grad()
+
+fit() finds the model's blocks (its largest nn.ModuleList, or `blocks`)
+and decides, for each, what happens to the activations autograd saves in
+it between the forward and the backward pass: kept in VRAM, recomputed in
+the backward pass (checkpointing) or offloaded to gpu-memd buffers that
+are paged out to host memory and prefetched back (planner.py says how it
+chooses). The results are those of plain training: recomputing runs the
+same kernels on the same inputs with the random state restored
+(torch.utils.checkpoint), offloading copies bytes; under
+torch.use_deterministic_algorithms(True) losses and gradients are
+bit-identical.
+
+Measured, not guessed. The first forward pass after fit() is a profiling
+pass: every block's saved tensors go to host memory as they are saved
+(the pass fits any budget that holds the weights and one block's working
+memory) and are counted; the step's peak VRAM (torch.cuda) then tells the
+memory the step needs besides the activations. Each later step times its
+blocks' forward passes (CUDA events, no host synchronization: read at the
+next step) and re-plans when the times or the budget moved by more than
+REPLAN_CHANGE; the budget is read each step (torch.cuda.mem_get_info, which
+under gpumem.torch.enable() reports the daemon's pool, plus what PyTorch
+holds already), so when other jobs on the card take or give back memory
+the plan follows at the next step. `fitter.plan` is the plan in force,
+`fitter.plan.summary()` says it in a line, `fitter.history` every plan.
+
+Where no gpu-memd is reachable (or its backend does not serve the model's
+tensors), nothing is offloaded: the plan keeps and recomputes only.
+"""
+import contextlib
+import math
+import threading
+
+from . import planner as _planner
+from .planner import KEEP, OFFLOAD, RECOMPUTE
+
+REPLAN_CHANGE = 0.1      # a plan is redone when room or times move by this
+MARGIN = 0.05            # of the budget, left for fragmentation
+OFFLOAD_MIN_BYTES = 1 << 20
+
+
+def _tensors(value):
+    import torch
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
+
+
+class Fitter:
+    """The state of one fit(): the blocks, their measurements, the plan.
+    remove() puts the model back as it was."""
+
+    def __init__(self, model, optimizer=None, budget=None, blocks=None,
+                 client=None, offload=True):
+        import torch
+        import torch.utils.checkpoint
+        from .streaming import _largest_modulelist
+        if budget is not None and budget <= 0:
+            raise ValueError(f"budget={budget}: a number of bytes above 0 "
+                             "(None: what the device has free)")
+        self.model = model
+        self.optimizer = optimizer
+        self.budget = budget
+        self.blocks = list(blocks) if blocks is not None \
+            else _largest_modulelist(model)
+        self.names = [self._name(m) for m in self.blocks]
+        self.device = self._device(model)
+        self.cuda = self.device.type == "cuda"
+        self.offloader = self._offloader(client) if offload else None
+        self.plan = None
+        self.history = []
+        self.modes = [None] * len(self.blocks)   # None: profiling
+        self._profiling = True
+        self._saved = [0] * len(self.blocks)
+        self._inputs = [0] * len(self.blocks)
+        self._times = [0.0] * len(self.blocks)
+        self._marks = [None] * len(self.blocks)
+        self._base = None           # VRAM the step needs besides activations
+        self._room = None
+        self._lock = threading.Lock()
+        self._params = {p.data_ptr() for p in model.parameters()}
+        self._originals = []
+        for i, module in enumerate(self.blocks):
+            # (the forward to call, the instance's own forward if it had
+            # one: remove() puts back exactly what was there)
+            self._originals.append((module.forward,
+                                    vars(module).get("forward")))
+            module.forward = self._wrap(i, self._originals[i][0])
+        self._handles = [model.register_forward_pre_hook(self._step_start),
+                         model.register_forward_hook(self._step_end)]
+        self._torch = torch
+
+    # ---- set-up ----------------------------------------------------------
+
+    def _name(self, module):
+        for name, m in self.model.named_modules():
+            if m is module:
+                return name
+        return type(module).__name__
+
+    @staticmethod
+    def _device(model):
+        import torch
+        for p in model.parameters():
+            return p.device
+        return torch.device("cpu")
+
+    def _offloader(self, client):
+        """An Offloader on the daemon, or None where none can serve the
+        model's tensors (no daemon, a cuda model on the sim backend)."""
+        from . import current_client
+        from .errors import GpumemError
+        from .offload import Offloader
+        try:
+            client = client or current_client()
+        except GpumemError:
+            return None
+        cuda_backend = client.backend != "sim"
+        if cuda_backend != (self.device.type == "cuda"):
+            return None
+        return Offloader(client, min_bytes=OFFLOAD_MIN_BYTES)
+
+    # ---- the blocks' forward ----------------------------------------------
+
+    def _wrap(self, i, forward):
+        def run(*args, **kwargs):
+            mode = self.modes[i]
+            if not self._torch.is_grad_enabled():
+                return forward(*args, **kwargs)
+            self._inputs[i] = sum(_nbytes(t) for t in
+                                  _tensors((args, kwargs)))
+            start = self._mark()
+            if mode is None:
+                out = self._profiled(i, forward, args, kwargs)
+            elif mode == RECOMPUTE:
+                out = self._torch.utils.checkpoint.checkpoint(
+                    forward, *args, use_reentrant=False, **kwargs)
+            elif mode == OFFLOAD:
+                hooks = self._torch.autograd.graph.saved_tensors_hooks(
+                    self.offloader.pack, self.offloader.unpack)
+                with hooks:
+                    out = forward(*args, **kwargs)
+            else:
+                out = forward(*args, **kwargs)
+            self._marks[i] = (start, self._mark())
+            return out
+        return run
+
+    def _mark(self):
+        if self.cuda:
+            event = self._torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        import time
+        return time.perf_counter()
+
+    def _profiled(self, i, forward, args, kwargs):
+        """The profiling pass: count what autograd saves (parameters left
+        out) and keep it in host memory until the backward pass."""
+        torch = self._torch
+
+        def pack(t):
+            if t.data_ptr() in self._params:
+                return t
+            self._saved[i] += _nbytes(t)
+            if t.device.type == "cpu":
+                return t
+            return (t.device, t.to("cpu", non_blocking=False))
+
+        def unpack(packed):
+            if isinstance(packed, tuple):
+                device, t = packed
+                return t.to(device, non_blocking=False)
+            return packed
+        self._saved[i] = 0
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            return forward(*args, **kwargs)
+
+    # ---- steps -----------------------------------------------------------
+
+    def _step_start(self, module, inputs):
+        if not self._torch.is_grad_enabled():
+            return
+        if self._profiling:
+            if self.cuda:
+                self._torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        self._read_times()
+        self._replan()
+
+    def _step_end(self, module, inputs, output):
+        if not self._torch.is_grad_enabled():
+            return
+        if self.offloader is not None and OFFLOAD in self.modes:
+            self.offloader.end_pass()
+            self.offloader.flush()
+        if self._profiling:
+            self._profiling = False
+            self._pending_profile = True
+
+    def _read_times(self):
+        if self.cuda:
+            self._torch.cuda.synchronize(self.device)
+        for i, mark in enumerate(self._marks):
+            if mark is None:
+                continue
+            start, end = mark
+            if self.cuda:
+                seconds = start.elapsed_time(end) / 1e3
+            else:
+                seconds = end - start
+            # a recomputed block's forward saves nothing: its time is the
+            # recompute's; a profiled one waited for its copies to host
+            if self.modes[i] is not None:
+                self._times[i] = seconds
+            elif not self._times[i]:
+                self._times[i] = seconds
+            self._marks[i] = None
+        if getattr(self, "_pending_profile", False):
+            self._pending_profile = False
+            self._base = self._measure_base()
+
+    def _measure_base(self):
+        """VRAM the step holds besides the activations of its blocks:
+        the profiling step's peak (activations were on the host) plus the
+        optimizer state made by its first step."""
+        if not self.cuda:
+            return 0
+        torch = self._torch
+        peak = torch.cuda.max_memory_allocated(self.device)
+        state = 0
+        if self.optimizer is not None:
+            for s in self.optimizer.state.values():
+                state += sum(_nbytes(t) for t in _tensors(s)
+                             if t.device == self.device)
+        return peak + state
+
+    def _budget(self):
+        if not self.cuda:
+            return self.budget if self.budget is not None else math.inf
+        torch = self._torch
+        free, _ = torch.cuda.mem_get_info(self.device)
+        have = free + torch.cuda.memory_reserved(self.device)
+        return have if self.budget is None else min(self.budget, have)
+
+    def _link(self):
+        if self.offloader is None:
+            return 0, 0
+        from . import lead as _lead
+        client = self.offloader.client
+        index = self.device.index or 0
+        pool = _lead._vram_pool(client, index)
+        if pool is None:
+            return 0, 0
+        return pool.link_bytes_per_s_out, pool.link_bytes_per_s_in
+
+    def profiles(self):
+        """The measurements the plan rests on, one BlockProfile a block."""
+        return [_planner.BlockProfile(n, s, inp, t) for n, s, inp, t in
+                zip(self.names, self._saved, self._inputs, self._times)]
+
+    def _replan(self):
+        budget = self._budget()
+        room = budget - budget * MARGIN - (self._base or 0) \
+            if budget != math.inf else math.inf
+        room = max(0, room) if room != math.inf else 10 ** 18
+        profiles = self.profiles()
+        if self.plan is not None and not self._moved(room, profiles):
+            return
+        link_out, link_in = self._link()
+        plan = _planner.make_plan(profiles, int(room), link_out, link_in,
+                                  offload=self.offloader is not None)
+        with self._lock:
+            self.plan = plan
+            self.modes = list(plan.modes)
+            self._room = room
+            self._planned_times = [p.forward_s for p in profiles]
+            self.history.append(plan)
+
+    def _moved(self, room, profiles):
+        old = self._room or 1
+        if abs(room - old) > REPLAN_CHANGE * old:
+            return True
+        before = sum(self._planned_times) or 1e-9
+        now = sum(p.forward_s for p in profiles)
+        return abs(now - before) > REPLAN_CHANGE * before
+
+    def remove(self):
+        """Put the model back: its blocks' own forward, no hooks."""
+        for module, (_, own) in zip(self.blocks, self._originals):
+            if own is None:
+                del module.forward
+            else:
+                module.forward = own
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        if self.offloader is not None:
+            self.offloader.finish()
+
+
+def fit(model, optimizer=None, budget=None, blocks=None, client=None,
+        offload=True):
+    """Make `model`'s training fit `budget` bytes of VRAM (None: what its
+    device has free, read again each step) by keeping, recomputing or
+    offloading each block's activations (see the module comment).
+    `optimizer`: counted in the memory the step needs; `blocks`: the
+    modules to plan (None: the model's largest nn.ModuleList); `client`:
+    the gpumem.Client offloads go to (None: the process's default);
+    `offload`: False to plan with keep and recompute only. Returns the
+    Fitter: `plan`, `history`, `profiles()`, `remove()`."""
+    return Fitter(model, optimizer, budget, blocks, client, offload)
+
+
+@contextlib.contextmanager
+def fitted(model, **kwargs):
+    """fit() for the length of a with-block, removed after."""
+    fitter = fit(model, **kwargs)
+    try:
+        yield fitter
+    finally:
+        fitter.remove()
