@@ -144,7 +144,7 @@ static void test_defaults(void **state)
         assert_true(c.max_buffers_per_client > 0);
         assert_true(c.max_waiting_per_client > 0);
         assert_true(c.max_send_queue > 0);
-        /* The per-user bounds (issue 10) are on by default. */
+        /* The per-user bounds are on by default. */
         assert_int_equal(c.max_send_queue_bytes, 4 * MiB);
         assert_int_equal(c.max_user_send_queue_bytes, 16 * MiB);
         assert_int_equal(c.max_clients_per_user, 64);
