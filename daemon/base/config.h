@@ -3,13 +3,21 @@
  * (INI, parsed by libinih), then command-line options, each overriding the
  * one before. configs/gpu-memd.conf documents every key with its default;
  * the table in config.c is the single place keys are defined.
+ *
+ * Every value is checked when it is set, so a bad one is reported against
+ * its own line or option. What can only be checked later (across keys, a
+ * group looked up, an address bound) finds where the value came from with
+ * config_origin(): each key remembers its file line or option.
  */
 #ifndef GMD_CONFIG_H
 #define GMD_CONFIG_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #include "quota.h"
 #include "size.h"
@@ -21,6 +29,17 @@ typedef enum gmd_log_level {
         GMD_LOG_INFO = 6,
         GMD_LOG_DEBUG = 7,
 } gmd_log_level;
+
+/* The keys config.c's table defines (checked there at compile time). */
+#define CONFIG_N_KEYS 40
+
+/* Where one key's value came from: a line of gmd_config.file, or the
+ * `where` config_set was given (a command-line option), or neither (the
+ * built-in default). */
+typedef struct gmd_config_origin {
+        unsigned line;                /* 0: not from the file */
+        char where[48];               /* "" with line 0: the default */
+} gmd_config_origin;
 
 typedef struct gmd_config {
         /* [daemon] */
@@ -104,6 +123,11 @@ typedef struct gmd_config {
         /* [users], [group NAME], [user NAME] */
         gmd_quota_rule quota_rules[GMD_MAX_QUOTA_RULES];
         unsigned n_quota_rules;
+
+        /* Where each key's value came from, by its row in config.c's
+         * table; read them with config_origin(). */
+        char file[PATH_MAX];          /* the config file read; "" = none */
+        gmd_config_origin origins[CONFIG_N_KEYS];
 } gmd_config;
 
 /* Fill with the embedded defaults. */
@@ -122,8 +146,41 @@ int config_set(gmd_config *config, const char *section, const char *key,
                const char *value, const char *where, FILE *err);
 
 /* Checks across keys, after every layer is applied, and resolves group
- * names. 0 or -EINVAL with a message on `err`. */
+ * names. 0 or -EINVAL with one message on `err` that starts with the
+ * origin of the key to fix (its file:line or option) and names it. */
 int config_validate(gmd_config *config, FILE *err);
+
+/*
+ * Where the value of key `name` in [section] came from, for a message
+ * about it written after parsing: "FILE:LINE", what config_set was told
+ * ("gpu-memd: option --socket") or "built-in default". Returns `buf`.
+ */
+const char *config_origin(const gmd_config *config, const char *section,
+                          const char *name, char *buf, size_t len);
+
+/* A [metrics] listen value, parsed. */
+typedef enum gmd_listen_kind {
+        GMD_LISTEN_OFF,
+        GMD_LISTEN_TCP,               /* a loopback address and port */
+        GMD_LISTEN_UNIX,
+} gmd_listen_kind;
+
+typedef struct gmd_listen {
+        gmd_listen_kind kind;
+        struct sockaddr_storage addr; /* GMD_LISTEN_TCP: IPv4 or IPv6 */
+        char path[108];               /* GMD_LISTEN_UNIX: sun_path's size */
+} gmd_listen;
+
+/*
+ * Parse "off", "127.0.0.1:PORT" (any 127.x.y.z), "[::1]:PORT",
+ * "localhost:PORT" or "unix:PATH". Returns 0, or -EINVAL for text that
+ * is none of them and -EPERM for an address that is not loopback, with
+ * *ret_hint saying what to write instead; *ret_listen is then untouched.
+ * The config checks the value with it when it is set, and the metrics
+ * endpoint binds what it returns.
+ */
+int config_listen_parse(const char *value, gmd_listen *ret_listen,
+                        const char **ret_hint);
 
 /* Write every key with its current value, as a config file would. */
 void config_dump(const gmd_config *config, FILE *out);

@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "config.h"
 #include "log.h"
 #include "metrics_render.h"
 #include "snapshot.h"
@@ -451,70 +453,21 @@ static void metrics_on_connection(uv_stream_t *listener, int status)
 
 /* ---- listening ------------------------------------------------------ */
 
-/* Parse "HOST:PORT" with HOST 127.x.y.z, [::1] or localhost. */
-static int parse_tcp(const char *listen, struct sockaddr_storage *ret_addr)
+/* Where [metrics] listen was set, for a message about serving it: the
+ * value itself was checked when it was read (config_listen_parse), so
+ * what fails here is the machine (a port taken, a directory missing). */
+static const char *listen_origin(const gmd_metrics *m, char *buf, size_t len)
 {
-        const char *colon = strrchr(listen, ':');
-        char host[64], *end;
-        unsigned long port;
-        size_t host_len;
-
-        if (!colon || colon == listen || !colon[1])
-                return -EINVAL;
-        errno = 0;
-        port = strtoul(colon + 1, &end, 10);
-        if (errno || *end || port > 65535 || colon[1] == '-' || colon[1] == '+')
-                return -EINVAL;
-        host_len = (size_t)(colon - listen);
-        if (host_len >= sizeof(host))
-                return -EINVAL;
-        memcpy(host, listen, host_len);
-        host[host_len] = '\0';
-
-        memset(ret_addr, 0, sizeof(*ret_addr));
-        if (strcmp(host, "localhost") == 0)
-                strcpy(host, "127.0.0.1");
-        if (host[0] == '[' && host[host_len - 1] == ']') {
-                struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ret_addr;
-
-                host[host_len - 1] = '\0';
-                if (uv_ip6_addr(host + 1, (int)port, a6) < 0)
-                        return -EINVAL;
-                if (!IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr))
-                        return -EPERM;
-                return 0;
-        }
-        {
-                struct sockaddr_in *a4 = (struct sockaddr_in *)ret_addr;
-
-                if (uv_ip4_addr(host, (int)port, a4) < 0)
-                        return -EINVAL;
-                if ((ntohl(a4->sin_addr.s_addr) >> 24) != 127)
-                        return -EPERM;
-        }
-        return 0;
+        return config_origin(&m->server->config, "metrics", "listen", buf, len);
 }
 
-static int listen_tcp(gmd_metrics *m, const char *listen)
+static int listen_tcp(gmd_metrics *m, const char *listen,
+                      const struct sockaddr_storage *where)
 {
-        struct sockaddr_storage addr;
+        struct sockaddr_storage addr = *where;
         int len = sizeof(addr), r;
-        char host[64];
+        char host[64], origin[PATH_MAX + 16];
 
-        r = parse_tcp(listen, &addr);
-        if (r == -EPERM) {
-                log_error("metrics: refusing to listen on %s: only loopback "
-                          "addresses (127.0.0.1, [::1], localhost) are allowed; "
-                          "use a reverse proxy to publish metrics further",
-                          listen);
-                return r;
-        }
-        if (r < 0) {
-                log_error("metrics: cannot parse listen address '%s' (expected "
-                          "off, 127.0.0.1:PORT, [::1]:PORT, localhost:PORT or "
-                          "unix:PATH)", listen);
-                return r;
-        }
         uv_tcp_init(m->server->loop, &m->listener.tcp);
         m->listener_open = true;
         m->listener.handle.data = m;
@@ -526,7 +479,11 @@ static int listen_tcp(gmd_metrics *m, const char *listen)
                 r = uv_tcp_getsockname(&m->listener.tcp, (struct sockaddr *)&addr,
                                        &len);
         if (r < 0) {
-                log_error("metrics: cannot listen on %s: %s", listen, uv_strerror(r));
+                log_error("metrics: cannot listen on %s: %s (key 'listen' in "
+                          "[metrics], %s)%s", listen, uv_strerror(r),
+                          listen_origin(m, origin, sizeof(origin)),
+                          r == UV_EADDRINUSE ? ": another process holds the "
+                          "port; choose another" : "");
                 return r;
         }
         if (addr.ss_family == AF_INET6) {
@@ -543,16 +500,19 @@ static int listen_tcp(gmd_metrics *m, const char *listen)
 
 /* Remove a socket file left by a daemon that died; refuse a live one or
  * a file that is not a socket. */
-static int unix_claim_path(const char *path)
+static int unix_claim_path(const gmd_metrics *m, const char *path)
 {
         struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        char origin[PATH_MAX + 16];
         struct stat st;
         int fd, r;
 
         if (lstat(path, &st) < 0)
                 return errno == ENOENT ? 0 : -errno;
         if (!S_ISSOCK(st.st_mode)) {
-                log_error("metrics: %s exists and is not a socket", path);
+                log_error("metrics: %s exists and is not a socket (key 'listen' "
+                          "in [metrics], %s): remove it or choose another path",
+                          path, listen_origin(m, origin, sizeof(origin)));
                 return -EEXIST;
         }
         strcpy(addr.sun_path, path);
@@ -562,7 +522,9 @@ static int unix_claim_path(const char *path)
         r = connect(fd, (const struct sockaddr *)&addr, sizeof(addr));
         close(fd);
         if (r == 0) {
-                log_error("metrics: another process is serving %s", path);
+                log_error("metrics: another process is serving %s (key 'listen' "
+                          "in [metrics], %s)", path,
+                          listen_origin(m, origin, sizeof(origin)));
                 return -EADDRINUSE;
         }
         if (unlink(path) < 0) {
@@ -576,14 +538,10 @@ static int unix_claim_path(const char *path)
 
 static int listen_unix(gmd_metrics *m, const char *path)
 {
+        char origin[PATH_MAX + 16];
         int r;
 
-        if (!*path || strlen(path) >= sizeof(m->path)) {
-                log_error("metrics: unix socket path '%s' is empty or longer "
-                          "than %zu bytes", path, sizeof(m->path) - 1);
-                return -EINVAL;
-        }
-        r = unix_claim_path(path);
+        r = unix_claim_path(m, path);
         if (r < 0)
                 return r;
         uv_pipe_init(m->server->loop, &m->listener.pipe, 0);
@@ -595,8 +553,9 @@ static int listen_unix(gmd_metrics *m, const char *path)
                 r = uv_listen(&m->listener.stream, 16, metrics_on_connection);
         }
         if (r < 0) {
-                log_error("metrics: cannot listen on unix:%s: %s", path,
-                          uv_strerror(r));
+                log_error("metrics: cannot listen on unix:%s: %s (key 'listen' "
+                          "in [metrics], %s)", path, uv_strerror(r),
+                          listen_origin(m, origin, sizeof(origin)));
                 return r;
         }
         log_info("metrics: serving unix:%s", path);
@@ -614,10 +573,24 @@ static void metrics_on_listener_close(uv_handle_t *handle)
 int metrics_start(gmd_server *server, const char *listen,
                   gmd_metrics **ret_metrics)
 {
+        const char *hint;
+        gmd_listen where;
         gmd_metrics *m;
         int r;
 
-        if (!listen || !*listen || strcmp(listen, "off") == 0) {
+        if (!listen || !*listen) {
+                *ret_metrics = NULL;
+                return 0;
+        }
+        /* Checked when the config was read; a caller that passes a value
+         * of its own is told the same. */
+        r = config_listen_parse(listen, &where, &hint);
+        if (r < 0) {
+                log_error("metrics: bad value '%s' for key 'listen' in "
+                          "[metrics]: %s", listen, hint);
+                return r;
+        }
+        if (where.kind == GMD_LISTEN_OFF) {
                 *ret_metrics = NULL;
                 return 0;
         }
@@ -628,11 +601,11 @@ int metrics_start(gmd_server *server, const char *listen,
         }
         m->server = server;
         list_init(&m->conns);
-        if (strncmp(listen, "unix:", 5) == 0) {
+        if (where.kind == GMD_LISTEN_UNIX) {
                 m->is_unix = true;
-                r = listen_unix(m, listen + 5);
+                r = listen_unix(m, where.path);
         } else {
-                r = listen_tcp(m, listen);
+                r = listen_tcp(m, listen, &where.addr);
         }
         if (r < 0) {
                 metrics_stop(m);

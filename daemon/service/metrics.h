@@ -12,8 +12,11 @@ typedef struct gmd_metrics gmd_metrics;
 /*
  * Start serving on `listen`: "off" (nothing; *ret_metrics = NULL),
  * "127.0.0.1:PORT" / "[::1]:PORT" / "localhost:PORT" (loopback only: other
- * addresses are refused), or "unix:PATH". Returns 0 or a negative errno
- * after logging why.
+ * addresses are refused), or "unix:PATH" — a value config_listen_parse
+ * accepts, as the config checked when it was read. Returns 0 or a
+ * negative errno after logging why: -EINVAL or -EPERM for a value that
+ * did not come through the config, else what binding it failed with,
+ * logged with where [metrics] listen was set (config_origin).
  */
 int metrics_start(gmd_server *server, const char *listen, gmd_metrics **ret_metrics);
 

@@ -720,6 +720,47 @@ static void test_daemon_bad_config(void **state)
         expect_bad_config(f, "[sim]\nvram = huge\n", 2, "vram");
 }
 
+/* Values the daemon used to check only when it used them: each stops it
+ * with status 2 and one line naming the file, the line and the key. */
+static void test_daemon_config_checked_at_start(void **state)
+{
+        fixture *f = *state;
+
+        /* Was "cannot listen: Operation not permitted", status 1, no line. */
+        expect_bad_config(f, "[daemon]\nbackend = sim\n\n[metrics]\n"
+                          "listen = 0.0.0.0:9477\n", 5, "'listen' in [metrics]");
+        expect_bad_config(f, "[metrics]\nlisten = 127.0.0.1\n", 2, "listen");
+        /* Was reported against line 4, in [daemon]. */
+        expect_bad_config(f, "[daemon]\nbackend = sim\n[pools\nvram_limit = 1G\n",
+                          3, "[pools");
+        /* Checked after the file, against another key or the machine. */
+        expect_bad_config(f, "[limits]\nmax_clients = 8\nadmin_clients = 8\n", 3,
+                          "admin_clients");
+        expect_bad_config(f, "[daemon]\nsocket_group = gmd-no-such-group\n", 2,
+                          "socket_group");
+        expect_bad_config(f, "[sim]\ngranularity = 4M\nvram = 2M\n", 3, "vram");
+        expect_bad_config(f, "[swap]\nchunk_size = 4K\n", 2, "chunk_size");
+        expect_bad_config(f, "[metrics]\nclients = everyone\n", 2, "clients");
+}
+
+/* A bad value given as an option is named by the option and the key. */
+static void test_daemon_option_named(void **state)
+{
+        fixture *f = *state;
+        char *out = NULL, *err = NULL;
+        char path[192];
+
+        harness_init(&f->h, "");
+        snprintf(path, sizeof(path), "%s/%0150d.sock", f->h.dir, 0);
+        assert_int_equal(harness_exit_code(run_daemon(f, (const char *[]){
+                "--backend", "sim", "--socket", path, NULL }, &out, &err)), 2);
+        if (!strstr(err, "option --socket") || !strstr(err, "'socket'"))
+                fail_msg("stderr does not name --socket and the key:\n%s", err);
+        assert_one_line(err);
+        free(out);
+        free(err);
+}
+
 /* A missing config file is an error too, not silently the defaults. */
 static void test_daemon_missing_config(void **state)
 {
@@ -864,6 +905,8 @@ int main(void)
                 HARNESS_TEST(test_daemon_bad_option),
                 HARNESS_TEST(test_socket_dir_missing),
                 HARNESS_TEST(test_daemon_bad_config),
+                HARNESS_TEST(test_daemon_config_checked_at_start),
+                HARNESS_TEST(test_daemon_option_named),
                 HARNESS_TEST(test_daemon_missing_config),
                 HARNESS_TEST(test_socket_mode),
                 HARNESS_TEST(test_stale_socket),

@@ -721,6 +721,19 @@ static void test_ids_without_names(void **state)
         harness_stop(&f->h);
 }
 
+/* The error names the key and the config line that set it: the value
+ * was good, the machine would not serve it. */
+static void assert_listen_named(const fixture *f)
+{
+        char needle[192];
+
+        snprintf(needle, sizeof(needle), "(key 'listen' in [metrics], %s:",
+                 f->h.config_path);
+        if (harness_log_count(&f->h, needle) != 1)
+                fail_msg("the log does not name %s once:\n%s", needle,
+                         harness_read_log(&f->h));
+}
+
 /* An endpoint that cannot be served does not stop the daemon: a unix
  * socket in a missing directory, a port another process holds. */
 static void test_unservable_endpoint(void **state)
@@ -743,6 +756,7 @@ static void test_unservable_endpoint(void **state)
         f->client = harness_client(&f->h, "served");
         gmd_status_free(harness_status(f->client));
         assert_true(harness_log_count(&f->h, "gpu-memd runs without it") == 1);
+        assert_listen_named(f);
         f->client = gmd_disconnect(f->client);
         harness_stop(&f->h);
         close(holder);
@@ -753,6 +767,7 @@ static void test_unservable_endpoint(void **state)
         f->client = harness_client(&f->h, "served");
         gmd_status_free(harness_status(f->client));
         assert_true(harness_log_count(&f->h, "gpu-memd runs without it") == 1);
+        assert_listen_named(f);
         f->client = gmd_disconnect(f->client);
         harness_stop(&f->h);
 }
@@ -800,23 +815,27 @@ static void test_unix_socket(void **state)
         assert_int_equal(errno, ENOENT);
 }
 
-/* Only loopback: anything else stops the daemon at start, saying why. */
+/* Only loopback: anything else stops the daemon at start with status 2,
+ * as a bad config line, naming the file, the line and the key. */
 static void test_refuses_non_loopback(void **state)
 {
         fixture *f = *state;
         const char *argv[] = { GMD_DAEMON_PATH, "--socket", NULL, "--config", NULL,
                                NULL };
-        char *err = NULL;
+        char *err = NULL, where[192];
         int status;
 
-        harness_init(&f->h, HARNESS_SMALL_CONFIG
+        harness_init(&f->h, "[daemon]\nbackend = sim\n"
                      "[metrics]\nlisten = 192.0.2.1:9100\n");
         argv[2] = f->h.socket_path;
         argv[4] = f->h.config_path;
         status = harness_run(&f->h, NULL, argv, NULL, &err, 10000);
-        assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0);
-        if (!strstr(err, "loopback")) {
-                print_error("stderr does not mention loopback:\n%s\n", err);
+        assert_int_equal(harness_exit_code(status), 2);
+        snprintf(where, sizeof(where), "%s:4:", f->h.config_path);
+        if (!strstr(err, "loopback") || !strstr(err, where) ||
+            !strstr(err, "'listen' in [metrics]")) {
+                print_error("stderr does not name %s, the key and loopback:\n%s\n",
+                            where, err);
                 fail();
         }
         free(err);

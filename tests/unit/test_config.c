@@ -5,6 +5,8 @@
  * An operator meets this code when a line is wrong, so most cases here are
  * bad lines, and each checks that the one message names the file, the line
  * number and the key — enough to fix the line without reading the source.
+ * That holds for checks made after the file is read too (across keys,
+ * groups): they name where the value came from (config_origin).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -75,6 +77,17 @@ static const char *messages(fixture *f)
 {
         fflush(f->err);
         return f->err_text ? f->err_text : "";
+}
+
+/* Forget the messages so far: each expectation counts its own. */
+static void messages_reset(fixture *f)
+{
+        fclose(f->err);
+        free(f->err_text);
+        f->err_text = NULL;
+        f->err_size = 0;
+        f->err = open_memstream(&f->err_text, &f->err_size);
+        assert_non_null(f->err);
 }
 
 static void assert_mentions(fixture *f, const char *part)
@@ -297,6 +310,7 @@ static void expect_bad_line(fixture *f, const char *text, int line,
         char where[192];
         int r;
 
+        messages_reset(f);
         write_file(f, text);
         config_init_defaults(&c);
         r = config_load_file(&c, f->path, f->err);
@@ -466,6 +480,172 @@ static void test_line_without_equals(void **state)
         expect_bad_line(*state, "[sim]\ndevices = 1\nvram 64M\n", 3, ":3");
 }
 
+/* inih goes on after a header without its ']': the key on the next line
+ * failed in the section before and was reported, one line late. */
+static void test_unterminated_section(void **state)
+{
+        fixture *f = *state;
+
+        expect_bad_line(f, "[daemon]\nbackend = sim\n[pools\nvram_limit = 1G\n",
+                        3, "[pools");
+        assert_mentions(f, "']'");
+}
+
+static void test_unterminated_first_section(void **state)
+{
+        expect_bad_line(*state, "[pools\nvram_limit = 1G\n", 1, "pools");
+}
+
+/* The next key would be good in the section before: still refused. */
+static void test_unterminated_section_key_fits_before(void **state)
+{
+        expect_bad_line(*state, "[daemon]\n[limits\nsocket = /tmp/x.sock\n", 2,
+                        "limits");
+}
+
+/* A line longer than inih's buffer reached it in pieces, each counted as a
+ * line: later lines were reported against the wrong number. Comments may
+ * be long; any other long line is refused on its own line. */
+static void test_long_comment_keeps_numbering(void **state)
+{
+        fixture *f = *state;
+        char text[1024];
+        char comment[400];
+        gmd_config c;
+
+        memset(comment, 'x', sizeof(comment) - 1);
+        comment[sizeof(comment) - 1] = '\0';
+        snprintf(text, sizeof(text), "; %s\n[pools]\nvram_limit = 1G\n", comment);
+        write_file(f, text);
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(c.vram_limit.bytes, GiB);
+
+        snprintf(text, sizeof(text), "; %s\n[pools]\nvram_limit = 1G\n"
+                 "vram_reserve = lots\n", comment);
+        expect_bad_line(f, text, 4, "vram_reserve");
+}
+
+static void test_long_line(void **state)
+{
+        char text[1024];
+        char value[300];
+
+        memset(value, 'a', sizeof(value) - 1);
+        value[sizeof(value) - 1] = '\0';
+        snprintf(text, sizeof(text), "[daemon]\nbackend = sim\nsocket_group = %s\n"
+                 "log_level = loud\n", value);
+        expect_bad_line(*state, text, 3, "socket_group");
+}
+
+/* inih took an indented line after a key for more of that key's value:
+ * "  host_limit = 2G" was a bad value for the vram_limit above it. */
+static void test_indented_keys(void **state)
+{
+        fixture *f = *state;
+        gmd_config c;
+
+        write_file(f, "[pools]\n  vram_limit = 1G\n\thost_limit = 2G\n");
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(c.vram_limit.bytes, GiB);
+        assert_int_equal(c.host_limit.bytes, 2 * GiB);
+        expect_bad_line(f, "[pools]\n  vram_limit = 1G\n  host_limit = lots\n", 3,
+                        "'host_limit'");
+}
+
+/* [metrics] listen is checked when it is read: it used to be checked only
+ * when the endpoint bound it, and the daemon stopped with "cannot listen:
+ * Operation not permitted", exit 1, no line. */
+static void test_metrics_listen_bad(void **state)
+{
+        static const char *const bad[] = {
+                "0.0.0.0:9477", "192.0.2.1:9100", "[::]:9100", "127.0.0.1",
+                "127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1:x", ":9100",
+                "unix:", "somewhere", "",
+        };
+        fixture *f = *state;
+        char text[160];
+
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                snprintf(text, sizeof(text), "[daemon]\nbackend = sim\n"
+                         "[metrics]\nlisten = %s\n", bad[i]);
+                expect_bad_line(f, text, 4, "'listen' in [metrics]");
+        }
+        expect_bad_line(f, "[metrics]\nlisten = 0.0.0.0:9477\n", 2, "loopback");
+}
+
+static void test_metrics_listen_good(void **state)
+{
+        static const char *const good[] = {
+                "off", "127.0.0.1:0", "127.0.0.1:9477", "127.1.2.3:80",
+                "localhost:9477", "[::1]:9477", "unix:/run/gpu-memd/metrics.sock",
+        };
+        fixture *f = *state;
+        char text[160];
+        gmd_config c;
+
+        for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+                snprintf(text, sizeof(text), "[metrics]\nlisten = %s\n", good[i]);
+                write_file(f, text);
+                config_init_defaults(&c);
+                assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+                assert_int_equal(config_validate(&c, f->err), 0);
+                assert_string_equal(c.metrics_listen, good[i]);
+        }
+        assert_string_equal(messages(f), "");
+}
+
+/* What the endpoint binds is what the config accepted. */
+static void test_listen_parse(void **state)
+{
+        const char *hint = NULL;
+        gmd_listen l;
+
+        (void)state;
+        assert_int_equal(config_listen_parse("off", &l, &hint), 0);
+        assert_int_equal(l.kind, GMD_LISTEN_OFF);
+        assert_int_equal(config_listen_parse("localhost:9477", &l, &hint), 0);
+        assert_int_equal(l.kind, GMD_LISTEN_TCP);
+        assert_int_equal(l.addr.ss_family, AF_INET);
+        assert_int_equal(config_listen_parse("[::1]:9477", &l, &hint), 0);
+        assert_int_equal(l.addr.ss_family, AF_INET6);
+        assert_int_equal(config_listen_parse("unix:/tmp/m.sock", &l, &hint), 0);
+        assert_int_equal(l.kind, GMD_LISTEN_UNIX);
+        assert_string_equal(l.path, "/tmp/m.sock");
+        assert_int_equal(config_listen_parse("0.0.0.0:9477", &l, &hint), -EPERM);
+        assert_non_null(strstr(hint, "loopback"));
+        assert_int_equal(config_listen_parse("127.0.0.1:", &l, &hint), -EINVAL);
+        assert_non_null(strstr(hint, "127.0.0.1:PORT"));
+}
+
+/* Bounds of single keys are checked when the key is read, on its line;
+ * they used to wait for config_validate, which named no line. */
+static void test_bounds_checked_when_read(void **state)
+{
+        fixture *f = *state;
+
+        expect_bad_line(f, "[swap]\nchunk_size = 64K\n", 2, "chunk_size");
+        expect_bad_line(f, "[swap]\npreempt_step = 100K\n", 2, "preempt_step");
+        expect_bad_line(f, "[sim]\ngranularity = 6M\n", 2, "power of two");
+        expect_bad_line(f, "[sim]\ngranularity = 2K\n", 2, "granularity");
+        expect_bad_line(f, "[daemon]\nsocket =\n", 2, "socket");
+}
+
+static void test_bounds_allow_off(void **state)
+{
+        fixture *f = *state;
+        gmd_config c;
+
+        write_file(f, "[swap]\npreempt_step = 0\nchunk_size = 1M\n"
+                   "[sim]\ngranularity = 64K\n");
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(config_validate(&c, f->err), 0);
+        assert_int_equal(c.swap_preempt_step, 0);
+        assert_int_equal(c.sim_granularity, 64 << 10);
+}
+
 static void test_missing_file(void **state)
 {
         fixture *f = *state;
@@ -551,32 +731,115 @@ static void test_set_after_file_wins(void **state)
 
 /* ---- limits checked across keys ------------------------------------------- */
 
-static void expect_invalid(fixture *f, const char *text, const char *part)
+/* config_validate refuses the file (which loads): one message, starting
+ * with the file and line of the key to fix, naming it. */
+static void expect_invalid(fixture *f, const char *text, int line,
+                           const char *part)
 {
         gmd_config c;
+        char where[192];
 
+        messages_reset(f);
         write_file(f, text);
         config_init_defaults(&c);
         assert_int_equal(config_load_file(&c, f->path, f->err), 0);
         assert_int_equal(config_validate(&c, f->err), -EINVAL);
+        snprintf(where, sizeof(where), "%s:%d: ", f->path, line);
+        if (strncmp(messages(f), where, strlen(where)) != 0)
+                fail_msg("message \"%s\" does not start with \"%s\"",
+                         messages(f), where);
         assert_mentions(f, part);
+        if (count_lines(messages(f)) != 1)
+                fail_msg("expected one message line, got:\n%s", messages(f));
 }
 
-/* The slots kept for admins are part of max_clients. */
+/* The slots kept for admins are part of max_clients. The key set last is
+ * the one named, with where the other came from. */
 static void test_admin_clients_below_max(void **state)
 {
         expect_invalid(*state, "[limits]\nmax_clients = 4\nadmin_clients = 4\n",
-                       "admin_clients");
+                       3, "admin_clients");
+}
+
+static void test_max_clients_below_default_admin_clients(void **state)
+{
+        fixture *f = *state;
+
+        expect_invalid(f, "[daemon]\nbackend = sim\n[limits]\nmax_clients = 4\n",
+                       4, "'max_clients' in [limits]");
+        assert_mentions(f, "built-in default");
+}
+
+/* A value from an option is named by the option. */
+static void test_invalid_from_option(void **state)
+{
+        fixture *f = *state;
+        gmd_config c;
+
+        write_file(f, "[limits]\nmax_clients = 8\n");
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(config_set(&c, "limits", "admin_clients", "8",
+                                    "gpu-memd: option --admin-clients", f->err), 0);
+        assert_int_equal(config_validate(&c, f->err), -EINVAL);
+        assert_mentions(f, "gpu-memd: option --admin-clients: key 'admin_clients'");
+        assert_mentions(f, ":2)");
+}
+
+/* A group is looked up after every layer is read: the message names the
+ * line that named it. */
+static void test_unknown_group(void **state)
+{
+        fixture *f = *state;
+
+        expect_invalid(f, "[daemon]\nbackend = sim\nsocket_group = gmd-no-such-group\n",
+                       3, "socket_group");
+        assert_mentions(f, "groupadd");
+}
+
+static void test_sim_vram_below_granule(void **state)
+{
+        expect_invalid(*state, "[sim]\ngranularity = 4M\nvram = 2M\n", 3,
+                       "'vram' in [sim]");
+}
+
+/* Where each key came from: the file's line, an option, the default. */
+static void test_origins(void **state)
+{
+        fixture *f = *state;
+        char where[192], buf[256];
+        gmd_config c;
+
+        write_file(f, "[daemon]\nbackend = sim\n\n[limits]\nmax_clients = 8\n");
+        config_init_defaults(&c);
+        assert_int_equal(config_load_file(&c, f->path, f->err), 0);
+        assert_int_equal(config_set(&c, "daemon", "socket", "/tmp/o.sock",
+                                    "gpu-memd: option --socket", f->err), 0);
+        snprintf(where, sizeof(where), "%s:5", f->path);
+        assert_string_equal(config_origin(&c, "limits", "max_clients", buf,
+                                          sizeof(buf)), where);
+        assert_string_equal(config_origin(&c, "daemon", "socket", buf, sizeof(buf)),
+                            "gpu-memd: option --socket");
+        assert_string_equal(config_origin(&c, "limits", "admin_clients", buf,
+                                          sizeof(buf)), "built-in default");
+        /* An option over a file line: the option it is now. */
+        assert_int_equal(config_set(&c, "daemon", "backend", "auto",
+                                    "gpu-memd: option --backend", f->err), 0);
+        assert_string_equal(config_origin(&c, "daemon", "backend", buf, sizeof(buf)),
+                            "gpu-memd: option --backend");
 }
 
 /* A queue bound below two of the largest replies would drop every
- * client that ever gets one. */
+ * client that ever gets one: refused on its line. */
 static void test_send_queue_bytes_floor(void **state)
 {
-        expect_invalid(*state, "[limits]\nmax_send_queue_bytes = 100K\n",
-                       "max_send_queue_bytes");
-        expect_invalid(*state, "[limits]\nmax_user_send_queue_bytes = 200K\n",
-                       "max_user_send_queue_bytes");
+        fixture *f = *state;
+
+        expect_bad_line(f, "[limits]\nmax_send_queue_bytes = 100K\n", 2,
+                        "max_send_queue_bytes");
+        assert_mentions(f, "256K");
+        expect_bad_line(f, "[limits]\nmax_user_send_queue_bytes = 200K\n", 2,
+                        "max_user_send_queue_bytes");
 }
 
 /* [metrics] clients: users (the default), ids or names, nothing else. */
@@ -591,7 +854,7 @@ static void test_metrics_clients(void **state)
         assert_int_equal(config_load_file(&c, f->path, f->err), 0);
         assert_int_equal(config_validate(&c, f->err), 0);
         assert_string_equal(c.metrics_clients, "names");
-        expect_invalid(f, "[metrics]\nclients = all\n", "users, ids or names");
+        expect_bad_line(f, "[metrics]\nclients = all\n", 2, "users, ids or names");
 }
 
 /* hello_timeout_ms is at least 1; the counts take 0 (no limit, auto). */
@@ -697,11 +960,27 @@ int main(void)
                 T(test_bad_backend),
                 T(test_socket_path_too_long),
                 T(test_line_without_equals),
+                T(test_unterminated_section),
+                T(test_unterminated_first_section),
+                T(test_unterminated_section_key_fits_before),
+                T(test_long_comment_keeps_numbering),
+                T(test_long_line),
+                T(test_indented_keys),
+                T(test_metrics_listen_bad),
+                T(test_metrics_listen_good),
+                T(test_listen_parse),
+                T(test_bounds_checked_when_read),
+                T(test_bounds_allow_off),
                 T(test_missing_file),
                 T(test_set_good),
                 T(test_set_bad),
                 T(test_set_after_file_wins),
                 T(test_admin_clients_below_max),
+                T(test_max_clients_below_default_admin_clients),
+                T(test_invalid_from_option),
+                T(test_unknown_group),
+                T(test_sim_vram_below_granule),
+                T(test_origins),
                 T(test_send_queue_bytes_floor),
                 T(test_limits_ranges),
                 T(test_metrics_clients),
