@@ -9,7 +9,11 @@ unedited program whose cudaMalloc lands in the daemon under the script's
 name; enable() loads the shim ahead of the runtime in a program that
 calls nothing else; a refused allocation's sentence reaches stderr. With
 Debian's python3-torch (CPU only), enable() is also run after `import
-torch`, where there is no CUDA and no re-exec is needed.
+torch`, where there is no CUDA and no re-exec is needed. Notice: with that
+CPU-only PyTorch and no GPU, gpumem-run and enable() say once, in one line,
+that nothing goes through gpu-memd, and the program runs on; gpumem-run
+with a python3 first on PATH that lacks the torch its program imports (a
+venv) says which interpreter has it, in one line, instead of a traceback.
 
 ctest passes the paths in the environment (GMD_DAEMON, GPU_MEMD_TORCH_LIB,
 GMD_FAKE_CUDART, GMD_LAUNCHER, GMD_MEMCTL).
@@ -126,8 +130,10 @@ class PureRules(unittest.TestCase):
             grun.environment({}, ["x"], {"GPU_MEMD_TORCH_TIMEOUT_MS": "soon"}, "/l")
 
 
-@unittest.skipUnless(os.environ.get("GMD_DAEMON"), "GMD_DAEMON not set (run by ctest)")
-class WithDaemon(unittest.TestCase):
+class DaemonCase(unittest.TestCase):
+    """gpu-memd (sim) on a socket of its own for the class, the fake runtime
+    and a program that calls it."""
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="gmd-torch-py-")
@@ -159,6 +165,9 @@ class WithDaemon(unittest.TestCase):
         cls.log.close()
         cls.tmp.cleanup()
 
+
+@unittest.skipUnless(os.environ.get("GMD_DAEMON"), "GMD_DAEMON not set (run by ctest)")
+class WithDaemon(DaemonCase):
     def clients(self):
         out = subprocess.run([os.environ["GMD_MEMCTL"], "--socket", self.sock,
                               "--json", "clients"], capture_output=True, text=True,
@@ -249,6 +258,122 @@ class WithDaemon(unittest.TestCase):
                            text=True, env=self.env, timeout=60)
         self.assertEqual(p.returncode, 127)
         self.assertIn("cannot run /nonexistent/prog", p.stderr)
+
+
+NOTICE = "no CUDA allocation will go through gpu-memd: "
+# A PyTorch program that also starts a child calling enable(): the notice
+# is said once for the whole tree.
+TORCH_PROGRAM = textwrap.dedent("""
+    import subprocess, sys
+    import torch
+    print("TRAINED", torch.ones(4).sum().item(), flush=True)
+    subprocess.run([sys.executable, "-c",
+                    "import gpumem.torch as gt; gt.enable(); gt.enable()"],
+                   check=True)
+""")
+
+
+def have_torch():
+    try:
+        import torch  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+@unittest.skipUnless(os.environ.get("GMD_DAEMON"), "GMD_DAEMON not set (run by ctest)")
+class Notice(DaemonCase):
+    """One line on stderr, once, when nothing can go through gpu-memd (here:
+    Debian's CPU-only PyTorch, no GPU); the program runs on. And gpumem-run
+    with a python3 that lacks the torch its program imports says which
+    interpreter has it instead of the program's traceback."""
+
+    def setUp(self):
+        # The notices judge the real CUDA runtime, not the fake.
+        self.env = {k: v for k, v in self.env.items()
+                    if k not in ("GPU_MEMD_TORCH_CUDART", "GPU_MEMD_TORCH_NOTICED",
+                                 "GPU_MEMD_TORCH_QUIET", "PYTORCH_CUDA_ALLOC_CONF")}
+        self.script = os.path.join(self.tmp.name, "uses_torch.py")
+        with open(self.script, "w") as f:
+            f.write(TORCH_PROGRAM)
+
+    def assert_once(self, err, who):
+        lines = [l for l in err.splitlines() if NOTICE in l]
+        self.assertEqual(len(lines), 1, err)
+        self.assertTrue(lines[0].startswith(who + ": "), lines[0])
+        return lines[0]
+
+    def launcher(self):
+        launcher = os.environ.get("GMD_LAUNCHER")
+        if not launcher or not os.path.exists(launcher):
+            self.skipTest("no built gpumem-run")
+        return launcher
+
+    @unittest.skipUnless(have_torch(), "PyTorch is not installed")
+    def test_launcher_cpu_torch(self):
+        import torch
+        if torch.version.cuda and torch.cuda.is_available():
+            self.skipTest("PyTorch uses a GPU here: there is nothing to say")
+        p = subprocess.run([self.launcher(), sys.executable, self.script],
+                           env=self.env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("TRAINED 4.0", p.stdout)
+        line = self.assert_once(p.stderr, "gpumem-run")
+        if torch.version.cuda is None:
+            self.assertIn(f"PyTorch {torch.__version__} of", line)
+            self.assertIn("is built without CUDA (CPU only)", line)
+        # Asked to be quiet, it is.
+        p = subprocess.run([self.launcher(), sys.executable, self.script],
+                           env=dict(self.env, GPU_MEMD_TORCH_QUIET="1"),
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn(NOTICE, p.stderr)
+
+    @unittest.skipUnless(have_torch(), "PyTorch is not installed")
+    def test_enable_cpu_torch(self):
+        import torch
+        if torch.version.cuda and torch.cuda.is_available():
+            self.skipTest("PyTorch uses a GPU here: there is nothing to say")
+        code = ("import gpumem.torch as gt, torch\n"
+                "gt.enable(); gt.enable()\n"
+                "exec(open(%r).read())\n" % self.script)
+        p = subprocess.run([sys.executable, "-c", code], env=self.env,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("TRAINED 4.0", p.stdout)
+        self.assert_once(p.stderr, "gpumem.torch")
+
+    def test_launcher_alloc_conf(self):
+        env = dict(self.env, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+        p = subprocess.run([sys.executable, "-m", "gpumem.run", sys.executable,
+                            "-c", "import sys"], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # No GPU here: that is said first; on a GPU machine, the variable.
+        line = self.assert_once(p.stderr, "gpumem-run")
+        self.assertTrue("no usable GPU" in line or "cuMemCreate" in line, line)
+
+    def test_launcher_python_without_torch(self):
+        venv = os.path.join(self.tmp.name, "venv")
+        if not os.path.exists(venv):
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv],
+                           check=True, timeout=60)
+        env = dict(self.env, PATH=os.path.join(venv, "bin") + os.pathsep +
+                   self.env.get("PATH", ""))
+        p = subprocess.run([self.launcher(), "--timeout", "100", "python3",
+                            self.script, "--lr", "1"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        line = p.stderr.strip()
+        self.assertIn(f"python3 is {venv}/bin/python3, which has no torch "
+                      "(uses_torch.py imports it): ", line)
+        self.assertIn(f"-m pip install torch", line)
+        if have_torch():
+            self.assertIn(f"--timeout 100 /usr/bin/python3 {self.script} --lr 1",
+                          line)
+            self.assertIn("/usr/bin/python3 has torch", line)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,10 @@ When the pool has no room an allocation waits: up to `timeout_ms` (argument)
 or $GPU_MEMD_TORCH_TIMEOUT_MS, else as long as it takes; then PyTorch raises
 torch.OutOfMemoryError and, with enable(), its message is the daemon's
 sentence (who holds what). This module does not import torch until enable()
-has put the shim in place, and needs no other part of the gpumem package.
+has put the shim in place, and needs no other part of the gpumem package
+but _unrouted.py (the notice when nothing can go through gpu-memd).
 
-Oversubscription (preview, issue 13), loaded on first use and independent
+Oversubscription (preview), loaded on first use and independent
 of enable(): offload_activations() (offload.py: saved activations to
 gpu-memd buffers in the forward pass, prefetched back in the backward),
 stream() (streaming.py: a model's weights block by block), spill()
@@ -273,7 +274,11 @@ def enable(timeout_ms=None, name=None):
     waits for room (None: $GPU_MEMD_TORCH_TIMEOUT_MS, else no deadline);
     `name`: what gpu-memctl shows (default: the script's file name). The
     socket is $GPU_MEMD_SOCKET, the priority $GPU_MEMD_PRIORITY. Raises
-    SetupError when the daemon cannot be reached. Returns stats()."""
+    SetupError when the daemon cannot be reached. When nothing this process
+    allocates can go through gpu-memd (a PyTorch built without CUDA, no
+    usable GPU, PYTORCH_CUDA_ALLOC_CONF's cudaMallocAsync or expandable
+    segments) it says so in one line on stderr, once (_unrouted.py), and
+    the program goes on. Returns stats()."""
     global _observer_attached
     lib = _lib or _load(timeout_ms, name)
     if timeout_ms is not None:
@@ -281,8 +286,17 @@ def enable(timeout_ms=None, name=None):
     if lib.gmd_torch_connect() != 0:
         raise SetupError(f"gpumem.torch: {last_error()}")
     if not _observer_attached:
-        import torch
-        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        try:
+            import torch
+        except ImportError:
+            torch = None    # a CUDA program without PyTorch: the shim serves it
+        from . import _unrouted
+        reason = _unrouted.in_process_reason(torch, os.environ)
+        if reason:
+            _unrouted.say_once("gpumem.torch", reason)
+            return stats()
+        attach = getattr(torch, "_C", None) and getattr(
+            torch._C, "_cuda_attach_out_of_memory_observer", None)
         if attach is not None and torch.cuda.is_available():
             attach(_on_out_of_memory)
             # The exception carries the sentence; no stderr line as well.
