@@ -4,9 +4,9 @@
  *
  * Why it exists: the daemon's log of an acquire of a paged-out 64 MiB
  * buffer showed its copy taking 1521 us from issue to the loop's reap,
- * where the GPU copies 64 MiB in ~1220 us (BENCHMARKS.md, sixth session):
- * the acquire's fixed cost is over issue's 0.3 ms target, and part of it
- * may be how the end of the copy is heard.
+ * where the GPU copies 64 MiB in ~1220 us (BENCHMARKS.md, swap_bench's
+ * run at 4ce2062): the acquire's fixed cost is over its 0.3 ms target,
+ * and part of it may be how the end of the copy is heard.
  *
  * Per rep, one 64 MiB host-to-device copy (pinned cuMemHostAlloc to
  * cuMemAlloc) on a copy stream, between two timing events; the host time

@@ -746,10 +746,10 @@ out:
         }
 }
 
-/* Acquires of a paged-out buffer, each against its copy: the issue's
- * target is the copy's time plus 0.3 ms. Several of each size, since one
- * acquire is noise (the sixth session's single 64 MiB sample said 1747 us
- * one run and 1.6-2.0 ms the next). */
+/* Acquires of a paged-out buffer, each against its copy: the target is
+ * the copy's time plus 0.3 ms. Several of each size, since one acquire
+ * is noise (a single 64 MiB sample said 1747 us one run and 1.6-2.0 ms
+ * the next, H100, 2026-11-26). */
 #define LAT_SIZES 3
 #define LAT_REPS 15
 static const uint64_t lat_mib[LAT_SIZES] = { 2, 16, 64 };

@@ -68,8 +68,8 @@
 #   nvidia-smi.txt   the machine
 #
 # GMD_SANDBOX=1 runs every gpu-memd the tests and benchmarks start under
-# the hardened unit's process-level confinement (issue 10 item 9): the
-# suite writes $OUT/gpu-memd-sandboxed, a wrapper that execs
+# the hardened unit's process-level confinement (systemd/gpu-memd.service.in):
+# the suite writes $OUT/gpu-memd-sandboxed, a wrapper that execs
 # `BUILD/tests/sandbox/unit_sandbox $GMD_SANDBOX_OPTS -- BUILD/daemon/gpu-memd "$@"`,
 # and points GMD_DAEMON at it (gpu_proc.c, the Python tests and benches
 # start what GMD_DAEMON names). unit_sandbox applies LimitNOFILE,

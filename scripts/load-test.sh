@@ -1,5 +1,5 @@
 #!/bin/sh
-# load-test.sh — issue 10's load test: a sim gpu-memd with the default
+# load-test.sh — the daemon's load test: a sim gpu-memd with the default
 # [limits], CLIENTS ordinary clients allocating and freeing for SECONDS,
 # and (unless HOSTILE=0) one hostile user: a connection flood, an fd flood
 # of tiny buffers, a flood of unread status replies and a request for the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench_cotenancy.py — issue 13, item 7: training at twice the budget and
+"""bench_cotenancy.py — training at twice the budget and
 three processes sharing one budgeted card, every method under the same
 budget (scripts/gpu-suite.sh runs it: GMD_BENCH entry "cotenancy", not in
 the default list; GMD_COTENANCY_QUICK=1 for --quick).
@@ -687,7 +687,7 @@ def train2x_config(quick, budget):
     tensor alive inside the loss that no saved-tensor hook sees, and the
     step could not fit at half its peak whatever moved (H200, 2026-11-23:
     an out-of-memory error in the loss); at 8192 the working set is
-    layers' activations, weights and optimizer state, what the issue's
+    layers' activations, weights and optimizer state, what the benchmark's
     "twice the budget" is about."""
     base = dict(width=1024, heads=16, seq=512, batch=8, vocab=8192) \
         if quick else dict(width=2048, heads=16, seq=512, batch=8,

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """bench_offload.py — activation offload and weight streaming through
-gpu-memd against the peers issue 13 names, in the same run on the same GPU
+gpu-memd against its peers, in the same run on the same GPU
 (scripts/gpu-suite.sh runs it: GMD_BENCH entry "offload", not default).
 
 Training (GPT-2 from a transformers config, random weights, bf16 autocast,
-AdamW; full: 12 layers x 1024, batch 8 x 1024, as the issue's peer figure;
+AdamW; full: 12 layers x 1024, batch 8 x 1024, as the peers' published figure;
 --quick: 6 x 768, batch 4 x 512), median step time of the steps after the
 warm-up, one fresh process per method:
   plain            no offload
@@ -24,7 +24,7 @@ allocator held (gpu-memd's buffers are not in that figure), and for offload what
 copying each way (GB/s).
 
 Inference (a Llama config in bf16, batch 1 or --batch N, greedy generate; full: hidden
-2048 x 16 layers, 0.95B, 32 tokens, as the issue's accelerate figure;
+2048 x 16 layers, 0.95B, 32 tokens, as accelerate's published figure;
 --quick: 8 layers, 16 tokens), tokens/s, one fresh process per method:
   vram             the model in VRAM
   stream           gpumem.torch.stream(model, budget=B) with B about half
@@ -45,7 +45,7 @@ Generated tokens are compared with the vram run's.
 Not done here: no helper process holds the rest of the card, so the
 budget binds gpu-memd's buffers only (PyTorch's own allocations are
 outside it) and NVML is not sampled; peak VRAM is what PyTorch reports.
-bench_cotenancy.py has the rest of issue 13's item 7 (training at twice
+bench_cotenancy.py has the rest of the benchmarks (training at twice
 the budget, three processes on one card) with the budget imposed the same
 way on every method (holder.py) and NVML sampling (nvml_watch.py).
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""holder.py — impose a VRAM budget on any method the same way (issue 13,
-item 7): a helper process holds all of the card's free memory but the
+"""holder.py — impose a VRAM budget on any method the same way
+(bench_cotenancy.py): a helper process holds all of the card's free memory but the
 budget and a stated margin, so the method that runs beside it sees
 `budget + margin` free and nothing more.
 

@@ -1,6 +1,6 @@
 """nvml_watch.py — the device memory a method used, sampled every ~20 ms
-while it runs (issue 13, item 7: "NVML sampling shows the peak stayed
-under the budget").
+while it runs (the benchmarks' requirement: "NVML sampling shows the peak
+stayed under the budget").
 
 Two sources, the first that works:
   nvml        libnvidia-ml.so.1 through ctypes (no pynvml needed):

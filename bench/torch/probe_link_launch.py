@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """probe_link_launch.py — does a busy PCIe link slow a launch-bound model?
 
-Streaming's bound (issue 13, item 7) is the lower of the model's speed in
+Streaming's bound (bench_offload.py's of_bound) is the lower of the model's speed in
 VRAM and the link's; it assumes the two overlap freely. At batch 1 and 16
 the Llama of bench_offload.py is bound by the host's kernel launches, and
 a streamed pass keeps the link busy from host to device the whole time.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """profile_offload.py — where a training step at twice its budget spends
-its time (issue 13, item 7's training target): bench_cotenancy.py's
+its time (against train2x's 1.2x target): bench_cotenancy.py's
 train2x model (GPT-2 from a transformers config, 8192-token vocabulary;
 --quick: 8 x 1024, batch 8 x 512) with PyTorch on gpu-memd (the shim),
 stream() and offload_activations() as its "gpumem" method runs them, under

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""profile_stream.py — where a streamed generation's time goes (issue 13,
-item 2's 0.9-of-the-bound target): the same Llama and budget as
+"""profile_stream.py — where a streamed generation's time goes (against
+streaming's 0.9-of-the-bound target): the same Llama and budget as
 bench_offload.py's inference, generated in VRAM and streamed, in one
 process, with
 

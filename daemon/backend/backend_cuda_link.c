@@ -1,6 +1,6 @@
 /*
  * backend_cuda_link — the link between host memory and each device,
- * measured once each way soon after start (issue 13, item 5).
+ * measured once each way soon after start.
  *
  * Lab machines differ: an x16 Gen5 slot copies 54-55 GB/s each way, a GPU
  * on an x4 or x1 riser, or several GPUs sharing one CPU's lanes, far less.

@@ -130,7 +130,7 @@ static void test_connect_errors(void **ctx)
         char long_path[200];
         gmd_client *c = NULL;
 
-        /* Not -ENOENT: that is GMD_ENOENT, "no such buffer" (issue 10). */
+        /* Not -ENOENT: that is GMD_ENOENT, "no such buffer". */
         assert_int_equal(gmd_connect("/nonexistent/gpu-memd.sock", NULL, &c),
                          GMD_ECONN);
         assert_string_equal(gmd_strerror(GMD_ECONN), "not connected to gpu-memd");

@@ -1,6 +1,6 @@
 /*
  * test_gpu_inuse — no write a kernel makes to a buffer its process holds is
- * lost to a move (issue 10, item 1). Kernels keep writing a pattern into
+ * lost to a move. Kernels keep writing a pattern into
  * an acquired 256 MiB SPILLABLE buffer, slice by slice behind short spins,
  * for about 64 ms, while the host asks for a pageout of it (and of all the
  * client's buffers) and waits. The daemon must not copy a buffer in use:

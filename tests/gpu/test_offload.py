@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_offload.py — gpumem.torch.offload_activations, stream and idle on a
-real GPU (the GPU suite runs it; issue 13, item 6).
+real GPU (the GPU suite runs it).
 
 Starts gpu-memd (cuda backend) and, in this process, compares each mode
 with the same model in plain VRAM (transformers configs, random weights,

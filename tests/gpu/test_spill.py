@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """test_spill.py — gpumem.torch.spill on a real GPU against plain VRAM and
 streaming, and the link the daemon measured at start (the GPU suite runs
-it; issue 13, items 3 and 5).
+it).
 
 Starts gpu-memd (cuda backend) with a VRAM pool of about half the model's
 weights (--vram-limit: the budget) and its metrics endpoint, then, in this
@@ -76,7 +76,8 @@ def deterministic():
 
 
 def llama(torch, quick):
-    """The issue's 0.95B config (hidden 2048, 16 layers), or a small one."""
+    """The 0.95B config of accelerate's published figure (hidden 2048, 16
+    layers), or a small one."""
     import transformers
     torch.manual_seed(0)
     if quick:

@@ -388,7 +388,7 @@ static void test_arena_off(void **state)
         OK(gmd_wait(f->client, b, 5000));
         expect_arena(f, 32 * MiB, 20 * MiB, "12 MiB out");
         out = ctl(f, "status", NULL);
-        /* On sim it is not pinned memory: said so (issue 10 item 13). */
+        /* On sim it is not pinned memory: said so. */
         expect_text(out, "\ngpu0 host arena: 32 MiB set aside (sim: plain memory, "
                     "not pinned), 20 MiB free\n", true);
         expect_text(out, "pinned, 20 MiB", false);

@@ -1,6 +1,5 @@
 /*
- * test_fairness — the wait queue's policy through the real daemon (issue
- * 10 item 5, issue 12's open point): a request that does not fit does not
+ * test_fairness — the wait queue's policy through the real daemon: a request that does not fit does not
  * hold back a small one that does; among waiters the higher priority
  * (GPU_MEMD_PRIORITY) goes first, whoever asked first; one user's waiting
  * allocations are bounded ([limits] max_waiting_per_user) with an error

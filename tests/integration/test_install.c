@@ -9,7 +9,7 @@
  * It installs the build tree the suite runs from (GMD_BUILD_DIR, compiled
  * in), so it needs that tree fully built, as `make test` does.
  *
- * The Makefile's front door too (issue 10, item 13): `make run` on that
+ * The Makefile's front door too: `make run` on that
  * built tree prints one line of its own before the daemon's (the build's
  * lines go to a log), and `make install` runs ldconfig, without which
  * programs did not find libgpumem.so.0 under /usr/local.
@@ -235,7 +235,7 @@ static void test_install_prefix(void **state)
 }
 
 /*
- * The service's hardening (issue 10, item 9): systemd-analyze security
+ * The service's hardening: systemd-analyze security
  * rates it at most 2.5 (it was 5.4 MEDIUM); the address families allow the
  * loopback metrics listen the README documents (AF_INET, else the daemon
  * cannot serve it); the open-file limit is raised for one fd per buffer.

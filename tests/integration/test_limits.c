@@ -1,6 +1,6 @@
 /*
  * test_limits — one local user must not be able to lock the others out of
- * gpu-memd (issue 10, items 2-4): the daemon's file descriptors (one per
+ * gpu-memd: the daemon's file descriptors (one per
  * buffer on sim) bounded per user and, when they run out anyway, a clear
  * error and a paused accept instead of a busy loop; connection slots per
  * user, a few kept for administrators, a hello deadline, and a refused
@@ -207,7 +207,7 @@ static void set_daemon_nofile(const harness_fixture *f, rlim_t n)
                          (unsigned long long)n, strerror(errno));
 }
 
-/* ---- quotas that leak (issue 10 item 6) --------------------------------------- */
+/* ---- quotas that leak ------------------------------------------------------- */
 
 /* A pageout is held to host_quota like a host allocation: with 32M of host
  * quota, two 16M buffers may be paged out, the third is refused with
@@ -752,7 +752,7 @@ static void test_status_pages(void **state)
 }
 
 /* A client that goes away with replies unread is logged as such, not as
- * "bad file descriptor" (issue 10 item 13). Whether the daemon sees an
+ * "bad file descriptor". Whether the daemon sees an
  * error on the socket (replies still queued for it: the usual case with
  * this many) or a plain hang-up (it had written them all) depends on
  * timing; in neither may the log say "bad file descriptor". */

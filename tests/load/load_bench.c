@@ -1,5 +1,5 @@
 /*
- * load_bench — the load test of issue 10's "Done when": many ordinary
+ * load_bench — the daemon's load test: many ordinary
  * clients allocating and freeing for a while, plus one hostile user
  * (connection flood, fd flood, reply flood, a huge waiting request), and
  * the allocation latency of one more ordinary client (the probe) measured

@@ -1,7 +1,7 @@
 """test_offload — gpumem.torch.offload_activations, stream and idle against
 the real gpu-memd on the sim backend, where buffers are host memory and
 their tensor views CPU tensors, so all but the CUDA streams and events runs
-here (issue 13, items 1, 2 and 4):
+here:
   Offload   a small MLP and a transformer encoder: loss and every gradient
             bit-identical with and without offload; the saved activations
             sit on the host tier between forward and backward (buffer tier

@@ -1,6 +1,6 @@
 """test_spill — gpumem.torch.spill and the prefetch lead planned from the
 link, against the real gpu-memd on the sim backend (CPU tensors over
-host-memory buffers, Debian's torch 1.13; issue 13, items 3 and 5):
+host-memory buffers, Debian's torch 1.13):
   Spill     outputs bit-identical to the plain model, all in VRAM when
             the pool has room; with a small VRAM pool the first buffers in
             VRAM and the rest (embedding tables last) on the host tier,

@@ -7,7 +7,7 @@
  * connection flood is refused tens of thousands of times a minute on the
  * loop thread, so the drain after shutdown must stop at the end of the
  * stream, not read on to its bound (it made 256 recv calls per refusal,
- * about 120 µs, before; issue 10's load test). recv is counted through
+ * about 120 µs, before, in the load test of tests/load). recv is counted through
  * the linker's --wrap.
  */
 #include <errno.h>

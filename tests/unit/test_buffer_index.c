@@ -6,7 +6,7 @@
  * backend: the answers of evict_evictable and move_leaving_bytes follow
  * every change of lease, parking, move and tier, and buffers held in use
  * are in neither list — however many there are, a pass with a waiter
- * nothing can make room for does not walk them (issue 10's load test: an
+ * nothing can make room for does not walk them (the load test, tests/load: an
  * fd flood of 10,000 buffers and a request for the whole pool made every
  * pass walk them three times).
  */

@@ -7,7 +7,7 @@
  * after its connection was condemned); a user whose requests take longer
  * than its quantum of a loop turn is read no further that turn, while
  * another user's request is read in the same turn, and its requests are
- * all read over the following turns (users.h, issue 10's load test).
+ * all read over the following turns (users.h; the load test, tests/load).
  * The users' turns charge time by a clock of the test's (fake_clock), which
  * only the handler moves: a request costs exactly what the test says, on
  * an idle machine or a loaded one. A packet that cannot be queued

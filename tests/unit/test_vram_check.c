@@ -83,7 +83,7 @@ static void test_fits(void **state)
         assert_true(vram_fits(&v, 100 * GiB));
 }
 
-/* The issue's case: the pool is empty (64 GiB free) but 49 GiB of an
+/* The reported case: the pool is empty (64 GiB free) but 49 GiB of an
  * 80 GiB card is held by fds of freed buffers. */
 static void test_check_refuses_with_sentence(void **state)
 {

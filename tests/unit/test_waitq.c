@@ -4,7 +4,7 @@
  * of the layer above. Rank order, arrival order within a rank, a waiter
  * that does not fit holding back its device only, the marks it leaves for
  * the scheduling pass, deadlines, and dropping a session's waiters; and
- * the policy (issue 10 item 5): serving what fits past a large waiter,
+ * the policy: serving what fits past a large waiter,
  * priority first, users taking turns, a starved waiter holding back the
  * others once it waited [limits] wait_hold_ms (only when room can be made
  * for it), and an allocation waiting for its own quota holding back nobody.

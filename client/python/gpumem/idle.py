@@ -1,5 +1,5 @@
 """idle — give the daemon what this process's streamed and offloaded
-buffers hold while no step runs (issue 13, item 4).
+buffers hold while no step runs.
 
     for batch in loader:
         train_step(batch)

@@ -1,5 +1,5 @@
 """lead — how far ahead gpumem.torch prefetches, planned from the link the
-daemon measured (issue 13, item 5), for stream() and offload_activations()
+daemon measured, for stream() and offload_activations()
 when the caller gives no `lead` of their own.
 
 The daemon measures each GPU's link to host memory once at start (the cuda

@@ -1,4 +1,4 @@
-"""offload — activation offload through gpu-memd (issue 13, item 1).
+"""offload — activation offload through gpu-memd.
 
     with gpumem.torch.offload_activations(min_bytes=16 << 20):
         loss = model(batch).loss
@@ -99,7 +99,7 @@ known, LEAD); `plan` says what was measured and decided.
 
 The defaults are provisional: MIN_BYTES (16 MiB) because single moves of
 PyTorch-sized segments reach 0.35 of the link at 2 MiB, 0.69 at 16 MiB and
-0.86 at 64 MiB (issue 13's figures), and LEAD (512 MiB, about 10 ms of an
+0.86 at 64 MiB (the figures the defaults were set from), and LEAD (512 MiB, about 10 ms of an
 x16 Gen5 link), the lead while none is planned, to cover a few
 transformer blocks of backward compute. bench/torch/bench_offload.py
 measures step time over a sweep of both on the GPU machine; the defaults

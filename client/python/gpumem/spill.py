@@ -1,5 +1,5 @@
 """spill — a model's weights in SPILLABLE gpu-memd buffers: VRAM first,
-then host memory the GPU reads directly (issue 13, item 3).
+then host memory the GPU reads directly.
 
     spiller = gpumem.torch.spill(model)             # or budget="8G"
     out = model(x)                                  # unchanged code
@@ -7,7 +7,7 @@ then host memory the GPU reads directly (issue 13, item 3).
 For inference of a model larger than the VRAM it may have, when moving
 weights is not worth it. Nothing moves once placed: the buffers stay
 acquired for the model's life, and the daemon never moves a buffer its
-owner holds (issue 10, item 1), so for a held buffer SPILLABLE is
+owner holds, so for a held buffer SPILLABLE is
 placement only: where a buffer is allocated is where it stays. Each is
 allocated in VRAM while the daemon's pool has room (waiting up to
 `timeout` seconds for room to be made, other clients' idle buffers moved

@@ -1,5 +1,5 @@
 """streaming — a model's weights in gpu-memd buffers, one block at a time
-in VRAM (issue 13, item 2).
+in VRAM.
 
     streamer = gpumem.torch.stream(model, optimizer, budget="8G")
     out = model(x)                     # unchanged code
@@ -105,7 +105,7 @@ more than one element) moves into a second buffer of the block's own,
 streamed, resident or idled with it. `budget` counts weights only: a
 resident block's optimizer state is resident too.
 
-Between steps (issue 13, item 4): with `between_steps="state"` the
+Between steps: with `between_steps="state"` the
 resident blocks' optimizer state is released after optimizer.step(): the
 daemon may then give its VRAM to another process that needs it and move
 the state to host memory; the next step acquires it again, prefetched
