@@ -1014,3 +1014,18 @@ int harness_exit_code(int status)
 {
         return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+int harness_open_program(const char *path)
+{
+        int fd = open(path, O_PATH | O_CLOEXEC);
+
+        if (fd < 0)
+                fail_msg("cannot open %s: %s", path, strerror(errno));
+        return fd;
+}
+
+int harness_exec_program(int fd, const char *const *argv, char *const *envp)
+{
+        /* execveat(fd, "", ..., AT_EMPTY_PATH) underneath: no path walk. */
+        return fexecve(fd, (char *const *)argv, envp);
+}

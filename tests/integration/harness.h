@@ -115,6 +115,26 @@ int harness_check_own_fds(int before);
 /* A wait status as a shell shows it: the exit code, or 128 + signal. */
 int harness_exit_code(int status);
 
+/*
+ * Programs run as another user. A child that gives up root before exec
+ * may not reach the program by its path: in a checkout other users cannot
+ * enter (a clone under /root, mode 0700) its execve fails with EACCES and
+ * the test saw exit 127. So the test process, still root, opens the
+ * program (O_PATH) before the fork, and the child runs that file with
+ * harness_exec_program: the kernel checks only the file's own execute
+ * bits. The programs so run (gpu-memctl, gmd_test_client) link the
+ * project's libraries statically and load system libraries only, so
+ * nothing else in the tree needs to be reachable; the temp dir, socket and
+ * config are under /tmp.
+ *
+ * harness_open_program returns the fd (close it once the child is
+ * forked), failing the test if the program cannot be opened.
+ * harness_exec_program is for the child (async-signal-safe); it returns
+ * only on failure, like execve.
+ */
+int harness_open_program(const char *path);
+int harness_exec_program(int fd, const char *const *argv, char *const *envp);
+
 /* A running client program: its pid and the read end of its stdout. */
 typedef struct harness_proc {
         pid_t pid;

@@ -128,6 +128,8 @@ pid_t spawn_start(const char *const *argv, const spawn_opts *o, int out_fd,
 {
         pid_t parent = getpid(), pid;
         int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        /* Another user may not reach argv[0] by its path (harness.h). */
+        int program = o->as ? harness_open_program(argv[0]) : -1;
         char *pid_var;
         char **env = env_build(o, &pid_var);
 
@@ -155,10 +157,15 @@ pid_t spawn_start(const char *const *argv, const spawn_opts *o, int out_fd,
                                 _exit(127);
                         put_pid(pid_var, getpid());
                 }
-                execve(argv[0], (char *const *)argv, env);
+                if (program >= 0)
+                        harness_exec_program(program, argv, env);
+                else
+                        execve(argv[0], (char *const *)argv, env);
                 _exit(127);
         }
         close(null_fd);
+        if (program >= 0)
+                close(program);
         env_free(env);
         return pid;
 }
