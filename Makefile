@@ -11,7 +11,9 @@
 #   make install    install under PREFIX (default /usr/local), DESTDIR honoured;
 #                   as root without DESTDIR, runs ldconfig so programs find
 #                   libgpumem.so.0
-#   make clean      remove build/, build-asan/ and build-fuzz/
+#   make deb        build the Debian packages into build-deb/ and check them
+#                   with lintian (docs/install.md)
+#   make clean      remove build/, build-asan/, build-fuzz/ and build-deb/
 
 BUILD    ?= build
 PREFIX   ?= /usr/local
@@ -23,13 +25,17 @@ CMAKE_FLAGS ?=
 RUN_SOCKET ?= $(CURDIR)/run/gpu-memd.sock
 SANITIZE_BUILD ?= build-asan
 FUZZ_SECONDS ?= 60
+# Where `make deb` puts the packages; DEB_REF=HEAD packages what is
+# committed instead of the working tree.
+DEB_DIR ?= build-deb
+DEB_REF ?=
 # Sanitizer reports fail the run: UBSan is built not to recover, ASan and
 # LeakSanitizer exit non-zero, and the test harness fails a test whose
 # daemon or client logged a report (tests/integration/harness.c).
 SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: all deps configure build run test test-sanitize fuzz install clean
+.PHONY: all deps configure build run test test-sanitize fuzz install deb clean
 
 all: build
 
@@ -89,5 +95,13 @@ install: build
 	elif [ -z "$(DESTDIR)" ]; then \
 		echo "run ldconfig as root so programs find libgpumem.so.0"; fi
 
+# gpu-memd, libgpumem0, libgpumem-dev and python3-gpumem (debian/), built
+# from a copy of this tree by dpkg-buildpackage in $(DEB_DIR), then lintian
+# (scripts/deb-build.sh). The packaging tools are installed first as deps
+# are (scripts/deb-deps.sh).
+deb:
+	@sh scripts/deb-deps.sh
+	@DEB_REF=$(DEB_REF) sh scripts/deb-build.sh $(DEB_DIR)
+
 clean:
-	rm -rf $(BUILD) $(SANITIZE_BUILD) build-fuzz
+	rm -rf $(BUILD) $(SANITIZE_BUILD) build-fuzz $(DEB_DIR)
