@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpumem.pb-c.h"
 #include "size.h"
 
 bool quota_is_section(const char *section)
@@ -275,7 +274,7 @@ quota_verdict quota_check(const gmd_limits *l, uid_t uid, const gmd_usage *u,
 
                 if (u->bytes[tier] - parked + size <= quota)
                         return QUOTA_PARKED;
-                result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+                result_error(ret, GMD_ERR_QUOTA,
                              "uid %u holds %s of %s; %s more would pass its "
                              "%s_quota of %s set in %s", (unsigned)uid,
                              size_format(u->bytes[tier] - parked, held, sizeof(held)),
@@ -288,7 +287,7 @@ quota_verdict quota_check(const gmd_limits *l, uid_t uid, const gmd_usage *u,
         if (l->max_buffers && u->buffers + 1 > l->max_buffers) {
                 if (u->buffers - u->parked_buffers + 1 <= l->max_buffers)
                         return QUOTA_PARKED;
-                result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+                result_error(ret, GMD_ERR_QUOTA,
                              "uid %u holds %u buffers, the max_buffers quota "
                              "set in %s", (unsigned)uid,
                              u->buffers - u->parked_buffers, l->buffers_from);

@@ -88,7 +88,7 @@ bool quota_applies(const gmd_limits *limits, gmd_tier tier);
  * holds `usage` across its clients? Parked buffers count (an unpark cannot
  * be refused), but when they are all that is in the way the answer is
  * QUOTA_PARKED: the caller asks for them back and waits. QUOTA_REFUSED
- * fills `ret` with GMD__ERROR_CODE__ERR_QUOTA and what is held. */
+ * fills `ret` with GMD_ERR_QUOTA and what is held. */
 quota_verdict quota_check(const gmd_limits *limits, uid_t uid,
                           const gmd_usage *usage, uint64_t size, gmd_tier tier,
                           gmd_result *ret);

@@ -13,7 +13,7 @@
 #define GMD_STATS_LATENCY_BUCKETS 12
 extern const uint64_t gmd_stats_latency_bounds_us[GMD_STATS_LATENCY_BUCKETS];
 
-/* Error codes of the protocol (Gmd__ErrorCode) counted by value. */
+/* Error codes of the protocol (GMD_ERR_*, result.h) counted by value. */
 #define GMD_STATS_ERROR_CODES 16
 
 typedef struct gmd_stats {

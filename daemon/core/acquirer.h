@@ -23,7 +23,7 @@ typedef struct gmd_session gmd_session;
 
 /* Told of an acquire the daemon made for itself (move_acquire_for):
  * `code` 0 when the buffer is back and acquired, else a
- * GMD__ERROR_CODE__* and why. */
+ * GMD_ERR_* and why. */
 typedef void (*move_acquired_fn)(void *ctx, gmd_dbuffer *buffer, int code,
                                  const char *why);
 
@@ -48,7 +48,7 @@ gmd_acquirer *acquirer_new(uv_loop_t *loop, gmd_session *session,
  * and the acquire is answered OK. Nothing once answered. */
 void acquirer_grant(gmd_acquirer *acquirer);
 
-/* The acquire fails with `code` (GMD__ERROR_CODE__*) and `why`. Nothing
+/* The acquire fails with `code` (GMD_ERR_*) and `why`. Nothing
  * once answered. */
 void acquirer_fail(gmd_acquirer *acquirer, int code, const char *why);
 

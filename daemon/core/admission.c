@@ -13,7 +13,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "gpumem.pb-c.h"
 #include "log.h"
 #include "evict.h"
 #include "server.h"
@@ -144,7 +143,7 @@ bool admission_allow_buffer(gmd_session *s, gmd_result *ret)
                 return true;
         }
         n -= parked;
-        result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+        result_error(ret, GMD_ERR_LIMIT,
                      "uid %u holds %u buffers, the most [limits] "
                      "max_buffers_per_user allows%s; free some first",
                      (unsigned)s->uid, n,
@@ -173,7 +172,7 @@ uint64_t admission_sweep_hellos(gmd_server *server)
                                  "([limits] hello_timeout_ms)",
                                  (unsigned long long)limit);
                         server->stats.disconnects_protocol++;
-                        result_error(&res, GMD__ERROR_CODE__ERR_TIMED_OUT,
+                        result_error(&res, GMD_ERR_TIMED_OUT,
                                      "gpu-memd closed the connection: %s", why);
                         session_answer(s, ANSWER_NOTICE, 0, &res);
                         session_close_after_answers(s, why);

@@ -73,14 +73,14 @@ static int alloc_buffer_slot(gmd_session *s, gmd_result *ret)
                 return -EINPROGRESS;
         }
         if (s->parking.n)
-                result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                result_error(ret, GMD_ERR_LIMIT,
                              "this client holds %u buffers, %u of them parked in "
                              "its cache of idle mappings and not given back when "
                              "asked ([limits] reclaim_timeout_ms), the most [limits] "
                              "max_buffers_per_client allows", s->n_buffers,
                              s->parking.n);
         else
-                result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                result_error(ret, GMD_ERR_LIMIT,
                              "this client already holds %u buffers, the most "
                              "[limits] max_buffers_per_client allows", s->n_buffers);
         return -EMLINK;
@@ -111,7 +111,7 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
                                                s->uid, server->config.reclaim_timeout_ms,
                                                &ignored)) {
                         size_format(ignored, bytes, sizeof(bytes));
-                        result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+                        result_error(ret, GMD_ERR_QUOTA,
                                      "over quota: it counts on %s of parked buffers "
                                      "that uid %u's clients were asked to return "
                                      "and did not within %u ms ([limits] "
@@ -148,7 +148,7 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
                 /* Not the driver's failure: the daemon's fd table is full
                  * (each buffer keeps an fd). Said so, as a limit. */
                 log_warning("creating a buffer: %s", strerror(-r));
-                result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                result_error(ret, GMD_ERR_LIMIT,
                              "gpu-memd has no file descriptor left for "
                              "another buffer (%s): free buffers, or ask the "
                              "administrator to raise LimitNOFILE or lower "
@@ -158,7 +158,7 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
         if (r < 0) {
                 log_error("creating %llu bytes on device %u failed: %s",
                           (unsigned long long)size, device, strerror(-r));
-                result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                result_error(ret, GMD_ERR_INTERNAL,
                              "the %s backend could not create %llu bytes on "
                              "device %u: %s", server->backend->ops->name,
                              (unsigned long long)size, device, strerror(-r));
@@ -237,7 +237,7 @@ gmd_outcome alloc_self_bound(gmd_session *s, uint64_t size, unsigned device,
         log_info("%s: %s on device %u refused (GMD_ALLOC_NO_SELF_WAIT): only "
                  "pid %d holds the pool", session_describe(s, who, sizeof(who)),
                  asked, device, (int)s->pid);
-        return result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+        return result_error(ret, GMD_ERR_NO_MEMORY,
                             "%s: the %s asked for can only come from memory this "
                             "process holds itself (pid %d: %s in %u buffer%s "
                             "there, in use or pinned; %s free of %s; nothing else "
@@ -379,7 +379,7 @@ gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
         size_format(size, asked, sizeof(asked));
         size_format(pool_free(pool), free_b, sizeof(free_b));
         size_format(pool->capacity, cap, sizeof(cap));
-        return result_error(ret, GMD__ERROR_CODE__ERR_TIMED_OUT,
+        return result_error(ret, GMD_ERR_TIMED_OUT,
                             "waited %lld ms for %s on %s; it has %s free of %s%s%s "
                             "(see gpu-memctl status)",
                             (long long)timeout_ms, asked,
@@ -387,7 +387,7 @@ gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
                             why, host);
 }
 
-gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m,
+gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const gmd_alloc_ask *m,
                          gmd_result *ret)
 {
         gmd_server *server = s->server;
@@ -401,18 +401,18 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         int r;
 
         if (!pool)
-                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                return result_error(ret, GMD_ERR_INVALID,
                                     "no device %u: this daemon serves %u device%s",
                                     m->device, server->n_devices,
                                     server->n_devices == 1 ? "" : "s");
         if (m->flags & ~KNOWN_ALLOC_FLAGS)
-                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                return result_error(ret, GMD_ERR_INVALID,
                                     "unknown allocation flags 0x%x", m->flags);
         if ((m->flags & GMD_ALLOC_PIN_VRAM) && (m->flags & GMD_ALLOC_SPILLABLE))
-                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                return result_error(ret, GMD_ERR_INVALID,
                                     "PIN_VRAM and SPILLABLE exclude each other");
         if ((m->flags & GMD_ALLOC_LEGACY_IPC) && !server->backend->ops->mem_create_ipc)
-                return result_error(ret, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                return result_error(ret, GMD_ERR_UNSUPPORTED,
                                     "legacy CUDA IPC handles need the cuda backend; "
                                     "this daemon runs %s", server->backend->ops->name);
         size = pool_round(pool, m->size);
@@ -422,7 +422,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                 size = size ? (size + LEGACY_IPC_ALIGN - 1) / LEGACY_IPC_ALIGN *
                               LEGACY_IPC_ALIGN : 0;
         if (m->size == 0 || size == 0)
-                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                return result_error(ret, GMD_ERR_INVALID,
                                     "size must be between 1 byte and the "
                                     "pool's capacity");
         pool_describe(pool, name, sizeof(name));
@@ -445,14 +445,14 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                 if (!alloc_must_wait(r))
                         return OUTCOME_ERROR;
                 backing_no_host_room(server, host, sizeof(host));
-                return result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+                return result_error(ret, GMD_ERR_NO_MEMORY,
                                     "%s is larger than the whole %s pool (%s), so "
                                     "this SPILLABLE buffer can only live on host "
                                     "memory%s; free host buffers or raise [pools] "
                                     "host_limit", asked, name, cap, host);
         }
         if (size > pool->capacity)
-                return result_error(ret, GMD__ERROR_CODE__ERR_TOO_LARGE,
+                return result_error(ret, GMD_ERR_TOO_LARGE,
                                     "%s is larger than the whole %s pool (%s); "
                                     "ask for less or raise --vram-limit",
                                     asked, name, cap);
@@ -505,7 +505,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                 if (placement_host_fallback(m->flags))
                         backing_no_host_room(server, host, sizeof(host));
                 size_format(pool_free(pool), free_b, sizeof(free_b));
-                return result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+                return result_error(ret, GMD_ERR_NO_MEMORY,
                                     "%s has %s free of %s, not enough for %s%s; "
                                     "not waiting (timeout 0)", name, free_b, cap,
                                     asked, host);
@@ -520,14 +520,14 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
                         return o;
         }
         if (s->waitq.n_waiting >= server->config.max_waiting_per_client)
-                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                return result_error(ret, GMD_ERR_LIMIT,
                                     "this client already has %u allocations waiting, "
                                     "the most [limits] max_waiting_per_client allows",
                                     s->waitq.n_waiting);
         if (server->config.max_waiting_per_user &&
             alloc_user_waiting(&server->sessions, s->uid) >=
             server->config.max_waiting_per_user)
-                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                return result_error(ret, GMD_ERR_LIMIT,
                                     "uid %u's clients already have %u allocations "
                                     "waiting for room, the most [limits] "
                                     "max_waiting_per_user allows; wait for them or "
@@ -538,7 +538,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const Gmd__AllocRequest *m
         r = waitq_add(&server->waitq, &who, &s->waitq, id, m->size, size, m->device,
                       m->flags, timeout_ms, now_us(), &w);
         if (r < 0)
-                return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                return result_error(ret, GMD_ERR_INTERNAL,
                                     "cannot queue the allocation: %s", strerror(-r));
         /* GMD_ALLOC_YIELD: what the process holds may move meanwhile. */
         if (m->flags & GMD_ALLOC_YIELD)

@@ -12,17 +12,24 @@
 #include <stdint.h>
 
 #include "gpumem.h"
-#include "gpumem.pb-c.h"
 #include "result.h"
 
 typedef struct gmd_session gmd_session;
 typedef struct gmd_server gmd_server;
 
+/* An allocation asked for (MSG_ALLOC's fields, decoded by request.c). */
+typedef struct gmd_alloc_ask {
+        uint64_t size;
+        uint32_t device;
+        uint32_t flags;             /* GMD_ALLOC_* */
+        int64_t timeout_ms;         /* 0: fail at once; < 0: forever */
+} gmd_alloc_ask;
+
 /* Handle MSG_ALLOC: OUTCOME_ALLOCATED (`ret` holds the buffer, for
  * request.c's AllocReply), OUTCOME_ERROR (`ret` says why) or
  * OUTCOME_LATER (it waits for room). */
 gmd_outcome alloc_handle(gmd_session *session, uint32_t request_id,
-                         const Gmd__AllocRequest *request, gmd_result *ret);
+                         const gmd_alloc_ask *request, gmd_result *ret);
 
 /*
  * Create the buffer of an allocation on `tier`. Used for allocations that

@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "buffer.h"
-#include "gpumem.pb-c.h"
 #include "log.h"
 #include "move.h"
 #include "parking.h"
@@ -133,16 +132,15 @@ static void reclaim_log_ignored(gmd_list *sessions, unsigned device,
  * was not asked for yet. Returns what was asked. */
 static uint64_t reclaim_from(gmd_session *s, unsigned device, uint64_t bytes)
 {
-        Gmd__ReclaimNotify note = GMD__RECLAIM_NOTIFY__INIT;
+        uint64_t asked;
 
         if (s->closing || s->parking.on[device] == s->parking.asked[device])
                 return 0;
-        note.device = device;
-        note.bytes = parking_ask(&s->parking, device, bytes);
+        asked = parking_ask(&s->parking, device, bytes);
         log_debug("asking client %llu for %llu parked bytes on device %u",
-                  (unsigned long long)s->id, (unsigned long long)note.bytes, device);
-        session_send(s, GMD__MSG_TYPE__MSG_RECLAIM, 0, &note.base, NULL, 0);
-        return note.bytes;
+                  (unsigned long long)s->id, (unsigned long long)asked, device);
+        session_notify_reclaim(s, device, asked);
+        return asked;
 }
 
 void evict_reclaim_user(gmd_list *sessions, unsigned n_devices, uid_t uid)

@@ -235,7 +235,7 @@ static void return_one(gmd_loan *loan, gmd_dbuffer *b, void *arg)
         }
         loan->server->stats.lent_moved++;
         if (r < 0)
-                loan_back(loan, b, GMD__ERROR_CODE__ERR_INTERNAL,
+                loan_back(loan, b, GMD_ERR_INTERNAL,
                           "cannot queue its swap-in");
 }
 

@@ -133,7 +133,7 @@ static void acquirer_on_deadline(uv_timer_t *timer)
                 copyq_reclass(&server->copyqs, &b->move->copy, MOVE_BULK);
         if (b->move_waiter)
                 waitq_set_rank(b->move_waiter, WAITQ_PREFETCH);
-        acquirer_fail(a, GMD__ERROR_CODE__ERR_TIMED_OUT, why);
+        acquirer_fail(a, GMD_ERR_TIMED_OUT, why);
 }
 
 /* ---- moving out -------------------------------------------------------- */
@@ -338,7 +338,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                         vram_explain(server, b->device, b->size, &why);
                         move_in_refused(server, b, why.code, why.text);
                 } else {
-                        move_in_refused(server, b, GMD__ERROR_CODE__ERR_INTERNAL,
+                        move_in_refused(server, b, GMD_ERR_INTERNAL,
                                         "the backend could not create VRAM "
                                         "for it");
                 }
@@ -352,7 +352,7 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
                           (unsigned long long)b->id, strerror(-r));
                 free(m);
                 destination_in_undo(server, b, dst, mapped, kept);
-                move_in_refused(server, b, GMD__ERROR_CODE__ERR_INTERNAL,
+                move_in_refused(server, b, GMD_ERR_INTERNAL,
                                 "cannot order the copy after its last use");
                 return 0;
         }
@@ -411,27 +411,22 @@ void move_cancel(gmd_server *server, gmd_dbuffer *b)
 static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
                             gmd_tier tier)
 {
-        Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
-        Gmd__Segment segment = GMD__SEGMENT__INIT, *segments[1] = { &segment };
+        gmd_remap_notice note = { .fd = -1 };
         bool maps = !m->keep_mapping &&
                     placement_owner_maps(m->buffer, mem, tier);
 
         m->seq = ++server->next_remap_seq;
         note.buffer_id = m->buffer->id;
         note.sequence = m->seq;
-        note.tier = (Gmd__Tier)tier;
+        note.tier = tier;
         /* Either way, the owner's mapping of the VRAM side stays. */
         note.keep_mapping = m->keep_mapping;
         if (maps) {
-                segment.fd_index = 0;
-                segment.offset = 0;
-                segment.size = mem->size;
-                note.n_segments = 1;
-                note.segments = segments;
+                note.fd = mem->fd;
+                note.size = mem->size;
                 mem->shared = true;
         }
-        session_send(m->buffer->owner, GMD__MSG_TYPE__MSG_REMAP, 0, &note.base,
-                     maps ? &mem->fd : NULL, maps ? 1 : 0);
+        session_notify_remap(m->buffer->owner, &note);
 }
 
 /* A move that ends without moving (cancelled, failed, or rolled back after
@@ -462,10 +457,10 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                 if (b->tier == GMD_TIER_VRAM)
                         acquirer_grant(b->acquirer);
                 else if (m->copy.status < 0)
-                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
+                        acquirer_fail(b->acquirer, GMD_ERR_INTERNAL,
                                       "copying it back to VRAM failed");
                 else if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
-                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
+                        acquirer_fail(b->acquirer, GMD_ERR_INTERNAL,
                                       "cannot queue its swap-in");
         }
         free(m);
@@ -514,7 +509,7 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                 if (b->tier == GMD_TIER_VRAM)
                         acquirer_grant(b->acquirer);
                 else if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
-                        acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_INTERNAL,
+                        acquirer_fail(b->acquirer, GMD_ERR_INTERNAL,
                                       "cannot queue its swap-in");
         }
         /* The host copy a swap-in came from is kept while the buffer is
@@ -597,28 +592,27 @@ static void move_copy_over(gmd_server *server, gmd_move *m)
 }
 
 static void move_ack(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
-                     gmd_move *m, const Gmd__RemapAck *ack);
+                     gmd_move *m, const gmd_remap_ack *ack);
 
 /* ---- VRAM kept mapped, asked back (reuse.h) ----------------------------- */
 
 int move_ask_unmap(gmd_server *server, gmd_dbuffer *b)
 {
-        Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
+        gmd_remap_notice note = { .fd = -1 };
 
         b->unmap_seq = ++server->next_remap_seq;
         note.buffer_id = b->id;
         note.sequence = b->unmap_seq;
-        note.tier = GMD__TIER__TIER_HOST;
+        note.tier = GMD_TIER_HOST;
         log_debug("buffer %llu: its owner is asked to unmap the VRAM kept "
                   "for it", (unsigned long long)b->id);
-        return session_send(b->owner, GMD__MSG_TYPE__MSG_REMAP, 0, &note.base,
-                            NULL, 0);
+        return session_notify_remap(b->owner, &note);
 }
 
 /* A remap the client could not carry out: it gave the buffer up (its
  * library marks it revoked), so do we. `what` it could not do. */
 static void ack_failed(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
-                       const Gmd__RemapAck *ack, const char *what)
+                       const gmd_remap_ack *ack, const char *what)
 {
         char who[128];
 
@@ -631,7 +625,7 @@ static void ack_failed(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
 /* The owner unmapped the kept VRAM it was asked back (or could not, and
  * gave the buffer up, as after a failed move). */
 static void unmap_acked(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
-                        const Gmd__RemapAck *ack)
+                        const gmd_remap_ack *ack)
 {
         b->unmap_seq = 0;
         reuse_unmapped(&server->reuse, b);
@@ -645,7 +639,7 @@ void move_copy_ended(gmd_server *server, gmd_copy *copy)
         move_copy_over(server, container_of(copy, gmd_move, copy));
 }
 
-gmd_outcome move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ack,
+gmd_outcome move_handle_ack(gmd_session *s, uint32_t id, const gmd_remap_ack *ack,
                             gmd_result *ret)
 {
         gmd_server *server = s->server;
@@ -659,7 +653,7 @@ gmd_outcome move_handle_ack(gmd_session *s, uint32_t id, const Gmd__RemapAck *ac
 }
 
 static void move_ack(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
-                     gmd_move *m, const Gmd__RemapAck *ack)
+                     gmd_move *m, const gmd_remap_ack *ack)
 {
         if (b && b->unmap_seq && b->unmap_seq == ack->sequence) {
                 unmap_acked(server, s, b, ack);
@@ -699,7 +693,7 @@ static void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
         gmd_move *m = b->move;
 
         if (b->acquirer)
-                acquirer_fail(b->acquirer, GMD__ERROR_CODE__ERR_NOT_FOUND,
+                acquirer_fail(b->acquirer, GMD_ERR_NOT_FOUND,
                               "freed while an acquire waited for it");
         if (b->move_waiter) {
                 waitq_drop(b->move_waiter);
@@ -792,7 +786,7 @@ static void acquire_start(gmd_server *server, gmd_dbuffer *b, gmd_acquirer *a)
                 waitq_set_rank(b->move_waiter, WAITQ_SWAP_IN);
         } else if (!b->move && b->tier == GMD_TIER_HOST) {
                 if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
-                        acquirer_fail(a, GMD__ERROR_CODE__ERR_INTERNAL,
+                        acquirer_fail(a, GMD_ERR_INTERNAL,
                                       "cannot queue its swap-in");
         }
         /* else: a move out awaits its ack; move_finish swaps it back in. */
@@ -805,7 +799,7 @@ gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
         gmd_acquirer *a;
 
         if (b->acquired || b->acquirer)
-                return result_error(ret, GMD__ERROR_CODE__ERR_BUSY,
+                return result_error(ret, GMD_ERR_BUSY,
                                     "buffer %llu is already acquired%s",
                                     (unsigned long long)b->id,
                                     b->acquirer ? " (an acquire waits for it)" : "");
@@ -824,7 +818,7 @@ gmd_outcome move_acquire(gmd_session *s, uint32_t id, gmd_dbuffer *b,
         }
         a = acquirer_new(server->loop, s, b);
         if (!a)
-                return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                return result_error(ret, GMD_ERR_INTERNAL,
                                     "out of memory");
         a->request_id = id;
         a->timeout_ms = timeout_ms;

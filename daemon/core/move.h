@@ -65,7 +65,6 @@
 
 #include "acquirer.h"
 #include "copyq.h"
-#include "gpumem.pb-c.h"
 #include "list.h"
 #include "result.h"
 #include "waitq.h"
@@ -73,6 +72,15 @@
 typedef struct gmd_dbuffer gmd_dbuffer;
 typedef struct gmd_server gmd_server;
 typedef struct gmd_session gmd_session;
+
+/* A client's answer to a remap notice (MSG_REMAP_ACK's fields, decoded
+ * by request.c). */
+typedef struct gmd_remap_ack {
+        uint64_t buffer_id;
+        uint64_t sequence;          /* the notice's */
+        int32_t result;             /* 0, or a negative errno: it could
+                                     * not map the new backing */
+} gmd_remap_ack;
 
 typedef enum move_state {
         MOVE_COPYING,
@@ -178,7 +186,7 @@ int move_ask_unmap(gmd_server *server, gmd_dbuffer *buffer);
 
 /* MSG_REMAP_ACK, a notification (OUTCOME_NONE). */
 gmd_outcome move_handle_ack(gmd_session *session, uint32_t request_id,
-                            const Gmd__RemapAck *ack, gmd_result *ret);
+                            const gmd_remap_ack *ack, gmd_result *ret);
 
 /* Free `buffer` (buffer_free), settling its move and acquirer first: an
  * acquire waiting for it is told, a swap-in waiting for VRAM is dropped,

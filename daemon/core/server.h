@@ -104,6 +104,9 @@ typedef struct gmd_server {
          * released). */
         void (*on_packet)(gmd_session *session, gmd_wire_packet *packet);
         void (*on_session_closed)(gmd_session *session);
+        /* And what the core tells a client outside any request
+         * (session.h). */
+        const struct gmd_session_ops *session_ops;
 
         bool stopping;
         /* Receive and encode scratch: one loop thread, so one of each. */

@@ -373,6 +373,16 @@ void session_close_after_answers(gmd_session *s, const char *reason)
         answers_close_after(&s->answers, reason);
 }
 
+int session_notify_remap(gmd_session *s, const gmd_remap_notice *notice)
+{
+        return s->server->session_ops->notify_remap(s, notice);
+}
+
+int session_notify_reclaim(gmd_session *s, unsigned device, uint64_t bytes)
+{
+        return s->server->session_ops->notify_reclaim(s, device, bytes);
+}
+
 void session_protocol_error(gmd_session *s, const char *what, uint16_t type)
 {
         char why[128];

@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "answers.h"
+#include "gpumem.h"
 #include "list.h"
 #include "parking.h"
 #include "quota.h"
@@ -27,6 +28,33 @@
 #include "waits.h"
 
 typedef struct gmd_server gmd_server;
+typedef struct gmd_session gmd_session;
+
+/* A buffer's backing changed, or VRAM kept mapped for it is asked back
+ * (move.h): what its owner is told to map, outside any request. */
+typedef struct gmd_remap_notice {
+        uint64_t buffer_id;
+        uint64_t sequence;          /* the owner's ack names it */
+        gmd_tier tier;
+        bool keep_mapping;          /* the VRAM side stays mapped */
+        int fd;                     /* the backing to map, or -1: none */
+        uint64_t size;              /* its bytes, where fd >= 0 */
+} gmd_remap_notice;
+
+/*
+ * What the core tells a client outside any request. The core decides
+ * what is said and when; the layer that speaks the protocol says it
+ * (lifecycle.c registers request.c's, server->session_ops), so no core
+ * file builds a message. Each returns as session_send: 0, or a negative
+ * errno (the session is then closing).
+ */
+typedef struct gmd_session_ops {
+        int (*notify_remap)(gmd_session *session,
+                            const gmd_remap_notice *notice);
+        /* Ask for `bytes` of what it parked on `device` (parking.h). */
+        int (*notify_reclaim)(gmd_session *session, unsigned device,
+                              uint64_t bytes);
+} gmd_session_ops;
 
 typedef struct gmd_session {
         gmd_server *server;
@@ -169,6 +197,13 @@ static inline bool session_same_process(const gmd_session *a,
 {
         return a == b || (a->pid > 0 && a->pid == b->pid);
 }
+
+/* Tell the session's client what `notice` says (gmd_session_ops). */
+int session_notify_remap(gmd_session *session, const gmd_remap_notice *notice);
+
+/* Ask the session's client for `bytes` parked on `device`. */
+int session_notify_reclaim(gmd_session *session, unsigned device,
+                           uint64_t bytes);
 
 /* "client 3 (pid 1234, uid 1000, trainer)" for log lines. */
 const char *session_describe(const gmd_session *session, char *buf, size_t len);

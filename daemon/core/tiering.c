@@ -26,7 +26,7 @@
 #define TIERING_MAX_IDS 8192
 
 gmd_outcome tiering_handle_acquire(gmd_session *s, uint32_t id,
-                                   const Gmd__AcquireRequest *m, gmd_result *ret)
+                                   const gmd_acquire_ask *m, gmd_result *ret)
 {
         const uint32_t known = GMD_ACQUIRE_READ_ONLY | GMD_ACQUIRE_YIELD;
         gmd_dbuffer *b = buffer_find(s->server, s, m->buffer_id);
@@ -34,11 +34,11 @@ gmd_outcome tiering_handle_acquire(gmd_session *s, uint32_t id,
         gmd_loan *loan;
 
         if (m->flags & ~known)
-                return result_error(ret, GMD__ERROR_CODE__ERR_INVALID,
+                return result_error(ret, GMD_ERR_INVALID,
                                     "unknown acquire flags 0x%x",
                                     m->flags & ~known);
         if (!b || b->parked)
-                return result_error(ret, GMD__ERROR_CODE__ERR_NOT_FOUND,
+                return result_error(ret, GMD_ERR_NOT_FOUND,
                                     "no buffer %llu belongs to this client",
                                     (unsigned long long)m->buffer_id);
         o = move_acquire(s, id, b, m->timeout_ms,
@@ -58,35 +58,35 @@ static gmd_dbuffer **named_buffers(gmd_session *s, const uint64_t *ids, size_t n
         gmd_dbuffer **out;
 
         if (n > TIERING_MAX_IDS) {
-                result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                result_error(ret, GMD_ERR_LIMIT,
                              "at most %d buffers per request", TIERING_MAX_IDS);
                 return NULL;
         }
         out = calloc(n ? n : 1, sizeof(*out));
         if (!out) {
-                result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL, "out of memory");
+                result_error(ret, GMD_ERR_INTERNAL, "out of memory");
                 return NULL;
         }
         for (size_t i = 0; i < n; i++) {
                 gmd_dbuffer *b = buffer_find(s->server, s, ids[i]);
                 const char *why = NULL;
-                int code = GMD__ERROR_CODE__ERR_INVALID;
+                int code = GMD_ERR_INVALID;
 
                 if (!b || b->parked) {
-                        code = GMD__ERROR_CODE__ERR_NOT_FOUND;
+                        code = GMD_ERR_NOT_FOUND;
                         why = "does not belong to this client";
                 } else if (placement_pinned(b)) {
                         why = "cannot move (PIN_VRAM or legacy IPC)";
                 } else if (b->acquirer) {
-                        code = GMD__ERROR_CODE__ERR_BUSY;
+                        code = GMD_ERR_BUSY;
                         why = "has an acquire waiting for it";
                 } else if (for_pageout && !placement_pageout_allowed(b, &why)) {
                         /* SPILLABLE too: its owner may write it at any
                          * moment, and no copy can hold what is written
                          * after it (placement.h). */
-                        code = GMD__ERROR_CODE__ERR_BUSY;
+                        code = GMD_ERR_BUSY;
                 } else if (!for_pageout && b->acquired) {
-                        code = GMD__ERROR_CODE__ERR_BUSY;
+                        code = GMD_ERR_BUSY;
                         why = "is acquired where it is: release it, and the "
                               "next acquire brings it to VRAM";
                 }
@@ -106,7 +106,7 @@ static bool can_move(gmd_session *s, gmd_result *ret)
 {
         if (server_can_move(s->server))
                 return true;
-        result_error(ret, GMD__ERROR_CODE__ERR_UNSUPPORTED,
+        result_error(ret, GMD_ERR_UNSUPPORTED,
                      "the %s backend cannot move buffers between VRAM and "
                      "host memory yet", s->server->backend->ops->name);
         return false;
@@ -128,7 +128,7 @@ static gmd_outcome host_full_error(gmd_session *s, gmd_result *ret)
         gmd_pool *host = &s->server->host_pool;
         char f[32], c[32], p[32];
 
-        return result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+        return result_error(ret, GMD_ERR_NO_MEMORY,
                             "not enough host memory to page out: the host pool "
                             "has %s free of %s, and %s is pinned (host arena "
                             "included); raise [pools] host_limit (--host-limit)",
@@ -173,7 +173,7 @@ static bool pageout_within_quota(gmd_session *s, uint64_t bytes, gmd_result *ret
         }
         if (quota_check(&s->limits, s->uid, &u, bytes, GMD_TIER_HOST, &why) == QUOTA_OK)
                 return true;
-        result_error(ret, GMD__ERROR_CODE__ERR_QUOTA,
+        result_error(ret, GMD_ERR_QUOTA,
                      "cannot page out %llu bytes: %s (a pageout counts against the "
                      "host quota; free buffers on host memory, or page out fewer)",
                      (unsigned long long)bytes, why.text);
@@ -200,7 +200,7 @@ int tiering_pageout_all(gmd_session *s, move_class cls)
 }
 
 gmd_outcome tiering_handle_pageout(gmd_session *s, uint32_t id,
-                                   const Gmd__MoveRequest *m, gmd_result *ret)
+                                   const gmd_buffers_ask *m, gmd_result *ret)
 {
         gmd_dbuffer **bufs;
         int r = 0;
@@ -242,7 +242,7 @@ gmd_outcome tiering_handle_pageout(gmd_session *s, uint32_t id,
         if (r == -ENOSPC)
                 return host_full_error(s, ret);
         if (r < 0)
-                return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+                return result_error(ret, GMD_ERR_INTERNAL,
                                     "cannot start the move: %s", strerror(-r));
         return OUTCOME_OK;
 }
@@ -275,7 +275,7 @@ static int prefetch_one(gmd_server *server, gmd_dbuffer *b)
  * is until acquired, as after any prefetch the daemon could not serve.
  */
 gmd_outcome tiering_handle_prefetch(gmd_session *s, uint32_t id,
-                                    const Gmd__MoveRequest *m, gmd_result *ret)
+                                    const gmd_buffers_ask *m, gmd_result *ret)
 {
         gmd_dbuffer **bufs = NULL;
         gmd_list *pos, *tmp;
@@ -364,7 +364,7 @@ static gmd_outcome wait_result(gmd_move_wait *w, gmd_result *ret)
         }
         if (!failed)
                 return OUTCOME_OK;
-        return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL,
+        return result_error(ret, GMD_ERR_INTERNAL,
                             "moving buffer %llu failed (%s); it stays on %s, "
                             "intact (the daemon's log has the cause)",
                             (unsigned long long)failed->id, strerror(-error),
@@ -373,7 +373,7 @@ static gmd_outcome wait_result(gmd_move_wait *w, gmd_result *ret)
 
 static gmd_outcome wait_timed_out(const gmd_move_wait *w, gmd_result *ret)
 {
-        return result_error(ret, GMD__ERROR_CODE__ERR_TIMED_OUT,
+        return result_error(ret, GMD_ERR_TIMED_OUT,
                             "moves still under way after %lld ms",
                             (long long)w->timeout_ms);
 }
@@ -398,23 +398,23 @@ static void wait_expire(gmd_move_wait *w)
 }
 
 gmd_outcome tiering_handle_wait(gmd_session *s, uint32_t id,
-                                const Gmd__WaitRequest *m, gmd_result *ret)
+                                const gmd_buffers_ask *m, gmd_result *ret)
 {
         gmd_move_wait *w;
         int r;
 
         if (m->n_buffer_ids > TIERING_MAX_IDS)
-                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                return result_error(ret, GMD_ERR_LIMIT,
                                     "at most %d buffers per request", TIERING_MAX_IDS);
         if (s->waits.n >= s->server->config.max_waiting_per_client)
-                return result_error(ret, GMD__ERROR_CODE__ERR_LIMIT,
+                return result_error(ret, GMD_ERR_LIMIT,
                                     "this client already has %u waits pending, the "
                                     "most [limits] max_waiting_per_client allows",
                                     s->waits.n);
         r = waits_add(&s->waits, s->server->loop, s, id, m->buffer_ids,
                       m->n_buffer_ids, m->timeout_ms, wait_expire, &w);
         if (r < 0)
-                return result_error(ret, GMD__ERROR_CODE__ERR_INTERNAL, "out of memory");
+                return result_error(ret, GMD_ERR_INTERNAL, "out of memory");
         /* Met already, or no time to wait: answered as any request is. */
         if (wait_met(w)) {
                 gmd_outcome outcome = wait_result(w, ret);

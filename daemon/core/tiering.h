@@ -12,26 +12,38 @@
 #include <uv.h>
 
 #include "copyq.h"
-#include "gpumem.pb-c.h"
 #include "list.h"
 #include "result.h"
 #include "waits.h"
 
 typedef struct gmd_session gmd_session;
 
+/* The requests below, as request.c decoded them: only their fields. */
+typedef struct gmd_acquire_ask {            /* MSG_ACQUIRE */
+        uint64_t buffer_id;
+        int64_t timeout_ms;
+        uint32_t flags;                     /* GMD_ACQUIRE_* */
+} gmd_acquire_ask;
+
+typedef struct gmd_buffers_ask {            /* MSG_PAGEOUT, _PREFETCH, _WAIT */
+        size_t n_buffer_ids;
+        const uint64_t *buffer_ids;
+        int64_t timeout_ms;                 /* MSG_WAIT's */
+} gmd_buffers_ask;
+
 /* MSG_ACQUIRE, MSG_PAGEOUT, MSG_PREFETCH, MSG_WAIT: their outcomes
  * (result.h). */
 gmd_outcome tiering_handle_acquire(gmd_session *session, uint32_t request_id,
-                                   const Gmd__AcquireRequest *request,
+                                   const gmd_acquire_ask *request,
                                    gmd_result *ret);
 gmd_outcome tiering_handle_pageout(gmd_session *session, uint32_t request_id,
-                                   const Gmd__MoveRequest *request,
+                                   const gmd_buffers_ask *request,
                                    gmd_result *ret);
 gmd_outcome tiering_handle_prefetch(gmd_session *session, uint32_t request_id,
-                                    const Gmd__MoveRequest *request,
+                                    const gmd_buffers_ask *request,
                                     gmd_result *ret);
 gmd_outcome tiering_handle_wait(gmd_session *session, uint32_t request_id,
-                                const Gmd__WaitRequest *request, gmd_result *ret);
+                                const gmd_buffers_ask *request, gmd_result *ret);
 
 /* Move every released buffer of the session to host memory (admin evict,
  * whole-client pageout). Returns how many moves started, or the error of

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "gpumem.pb-c.h"
 #include "log.h"
 #include "pool.h"
 #include "server.h"
@@ -138,7 +137,7 @@ static void vram_sentence(gmd_server *server, unsigned device, uint64_t size,
         const gmd_pool *pool = &server->vram_pools[device];
         char asked[32], pfree[32], gfree[32], out[32], name[32];
 
-        result_error(ret, GMD__ERROR_CODE__ERR_NO_MEMORY,
+        result_error(ret, GMD_ERR_NO_MEMORY,
                      "%s: the pool has %s free but the GPU has only %s free, "
                      "not enough for %s: %s is held outside gpu-memd (freed "
                      "buffers whose fds a client keeps, or processes not "

@@ -165,6 +165,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
 
         server->on_packet = request_handle;
         server->on_session_closed = session_release;
+        server->session_ops = &request_session_ops;
         server->n_devices = backend->ops->device_count(backend);
         if (server->n_devices > GMD_MAX_DEVICES) {
                 log_warning("%u devices: serving the first %d", server->n_devices,

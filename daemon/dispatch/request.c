@@ -29,9 +29,32 @@
 #include "parking.h"
 #include "server.h"
 #include "session.h"
+#include "stats.h"
 #include "status.h"
 #include "tiering.h"
 #include "timeutil.h"
+
+/* The layers below know the protocol's error codes by their own names
+ * (result.h), with the same values: a result's code is the reply's. */
+#define SAME_CODE(name) \
+        _Static_assert((int)GMD_ERR_##name == (int)GMD__ERROR_CODE__ERR_##name, \
+                       "result.h's GMD_ERR_" #name " is the protocol's")
+SAME_CODE(NONE);
+SAME_CODE(INVALID);
+SAME_CODE(NO_MEMORY);
+SAME_CODE(TOO_LARGE);
+SAME_CODE(NOT_FOUND);
+SAME_CODE(PERMISSION);
+SAME_CODE(QUOTA);
+SAME_CODE(BUSY);
+SAME_CODE(UNSUPPORTED);
+SAME_CODE(VERSION);
+SAME_CODE(INTERNAL);
+SAME_CODE(TIMED_OUT);
+SAME_CODE(SHUTTING_DOWN);
+SAME_CODE(LIMIT);
+_Static_assert(GMD__ERROR_CODE__ERR_LIMIT + 1 <= GMD_STATS_ERROR_CODES,
+               "stats.h counts every error code");
 
 /* Keep printable ASCII of a client-chosen name; it ends up in logs. */
 static void copy_name(char *dst, size_t len, const char *src)
@@ -404,6 +427,109 @@ static gmd_outcome handle_return(gmd_session *s, uint32_t id,
         return OUTCOME_NONE;
 }
 
+/* ---- requests the core handles: their fields, in its own terms -------- */
+
+static gmd_outcome handle_alloc(gmd_session *s, uint32_t id,
+                                const Gmd__AllocRequest *m, gmd_result *ret)
+{
+        gmd_alloc_ask ask = {
+                .size = m->size, .device = m->device, .flags = m->flags,
+                .timeout_ms = m->timeout_ms,
+        };
+
+        return alloc_handle(s, id, &ask, ret);
+}
+
+static gmd_outcome handle_acquire(gmd_session *s, uint32_t id,
+                                  const Gmd__AcquireRequest *m, gmd_result *ret)
+{
+        gmd_acquire_ask ask = {
+                .buffer_id = m->buffer_id, .timeout_ms = m->timeout_ms,
+                .flags = m->flags,
+        };
+
+        return tiering_handle_acquire(s, id, &ask, ret);
+}
+
+static gmd_outcome handle_pageout(gmd_session *s, uint32_t id,
+                                  const Gmd__MoveRequest *m, gmd_result *ret)
+{
+        gmd_buffers_ask ask = {
+                .n_buffer_ids = m->n_buffer_ids, .buffer_ids = m->buffer_ids,
+        };
+
+        return tiering_handle_pageout(s, id, &ask, ret);
+}
+
+static gmd_outcome handle_prefetch(gmd_session *s, uint32_t id,
+                                   const Gmd__MoveRequest *m, gmd_result *ret)
+{
+        gmd_buffers_ask ask = {
+                .n_buffer_ids = m->n_buffer_ids, .buffer_ids = m->buffer_ids,
+        };
+
+        return tiering_handle_prefetch(s, id, &ask, ret);
+}
+
+static gmd_outcome handle_wait(gmd_session *s, uint32_t id,
+                               const Gmd__WaitRequest *m, gmd_result *ret)
+{
+        gmd_buffers_ask ask = {
+                .n_buffer_ids = m->n_buffer_ids, .buffer_ids = m->buffer_ids,
+                .timeout_ms = m->timeout_ms,
+        };
+
+        return tiering_handle_wait(s, id, &ask, ret);
+}
+
+static gmd_outcome handle_remap_ack(gmd_session *s, uint32_t id,
+                                    const Gmd__RemapAck *m, gmd_result *ret)
+{
+        gmd_remap_ack ack = {
+                .buffer_id = m->buffer_id, .sequence = m->sequence,
+                .result = m->result,
+        };
+
+        return move_handle_ack(s, id, &ack, ret);
+}
+
+/* ---- what the core tells a client outside any request (session.h) ---- */
+
+static int notify_remap(gmd_session *s, const gmd_remap_notice *n)
+{
+        Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT;
+        Gmd__Segment segment = GMD__SEGMENT__INIT, *segments[1] = { &segment };
+
+        note.buffer_id = n->buffer_id;
+        note.sequence = n->sequence;
+        note.tier = (Gmd__Tier)n->tier;
+        note.keep_mapping = n->keep_mapping;
+        if (n->fd >= 0) {
+                segment.fd_index = 0;
+                segment.offset = 0;
+                segment.size = n->size;
+                note.n_segments = 1;
+                note.segments = segments;
+        }
+        return session_send(s, GMD__MSG_TYPE__MSG_REMAP, 0, &note.base,
+                            n->fd >= 0 ? &n->fd : NULL, n->fd >= 0 ? 1 : 0);
+}
+
+static int notify_reclaim(gmd_session *s, unsigned device, uint64_t bytes)
+{
+        Gmd__ReclaimNotify note = GMD__RECLAIM_NOTIFY__INIT;
+
+        note.device = device;
+        note.bytes = bytes;
+        return session_send(s, GMD__MSG_TYPE__MSG_RECLAIM, 0, &note.base,
+                            NULL, 0);
+}
+
+const gmd_session_ops request_session_ops = {
+        .notify_remap = notify_remap,
+        .notify_reclaim = notify_reclaim,
+};
+
 /* One row per request type: how to decode it and what to do with it. */
 typedef gmd_outcome (*handler_fn)(gmd_session *s, uint32_t id, const void *msg,
                                   gmd_result *ret);
@@ -427,15 +553,15 @@ static gmd_outcome handle_status(gmd_session *s, uint32_t id,
 
 static const request_type request_types[] = {
         ROW(MSG_HELLO, gmd__hello__descriptor, handle_hello, false, true),
-        ROW(MSG_ALLOC, gmd__alloc_request__descriptor, alloc_handle, true, true),
+        ROW(MSG_ALLOC, gmd__alloc_request__descriptor, handle_alloc, true, true),
         ROW(MSG_FREE, gmd__buffer_request__descriptor, handle_free, true, true),
-        ROW(MSG_ACQUIRE, gmd__acquire_request__descriptor, tiering_handle_acquire, true, true),
+        ROW(MSG_ACQUIRE, gmd__acquire_request__descriptor, handle_acquire, true, true),
         ROW(MSG_RELEASE, gmd__buffer_request__descriptor, handle_release, true, true),
         ROW(MSG_STATUS, gmd__status_request__descriptor, handle_status, true, true),
-        ROW(MSG_REMAP_ACK, gmd__remap_ack__descriptor, move_handle_ack, true, false),
-        ROW(MSG_PAGEOUT, gmd__move_request__descriptor, tiering_handle_pageout, true, true),
-        ROW(MSG_PREFETCH, gmd__move_request__descriptor, tiering_handle_prefetch, true, true),
-        ROW(MSG_WAIT, gmd__wait_request__descriptor, tiering_handle_wait, true, true),
+        ROW(MSG_REMAP_ACK, gmd__remap_ack__descriptor, handle_remap_ack, true, false),
+        ROW(MSG_PAGEOUT, gmd__move_request__descriptor, handle_pageout, true, true),
+        ROW(MSG_PREFETCH, gmd__move_request__descriptor, handle_prefetch, true, true),
+        ROW(MSG_WAIT, gmd__wait_request__descriptor, handle_wait, true, true),
         ROW(MSG_ADMIN, gmd__admin_request__descriptor, admin_handle, true, true),
         ROW(MSG_PARK, gmd__buffer_list__descriptor, handle_park, true, false),
         ROW(MSG_UNPARK, gmd__buffer_list__descriptor, handle_unpark, true, false),

@@ -15,6 +15,10 @@
 typedef struct gmd_session gmd_session;
 typedef struct gmd_dbuffer gmd_dbuffer;
 
+/* What the core tells a client outside any request, as protocol
+ * messages (session.h): lifecycle.c registers it on the server. */
+extern const struct gmd_session_ops request_session_ops;
+
 /* Handle one received packet. Takes ownership of its fds. */
 void request_handle(gmd_session *session, gmd_wire_packet *packet);
 
