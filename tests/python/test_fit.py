@@ -1,7 +1,8 @@
 """test_fit — gpumem.torch.fit and its planner.
   Planner   (no torch, no daemon) everything that fits is kept; a plan
             frees what the room needs; offloads go to the early blocks
-            when the link hides them and not when it does not; never
+            when the link hides them and not when it does not, nor when
+            a block is larger than the daemon's room for it; never
             predicted dearer than checkpointing, over random profiles;
             recompute only when offload is off; a room too short says so;
             the link simulation's waits on hand-checked cases
@@ -65,6 +66,16 @@ class Planner(unittest.TestCase):
         self.assertEqual(plan.count(RECOMPUTE), 4, plan.summary())
         self.assertEqual(plan.count(OFFLOAD), 0, plan.summary())
         self.assertAlmostEqual(plan.cost_s, 0.04)
+
+    def test_offload_most(self):
+        # blocks larger than the daemon's room for one coming back are
+        # recomputed instead
+        plan = planner.make_plan(blocks(8), 500 * MiB, 50e9, 50e9,
+                                 offload_most=50 * MiB)
+        self.assertEqual(plan.count(OFFLOAD), 0)
+        plan = planner.make_plan(blocks(8), 500 * MiB, 50e9, 50e9,
+                                 offload_most=100 * MiB)
+        self.assertGreater(plan.count(OFFLOAD), 0)
 
     def test_offload_off(self):
         plan = planner.make_plan(blocks(8), 500 * MiB, 50e9, 50e9,

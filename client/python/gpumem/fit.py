@@ -42,6 +42,9 @@ from .planner import KEEP, OFFLOAD, RECOMPUTE
 REPLAN_CHANGE = 0.1      # a plan is redone when room or times move by this
 MARGIN = 0.05            # of the budget, left for fragmentation
 OFFLOAD_MIN_BYTES = 1 << 20
+# An offloaded block's saved tensors come back together into the daemon's
+# VRAM pool, beside the prefetch of the next: each at most this share of it
+STAGING_SHARE = 3
 
 
 def _tensors(value):
@@ -80,6 +83,7 @@ class Fitter:
         self.names = [self._name(m) for m in self.blocks]
         self.device = self._device(model)
         self.cuda = self.device.type == "cuda"
+        self._staging = 0           # the daemon's VRAM pool, bytes
         self.offloader = self._offloader(client) if offload else None
         self.plan = None
         self.history = []
@@ -132,7 +136,12 @@ class Fitter:
         cuda_backend = client.backend != "sim"
         if cuda_backend != (self.device.type == "cuda"):
             return None
-        return Offloader(client, min_bytes=OFFLOAD_MIN_BYTES)
+        # the daemon's VRAM pool is where offloaded tensors come back
+        # into: a block's worth and the prefetch of the next must fit it
+        from . import lead as _lead
+        self._staging = _lead.vram_capacity(client, self.device.index or 0)
+        lead = self._staging // STAGING_SHARE if self._staging else None
+        return Offloader(client, min_bytes=OFFLOAD_MIN_BYTES, lead=lead)
 
     # ---- the blocks' forward ----------------------------------------------
 
@@ -283,7 +292,11 @@ class Fitter:
             return
         link_out, link_in = self._link()
         plan = _planner.make_plan(profiles, int(room), link_out, link_in,
-                                  offload=self.offloader is not None)
+                                  lead=self._staging // STAGING_SHARE
+                                  if self._staging else None,
+                                  offload=self.offloader is not None,
+                                  offload_most=self._staging // STAGING_SHARE
+                                  if self._staging else None)
         with self._lock:
             self.plan = plan
             self.modes = list(plan.modes)

@@ -192,14 +192,17 @@ def _finish(blocks, modes, room, link_out, link_in, lead, reason):
 
 
 def make_plan(blocks, room_bytes, link_out=0, link_in=0, lead=None,
-              offload=True):
+              offload=True, offload_most=None):
     """The plan for `blocks` (BlockProfile, forward order) whose saved
     activations must fit `room_bytes` (what the budget leaves once the
     weights, gradients, optimizer state and working memory are counted).
     link_out/link_in: the link's bytes per second each way (0: unknown);
     lead: bytes that may be prefetched at once; offload: False where
     nothing can be offloaded (no daemon, a backend that does not serve the
-    tensors). Always returns a plan: where even recomputing every block
+    tensors); offload_most: the most bytes one offloaded block may save
+    (its saved tensors come back together in the backward pass, into the
+    daemon's VRAM: a block larger than the room for them there would
+    wait for ever; None: no bound). Always returns a plan: where even recomputing every block
     does not fit, the plan recomputes every block (and offloads where that
     frees more) and its reason says the room is short."""
     n = len(blocks)
@@ -215,6 +218,9 @@ def make_plan(blocks, room_bytes, link_out=0, link_in=0, lead=None,
         best = None
         for i, b in enumerate(blocks):
             for mode in allowed:
+                if (mode == OFFLOAD and offload_most is not None
+                        and b.saved_bytes > offload_most):
+                    continue
                 gain = _freed(b, mode) - _freed(b, modes[i])
                 if gain <= 0:
                     continue
