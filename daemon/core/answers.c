@@ -65,7 +65,7 @@ int answers_hold(gmd_answers *q, uint16_t type, uint32_t request_id,
 
         if (q->closed || q->close_after)
                 return -ECONNRESET;
-        if (n_fds > GMD_WIRE_MAX_FDS)
+        if (n_fds > GMD_ANSWER_MAX_FDS)
                 return -EINVAL;
         a = calloc(1, sizeof(*a) + length);
         if (!a)

@@ -32,7 +32,10 @@
 #include "list.h"
 #include "pending.h"
 #include "result.h"
-#include "wire.h"
+
+/* The most fds a held packet carries: one packet's most (wire.h's
+ * GMD_WIRE_MAX_FDS; dispatch/session_io.c checks they agree). */
+#define GMD_ANSWER_MAX_FDS 64u
 
 typedef enum answer_kind {
         ANSWER_OK,          /* an OkReply to request_id */
@@ -58,7 +61,7 @@ typedef struct gmd_answer {
         uint16_t type;
         uint32_t length;
         unsigned n_fds;
-        int fds[GMD_WIRE_MAX_FDS];
+        int fds[GMD_ANSWER_MAX_FDS];
         uint8_t payload[];
 } gmd_answer;
 

@@ -1,16 +1,19 @@
 /*
- * session — one connected client: its socket, identity (SO_PEERCRED), the
- * buffers it owns and the replies waiting to be sent to it.
+ * session — one connected client as the core knows it: its identity
+ * (SO_PEERCRED, read when it connected), its limits, the buffers it owns,
+ * what it waits for and the answers it is owed. Its socket, the packets
+ * the socket could not take yet and the protocol are the dispatch
+ * layer's (dispatch/session_io.h), which embeds this record in its own
+ * and frees both, from uv_close's callback.
  *
- * A session is closed with session_close(), which may be called from inside
- * its own poll callback: it releases the client's buffers and waiters at
- * once, and the memory of the session itself is freed later, from
- * uv_close's callback.
+ * The core never closes a session on the spot: it marks one to be closed
+ * (session_close_later, session_close_after_answers) and the scheduling
+ * pass closes it (session_close, dispatch/session_io.h). From the mark on,
+ * nothing more is read from it or sent to it.
  */
 #ifndef GMD_SESSION_H
 #define GMD_SESSION_H
 
-#include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>
 #include <sys/types.h>
 #include <uv.h>
@@ -56,13 +59,20 @@ typedef struct gmd_session_ops {
                               uint64_t bytes);
 } gmd_session_ops;
 
+/* Who is on the other end of a new connection (SO_PEERCRED and
+ * SO_PEERGROUPS, read by the dispatch layer). */
+typedef struct gmd_peer {
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+        gid_t groups[32];           /* primary first, then supplementary */
+        unsigned n_groups;
+} gmd_peer;
+
 typedef struct gmd_session {
         gmd_server *server;
         gmd_list link;              /* in server->sessions */
         uint64_t id;
-        int fd;
-        uv_poll_t poll;
-        int poll_events;
 
         pid_t pid;
         uid_t uid;
@@ -111,9 +121,6 @@ typedef struct gmd_session {
         gmd_answers answers;        /* replies owed, for the pass to send,
                                      * and packets held behind them
                                      * (answers.h) */
-        gmd_list sendq;             /* packets the socket could not take */
-        unsigned sendq_len;
-        uint64_t sendq_bytes;       /* their payloads (admission.h) */
         bool closing;
         /* To be closed by the server's next check pass (session_close_later):
          * sends are dropped, nothing is read, nothing is freed yet. */
@@ -122,46 +129,38 @@ typedef struct gmd_session {
         gmd_list close_link;        /* in server->close_pending */
 } gmd_session;
 
-/* Take over an accepted socket. */
-int session_new(gmd_server *server, int fd, gmd_session **ret_session);
+/* Fill the record of a new client `peer` of `server` (zeroed by the
+ * caller): its id, limits and empty lists. 0, or -ENOMEM (nothing to
+ * undo). It is not among the server's sessions until session_link. */
+int session_init(gmd_session *session, gmd_server *server,
+                 const gmd_peer *peer);
 
-/* Close the connection, logging `reason` (NULL for an orderly close). Only
- * for code that owns the moment: the session's own callbacks, the
- * server's stop. Anywhere a caller may still use the session's buffers,
- * waits or acquirers afterwards, use session_close_later. */
-void session_close(gmd_session *session, const char *reason);
+/* Count it among the server's sessions and its user's. */
+void session_link(gmd_session *session);
+
+/* Let go of what session_init took (its user's record), as its memory
+ * is freed. */
+void session_fini(gmd_session *session);
+
+/*
+ * The core's half of closing the connection, logging `reason` (NULL for
+ * an orderly close): what the session owned is released (the server's
+ * on_session_closed), what it was owed dropped, and it leaves the
+ * server's sessions. False if it was closing already: nothing done.
+ * session_close (dispatch/session_io.h) calls it, then closes the socket.
+ */
+bool session_end(gmd_session *session, const char *reason);
 
 /* Close the connection from the server's next check pass, after the
  * current callback has returned. Until then the session sends and reads
  * nothing. */
 void session_close_later(gmd_session *session, const char *reason);
 
-/*
- * Send one message: encode `msg` (may be NULL for an empty payload) and
- * attach `fds` (duplicated by the kernel; the caller keeps its own). While
- * answers are owed to the session the packet is held behind them
- * (answers.h) and goes out with them, in the same loop iteration. If the
- * socket is full the packet is queued; a client whose queue passes
- * [limits] max_send_queue packets or max_send_queue_bytes, or whose user's
- * connections together pass max_user_send_queue_bytes, is disconnected.
- * So is one whose packet cannot be sent, held or queued for any other
- * reason (no memory, an fd that cannot be kept, a send error, the peer
- * gone): the protocol has no way to tell it a packet went missing. The
- * close comes later (session_close_later), so the caller may go on using
- * the session. Returns 0, -EMSGSIZE for a packet over the protocol's limit
- * (nothing sent, the session stays: the caller answers with an error),
- * or another negative errno (the session is then closing).
- */
-int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
-                 const ProtobufCMessage *msg, const int *fds, unsigned n_fds);
-
-/* Send a packet held behind the session's answers (answers_take), as it
- * was built. As session_send. */
-int session_send_held(gmd_session *session, const gmd_answer *held);
-
-/* Close the session for a protocol error in a message of `type`. */
-void session_protocol_error(gmd_session *session, const char *what,
-                            uint16_t type);
+/* A packet lost (`what` failed with `err`): the protocol has no way to
+ * say so, and the client would wait for its answer, or for the move its
+ * remap notice announced, forever. So the connection is closed later
+ * instead, which ends all it held. Returns `err`. */
+int session_lost_packet(gmd_session *session, const char *what, int err);
 
 /*
  * Owe the session an answer decided outside the request that asked for it

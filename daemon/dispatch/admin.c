@@ -15,6 +15,7 @@
 #include "request.h"
 #include "server.h"
 #include "session.h"
+#include "session_io.h"
 #include "tiering.h"
 #include "waitq.h"
 

@@ -34,6 +34,7 @@
 #include "reuse.h"
 #include "scheduler.h"
 #include "session.h"
+#include "session_io.h"
 #include "tiering.h"
 #include "timeutil.h"
 #include "vram.h"

@@ -29,6 +29,7 @@
 #include "parking.h"
 #include "server.h"
 #include "session.h"
+#include "session_io.h"
 #include "stats.h"
 #include "status.h"
 #include "tiering.h"

@@ -19,6 +19,7 @@
 #include "request.h"
 #include "server.h"
 #include "session.h"
+#include "session_io.h"
 #include "slice.h"
 #include "tiering.h"
 #include "timeutil.h"

@@ -22,6 +22,7 @@
 #include "gpumem.pb-c.h"
 #include "server.h"
 #include "session.h"
+#include "session_io.h"
 #include "snapshot.h"
 #include "vram.h"
 #include "wire.h"

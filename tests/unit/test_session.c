@@ -29,6 +29,7 @@
 #include "gpumem.pb-c.h"
 #include "server.h"
 #include "session.h"
+#include "session_io.h"
 #include "users.h"
 #include "wire.h"
 
@@ -167,7 +168,7 @@ static void test_unqueued_packet_closes(void **state)
         int r;
 
         note.buffer_id = 7;
-        while (list_empty(&s->sendq)) {
+        while (list_empty(&session_io(s)->sendq)) {
                 assert_int_equal(session_send(s, GMD__MSG_TYPE__MSG_REMAP, 0,
                                               &note.base, NULL, 0), 0);
                 assert_true(++sent < 100000);
