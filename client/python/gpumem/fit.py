@@ -288,6 +288,12 @@ class Fitter:
             if budget != math.inf else math.inf
         room = max(0, room) if room != math.inf else 10 ** 18
         profiles = self.profiles()
+        # a recomputed block's activations come back for its backward
+        # pass, and an offloaded block's all at once: the largest is
+        # working memory the step needs besides what the plan keeps
+        if room != 10 ** 18:
+            room = max(0, room - max((p.saved_bytes for p in profiles),
+                                     default=0))
         if self.plan is not None and not self._moved(room, profiles):
             return
         link_out, link_in = self._link()
