@@ -234,7 +234,7 @@ unsigned gmd_client_device_count(const gmd_client *client);
  * what fits first (a large request does not hold back a small one), a
  * higher priority before a lower one, users taking turns; a request that
  * has waited [limits] wait_hold_ms holds back smaller ones until it fits
- * (README, "quotas and priorities").
+ * (docs/operators.md, "Quotas and priorities").
  *
  * GMD_ALLOC_LEGACY_IPC buffers are opened from a plain CUDA IPC handle:
  * their address is the driver's choice, the daemon cannot move them, and

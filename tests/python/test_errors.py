@@ -224,12 +224,31 @@ class Unprivileged(unittest.TestCase):
              "except gpumem.NotAllowed as e:\n"
              "    print('NotAllowed', isinstance(e, PermissionError), e)\n")
 
+    @staticmethod
+    def readable_copy(folder):
+        """The package and libgpumem copied into `folder` (0755), for a
+        checkout nobody cannot enter (a clone under /root, 0700); the
+        variables that point the child at them."""
+        package = os.path.dirname(os.path.abspath(gpumem.__file__))
+        shutil.copytree(package, os.path.join(folder, "py", "gpumem"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        env = {"PYTHONPATH": os.path.join(folder, "py")}
+        library = os.environ.get("GPUMEM_LIBRARY")
+        if library:
+            env["GPUMEM_LIBRARY"] = shutil.copy(library, folder)
+            os.chmod(env["GPUMEM_LIBRARY"], 0o755)
+        for root, dirs, files in os.walk(env["PYTHONPATH"]):
+            for name in [root] + [os.path.join(root, f) for f in files]:
+                os.chmod(name, 0o755)
+        return env
+
     def test_admin_call_not_allowed(self):
         d = Daemon("[sim]\nvram = 64M\n[daemon]\nsocket_mode = 0666\n")
         self.addCleanup(d.cleanup)
         os.chmod(d.dir, 0o755)
         d.start()
-        env = dict(os.environ, GPU_MEMD_SOCKET=d.socket)
+        env = dict(os.environ, GPU_MEMD_SOCKET=d.socket,
+                   **self.readable_copy(d.dir))
         child = subprocess.Popen(
             with_pdeathsig(["setpriv", "--reuid=65534", "--regid=65534",
                             "--clear-groups", sys.executable, "-c",
