@@ -20,6 +20,7 @@
 #include "scheduler.h"
 #include "lifecycle.h"
 #include "systemd.h"
+#include "wire.h"
 
 typedef struct daemon_state {
         int argc;

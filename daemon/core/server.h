@@ -28,7 +28,6 @@
 #include "users.h"
 #include "vram.h"
 #include "waitq.h"
-#include "wire.h"
 
 typedef struct gmd_session gmd_session;
 
@@ -48,15 +47,10 @@ typedef struct gmd_server {
         uint64_t host_pinned_own;     /* host backings outside the arenas
                                        * (backing.h) */
 
-        int listen_fd;
-        bool listen_fd_owned;         /* false when systemd passed it */
-        bool listening;               /* listen_poll is initialised */
-        uv_poll_t listen_poll;
-        int spare_fd;                 /* /dev/null, given up to refuse a
-                                       * client when out of fds */
-        uv_timer_t accept_timer;      /* accepting again after EMFILE */
-        uv_timer_t sweep_timer;       /* hello deadlines (admission.h) */
-        bool sweep_open;              /* both timers are initialised */
+        /* The socket clients connect to, accepting, and the scratch
+         * their packets are read into: the dispatch layer's
+         * (dispatch/listener.h). */
+        struct gmd_listener *listener;
         uv_prepare_t turn_prepare;    /* a new loop turn (users.h) */
         bool turn_open;
 
@@ -99,19 +93,14 @@ typedef struct gmd_server {
         uint64_t stuck_sum[GMD_MAX_DEVICES];  /* and what it showed */
         struct gmd_metrics *metrics;  /* the metrics endpoint, or NULL */
 
-        /* Set by lifecycle.c, the layer above the sessions: a packet a
-         * session read, and a session that closed (what it owned is to be
-         * released). */
-        void (*on_packet)(gmd_session *session, gmd_wire_packet *packet);
+        /* Set by lifecycle.c, the layer above the sessions: a session
+         * that closed (what it owned is to be released). */
         void (*on_session_closed)(gmd_session *session);
         /* And what the core tells a client outside any request
          * (session.h). */
         const struct gmd_session_ops *session_ops;
 
         bool stopping;
-        /* Receive and encode scratch: one loop thread, so one of each. */
-        uint8_t rx[GMD_WIRE_MAX_PACKET];
-        uint8_t tx[GMD_WIRE_MAX_PAYLOAD];
 } gmd_server;
 
 

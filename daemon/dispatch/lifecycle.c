@@ -1,12 +1,12 @@
 /*
  * lifecycle — the server's life: start-up sizes the pools from what the
- * backend reports and the config asks; the listening socket is a raw fd
- * watched by uv_poll_t so accepted sockets stay plain fds the sessions
- * own; reload applies a new config; stop tells every client and closes
- * every session. It sits above every other daemon module: it wires the
- * session layer to the requests (server->on_packet) and to what a closed
- * session leaves behind (server->on_session_closed), so that sessions know
- * nothing of buffers, moves or waits.
+ * backend reports and the config asks and starts listening (listener.h);
+ * reload applies a new config; stop tells every client and closes every
+ * session. It sits above every other daemon module: it wires the session
+ * layer to the requests (the listener's on_packet), to what the core
+ * tells clients outside requests (server->session_ops) and to what a
+ * closed session leaves behind (server->on_session_closed), so that
+ * sessions know nothing of buffers, moves or waits.
  */
 #include "lifecycle.h"
 
@@ -16,16 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "admission.h"
 #include "backing.h"
 #include "buffer.h"
 #include "gpumem.pb-c.h"
+#include "listener.h"
 #include "loan.h"
 #include "log.h"
 #include "metrics.h"
@@ -41,15 +39,6 @@
 #include "waitq.h"
 
 #define HOST_GRANULARITY (2ull << 20)
-/* Accepting stops this long when the daemon runs out of fds. */
-#define SERVER_ACCEPT_PAUSE_MS 250
-/* Connections taken per loop turn; the rest wait in the listen backlog
- * for the next turn (thousands a second). What taking one costs (accept,
- * the checks, the refusal or the new session) is charged to its user's
- * turn (users.h), so a user's connection flood (each one accepted, and
- * refused past max_clients_per_user) comes out of that user's share of
- * the loop thread, with its requests, not out of everyone's. */
-#define SERVER_ACCEPT_BUDGET 4
 /* How often the driver's free memory is read besides at allocations
  * (core/vram.h); a read costs a few µs. */
 #define VRAM_POLL_MS 5000
@@ -142,10 +131,6 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         server->config = *config;
         server->backend = backend;
         server->start_ms = now_ms();
-        server->listen_fd = -1;
-        /* Kept open so that, out of fds, a connection can still be
-         * accepted to be told why it is refused (server_accept_pause). */
-        server->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         list_init(&server->sessions);
         list_init(&server->buffers);
         list_init(&server->moving);
@@ -164,7 +149,9 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         list_init(&server->answers_due);
         idmap_init(&server->buffers_by_id);
 
-        server->on_packet = request_handle;
+        r = listener_new(server, request_handle, &server->listener);
+        if (r < 0)
+                goto fail;
         server->on_session_closed = session_release;
         server->session_ops = &request_session_ops;
         server->n_devices = backend->ops->device_count(backend);
@@ -256,100 +243,6 @@ static void server_on_maintain(uv_timer_t *timer)
         uv_timer_start(timer, server_on_maintain, left > 0 ? 10 : 250, 0);
 }
 
-static void server_on_accept(uv_poll_t *handle, int status, int events);
-static void server_arm_hello_sweep(gmd_server *server);
-
-static void server_on_accept_resume(uv_timer_t *timer)
-{
-        gmd_server *server = timer->data;
-
-        if (server->listening && !server->stopping)
-                uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
-}
-
-/*
- * accept failed for want of file descriptors. The pending connections
- * would wake the loop again at once (a busy loop that also floods the
- * log), so: refuse the ones waiting now, each with the reason (the spare
- * fd kept for this makes room to accept it), then stop accepting for
- * SERVER_ACCEPT_PAUSE_MS; buffers freed meanwhile give fds back.
- */
-static void server_accept_pause(gmd_server *server, int err)
-{
-        char why[200];
-        struct rlimit rl = { 0, 0 };
-
-        getrlimit(RLIMIT_NOFILE, &rl);
-        snprintf(why, sizeof(why), "gpu-memd has no file descriptor left (%s; its "
-                 "limit is %llu): try again later, or ask the administrator to "
-                 "raise LimitNOFILE or lower [limits] max_buffers_per_user",
-                 strerror(err), (unsigned long long)rl.rlim_cur);
-        log_warning("accept: %s; refusing new connections for %d ms",
-                    strerror(err), SERVER_ACCEPT_PAUSE_MS);
-        server->stats.connections_refused++;
-        for (int i = 0; i < 16 && server->spare_fd >= 0; i++) {
-                int fd;
-
-                close(server->spare_fd);
-                fd = accept4(server->listen_fd, NULL, NULL,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
-                if (fd >= 0)
-                        request_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
-                server->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                if (fd < 0)
-                        break;
-        }
-        uv_poll_stop(&server->listen_poll);
-        uv_timer_start(&server->accept_timer, server_on_accept_resume,
-                       SERVER_ACCEPT_PAUSE_MS, 0);
-}
-
-static void server_on_accept(uv_poll_t *handle, int status, int events)
-{
-        gmd_server *server = handle->data;
-
-        if (status < 0) {
-                log_error("listening socket: %s", uv_strerror(status));
-                return;
-        }
-        for (int i = 0; i < SERVER_ACCEPT_BUDGET; i++) {
-                uint64_t t0 = users_now(&server->users);
-                gmd_session *s;
-                char why[200];
-                uid_t uid;
-                int fd, r;
-
-                fd = accept4(server->listen_fd, NULL, NULL,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
-                if (fd < 0) {
-                        if (errno == EMFILE || errno == ENFILE)
-                                server_accept_pause(server, errno);
-                        else if (errno != EAGAIN && errno != EINTR &&
-                                 errno != ECONNABORTED)
-                                log_error("accept: %s", strerror(errno));
-                        return;
-                }
-                if (admission_check_connect(server, fd, &uid, why, sizeof(why)) < 0) {
-                        log_warning("refusing a connection: %s", why);
-                        server->stats.connections_refused++;
-                        request_refuse(fd, GMD__ERROR_CODE__ERR_LIMIT, why);
-                        /* A user refused for its connections has a record. */
-                        users_charge(users_find(&server->users, uid),
-                                     users_now(&server->users) - t0);
-                        continue;
-                }
-                server->stats.connections++;
-                r = session_new(server, fd, &s);
-                if (r < 0) {
-                        log_error("cannot take a new client: %s", strerror(-r));
-                        close(fd);
-                        continue;
-                }
-                server_arm_hello_sweep(server);
-                users_charge(s->user, users_now(&server->users) - t0);
-        }
-}
-
 /* Every loop iteration, before the loop polls: a new turn (users.h). */
 static void server_on_turn(uv_prepare_t *prepare)
 {
@@ -358,143 +251,16 @@ static void server_on_turn(uv_prepare_t *prepare)
         users_next_turn(&server->users);
 }
 
-static void server_on_hello_sweep(uv_timer_t *timer)
-{
-        gmd_server *server = timer->data;
-        uint64_t next = admission_sweep_hellos(server);
-
-        if (next)
-                uv_timer_start(timer, server_on_hello_sweep, next, 0);
-}
-
-static void server_arm_hello_sweep(gmd_server *server)
-{
-        if (server->sweep_open &&
-            !uv_is_active((uv_handle_t *)&server->sweep_timer))
-                uv_timer_start(&server->sweep_timer, server_on_hello_sweep,
-                               server->config.hello_timeout_ms, 0);
-}
-
-/* Refuse to take over a socket another daemon is serving; remove a stale
- * one left by a daemon that died. */
-static int socket_claim_path(const struct sockaddr_un *addr)
-{
-        struct stat st;
-        int fd, r;
-
-        if (lstat(addr->sun_path, &st) < 0)
-                return errno == ENOENT ? 0 : -errno;
-        if (!S_ISSOCK(st.st_mode)) {
-                log_error("%s exists and is not a socket; remove it or choose "
-                          "another --socket", addr->sun_path);
-                return -EEXIST;
-        }
-        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return -errno;
-        r = connect(fd, (const struct sockaddr *)addr, sizeof(*addr));
-        close(fd);
-        if (r == 0) {
-                log_error("another gpu-memd is serving %s", addr->sun_path);
-                return -EADDRINUSE;
-        }
-        if (unlink(addr->sun_path) < 0)
-                return -errno;
-        return 0;
-}
-
-/* Mode and group of the socket file; a failure is logged, not fatal. */
-static void socket_set_access(const gmd_config *config)
-{
-        if (chmod(config->socket_path, config->socket_mode) < 0)
-                log_warning("chmod %s: %s", config->socket_path, strerror(errno));
-        if (config->socket_gid != (gid_t)-1 &&
-            chown(config->socket_path, (uid_t)-1, config->socket_gid) < 0)
-                log_warning("cannot give %s to group '%s': %s", config->socket_path,
-                            config->socket_group, strerror(errno));
-}
-
-static int socket_create(const gmd_config *config, int *ret_fd)
-{
-        const char *path = config->socket_path;
-        struct sockaddr_un addr = { .sun_family = AF_UNIX };
-        int fd, r;
-
-        if (strlen(path) >= sizeof(addr.sun_path)) {
-                log_error("socket path %s is longer than %zu bytes", path,
-                          sizeof(addr.sun_path) - 1);
-                return -ENAMETOOLONG;
-        }
-        strcpy(addr.sun_path, path);
-        r = socket_claim_path(&addr);
-        if (r < 0)
-                return r;
-        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return -errno;
-        /* Not connectable before listen(), so setting the mode after bind
-         * leaves no window in which the wrong people can connect. */
-        if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-                r = -errno;
-                if (r == -ENOENT) {
-                        const char *slash = strrchr(path, '/');
-                        int dir_len = slash ? (int)(slash - path) : 0;
-
-                        log_error("cannot bind %s: the directory %.*s does not "
-                                  "exist: create it (mkdir -p %.*s; under systemd "
-                                  "the units create /run/gpu-memd) or choose another "
-                                  "--socket, such as ./gpu-memd.sock", path,
-                                  dir_len, path, dir_len, path);
-                } else {
-                        log_error("cannot bind %s: %s", path, strerror(errno));
-                }
-                close(fd);
-                return r;
-        }
-        socket_set_access(config);
-        if (listen(fd, 128) < 0) {
-                r = -errno;
-                log_error("cannot listen on %s: %s", path, strerror(errno));
-                close(fd);
-                return r;
-        }
-        *ret_fd = fd;
-        return 0;
-}
-
 int server_listen(gmd_server *server, int fd)
 {
         int r;
 
-        if (fd >= 0) {
-                server->listen_fd = fd;
-                server->listen_fd_owned = false;
-        } else {
-                r = socket_create(&server->config, &server->listen_fd);
-                if (r < 0)
-                        return r;
-                server->listen_fd_owned = true;
-        }
-        r = uv_poll_init(server->loop, &server->listen_poll, server->listen_fd);
-        if (r < 0)
-                return r;
-        server->listening = true;
-        server->listen_poll.data = server;
-        r = uv_poll_start(&server->listen_poll, UV_READABLE, server_on_accept);
+        r = listener_start(server->listener, fd);
         if (r < 0)
                 return r;
         r = uv_async_init(server->loop, &server->copy_async, server_on_copies);
         if (r < 0)
                 return r;
-        r = uv_timer_init(server->loop, &server->accept_timer);
-        if (r < 0)
-                return r;
-        server->accept_timer.data = server;
-        r = uv_timer_init(server->loop, &server->sweep_timer);
-        if (r < 0)
-                return r;
-        server->sweep_timer.data = server;
-        server->sweep_open = true;
         r = uv_prepare_init(server->loop, &server->turn_prepare);
         if (r < 0)
                 return r;
@@ -544,13 +310,7 @@ void server_stop(gmd_server *server)
         if (server->stopping)
                 return;
         server->stopping = true;
-        if (server->listening)
-                uv_close((uv_handle_t *)&server->listen_poll, NULL);
-        if (server->sweep_open) {
-                server->sweep_open = false;
-                uv_close((uv_handle_t *)&server->accept_timer, NULL);
-                uv_close((uv_handle_t *)&server->sweep_timer, NULL);
-        }
+        listener_stop(server->listener);
         if (server->turn_open) {
                 server->turn_open = false;
                 uv_close((uv_handle_t *)&server->turn_prepare, NULL);
@@ -666,8 +426,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
         }
         pool_resize(&server->host_pool,
                     config_host_limit_bytes(old));
-        if (server->listen_fd_owned)
-                socket_set_access(old);
+        listener_set_access(server->listener, old);
         if (metrics_changed) {
                 server->metrics = metrics_stop(server->metrics);
                 r = metrics_start(server, old->metrics_listen, &server->metrics);
@@ -689,13 +448,7 @@ gmd_server *server_free(gmd_server *server)
 {
         if (!server)
                 return NULL;
-        if (server->listen_fd >= 0) {
-                close(server->listen_fd);
-                if (server->listen_fd_owned)
-                        unlink(server->config.socket_path);
-        }
-        if (server->spare_fd >= 0)
-                close(server->spare_fd);
+        server->listener = listener_free(server->listener);
         idmap_clear(&server->buffers_by_id);
         free(server->devices);
         free(server->vram_pools);

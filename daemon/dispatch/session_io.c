@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "listener.h"
 #include "log.h"
 #include "server.h"
 
@@ -243,7 +244,7 @@ static int session_send_packet(gmd_session *s, uint16_t type,
 int session_send(gmd_session *s, uint16_t type, uint32_t request_id,
                  const ProtobufCMessage *msg, const int *fds, unsigned n_fds)
 {
-        uint8_t *payload = s->server->tx;
+        uint8_t *payload = s->server->listener->tx;
         size_t length = 0;
         int r;
 
@@ -337,7 +338,7 @@ static void session_read(gmd_session *s)
                 char why[160];
                 int r;
 
-                r = gmd_wire_recv(io->fd, s->server->rx, &packet, &reason);
+                r = gmd_wire_recv(io->fd, s->server->listener->rx, &packet, &reason);
                 if (r == -EAGAIN)
                         return;
                 if (r == 0) {
@@ -355,7 +356,7 @@ static void session_read(gmd_session *s)
                         session_close(s, why);
                         return;
                 }
-                s->server->on_packet(s, &packet);
+                s->server->listener->on_packet(s, &packet);
                 /* The session may be closed now; its memory and its user's
                  * record stay until its handle's close callback. */
                 users_charge(user, users_now(users) - t0);

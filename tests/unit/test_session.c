@@ -27,6 +27,7 @@
 
 #include "config.h"
 #include "gpumem.pb-c.h"
+#include "listener.h"
 #include "server.h"
 #include "session.h"
 #include "session_io.h"
@@ -84,7 +85,8 @@ static int setup(void **state)
         list_init(&f->server->close_pending);
         users_init(&f->server->users, QUANTUM_NS);
         f->server->users.clock_ns = fake_clock;
-        f->server->on_packet = on_packet;
+        assert_int_equal(listener_new(f->server, on_packet,
+                                      &f->server->listener), 0);
         f->server->on_session_closed = on_closed;
         for (int i = 0; i < 2; i++) {
                 int sv[2];
@@ -110,6 +112,7 @@ static int teardown(void **state)
         uv_run(&f->loop, UV_RUN_NOWAIT);
         assert_int_equal(f->server->users.n, 0);
         assert_int_equal(uv_loop_close(&f->loop), 0);
+        f->server->listener = listener_free(f->server->listener);
         free(f->server);
         free(f);
         return 0;
