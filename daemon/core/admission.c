@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "log.h"
 #include "evict.h"
@@ -83,26 +82,6 @@ int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
                 return -EUSERS;
         }
         return 0;
-}
-
-void admission_hang_up(int fd)
-{
-        uint8_t drain[64];
-
-        /* Closing with unread packets (the peer's hello) would make the
-         * kernel report ECONNRESET to the peer before it reads our reply.
-         * After the shutdown nothing more can arrive, so drain, then
-         * close. MSG_TRUNC: a packet is dropped whole whatever its size;
-         * fds sent with it are closed by the kernel with the packet
-         * (no MSG_CMSG: none are received). After the shutdown an empty
-         * queue reads as the end of the stream (0), so the drain stops at
-         * the first 0 as at an error: a refusal is a few system calls,
-         * which a connection flood makes thousands of times a second. */
-        shutdown(fd, SHUT_RDWR);
-        for (int i = 0; i < 256; i++)
-                if (recv(fd, drain, sizeof(drain), MSG_DONTWAIT | MSG_TRUNC) <= 0)
-                        break;
-        close(fd);
 }
 
 unsigned admission_buffers_per_user(const gmd_server *server)

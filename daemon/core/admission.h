@@ -18,8 +18,8 @@
  *
  * A refused connection is told why: one ErrorReply with request id 0, then
  * the socket is closed (proto/gpumem.proto, version history). The reply
- * is request.c's to build (request_refuse); closing the socket so the
- * peer reads it is admission_hang_up's.
+ * is request.c's to build and send, and closing the socket so that the
+ * peer reads it too (request_refuse).
  */
 #ifndef GMD_ADMISSION_H
 #define GMD_ADMISSION_H
@@ -40,10 +40,6 @@ typedef struct gmd_session gmd_session;
  */
 int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
                             char *why, size_t len);
-
-/* Close `fd`, a connection refused, once told why (request_refuse) so
- * that its peer still reads the reason. Never blocks. */
-void admission_hang_up(int fd);
 
 /* May session `s` create one more buffer? If not, false, with `ret`
  * saying why (ERR_LIMIT). Over only by what the user's mapping caches

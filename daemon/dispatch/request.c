@@ -17,6 +17,8 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "admin.h"
 #include "admission.h"
@@ -241,6 +243,28 @@ void request_send_answers(gmd_session *s)
                 session_close_later(s, s->answers.close_reason);
 }
 
+/* Close `fd`, a connection refused once told why, so that its peer still
+ * reads the reason. Never blocks. */
+static void refuse_hang_up(int fd)
+{
+        uint8_t drain[64];
+
+        /* Closing with unread packets (the peer's hello) would make the
+         * kernel report ECONNRESET to the peer before it reads our reply.
+         * After the shutdown nothing more can arrive, so drain, then
+         * close. MSG_TRUNC: a packet is dropped whole whatever its size;
+         * fds sent with it are closed by the kernel with the packet
+         * (no MSG_CMSG: none are received). After the shutdown an empty
+         * queue reads as the end of the stream (0), so the drain stops at
+         * the first 0 as at an error: a refusal is a few system calls,
+         * which a connection flood makes thousands of times a second. */
+        shutdown(fd, SHUT_RDWR);
+        for (int i = 0; i < 256; i++)
+                if (recv(fd, drain, sizeof(drain), MSG_DONTWAIT | MSG_TRUNC) <= 0)
+                        break;
+        close(fd);
+}
+
 void request_refuse(int fd, int code, const char *why)
 {
         Gmd__ErrorReply reply = GMD__ERROR_REPLY__INIT;
@@ -255,7 +279,7 @@ void request_refuse(int fd, int code, const char *why)
                 (void)gmd_wire_send(fd, GMD__MSG_TYPE__MSG_ERROR_REPLY, 0, payload,
                                     (uint32_t)n, NULL, 0);
         }
-        admission_hang_up(fd);
+        refuse_hang_up(fd);
 }
 
 static gmd_outcome no_buffer(gmd_result *ret, uint64_t buffer_id)

@@ -41,7 +41,7 @@ void request_answer(gmd_session *session, uint32_t request_id,
 void request_send_answers(gmd_session *session);
 
 /* Tell the peer on a refused connection `fd` why (an ErrorReply of `code`
- * with request id 0), then close `fd` (admission_hang_up). Never blocks. */
+ * with request id 0), then close `fd` so that the peer still reads it. Never blocks. */
 void request_refuse(int fd, int code, const char *why);
 
 #endif
