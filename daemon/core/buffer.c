@@ -58,6 +58,20 @@ static void buffer_account_acquired(gmd_dbuffer *b, int sign)
         }
 }
 
+void buffers_init(gmd_buffers *buffers)
+{
+        list_init(&buffers->all);
+        list_init(&buffers->moving);
+        list_init(&buffers->vram_idle);
+        idmap_init(&buffers->by_id);
+        buffers->next_id = 0;
+}
+
+void buffers_clear(gmd_buffers *buffers)
+{
+        idmap_clear(&buffers->by_id);
+}
+
 int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                gmd_tier tier, uint64_t size, unsigned flags,
                gmd_dbuffer **ret_buffer)
@@ -102,8 +116,8 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         if (r < 0)
                 goto fail_free;
 
-        b->id = ++server->next_buffer_id;
-        r = idmap_put(&server->buffers_by_id, b->id, b);
+        b->id = ++server->buffers.next_id;
+        r = idmap_put(&server->buffers.by_id, b->id, b);
         if (r < 0)
                 goto fail_mem;
 
@@ -115,7 +129,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         b->state = GMD_STATE_RESIDENT;
         b->acquired = true;
         list_add_tail(&owner->buffers, &b->owner_link);
-        list_add_tail(&server->buffers, &b->server_link);
+        list_add_tail(&server->buffers.all, &b->server_link);
         list_init(&b->moving_link);
         list_init(&b->idle_link);
         list_init(&b->host_copy_link);
@@ -158,7 +172,7 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
 {
         buffer_park(b, false);
         buffer_set_last_use(server, b, NULL);
-        idmap_remove(&server->buffers_by_id, b->id);
+        idmap_remove(&server->buffers.by_id, b->id);
         list_remove(&b->owner_link);
         list_remove(&b->server_link);
         list_remove(&b->moving_link);
@@ -191,12 +205,12 @@ void buffer_index(gmd_dbuffer *b)
         if (moving != !list_empty(&b->moving_link)) {
                 list_remove(&b->moving_link);
                 if (moving)
-                        list_add_tail(&server->moving, &b->moving_link);
+                        list_add_tail(&server->buffers.moving, &b->moving_link);
         }
         if (idle != !list_empty(&b->idle_link)) {
                 list_remove(&b->idle_link);
                 if (idle)
-                        list_add_tail(&server->vram_idle, &b->idle_link);
+                        list_add_tail(&server->buffers.vram_idle, &b->idle_link);
         }
 }
 
@@ -247,7 +261,7 @@ unsigned buffer_count_out(const gmd_session *owner, unsigned device,
 
 gmd_dbuffer *buffer_find(gmd_server *server, gmd_session *session, uint64_t id)
 {
-        gmd_dbuffer *b = idmap_get(&server->buffers_by_id, id);
+        gmd_dbuffer *b = idmap_get(&server->buffers.by_id, id);
 
         /* Another client's buffer is as good as absent: a client can only
          * name its own (ARCHITECTURE.md decision 7). */

@@ -12,20 +12,40 @@
 
 #include "backend.h"
 #include "gpumem.h"
+#include "idmap.h"
 #include "list.h"
 #include "pool.h"
 
 typedef struct gmd_server gmd_server;
 typedef struct gmd_session gmd_session;
 
+/* Every live buffer of the server, found by id, and the short lists the
+ * scheduling pass walks instead of all of them (buffer_index). The
+ * server holds one (server->buffers); the buffers link themselves in. */
+typedef struct gmd_buffers {
+        gmd_list all;               /* every live buffer, oldest first */
+        gmd_list moving;            /* those with a move under way, and */
+        gmd_list vram_idle;         /* those released in VRAM */
+        gmd_idmap by_id;
+        uint64_t next_id;           /* the last id given */
+} gmd_buffers;
+
+/* Empty lists, no ids given yet. */
+void buffers_init(gmd_buffers *buffers);
+
+/* Free the index's own memory; the buffers are gone by then. */
+void buffers_clear(gmd_buffers *buffers);
+
 typedef struct gmd_dbuffer {
         uint64_t id;
         gmd_session *owner;
         gmd_list owner_link;        /* in owner->buffers */
-        gmd_list server_link;       /* in server->buffers */
-        gmd_list moving_link;       /* in server->moving while move is set */
-        gmd_list idle_link;         /* in server->vram_idle while released
-                                     * on the VRAM tier (buffer_index) */
+        gmd_list server_link;       /* in gmd_buffers.all */
+        gmd_list moving_link;       /* in gmd_buffers.moving while move
+                                     * is set */
+        gmd_list idle_link;         /* in gmd_buffers.vram_idle while
+                                     * released on the VRAM tier
+                                     * (buffer_index) */
 
         uint64_t size;
         unsigned device;
@@ -83,8 +103,8 @@ void buffer_free(gmd_server *server, gmd_dbuffer *buffer);
 
 /*
  * Keep `buffer` in the server's short lists as its fields say: in
- * server->moving while it has a move, in server->vram_idle while it is
- * not acquired and on the VRAM tier. The scheduling pass reads those
+ * gmd_buffers.moving while it has a move, in gmd_buffers.vram_idle while
+ * it is not acquired and on the VRAM tier. The scheduling pass reads those
  * lists (bytes leaving, eviction victims) instead of every buffer, so
  * what it costs does not grow with the buffers clients hold in use. To
  * be called after any change of `move`, `acquired` or `tier`.

@@ -1,6 +1,6 @@
 /*
  * evict — see evict.h. Victims are chosen fresh on every call from the
- * list of buffers released on the VRAM tier (server->vram_idle, which
+ * list of buffers released on the VRAM tier (server->buffers.vram_idle, which
  * buffer_index keeps in step with leases and tiers): every victim is
  * there, and buffers held in use are not, so a pass with a waiter that
  * nothing can make room for costs what the idle buffers number, not what
@@ -34,7 +34,7 @@ uint64_t evict_idle_bytes(gmd_server *server, unsigned device)
 
         if (!server_can_move(server))
                 return 0;
-        list_for_each(pos, &server->vram_idle) {
+        list_for_each(pos, &server->buffers.vram_idle) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
 
                 if (b->device == device && placement_evictable(b))
@@ -48,7 +48,7 @@ uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid)
         uint64_t bytes = 0;
         gmd_list *pos;
 
-        list_for_each(pos, &server->vram_idle) {
+        list_for_each(pos, &server->buffers.vram_idle) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
 
                 if (b->device == device && b->loan && b->owner->pid == pid &&
@@ -320,14 +320,14 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
 
         *ret_victims = NULL;
         *ret_wait_ms = UINT64_MAX;
-        list_for_each(pos, &server->vram_idle)
+        list_for_each(pos, &server->buffers.vram_idle)
                 cap++;
         if (!cap || !need)
                 return 0;
         victims = calloc(cap, sizeof(*victims));
         if (!victims)
                 return 0;
-        list_for_each(pos, &server->vram_idle) {
+        list_for_each(pos, &server->buffers.vram_idle) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
 
                 if (b->device == device && placement_evictable(b))

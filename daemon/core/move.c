@@ -734,7 +734,7 @@ uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
         uint64_t bytes = 0;
         gmd_list *pos;
 
-        list_for_each(pos, &server->moving) {
+        list_for_each(pos, &server->buffers.moving) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, moving_link);
 
                 if (b->device == device && b->move &&
@@ -748,7 +748,7 @@ bool move_any_on(gmd_server *server, unsigned device)
 {
         gmd_list *pos;
 
-        list_for_each(pos, &server->moving) {
+        list_for_each(pos, &server->buffers.moving) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, moving_link);
 
                 if (b->device == device)

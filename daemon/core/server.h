@@ -17,7 +17,7 @@
 #include "backend.h"
 #include "config.h"
 #include "copyq.h"
-#include "idmap.h"
+#include "buffer.h"
 #include "list.h"
 #include "pending.h"
 #include "pool.h"
@@ -59,14 +59,11 @@ typedef struct gmd_server {
         gmd_users users;              /* per user: counts, turns (users.h) */
         uint64_t next_client_id;
 
-        gmd_list buffers;             /* every live buffer, oldest first */
-        gmd_list moving;              /* those with a move under way, and */
-        gmd_list vram_idle;           /* those released in VRAM (buffer_index) */
-        gmd_list host_copies;         /* those keeping a host copy, oldest
-                                       * first (hostcopy.h) */
+        gmd_buffers buffers;          /* every live buffer, by id, and the
+                                       * pass's short lists (buffer.h) */
+        gmd_list host_copies;         /* buffers keeping a host copy,
+                                       * oldest first (hostcopy.h) */
         uint64_t host_copy_bytes;     /* and the host pool bytes they hold */
-        gmd_idmap buffers_by_id;
-        uint64_t next_buffer_id;
 
         gmd_waitq waitq;              /* VRAM requests waiting (waitq.h) */
         gmd_reuse reuse;              /* VRAM kept for swap-ins (reuse.h) */

@@ -168,7 +168,7 @@ int snapshot_take(const gmd_server *server, unsigned what,
         if (what & SNAPSHOT_BUFFERS) {
                 /* A page is at most `max` long: no walk to count them all. */
                 size_t n = filter && filter->max ? filter->max :
-                           list_length(&server->buffers);
+                           list_length(&server->buffers.all);
 
                 s.buffers = calloc(n ? n : 1, sizeof(*s.buffers));
         }
@@ -193,7 +193,7 @@ int snapshot_take(const gmd_server *server, unsigned what,
         if (s.buffers) {
                 size_t max = filter && filter->max ? filter->max : SIZE_MAX;
 
-                list_for_each(pos, &server->buffers) {
+                list_for_each(pos, &server->buffers.all) {
                         const gmd_dbuffer *b = container_of(pos, gmd_dbuffer,
                                                             server_link);
 

@@ -46,7 +46,7 @@ static void stuck_count(gmd_server *server, unsigned device, stuck_pid *p,
 {
         gmd_list *pos;
 
-        list_for_each(pos, &server->buffers) {
+        list_for_each(pos, &server->buffers.all) {
                 const gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
                 stuck_pid *s;
 

@@ -132,9 +132,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         server->backend = backend;
         server->start_ms = now_ms();
         list_init(&server->sessions);
-        list_init(&server->buffers);
-        list_init(&server->moving);
-        list_init(&server->vram_idle);
+        buffers_init(&server->buffers);
         list_init(&server->host_copies);
         waitq_init(&server->waitq, loop, &server->pending,
                    &scheduler_waitq_ops, server);
@@ -147,7 +145,6 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         server->reuse.ask_timeout_ms = config->reclaim_timeout_ms;
         list_init(&server->close_pending);
         list_init(&server->answers_due);
-        idmap_init(&server->buffers_by_id);
 
         r = listener_new(server, request_handle, &server->listener);
         if (r < 0)
@@ -449,7 +446,7 @@ gmd_server *server_free(gmd_server *server)
         if (!server)
                 return NULL;
         server->listener = listener_free(server->listener);
-        idmap_clear(&server->buffers_by_id);
+        buffers_clear(&server->buffers);
         free(server->devices);
         free(server->vram_pools);
         free(server->copyqs.q);

@@ -45,9 +45,9 @@ static int setup(void **state)
         f->server->backend = &fake_mover;
         f->server->n_devices = 1;
         pool_init(&f->server->host_pool, 0, GMD_TIER_HOST, 1024 * MiB, 2 * MiB);
-        list_init(&f->server->buffers);
-        list_init(&f->server->moving);
-        list_init(&f->server->vram_idle);
+        list_init(&f->server->buffers.all);
+        list_init(&f->server->buffers.moving);
+        list_init(&f->server->buffers.vram_idle);
         f->owner.server = f->server;
         list_init(&f->owner.buffers);
         for (int i = 0; i < N; i++) {
@@ -60,7 +60,7 @@ static int setup(void **state)
                 b->state = GMD_STATE_RESIDENT;
                 b->mem = &fake_vram_mem;
                 b->acquired = true;         /* as buffer_new hands it out */
-                list_add_tail(&f->server->buffers, &b->server_link);
+                list_add_tail(&f->server->buffers.all, &b->server_link);
                 list_init(&b->moving_link);
                 list_init(&b->idle_link);
         }
@@ -91,8 +91,8 @@ static void test_held_buffers_are_in_no_list(void **state)
 {
         fixture *f = *state;
 
-        assert_int_equal(length(&f->server->vram_idle), 0);
-        assert_int_equal(length(&f->server->moving), 0);
+        assert_int_equal(length(&f->server->buffers.vram_idle), 0);
+        assert_int_equal(length(&f->server->buffers.moving), 0);
         assert_int_equal(evict_evictable(f->server, 0), 0);
         assert_int_equal(move_leaving_bytes(f->server, 0), 0);
 }
@@ -103,12 +103,12 @@ static void test_lease_changes(void **state)
 
         buffer_set_acquired(&f->b[3], false);
         buffer_set_acquired(&f->b[7], false);
-        assert_int_equal(length(&f->server->vram_idle), 2);
+        assert_int_equal(length(&f->server->buffers.vram_idle), 2);
         assert_int_equal(evict_evictable(f->server, 0), 2 * MiB);
         buffer_set_acquired(&f->b[3], true);
         assert_int_equal(evict_evictable(f->server, 0), MiB);
         buffer_set_acquired(&f->b[7], false);      /* twice: listed once */
-        assert_int_equal(length(&f->server->vram_idle), 1);
+        assert_int_equal(length(&f->server->buffers.vram_idle), 1);
         /* Another device's idle buffer is not this one's room. */
         f->b[9].device = 1;
         buffer_set_acquired(&f->b[9], false);
@@ -121,10 +121,10 @@ static void test_parked_is_listed_not_evictable(void **state)
         fixture *f = *state;
 
         buffer_park(&f->b[2], true);
-        assert_int_equal(length(&f->server->vram_idle), 1);
+        assert_int_equal(length(&f->server->buffers.vram_idle), 1);
         assert_int_equal(evict_evictable(f->server, 0), 0);
         buffer_park(&f->b[2], false);              /* back: acquired */
-        assert_int_equal(length(&f->server->vram_idle), 0);
+        assert_int_equal(length(&f->server->buffers.vram_idle), 0);
 }
 
 static void test_moves_and_tiers(void **state)
@@ -141,7 +141,7 @@ static void test_moves_and_tiers(void **state)
         b->move = &m;
         b->state = GMD_STATE_MOVING_OUT;
         buffer_index(b);
-        assert_int_equal(length(&f->server->moving), 1);
+        assert_int_equal(length(&f->server->buffers.moving), 1);
         assert_int_equal(move_leaving_bytes(f->server, 0), MiB);
         assert_int_equal(evict_evictable(f->server, 0), 0);
         /* Out: on host, no move, in neither list. */
@@ -149,8 +149,8 @@ static void test_moves_and_tiers(void **state)
         b->tier = GMD_TIER_HOST;
         b->state = GMD_STATE_RESIDENT;
         buffer_index(b);
-        assert_int_equal(length(&f->server->moving), 0);
-        assert_int_equal(length(&f->server->vram_idle), 0);
+        assert_int_equal(length(&f->server->buffers.moving), 0);
+        assert_int_equal(length(&f->server->buffers.vram_idle), 0);
         assert_int_equal(move_leaving_bytes(f->server, 0), 0);
         /* And back in: released in VRAM again. */
         b->tier = GMD_TIER_VRAM;

@@ -43,9 +43,9 @@ static int setup(void **state)
         assert_non_null(f);
         f->server.backend = &fake_mover;
         f->server.n_devices = 1;
-        list_init(&f->server.buffers);
-        list_init(&f->server.moving);
-        list_init(&f->server.vram_idle);
+        list_init(&f->server.buffers.all);
+        list_init(&f->server.buffers.moving);
+        list_init(&f->server.buffers.vram_idle);
         list_init(&f->server.waitq.waiters);
         f->now = 1000;
         f->low.server = f->high.server = &f->server;
