@@ -60,18 +60,18 @@ int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
         *ret_uid = uid;
         unsigned open_to_all = c->max_clients - c->admin_clients;
 
-        if (server->n_sessions >= c->max_clients) {
+        if (server->sessions.n >= c->max_clients) {
                 snprintf(why, len, "gpu-memd serves %u clients, the most [limits] "
                          "max_clients allows; try again when some have left",
-                         server->n_sessions);
+                         server->sessions.n);
                 return -EUSERS;
         }
         if (admin)
                 return 0;
-        if (server->n_sessions >= open_to_all) {
+        if (server->sessions.n >= open_to_all) {
                 snprintf(why, len, "gpu-memd serves %u clients; the last %u of "
                          "[limits] max_clients (%u) are kept for administrators",
-                         server->n_sessions, c->admin_clients, c->max_clients);
+                         server->sessions.n, c->admin_clients, c->max_clients);
                 return -EUSERS;
         }
         if (c->max_clients_per_user &&
@@ -103,7 +103,7 @@ bool admission_allow_buffer(gmd_session *s, gmd_result *ret)
         unsigned n = 0, parked = 0;
         gmd_list *pos;
 
-        list_for_each(pos, &s->server->sessions) {
+        list_for_each(pos, &s->server->sessions.all) {
                 const gmd_session *o = container_of(pos, gmd_session, link);
 
                 if (o->uid == s->uid) {
@@ -117,7 +117,7 @@ bool admission_allow_buffer(gmd_session *s, gmd_result *ret)
          * back (and come back at once), so the cache never costs a client
          * an allocation; the overshoot is bounded by what was parked. */
         if (n - parked < limit) {
-                evict_reclaim_user(&s->server->sessions, s->server->n_devices,
+                evict_reclaim_user(&s->server->sessions.all, s->server->n_devices,
                                    s->uid);
                 return true;
         }
@@ -139,7 +139,7 @@ uint64_t admission_sweep_hellos(gmd_server *server)
         gmd_result res;
         char why[96];
 
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 gmd_session *s = container_of(pos, gmd_session, link);
                 uint64_t due = s->connected_ms + limit;
 

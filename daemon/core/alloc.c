@@ -44,7 +44,7 @@ static quota_verdict alloc_quota(gmd_session *s, uint64_t size, gmd_tier tier,
 
         if (!quota_applies(&s->limits, tier))
                 return QUOTA_OK;
-        session_user_usage(&s->server->sessions, s->uid, &u);
+        session_user_usage(&s->server->sessions.all, s->uid, &u);
         return quota_check(&s->limits, s->uid, &u, size, tier, ret);
 }
 
@@ -107,7 +107,7 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
                 uint64_t ignored;
                 char bytes[32];
 
-                if (evict_user_reclaim_overdue(&server->sessions, server->n_devices,
+                if (evict_user_reclaim_overdue(&server->sessions.all, server->n_devices,
                                                s->uid, server->config.reclaim_timeout_ms,
                                                &ignored)) {
                         size_format(ignored, bytes, sizeof(bytes));
@@ -122,7 +122,7 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
                                      server->config.reclaim_timeout_ms);
                         return -EDQUOT;
                 }
-                evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
+                evict_reclaim_user(&server->sessions.all, server->n_devices, s->uid);
                 return -EINPROGRESS;
         }
         case QUOTA_OK:
@@ -176,7 +176,7 @@ bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size)
         return pool_free(server_vram_pool(server, device)) +
                move_leaving_bytes(server, device) +
                reuse_reachable_bytes(&server->reuse, device) +
-               evict_reclaimable(&server->sessions, device,
+               evict_reclaimable(&server->sessions.all, device,
                                  server->config.reclaim_timeout_ms) +
                evict_evictable(server, device) >= size;
 }
@@ -201,14 +201,14 @@ gmd_outcome alloc_self_bound(gmd_session *s, uint64_t size, unsigned device,
          * move under way (its end changes the picture: asked again then). */
         kept = reuse_reachable_bytes(&server->reuse, device);
         if (pool_free(pool) + kept +
-            evict_reclaimable(&server->sessions, device,
+            evict_reclaimable(&server->sessions.all, device,
                               server->config.reclaim_timeout_ms) +
             evict_idle_bytes(server, device) -
             evict_lent_bytes(server, device, s->pid) >= size ||
             move_any_on(server, device))
                 return OUTCOME_LATER;
         /* Per-session counts, one step per connection, not per buffer. */
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 const gmd_session *o = container_of(pos, gmd_session, link);
 
                 if (session_same_process(s, o)) {
@@ -272,7 +272,7 @@ static unsigned alloc_waiting_holders(gmd_server *server, unsigned device,
         unsigned n = 0;
         gmd_list *pos, *wpos;
 
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 const gmd_session *o = container_of(pos, gmd_session, link);
                 bool waits = false, listed = false;
 
@@ -309,7 +309,7 @@ static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
         const gmd_waiter *oldest = waitq_oldest(&server->waitq, device);
         uint64_t movable = move_leaving_bytes(server, device) +
                            reuse_reachable_bytes(&server->reuse, device) +
-                           evict_reclaimable(&server->sessions, device,
+                           evict_reclaimable(&server->sessions.all, device,
                                              server->config.reclaim_timeout_ms) +
                            evict_evictable(server, device);
         uint64_t used = pool->capacity - pool_free(pool);
@@ -464,7 +464,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const gmd_alloc_ask *m,
         if (verdict == QUOTA_REFUSED)
                 return OUTCOME_ERROR;
         if (verdict == QUOTA_PARKED)
-                evict_reclaim_user(&server->sessions, server->n_devices, s->uid);
+                evict_reclaim_user(&server->sessions.all, server->n_devices, s->uid);
         /* Its own parked buffers fill max_buffers_per_client: asked back
          * (above), it waits for them like for a quota full of them. */
         if (verdict == QUOTA_OK && s->n_buffers >= server->config.max_buffers_per_client)
@@ -525,7 +525,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const gmd_alloc_ask *m,
                                     "the most [limits] max_waiting_per_client allows",
                                     s->waitq.n_waiting);
         if (server->config.max_waiting_per_user &&
-            alloc_user_waiting(&server->sessions, s->uid) >=
+            alloc_user_waiting(&server->sessions.all, s->uid) >=
             server->config.max_waiting_per_user)
                 return result_error(ret, GMD_ERR_LIMIT,
                                     "uid %u's clients already have %u allocations "
@@ -533,7 +533,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const gmd_alloc_ask *m,
                                     "max_waiting_per_user allows; wait for them or "
                                     "ask with a shorter timeout",
                                     (unsigned)s->uid,
-                                    alloc_user_waiting(&server->sessions, s->uid));
+                                    alloc_user_waiting(&server->sessions.all, s->uid));
         who = (gmd_waitq_who){ s, s->priority, (uint32_t)s->uid };
         r = waitq_add(&server->waitq, &who, &s->waitq, id, m->size, size, m->device,
                       m->flags, timeout_ms, now_us(), &w);

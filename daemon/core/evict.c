@@ -556,12 +556,12 @@ bool evict_balance(gmd_server *server)
                         if (room >= demand)
                                 continue;
                 }
-                reclaim_log_ignored(&server->sessions, d,
+                reclaim_log_ignored(&server->sessions.all, d,
                                     server->config.reclaim_timeout_ms);
-                parked = evict_reclaimable(&server->sessions, d,
+                parked = evict_reclaimable(&server->sessions.all, d,
                                            server->config.reclaim_timeout_ms);
                 if (parked) {
-                        evict_reclaim(&server->sessions, server->n_sessions, d,
+                        evict_reclaim(&server->sessions.all, server->sessions.n, d,
                                         demand - room);
                         room += parked;
                         /* Look again once an ask may have gone unanswered. */

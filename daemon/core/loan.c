@@ -38,7 +38,7 @@ static bool first_lender(const gmd_server *server, const gmd_session *s)
 
         if (!s->lends)
                 return false;
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 const gmd_session *o = container_of(pos, gmd_session, link);
 
                 if (o->lends && session_same_process(s, o))
@@ -55,13 +55,13 @@ uint64_t loan_would_lend(gmd_server *server, unsigned device,
         uint64_t bytes = 0;
         gmd_list *lpos, *pos, *bpos;
 
-        list_for_each(lpos, &server->sessions) {
+        list_for_each(lpos, &server->sessions.all) {
                 gmd_session *lender = container_of(lpos, gmd_session, link);
 
                 if (!first_lender(server, lender) ||
                     session_same_process(lender, waiter))
                         continue;
-                list_for_each(pos, &server->sessions) {
+                list_for_each(pos, &server->sessions.all) {
                         gmd_session *o = container_of(pos, gmd_session, link);
 
                         if (!session_same_process(o, lender) ||
@@ -96,7 +96,7 @@ gmd_loan *loan_start(gmd_session *s, uint32_t request_id)
         loan->server = server;
         loan->session = s;
         loan->request_id = request_id;
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 gmd_session *o = container_of(pos, gmd_session, link);
 
                 if (!session_same_process(s, o) || o->closing)
@@ -135,7 +135,7 @@ static void loan_each(gmd_loan *loan, void (*fn)(gmd_loan *, gmd_dbuffer *,
 {
         gmd_list *pos, *bpos, *btmp;
 
-        list_for_each(pos, &loan->server->sessions) {
+        list_for_each(pos, &loan->server->sessions.all) {
                 gmd_session *o = container_of(pos, gmd_session, link);
 
                 list_for_each_safe(bpos, btmp, &o->buffers) {

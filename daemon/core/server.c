@@ -54,7 +54,7 @@ bool server_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
                 *ret_left_ms = left_ms;
         if (process_waits(server, device, holder))
                 return true;
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 const gmd_session *s = container_of(pos, gmd_session, link);
 
                 if (s->pid == holder) {
@@ -74,7 +74,7 @@ bool server_idle(gmd_server *server, unsigned device, pid_t pid, uint64_t now,
 
         if (device >= GMD_MAX_DEVICES || process_waits(server, device, pid))
                 return false;
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 const gmd_session *s = container_of(pos, gmd_session, link);
 
                 if (s->pid != pid)

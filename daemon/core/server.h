@@ -24,6 +24,7 @@
 #include "reuse.h"
 #include "slice.h"
 #include "server_limits.h"
+#include "session.h"
 #include "stats.h"
 #include "users.h"
 #include "vram.h"
@@ -54,10 +55,10 @@ typedef struct gmd_server {
         uv_prepare_t turn_prepare;    /* a new loop turn (users.h) */
         bool turn_open;
 
-        gmd_list sessions;
-        unsigned n_sessions;
+        gmd_sessions sessions;        /* the connected clients, and those
+                                       * the pass closes or answers
+                                       * (session.h) */
         gmd_users users;              /* per user: counts, turns (users.h) */
-        uint64_t next_client_id;
 
         gmd_buffers buffers;          /* every live buffer, by id, and the
                                        * pass's short lists (buffer.h) */
@@ -72,9 +73,6 @@ typedef struct gmd_server {
 
         gmd_pending pending;          /* work marked for the scheduling
                                        * pass (scheduler.h) */
-        gmd_list close_pending;       /* sessions to close in the pass */
-        gmd_list answers_due;         /* sessions owed answers, for the
-                                       * pass to send (answers.h) */
 
         gmd_copyqs copyqs;            /* one copy queue per device */
         uv_async_t copy_async;        /* the backend finished copies */
@@ -89,13 +87,6 @@ typedef struct gmd_server {
         uint64_t stuck_ms[GMD_MAX_DEVICES];   /* the last line of stuck.h */
         uint64_t stuck_sum[GMD_MAX_DEVICES];  /* and what it showed */
         struct gmd_metrics *metrics;  /* the metrics endpoint, or NULL */
-
-        /* Set by lifecycle.c, the layer above the sessions: a session
-         * that closed (what it owned is to be released). */
-        void (*on_session_closed)(gmd_session *session);
-        /* And what the core tells a client outside any request
-         * (session.h). */
-        const struct gmd_session_ops *session_ops;
 
         bool stopping;
 } gmd_server;

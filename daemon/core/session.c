@@ -24,13 +24,21 @@ const char *session_describe(const gmd_session *session, char *buf, size_t len)
         return buf;
 }
 
+void sessions_init(gmd_sessions *sessions)
+{
+        memset(sessions, 0, sizeof(*sessions));
+        list_init(&sessions->all);
+        list_init(&sessions->close_pending);
+        list_init(&sessions->answers_due);
+}
+
 int session_init(gmd_session *s, gmd_server *server, const gmd_peer *peer)
 {
         s->user = users_hold(&server->users, peer->uid);
         if (!s->user)
                 return -ENOMEM;
         s->server = server;
-        s->id = ++server->next_client_id;
+        s->id = ++server->sessions.next_id;
         s->pid = peer->pid;
         s->uid = peer->uid;
         s->gid = peer->gid;
@@ -41,7 +49,7 @@ int session_init(gmd_session *s, gmd_server *server, const gmd_peer *peer)
         s->connected_ms = now_ms();
         list_init(&s->buffers);
         waits_init(&s->waits);
-        answers_init(&s->answers, &server->answers_due, &server->pending);
+        answers_init(&s->answers, &server->sessions.answers_due, &server->pending);
         list_init(&s->link);
         list_init(&s->close_link);
         return 0;
@@ -49,8 +57,8 @@ int session_init(gmd_session *s, gmd_server *server, const gmd_peer *peer)
 
 void session_link(gmd_session *s)
 {
-        list_add_tail(&s->server->sessions, &s->link);
-        s->server->n_sessions++;
+        list_add_tail(&s->server->sessions.all, &s->link);
+        s->server->sessions.n++;
         s->user->n_sessions++;
 }
 
@@ -81,10 +89,10 @@ bool session_end(gmd_session *s, const char *reason)
         /* Its buffers, waiters, waits and kept VRAM: the layer above's.
          * What it is owed goes after: freeing a buffer may fail an
          * acquire waiting for it, an answer nobody will read. */
-        server->on_session_closed(s);
+        server->sessions.on_closed(s);
         answers_drop(&s->answers);
         list_remove(&s->link);
-        server->n_sessions--;
+        server->sessions.n--;
         s->user->n_sessions--;
         if (s->hello_done)
                 log_info("%s disconnected; freed %u buffers (%llu bytes)",
@@ -125,7 +133,7 @@ void session_close_later(gmd_session *s, const char *reason)
                 return;
         s->close_pending = true;
         snprintf(s->close_reason, sizeof(s->close_reason), "%s", reason);
-        list_add_tail(&s->server->close_pending, &s->close_link);
+        list_add_tail(&s->server->sessions.close_pending, &s->close_link);
         pending_mark(&s->server->pending, PENDING_CLOSES);
 }
 
@@ -151,12 +159,12 @@ void session_close_after_answers(gmd_session *s, const char *reason)
 
 int session_notify_remap(gmd_session *s, const gmd_remap_notice *notice)
 {
-        return s->server->session_ops->notify_remap(s, notice);
+        return s->server->sessions.ops->notify_remap(s, notice);
 }
 
 int session_notify_reclaim(gmd_session *s, unsigned device, uint64_t bytes)
 {
-        return s->server->session_ops->notify_reclaim(s, device, bytes);
+        return s->server->sessions.ops->notify_reclaim(s, device, bytes);
 }
 
 void session_user_usage(const gmd_list *sessions, uid_t uid, gmd_usage *ret_usage)

@@ -47,7 +47,7 @@ typedef struct gmd_remap_notice {
 /*
  * What the core tells a client outside any request. The core decides
  * what is said and when; the layer that speaks the protocol says it
- * (lifecycle.c registers request.c's, server->session_ops), so no core
+ * (lifecycle.c registers request.c's, server->sessions.ops), so no core
  * file builds a message. Each returns as session_send: 0, or a negative
  * errno (the session is then closing).
  */
@@ -71,7 +71,7 @@ typedef struct gmd_peer {
 
 typedef struct gmd_session {
         gmd_server *server;
-        gmd_list link;              /* in server->sessions */
+        gmd_list link;              /* in server->sessions.all */
         uint64_t id;
 
         pid_t pid;
@@ -126,8 +126,27 @@ typedef struct gmd_session {
          * sends are dropped, nothing is read, nothing is freed yet. */
         bool close_pending;
         char close_reason[96];
-        gmd_list close_link;        /* in server->close_pending */
+        gmd_list close_link;        /* in server->sessions.close_pending */
 } gmd_session;
+
+/* The server's connected clients (server->sessions). */
+typedef struct gmd_sessions {
+        gmd_list all;               /* gmd_session.link, oldest first */
+        unsigned n;
+        uint64_t next_id;           /* the last client id given */
+        gmd_list close_pending;     /* to close in the pass
+                                     * (session_close_later) */
+        gmd_list answers_due;       /* owed answers, for the pass to send
+                                     * (answers.h) */
+        /* Set by lifecycle.c, the layer above: a session that closed
+         * (what it owned is to be released), and what the core tells a
+         * client outside any request. */
+        void (*on_closed)(gmd_session *session);
+        const gmd_session_ops *ops;
+} gmd_sessions;
+
+/* No sessions yet; `on_closed` and `ops` are the caller's to set. */
+void sessions_init(gmd_sessions *sessions);
 
 /* Fill the record of a new client `peer` of `server` (zeroed by the
  * caller): its id, limits and empty lists. 0, or -ENOMEM (nothing to

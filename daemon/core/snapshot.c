@@ -112,7 +112,7 @@ static uint64_t client_of_pid(const gmd_server *server, pid_t pid)
 {
         const gmd_list *pos;
 
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 const gmd_session *c = container_of(pos, gmd_session, link);
 
                 if (c->hello_done && c->pid == pid)
@@ -158,7 +158,7 @@ int snapshot_take(const gmd_server *server, unsigned what,
 {
         gmd_snapshot s = { 0 };
         const gmd_list *pos;
-        size_t n_sessions = list_length(&server->sessions);
+        size_t n_sessions = list_length(&server->sessions.all);
 
         s.n_pools = server->n_devices + 1;
         s.pools = calloc(s.n_pools, sizeof(*s.pools));
@@ -182,7 +182,7 @@ int snapshot_take(const gmd_server *server, unsigned what,
                 s.total_capacity += s.pools[i].capacity;
                 s.total_used += s.pools[i].used;
         }
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 const gmd_session *c = container_of(pos, gmd_session, link);
 
                 if (!c->hello_done)

@@ -157,8 +157,8 @@ static bool pageout_within_quota(gmd_session *s, uint64_t bytes, gmd_result *ret
         result_ok(&why);
         if (!bytes || !quota_applies(&s->limits, GMD_TIER_HOST))
                 return true;
-        session_user_usage(&s->server->sessions, s->uid, &u);
-        list_for_each(pos, &s->server->sessions) {
+        session_user_usage(&s->server->sessions.all, s->uid, &u);
+        list_for_each(pos, &s->server->sessions.all) {
                 gmd_session *o = container_of(pos, gmd_session, link);
 
                 if (o->uid != s->uid)

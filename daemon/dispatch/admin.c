@@ -104,7 +104,7 @@ gmd_outcome admin_handle(gmd_session *s, uint32_t id, const Gmd__AdminRequest *m
                                     "priority must be from %d to %d",
                                     GMD_PRIORITY_MIN, GMD_PRIORITY_MAX);
         session_describe(s, by, sizeof(by));
-        list_for_each_safe(pos, tmp, &server->sessions) {
+        list_for_each_safe(pos, tmp, &server->sessions.all) {
                 gmd_session *t = container_of(pos, gmd_session, link);
 
                 if (!t->hello_done || t->closing || (uint32_t)t->pid != m->pid)

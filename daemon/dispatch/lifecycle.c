@@ -4,8 +4,8 @@
  * reload applies a new config; stop tells every client and closes every
  * session. It sits above every other daemon module: it wires the session
  * layer to the requests (the listener's on_packet), to what the core
- * tells clients outside requests (server->session_ops) and to what a
- * closed session leaves behind (server->on_session_closed), so that
+ * tells clients outside requests (server->sessions.ops) and to what a
+ * closed session leaves behind (server->sessions.on_closed), so that
  * sessions know nothing of buffers, moves or waits.
  */
 #include "lifecycle.h"
@@ -78,7 +78,7 @@ static void session_release(gmd_session *s)
         list_for_each_safe(pos, tmp, &s->buffers)
                 move_free_buffer(server, container_of(pos, gmd_dbuffer, owner_link));
         reuse_forget(&server->reuse, &s->reuse);
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 gmd_session *o = container_of(pos, gmd_session, link);
 
                 if (o != s && session_same_process(o, s))
@@ -131,7 +131,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         server->config = *config;
         server->backend = backend;
         server->start_ms = now_ms();
-        list_init(&server->sessions);
+        sessions_init(&server->sessions);
         buffers_init(&server->buffers);
         list_init(&server->host_copies);
         waitq_init(&server->waitq, loop, &server->pending,
@@ -143,14 +143,12 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
                    reuse_release, reuse_ask_unmap, server);
         server->reuse.coming_back = reuse_coming_back;
         server->reuse.ask_timeout_ms = config->reclaim_timeout_ms;
-        list_init(&server->close_pending);
-        list_init(&server->answers_due);
 
         r = listener_new(server, request_handle, &server->listener);
         if (r < 0)
                 goto fail;
-        server->on_session_closed = session_release;
-        server->session_ops = &request_session_ops;
+        server->sessions.on_closed = session_release;
+        server->sessions.ops = &request_session_ops;
         server->n_devices = backend->ops->device_count(backend);
         if (server->n_devices > GMD_MAX_DEVICES) {
                 log_warning("%u devices: serving the first %d", server->n_devices,
@@ -322,7 +320,7 @@ void server_stop(gmd_server *server)
         waitq_fail_all(&server->waitq, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
                        "gpu-memd is stopping");
         note.message = "the daemon was told to stop; every buffer is freed";
-        list_for_each_safe(pos, tmp, &server->sessions) {
+        list_for_each_safe(pos, tmp, &server->sessions.all) {
                 gmd_session *s = container_of(pos, gmd_session, link);
 
                 /* What it is owed first: told on the spot as before. */
@@ -353,7 +351,7 @@ void server_summary(const gmd_server *server, char *buf, size_t len)
         }
         waiting = waitq_count(&server->waitq);
         snprintf(buf, len, "%u client%s, %s of %s VRAM in use, %u waiting",
-                 server->n_sessions, server->n_sessions == 1 ? "" : "s",
+                 server->sessions.n, server->sessions.n == 1 ? "" : "s",
                  size_format(used, u, sizeof(u)),
                  size_format(capacity, c, sizeof(c)), waiting);
 }
@@ -430,7 +428,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
                 if (r < 0)
                         log_error("reload: metrics endpoint not restarted");
         }
-        list_for_each(pos, &server->sessions) {
+        list_for_each(pos, &server->sessions.all) {
                 gmd_session *s = container_of(pos, gmd_session, link);
 
                 session_apply_config(s);

@@ -180,8 +180,8 @@ static void pass_end_copies(gmd_server *server)
 
 static void pass_close_sessions(gmd_server *server)
 {
-        while (!list_empty(&server->close_pending)) {
-                gmd_session *s = container_of(server->close_pending.next,
+        while (!list_empty(&server->sessions.close_pending)) {
+                gmd_session *s = container_of(server->sessions.close_pending.next,
                                               gmd_session, close_link);
 
                 /* An empty reason: the peer went, nothing to warn of. */
@@ -193,7 +193,7 @@ static void pass_answer_waits(gmd_server *server)
 {
         gmd_list *pos, *tmp;
 
-        list_for_each_safe(pos, tmp, &server->sessions)
+        list_for_each_safe(pos, tmp, &server->sessions.all)
                 tiering_waits_answer(container_of(pos, gmd_session, link));
 }
 
@@ -204,7 +204,7 @@ static void pass_send_answers(gmd_server *server)
 {
         gmd_answers *q;
 
-        while ((q = answers_first_due(&server->answers_due)))
+        while ((q = answers_first_due(&server->sessions.answers_due)))
                 request_send_answers(container_of(q, gmd_session, answers));
 }
 

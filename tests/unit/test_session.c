@@ -81,13 +81,13 @@ static int setup(void **state)
         assert_non_null(f->server);
         f->server->loop = &f->loop;
         config_init_defaults(&f->server->config);
-        list_init(&f->server->sessions);
-        list_init(&f->server->close_pending);
+        list_init(&f->server->sessions.all);
+        list_init(&f->server->sessions.close_pending);
         users_init(&f->server->users, QUANTUM_NS);
         f->server->users.clock_ns = fake_clock;
         assert_int_equal(listener_new(f->server, on_packet,
                                       &f->server->listener), 0);
-        f->server->on_session_closed = on_closed;
+        f->server->sessions.on_closed = on_closed;
         for (int i = 0; i < 2; i++) {
                 int sv[2];
 
