@@ -69,16 +69,17 @@ test: build
 
 # The suite again, built with AddressSanitizer, LeakSanitizer and UBSan in
 # its own folder (the sim backend only: CUDA's driver and ASan disagree).
-# The tests run by Python (python.*, torch.python) are left out: an
-# instrumented libgpumem loads into an uninstrumented interpreter only with
-# libasan preloaded, and LeakSanitizer then reports the interpreter's own
+# The tests run by Python (python.*, torch.python, examples.*) are left
+# out: an instrumented libgpumem loads into an uninstrumented interpreter
+# (or the README's example, built as a user builds it) only with libasan
+# preloaded, and LeakSanitizer then reports the interpreter's own
 # allocations; the C paths they use are tested here by the C tests.
 test-sanitize: deps
 	@cmake -S . -B $(SANITIZE_BUILD) -DGMD_SANITIZE=ON -DGMD_WITH_CUDA=OFF \
 		-DGMD_WERROR=$(WERROR) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	@$(SANITIZE_ENV) ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j $(JOBS) \
-		-E '^(python\.|torch\.python$$)'
+		-E '^(python\.|torch\.python$$|examples\.)'
 
 # libFuzzer with ASan+UBSan on the wire decoder (scripts/fuzz.sh says more):
 # a minute by default, `make fuzz FUZZ_SECONDS=3600` for an hour.
