@@ -117,7 +117,7 @@ bool admission_allow_buffer(gmd_session *s, gmd_result *ret)
          * back (and come back at once), so the cache never costs a client
          * an allocation; the overshoot is bounded by what was parked. */
         if (n - parked < limit) {
-                evict_reclaim_user(&s->server->sessions.all, s->server->n_devices,
+                evict_reclaim_user(&s->server->sessions.all, s->server->devices.n,
                                    s->uid);
                 return true;
         }

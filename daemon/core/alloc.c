@@ -63,10 +63,10 @@ static int alloc_buffer_slot(gmd_session *s, gmd_result *ret)
 
         if (s->n_buffers < max)
                 return 0;
-        for (unsigned d = 0; d < server->n_devices; d++)
+        for (unsigned d = 0; d < server->devices.n; d++)
                 overdue |= parking_overdue(&s->parking, d, now, timeout_us);
         if (s->parking.n && s->n_buffers - s->parking.n < max && !overdue) {
-                evict_reclaim_session(s, server->n_devices);
+                evict_reclaim_session(s, server->devices.n);
                 /* Look again when the ask may have gone unanswered. */
                 pending_mark_after(&server->pending, PENDING_ROOM,
                                    server->config.reclaim_timeout_ms + 1);
@@ -107,7 +107,7 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
                 uint64_t ignored;
                 char bytes[32];
 
-                if (evict_user_reclaim_overdue(&server->sessions.all, server->n_devices,
+                if (evict_user_reclaim_overdue(&server->sessions.all, server->devices.n,
                                                s->uid, server->config.reclaim_timeout_ms,
                                                &ignored)) {
                         size_format(ignored, bytes, sizeof(bytes));
@@ -122,7 +122,7 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
                                      server->config.reclaim_timeout_ms);
                         return -EDQUOT;
                 }
-                evict_reclaim_user(&server->sessions.all, server->n_devices, s->uid);
+                evict_reclaim_user(&server->sessions.all, server->devices.n, s->uid);
                 return -EINPROGRESS;
         }
         case QUOTA_OK:
@@ -403,8 +403,8 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const gmd_alloc_ask *m,
         if (!pool)
                 return result_error(ret, GMD_ERR_INVALID,
                                     "no device %u: this daemon serves %u device%s",
-                                    m->device, server->n_devices,
-                                    server->n_devices == 1 ? "" : "s");
+                                    m->device, server->devices.n,
+                                    server->devices.n == 1 ? "" : "s");
         if (m->flags & ~KNOWN_ALLOC_FLAGS)
                 return result_error(ret, GMD_ERR_INVALID,
                                     "unknown allocation flags 0x%x", m->flags);
@@ -464,7 +464,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const gmd_alloc_ask *m,
         if (verdict == QUOTA_REFUSED)
                 return OUTCOME_ERROR;
         if (verdict == QUOTA_PARKED)
-                evict_reclaim_user(&server->sessions.all, server->n_devices, s->uid);
+                evict_reclaim_user(&server->sessions.all, server->devices.n, s->uid);
         /* Its own parked buffers fill max_buffers_per_client: asked back
          * (above), it waits for them like for a quota full of them. */
         if (verdict == QUOTA_OK && s->n_buffers >= server->config.max_buffers_per_client)

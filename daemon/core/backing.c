@@ -20,7 +20,7 @@ static uint64_t arenas_size(const gmd_server *server)
 
         if (!ops->arena_info)
                 return 0;
-        for (unsigned d = 0; d < server->n_devices; d++) {
+        for (unsigned d = 0; d < server->devices.n; d++) {
                 gmd_arena_info a = { 0 };
 
                 ops->arena_info(server->backend, d, &a);

@@ -530,7 +530,7 @@ bool evict_balance(gmd_server *server)
         bool released = false;
         uint64_t now = now_ms();
 
-        for (unsigned d = 0; d < server->n_devices; d++) {
+        for (unsigned d = 0; d < server->devices.n; d++) {
                 uint64_t demand, room, parked, moving, leaving;
                 gmd_pool *pool = server_vram_pool(server, d);
 

@@ -13,7 +13,7 @@
 
 gmd_pool *server_vram_pool(gmd_server *server, unsigned device)
 {
-        return device < server->n_devices ? &server->vram_pools[device] : NULL;
+        return device < server->devices.n ? &server->devices.pools[device] : NULL;
 }
 
 gmd_pool *server_pool(gmd_server *server, gmd_tier tier, unsigned device)

@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "config.h"
 #include "copyq.h"
+#include "devices.h"
 #include "buffer.h"
 #include "list.h"
 #include "pending.h"
@@ -38,12 +39,9 @@ typedef struct gmd_server {
         gmd_backend *backend;
         uint64_t start_ms;
 
-        unsigned n_devices;
-        gmd_pool *vram_pools;         /* one per device */
-        gmd_device_info *devices;
-        gmd_vram_view vram[GMD_MAX_DEVICES];  /* the driver's view (vram.h) */
-        uv_timer_t vram_timer;        /* reads it periodically */
-        bool vram_timer_open;
+        gmd_devices devices;          /* the GPUs served: their pools,
+                                       * what the backend and the driver
+                                       * say of them (devices.h) */
         gmd_pool host_pool;
         uint64_t host_pinned_own;     /* host backings outside the arenas
                                        * (backing.h) */

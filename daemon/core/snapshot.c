@@ -24,15 +24,15 @@
 static void take_pool(const gmd_server *server, unsigned i,
                       gmd_pool_snapshot *ret)
 {
-        const gmd_pool *p = i < server->n_devices ?
-                &server->vram_pools[i] : &server->host_pool;
+        const gmd_pool *p = i < server->devices.n ?
+                &server->devices.pools[i] : &server->host_pool;
 
         ret->device = p->device;
         ret->tier = p->tier;
         ret->capacity = p->capacity;
         ret->used = p->used;
         ret->free = pool_free(p);
-        if (i >= server->n_devices)
+        if (i >= server->devices.n)
                 return;
         for (unsigned d = 0; d < 2; d++) {
                 ret->queued[d] = server->copyqs.q[i].moves[d];
@@ -46,10 +46,10 @@ static void take_pool(const gmd_server *server, unsigned i,
                                         server->backend, i);
         ret->slice_pid = slice_holder(&server->slices, i, now_ms(),
                                       &ret->slice_left_ms);
-        if (server->vram[i].known) {
+        if (server->devices.vram[i].known) {
                 ret->has_driver_view = true;
-                ret->device_free = server->vram[i].free;
-                ret->unaccounted = server->vram[i].unaccounted;
+                ret->device_free = server->devices.vram[i].free;
+                ret->unaccounted = server->devices.vram[i].unaccounted;
         }
         if (server->backend->ops->link_info) {
                 gmd_link_info link;
@@ -123,8 +123,8 @@ static uint64_t client_of_pid(const gmd_server *server, pid_t pid)
 
 static void take_processes(const gmd_server *server, gmd_snapshot *s)
 {
-        for (unsigned d = 0; d < server->n_devices; d++) {
-                const gmd_vram_view *v = &server->vram[d];
+        for (unsigned d = 0; d < server->devices.n; d++) {
+                const gmd_vram_view *v = &server->devices.vram[d];
 
                 for (unsigned i = 0; i < v->n_processes; i++) {
                         gmd_process_snapshot *p = &s->processes[s->n_processes++];
@@ -160,10 +160,10 @@ int snapshot_take(const gmd_server *server, unsigned what,
         const gmd_list *pos;
         size_t n_sessions = list_length(&server->sessions.all);
 
-        s.n_pools = server->n_devices + 1;
+        s.n_pools = server->devices.n + 1;
         s.pools = calloc(s.n_pools, sizeof(*s.pools));
         s.clients = calloc(n_sessions ? n_sessions : 1, sizeof(*s.clients));
-        s.processes = calloc(server->n_devices * VRAM_MAX_PROCESSES + 1,
+        s.processes = calloc(server->devices.n * VRAM_MAX_PROCESSES + 1,
                              sizeof(*s.processes));
         if (what & SNAPSHOT_BUFFERS) {
                 /* A page is at most `max` long: no walk to count them all. */

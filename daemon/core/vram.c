@@ -40,12 +40,12 @@ int vram_refresh(gmd_server *server, unsigned device)
         gmd_vram_view *v;
         int r;
 
-        if (device >= server->n_devices)
+        if (device >= server->devices.n)
                 return -EINVAL;
         r = server->backend->ops->device_info(server->backend, device, &info);
         if (r < 0)
                 return r;
-        v = &server->vram[device];
+        v = &server->devices.vram[device];
         v->known = true;
         v->total = info.total;
         v->free = info.free;
@@ -71,9 +71,9 @@ void vram_refresh_processes(gmd_server *server, unsigned device)
         unsigned n = 0;
         int got;
 
-        if (device >= server->n_devices)
+        if (device >= server->devices.n)
                 return;
-        v = &server->vram[device];
+        v = &server->devices.vram[device];
         got = ops->device_processes ?
               ops->device_processes(server->backend, device, all,
                                     sizeof(all) / sizeof(all[0])) : -ENOSYS;
@@ -95,8 +95,8 @@ void vram_refresh_processes(gmd_server *server, unsigned device)
 
 void vram_refresh_all(gmd_server *server)
 {
-        for (unsigned d = 0; d < server->n_devices; d++) {
-                gmd_vram_view *v = &server->vram[d];
+        for (unsigned d = 0; d < server->devices.n; d++) {
+                gmd_vram_view *v = &server->devices.vram[d];
                 char out[32], freeb[32];
 
                 uint64_t step;
@@ -133,8 +133,8 @@ void vram_refresh_all(gmd_server *server)
 static void vram_sentence(gmd_server *server, unsigned device, uint64_t size,
                           gmd_result *ret)
 {
-        const gmd_vram_view *v = &server->vram[device];
-        const gmd_pool *pool = &server->vram_pools[device];
+        const gmd_vram_view *v = &server->devices.vram[device];
+        const gmd_pool *pool = &server->devices.pools[device];
         char asked[32], pfree[32], gfree[32], out[32], name[32];
 
         result_error(ret, GMD_ERR_NO_MEMORY,
@@ -154,7 +154,7 @@ int vram_check(gmd_server *server, unsigned device, uint64_t size,
 {
         if (vram_refresh(server, device) < 0)
                 return 0;
-        if (vram_fits(&server->vram[device], size))
+        if (vram_fits(&server->devices.vram[device], size))
                 return 0;
         vram_sentence(server, device, size, ret);
         server->stats.vram_refused++;

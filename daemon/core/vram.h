@@ -63,13 +63,14 @@ uint64_t vram_unaccounted(uint64_t total, uint64_t free, uint64_t own);
  * memory and what the backend gives back on demand (`spare`) count. Pure. */
 bool vram_fits(const gmd_vram_view *view, uint64_t size);
 
-/* Read `device` from the driver into server->vram[device]. Returns 0 or a
- * negative errno (the view is then left as it was). */
+/* Read `device` from the driver into server->devices.vram[device].
+ * Returns 0 or a negative errno (the view is then left as it was). */
 int vram_refresh(gmd_server *server, unsigned device);
 
-/* Read which processes hold `device`'s memory into server->vram[device]
- * (the backend's device_processes; this daemon left out). Slower than
- * vram_refresh: periodic and for status only. */
+/* Read which processes hold `device`'s memory into
+ * server->devices.vram[device] (the backend's device_processes; this
+ * daemon left out). Slower than vram_refresh: periodic and for status
+ * only. */
 void vram_refresh_processes(gmd_server *server, unsigned device);
 
 /* Every device, processes included; logs a warning when a device's unaccounted VRAM grew by

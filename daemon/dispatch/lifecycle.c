@@ -22,6 +22,7 @@
 #include "admission.h"
 #include "backing.h"
 #include "buffer.h"
+#include "devices.h"
 #include "gpumem.pb-c.h"
 #include "listener.h"
 #include "loan.h"
@@ -91,14 +92,14 @@ static void session_release(gmd_session *s)
  * matters for an automatic pool after a reload too. */
 static uint64_t vram_capacity(gmd_server *server, unsigned device)
 {
-        gmd_device_info *info = &server->devices[device];
+        gmd_device_info *info = &server->devices.info[device];
         const gmd_size_spec *limit = &server->config.vram_limit;
         uint64_t want;
 
         if (limit->bytes == 0 && limit->percent == 0) {
                 uint64_t reserve = server->backend->ops->shares_device ?
                                    server->config.vram_reserve : 0;
-                uint64_t mine = server->vram_pools[device].used;
+                uint64_t mine = server->devices.pools[device].used;
 
                 /* What this daemon already handed out counts as free here. */
                 uint64_t avail = info->free + info->reserved + mine;
@@ -122,6 +123,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
 {
         gmd_server *server;
         gmd_copyq *queues;
+        unsigned n_devices;
         int r;
 
         server = calloc(1, sizeof(*server));
@@ -149,26 +151,23 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
                 goto fail;
         server->sessions.on_closed = session_release;
         server->sessions.ops = &request_session_ops;
-        server->n_devices = backend->ops->device_count(backend);
-        if (server->n_devices > GMD_MAX_DEVICES) {
-                log_warning("%u devices: serving the first %d", server->n_devices,
+        n_devices = backend->ops->device_count(backend);
+        if (n_devices > GMD_MAX_DEVICES) {
+                log_warning("%u devices: serving the first %d", n_devices,
                             GMD_MAX_DEVICES);
-                server->n_devices = GMD_MAX_DEVICES;
+                n_devices = GMD_MAX_DEVICES;
         }
-        server->devices = calloc(server->n_devices ? server->n_devices : 1,
-                                 sizeof(*server->devices));
-        server->vram_pools = calloc(server->n_devices ? server->n_devices : 1,
-                                    sizeof(*server->vram_pools));
-        queues = calloc(server->n_devices ? server->n_devices : 1, sizeof(*queues));
-        if (!server->devices || !server->vram_pools || !queues) {
+        r = devices_alloc(&server->devices, n_devices);
+        queues = calloc(n_devices ? n_devices : 1, sizeof(*queues));
+        if (r < 0 || !queues) {
                 free(queues);
                 r = -ENOMEM;
                 goto fail;
         }
-        copyqs_init(&server->copyqs, queues, server->n_devices, backend,
+        copyqs_init(&server->copyqs, queues, server->devices.n, backend,
                     &server->config, &server->stats, &server->pending);
-        for (unsigned i = 0; i < server->n_devices; i++) {
-                gmd_device_info *info = &server->devices[i];
+        for (unsigned i = 0; i < server->devices.n; i++) {
+                gmd_device_info *info = &server->devices.info[i];
                 char cap[32], tot[32];
 
                 r = backend->ops->device_info(backend, i, info);
@@ -177,11 +176,11 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
                                   strerror(-r));
                         goto fail;
                 }
-                pool_init(&server->vram_pools[i], i, GMD_TIER_VRAM,
+                pool_init(&server->devices.pools[i], i, GMD_TIER_VRAM,
                           vram_capacity(server, i), info->granularity);
                 log_info("device %u (%s): VRAM pool %s of %s, granularity %llu KiB",
                          i, info->name,
-                         size_format(server->vram_pools[i].capacity, cap, sizeof(cap)),
+                         size_format(server->devices.pools[i].capacity, cap, sizeof(cap)),
                          size_format(info->total, tot, sizeof(tot)),
                          (unsigned long long)(info->granularity >> 10));
         }
@@ -277,10 +276,10 @@ int server_listen(gmd_server *server, int fd)
         /* Memory held outside gpu-memd comes and goes unannounced: read
          * the driver now and then, so status, metrics and the log know. */
         vram_refresh_all(server);
-        if (uv_timer_init(server->loop, &server->vram_timer) == 0) {
-                server->vram_timer_open = true;
-                server->vram_timer.data = server;
-                uv_timer_start(&server->vram_timer, server_on_vram_timer,
+        if (uv_timer_init(server->loop, &server->devices.vram_timer) == 0) {
+                server->devices.vram_timer_open = true;
+                server->devices.vram_timer.data = server;
+                uv_timer_start(&server->devices.vram_timer, server_on_vram_timer,
                                VRAM_POLL_MS, VRAM_POLL_MS);
         }
         r = metrics_start(server, server->config.metrics_listen, &server->metrics);
@@ -312,9 +311,9 @@ void server_stop(gmd_server *server)
         }
         if (server->maintaining)
                 uv_close((uv_handle_t *)&server->maintain_timer, NULL);
-        if (server->vram_timer_open) {
-                server->vram_timer_open = false;
-                uv_close((uv_handle_t *)&server->vram_timer, NULL);
+        if (server->devices.vram_timer_open) {
+                server->devices.vram_timer_open = false;
+                uv_close((uv_handle_t *)&server->devices.vram_timer, NULL);
         }
         server->metrics = metrics_stop(server->metrics);
         waitq_fail_all(&server->waitq, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
@@ -345,9 +344,9 @@ void server_summary(const gmd_server *server, char *buf, size_t len)
         unsigned waiting = 0;
         char u[32], c[32];
 
-        for (unsigned i = 0; i < server->n_devices; i++) {
-                used += server->vram_pools[i].used;
-                capacity += server->vram_pools[i].capacity;
+        for (unsigned i = 0; i < server->devices.n; i++) {
+                used += server->devices.pools[i].used;
+                capacity += server->devices.pools[i].capacity;
         }
         waiting = waitq_count(&server->waitq);
         snprintf(buf, len, "%u client%s, %s of %s VRAM in use, %u waiting",
@@ -402,11 +401,11 @@ void server_reload(gmd_server *server, const gmd_config *config)
         log_set_level(old->log_level);
         server->reuse.enabled = old->swap_keep_vram;
         server->reuse.ask_timeout_ms = old->reclaim_timeout_ms;
-        for (unsigned i = 0; i < server->n_devices; i++) {
-                gmd_pool *p = &server->vram_pools[i];
+        for (unsigned i = 0; i < server->devices.n; i++) {
+                gmd_pool *p = &server->devices.pools[i];
 
                 r = server->backend->ops->device_info(server->backend, i,
-                                                      &server->devices[i]);
+                                                      &server->devices.info[i]);
                 if (r < 0) {
                         log_error("reload: device %u: cannot read its memory: %s; "
                                   "pool unchanged", i, strerror(-r));
@@ -445,8 +444,7 @@ gmd_server *server_free(gmd_server *server)
                 return NULL;
         server->listener = listener_free(server->listener);
         buffers_clear(&server->buffers);
-        free(server->devices);
-        free(server->vram_pools);
+        devices_free(&server->devices);
         free(server->copyqs.q);
         backend_close(server->backend);
         free(server);

@@ -75,7 +75,7 @@ static gmd_outcome handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m
         gmd_server *server = s->server;
         Gmd__HelloReply reply = GMD__HELLO_REPLY__INIT;
         Gmd__DeviceInfo infos[64], *ptrs[64];
-        unsigned version, n = server->n_devices < 64 ? server->n_devices : 64;
+        unsigned version, n = server->devices.n < 64 ? server->devices.n : 64;
         char who[128];
 
         if (s->hello_done)
@@ -111,9 +111,9 @@ static gmd_outcome handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m
         for (unsigned i = 0; i < n; i++) {
                 gmd__device_info__init(&infos[i]);
                 infos[i].index = i;
-                infos[i].name = server->devices[i].name;
-                infos[i].vram_total = server->devices[i].total;
-                infos[i].granularity = server->vram_pools[i].granularity;
+                infos[i].name = server->devices.info[i].name;
+                infos[i].vram_total = server->devices.info[i].total;
+                infos[i].granularity = server->devices.pools[i].granularity;
                 ptrs[i] = &infos[i];
         }
         reply.version = version;

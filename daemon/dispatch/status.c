@@ -141,7 +141,7 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
         int r;
 
         /* The driver's view as of now (a few µs a device, vram.h). */
-        for (unsigned d = 0; d < s->server->n_devices; d++) {
+        for (unsigned d = 0; d < s->server->devices.n; d++) {
                 (void)vram_refresh(s->server, d);
                 vram_refresh_processes(s->server, d);
         }

@@ -187,7 +187,7 @@ static void conn_answer(metrics_conn *conn, int code, bool head_only)
                 gmd_server *server = conn->metrics->server;
                 gmd_snapshot snap;
 
-                for (unsigned d = 0; d < server->n_devices; d++)
+                for (unsigned d = 0; d < server->devices.n; d++)
                         (void)vram_refresh(server, d);
                 if (snapshot_take(server, 0, NULL, &snap) < 0) {
                         conn->body.failed = true;

@@ -43,7 +43,7 @@ static int setup(void **state)
         f->server = calloc(1, sizeof(*f->server));
         assert_non_null(f->server);
         f->server->backend = &fake_mover;
-        f->server->n_devices = 1;
+        f->server->devices.n = 1;
         pool_init(&f->server->host_pool, 0, GMD_TIER_HOST, 1024 * MiB, 2 * MiB);
         list_init(&f->server->buffers.all);
         list_init(&f->server->buffers.moving);

@@ -42,7 +42,7 @@ static int setup(void **state)
 
         assert_non_null(f);
         f->server.backend = &fake_mover;
-        f->server.n_devices = 1;
+        f->server.devices.n = 1;
         list_init(&f->server.buffers.all);
         list_init(&f->server.buffers.moving);
         list_init(&f->server.buffers.vram_idle);

@@ -48,7 +48,7 @@ static int setup(void **state)
         f->server = calloc(1, sizeof(*f->server));
         assert_non_null(f->server);
         f->server->backend = &backend;
-        f->server->n_devices = 1;
+        f->server->devices.n = 1;
         pool_init(&f->server->host_pool, 0, GMD_TIER_HOST, 64 * MiB, 2 * MiB);
         list_init(&f->server->host_copies);
         f->owner.server = f->server;

@@ -56,8 +56,8 @@ static int setup(void **state)
         fake_error = 0;
         pool_init(&pool, 0, GMD_TIER_VRAM, 64 * GiB, 2 * MiB);
         server.backend = &fake_backend;
-        server.n_devices = 1;
-        server.vram_pools = &pool;
+        server.devices.n = 1;
+        server.devices.pools = &pool;
         return 0;
 }
 
@@ -100,7 +100,7 @@ static void test_check_refuses_with_sentence(void **state)
                                          "has only 31 GiB free"));
         assert_non_null(strstr(res.text, "49 GiB is held outside gpu-memd"));
         assert_non_null(strstr(res.text, "gpu-memctl status"));
-        assert_int_equal(server.vram[0].unaccounted, 49 * GiB);
+        assert_int_equal(server.devices.vram[0].unaccounted, 49 * GiB);
         assert_int_equal(server.stats.vram_refused, 1);
 
         result_ok(&res);
@@ -121,7 +121,7 @@ static void test_check_counts_own_and_spare(void **state)
         fake.reserved = 128 * MiB;
         result_ok(&res);
         assert_int_equal(vram_check(&server, 0, 1 * GiB + 128 * MiB, &res), 0);
-        assert_int_equal(server.vram[0].unaccounted, 0);
+        assert_int_equal(server.devices.vram[0].unaccounted, 0);
         assert_int_equal(vram_check(&server, 0, 1 * GiB + 130 * MiB, &res),
                          -ENOMEM);
 }
