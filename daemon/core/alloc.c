@@ -429,7 +429,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const gmd_alloc_ask *m,
         size_format(m->size, asked, sizeof(asked));
         size_format(pool->capacity, cap, sizeof(cap));
         if (size > pool->capacity && placement_host_fallback(m->flags) &&
-            size <= server->host_pool.capacity) {
+            size <= server->host.pool.capacity) {
                 /* VRAM could never hold it, host memory can: a SPILLABLE
                  * buffer lives there from the start, where the GPU reads it
                  * directly. */

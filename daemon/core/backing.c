@@ -31,7 +31,7 @@ static uint64_t arenas_size(const gmd_server *server)
 
 uint64_t backing_pinned(const gmd_server *server)
 {
-        return arenas_size(server) + server->host_pinned_own;
+        return arenas_size(server) + server->host.pinned_own;
 }
 
 int backing_create(gmd_server *server, gmd_tier tier, unsigned device,
@@ -41,7 +41,7 @@ int backing_create(gmd_server *server, gmd_tier tier, unsigned device,
         int r;
 
         if (tier == GMD_TIER_HOST &&
-            backing_pinned(server) + size > server->host_pool.capacity)
+            backing_pinned(server) + size > server->host.pool.capacity)
                 return -ENOSPC;
         if (filled && ops->mem_create_filled)
                 r = ops->mem_create_filled(server->backend, tier, device, size,
@@ -49,7 +49,7 @@ int backing_create(gmd_server *server, gmd_tier tier, unsigned device,
         else
                 r = ops->mem_create(server->backend, tier, device, size, ret_mem);
         if (r == 0 && tier == GMD_TIER_HOST)
-                server->host_pinned_own += size;
+                server->host.pinned_own += size;
         return r;
 }
 
@@ -58,7 +58,7 @@ void backing_destroy(gmd_server *server, gmd_mem *mem)
         if (!mem)
                 return;
         if (mem->tier == GMD_TIER_HOST && !mem->daemon_only)
-                server->host_pinned_own -= mem->size;
+                server->host.pinned_own -= mem->size;
         server->backend->ops->mem_destroy(server->backend, mem);
 }
 
@@ -74,7 +74,7 @@ void backing_release(gmd_server *server, gmd_mem *mem)
 bool backing_arena_grow(gmd_server *server, unsigned device, uint64_t size)
 {
         const gmd_backend_ops *ops = server->backend->ops;
-        uint64_t pinned = backing_pinned(server), cap = server->host_pool.capacity;
+        uint64_t pinned = backing_pinned(server), cap = server->host.pool.capacity;
         gmd_arena_info a = { 0 };
         char grown[32], to[32];
         int64_t added;
@@ -106,6 +106,6 @@ void backing_no_host_room(gmd_server *server, char *buf, size_t len)
                  "[pools] host_limit %s, the host arena included; %s of it "
                  "holds buffers)",
                  size_format(backing_pinned(server), pinned, sizeof(pinned)),
-                 size_format(server->host_pool.capacity, limit, sizeof(limit)),
-                 size_format(server->host_pool.used, used, sizeof(used)));
+                 size_format(server->host.pool.capacity, limit, sizeof(limit)),
+                 size_format(server->host.pool.used, used, sizeof(used)));
 }

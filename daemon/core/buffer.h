@@ -74,7 +74,7 @@ typedef struct gmd_dbuffer {
         gmd_mem *host_copy;         /* the host copy kept after a swap-in
                                      * while leases are read only, or NULL
                                      * (hostcopy.h) */
-        gmd_list host_copy_link;    /* in server->host_copies meanwhile */
+        gmd_list host_copy_link;    /* in server->host.copies meanwhile */
         bool lease_ro;              /* the current or last lease is read
                                      * only (GMD_ACQUIRE_READ_ONLY) */
         gmd_event *last_use;        /* the owner's last-use event (cuda) */

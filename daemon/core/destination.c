@@ -85,7 +85,7 @@ int destination_out(gmd_server *server, gmd_dbuffer *b, gmd_mem **ret_dst,
                 return r;
         r = host_copy_create(server, b, ret_dst);
         if (r < 0)
-                pool_give(&server->host_pool, b->size);
+                pool_give(&server->host.pool, b->size);
         return r;
 }
 

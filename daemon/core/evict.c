@@ -62,7 +62,7 @@ uint64_t evict_evictable(gmd_server *server, unsigned device)
 {
         uint64_t bytes = evict_idle_bytes(server, device);
         /* Kept host copies give their room to a swap-out (hostcopy.h). */
-        uint64_t host = pool_free(&server->host_pool) + server->host_copy_bytes;
+        uint64_t host = pool_free(&server->host.pool) + server->host.copy_bytes;
 
         return bytes < host ? bytes : host;
 }

@@ -1,6 +1,6 @@
 /*
  * hostcopy — see hostcopy.h. A kept copy is b->host_copy, linked in
- * server->host_copies through b->host_copy_link while the buffer holds it;
+ * server->host.copies through b->host_copy_link while the buffer holds it;
  * a move out that took it owns it as its destination until the move ends.
  */
 #include "hostcopy.h"
@@ -18,8 +18,8 @@ bool hostcopy_keep(gmd_server *server, gmd_dbuffer *b, gmd_mem *host)
         if (!b->lease_ro || placement_usable_on_host(b) || b->host_copy)
                 return false;
         b->host_copy = host;
-        list_add_tail(&server->host_copies, &b->host_copy_link);
-        server->host_copy_bytes += host->size;
+        list_add_tail(&server->host.copies, &b->host_copy_link);
+        server->host.copy_bytes += host->size;
         return true;
 }
 
@@ -31,7 +31,7 @@ gmd_mem *hostcopy_take(gmd_server *server, gmd_dbuffer *b)
                 return NULL;
         list_remove(&b->host_copy_link);
         b->host_copy = NULL;
-        server->host_copy_bytes -= host->size;
+        server->host.copy_bytes -= host->size;
         return host;
 }
 
@@ -53,8 +53,8 @@ uint64_t hostcopy_reclaim(gmd_server *server, uint64_t bytes)
 {
         uint64_t freed = 0;
 
-        while (freed < bytes && !list_empty(&server->host_copies)) {
-                gmd_dbuffer *b = container_of(server->host_copies.next,
+        while (freed < bytes && !list_empty(&server->host.copies)) {
+                gmd_dbuffer *b = container_of(server->host.copies.next,
                                               gmd_dbuffer, host_copy_link);
 
                 freed += b->size;
@@ -68,9 +68,9 @@ uint64_t hostcopy_reclaim(gmd_server *server, uint64_t bytes)
 
 int hostcopy_pool_take(gmd_server *server, uint64_t size)
 {
-        int r = pool_take(&server->host_pool, size);
+        int r = pool_take(&server->host.pool, size);
 
         if (r == -ENOSPC && hostcopy_reclaim(server, size))
-                r = pool_take(&server->host_pool, size);
+                r = pool_take(&server->host.pool, size);
         return r;
 }

@@ -21,8 +21,8 @@
  * none: their owner maps their host copy.
  *
  * The server keeps the buffers holding one in a list, oldest first
- * (server->host_copies), so reclaiming costs what the kept copies number,
- * and their bytes (server->host_copy_bytes): host room that a move out
+ * (server->host.copies), so reclaiming costs what the kept copies number,
+ * and their bytes (server->host.copy_bytes): host room that a move out
  * can have (evict.h counts it).
  */
 #ifndef GMD_HOSTCOPY_H

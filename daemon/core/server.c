@@ -18,7 +18,7 @@ gmd_pool *server_vram_pool(gmd_server *server, unsigned device)
 
 gmd_pool *server_pool(gmd_server *server, gmd_tier tier, unsigned device)
 {
-        return tier == GMD_TIER_HOST ? &server->host_pool :
+        return tier == GMD_TIER_HOST ? &server->host.pool :
                server_vram_pool(server, device);
 }
 

@@ -18,6 +18,7 @@
 #include "config.h"
 #include "copyq.h"
 #include "devices.h"
+#include "host_tier.h"
 #include "buffer.h"
 #include "list.h"
 #include "pending.h"
@@ -42,9 +43,8 @@ typedef struct gmd_server {
         gmd_devices devices;          /* the GPUs served: their pools,
                                        * what the backend and the driver
                                        * say of them (devices.h) */
-        gmd_pool host_pool;
-        uint64_t host_pinned_own;     /* host backings outside the arenas
-                                       * (backing.h) */
+        gmd_host_tier host;           /* host memory: its pool, pinned
+                                       * bytes, kept copies (host_tier.h) */
 
         /* The socket clients connect to, accepting, and the scratch
          * their packets are read into: the dispatch layer's
@@ -60,9 +60,6 @@ typedef struct gmd_server {
 
         gmd_buffers buffers;          /* every live buffer, by id, and the
                                        * pass's short lists (buffer.h) */
-        gmd_list host_copies;         /* buffers keeping a host copy,
-                                       * oldest first (hostcopy.h) */
-        uint64_t host_copy_bytes;     /* and the host pool bytes they hold */
 
         gmd_waitq waitq;              /* VRAM requests waiting (waitq.h) */
         gmd_reuse reuse;              /* VRAM kept for swap-ins (reuse.h) */

@@ -25,7 +25,7 @@ static void take_pool(const gmd_server *server, unsigned i,
                       gmd_pool_snapshot *ret)
 {
         const gmd_pool *p = i < server->devices.n ?
-                &server->devices.pools[i] : &server->host_pool;
+                &server->devices.pools[i] : &server->host.pool;
 
         ret->device = p->device;
         ret->tier = p->tier;
@@ -206,7 +206,7 @@ int snapshot_take(const gmd_server *server, unsigned what,
         take_processes(server, &s);
         s.waiting_allocations = waitq_count(&server->waitq);
         s.host_pinned = backing_pinned(server);
-        s.host_limit = server->host_pool.capacity;
+        s.host_limit = server->host.pool.capacity;
         s.stats = server->stats;
         s.slices_given = server->slices.passed;
         s.uptime_ms = now_ms() - server->start_ms;

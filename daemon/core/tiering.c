@@ -125,7 +125,7 @@ static int pageout_one(gmd_server *server, gmd_dbuffer *b, move_class cls)
 
 static gmd_outcome host_full_error(gmd_session *s, gmd_result *ret)
 {
-        gmd_pool *host = &s->server->host_pool;
+        gmd_pool *host = &s->server->host.pool;
         char f[32], c[32], p[32];
 
         return result_error(ret, GMD_ERR_NO_MEMORY,

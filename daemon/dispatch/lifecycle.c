@@ -135,7 +135,6 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         server->start_ms = now_ms();
         sessions_init(&server->sessions);
         buffers_init(&server->buffers);
-        list_init(&server->host_copies);
         waitq_init(&server->waitq, loop, &server->pending,
                    &scheduler_waitq_ops, server);
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
@@ -184,9 +183,8 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
                          size_format(info->total, tot, sizeof(tot)),
                          (unsigned long long)(info->granularity >> 10));
         }
-        pool_init(&server->host_pool, 0, GMD_TIER_HOST,
-                  config_host_limit_bytes(config),
-                  HOST_GRANULARITY);
+        host_tier_init(&server->host, config_host_limit_bytes(config),
+                       HOST_GRANULARITY);
         *ret_server = server;
         return 0;
 
@@ -418,7 +416,7 @@ void server_reload(gmd_server *server, const gmd_config *config)
                                     "clients hold; no allocation fits until they free",
                                     i);
         }
-        pool_resize(&server->host_pool,
+        pool_resize(&server->host.pool,
                     config_host_limit_bytes(old));
         listener_set_access(server->listener, old);
         if (metrics_changed) {

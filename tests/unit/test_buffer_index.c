@@ -44,7 +44,7 @@ static int setup(void **state)
         assert_non_null(f->server);
         f->server->backend = &fake_mover;
         f->server->devices.n = 1;
-        pool_init(&f->server->host_pool, 0, GMD_TIER_HOST, 1024 * MiB, 2 * MiB);
+        pool_init(&f->server->host.pool, 0, GMD_TIER_HOST, 1024 * MiB, 2 * MiB);
         list_init(&f->server->buffers.all);
         list_init(&f->server->buffers.moving);
         list_init(&f->server->buffers.vram_idle);

@@ -49,8 +49,8 @@ static int setup(void **state)
         assert_non_null(f->server);
         f->server->backend = &backend;
         f->server->devices.n = 1;
-        pool_init(&f->server->host_pool, 0, GMD_TIER_HOST, 64 * MiB, 2 * MiB);
-        list_init(&f->server->host_copies);
+        pool_init(&f->server->host.pool, 0, GMD_TIER_HOST, 64 * MiB, 2 * MiB);
+        list_init(&f->server->host.copies);
         f->owner.server = f->server;
         for (int i = 0; i < N; i++) {
                 f->b[i].id = (uint64_t)i + 1;
@@ -83,7 +83,7 @@ static gmd_mem *host(fixture *f, uint64_t size)
         gmd_mem *m = calloc(1, sizeof(*m));
 
         assert_non_null(m);
-        assert_int_equal(pool_take(&f->server->host_pool, size), 0);
+        assert_int_equal(pool_take(&f->server->host.pool, size), 0);
         m->fd = -1;
         m->size = size;
         m->tier = GMD_TIER_HOST;
@@ -102,14 +102,14 @@ static void test_kept_only_after_read_only_lease(void **state)
         f->b[0].lease_ro = true;
         assert_true(hostcopy_keep(f->server, &f->b[0], m));
         assert_ptr_equal(f->b[0].host_copy, m);
-        assert_int_equal(f->server->host_copy_bytes, 8 * MiB);
+        assert_int_equal(f->server->host.copy_bytes, 8 * MiB);
         /* one at a time */
         assert_false(hostcopy_keep(f->server, &f->b[0], m));
         hostcopy_drop(f->server, &f->b[0]);
         assert_null(f->b[0].host_copy);
         assert_int_equal(n_destroyed, 1);
-        assert_int_equal(f->server->host_copy_bytes, 0);
-        assert_int_equal(f->server->host_pool.used, 0);
+        assert_int_equal(f->server->host.copy_bytes, 0);
+        assert_int_equal(f->server->host.pool.used, 0);
         hostcopy_drop(f->server, &f->b[0]);         /* none: nothing */
         assert_int_equal(n_destroyed, 1);
 }
@@ -123,8 +123,8 @@ static void test_spillable_keeps_none(void **state)
         f->b[1].lease_ro = true;
         /* its owner maps its host copy: that one is not the daemon's */
         assert_false(hostcopy_keep(f->server, &f->b[1], m));
-        assert_int_equal(f->server->host_copy_bytes, 0);
-        pool_give(&f->server->host_pool, m->size);
+        assert_int_equal(f->server->host.copy_bytes, 0);
+        pool_give(&f->server->host.pool, m->size);
         free(m);
 }
 
@@ -138,9 +138,9 @@ static void test_take_and_put_back(void **state)
         got = hostcopy_take(f->server, &f->b[0]);
         assert_ptr_equal(got, m);
         assert_null(f->b[0].host_copy);
-        assert_int_equal(f->server->host_copy_bytes, 0);
+        assert_int_equal(f->server->host.copy_bytes, 0);
         /* still paid for: the move out owns it now */
-        assert_int_equal(f->server->host_pool.used, 8 * MiB);
+        assert_int_equal(f->server->host.pool.used, 8 * MiB);
         assert_null(hostcopy_take(f->server, &f->b[0]));
         /* the move did not happen, the lease still read only: kept again */
         hostcopy_put_back(f->server, &f->b[0], got);
@@ -152,7 +152,7 @@ static void test_take_and_put_back(void **state)
         hostcopy_put_back(f->server, &f->b[0], got);
         assert_null(f->b[0].host_copy);
         assert_int_equal(n_destroyed, 1);
-        assert_int_equal(f->server->host_pool.used, 0);
+        assert_int_equal(f->server->host.pool.used, 0);
 }
 
 static void test_reclaim_oldest_first_as_needed(void **state)
@@ -163,17 +163,17 @@ static void test_reclaim_oldest_first_as_needed(void **state)
                 f->b[i].lease_ro = true;
                 assert_true(hostcopy_keep(f->server, &f->b[i], host(f, 8 * MiB)));
         }
-        assert_int_equal(f->server->host_copy_bytes, 24 * MiB);
+        assert_int_equal(f->server->host.copy_bytes, 24 * MiB);
         /* 4 MiB needed: the oldest copy (8 MiB) goes, the others stay */
         assert_int_equal(hostcopy_reclaim(f->server, 4 * MiB), 8 * MiB);
         assert_null(f->b[0].host_copy);
         assert_non_null(f->b[1].host_copy);
         assert_non_null(f->b[2].host_copy);
-        assert_int_equal(f->server->host_pool.used, 16 * MiB);
+        assert_int_equal(f->server->host.pool.used, 16 * MiB);
         /* more than there is: all of it, and says so */
         assert_int_equal(hostcopy_reclaim(f->server, 64 * MiB), 16 * MiB);
-        assert_int_equal(f->server->host_copy_bytes, 0);
-        assert_int_equal(f->server->host_pool.used, 0);
+        assert_int_equal(f->server->host.copy_bytes, 0);
+        assert_int_equal(f->server->host.pool.used, 0);
         assert_int_equal(hostcopy_reclaim(f->server, MiB), 0);
         assert_int_equal(n_destroyed, 3);
 }
