@@ -28,6 +28,7 @@
 #include "server_limits.h"
 #include "session.h"
 #include "stats.h"
+#include "stuck.h"
 #include "users.h"
 #include "vram.h"
 #include "waitq.h"
@@ -79,8 +80,7 @@ typedef struct gmd_server {
         bool maintaining;
 
         gmd_stats stats;
-        uint64_t stuck_ms[GMD_MAX_DEVICES];   /* the last line of stuck.h */
-        uint64_t stuck_sum[GMD_MAX_DEVICES];  /* and what it showed */
+        gmd_stuck stuck;              /* its last lines (stuck.h) */
         struct gmd_metrics *metrics;  /* the metrics endpoint, or NULL */
 
         bool stopping;

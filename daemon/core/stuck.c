@@ -104,11 +104,11 @@ void stuck_log(gmd_server *server, unsigned device, uint64_t wanted,
         for (unsigned i = 0; i < n; i++)
                 sum = sum * 31 + (uint64_t)p[i].pid + p[i].in_use * 3 +
                       p[i].lent * 5 + p[i].released * 7 + p[i].waits * 11;
-        if (sum == server->stuck_sum[device] &&
-            now - server->stuck_ms[device] < STUCK_LOG_MS)
+        if (sum == server->stuck.sum[device] &&
+            now - server->stuck.ms[device] < STUCK_LOG_MS)
                 return;
-        server->stuck_sum[device] = sum;
-        server->stuck_ms[device] = now;
+        server->stuck.sum[device] = sum;
+        server->stuck.ms[device] = now;
         holder = slice_holder(&server->slices, device, now, &left_ms);
         len += (size_t)snprintf(line, sizeof(line),
                 "device %u: %s more wanted, %s chosen to move out, %s free;",

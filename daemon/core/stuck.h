@@ -16,9 +16,19 @@
 
 #include <stdint.h>
 
+#include "server_limits.h"
+
 typedef struct gmd_server gmd_server;
 
 #define STUCK_LOG_MS 250
+
+/* The last line logged per device, and what it showed (a sum of its
+ * figures): the same picture is not logged again within STUCK_LOG_MS.
+ * The server holds one (server->stuck), zeroed. */
+typedef struct gmd_stuck {
+        uint64_t ms[GMD_MAX_DEVICES];
+        uint64_t sum[GMD_MAX_DEVICES];
+} gmd_stuck;
 
 /* Requests on `device` want `wanted` bytes more than it has free or
  * leaving; the evictor chose `chosen` bytes to move out. Logs (debug
