@@ -15,6 +15,9 @@ OutOfMemoryError past it):
                 goes to pinned host memory: checkpointing plus offload by
                 hand
   save_on_cpu   torch.autograd.graph.save_on_cpu(pin_memory=True) alone
+  fit-recompute gpumem.torch.fit(model, optimizer, budget=...,
+                offload=False): keep or recompute, planned per part of
+                each layer (attention, MLP, norms), no daemon
   fit           gpumem.torch.fit(model, optimizer, budget=...) over a
                 gpu-memd (cuda backend) that holds its offloaded
                 activations: its VRAM pool (--fit-daemon-share of the
@@ -45,7 +48,8 @@ sys.path.insert(0, HERE)
 from common import Daemon, child_env, setup_determinism  # noqa: E402
 
 GiB = 1 << 30
-METHODS = ("plain", "checkpoint", "ckpt+cpu", "save_on_cpu", "fit")
+METHODS = ("plain", "checkpoint", "ckpt+cpu", "save_on_cpu", "fit-recompute",
+           "fit")
 
 
 def model_config(name, quick):
@@ -92,6 +96,9 @@ def child(args):
         import gpumem.torch as gt
         client = gpumem.Client(name="bench_fit")
         fitter = gt.fit(model, opt, budget=cap, client=client)
+    elif method == "fit-recompute":
+        import gpumem.torch as gt
+        fitter = gt.fit(model, opt, budget=cap, offload=False)
     losses, times = [], []
     error = None
     try:
@@ -221,7 +228,7 @@ def main():
                     r = runs[method] = run(opts.build, log, args, vram)
                     print(f"  {share} ({budget / GiB:.2f} GiB) "
                           f"{method:12s} {describe(r, plain)}", flush=True)
-                    if method == "fit" and r.get("plans"):
+                    if method.startswith("fit") and r.get("plans"):
                         print(f"      plan: {r['plans'][-1]}", flush=True)
     if opts.json:
         with open(opts.json, "w") as f:

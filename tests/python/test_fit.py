@@ -11,7 +11,10 @@
             bit-identical to plain training for every mode forced on every
             block, and for the planned mix at a budget of half the
             activations, which offloads and recomputes; the profiling pass
-            measures what each block saves; remove() restores the model
+            measures what each block saves; remove() restores the model;
+            by default a layer is planned by its parts (attention, MLP),
+            in the order the forward pass runs them, and a planned mix of
+            them trains bit-identically
 Skips the Fit cases with one SKIP: line where torch is missing.
 """
 import random
@@ -142,12 +145,56 @@ class Block(torch.nn.Module if torch else object):
         return (hidden + self.down(inner) * scale,)
 
 
-class Net(torch.nn.Module if torch else object):
+class Mlp(torch.nn.Module if torch else object):
     def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(128, 512)
+        self.down = torch.nn.Linear(512, 128)
+        self.drop = torch.nn.Dropout(0.1)
+
+    def forward(self, hidden):
+        return self.down(self.drop(torch.nn.functional.gelu(self.up(hidden))))
+
+
+class Attn(torch.nn.Module if torch else object):
+    """Self-attention's shape of memory: scores of seq x seq per head."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(128, 3 * 128)
+        self.out = torch.nn.Linear(128, 128)
+        self.drop = torch.nn.Dropout(0.1)
+
+    def forward(self, hidden):
+        b, t, _ = hidden.shape
+        q, k, v = self.qkv(hidden).view(b, t, 3, 4, 32).unbind(2)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / 32 ** 0.5
+        probs = self.drop(scores.softmax(-1))
+        return self.out(torch.einsum("bhqk,bkhd->bqhd", probs, v)
+                        .reshape(b, t, 128))
+
+
+class Reversed(torch.nn.Module if torch else object):
+    """A transformer layer that registers its MLP before its attention
+    but runs the attention first."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = Mlp()
+        self.attn = Attn()
+
+    def forward(self, hidden, scale=1.0):
+        hidden = hidden + self.attn(hidden)
+        return (hidden + self.mlp(hidden) * scale,)
+
+
+class Net(torch.nn.Module if torch else object):
+    def __init__(self, layer=None):
         super().__init__()
         torch.manual_seed(0)
         self.embed = torch.nn.Embedding(64, 128)
-        self.layers = torch.nn.ModuleList(Block() for _ in range(6))
+        self.layers = torch.nn.ModuleList((layer or Block)()
+                                          for _ in range(6))
         self.head = torch.nn.Linear(128, 64)
 
     def forward(self, tokens):
@@ -197,7 +244,8 @@ class Fit(DaemonTest):
     def test_every_mode_bit_identical(self):
         for mode in (KEEP, RECOMPUTE, OFFLOAD):
             model = Net()
-            fitter = gt.fit(model, client=self.client)
+            fitter = gt.fit(model, client=self.client,
+                            blocks=list(model.layers))
             losses, params = train(model, fitter_modes=[mode] * 6,
                                    fitter=fitter)
             self.check_same(losses, params, mode)
@@ -207,7 +255,7 @@ class Fit(DaemonTest):
 
     def test_profile_and_planned_mix(self):
         model = Net()
-        probe = gt.fit(model, client=self.client)
+        probe = gt.fit(model, client=self.client, blocks=list(model.layers))
         train(model, steps=2, fitter=probe)
         saved = [p.saved_bytes for p in probe.profiles()]
         probe.remove()
@@ -217,7 +265,8 @@ class Fit(DaemonTest):
         for s in saved:
             self.assertGreaterEqual(s, 3 * 16 * 32 * 512 * 4)
         model = Net()
-        fitter = gt.fit(model, client=self.client, budget=sum(saved) // 2)
+        fitter = gt.fit(model, client=self.client, budget=sum(saved) // 2,
+                        blocks=list(model.layers))
         losses, params = train(model, fitter=fitter)
         self.check_same(losses, params, "planned")
         plan = fitter.plan
@@ -228,6 +277,36 @@ class Fit(DaemonTest):
         self.assertLessEqual(held, sum(saved) // 2)
         fitter.remove()
         self.assertNotIn("forward", vars(model.layers[0]))
+
+    def test_units(self):
+        # by default a layer with two or more children holding parameters
+        # is planned child by child, in the order the forward pass runs
+        # them (Reversed registers its MLP before its attention)
+        model = Net(Reversed)
+        fitter = gt.fit(model, client=self.client)
+        self.assertEqual(len(fitter.blocks), 12)
+        train(model, steps=3, fitter=fitter)
+        names = [p.name for p in fitter.profiles()]
+        self.assertEqual(names[:2], ["layers.0.attn", "layers.0.mlp"])
+        self.assertEqual(len(fitter.plan.modes), 12)
+        fitter.remove()
+        self.assertEqual(len(gt.fit(Net(), client=self.client).blocks), 12)
+
+    def test_units_planned_bit_identical(self):
+        ref_losses, ref_params = train(Net(Reversed))
+        model = Net(Reversed)
+        probe = gt.fit(model, client=self.client)
+        train(model, steps=2, fitter=probe)
+        total = sum(p.saved_bytes for p in probe.profiles())
+        probe.remove()
+        model = Net(Reversed)
+        fitter = gt.fit(model, client=self.client, budget=total // 3)
+        losses, params = train(model, fitter=fitter)
+        self.assertNotEqual(fitter.plan.count(KEEP), 12,
+                            fitter.plan.summary())
+        for a, b in zip(losses + params, ref_losses + ref_params):
+            self.assertTrue(torch.equal(a, b), fitter.plan.summary())
+        fitter.remove()
 
     def test_no_daemon_means_no_offload(self):
         model = Net()

@@ -5,8 +5,8 @@
         loss = model(batch).loss                       # unchanged loop
         loss.backward(); optimizer.step(); optimizer.zero_grad()
 
-fit() finds the model's blocks (its largest nn.ModuleList, or `blocks`)
-and decides, for each, what happens to the activations autograd saves in
+fit() finds the model's blocks (the parts of each layer of its largest
+nn.ModuleList, units_of; or `blocks`) and decides, for each, what happens to the activations autograd saves in
 it between the forward and the backward pass: kept in VRAM, recomputed in
 the backward pass (checkpointing) or offloaded to gpu-memd buffers that
 are paged out to host memory and prefetched back (planner.py says how it
@@ -71,7 +71,6 @@ class Fitter:
                  client=None, offload=True):
         import torch
         import torch.utils.checkpoint
-        from .streaming import _largest_modulelist
         if budget is not None and budget <= 0:
             raise ValueError(f"budget={budget}: a number of bytes above 0 "
                              "(None: what the device has free)")
@@ -79,7 +78,7 @@ class Fitter:
         self.optimizer = optimizer
         self.budget = budget
         self.blocks = list(blocks) if blocks is not None \
-            else _largest_modulelist(model)
+            else units_of(model)
         self.names = [self._name(m) for m in self.blocks]
         self.device = self._device(model)
         self.cuda = self.device.type == "cuda"
@@ -93,6 +92,7 @@ class Fitter:
         self._inputs = [0] * len(self.blocks)
         self._times = [0.0] * len(self.blocks)
         self._marks = [None] * len(self.blocks)
+        self._order = []            # block indices in first-call order
         self._base = None           # VRAM the step needs besides activations
         self._room = None
         self._lock = threading.Lock()
@@ -196,6 +196,8 @@ class Fitter:
                 return t.to(device, non_blocking=False)
             return packed
         self._saved[i] = 0
+        if i not in self._order:
+            self._order.append(i)
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
             return forward(*args, **kwargs)
 
@@ -278,9 +280,14 @@ class Fitter:
         return pool.link_bytes_per_s_out, pool.link_bytes_per_s_in
 
     def profiles(self):
-        """The measurements the plan rests on, one BlockProfile a block."""
-        return [_planner.BlockProfile(n, s, inp, t) for n, s, inp, t in
-                zip(self.names, self._saved, self._inputs, self._times)]
+        """The measurements the plan rests on, one BlockProfile a block,
+        in the order the forward pass runs them (blocks it did not run
+        last)."""
+        order = self._order + [i for i in range(len(self.blocks))
+                               if i not in self._order]
+        return [_planner.BlockProfile(self.names[i], self._saved[i],
+                                      self._inputs[i], self._times[i])
+                for i in order]
 
     def _replan(self):
         budget = self._budget()
@@ -305,7 +312,8 @@ class Fitter:
                                   if self._staging else None)
         with self._lock:
             self.plan = plan
-            self.modes = list(plan.modes)
+            by_name = dict(zip(plan.names, plan.modes))
+            self.modes = [by_name[n] for n in self.names]
             self._room = room
             self._planned_times = [p.forward_s for p in profiles]
             self.history.append(plan)
@@ -332,13 +340,31 @@ class Fitter:
             self.offloader.finish()
 
 
+def units_of(model):
+    """The modules fit plans by default: each layer of the model's largest
+    nn.ModuleList, split into its children that hold parameters where it
+    has two or more (a transformer layer's attention and MLP, and its
+    norms). Finer units let the plan recompute what is cheap per byte (an
+    attention's scores and softmax: most of a layer's saved bytes, a small
+    part of its compute) and keep or offload the rest, where a whole
+    layer's recompute would redo its matrix products too."""
+    from .streaming import _largest_modulelist
+    units = []
+    for layer in _largest_modulelist(model):
+        kids = [c for c in layer.children()
+                if next(c.parameters(), None) is not None]
+        units.extend(kids if len(kids) >= 2 else [layer])
+    return units
+
+
 def fit(model, optimizer=None, budget=None, blocks=None, client=None,
         offload=True):
     """Make `model`'s training fit `budget` bytes of VRAM (None: what its
     device has free, read again each step) by keeping, recomputing or
     offloading each block's activations (see the module comment).
     `optimizer`: counted in the memory the step needs; `blocks`: the
-    modules to plan (None: the model's largest nn.ModuleList); `client`:
+    modules to plan (None: units_of(model), the parts of each layer of
+    its largest nn.ModuleList); `client`:
     the gpumem.Client offloads go to (None: the process's default);
     `offload`: False to plan with keep and recompute only. Returns the
     Fitter: `plan`, `history`, `profiles()`, `remove()`."""
