@@ -510,8 +510,9 @@ static int key_set(gmd_config *config, const char *section, const char *key,
         origin->line = line;
         if (line)
                 origin->where[0] = '\0';
-        else
-                snprintf(origin->where, sizeof(origin->where), "%s", where);
+        else    /* an option's name, cut to fit (it always does) */
+                snprintf(origin->where, sizeof(origin->where), "%.*s",
+                         (int)sizeof(origin->where) - 1, where);
         return 0;
 }
 
