@@ -476,12 +476,20 @@ static gmd_outcome handle_acquire(gmd_session *s, uint32_t id,
         return tiering_handle_acquire(s, id, &ask, ret);
 }
 
+/* MSG_PAGEOUT's and MSG_PREFETCH's buffers (a MSG_WAIT adds its
+ * deadline). */
+static gmd_buffers_ask buffers_ask(size_t n, const uint64_t *ids,
+                                   int64_t timeout_ms)
+{
+        return (gmd_buffers_ask){
+                .n_buffer_ids = n, .buffer_ids = ids, .timeout_ms = timeout_ms,
+        };
+}
+
 static gmd_outcome handle_pageout(gmd_session *s, uint32_t id,
                                   const Gmd__MoveRequest *m, gmd_result *ret)
 {
-        gmd_buffers_ask ask = {
-                .n_buffer_ids = m->n_buffer_ids, .buffer_ids = m->buffer_ids,
-        };
+        gmd_buffers_ask ask = buffers_ask(m->n_buffer_ids, m->buffer_ids, 0);
 
         return tiering_handle_pageout(s, id, &ask, ret);
 }
@@ -489,9 +497,7 @@ static gmd_outcome handle_pageout(gmd_session *s, uint32_t id,
 static gmd_outcome handle_prefetch(gmd_session *s, uint32_t id,
                                    const Gmd__MoveRequest *m, gmd_result *ret)
 {
-        gmd_buffers_ask ask = {
-                .n_buffer_ids = m->n_buffer_ids, .buffer_ids = m->buffer_ids,
-        };
+        gmd_buffers_ask ask = buffers_ask(m->n_buffer_ids, m->buffer_ids, 0);
 
         return tiering_handle_prefetch(s, id, &ask, ret);
 }
@@ -499,10 +505,8 @@ static gmd_outcome handle_prefetch(gmd_session *s, uint32_t id,
 static gmd_outcome handle_wait(gmd_session *s, uint32_t id,
                                const Gmd__WaitRequest *m, gmd_result *ret)
 {
-        gmd_buffers_ask ask = {
-                .n_buffer_ids = m->n_buffer_ids, .buffer_ids = m->buffer_ids,
-                .timeout_ms = m->timeout_ms,
-        };
+        gmd_buffers_ask ask = buffers_ask(m->n_buffer_ids, m->buffer_ids,
+                                          m->timeout_ms);
 
         return tiering_handle_wait(s, id, &ask, ret);
 }
