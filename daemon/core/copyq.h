@@ -43,6 +43,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <uv.h>
 
 #include "backend.h"
 #include "config.h"
@@ -115,6 +116,9 @@ typedef struct gmd_copyqs {
         gmd_pending *pending;
         bool lanes;                 /* urgent copies on the backend's urgent
                                      * lane ([swap] preempt_step) */
+        uv_async_t wake;            /* the backend finished copies: the
+                                     * loop reaps them (lifecycle.c) */
+        bool wake_open;
 } gmd_copyqs;
 
 /* Set up `n` queues in `q` (an array the caller owns). */

@@ -1,10 +1,14 @@
 /*
  * server — the daemon's state. One libuv loop thread owns everything
- * reachable from gmd_server (single writer, no locks): the pools, the
- * sessions, the buffers and the waiting requests. Long work runs elsewhere
- * and reports back through uv_async_t. The record and its lookups are
- * here, below every module that uses them; its life (start-up, listening,
- * reload, stop) is lifecycle.h's.
+ * reachable from gmd_server (single writer, no locks). The record holds
+ * each subsystem's state in that subsystem's own struct, behind its own
+ * header and functions (devices.h, host_tier.h, session.h's table,
+ * buffer.h's index, waitq.h, reuse.h, slice.h, copyq.h, ...), so a
+ * reader, or a restore, finds every piece of state in one place; the
+ * dispatch layer's part (its listener) is held by pointer, opaque here.
+ * Long work runs elsewhere and reports back through uv_async_t. The
+ * record and its lookups are here, below every module that uses them; its
+ * life (start-up, listening, reload, stop) is lifecycle.h's.
  */
 #ifndef GMD_SERVER_H
 #define GMD_SERVER_H
@@ -70,9 +74,8 @@ typedef struct gmd_server {
         gmd_pending pending;          /* work marked for the scheduling
                                        * pass (scheduler.h) */
 
-        gmd_copyqs copyqs;            /* one copy queue per device */
-        uv_async_t copy_async;        /* the backend finished copies */
-        bool copy_async_open;
+        gmd_copyqs copyqs;            /* one copy queue per device, and
+                                       * the backend's wake (copyq.h) */
         uint64_t next_remap_seq;
 
         /* Backend upkeep off the request path (the cuda reserve). */

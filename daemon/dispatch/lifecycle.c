@@ -199,7 +199,7 @@ static void server_wake(void *ctx)
 {
         gmd_server *server = ctx;
 
-        uv_async_send(&server->copy_async);
+        uv_async_send(&server->copyqs.wake);
 }
 
 static bool copies_in_flight(const gmd_server *server)
@@ -213,9 +213,9 @@ static void server_on_copies(uv_async_t *async)
 
         server->backend->ops->copy_reap(server->backend, copyq_on_done, &server->copyqs);
         /* Stopping: the handle closes once the last copy is reaped. */
-        if (server->stopping && !copies_in_flight(server) && server->copy_async_open) {
-                server->copy_async_open = false;
-                uv_close((uv_handle_t *)&server->copy_async, NULL);
+        if (server->stopping && !copies_in_flight(server) && server->copyqs.wake_open) {
+                server->copyqs.wake_open = false;
+                uv_close((uv_handle_t *)&server->copyqs.wake, NULL);
         }
 }
 
@@ -250,7 +250,7 @@ int server_listen(gmd_server *server, int fd)
         r = listener_start(server->listener, fd);
         if (r < 0)
                 return r;
-        r = uv_async_init(server->loop, &server->copy_async, server_on_copies);
+        r = uv_async_init(server->loop, &server->copyqs.wake, server_on_copies);
         if (r < 0)
                 return r;
         r = uv_prepare_init(server->loop, &server->turn_prepare);
@@ -261,8 +261,8 @@ int server_listen(gmd_server *server, int fd)
         r = uv_prepare_start(&server->turn_prepare, server_on_turn);
         if (r < 0)
                 return r;
-        server->copy_async.data = server;
-        server->copy_async_open = true;
+        server->copyqs.wake.data = server;
+        server->copyqs.wake_open = true;
         if (server_can_move(server))
                 server->backend->ops->set_wake(server->backend, server_wake, server);
         if (server->backend->ops->maintain &&
@@ -327,9 +327,9 @@ void server_stop(gmd_server *server)
         }
         /* Copies still running finish on their own; their orphaned moves
          * free the memory when reaped (server_on_copies). */
-        if (server->copy_async_open && !copies_in_flight(server)) {
-                server->copy_async_open = false;
-                uv_close((uv_handle_t *)&server->copy_async, NULL);
+        if (server->copyqs.wake_open && !copies_in_flight(server)) {
+                server->copyqs.wake_open = false;
+                uv_close((uv_handle_t *)&server->copyqs.wake, NULL);
         }
         /* One more pass: it ends what stopped and closes its handles once
          * no copy is in flight (scheduler.c). */

@@ -250,7 +250,7 @@ static void scheduler_on_check(uv_check_t *check)
         pass_run(server);
         uv_check_stop(&p->check);
         uv_idle_stop(&p->idle);
-        if (server->stopping && !server->copy_async_open && p->open) {
+        if (server->stopping && !server->copyqs.wake_open && p->open) {
                 p->open = false;
                 uv_close((uv_handle_t *)&p->check, NULL);
                 uv_close((uv_handle_t *)&p->idle, NULL);
