@@ -194,8 +194,9 @@ gmd_mem *reuse_take(gmd_reuse *r, gmd_reuse_owner *owner, unsigned device,
          * afresh, but the alternative is new VRAM now, and copies into
          * new VRAM run slower (full-size train2x swapped in at 35 GB/s
          * taking new VRAM while the pool had room, 41.7 taking this;
-         * BENCHMARKS.md, fourteenth session). Not from a buffer on its
-         * way back, which would need other VRAM itself, at once, and pay
+         * BENCHMARKS.md, Experiments: "Which VRAM a swap-in takes").
+         * Not from a buffer on its way back, which would need other
+         * VRAM itself, at once, and pay
          * the remap this one saves, unless the pool is short: making room
          * would then ask that memory back anyway (reuse_make_room), a
          * round trip and a release dearer than taking it. */

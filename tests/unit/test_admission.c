@@ -1,6 +1,6 @@
 /*
  * test_admission — a refusal on its own (dispatch/request.c's
- * request_refuse, core/admission.c's admission_hang_up): a
+ * request_refuse and the hang-up after it): a
  * connection that is refused (past max_clients_per_user, say) gets one
  * ErrorReply saying why and then the end of the stream, and the refusal
  * costs the daemon a few system calls, whatever the peer sent. A
