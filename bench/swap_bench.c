@@ -322,12 +322,16 @@ static int run_backend(uint64_t max, int reps)
         gmd_backend *be = NULL;
         const gmd_backend_ops *ops;
         gmd_config config;
-        int r;
+        int r, n_devices;
 
         config_init_defaults(&config);
         config.cuda_reserve_chunks = 0;
-        /* An arena for the two host buffers of the largest size. */
-        config.host_stock = (gmd_size_spec){ 2 * max, 0 };
+        /* An arena for the two host buffers of the largest size, on
+         * device 0: host_stock is shared evenly by the devices, so ask
+         * for that much per device. */
+        n_devices = cuda_driver_device_count(cu);
+        config.host_stock = (gmd_size_spec){
+                2 * max * (uint64_t)(n_devices > 0 ? n_devices : 1), 0 };
         r = backend_cuda_open(&config, &be);
         if (r < 0) {
                 fprintf(stderr, "backend_cuda_open: %s\n", strerror(-r));

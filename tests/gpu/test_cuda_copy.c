@@ -13,8 +13,10 @@
  * both exact; bad arguments are -EINVAL; the host arena is
  * pinned in the background, hands out fd-less pieces, in two parts when
  * no free range holds one, that one copy crosses both ways bit-exact,
- * and takes them back whole. Exits 77 with one
- * "SKIP:" line when there is no usable GPU.
+ * and takes them back whole. Everything runs on device 0, whatever
+ * the machine has (the arena asked for is device 0's share of
+ * host_stock). Exits 77 with one "SKIP:" line when there is no usable
+ * GPU.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -25,6 +27,7 @@
 
 #include "backend_cuda.h"
 #include "config.h"
+#include "cuda_driver.h"
 #include "gpu_kernels.h"
 #include "gpu_proc.h"
 #include "log.h"
@@ -155,6 +158,20 @@ static void check_order(int first, int n, int base, const char *what)
         }
 }
 
+/* The CUDA devices this process sees (at least 1: the caller checked
+ * that a GPU is usable). */
+static unsigned devices_visible(void)
+{
+        const gmd_cuda_driver *cu;
+        const char *why;
+        int n;
+
+        if (cuda_driver_load(&cu, &why) < 0)
+                return 1;
+        n = cuda_driver_device_count(cu);
+        return n > 0 ? (unsigned)n : 1;
+}
+
 int main(void)
 {
         gmd_mem *vram = NULL, *vram2 = NULL, *host = NULL, *host2 = NULL, *m;
@@ -173,7 +190,10 @@ int main(void)
         log_setup(GMD_LOG_INFO);
         config_init_defaults(&config);
         config.cuda_reserve_chunks = 0;
-        config.host_stock = (gmd_size_spec){ ARENA, 0 };
+        /* [pools] host_stock is the machine's, shared evenly by the
+         * devices; the arena checks below are about device 0's share:
+         * ask for ARENA per device, however many the machine has. */
+        config.host_stock = (gmd_size_spec){ ARENA * devices_visible(), 0 };
         r = backend_cuda_open(&config, &be);
         CHECK(r == 0, "backend_cuda_open: %s", strerror(-r));
         if (r < 0)

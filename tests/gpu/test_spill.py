@@ -150,8 +150,9 @@ def case_link(client, log_path, port):
            out_GBps=round(rout / 1e9, 2))
     check("link.status", rin > 1e9 and rout > 1e9,
           f"{rin / 1e9:.1f} GB/s in, {rout / 1e9:.1f} GB/s out")
+    # one line per device the daemon serves; this case is about device 0
     with open(log_path) as f:
-        lines = [x for x in f if "link to host memory" in x]
+        lines = [x for x in f if "device 0: link to host memory" in x]
     check("link.logged", len(lines) == 1,
           lines[0].strip() if lines else "no line in the daemon's log")
     try:
