@@ -1123,7 +1123,7 @@ def main():
                     help="cotenancy without idle() between steps and "
                     "requests: the jobs never take turns, so their in-step "
                     "working sets meet (a robustness run, not the "
-                    "issue's benchmark)")
+                    "co-tenancy benchmark itself)")
     ap.add_argument("--train-steps", type=int, default=0,
                     help="cotenancy's training steps per job (default 100 "
                     "quick, 40 full)")

@@ -396,8 +396,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--log")
     ap.add_argument("--batch", type=int, default=1,
-                    help="inference batch (default 1; the issue asks for "
-                    "1 and 16): tokens/s count every sequence")
+                    help="inference batch (default 1; BENCHMARKS.md has 1 "
+                    "and 16): tokens/s count every sequence")
     ap.add_argument("--quick", action="store_true",
                     help="smaller models and sweeps: under 3 minutes")
     ap.add_argument("--cpus", default="",

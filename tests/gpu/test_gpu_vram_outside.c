@@ -1,6 +1,6 @@
 /*
- * test_gpu_vram_outside — VRAM held outside gpu-memd on a real GPU (issue
- * 10, item 7; daemon/core/vram.c).
+ * test_gpu_vram_outside — VRAM held outside gpu-memd on a real GPU
+ * (daemon/core/vram.c).
  *
  * A second process that does not use gpu-memd (a worker, gpu_proc.h)
  * cuMemAlloc's most of what the GPU has free, leaving a few GiB. gpu-memd's

@@ -9,7 +9,7 @@
  * every line
  * must be well-formed exposition text; bad requests get 4xx answers and
  * leave the endpoint working; an idle connection is closed; addresses that
- * are not loopback are refused at start. Issue 10, item 8: by default the
+ * are not loopback are refused at start. By default the
  * series are per user, with no client names and no pids; connections
  * that hang cannot keep a scraper out; an endpoint that cannot be served
  * (a port in use, a missing directory) leaves the daemon running.
