@@ -331,7 +331,7 @@ static void test_park_unpark_within_buffer_limit(void **state)
         raw_close(&raw);
 }
 
-/* ---- buffers per user --------------------------------------------------------*/
+/* ---- buffers per user ------------------------------------------------------- */
 
 /* max_buffers_per_user counts the user's clients together. */
 static void test_buffers_per_user(void **state)
@@ -425,7 +425,7 @@ static void test_out_of_fds(void **state)
         gmd_disconnect(again);
 }
 
-/* ---- connection slots ---------------------------------------------------------*/
+/* ---- connection slots ------------------------------------------------------- */
 
 static void test_connections_per_user(void **state)
 {
@@ -540,7 +540,7 @@ static void test_log_rate_limited(void **state)
         close(held);
 }
 
-/* ---- reply bytes ----------------------------------------------------------------*/
+/* ---- reply bytes ------------------------------------------------------------ */
 
 /* Send `n` status requests (clients and buffers: a few KB each) on `fd`
  * and read nothing; stops early when the daemon closes the connection. */
