@@ -518,17 +518,26 @@ static int hello_accept(gmd_client *client, const Gmd__HelloReply *reply)
         client->n_devices = (unsigned)reply->n_devices;
         client->granularity = calloc(reply->n_devices ? reply->n_devices : 1,
                                      sizeof(*client->granularity));
-        if (!client->granularity) {
+        client->ids = calloc(reply->n_devices ? reply->n_devices : 1,
+                             sizeof(*client->ids));
+        if (!client->granularity || !client->ids) {
                 gmd__error_set("out of memory");
                 return -ENOMEM;
         }
         /* Devices are named by index; one the reply does not describe
-         * keeps granularity 0, which the mapping cache never matches. */
+         * keeps granularity 0, which the mapping cache never matches, and
+         * no UUID, which gmd_device_from_cuda refuses to guess past. */
         for (size_t i = 0; i < reply->n_devices; i++) {
                 const Gmd__DeviceInfo *d = reply->devices[i];
+                gmd__device_id *id;
 
-                if (d->index < client->n_devices)
-                        client->granularity[d->index] = d->granularity;
+                if (d->index >= client->n_devices)
+                        continue;
+                client->granularity[d->index] = d->granularity;
+                id = &client->ids[d->index];
+                snprintf(id->uuid, sizeof(id->uuid), "%s", d->uuid ? d->uuid : "");
+                snprintf(id->pci_bus_id, sizeof(id->pci_bus_id), "%s",
+                         d->pci_bus_id ? d->pci_bus_id : "");
         }
         client->backend = strdup(reply->backend ? reply->backend : "");
         client->daemon_version = strdup(reply->daemon_version ?
@@ -840,6 +849,7 @@ gmd_client *gmd_disconnect(gmd_client *client)
         if (client->mapper)
                 client->mapper->ops->destroy(client->mapper);
         free(client->granularity);
+        free(client->ids);
         free(client->backend);
         free(client->daemon_version);
         pthread_mutex_destroy(&client->send_lock);

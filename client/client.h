@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "devices.h"
 #include "gpumem.h"
 #include "list.h"
 #include "mapcache.h"
@@ -51,6 +52,7 @@ struct gmd_client {
         unsigned version;
         unsigned n_devices;
         uint64_t *granularity;          /* per device, from the hello */
+        gmd__device_id *ids;            /* per device, from the hello */
         uint64_t client_id;
 
         pthread_mutex_t send_lock;

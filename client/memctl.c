@@ -183,6 +183,15 @@ static void print_pools(const gmd_status *status)
                        ctl_size_text(p->used, used, sizeof(used)),
                        ctl_size_text(p->free, free_, sizeof(free_)), pct);
         }
+        /* Which GPU each device number is: a process's CUDA ordinals
+         * follow its CUDA_VISIBLE_DEVICES, the UUID does not. */
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+
+                if (p->tier == GMD_TIER_VRAM && p->uuid[0])
+                        printf("device %u is %s at PCI %s\n", p->device, p->uuid,
+                               p->pci_bus_id[0] ? p->pci_bus_id : "(unknown)");
+        }
 }
 
 /* Who holds `device`'s memory besides gpu-memd, where the daemon can tell
@@ -557,6 +566,8 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                         json_uint(&w, "slice_pid", p->slice_pid);
                         json_uint(&w, "slice_left_ms", p->slice_left_ms);
                         json_uint(&w, "preempt_step", p->preempt_step);
+                        json_string(&w, "uuid", p->uuid);
+                        json_string(&w, "pci_bus_id", p->pci_bus_id);
                 }
                 json_end_object(&w);
         }

@@ -81,6 +81,9 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 p->slice_pid = w->slice_pid;
                 p->slice_left_ms = w->slice_left_ms;
                 p->preempt_step = w->preempt_step;
+                snprintf(p->uuid, sizeof(p->uuid), "%s", w->uuid ? w->uuid : "");
+                snprintf(p->pci_bus_id, sizeof(p->pci_bus_id), "%s",
+                         w->pci_bus_id ? w->pci_bus_id : "");
         }
         s->n_clients = reply->n_clients;
         for (size_t i = 0; i < reply->n_clients; i++) {

@@ -32,6 +32,7 @@
         X(cuGetErrorString)                                             \
         X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)           \
         X(cuDeviceGetAttribute) X(cuDeviceTotalMem)                     \
+        X(cuDeviceGetUuid) X(cuDeviceGetPCIBusId)                       \
         X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)        \
         X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent)       \
         X(cuCtxPopCurrent) X(cuCtxSynchronize)                          \

@@ -194,6 +194,59 @@ unsigned gmd_client_protocol_version(const gmd_client *client);
 GMD_EXPORT
 unsigned gmd_client_device_count(const gmd_client *client);
 
+/* ---- devices by identity -------------------------------------------- */
+
+/* Bytes that hold a device's UUID text ("GPU-" and 36 characters) and
+ * its PCI bus id ("0000:19:00.0"), with the terminating NUL. */
+#define GMD_UUID_SIZE        48
+#define GMD_PCI_BUS_ID_SIZE  32
+
+/*
+ * The daemon's device that is the calling process's CUDA device
+ * `cuda_ordinal` (what cudaGetDevice returns, torch's "cuda:N"), into
+ * *ret_device: the number to pass to gmd_alloc. The two differ whenever
+ * the process sees other GPUs than the daemon, or in another order — a
+ * job that Slurm or torchrun started with CUDA_VISIBLE_DEVICES=1 calls
+ * the daemon's second GPU its device 0.
+ *
+ * The devices are matched by UUID. On the cuda backend the CUDA driver of
+ * this process says which GPU the ordinal is (cuDeviceGet and
+ * cuDeviceGetUuid: CUDA_VISIBLE_DEVICES applies, by index or UUID). On
+ * the sim backend, where there is no driver, the rule CUDA applies is
+ * emulated over the daemon's devices: unset, the process sees all of
+ * them in order; else each comma-separated entry of CUDA_VISIBLE_DEVICES
+ * is an index into the daemon's list or a UUID, or a prefix of one that
+ * names a single device ("GPU-5140dd00-0000-4000-8000-000000000001",
+ * "GPU-5140"), and the first entry that names no device (or one already
+ * listed) ends the list, as CUDA's does.
+ *
+ * Errors (gmd_last_error() says which and what to do): -ENODEV when the
+ * process has no CUDA device `cuda_ordinal`, when its GPU is not one the
+ * daemon serves (the sentence names its UUID and the daemon's devices), or
+ * on cuda when this process has no usable CUDA driver; -EINVAL for a
+ * negative ordinal or NULL argument; GMD_ENOTSUP when the daemon did not
+ * say its devices' UUIDs (a gpu-memd older than this call: then the
+ * ordinal is the daemon's device only when both see the same GPUs in the
+ * same order).
+ */
+GMD_EXPORT
+int gmd_device_from_cuda(gmd_client *client, int cuda_ordinal,
+                         unsigned *ret_device);
+
+/*
+ * The daemon's `device`'s UUID ("GPU-...", as nvidia-smi prints it) or
+ * PCI bus id ("0000:19:00.0") into `buf` of `len` bytes (GMD_UUID_SIZE,
+ * GMD_PCI_BUS_ID_SIZE hold them). 0, -EINVAL for a device the daemon
+ * does not have, -ERANGE when `len` is too small (buf untouched),
+ * GMD_ENOTSUP from a daemon that does not say (older than these calls).
+ */
+GMD_EXPORT
+int gmd_device_uuid(const gmd_client *client, unsigned device, char *buf,
+                    size_t len);
+GMD_EXPORT
+int gmd_device_pci_bus_id(const gmd_client *client, unsigned device,
+                          char *buf, size_t len);
+
 /* ---- buffers ------------------------------------------------------------ */
 
 /*
@@ -573,6 +626,11 @@ typedef struct gmd_pool_status {
          * on cuda the daemon's log says why otherwise; or an older
          * daemon). */
         uint64_t preempt_step;
+        /* VRAM pools: the device's UUID as nvidia-smi prints it and its
+         * PCI bus id (see gmd_device_uuid); "" on host pools and from a
+         * daemon older than these fields. */
+        char uuid[GMD_UUID_SIZE];
+        char pci_bus_id[GMD_PCI_BUS_ID_SIZE];
 } gmd_pool_status;
 
 typedef struct gmd_client_status {

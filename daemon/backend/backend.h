@@ -66,6 +66,14 @@ typedef void (*gmd_copy_done_fn)(void *ctx, void *cookie, int status);
 
 typedef struct gmd_device_info {
         char name[64];
+        /* Who the device is, whatever ordinal a process sees it under:
+         * its UUID as nvidia-smi prints it ("GPU-8932f937-..."; the cuda
+         * backend asks cuDeviceGetUuid, sim makes "GPU-5140dd00-0000-
+         * 4000-8000-00000000000N" for its device N) and its PCI bus id
+         * ("0000:19:00.0"; sim "0000:8N:00.0"). Clients find their CUDA
+         * devices among the daemon's by the UUID (gmd_device_from_cuda). */
+        char uuid[GMD_UUID_SIZE];
+        char pci_bus_id[GMD_PCI_BUS_ID_SIZE];
         uint64_t total;        /* bytes the device has */
         uint64_t free;         /* bytes free now, as the driver says */
         uint64_t granularity;  /* allocation granularity */

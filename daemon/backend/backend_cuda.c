@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "gpu_uuid.h"
 #include "log.h"
 
 int cuda_check(cuda_backend *b, CUresult res, const char *what)
@@ -69,6 +70,9 @@ static int cuda_ops_device_info(gmd_backend *backend, unsigned device,
                 return r;
         memset(ret_info, 0, sizeof(*ret_info));
         snprintf(ret_info->name, sizeof(ret_info->name), "%s", d->name);
+        memcpy(ret_info->uuid, d->uuid, sizeof(ret_info->uuid));
+        memcpy(ret_info->pci_bus_id, d->pci_bus_id,
+               sizeof(ret_info->pci_bus_id));
         ret_info->total = d->total;
         ret_info->free = free_b;
         ret_info->granularity = d->granularity;
@@ -170,6 +174,23 @@ static CUresult cuda_granularity(cuda_backend *b, CUmemLocationType type,
         return res;
 }
 
+/* The device's UUID and PCI bus id, by which clients find it whatever
+ * ordinal their CUDA_VISIBLE_DEVICES gives it. Left "" when the driver
+ * does not say: clients then cannot translate (gmd_device_from_cuda). */
+static void cuda_device_identify(const gmd_cuda_driver *cu, cuda_device *d)
+{
+        CUuuid id;
+
+        d->uuid[0] = '\0';
+        d->pci_bus_id[0] = '\0';
+        if (cu->cuDeviceGetUuid(&id, d->dev) == CUDA_SUCCESS)
+                gpu_uuid_format((const unsigned char *)id.bytes, d->uuid,
+                                sizeof(d->uuid));
+        if (cu->cuDeviceGetPCIBusId(d->pci_bus_id, (int)sizeof(d->pci_bus_id),
+                                    d->dev) != CUDA_SUCCESS)
+                d->pci_bus_id[0] = '\0';
+}
+
 /* Set up one device: context, stream, granularities, the reserve. */
 static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
 {
@@ -182,6 +203,7 @@ static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
         if (r < 0)
                 return r;
         cu->cuDeviceGetName(d->name, sizeof(d->name), d->dev);
+        cuda_device_identify(cu, d);
         cu->cuDeviceGetAttribute(&vmm,
                 CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d->dev);
         cu->cuDeviceGetAttribute(&posix,
@@ -239,9 +261,11 @@ static int cuda_device_open(cuda_backend *b, cuda_device *d, unsigned index)
         r = cuda_reserve_open(b, d, index);
         if (r < 0)
                 return r;
-        log_info("cuda: device %u: %s, %llu MiB, granularity %llu KiB, "
-                 "host tier %s (NUMA node %d), reserve %u of %u chunks",
-                 index, d->name, (unsigned long long)(d->total >> 20),
+        log_info("cuda: device %u: %s %s at %s, %llu MiB, granularity %llu "
+                 "KiB, host tier %s (NUMA node %d), reserve %u of %u chunks",
+                 index, d->name, d->uuid[0] ? d->uuid : "(no UUID)",
+                 d->pci_bus_id[0] ? d->pci_bus_id : "(no PCI bus id)",
+                 (unsigned long long)(d->total >> 20),
                  (unsigned long long)(d->granularity >> 10),
                  d->host_granularity ? "yes" : "no", d->host_numa_id,
                  d->n_reserve, b->reserve_target);

@@ -235,6 +235,8 @@ typedef struct cuda_device {
                                   * are swap-ins) */
         void *gate_page;         /* pinned host memory of its word */
         char name[64];
+        char uuid[GMD_UUID_SIZE];             /* "GPU-..." */
+        char pci_bus_id[GMD_PCI_BUS_ID_SIZE]; /* "0000:19:00.0" */
         uint64_t total;
         uint64_t granularity;
         uint64_t host_granularity;   /* 0: HOST tier not supported */

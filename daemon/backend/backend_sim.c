@@ -6,7 +6,9 @@
  * and mapped. A fresh memfd reads as zeros, so memory is never handed from
  * one client to another with its old contents; mem_zero exists for reuse.
  * Pages are committed as they are touched, so a large simulated device
- * costs nothing until used.
+ * costs nothing until used. Device N has the UUID
+ * "GPU-5140dd00-0000-4000-8000-" followed by N in 12 hex digits and the
+ * PCI bus id "0000:8N:00.0" (0x80 + N), the same at every start.
  *
  * The daemon maps every memfd too (the address is kept in gmd_mem.handle),
  * so copies between tiers are plain memcpy, run by sim_copier's worker
@@ -49,6 +51,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "gpu_uuid.h"
 #include "host_arena.h"
 #include "log.h"
 #include "sim_copier.h"
@@ -181,6 +184,11 @@ static int sim_device_info(gmd_backend *b, unsigned device,
                 return -ENODEV;
         memset(ret_info, 0, sizeof(*ret_info));
         snprintf(ret_info->name, sizeof(ret_info->name), "sim%u", device);
+        /* Synthetic but stable, so tests and CUDA_VISIBLE_DEVICES can
+         * name a sim device by UUID as they would a GPU. */
+        gpu_uuid_sim(device, ret_info->uuid, sizeof(ret_info->uuid));
+        snprintf(ret_info->pci_bus_id, sizeof(ret_info->pci_bus_id),
+                 "0000:%02x:00.0", 0x80u + (device & 0x7fu));
         ret_info->total = sim->vram;
         ret_info->free = sim_vram_free(sim, device);
         ret_info->granularity = sim->granularity;

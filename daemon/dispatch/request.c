@@ -114,6 +114,8 @@ static gmd_outcome handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m
                 infos[i].name = server->devices.info[i].name;
                 infos[i].vram_total = server->devices.info[i].total;
                 infos[i].granularity = server->devices.pools[i].granularity;
+                infos[i].uuid = server->devices.info[i].uuid;
+                infos[i].pci_bus_id = server->devices.info[i].pci_bus_id;
                 ptrs[i] = &infos[i];
         }
         reply.version = version;

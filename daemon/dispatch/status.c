@@ -155,7 +155,15 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
         if (!pools || !pool_ptrs)
                 goto out;
         for (unsigned i = 0; i < snap.n_pools; i++) {
-                render_pool(&snap.pools[i], &pools[i]);
+                const gmd_pool_snapshot *p = &snap.pools[i];
+
+                render_pool(p, &pools[i]);
+                if (p->tier == GMD_TIER_VRAM && p->device < s->server->devices.n) {
+                        gmd_device_info *info = &s->server->devices.info[p->device];
+
+                        pools[i].uuid = info->uuid;
+                        pools[i].pci_bus_id = info->pci_bus_id;
+                }
                 pool_ptrs[i] = &pools[i];
         }
         reply.n_pools = snap.n_pools;

@@ -67,6 +67,8 @@ class PoolStatus(ctypes.Structure):
         ("slice_pid", ctypes.c_uint32),
         ("slice_left_ms", ctypes.c_uint64),
         ("preempt_step", ctypes.c_uint64),
+        ("uuid", ctypes.c_char * 48),           # GMD_UUID_SIZE
+        ("pci_bus_id", ctypes.c_char * 32),     # GMD_PCI_BUS_ID_SIZE
     ]
 
 
@@ -148,6 +150,12 @@ _SIGNATURES = {
     "gmd_alloc": (_int, [_client_p, ctypes.c_size_t, ctypes.c_uint,
                          ctypes.c_uint, ctypes.c_int64,
                          ctypes.POINTER(_buffer_p)]),
+    "gmd_device_from_cuda": (_int, [_client_p, _int,
+                                    ctypes.POINTER(ctypes.c_uint)]),
+    "gmd_device_uuid": (_int, [_client_p, ctypes.c_uint, ctypes.c_char_p,
+                               ctypes.c_size_t]),
+    "gmd_device_pci_bus_id": (_int, [_client_p, ctypes.c_uint,
+                                     ctypes.c_char_p, ctypes.c_size_t]),
     "gmd_free": (_int, [_client_p, _buffer_p]),
     "gmd_trim_cache": (_int, [_client_p]),
     "gmd_buffer_ptr": (ctypes.c_void_p, [_buffer_p]),

@@ -42,6 +42,10 @@ class Pool:
     # VRAM pools: copies to VRAM under way pause for an acquire's swap-in
     # every this many bytes ([swap] preempt_step); 0: they do not
     preempt_step: int
+    # VRAM pools: the GPU's UUID as nvidia-smi prints it and its PCI bus
+    # id; "" on host pools and from an older daemon
+    uuid: str
+    pci_bus_id: str
 
 
 @dataclasses.dataclass
@@ -127,7 +131,8 @@ def status_from_c(s):
         total_used=s.total_used,
         total_clients=s.total_clients,
         total_buffers=s.total_buffers,
-        pools=[_fields(Pool, s.pools[i], tier=tier)
+        pools=[_fields(Pool, s.pools[i], tier=tier, uuid=_lib.text,
+                       pci_bus_id=_lib.text)
                for i in range(s.n_pools)],
         clients=[_fields(ClientInfo, s.clients[i], name=_lib.text)
                  for i in range(s.n_clients)],
