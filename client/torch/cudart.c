@@ -12,7 +12,11 @@
  *
  * The functions keep the runtime's contract where PyTorch relies on it:
  *   - cudaMalloc allocates on the current device and initializes its
- *     context like the real one (cudaFree(NULL) once per device);
+ *     context like the real one (cudaFree(NULL) once per device); the
+ *     current device is this process's CUDA ordinal, which the shim
+ *     turns into the daemon's device that is the same GPU (by UUID,
+ *     devmap.h), so a job under CUDA_VISIBLE_DEVICES=1 gets its memory
+ *     on the GPU its kernels run on;
  *     cudaMalloc(0) gives NULL and success; out of memory is
  *     cudaErrorMemoryAllocation, which PyTorch turns into
  *     torch.OutOfMemoryError after freeing its cache and asking again.

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devmap.h"
 #include "gpumem.h"
 #include "gpumem_torch.h"
 #include "idmap.h"
@@ -79,6 +80,7 @@ static void after_fork_in_child(void)
 {
         client = NULL;
         idmap_init(&buffers);
+        devmap_reset();
         pthread_mutex_init(&lock, NULL);
 }
 
@@ -165,7 +167,7 @@ static int64_t wait_for(size_t size, unsigned device, int64_t timeout_ms,
         return GMD_NO_WAIT;
 }
 
-int shim_alloc(size_t size, unsigned device, int (*quiesce)(void),
+int shim_alloc(size_t size, unsigned cuda_device, int (*quiesce)(void),
                void **ret_ptr)
 {
         gmd_buffer *b = NULL;
@@ -173,7 +175,7 @@ int shim_alloc(size_t size, unsigned device, int (*quiesce)(void),
         int64_t timeout_ms, wait_ms;
         uint64_t start = now_us();
         int quiet, repeat, lend, r;
-        unsigned flags;
+        unsigned flags, device;
 
         if (!thread_seen) {
                 thread_seen = 1;
@@ -185,6 +187,16 @@ int shim_alloc(size_t size, unsigned device, int (*quiesce)(void),
                 if (!quiet)
                         fprintf(stderr, "gpu-memd: %s\n", gmd_torch_last_error());
                 return -ENOTCONN;
+        }
+        /* The daemon's number for this process's CUDA device: they differ
+         * under a CUDA_VISIBLE_DEVICES that hides or reorders GPUs. */
+        r = devmap_to_daemon(c, cuda_device, &device);
+        if (r < 0) {
+                shim_set_error("%s", gmd_last_error());
+                count(GMD_TORCH_ALLOC_FAILS, 1);
+                if (!quiet)
+                        fprintf(stderr, "gpu-memd: %s\n", gmd_torch_last_error());
+                return r;
         }
         wait_ms = wait_for(size, device, timeout_ms, start, &repeat);
         /* The repeat is made holding PyTorch's allocator mutex: no thread
@@ -246,13 +258,20 @@ int shim_alloc(size_t size, unsigned device, int (*quiesce)(void),
 int shim_device_of(void *ptr)
 {
         gmd_buffer *b;
+        unsigned device;
+        int ordinal;
 
         if (!ptr)
                 return -ENOENT;
         pthread_mutex_lock(&lock);
         b = idmap_get(&buffers, (uint64_t)(uintptr_t)ptr);
         pthread_mutex_unlock(&lock);
-        return b ? (int)gmd_buffer_device(b) : -ENOENT;
+        if (!b)
+                return -ENOENT;
+        /* Made through the table, so the table names its ordinal. */
+        device = gmd_buffer_device(b);
+        ordinal = devmap_to_cuda(device);
+        return ordinal >= 0 ? ordinal : (int)device;
 }
 
 int shim_free(void *ptr)
@@ -285,14 +304,19 @@ int shim_free(void *ptr)
         return 0;
 }
 
-int shim_pool_info(unsigned device, size_t *ret_free, size_t *ret_total)
+int shim_pool_info(unsigned cuda_device, size_t *ret_free, size_t *ret_total)
 {
         gmd_status *st = NULL;
         gmd_client *c = client_get(NULL, NULL, NULL);
+        unsigned device;
         int r = -ENOENT;
 
         if (!c)
                 return -ENOTCONN;
+        if (devmap_to_daemon(c, cuda_device, &device) < 0) {
+                shim_set_error("%s", gmd_last_error());
+                return -ENODEV;
+        }
         if (gmd_query_status(c, GMD_STATUS_POOLS, 0, &st) < 0) {
                 shim_set_error("%s", gmd_last_error());
                 return -EIO;

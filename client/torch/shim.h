@@ -11,7 +11,8 @@
 #include <stdint.h>
 
 /*
- * A buffer of `size` bytes on `device`. The first request for a size does
+ * A buffer of `size` bytes on CUDA device `cuda_device` of this process
+ * (the daemon's device that is that GPU: devmap.h). The first request for a size does
  * not wait: a caller with a cache (PyTorch's allocator) frees it and asks
  * again, and the repeat on the same thread, same size and device, waits
  * until the deadline set when the first one failed — lending what the
@@ -20,19 +21,20 @@
  * synchronizes its devices). 0 with *ret_ptr set; -ENOMEM and friends
  * with the sentence in shim_last_error().
  */
-int shim_alloc(size_t size, unsigned device, int (*quiesce)(void),
+int shim_alloc(size_t size, unsigned cuda_device, int (*quiesce)(void),
                void **ret_ptr);
 
-/* The device of a pointer shim_alloc handed out, or -ENOENT. */
+/* The CUDA device (this process's ordinal) of a pointer shim_alloc
+ * handed out, or -ENOENT. */
 int shim_device_of(void *ptr);
 
 /* Give the buffer at `ptr` back to the daemon (the caller synchronized
  * its device). 0 or -ENOENT when it is not ours. */
 int shim_free(void *ptr);
 
-/* The daemon's VRAM pool of `device`: free and capacity bytes. 0 or a
- * negative error. */
-int shim_pool_info(unsigned device, size_t *ret_free, size_t *ret_total);
+/* The daemon's VRAM pool of CUDA device `cuda_device` of this process:
+ * free and capacity bytes. 0 or a negative error. */
+int shim_pool_info(unsigned cuda_device, size_t *ret_free, size_t *ret_total);
 
 /* Count a cudaFree passed on to libcudart. */
 void shim_count_foreign_free(void);

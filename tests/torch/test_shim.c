@@ -175,6 +175,64 @@ static void test_device_n(void **state)
         assert_int_equal(fake_cudart_count(SET_DEVICES), sets + 2);
 }
 
+/* The current device is the process's CUDA ordinal: under
+ * CUDA_VISIBLE_DEVICES=1 (as Slurm or torchrun set it) its device 0 is the
+ * daemon's device 1, and that is where the memory goes; cudaMemGetInfo is
+ * that device's pool, cudaFree synchronizes ordinal 0. A GPU the daemon
+ * does not have fails in words. In children, whose shim starts afresh. */
+static int child_visible(const char *visible)
+{
+        gmd_status *st = NULL;
+        gmd_client *own = NULL;
+        size_t f = 0, t = 0;
+        int found = 0;
+        void *p;
+
+        setenv("CUDA_VISIBLE_DEVICES", visible, 1);
+        fake_cudart_set_device(0);
+        if (strcmp(visible, "5") == 0) {
+                if (cudaMalloc(&p, 6 * MiB) != CUDA_ERROR_MEMORY_ALLOC)
+                        return 1;
+                return strstr(gmd_torch_last_error(), "no CUDA device 0") ? 0 : 2;
+        }
+        if (cudaMalloc(&p, 6 * MiB) != 0 || cudaMemGetInfo(&f, &t) != 0)
+                return 3;
+        if (gmd_connect(NULL, "child-probe", &own) < 0 ||
+            gmd_query_status(own, GMD_STATUS_BUFFERS, 0, &st) < 0)
+                return 4;
+        for (size_t i = 0; i < st->n_buffers; i++)
+                if (st->buffers[i].size == 6 * MiB)
+                        found = st->buffers[i].device == 1 ? 1 : -1;
+        for (size_t i = 0; i < st->n_pools; i++)
+                if (st->pools[i].device == 1 && st->pools[i].tier == GMD_TIER_VRAM &&
+                    st->pools[i].free != f)
+                        found = -2;
+        gmd_status_free(st);
+        gmd_disconnect(own);
+        if (found != 1)
+                return 5;
+        return cudaFree(p) == 0 ? 0 : 6;
+}
+
+static void test_visible_devices(void **state)
+{
+        const char *cases[] = { "1", "GPU-5140dd00-0000-4000-8000-000000000001",
+                                "5" };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                pid_t pid = fork();
+                int status;
+
+                assert_true(pid >= 0);
+                if (pid == 0)
+                        _exit(child_visible(cases[i]));
+                assert_int_equal(waitpid(pid, &status, 0), pid);
+                if (harness_exit_code(status) != 0)
+                        fail_msg("CUDA_VISIBLE_DEVICES=%s: child exit %d",
+                                 cases[i], harness_exit_code(status));
+        }
+}
+
 /* Another process holding `size` of device 0 (gmd_test_client hold): a
  * hog this process cannot free, which the shim's repeat may wait for. */
 static harness_proc other_hold(const char *size)
@@ -416,6 +474,7 @@ int main(void)
                 cmocka_unit_test(test_zero_null_and_foreign),
                 cmocka_unit_test(test_mem_get_info_is_the_pool),
                 cmocka_unit_test(test_device_n),
+                cmocka_unit_test(test_visible_devices),
                 cmocka_unit_test(test_deadline),
                 cmocka_unit_test(test_repeat_waits_for_room),
                 cmocka_unit_test(test_repeat_fails_on_own_memory),
