@@ -685,7 +685,8 @@ static int mapper_choose(gmd_client *client)
         }
         if (strcmp(client->backend, "cuda") == 0) {
 #ifdef GMD_HAVE_CUDA
-                r = gmd__mapper_cuda_new(&client->mapper);
+                r = gmd__mapper_cuda_new(client->ids, client->n_devices,
+                                         &client->mapper);
                 if (r < 0)
                         gmd__error_set("gpu-memd runs the cuda backend, but CUDA "
                                   "cannot be used in this process: %s",

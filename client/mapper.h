@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "devices.h"
+
 /* One piece of backing: `size` bytes of `fd` from its start, placed at
  * `offset` from the buffer's base. */
 typedef struct gmd_map_segment {
@@ -80,8 +82,11 @@ struct gmd_mapper {
 
 int gmd__mapper_sim_new(gmd_mapper **ret_mapper);
 #ifdef GMD_HAVE_CUDA
-/* -ENOTSUP when no CUDA driver can be loaded in this process. */
-int gmd__mapper_cuda_new(gmd_mapper **ret_mapper);
+/* For the daemon's `n_ids` devices as the hello named them (their UUIDs
+ * find this process's CUDA ordinal of each). -ENOTSUP when no CUDA driver
+ * can be loaded in this process. */
+int gmd__mapper_cuda_new(const gmd__device_id *ids, unsigned n_ids,
+                         gmd_mapper **ret_mapper);
 #endif
 
 #endif

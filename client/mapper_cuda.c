@@ -13,6 +13,13 @@
  * A primary context is retained the first time a device is used and
  * released when the mapper is destroyed.
  *
+ * Devices: the mapper is told the daemon's device numbers, which are not
+ * this process's CUDA ordinals when its CUDA_VISIBLE_DEVICES hides or
+ * reorders GPUs. At creation each ordinal's UUID is matched to the
+ * daemon's devices (the hello's list); a daemon device this process
+ * cannot see has no ordinal, and mapping its memory fails with -ENODEV.
+ * From a daemon that sends no UUIDs, device N is ordinal N, as before.
+ *
  * Thread-safe: the driver calls are; the lazily retained contexts and the
  * event cache are guarded by one mutex.
  *
@@ -22,12 +29,15 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cuda_driver.h"
+#include "gpu_uuid.h"
 #include "mapper.h"
 
 typedef struct cuda_cached_event {
@@ -42,8 +52,10 @@ typedef struct cuda_mapper {
         const gmd_cuda_driver *cu;
         pthread_mutex_t lock;
         uint64_t alignment;          /* largest device granularity */
-        unsigned n_devices;
+        unsigned n_devices;          /* the daemon's */
         CUcontext *ctx;              /* per device, retained on first use */
+        int *ordinal;                /* per device: this process's CUDA
+                                      * ordinal of it, -1 where unseen */
         cuda_cached_event *events;
 } cuda_mapper;
 
@@ -60,11 +72,13 @@ static int cuda_enter(cuda_mapper *m, unsigned device)
 
         if (device >= m->n_devices)
                 return -EINVAL;
+        if (m->ordinal[device] < 0)
+                return -ENODEV;
         pthread_mutex_lock(&m->lock);
         if (!m->ctx[device]) {
                 CUdevice dev;
 
-                res = m->cu->cuDeviceGet(&dev, (int)device);
+                res = m->cu->cuDeviceGet(&dev, m->ordinal[device]);
                 if (res == CUDA_SUCCESS)
                         res = m->cu->cuDevicePrimaryCtxRetain(&m->ctx[device],
                                                               dev);
@@ -322,12 +336,13 @@ static void cuda_destroy(gmd_mapper *mapper)
         for (i = 0; i < m->n_devices; i++) {
                 CUdevice dev;
 
-                if (m->ctx[i] && m->cu->cuDeviceGet(&dev, (int)i) ==
+                if (m->ctx[i] && m->cu->cuDeviceGet(&dev, m->ordinal[i]) ==
                                  CUDA_SUCCESS)
                         m->cu->cuDevicePrimaryCtxRelease(dev);
         }
         pthread_mutex_destroy(&m->lock);
         free(m->ctx);
+        free(m->ordinal);
         free(m);
 }
 
@@ -347,7 +362,40 @@ static const gmd_mapper_ops cuda_mapper_ops = {
         .event_destroy = cuda_event_destroy,
 };
 
-int gmd__mapper_cuda_new(gmd_mapper **ret_mapper)
+/* Which of this process's `n` CUDA ordinals each daemon device is. */
+static void cuda_match_devices(cuda_mapper *m, const gmd__device_id *ids,
+                               int n)
+{
+        bool named = m->n_devices > 0;
+
+        for (unsigned d = 0; d < m->n_devices; d++) {
+                m->ordinal[d] = -1;
+                if (!ids[d].uuid[0])
+                        named = false;
+        }
+        if (!named) {
+                for (unsigned d = 0; d < m->n_devices; d++)
+                        m->ordinal[d] = (int)d < n ? (int)d : -1;
+                return;
+        }
+        for (int i = 0; i < n; i++) {
+                char uuid[GMD_UUID_SIZE];
+                CUdevice dev;
+                CUuuid id;
+
+                if (m->cu->cuDeviceGet(&dev, i) != CUDA_SUCCESS ||
+                    m->cu->cuDeviceGetUuid(&id, dev) != CUDA_SUCCESS)
+                        continue;
+                gpu_uuid_format((const unsigned char *)id.bytes, uuid,
+                                sizeof(uuid));
+                for (unsigned d = 0; d < m->n_devices; d++)
+                        if (strcasecmp(ids[d].uuid, uuid) == 0)
+                                m->ordinal[d] = i;
+        }
+}
+
+int gmd__mapper_cuda_new(const gmd__device_id *ids, unsigned n_ids,
+                         gmd_mapper **ret_mapper)
 {
         CUmemAllocationProp prop = { 0 };
         const gmd_cuda_driver *cu;
@@ -362,14 +410,18 @@ int gmd__mapper_cuda_new(gmd_mapper **ret_mapper)
         m = calloc(1, sizeof(*m));
         if (!m)
                 return -ENOMEM;
-        m->ctx = calloc((size_t)n, sizeof(*m->ctx));
-        if (!m->ctx) {
+        m->ctx = calloc(n_ids ? n_ids : 1, sizeof(*m->ctx));
+        m->ordinal = calloc(n_ids ? n_ids : 1, sizeof(*m->ordinal));
+        if (!m->ctx || !m->ordinal) {
+                free(m->ctx);
+                free(m->ordinal);
                 free(m);
                 return -ENOMEM;
         }
         m->base.ops = &cuda_mapper_ops;
         m->cu = cu;
-        m->n_devices = (unsigned)n;
+        m->n_devices = n_ids;
+        cuda_match_devices(m, ids, n);
         pthread_mutex_init(&m->lock, NULL);
 
         /* One alignment for every reservation: the buffer's device is not

@@ -58,7 +58,11 @@ static int worker(int sock)
         int fds[GPU_PROC_MAX_FDS];
         cmd c;
 
-        if (gmd__mapper_cuda_new(&mapper) < 0)
+        /* No UUIDs: the daemon's device N is this process's ordinal N, as
+         * it is here (the backend and the worker see the same GPUs). */
+        static const gmd__device_id unnamed[8];
+
+        if (gmd__mapper_cuda_new(unnamed, 8, &mapper) < 0)
                 return 2;
         while (gpu_proc_recv(sock, &c, sizeof(c), fds) == 0) {
                 reply rep = { 0 };
