@@ -334,8 +334,13 @@ class Status(DaemonTest):
         # Unthrottled sim copies: the link is not known.
         self.assertEqual((vram[0].link_bytes_per_s_in,
                           vram[0].link_bytes_per_s_out), (0, 0))
-        # The last field of the struct: [swap] preempt_step's default.
         self.assertEqual(vram[0].preempt_step, 4 * MiB)
+        # The last fields of the struct: who the device is.
+        self.assertEqual(vram[0].uuid,
+                         "GPU-5140dd00-0000-4000-8000-000000000000")
+        self.assertEqual(vram[0].pci_bus_id, "0000:80:00.0")
+        self.assertEqual([p.uuid for p in st.pools if p.tier == "host"],
+                         [""])
         self.assertEqual(st.gpu_processes, [])
         d = st.to_dict()
         self.assertEqual(d["pools"][0]["device"], 0)
@@ -357,6 +362,54 @@ class Link(DaemonTest):
                          (12 * MiB, 12 * MiB))
         host = [p for p in pools if p.tier == "host"]
         self.assertEqual(host[0].link_bytes_per_s_in, 0)
+
+
+class Devices(DaemonTest):
+    """The daemon's devices by identity, and a CUDA device of this process
+    found among them: on sim, CUDA's CUDA_VISIBLE_DEVICES rule over the
+    daemon's two devices."""
+    CONFIG = "[sim]\nvram = 64M\ndevices = 2\n"
+    UUID = "GPU-5140dd00-0000-4000-8000-00000000000%d"
+
+    def setUp(self):
+        super().setUp()
+        self.saved = os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+
+    def tearDown(self):
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        if self.saved is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.saved
+        super().tearDown()
+
+    def test_devices(self):
+        self.assertEqual(self.client.devices, [
+            gpumem.Device(0, self.UUID % 0, "0000:80:00.0"),
+            gpumem.Device(1, self.UUID % 1, "0000:81:00.0")])
+
+    def test_device_from_cuda(self):
+        c = self.client
+        self.assertEqual([c.device_from_cuda(i) for i in (0, 1)], [0, 1])
+        for visible, want in (("1", [1]), ("1,0", [1, 0]),
+                              (self.UUID % 1, [1]), ("GPU-5140dd00", None),
+                              ("0,7,1", [0])):
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+            if want is None:    # a prefix both devices have: invalid
+                with self.assertRaises(gpumem.NoSuchDevice):
+                    c.device_from_cuda(0)
+                continue
+            self.assertEqual([c.device_from_cuda(i)
+                              for i in range(len(want))], want, visible)
+            with self.assertRaises(gpumem.NoSuchDevice) as e:
+                c.device_from_cuda(len(want))
+            self.assertIn("CUDA_VISIBLE_DEVICES=" + visible, str(e.exception))
+        # What a job under CUDA_VISIBLE_DEVICES=1 allocates lands on the
+        # daemon's device 1.
+        os.environ["CUDA_VISIBLE_DEVICES"] = "1"
+        buf = c.alloc(2 * MiB, device=c.device_from_cuda(0))
+        self.assertEqual(buf.device, 1)
+        mine = [b for b in c.status().buffers if b.buffer_id == buf.id]
+        self.assertEqual(mine[0].device, 1)
+        buf.free()
 
 
 class Default(DaemonTest):

@@ -71,6 +71,9 @@ class Install(unittest.TestCase):
         built = os.path.join(ROOT, "build", "client", "libgpumem.so.0")
         if not os.path.exists(built):
             self.skipTest(f"no {built} (build/ is not this suite's build)")
+        if BUILD and os.path.realpath(BUILD) != os.path.join(ROOT, "build"):
+            self.skipTest(f"build/ is not this suite's build ({BUILD}): "
+                          "its library may be older than the package")
         module, library, size, _ = self.probe(
             "/", PYTHONPATH=os.path.join(ROOT, "client", "python"))
         self.assertEqual(module, os.path.join(ROOT, "client", "python",

@@ -508,6 +508,10 @@ class LendWait(unittest.TestCase):
         def __init__(self, log):
             self.log = log
 
+        @staticmethod
+        def daemon_device(index):
+            return index
+
         def quiesce(self):
             self.log.append("quiesce")
 

@@ -34,10 +34,11 @@ import threading
 from ._args import format_size, parse_size
 from .buffer import Buffer
 from .client import (DEFAULT_SOCKET, LEGACY_IPC, NO_SELF_WAIT, PIN_VRAM,
-                     SPILLABLE, SWAPPABLE, YIELD, Client)
+                     SPILLABLE, SWAPPABLE, YIELD, Client, Device)
 from .errors import (Busy, ConnectFailed, CopyFailed, Disconnected,
                      GpumemError, InvalidArgument, LibraryNotFound,
-                     LimitReached, NoSuchBuffer, NotAllowed, NotSupported,
+                     LimitReached, NoSuchBuffer, NoSuchDevice, NotAllowed,
+                     NotSupported,
                      OutOfMemory, ProtocolError, QuotaExceeded, Revoked,
                      TimedOut, TooLarge, strerror)
 from .status import BufferInfo, ClientInfo, Pool, Status
@@ -45,16 +46,16 @@ from .status import BufferInfo, ClientInfo, Pool, Status
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Buffer", "Status", "Pool", "ClientInfo", "BufferInfo",
+    "Client", "Device", "Buffer", "Status", "Pool", "ClientInfo", "BufferInfo",
     "default_client", "current_client", "use_client", "alloc", "status",
     "parse_size", "format_size", "strerror",
     "SWAPPABLE", "PIN_VRAM", "SPILLABLE", "LEGACY_IPC", "NO_SELF_WAIT",
     "YIELD",
     "DEFAULT_SOCKET",
     "GpumemError", "OutOfMemory", "TooLarge", "QuotaExceeded", "TimedOut",
-    "NoSuchBuffer", "NotAllowed", "Busy", "NotSupported", "Revoked",
-    "LimitReached", "InvalidArgument", "CopyFailed", "Disconnected",
-    "ProtocolError", "ConnectFailed", "LibraryNotFound",
+    "NoSuchBuffer", "NoSuchDevice", "NotAllowed", "Busy", "NotSupported",
+    "Revoked", "LimitReached", "InvalidArgument", "CopyFailed",
+    "Disconnected", "ProtocolError", "ConnectFailed", "LibraryNotFound",
 ]
 
 _default = None

@@ -16,10 +16,11 @@ bit for bit on CPU.
 import os
 import threading
 import time
+import weakref
 
 from .client import YIELD
 from .errors import (Busy, CopyFailed, GpumemError, InvalidArgument,
-                     OutOfMemory, TimedOut, TooLarge)
+                     NotSupported, OutOfMemory, TimedOut, TooLarge)
 
 # Seconds a buffer of ours waits for room before PyTorch is asked for its
 # unused cache (acquire_making_room, alloc_or_none): with gpumem.torch.enable() that cache is
@@ -38,6 +39,45 @@ ROOM_WAIT = 1.0
 LEND_WAIT = 0.05
 
 
+_device_maps = weakref.WeakKeyDictionary()   # client -> {ordinal: device}
+_device_maps_lock = threading.Lock()
+
+
+def daemon_device(client, ordinal):
+    """The daemon's device that is this process's CUDA device `ordinal`
+    (Client.device_from_cuda, kept per client): they differ under a
+    CUDA_VISIBLE_DEVICES that hides or reorders GPUs, as Slurm and
+    torchrun set it. From a daemon that does not say its devices' UUIDs,
+    the ordinal itself, as before. NoSuchDevice when the GPU is not the
+    daemon's."""
+    with _device_maps_lock:
+        known = _device_maps.setdefault(client, {})
+        if ordinal not in known:
+            try:
+                known[ordinal] = client.device_from_cuda(ordinal)
+            except NotSupported:
+                known[ordinal] = ordinal
+        return known[ordinal]
+
+
+def cuda_ordinal(client, device):
+    """The reverse of daemon_device: this process's CUDA ordinal of the
+    daemon's `device`, among the ordinals asked about so far, else of all
+    the process's CUDA devices; `device` itself when none is it."""
+    with _device_maps_lock:
+        for ordinal, d in _device_maps.get(client, {}).items():
+            if d == device:
+                return ordinal
+    import torch
+    for ordinal in range(torch.cuda.device_count()):
+        try:
+            if daemon_device(client, ordinal) == device:
+                return ordinal
+        except GpumemError:
+            continue
+    return device
+
+
 class HostOps:
     """sim: tensors are CPU tensors, copies end when copy_ returns."""
     cuda = False
@@ -52,6 +92,12 @@ class HostOps:
     @staticmethod
     def device_index(tensor):
         return 0
+
+    @staticmethod
+    def daemon_device(index):
+        """The daemon's device of torch device `index`: CPU tensors have
+        no CUDA device, so the number stands as it is."""
+        return index
 
     @staticmethod
     def device_of(buf):
@@ -138,10 +184,14 @@ class CudaOps:
     def device_index(tensor):
         return tensor.device.index or 0
 
-    @staticmethod
-    def device_of(buf):
+    def daemon_device(self, index):
+        """The daemon's device that is torch's "cuda:index" (the number
+        buffers are allocated and the daemon's pools are read with)."""
+        return daemon_device(self.client, index)
+
+    def device_of(self, buf):
         import torch
-        return torch.device("cuda", buf.device)
+        return torch.device("cuda", cuda_ordinal(self.client, buf.device))
 
     @staticmethod
     def torch_device(index):
@@ -241,6 +291,8 @@ class CudaOps:
 def model_device_index(model, ops, client, device, who):
     """The CUDA device index a model's buffers go on: `device`'s, else
     that of the model's first CUDA parameter, else 0 (a model on the CPU).
+    This process's ordinal, torch's "cuda:N": ops.daemon_device turns it
+    into the daemon's device where buffers are made and pools read.
     ValueError when the model is on the GPU and the daemon serves host
     memory (sim). `who` names the caller in the message."""
     import torch
@@ -358,6 +410,8 @@ def alloc_making_room(client, nbytes, device, flags, timeout, ops):
     blocks, which come here now), with 2.3 GiB: nobody lent, nobody was
     served for 20 s (H100, bench_cotenancy, 5 s memory slices,
     2026-11-26)."""
+    device = ops.daemon_device(device)
+
     def lending(wait):
         return _lending(ops, lambda lend: client.alloc(
             nbytes, device=device, flags=flags | (YIELD if lend else 0),
@@ -443,6 +497,7 @@ def alloc_or_none(client, nbytes, device, flags, ops, wait):
                                          wait - first, ops)
         return buf
 
+    device = ops.daemon_device(device)
     try:
         buf = once()
         if buf is None and ops.release_cached():

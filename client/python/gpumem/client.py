@@ -13,6 +13,7 @@ not wait. Sizes are bytes or a string the daemon's config would accept
 ("256M", "2G").
 """
 import ctypes
+import dataclasses
 import os
 import threading
 import weakref
@@ -63,6 +64,17 @@ class _Using:
                 c._cond.notify_all()
 
 
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """One of the daemon's devices: its number (what alloc's `device`
+    takes), its UUID as nvidia-smi prints it and its PCI bus id ("" from a
+    daemon older than these). A process's CUDA device N is the daemon's
+    device Client.device_from_cuda(N), not necessarily device N."""
+    index: int
+    uuid: str
+    pci_bus_id: str
+
+
 class Client:
     """A connection to gpu-memd. Its buffers live until freed, until the
     Client is closed, or until the process exits (the daemon frees what a
@@ -95,6 +107,32 @@ class Client:
         self.backend = _lib.text(lib.gmd_client_backend(self._handle))
         self.protocol_version = lib.gmd_client_protocol_version(self._handle)
         self.device_count = lib.gmd_client_device_count(self._handle)
+        self.devices = [self._device(i) for i in range(self.device_count)]
+
+    def _device(self, index):
+        lib = _lib.lib()
+        uuid = ctypes.create_string_buffer(48)          # GMD_UUID_SIZE
+        bus = ctypes.create_string_buffer(32)           # GMD_PCI_BUS_ID_SIZE
+        if lib.gmd_device_uuid(self._handle, index, uuid, 48) < 0:
+            uuid.value = b""
+        if lib.gmd_device_pci_bus_id(self._handle, index, bus, 32) < 0:
+            bus.value = b""
+        return Device(index, _lib.text(uuid.value), _lib.text(bus.value))
+
+    def device_from_cuda(self, ordinal):
+        """The daemon's device (a number for alloc's `device`) that is
+        this process's CUDA device `ordinal` (torch's "cuda:N"), matched
+        by UUID: under CUDA_VISIBLE_DEVICES=1 (Slurm, torchrun) the
+        process's device 0 is the daemon's device 1. On the sim backend
+        CUDA's CUDA_VISIBLE_DEVICES rule is applied to the daemon's
+        devices. Raises NoSuchDevice when the process has no such device
+        or its GPU is not one the daemon serves (the message names it and
+        the daemon's), NotSupported from a daemon that does not say its
+        devices' UUIDs."""
+        device = ctypes.c_uint()
+        self._call(_lib.lib().gmd_device_from_cuda, int(ordinal),
+                   ctypes.byref(device))
+        return device.value
 
     def __repr__(self):
         state = "closed" if self.closed else f"backend={self.backend}"

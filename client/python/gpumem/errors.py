@@ -13,6 +13,8 @@ sensibly (`except MemoryError`, `except TimeoutError`, ...):
       QuotaExceeded                 GMD_EQUOTA: beyond this user's quota
     TimedOut(TimeoutError)          GMD_ETIMEDOUT: the deadline passed
     NoSuchBuffer(LookupError)       GMD_ENOENT; also a freed Buffer used
+    NoSuchDevice(LookupError)       -ENODEV: no such CUDA device in this
+                                    process, or its GPU is not the daemon's
     NotAllowed(PermissionError)     GMD_EPERM
     Busy                            GMD_EBUSY: the buffer's state forbids it
     NotSupported                    GMD_ENOTSUP: this daemon/backend cannot
@@ -35,7 +37,7 @@ from ._lib import LibraryNotFound
 
 __all__ = [
     "GpumemError", "OutOfMemory", "TooLarge", "QuotaExceeded", "TimedOut",
-    "NoSuchBuffer", "NotAllowed", "Busy", "NotSupported", "Revoked",
+    "NoSuchBuffer", "NoSuchDevice", "NotAllowed", "Busy", "NotSupported", "Revoked",
     "LimitReached", "InvalidArgument", "CopyFailed", "Disconnected",
     "ProtocolError", "ConnectFailed", "LibraryNotFound",
     "strerror", "error_for", "check", "connect_error",
@@ -73,6 +75,11 @@ class TimedOut(GpumemError, TimeoutError):
 
 class NoSuchBuffer(GpumemError, LookupError):
     """No such buffer (GMD_ENOENT), or a Buffer used after free()."""
+
+
+class NoSuchDevice(GpumemError, LookupError):
+    """This process has no such CUDA device, or its GPU is not one the
+    daemon serves (-ENODEV; the message names the GPU and the daemon's)."""
 
 
 class NotAllowed(GpumemError, PermissionError):
@@ -132,6 +139,7 @@ _BY_CODE = {
     _lib.GMD_ELIMIT: LimitReached,
     _lib.EINVAL: InvalidArgument,
     _lib.EIO: CopyFailed,
+    _lib.ENODEV: NoSuchDevice,
     _lib.GMD_ECONN: Disconnected,
     _lib.GMD_EPROTO: ProtocolError,
 }

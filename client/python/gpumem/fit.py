@@ -139,7 +139,11 @@ class Fitter:
         # the daemon's VRAM pool is where offloaded tensors come back
         # into: a block's worth and the prefetch of the next must fit it
         from . import lead as _lead
-        self._staging = _lead.vram_capacity(client, self.device.index or 0)
+        index = self.device.index or 0
+        if self.cuda:       # this process's ordinal: the daemon's device
+            from ._torchdev import daemon_device
+            index = daemon_device(client, index)
+        self._staging = _lead.vram_capacity(client, index)
         lead = self._staging // STAGING_SHARE if self._staging else None
         return Offloader(client, min_bytes=OFFLOAD_MIN_BYTES, lead=lead)
 

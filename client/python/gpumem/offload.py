@@ -283,7 +283,8 @@ class Offloader:
         size = self._slab_sizes.get(device)
         if size is None:
             size = self.slab_bytes
-            pool = _lead.vram_capacity(self.client, device)
+            pool = _lead.vram_capacity(self.client,
+                                          self.ops.daemon_device(device))
             if pool:
                 size = min(size, pool // SLAB_SHARE // ALIGN * ALIGN)
             self._slab_sizes[device] = size
@@ -462,7 +463,7 @@ class Offloader:
             self._plan_pending = False
             x = self._largest
         compute = secs * x / after_first
-        rate = _lead.link_in(self.client, device)
+        rate = _lead.link_in(self.client, self.ops.daemon_device(device))
         ahead = _lead.units_ahead(x, rate, compute)
         if ahead is not None:
             # slabs: one more ahead, the margin the backward pass's compute

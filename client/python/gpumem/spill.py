@@ -158,9 +158,9 @@ class Spiller:
         if offset == 0:
             return
         try:
-            part.buf = self.client.alloc(offset, device=self.device_index,
-                                         flags=SPILLABLE,
-                                         timeout=self.timeout)
+            part.buf = self.client.alloc(
+                offset, device=self.ops.daemon_device(self.device_index),
+                flags=SPILLABLE, timeout=self.timeout)
         except GpumemError as e:
             raise type(e)(e.code, self._no_room(part, str(e))) from None
         for p, off in part.params:

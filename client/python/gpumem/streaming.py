@@ -475,7 +475,8 @@ class Streamer:
         streamed = [b.nbytes + (b.state.nbytes if b.state else 0)
                     for b in self.blocks if not b.resident and b.buf]
         compute = statistics.median(times) if times else 0.0
-        rate = _lead.link_in(self.client, self.device_index)
+        rate = _lead.link_in(self.client,
+                             self.ops.daemon_device(self.device_index))
         nbytes = max(streamed, default=self.max_size)
         wanted = _lead.units_ahead(nbytes, rate, compute)
         ahead = wanted

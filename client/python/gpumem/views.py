@@ -98,6 +98,13 @@ class _CudaBytes:
             "strides": None, "version": 2}
 
 
+def _cuda_device(buf):
+    """The torch device of a cuda buffer: the process's CUDA ordinal of
+    the daemon's device, which differs under CUDA_VISIBLE_DEVICES."""
+    from ._torchdev import cuda_ordinal
+    return f"cuda:{cuda_ordinal(buf._client, buf.device)}"
+
+
 def as_tensor(buf, dtype, shape=None, offset=0):
     import torch
     if not isinstance(dtype, torch.dtype):
@@ -110,13 +117,13 @@ def as_tensor(buf, dtype, shape=None, offset=0):
     if nbytes == 0:
         raw = torch.empty(0, dtype=torch.uint8,
                           device="cpu" if _is_host(buf) else
-                          f"cuda:{buf.device}")
+                          _cuda_device(buf))
     elif _is_host(buf):
         raw = torch.frombuffer(_host_bytes(buf, offset, nbytes),
                                dtype=torch.uint8)
     else:
         raw = torch.as_tensor(_CudaBytes(buf, buf.ptr + offset, nbytes),
-                              device=f"cuda:{buf.device}")
+                              device=_cuda_device(buf))
     return raw.view(dtype).view(shape)
 
 
