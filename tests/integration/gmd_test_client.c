@@ -23,6 +23,12 @@
  *                          after the call) and, on success, "bytes ok|bad"
  *                          (the new buffer reads as zeros); free both. Exit
  *                          0 iff rc is 0 and every byte checks.
+ *   cuda ORDINAL SIZE      find the daemon's device that is CUDA device
+ *                          ORDINAL of this process (gmd_device_from_cuda:
+ *                          $CUDA_VISIBLE_DEVICES applies), print "device
+ *                          N" or "rc N" and "error TEXT" (exit 1), then
+ *                          allocate SIZE there, fill it, print "ready
+ *                          BYTES" and sleep until killed.
  *
  * Exit status 2: bad arguments or no connection.
  */
@@ -215,6 +221,35 @@ static int cmd_hold(int argc, char **argv)
         }
 }
 
+static int cmd_cuda(int argc, char **argv)
+{
+        gmd_client *client;
+        gmd_buffer *buf = NULL;
+        unsigned device = 0;
+        size_t size;
+        int r;
+
+        if (argc < 2 || client_parse_size("gmd_test_client", argv[1], &size) < 0)
+                return 2;
+        client = client_connect_or_die("gmd_test_client", "cuda");
+        r = gmd_device_from_cuda(client, atoi(argv[0]), &device);
+        if (r < 0) {
+                printf("rc %d\nerror %s\n", r, gmd_last_error());
+                return 1;
+        }
+        printf("device %u\n", device);
+        r = gmd_alloc(client, size, device, GMD_ALLOC_SWAPPABLE, 5000, &buf);
+        if (r < 0) {
+                printf("alloc-failed %d %s\n", r, gmd_last_error());
+                return 1;
+        }
+        fill(buf, 91, 0);
+        printf("ready %zu\n", gmd_buffer_size(buf));
+        fflush(stdout);
+        for (;;)
+                pause();
+}
+
 static int cmd_alloc(int argc, char **argv)
 {
         gmd_client *client;
@@ -291,7 +326,7 @@ int main(int argc, char **argv)
 {
         setvbuf(stdout, NULL, _IOLBF, 0);
         if (argc < 2) {
-                fprintf(stderr, "usage: gmd_test_client pattern|hold|alloc|yield ...\n");
+                fprintf(stderr, "usage: gmd_test_client pattern|hold|alloc|yield|cuda ...\n");
                 return 2;
         }
         if (strcmp(argv[1], "pattern") == 0)
@@ -302,6 +337,8 @@ int main(int argc, char **argv)
                 return cmd_alloc(argc - 2, argv + 2);
         if (strcmp(argv[1], "yield") == 0)
                 return cmd_yield(argc - 2, argv + 2);
+        if (strcmp(argv[1], "cuda") == 0)
+                return cmd_cuda(argc - 2, argv + 2);
         fprintf(stderr, "gmd_test_client: unknown command '%s'\n", argv[1]);
         return 2;
 }
