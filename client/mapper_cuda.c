@@ -101,13 +101,17 @@ static int cuda_reserve(gmd_mapper *mapper, uint64_t size, void **ret_addr)
 {
         cuda_mapper *m = cuda_mapper_of(mapper);
         CUdeviceptr va = 0;
+        unsigned first = 0;
         CUresult res;
 
         /* VA reservation needs no context (verified on driver 580): the
          * range is in the process's unified address space. Should a driver
-         * want one, device 0's primary context is used. */
+         * want one, the primary context of the first device this process
+         * sees is used. */
+        while (first + 1 < m->n_devices && m->ordinal[first] < 0)
+                first++;
         res = m->cu->cuMemAddressReserve(&va, size, m->alignment, 0, 0);
-        if (res == CUDA_ERROR_INVALID_CONTEXT && cuda_enter(m, 0) == 0) {
+        if (res == CUDA_ERROR_INVALID_CONTEXT && cuda_enter(m, first) == 0) {
                 res = m->cu->cuMemAddressReserve(&va, size, m->alignment, 0, 0);
                 cuda_leave(m);
         }
