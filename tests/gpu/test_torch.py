@@ -18,6 +18,10 @@ Python processes, as a user would:
               keeps its segment and its bytes
   oom         a deadline (GPU_MEMD_TORCH_TIMEOUT_MS) passes: the user gets
               torch.OutOfMemoryError whose message is the daemon's sentence
+  visible     (two GPUs or more) a process under CUDA_VISIBLE_DEVICES=1, as
+              Slurm or torchrun start jobs: its cuda:0 allocates on the
+              daemon's device 1, the GPU its kernels run on (gpu-memctl's
+              pools, with each device's UUID)
   three_procs the pool cannot hold three processes at once: a holder, then
               two that want more than is left (no deadline; the first with
               GPU_MEMD_PRIORITY=-10): both wait (gpu-memctl shows them
@@ -134,6 +138,17 @@ def child(mode):
         result.update(held=held, reserved_after=torch.cuda.memory_reserved(),
                       ones_after=bool(t.min().item() == 1),
                       keep_ok=bool((keep == 7).all().item()))
+    elif mode == "visible":
+        t = torch.empty(512 * MiB, dtype=torch.uint8, device="cuda:0")
+        t.fill_(5)
+        torch.cuda.synchronize()
+        out = subprocess.run([os.path.join(os.environ["GMD_BUILD"], "client",
+                                           "gpu-memctl"), "--json", "status"],
+                             capture_output=True, text=True, check=True)
+        result.update(device_count=torch.cuda.device_count(),
+                      fives=bool((t == 5).all().item()),
+                      pools=json.loads(out.stdout)["pools"],
+                      stats=gt.stats())
     elif mode == "hold":
         size = int(os.environ["HOLD_BYTES"])
         t = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -358,6 +373,27 @@ def case_three_procs():
               f"first (the low one asked first)")
 
 
+def case_visible():
+    import torch
+    if torch.cuda.device_count() < 2:
+        print("skip visible: one GPU", flush=True)
+        return
+    r, log = run_child("visible", {"CUDA_VISIBLE_DEVICES": "1"})
+    used = {p["device"]: p["used"] for p in r["pools"] if p["tier"] == "vram"}
+    uuids = [p.get("uuid", "") for p in r["pools"] if p["tier"] == "vram"]
+    check("visible.sees_one", r["device_count"] == 1,
+          f"torch.cuda.device_count() {r['device_count']} under "
+          "CUDA_VISIBLE_DEVICES=1")
+    check("visible.on_device_1",
+          used.get(1, 0) >= 512 * MiB and used.get(0, 0) < 512 * MiB,
+          f"the daemon's VRAM used by device: {used} (cuda:0 of the job is "
+          "the daemon's device 1)")
+    check("visible.kernels", r["fives"], "the tensor reads back what cuda:0 "
+          "wrote")
+    check("visible.uuids", all(u.startswith("GPU-") for u in uuids),
+          f"gpu-memctl status names the devices: {uuids}")
+
+
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "child":
         child(sys.argv[2])
@@ -400,6 +436,7 @@ def main():
                          ("oom", case_oom),
                          ("oom_launcher", lambda: case_oom_launcher(
                              os.path.join(build, "client", "torch", "gpumem-run"))),
+                         ("visible", case_visible),
                          ("three_procs", case_three_procs)):
             try:
                 fn()
