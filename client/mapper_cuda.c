@@ -175,7 +175,9 @@ static int cuda_map(gmd_mapper *mapper, void *addr, unsigned device,
         }
         if (n_segments > 0) {
                 access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-                access.location.id = (int)device;
+                /* this process's ordinal of it (cuda_enter checked
+                 * there is one), not the daemon's number */
+                access.location.id = m->ordinal[device];
                 access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
                 r = cuda_driver_errno(cu->cuMemSetAccess(base + lo, hi - lo,
                                                          &access, 1));

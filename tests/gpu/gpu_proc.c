@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,12 +85,16 @@ int gpu_proc_send(int sock, const void *msg, size_t len, const int *fds,
 int gpu_proc_recv(int sock, void *msg, size_t len, int *fds)
 {
         char control[CMSG_SPACE(sizeof(int) * GPU_PROC_MAX_FDS)];
+        int unwanted[GPU_PROC_MAX_FDS];
+        bool close_them = !fds;
         struct iovec iov = { msg, len };
         struct msghdr mh = { 0 };
         struct cmsghdr *c;
         ssize_t n;
         unsigned i;
 
+        if (close_them)
+                fds = unwanted;
         for (i = 0; i < GPU_PROC_MAX_FDS; i++)
                 fds[i] = -1;
         mh.msg_iov = &iov;
@@ -108,6 +113,9 @@ int gpu_proc_recv(int sock, void *msg, size_t len, int *fds)
                         memcpy(fds, CMSG_DATA(c),
                                c->cmsg_len - CMSG_LEN(0));
         }
+        for (i = 0; close_them && i < GPU_PROC_MAX_FDS; i++)
+                if (fds[i] >= 0)
+                        close(fds[i]);
         return n == (ssize_t)len ? 0 : -EPROTO;
 }
 

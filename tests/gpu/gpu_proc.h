@@ -34,7 +34,8 @@ int gpu_proc_send(int sock, const void *msg, size_t len, const int *fds,
                   unsigned n_fds);
 
 /* Receive one packet of exactly `len` bytes; received fds into `fds`
- * (-1 where none). 0, or -errno (-EPIPE at end of stream). */
+ * (-1 where none; NULL: the caller wants none, and any that came are
+ * closed). 0, or -errno (-EPIPE at end of stream). */
 int gpu_proc_recv(int sock, void *msg, size_t len, int *fds);
 
 /* Close the socket and wait for the worker; its exit status or -1. */
