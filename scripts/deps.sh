@@ -9,11 +9,24 @@
 # tests (tests/python), run with Debian's /usr/bin/python3. clang and
 # libclang-rt-dev (libFuzzer, the sanitizer runtimes) are for `make fuzz`,
 # which CI runs.
+#
+#   deps.sh                          the build's packages
+#   deps.sh --for WHAT PACKAGE...    these packages instead, WHAT naming
+#                                    what needs them in the messages
+#                                    (scripts/deb-deps.sh: "make deb")
 set -eu
 
+WHO="gpu-memd"
+AGAIN="make"
 PACKAGES="build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev \
 protobuf-c-compiler libsystemd-dev libinih-dev libcmocka-dev systemd \
 python3 python3-numpy python3-torch clang libclang-rt-dev"
+if [ "${1:-}" = --for ] && [ $# -ge 3 ]; then
+        WHO=$2
+        AGAIN=$2
+        shift 2
+        PACKAGES="$*"
+fi
 
 missing=""
 for p in $PACKAGES; do
@@ -24,8 +37,8 @@ done
 [ -z "$missing" ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
-        echo "gpu-memd needs these Debian packages:$missing" >&2
-        echo "Install them as root, then run make again:" >&2
+        echo "$WHO needs these Debian packages:$missing" >&2
+        echo "Install them as root, then run $AGAIN again:" >&2
         echo "  apt-get update && apt-get install -y$missing" >&2
         exit 1
 fi
