@@ -37,8 +37,9 @@ import math
 import threading
 
 from . import planner as _planner
-from .planner import KEEP, OFFLOAD, RECOMPUTE
+from .planner import OFFLOAD, RECOMPUTE
 
+UNBOUNDED = 10 ** 18     # room where no budget applies (the CPU)
 REPLAN_CHANGE = 0.1      # a plan is redone when room or times move by this
 MARGIN = 0.05            # of the budget, left for fragmentation
 OFFLOAD_MIN_BYTES = 1 << 20
@@ -74,20 +75,28 @@ class Fitter:
         if budget is not None and budget <= 0:
             raise ValueError(f"budget={budget}: a number of bytes above 0 "
                              "(None: what the device has free)")
+        self._torch = torch
         self.model = model
         self.optimizer = optimizer
         self.budget = budget
         self.blocks = list(blocks) if blocks is not None \
             else units_of(model)
-        self.names = [self._name(m) for m in self.blocks]
+        named = {id(m): n for n, m in model.named_modules()}
+        self.names = [named.get(id(m), type(m).__name__)
+                      for m in self.blocks]
         self.device = self._device(model)
         self.cuda = self.device.type == "cuda"
-        self._staging = 0           # the daemon's VRAM pool, bytes
+        # with an offloader: the daemon's number of the model's device, and
+        # the most bytes one offloaded block may bring back (also the
+        # lead): a share of that device's VRAM pool (None: no bound)
+        self._daemon_device = 0
+        self._unit_most = None
         self.offloader = self._offloader(client) if offload else None
         self.plan = None
         self.history = []
         self.modes = [None] * len(self.blocks)   # None: profiling
         self._profiling = True
+        self._profile_read = False  # the profiling step's peak is read
         self._saved = [0] * len(self.blocks)
         self._inputs = [0] * len(self.blocks)
         self._times = [0.0] * len(self.blocks)
@@ -106,15 +115,8 @@ class Fitter:
             module.forward = self._wrap(i, self._originals[i][0])
         self._handles = [model.register_forward_pre_hook(self._step_start),
                          model.register_forward_hook(self._step_end)]
-        self._torch = torch
 
     # ---- set-up ----------------------------------------------------------
-
-    def _name(self, module):
-        for name, m in self.model.named_modules():
-            if m is module:
-                return name
-        return type(module).__name__
 
     @staticmethod
     def _device(model):
@@ -143,9 +145,11 @@ class Fitter:
         if self.cuda:       # this process's ordinal: the daemon's device
             from ._torchdev import daemon_device
             index = daemon_device(client, index)
-        self._staging = _lead.vram_capacity(client, index)
-        lead = self._staging // STAGING_SHARE if self._staging else None
-        return Offloader(client, min_bytes=OFFLOAD_MIN_BYTES, lead=lead)
+        self._daemon_device = index
+        staging = _lead.vram_capacity(client, index)
+        self._unit_most = staging // STAGING_SHARE if staging else None
+        return Offloader(client, min_bytes=OFFLOAD_MIN_BYTES,
+                         lead=self._unit_most)
 
     # ---- the blocks' forward ----------------------------------------------
 
@@ -223,9 +227,7 @@ class Fitter:
         if self.offloader is not None and OFFLOAD in self.modes:
             self.offloader.end_pass()
             self.offloader.flush()
-        if self._profiling:
-            self._profiling = False
-            self._pending_profile = True
+        self._profiling = False
 
     def _read_times(self):
         if self.cuda:
@@ -245,8 +247,8 @@ class Fitter:
             elif not self._times[i]:
                 self._times[i] = seconds
             self._marks[i] = None
-        if getattr(self, "_pending_profile", False):
-            self._pending_profile = False
+        if not self._profile_read:
+            self._profile_read = True
             self._base = self._measure_base()
 
     def _measure_base(self):
@@ -276,9 +278,7 @@ class Fitter:
         if self.offloader is None:
             return 0, 0
         from . import lead as _lead
-        client = self.offloader.client
-        index = self.device.index or 0
-        pool = _lead._vram_pool(client, index)
+        pool = _lead._vram_pool(self.offloader.client, self._daemon_device)
         if pool is None:
             return 0, 0
         return pool.link_bytes_per_s_out, pool.link_bytes_per_s_in
@@ -295,25 +295,23 @@ class Fitter:
 
     def _replan(self):
         budget = self._budget()
-        room = budget - budget * MARGIN - (self._base or 0) \
-            if budget != math.inf else math.inf
-        room = max(0, room) if room != math.inf else 10 ** 18
         profiles = self.profiles()
-        # a recomputed block's activations come back for its backward
-        # pass, and an offloaded block's all at once: the largest is
-        # working memory the step needs besides what the plan keeps
-        if room != 10 ** 18:
-            room = max(0, room - max((p.saved_bytes for p in profiles),
-                                     default=0))
+        if budget == math.inf:
+            room = UNBOUNDED
+        else:
+            # a recomputed block's activations come back for its backward
+            # pass, and an offloaded block's all at once: the largest is
+            # working memory the step needs besides what the plan keeps
+            largest = max((p.saved_bytes for p in profiles), default=0)
+            room = max(0, int(budget * (1 - MARGIN)) - (self._base or 0)
+                       - largest)
         if self.plan is not None and not self._moved(room, profiles):
             return
         link_out, link_in = self._link()
-        plan = _planner.make_plan(profiles, int(room), link_out, link_in,
-                                  lead=self._staging // STAGING_SHARE
-                                  if self._staging else None,
+        plan = _planner.make_plan(profiles, room, link_out, link_in,
+                                  lead=self._unit_most,
                                   offload=self.offloader is not None,
-                                  offload_most=self._staging // STAGING_SHARE
-                                  if self._staging else None)
+                                  offload_most=self._unit_most)
         with self._lock:
             self.plan = plan
             by_name = dict(zip(plan.names, plan.modes))
