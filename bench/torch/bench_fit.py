@@ -39,13 +39,13 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import Daemon, child_env, setup_determinism  # noqa: E402
+from common import (Daemon, child_env, run_for_result,  # noqa: E402
+                    setup_determinism)
 
 GiB = 1 << 30
 METHODS = ("plain", "checkpoint", "ckpt+cpu", "save_on_cpu", "fit-recompute",
@@ -148,27 +148,15 @@ def run(build, log, args, daemon_vram=None, timeout=900):
         except (OSError, RuntimeError) as e:
             return {"method": args["method"], "error": f"gpu-memd: {e}"}
         env["GPU_MEMD_SOCKET"] = daemon.socket
-    log.write(f"==== {json.dumps(args)}\n")
-    log.flush()
     try:
-        p = subprocess.run([sys.executable, os.path.abspath(__file__),
-                            "--child", json.dumps(args)], env=env,
-                           capture_output=True, text=True, timeout=timeout)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else \
-            (e.stdout or "")
-        err, rc = "TIMEOUT", 124
+        result, tail, rc = run_for_result(
+            [sys.executable, os.path.abspath(__file__), "--child",
+             json.dumps(args)], env, log, json.dumps(args), timeout)
     finally:
         if daemon:
             daemon.stop()
-    log.write(out + err + f"\n==== rc {rc}\n")
-    log.flush()
-    for line in out.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    tail = (err.strip().splitlines() or ["no output"])[-1]
-    return {"method": args["method"], "error": tail, "rc": rc}
+    return result if result is not None else \
+        {"method": args["method"], "error": tail, "rc": rc}
 
 
 def describe(r, plain):

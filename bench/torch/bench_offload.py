@@ -61,7 +61,6 @@ import copy
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -71,7 +70,8 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 sys.path.insert(0, HERE)
-from common import Daemon, child_env, pool_moves, setup_determinism  # noqa: E402
+from common import (Daemon, child_env, pool_moves, run_for_result,  # noqa: E402
+                    setup_determinism)
 
 
 def moved(before, after):
@@ -289,29 +289,16 @@ def run_child(build, log, kind, args, vram_limit=None, timeout=300,
     if daemon:
         env["GPU_MEMD_SOCKET"] = daemon.socket
     label = f"{kind} {json.dumps(args)}"
-    log.write(f"==== {label}\n")
-    log.flush()
-    t0 = time.monotonic()
     try:
-        p = subprocess.run([sys.executable, os.path.abspath(__file__),
-                            "child", kind, json.dumps(args)], env=env,
-                           capture_output=True, text=True, timeout=timeout,
-                           preexec_fn=(lambda: os.sched_setaffinity(0, cpus))
-                           if cpus else None)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out, err, rc = e.stdout or "", (e.stderr or "") + "\nTIMEOUT", 124
-        out = out.decode() if isinstance(out, bytes) else out
-        err = err.decode() if isinstance(err, bytes) else err
+        result, tail, rc = run_for_result(
+            [sys.executable, os.path.abspath(__file__), "child", kind,
+             json.dumps(args)], env, log, label, timeout,
+            (lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     finally:
         if daemon:
             daemon.stop()
-    log.write(out + err + f"\n==== rc {rc}, {time.monotonic() - t0:.1f} s\n")
-    log.flush()
-    for line in out.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    tail = (err.strip().splitlines() or ["no output"])[-1]
+    if result is not None:
+        return result
     print(f"  {label}: failed (rc {rc}): {tail}", flush=True)
     return {"method": args["method"], "error": tail, "rc": rc, **args}
 

@@ -138,3 +138,27 @@ def child_env(build):
     env["PYTHONPATH"] = os.path.join(ROOT, "client", "python") + \
         (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def run_for_result(argv, env, log, label, timeout, preexec_fn=None):
+    """Run a bench's child process (argv), its output and exit status
+    written to `log` under `label`, and find the result it prints on a
+    line of its own ("RESULT " and JSON). (result or None, the last line
+    of its stderr, its exit status; 124 when it ran past `timeout`)."""
+    log.write(f"==== {label}\n")
+    log.flush()
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(argv, env=env, capture_output=True, text=True,
+                           timeout=timeout, preexec_fn=preexec_fn)
+        out, err, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out, err, rc = e.stdout or "", (e.stderr or "") + "\nTIMEOUT", 124
+        out = out.decode() if isinstance(out, bytes) else out
+        err = err.decode() if isinstance(err, bytes) else err
+    log.write(out + err + f"\n==== rc {rc}, {time.monotonic() - t0:.1f} s\n")
+    log.flush()
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:]), None, rc
+    return None, (err.strip().splitlines() or ["no output"])[-1], rc
