@@ -42,7 +42,7 @@
         X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostGetDevicePointer) \
         X(cuMemCreate) X(cuMemRelease) X(cuMemGetAllocationGranularity) \
         X(cuMemExportToShareableHandle)                                 \
-        X(cuMemImportFromShareableHandle)                               \
+        X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle) \
         X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap)          \
         X(cuMemUnmap) X(cuMemSetAccess)                                 \
         X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)     \
