@@ -19,14 +19,14 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "errors.h"
 #include "mapcache.h"
 
-/* Under buffers_lock. */
-static gmd_buffer *buffer_find_locked(gmd_client *client, uint64_t id)
+gmd_buffer *gmd__buffer_find_locked(gmd_client *client, uint64_t id)
 {
         gmd_list *pos;
 
@@ -114,6 +114,69 @@ bad:
         return -EPROTO;
 }
 
+/* Keep `fd` for a restart (client.h, keep_fd_base): moved at or above
+ * the base, so the numbers below it, where select() works, stay the
+ * application's. Returns the fd kept, or -1 when it is not kept (restart
+ * recovery is off, or no fd is free above the base: EMFILE); `fd` is
+ * closed either way unless it is the one kept. */
+static int fd_keep(const gmd_client *client, int fd)
+{
+        int kept;
+
+        if (client->keep_fd_base < 0) {
+                close(fd);
+                return -1;
+        }
+        if (fd >= client->keep_fd_base)
+                return fd;
+        kept = fcntl(fd, F_DUPFD_CLOEXEC, client->keep_fd_base);
+        close(fd);
+        return kept;
+}
+
+/* Under buffers_lock: close the fds kept for the buffer's mapping. */
+static void buffer_kept_close(gmd_buffer *buffer)
+{
+        segments_close(buffer->kept, buffer->n_kept);
+        free(buffer->kept);
+        buffer->kept = NULL;
+        buffer->n_kept = 0;
+        buffer->kept_vram = false;
+}
+
+/* Under buffers_lock (or before the buffer is in the table): `segments`
+ * (an array of `n`, taken over with its fds) are mapped now; keep their
+ * fds in place of the old ones. A mapping never fails for want of an fd
+ * to keep: such a buffer just cannot be offered to a restarted daemon. */
+static void buffer_kept_set(const gmd_client *client, gmd_buffer *buffer,
+                            gmd_map_segment *segments, unsigned n)
+{
+        buffer_kept_close(buffer);
+        for (unsigned i = 0; i < n; i++)
+                segments[i].fd = fd_keep(client, segments[i].fd);
+        buffer->kept = segments;
+        buffer->n_kept = n;
+}
+
+bool gmd__buffer_offerable_locked(const gmd_buffer *buffer)
+{
+        if (buffer->unmapped || buffer->n_kept == 0)
+                return false;
+        for (unsigned i = 0; i < buffer->n_kept; i++)
+                if (buffer->kept[i].fd < 0)
+                        return false;
+        return true;
+}
+
+void gmd__buffer_unmap_locked(gmd_client *client, gmd_buffer *buffer)
+{
+        if (!buffer->unmapped && !buffer->ipc)
+                (void)client->mapper->ops->unmap(client->mapper, buffer->addr,
+                                                 buffer->size);
+        buffer->unmapped = true;
+        buffer_kept_close(buffer);
+}
+
 static bool tier_valid(int tier)
 {
         return tier == GMD__TIER__TIER_VRAM || tier == GMD__TIER__TIER_HOST;
@@ -164,8 +227,13 @@ static int buffer_map_segments(gmd_client *client, const Gmd__AllocReply *reply,
         }
         r = ops->map(client->mapper, buffer->addr, device, segments,
                      (unsigned)reply->n_segments);
-        if (r < 0)
+        if (r < 0) {
                 ops->unreserve(client->mapper, buffer->addr, reply->size);
+                segments_close(segments, reply->n_segments);
+                goto out;
+        }
+        buffer_kept_set(client, buffer, segments, (unsigned)reply->n_segments);
+        segments = NULL;
 out:
         free(segments);
         return r;
@@ -189,7 +257,7 @@ int gmd__buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
         }
         /* Only this thread inserts, so the answer stays true below. */
         pthread_mutex_lock(&client->buffers_lock);
-        known = buffer_find_locked(client, reply->buffer_id) != NULL;
+        known = gmd__buffer_find_locked(client, reply->buffer_id) != NULL;
         pthread_mutex_unlock(&client->buffers_lock);
         if (known) {
                 *ret_reason = "alloc reply names a buffer id already in use";
@@ -238,6 +306,7 @@ gmd_buffer *gmd__buffer_destroy(gmd_client *client, gmd_buffer *buffer)
         if (!buffer)
                 return NULL;
         ops = client->mapper->ops;
+        buffer_kept_close(buffer);
         if (!buffer->ipc)
                 ops->unreserve(client->mapper, buffer->addr, buffer->size);
         else if (!buffer->ipc_closed)
@@ -289,7 +358,10 @@ static int remap_kept(gmd_buffer *buffer, const Gmd__RemapNotify *notify,
                               "mapping";
                 return -EPROTO;
         }
-        return buffer->unmapped ? -ESTALE : 0;
+        if (buffer->unmapped)
+                return -ESTALE;
+        buffer->kept_vram = notify->tier == GMD__TIER__TIER_HOST;
+        return 0;
 }
 
 int gmd__buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
@@ -308,7 +380,7 @@ int gmd__buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
         /* Held across the mapping so gmd_free cannot give the range back
          * while the new backing goes in. */
         pthread_mutex_lock(&client->buffers_lock);
-        buffer = buffer_find_locked(client, notify->buffer_id);
+        buffer = gmd__buffer_find_locked(client, notify->buffer_id);
         if (!buffer || atomic_load(&buffer->revoked)) {
                 r = -ENOENT;            /* the packet closes the fds */
                 goto out;
@@ -338,8 +410,10 @@ int gmd__buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
                 }
                 r = buffer->unmapped ? 0 :
                     ops->unmap(client->mapper, buffer->addr, buffer->size);
-                if (r == 0)
+                if (r == 0) {
                         buffer->unmapped = true;
+                        buffer_kept_close(buffer);
+                }
                 goto mapped;
         }
         r = segments_from_wire(buffer->size, notify->segments,
@@ -360,23 +434,26 @@ int gmd__buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
                                (unsigned)notify->n_segments);
         } else {
                 r = ops->unmap(client->mapper, buffer->addr, buffer->size);
-                if (r < 0)
-                        segments_close(segments, notify->n_segments);
-                else
+                if (r == 0)
                         r = ops->map(client->mapper, buffer->addr,
                                      buffer->device, segments,
                                      (unsigned)notify->n_segments);
         }
+        if (r == 0) {
+                buffer_kept_set(client, buffer, segments,
+                                (unsigned)notify->n_segments);
+        } else {
+                segments_close(segments, notify->n_segments);
+                free(segments);
+        }
+        segments = NULL;
 mapped:
         if (r < 0) {
                 /* The daemon frees the buffer when it reads our failed ack,
                  * so nothing of the old backing may stay mapped here (it
                  * could go to another client); and later calls say why
                  * instead of letting the application fault. */
-                if (!buffer->unmapped) {
-                        (void)ops->unmap(client->mapper, buffer->addr, buffer->size);
-                        buffer->unmapped = true;
-                }
+                gmd__buffer_unmap_locked(client, buffer);
                 snprintf(why, sizeof(why), "moving it to %s memory failed: %s",
                          gmd_tier_name((gmd_tier)notify->tier), strerror(-r));
                 buffer_mark_revoked(buffer, why);
@@ -389,25 +466,33 @@ out:
         return r;
 }
 
+void gmd__buffer_revoke_locked(gmd_client *client, gmd_buffer *buffer,
+                               const char *why, bool lost)
+{
+        if (atomic_load(&buffer->revoked))
+                return;
+        if (buffer->ipc)
+                buffer_ipc_close_locked(client, buffer);
+        else
+                gmd__buffer_unmap_locked(client, buffer);
+        buffer->lost = lost;
+        buffer_mark_revoked(buffer, why);
+}
+
 void gmd__buffer_revoke(gmd_client *client, uint64_t buffer_id, const char *message)
 {
-        const gmd_mapper_ops *ops = client->mapper->ops;
         gmd_buffer *buffer, *dropped = NULL;
 
         pthread_mutex_lock(&client->buffers_lock);
-        buffer = buffer_find_locked(client, buffer_id);
+        buffer = gmd__buffer_find_locked(client, buffer_id);
         if (buffer && buffer->parked) {
                 /* Nobody holds the handle: forget it altogether. */
                 gmd__mapcache_forget_locked(&client->cache, buffer);
                 list_remove(&buffer->node);
                 dropped = buffer;
-        } else if (buffer && !atomic_load(&buffer->revoked)) {
-                if (buffer->ipc)
-                        buffer_ipc_close_locked(client, buffer);
-                else if (!buffer->unmapped)
-                        ops->unmap(client->mapper, buffer->addr, buffer->size);
-                buffer_mark_revoked(buffer, *message ? message :
-                                    "revoked by gpu-memd");
+        } else if (buffer) {
+                gmd__buffer_revoke_locked(client, buffer, *message ? message :
+                                          "revoked by gpu-memd", false);
         }
         pthread_mutex_unlock(&client->buffers_lock);
         gmd__buffer_destroy(client, dropped);        /* unmaps, unreserves */
@@ -420,7 +505,7 @@ bool gmd__buffer_release_refused(gmd_client *client, uint64_t buffer_id,
         bool revoked = false;
 
         pthread_mutex_lock(&client->buffers_lock);
-        buffer = buffer_find_locked(client, buffer_id);
+        buffer = gmd__buffer_find_locked(client, buffer_id);
         if (buffer && atomic_load(&buffer->revoked) && *error == GMD_ENOENT) {
                 /* A revoke that crossed the release on the wire. */
                 snprintf(why, len, "buffer %" PRIu64 " is revoked: %s",

@@ -46,12 +46,26 @@ struct gmd_buffer {
                                          * memory, unless a remap with
                                          * keep_mapping left its VRAM mapped
                                          * (buffers_lock) */
+        /* The fds of what is mapped at addr, one per segment, kept so the
+         * memory can be offered back to a restarted daemon (a mapping
+         * gives no fd back on cuda): closed when the mapping goes. fd -1:
+         * not kept (restart recovery off, or no fd left for it); the
+         * buffer then cannot be offered back. (buffers_lock) */
+        gmd_map_segment *kept;
+        unsigned n_kept;
+        bool kept_vram;                 /* out on host memory, but a remap
+                                         * with keep_mapping left its VRAM
+                                         * mapped here (buffers_lock) */
+        bool lost;                      /* revoked because a restarted
+                                         * daemon did not keep it: its id
+                                         * may name another buffer there,
+                                         * so nothing names it again */
         gmd_list cache_node;            /* client->cache.lru while parked */
         _Atomic int tier;               /* gmd_tier; a remap changes it */
         _Atomic bool revoked;           /* backing gone, range reserved */
         struct gmd_request *acquiring;  /* gmd_acquire_start's request, until
                                          * gmd_acquire_finish (the caller's) */
-        char revoke_reason[160];        /* written once, before `revoked` */
+        char revoke_reason[256];        /* written once, before `revoked` */
 };
 
 /*
@@ -69,6 +83,23 @@ int gmd__buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
  * a revoke that crossed it on the wire is GMD_EREVOKED. */
 int gmd__buffer_call(gmd_client *client, gmd_buffer *buffer, uint16_t type,
                      const ProtobufCMessage *msg);
+
+/* Under buffers_lock: can `buffer`'s mapping be offered to a restarted
+ * daemon, every segment's fd kept? */
+bool gmd__buffer_offerable_locked(const gmd_buffer *buffer);
+
+/* Under buffers_lock: unmap what `buffer` maps (keeping the range) and
+ * close the fds kept for it. */
+void gmd__buffer_unmap_locked(gmd_client *client, gmd_buffer *buffer);
+
+/* Under buffers_lock: revoke `buffer` (unmap it, keep its range, say
+ * `why`); `lost`: a restarted daemon did not keep it (no request names it
+ * again). A parked buffer is not handled here. */
+void gmd__buffer_revoke_locked(gmd_client *client, gmd_buffer *buffer,
+                               const char *why, bool lost);
+
+/* Under buffers_lock. */
+gmd_buffer *gmd__buffer_find_locked(gmd_client *client, uint64_t id);
 
 /* GMD_EREVOKED, with the buffer's revoke reason as the last error. */
 int gmd__buffer_revoked_error(const gmd_buffer *buffer);

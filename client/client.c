@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -32,6 +34,13 @@
 
 #define HELLO_TIMEOUT_MS 30000
 #define CLIENT_NAME_MAX  64     /* Hello.client_name, bytes */
+/* Restart recovery keeps an fd per mapped segment (buffer.h). They go at
+ * or above KEEP_FD_BASE, clear of the numbers select() can watch, and the
+ * soft RLIMIT_NOFILE is raised toward NOFILE_WANT (never past the hard
+ * limit) so there is room for them. */
+#define KEEP_FD_BASE     1024
+#define NOFILE_WANT      65536
+#define RECONNECT_MAX_S  (7 * 24 * 3600)
 
 static uint32_t next_request_id_locked(gmd_client *client)
 {
@@ -703,6 +712,53 @@ static int mapper_choose(gmd_client *client)
         return GMD_ENOTSUP;
 }
 
+/* $GPU_MEMD_RECONNECT_S: seconds, fractions allowed ("0.5"); unset or
+ * empty is GMD_RECONNECT_DEFAULT_S. */
+static int reconnect_from_env(uint64_t *ret_ms)
+{
+        const char *text = secure_getenv(GMD_RECONNECT_ENV);
+        char *end;
+        double v;
+
+        *ret_ms = (uint64_t)GMD_RECONNECT_DEFAULT_S * 1000;
+        if (!text || !*text)
+                return 0;
+        errno = 0;
+        v = strtod(text, &end);
+        if (errno || end == text || *end || !isfinite(v) || v < 0 ||
+            v > RECONNECT_MAX_S) {
+                gmd__error_set("%s='%.32s' is not a number of seconds (0 to "
+                               "%d; 0: fail at once when gpu-memd goes away)",
+                               GMD_RECONNECT_ENV, text, RECONNECT_MAX_S);
+                return -EINVAL;
+        }
+        *ret_ms = (uint64_t)(v * 1000.0 + 0.5);
+        return 0;
+}
+
+/* Where kept fds go (client.h): at or above KEEP_FD_BASE once the soft fd
+ * limit is raised toward NOFILE_WANT; in the upper half of a limit too low
+ * for that. Raising the soft limit is what any process may do for itself;
+ * it is inherited by children. */
+static int keep_fd_base_choose(void)
+{
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return -1;
+        if (rl.rlim_cur < NOFILE_WANT && rl.rlim_cur < rl.rlim_max) {
+                struct rlimit want = rl;
+
+                want.rlim_cur = rl.rlim_max < NOFILE_WANT ? rl.rlim_max :
+                                NOFILE_WANT;
+                if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+                        rl = want;
+        }
+        if (rl.rlim_cur >= 2 * KEEP_FD_BASE)
+                return KEEP_FD_BASE;
+        return rl.rlim_cur >= 64 ? (int)(rl.rlim_cur / 2) : -1;
+}
+
 /* Start the I/O thread with every signal blocked: signals for the process
  * must reach the application's threads, never the library's. */
 static int io_start(gmd_client *client)
@@ -728,7 +784,10 @@ static int io_start(gmd_client *client)
         return 0;
 }
 
-int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
+/* gmd__connect_fd, knowing the socket's path (NULL: a socketpair, which
+ * cannot be connected again: no restart recovery). */
+static int connect_fd_path(int fd, const char *path, const char *client_name,
+                           gmd_client **ret_client)
 {
         pthread_condattr_t cattr;
         gmd_client *client;
@@ -742,6 +801,7 @@ int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
         }
         client->sock = fd;
         client->wake_fd = -1;
+        client->keep_fd_base = -1;
         client->next_request_id = 1;
         list_init(&client->pending);
         list_init(&client->buffers);
@@ -756,6 +816,20 @@ int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
         r = gmd__mapcache_init(&client->cache);
         if (r < 0)
                 goto fail;
+        r = reconnect_from_env(&client->reconnect_ms);
+        if (r < 0)
+                goto fail;
+        if (!path)
+                client->reconnect_ms = 0;
+        if (client->reconnect_ms > 0) {
+                client->socket_path = strdup(path);
+                if (!client->socket_path) {
+                        gmd__error_set("out of memory");
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                client->keep_fd_base = keep_fd_base_choose();
+        }
         r = hello(client, client_name);
         if (r < 0)
                 goto fail;
@@ -771,6 +845,11 @@ int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
 fail:
         gmd_disconnect(client);
         return r;
+}
+
+int gmd__connect_fd(int fd, const char *client_name, gmd_client **ret_client)
+{
+        return connect_fd_path(fd, NULL, client_name, ret_client);
 }
 
 /** Connect to gpu-memd and start the library's I/O thread. */
@@ -816,7 +895,7 @@ int gmd_connect(const char *socket_path, const char *client_name,
                  * daemon there is GMD_ECONN; not allowed is GMD_EPERM. */
                 return e == EACCES || e == EPERM ? GMD_EPERM : GMD_ECONN;
         }
-        return gmd__connect_fd(fd, client_name, ret_client);
+        return connect_fd_path(fd, path, client_name, ret_client);
 }
 
 /** Close the connection and free every buffer handle; accepts NULL. */
@@ -853,6 +932,7 @@ gmd_client *gmd_disconnect(gmd_client *client)
         free(client->ids);
         free(client->backend);
         free(client->daemon_version);
+        free(client->socket_path);
         pthread_mutex_destroy(&client->send_lock);
         pthread_mutex_destroy(&client->lock);
         pthread_mutex_destroy(&client->buffers_lock);

@@ -54,6 +54,13 @@ struct gmd_client {
         uint64_t *granularity;          /* per device, from the hello */
         gmd__device_id *ids;            /* per device, from the hello */
         uint64_t client_id;
+        /* Restart recovery (reconnect.c): where to connect again and for
+         * how long ($GPU_MEMD_RECONNECT_S; 0, or no path: never), and the
+         * fds of mappings kept at or above keep_fd_base (buffer.h; -1:
+         * none kept). */
+        char *socket_path;
+        uint64_t reconnect_ms;
+        int keep_fd_base;
 
         pthread_mutex_t send_lock;
 

@@ -35,8 +35,9 @@ typedef struct gmd_mapper_ops {
         /* Give the range back; anything mapped in it is unmapped first. */
         void (*unreserve)(gmd_mapper *mapper, void *addr, uint64_t size);
         /* Map every segment at addr + offset, usable by `device`. The fds
-         * are consumed (closed) whether or not this succeeds. On failure
-         * nothing stays mapped. */
+         * are borrowed: the caller still owns them afterwards, whether or
+         * not this succeeds (libgpumem keeps them to offer the memory to a
+         * restarted daemon, buffer.h). On failure nothing stays mapped. */
         int (*map)(gmd_mapper *mapper, void *addr, unsigned device,
                    const gmd_map_segment *segments, unsigned n_segments);
         /* Unmap the backing; the range stays reserved and inaccessible. */
@@ -44,7 +45,7 @@ typedef struct gmd_mapper_ops {
         /* Optional (NULL: the library calls unmap, then map). Replace the
          * backing of the mapped range [addr, addr + size) by `segments`
          * without a moment where the range is inaccessible, if the mapper
-         * can. Consumes the fds like map. On failure the range is left
+         * can. Borrows the fds like map. On failure the range is left
          * unmapped (reserved, inaccessible). */
         int (*remap)(gmd_mapper *mapper, void *addr, uint64_t size,
                      unsigned device, const gmd_map_segment *segments,

@@ -151,7 +151,7 @@ static int cuda_map(gmd_mapper *mapper, void *addr, unsigned device,
 
         r = cuda_enter(m, device);
         if (r < 0)
-                goto out_close;
+                return r;
         for (i = 0; i < n_segments; i++) {
                 const gmd_map_segment *s = &segments[i];
                 CUmemGenericAllocationHandle h;
@@ -159,7 +159,9 @@ static int cuda_map(gmd_mapper *mapper, void *addr, unsigned device,
                 r = cuda_driver_errno(cu->cuMemImportFromShareableHandle(&h,
                                 (void *)(uintptr_t)s->fd,
                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-                close(s->fd);   /* the imported handle holds the memory */
+                /* The fd stays the caller's: the imported handle holds the
+                 * memory for the mapping, and the fd is what a restarted
+                 * daemon is offered it back by (buffer.h). */
                 if (r < 0)
                         goto fail;
                 r = cuda_driver_errno(cu->cuMemMap(base + s->offset, s->size,
@@ -189,13 +191,7 @@ static int cuda_map(gmd_mapper *mapper, void *addr, unsigned device,
 fail:
         for (unsigned j = 0; j < mapped; j++)
                 cu->cuMemUnmap(base + segments[j].offset, segments[j].size);
-        for (unsigned j = i + 1; j < n_segments; j++)
-                close(segments[j].fd);
         cuda_leave(m);
-        return r;
-out_close:
-        for (i = 0; i < n_segments; i++)
-                close(segments[i].fd);
         return r;
 }
 

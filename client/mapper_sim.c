@@ -50,13 +50,6 @@ static int sim_unmap(gmd_mapper *mapper, void *addr, uint64_t size)
         return p == MAP_FAILED ? -errno : 0;
 }
 
-static void close_segments(const gmd_map_segment *segments, unsigned n)
-{
-        for (unsigned i = 0; i < n; i++)
-                if (segments[i].fd >= 0)
-                        close(segments[i].fd);
-}
-
 /* Map every segment over whatever is at its place now. On failure the
  * segments mapped so far are turned back into reservation; the caller
  * decides what the rest of the range holds. */
@@ -99,10 +92,7 @@ static int map_over(void *addr, const gmd_map_segment *segments, unsigned n)
 static int sim_map(gmd_mapper *mapper, void *addr, unsigned device,
                    const gmd_map_segment *segments, unsigned n_segments)
 {
-        int r = map_over(addr, segments, n_segments);
-
-        close_segments(segments, n_segments);
-        return r;
+        return map_over(addr, segments, n_segments);
 }
 
 static int sim_remap(gmd_mapper *mapper, void *addr, uint64_t size,
@@ -111,7 +101,6 @@ static int sim_remap(gmd_mapper *mapper, void *addr, uint64_t size,
 {
         int r = map_over(addr, segments, n_segments);
 
-        close_segments(segments, n_segments);
         if (r < 0)
                 sim_unmap(mapper, addr, size);
         return r;

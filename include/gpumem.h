@@ -44,6 +44,11 @@ extern "C" {
  * buffer's way back, so a swap-in into it costs no driver call; a buffer
  * touched while out then reads stale bytes instead of faulting. */
 #define GMD_KEEP_MAPPINGS_ENV "GPU_MEMD_KEEP_MAPPINGS"
+/* Seconds a client rides through its daemon going away (a crash, a
+ * restart, an upgrade) before its calls fail: see gmd_connect. 0: fail at
+ * once, as before restart recovery. */
+#define GMD_RECONNECT_ENV   "GPU_MEMD_RECONNECT_S"
+#define GMD_RECONNECT_DEFAULT_S 120
 
 /* Marks the library's exported functions: libgpumem.so is built with
  * -fvisibility=hidden, so everything else stays internal. */

@@ -79,6 +79,9 @@ static const config_key config_keys[] = {
         KEY("pools", "cuda_reserve_chunks", KEY_COUNT, cuda_reserve_chunks, 4096),
         KEY("pools", "host_stock", KEY_SIZE_SPEC, host_stock, 0),
         KEY("pools", "host_stock_grow", KEY_BOOL, host_stock_grow, 0),
+        KEY_ONE_OF("restart", "keep", restart_keep, "auto|systemd|keeper|off"),
+        KEY("restart", "hold_s", KEY_UINT, restart_hold_s, 86400),
+        KEY("restart", "claim_timeout_s", KEY_UINT, restart_claim_timeout_s, 3600),
         KEY("limits", "max_clients", KEY_UINT, max_clients, 65536),
         KEY("limits", "max_buffers_per_client", KEY_UINT, max_buffers_per_client, 1u << 24),
         KEY("limits", "max_waiting_per_client", KEY_UINT, max_waiting_per_client, 4096),
@@ -156,6 +159,9 @@ void config_init_defaults(gmd_config *config)
         config->max_waiting_per_user = 256;
         config->wait_hold_ms = 5000;
         config->reclaim_timeout_ms = 2000;
+        strcpy(config->restart_keep, "off");
+        config->restart_hold_s = 300;
+        config->restart_claim_timeout_s = 60;
         config->user_turn_us = 100;
         config->swap_chunk_size = 64ull << 20;
         config->swap_copies_in_flight = 2;

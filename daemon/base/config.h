@@ -31,7 +31,7 @@ typedef enum gmd_log_level {
 } gmd_log_level;
 
 /* The keys config.c's table defines (checked there at compile time). */
-#define CONFIG_N_KEYS 40
+#define CONFIG_N_KEYS 43
 
 /* Where one key's value came from: a line of gmd_config.file, or the
  * `where` config_set was given (a command-line option), or neither (the
@@ -85,6 +85,14 @@ typedef struct gmd_config {
                                            * clients waiting; 0 = no limit */
         unsigned wait_hold_ms;            /* a waiter that does not fit this
                                            * long holds back smaller ones */
+        /* [restart]: what outlives the daemon (restore.h): "auto"
+         * (systemd's fd store under systemd, else a keeper process),
+         * "systemd", "keeper", "off"; how long a keeper holds what a dead
+         * daemon left; how long a restored daemon waits for its clients
+         * to claim their buffers. */
+        char restart_keep[8];
+        unsigned restart_hold_s;
+        unsigned restart_claim_timeout_s;
         unsigned reclaim_timeout_ms;      /* parked buffers asked back and not
                                            * returned this long are not
                                            * counted on */

@@ -6,22 +6,37 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <systemd/sd-daemon.h>
 
+#include "fdstore.h"
 #include "log.h"
 
 int systemd_listen_fd(int *ret_fd)
 {
-        int n = sd_listen_fds(1), fd = SD_LISTEN_FDS_START, r;
+        char **names = NULL;
+        int n, fd = -1, sockets = 0, r;
 
         *ret_fd = -1;
+        /* Not unset: systemd_keep_open() reads the same list, before or
+         * after, for the fds the store passed back (fdstore.h). */
+        n = sd_listen_fds_with_names(0, &names);
         if (n < 0)
                 return n;
-        if (n == 0)
+        for (int i = 0; i < n; i++) {
+                if (fdstore_kept_name(names ? names[i] : NULL))
+                        continue;
+                sockets++;
+                fd = SD_LISTEN_FDS_START + i;
+        }
+        for (int i = 0; names && names[i]; i++)
+                free(names[i]);
+        free(names);
+        if (sockets == 0)
                 return 0;
-        if (n > 1) {
-                log_error("systemd passed %d sockets; gpu-memd takes one", n);
+        if (sockets > 1) {
+                log_error("systemd passed %d sockets; gpu-memd takes one", sockets);
                 return -EINVAL;
         }
         r = sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0);

@@ -1,8 +1,9 @@
 /*
  * systemd — the daemon's whole systemd surface (dbus-broker's habit: one
  * small file): the listening socket from socket activation, and READY,
- * STATUS and STOPPING notifications. Outside systemd every call is a
- * harmless no-op.
+ * STATUS and STOPPING notifications (the fd store, which shares the list
+ * of passed fds with the socket, is fdstore.c's). Outside systemd every
+ * call is a harmless no-op.
  */
 #ifndef GMD_SYSTEMD_H
 #define GMD_SYSTEMD_H
@@ -10,7 +11,10 @@
 #include <stdint.h>
 
 /* The socket systemd passed (one SOCK_SEQPACKET AF_UNIX listener), -1 when
- * none was passed, or a negative errno when what was passed is unusable. */
+ * none was passed, or a negative errno when what was passed is unusable.
+ * The fds systemd's store passed back are not sockets of ours: they are
+ * skipped here and taken by systemd_keep_open() (fdstore.h). Returns 1
+ * with *ret_fd set, or 0 with *ret_fd = -1 when no socket was passed. */
 int systemd_listen_fd(int *ret_fd);
 
 /* READY=1 with a STATUS= line. */

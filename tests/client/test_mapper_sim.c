@@ -46,6 +46,9 @@ static void test_map_unmap_remap(void **ctx)
         segs[1] = (gmd_map_segment){ memfd_with(2 * PAGE, 0x22), 2 * PAGE,
                                      2 * PAGE };
         assert_int_equal(m->ops->map(m, addr, 0, segs, 2), 0);
+        /* The fds are borrowed: the mapping holds the memory without them. */
+        close(segs[0].fd);
+        close(segs[1].fd);
         assert_int_equal(addr[0], 0x11);
         assert_int_equal(addr[2 * PAGE - 1], 0x11);
         assert_int_equal(addr[2 * PAGE], 0x22);
@@ -53,6 +56,7 @@ static void test_map_unmap_remap(void **ctx)
 
         segs[0] = (gmd_map_segment){ memfd_with(4 * PAGE, 0x33), 0, 4 * PAGE };
         assert_int_equal(m->ops->remap(m, addr, 4 * PAGE, 0, segs, 1), 0);
+        close(segs[0].fd);
         assert_int_equal(addr[5], 0x33);
         assert_int_equal(addr[4 * PAGE - 1], 0x33);
 
@@ -80,6 +84,7 @@ static void test_short_memfd_refused(void **ctx)
         assert_int_equal(m->ops->reserve(m, 4 * PAGE, &addr), 0);
         seg = (gmd_map_segment){ memfd_with(PAGE, 0), 0, 4 * PAGE };
         assert_int_equal(m->ops->map(m, addr, 0, &seg, 1), -EINVAL);
+        close(seg.fd);
         m->ops->unreserve(m, addr, 4 * PAGE);
         m->ops->destroy(m);
 }

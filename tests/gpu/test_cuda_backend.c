@@ -10,10 +10,12 @@
  * reserve off and held back by the free-memory floor; HOST-tier chunks
  * used by kernels; legacy IPC buffers; IPC events and their cache;
  * the driver's free memory moves with allocations; a too-large request
- * fails. Prints timings of the steps (not assertions) for BENCHMARKS.md.
+ * fails; restart recovery: arena pieces, a host copy and a VRAM buffer
+ * handed on and adopted by a fresh backend. Prints timings of the steps (not assertions) for BENCHMARKS.md.
  * Exits 77 with one "SKIP:" line when there is no usable GPU.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +89,9 @@ static int worker(int sock)
                                 rep.r = mapper->ops->map(mapper, *addr,
                                                          c.device, seg,
                                                          (unsigned)c.nseg);
+                        /* The mapper borrows the fds (mapper.h). */
+                        for (int i = 0; i < c.nseg; i++)
+                                close(seg[i].fd);
                         rep.value = (long long)(uintptr_t)*addr;
                         break;
                 }
@@ -456,6 +461,188 @@ static void run_reserve_limits(const gmd_config *defaults)
         }
 }
 
+/* ---- restart recovery -------------------------------------------------- */
+
+static void adopt_copy_done(void *ctx, void *cookie, int status)
+{
+        (void)cookie;
+        *(int *)ctx = status == 0 ? 1 : -1;
+}
+
+/* Copy `len` bytes between two mems and wait: 0 or the error. */
+static int adopt_copy(gmd_backend *be, gmd_copy_dir dir, gmd_mem *dst,
+                      gmd_mem *src, uint64_t len)
+{
+        int done = 0, r = be->ops->copy_submit(be, 0, dir, dst, 0, src, 0, len,
+                                               NULL);
+
+        if (r < 0)
+                return r;
+        for (unsigned i = 0; !done && i < 20000; i++) {
+                usleep(500);
+                be->ops->copy_reap(be, adopt_copy_done, &done);
+        }
+        return done == 1 ? 0 : -EIO;
+}
+
+static void adopt_wait_built(gmd_backend *be, gmd_arena_info *ret)
+{
+        for (unsigned i = 0; i < 400; i++) {
+                be->ops->arena_info(be, 0, ret);
+                if (ret->built >= ret->target)
+                        return;
+                usleep(25000);
+        }
+}
+
+static bool same_file(int a, int b)
+{
+        uint64_t d0, i0, d1, i1;
+
+        return mem_identity(a, &d0, &i0) == 0 && mem_identity(b, &d1, &i1) == 0 &&
+               d0 == d1 && i0 == i1;
+}
+
+/* A backend hands on its arena pieces, a host copy's parts and a VRAM
+ * buffer's fd, and closes (the daemon dies); a fresh one adopts them and
+ * every byte is there. Also: what mem_identity says of exported fds. */
+static void run_adopt(const gmd_config *defaults)
+{
+        const uint64_t size = 64ull << 20, gib = 1ull << 30;
+        gmd_config config = *defaults;
+        gmd_arena_piece pieces[GMD_ARENA_MAX_PIECES], again[GMD_ARENA_MAX_PIECES];
+        gmd_extent parts[GMD_ARENA_MAX_PARTS];
+        gmd_mem *v = NULL, *pc = NULL, *fill[3] = { 0 }, *v2 = NULL, *pc2 = NULL;
+        gmd_mem *m = NULL;
+        gmd_device_info di0, di1;
+        gmd_arena_info info;
+        const gmd_cuda_driver *cu;
+        uint8_t *buf = malloc(size), *back = malloc(size);
+        int n, n_parts, vfd, fd2 = -1, keep[GMD_ARENA_MAX_PIECES], r;
+        gmd_backend *be;
+
+        config.host_stock = (gmd_size_spec){ .bytes = 3 * gib };
+        config.host_limit = (gmd_size_spec){ .bytes = 8 * gib };
+        for (uint64_t i = 0; i < size; i++)
+                buf[i] = (uint8_t)(i * 131 + (i >> 20));
+        r = backend_cuda_open(&config, &be);
+        CHECK(r == 0, "adopt: open: %d", r);
+        if (r < 0)
+                return;
+        cu = ((cuda_backend *)be)->cu;
+        adopt_wait_built(be, &info);
+        if (info.target == 0) {
+                printf("adopt: no host arena here (skipped)\n");
+                be->ops->destroy(be);
+                return;
+        }
+        CHECK(info.built == 3 * gib, "adopt: arena built: %llu MiB",
+              (unsigned long long)(info.built >> 20));
+        n = be->ops->arena_pieces(be, 0, pieces, GMD_ARENA_MAX_PIECES);
+        CHECK(n == 3, "adopt: 3 pieces: %d", n);
+        CHECK(be->ops->arena_pieces(be, 0, again, GMD_ARENA_MAX_PIECES) == n,
+              "adopt: pieces again");
+        for (int i = 0; i < n; i++) {
+                CHECK(pieces[i].offset == (uint64_t)i * gib && pieces[i].size == gib,
+                      "adopt: piece %d at %llu", i,
+                      (unsigned long long)pieces[i].offset);
+                CHECK(same_file(pieces[i].fd, again[i].fd),
+                      "adopt: asking twice hands on one export");
+                close(again[i].fd);
+        }
+
+        /* A VRAM buffer with known bytes, its host copy in two parts: the
+         * fillers leave 32 MiB at the end of the first two pieces. */
+        CHECK(be->ops->mem_create(be, GMD_TIER_VRAM, 0, size, &v) == 0, "adopt: v");
+        CHECK(cu->cuMemcpyHtoD(cuda_mem_of(v)->va, buf, size) == CUDA_SUCCESS,
+              "adopt: write v");
+        CHECK(be->ops->mem_create_private(be, 0, gib - size / 2, &fill[0]) == 0 &&
+              be->ops->mem_create_private(be, 0, gib - size / 2, &fill[1]) == 0 &&
+              be->ops->mem_create_private(be, 0, gib, &fill[2]) == 0,
+              "adopt: fillers");
+        CHECK(be->ops->mem_create_private(be, 0, size, &pc) == 0, "adopt: pc");
+        CHECK(adopt_copy(be, GMD_COPY_OUT, pc, v, size) == 0, "adopt: copy out");
+        n_parts = be->ops->mem_span(be, pc, parts, GMD_ARENA_MAX_PARTS);
+        CHECK(n_parts == 2, "adopt: the copy in 2 parts: %d", n_parts);
+        CHECK(be->ops->mem_span(be, v, parts + 2, 1) == -ENOENT, "adopt: span of VRAM");
+
+        /* Identity of exported fds (assumed in backend.h). */
+        vfd = fcntl(v->fd, F_DUPFD_CLOEXEC, 0);
+        CHECK(same_file(vfd, v->fd), "adopt: a dup of an export is the same file");
+        if (cu->cuMemExportToShareableHandle(&fd2, v->handle,
+                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) == CUDA_SUCCESS) {
+                printf("adopt: a second export of one allocation is %s file\n",
+                       same_file(fd2, v->fd) ? "the same" : "another");
+                close(fd2);
+        }
+
+        /* The daemon dies: its memory is released, the kept fds hold it. */
+        be->ops->mem_destroy(be, v);
+        be->ops->mem_destroy(be, pc);
+        for (int i = 0; i < 3; i++)
+                be->ops->mem_destroy(be, fill[i]);
+        be->ops->destroy(be);
+
+        r = backend_cuda_open(&config, &be);
+        CHECK(r == 0, "adopt: reopen: %d", r);
+        if (r < 0)
+                return;
+        usleep(200000);   /* let the worker pin some: adopt releases it */
+        for (int i = 0; i < n; i++)
+                keep[i] = fcntl(pieces[i].fd, F_DUPFD_CLOEXEC, 0);
+        r = be->ops->arena_adopt(be, 0, pieces, (unsigned)n);
+        CHECK(r == 0, "adopt: arena_adopt: %d", r);
+        adopt_wait_built(be, &info);
+        CHECK(info.built == 3 * gib && info.free == info.built,
+              "adopt: arena %llu MiB, %llu free",
+              (unsigned long long)(info.built >> 20),
+              (unsigned long long)(info.free >> 20));
+        CHECK(be->ops->mem_adopt_private(be, 0, size, parts, (unsigned)n_parts,
+                                         &pc2) == 0, "adopt: the host copy");
+        CHECK(be->ops->mem_adopt_private(be, 0, size, parts, (unsigned)n_parts,
+                                         &m) == -EINVAL, "adopt: taken twice");
+        CHECK(be->ops->device_info(be, 0, &di0) == 0, "adopt: info");
+        r = be->ops->mem_adopt_fd(be, GMD_TIER_VRAM, 0, 2 * size, vfd, &m);
+        CHECK(r == -EINVAL && fcntl(vfd, F_GETFD) >= 0,
+              "adopt: larger than its allocation: %d", r);
+        r = be->ops->mem_adopt_fd(be, GMD_TIER_VRAM, 0, size, vfd, &v2);
+        CHECK(r == 0, "adopt: the VRAM buffer: %d", r);
+        if (r < 0)
+                close(vfd);
+        CHECK(be->ops->device_info(be, 0, &di1) == 0 && di1.own == di0.own + size,
+              "adopt: counted as own");
+
+        /* Every byte there: the buffer read directly, the host copy
+         * copied into new VRAM first. */
+        memset(back, 0, size);
+        CHECK(v2 && cu->cuMemcpyDtoH(back, cuda_mem_of(v2)->va, size) == CUDA_SUCCESS &&
+              memcmp(back, buf, size) == 0, "adopt: the VRAM buffer's bytes");
+        memset(back, 0, size);
+        CHECK(pc2 && be->ops->mem_create(be, GMD_TIER_VRAM, 0, size, &m) == 0 &&
+              adopt_copy(be, GMD_COPY_IN, m, pc2, size) == 0 &&
+              cu->cuMemcpyDtoH(back, cuda_mem_of(m)->va, size) == CUDA_SUCCESS &&
+              memcmp(back, buf, size) == 0, "adopt: the host copy's bytes");
+        CHECK(v2 && be->ops->mem_zero(be, v2) == 0, "adopt: zero");
+
+        /* Handed on again as the same files (an import cannot be exported). */
+        CHECK(be->ops->arena_pieces(be, 0, again, GMD_ARENA_MAX_PIECES) == n,
+              "adopt: pieces after adoption");
+        for (int i = 0; i < n; i++) {
+                CHECK(same_file(again[i].fd, keep[i]), "adopt: piece %d same file", i);
+                close(again[i].fd);
+                close(keep[i]);
+        }
+        be->ops->mem_destroy(be, m);
+        be->ops->mem_destroy(be, pc2);
+        be->ops->mem_destroy(be, v2);
+        be->ops->arena_info(be, 0, &info);
+        CHECK(info.free == info.built, "adopt: all given back");
+        be->ops->destroy(be);
+        printf("adopt: arena pieces, a host copy and a VRAM buffer adopted\n");
+        free(buf);
+        free(back);
+}
+
 int main(int argc, char **argv)
 {
         const gmd_cuda_driver *cu;
@@ -484,6 +671,7 @@ int main(int argc, char **argv)
                 run(be, &w, &rd, config.cuda_reserve_chunks);
                 be->ops->destroy(be);
                 run_reserve_limits(&config);
+                run_adopt(&config);
         }
         gpu_proc_send(w.sock, &quit, sizeof(quit), NULL, 0);
         gpu_proc_send(rd.sock, &quit, sizeof(quit), NULL, 0);
