@@ -2,11 +2,13 @@
  * backend — choosing one. "auto" tries cuda and falls back to sim with one
  * notice, so `make run` works on a laptop and on the GPU machine alike;
  * naming a backend that cannot start is an error, never a silent fallback.
+ * Also what both backends' memory shares: an fd's identity.
  */
 #include "backend.h"
 
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "log.h"
@@ -49,4 +51,15 @@ gmd_backend *backend_close(gmd_backend *backend)
         if (backend)
                 backend->ops->destroy(backend);
         return NULL;
+}
+
+int mem_identity(int fd, uint64_t *ret_dev, uint64_t *ret_ino)
+{
+        struct stat st;
+
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        *ret_dev = (uint64_t)st.st_dev;
+        *ret_ino = (uint64_t)st.st_ino;
+        return 0;
 }

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "extent.h"
 #include "gpumem.h"
 
 typedef struct gmd_backend gmd_backend;
@@ -119,6 +120,25 @@ typedef struct gmd_arena_info {
         uint64_t served;       /* mem_create_private calls served ... */
         uint64_t refused;      /* ... and refused (-ENOSPC) since start */
 } gmd_arena_info;
+
+/* The most parts a host copy carved from an arena has, on any backend
+ * (mem_span). */
+#define GMD_ARENA_MAX_PARTS 64
+
+/* The most pieces an arena has on the cuda backend (larger arenas get
+ * larger pieces); sim's has one more than it adopted (arena_pieces). */
+#define GMD_ARENA_MAX_PIECES 64
+
+/* One piece of a device's host arena, for restart recovery: the arena's
+ * bytes [offset, offset + size) are bytes [0, size) of the memory `fd`
+ * names (cuda: a host-located VMM allocation exported as a POSIX fd; sim:
+ * a memfd). Offsets and sizes are multiples of the arena's unit (the
+ * host granularity). */
+typedef struct gmd_arena_piece {
+        uint64_t offset;
+        uint64_t size;
+        int fd;
+} gmd_arena_piece;
 
 typedef struct gmd_backend_ops {
         const char *name;
@@ -222,6 +242,84 @@ typedef struct gmd_backend_ops {
          * has no room for `want`. Optional. */
         int64_t (*arena_grow)(gmd_backend *backend, unsigned device,
                               uint64_t want, uint64_t most);
+        /* ---- restart recovery (optional) ------------------------------
+
+           What a new gpu-memd needs to take over the memory an old one held:
+           the old one gives away fds of its arena pieces (arena_pieces) and
+           records where its host copies lie in them (mem_span); the fds
+           are kept across the restart (by a keeper outside this layer), and
+           the new one, before it builds its arena or takes any host copy,
+           maps those pieces back at their offsets (arena_adopt), then
+           makes each host copy again from its parts (mem_adopt_private)
+           and each whole allocation from its kept fd (mem_adopt_fd). */
+
+        /* `device`'s arena pieces built so far, in offset order, into
+         * ret[0..n), each with a NEW fd the caller owns (O_CLOEXEC): n, 0
+         * with no arena; -ENOBUFS when there are more than `max` and
+         * -errno (a dup failed), both with no fd made. A piece once
+         * reported keeps its offset and its memory; its size never
+         * shrinks: cuda adds pieces as the arena grows, each a whole
+         * allocation of a fixed size (exported once, when the worker
+         * built it; asking again dups that export); sim's arena is one
+         * memfd after the adopted ones, whose size grows with the
+         * arena, so a caller keeps the latest fd of each offset. Cheap:
+         * no driver call. The caller asks after start and each time the
+         * arena's `built` grows (arena_info). */
+        int (*arena_pieces)(gmd_backend *backend, unsigned device,
+                            gmd_arena_piece *ret, unsigned max);
+        /* At start, before any mem_create_private or arena_grow for
+         * `device`: make `pieces` (the previous run's, from arena_pieces)
+         * the arena's first ones, each mapped at its offset with its
+         * bytes as they are, all of them free; the arena then builds on
+         * after them as usual, up to [pools] host_stock's share (or the
+         * adopted size, when larger) within host_limit's range. They must
+         * come in offset order and cover [0, end) without gap or overlap,
+         * sizes unit multiples and > 0, `end` within the range: else
+         * -EINVAL, logged with the reason. On success the backend owns
+         * the fds (cuda keeps each as the piece's export, sim maps and
+         * keeps them for punching freed parts out) and closes them at
+         * destroy; on failure they are untouched and the arena is as
+         * before (pieces it had built are built again). cuda: what the
+         * worker pinned since open is released first (unused: no host
+         * copy was taken), waiting for a piece being pinned, up to
+         * ~0.25 s per GiB; each piece is imported, mapped and given
+         * device access as a new one is (a piece smaller than its size:
+         * -EINVAL). -EBUSY when a host copy was taken already. */
+        int (*arena_adopt)(gmd_backend *backend, unsigned device,
+                           const gmd_arena_piece *pieces, unsigned n);
+        /* Where a host copy from the arena (mem_create_private,
+         * mem_adopt_private) lies in it: its parts, offsets from the
+         * arena's start, in the copy's order, into ret[0..n): n (at most
+         * GMD_ARENA_MAX_PARTS); -ENOENT for a mem not from an arena,
+         * -ENOBUFS when it has more than `max` parts. */
+        int (*mem_span)(gmd_backend *backend, const gmd_mem *mem,
+                        gmd_extent *ret, unsigned max);
+        /* After arena_adopt: the host copy of `size` bytes (a unit
+         * multiple) made of exactly `parts` (what mem_span said in the
+         * previous run), as mem_create_private would have returned it
+         * (fd -1, daemon_only) with the bytes the pieces hold; it goes
+         * back to the arena with mem_destroy. -EINVAL (logged) when a
+         * part is not entirely free: outside what is built, overlapping
+         * another part or another adopted copy; or when the parts do not
+         * add up to `size`. -ENOSPC without an arena. */
+        int (*mem_adopt_private)(gmd_backend *backend, unsigned device,
+                                 uint64_t size, const gmd_extent *parts,
+                                 unsigned n, gmd_mem **ret_mem);
+        /* A whole allocation of `size` bytes (a granularity multiple of
+         * `tier`) on `tier` of `device` made from `fd`, an fd of memory a
+         * previous run created (a buffer's fd a client kept, a host
+         * allocation's fd kept across the restart): mapped into the daemon
+         * as mem_create's are, counted in device_info's `own` as they are,
+         * marked shared (a client may have it), its bytes as they are. On
+         * success the mem owns `fd` (mem_destroy closes it); on failure
+         * `fd` is untouched. -EINVAL (logged) when the memory is smaller
+         * than `size` (sim: fstat; cuda: cuMemMap refuses it) or `fd` is
+         * not such memory. After that the mem is like a created one for
+         * copies both ways, mem_zero and mem_destroy. */
+        int (*mem_adopt_fd)(gmd_backend *backend, gmd_tier tier,
+                            unsigned device, uint64_t size, int fd,
+                            gmd_mem **ret_mem);
+
         /* The link of `device` each way: on cuda measured once, soon after
          * start, by timed copies between VRAM and the host arena on the
          * device's copy streams (backend_cuda_link.c); on sim the
@@ -278,6 +376,19 @@ int backend_open(const gmd_config *config, gmd_backend **ret_backend);
 
 /* Close a backend; accepts NULL, returns NULL. */
 gmd_backend *backend_close(gmd_backend *backend);
+
+/*
+ * Who the memory an fd names is: fstat's st_dev and st_ino, 0 or -errno.
+ * The daemon keeps one fd per allocation and sends clients duplicates of
+ * it (SCM_RIGHTS duplicates the open file), so a client's fd of a buffer
+ * and the daemon's have the same identity; restart recovery matches a
+ * client's claim to a kept fd by it. Checked for sim memfds
+ * (tests/unit/test_backend_adopt.c). An assumption for cuda, to check on
+ * a GPU: an exported VMM fd is a file of its own whose dups, sent or not,
+ * report one (st_dev, st_ino), and two exports of one allocation differ
+ * (so only the daemon's own export matches).
+ */
+int mem_identity(int fd, uint64_t *ret_dev, uint64_t *ret_ino);
 
 int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend);
 #ifdef GMD_HAVE_CUDA

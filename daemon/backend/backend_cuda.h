@@ -21,6 +21,9 @@
  *   backend_cuda_host.c     the HOST tier: the host arena pinned ahead of
  *                           swap-outs, and the worker thread that builds it
  *                           and releases other host allocations
+ *   backend_cuda_adopt.c    restart recovery: the arena's pieces handed
+ *                           on and adopted back, host copies made again
+ *                           from their parts
  *   backend_cuda_nvml.c     the processes holding a device's memory (NVML,
  *                           loaded at run time when present)
  *   backend_cuda_link.c     the link between host memory and each device,
@@ -171,7 +174,18 @@ typedef struct cuda_watch {
  * copy may be up to CUDA_ARENA_MAX_PARTS ranges instead. */
 #define CUDA_ARENA_PIECE (1ull << 30)
 #define CUDA_ARENA_MAX_PARTS 32
-#define CUDA_ARENA_MAX_PIECES 64     /* larger arenas get larger pieces */
+#define CUDA_ARENA_MAX_PIECES GMD_ARENA_MAX_PIECES  /* larger arenas get
+                                                     * larger pieces */
+
+/* One piece of an arena: a host-located allocation mapped at base +
+ * offset, and its export, made once (arena_pieces hands out dups of it),
+ * or the fd it was imported from (arena_adopt). */
+typedef struct cuda_arena_piece {
+        CUmemGenericAllocationHandle handle;
+        uint64_t offset;
+        uint64_t size;
+        int fd;                  /* -1: not exported (the export failed) */
+} cuda_arena_piece;
 
 typedef struct cuda_arena {
         CUdeviceptr base;        /* reserved at open; 0: no arena */
@@ -179,9 +193,14 @@ typedef struct cuda_arena {
         gmd_host_arena ranges;   /* target, bytes pinned and mapped from
                                   * base (built), what is free, counts */
         uint64_t piece;          /* bytes per piece (the last may be less) */
-        CUmemGenericAllocationHandle pieces[CUDA_ARENA_MAX_PIECES];
+        cuda_arena_piece pieces[CUDA_ARENA_MAX_PIECES];  /* in offset order */
         unsigned n_pieces;
         bool failed;             /* a piece failed: building stopped */
+        bool building;           /* the worker is pinning a piece of it,
+                                  * the lock dropped */
+        bool adopting;           /* arena_adopt is replacing its pieces:
+                                  * the worker leaves it alone */
+        bool adopted;            /* its first pieces are a previous run's */
 } cuda_arena;
 
 /* Where the measurement of a device's link stands (backend_cuda_link.c,
@@ -267,6 +286,8 @@ typedef struct cuda_device {
 typedef struct cuda_host {
         pthread_mutex_t lock;
         pthread_cond_t cond;
+        pthread_cond_t idle;     /* broadcast when a piece is built:
+                                  * arena_adopt waits for `building` */
         pthread_t thread;
         bool started, stopping;
         cuda_mem *to_free;       /* whole host allocations to release */
@@ -373,6 +394,9 @@ int cuda_ops_mem_create(gmd_backend *backend, gmd_tier tier, unsigned device,
                         uint64_t size, gmd_mem **ret_mem);
 void cuda_ops_mem_destroy(gmd_backend *backend, gmd_mem *mem);
 int cuda_ops_mem_zero(gmd_backend *backend, gmd_mem *mem);
+int cuda_ops_mem_adopt_fd(gmd_backend *backend, gmd_tier tier,
+                          unsigned device, uint64_t size, int fd,
+                          gmd_mem **ret_mem);
 
 /* ---- backend_cuda_reserve.c --------------------------------------------- */
 
@@ -488,6 +512,14 @@ int cuda_host_open(cuda_backend *b, uint64_t total, uint64_t limit);
 /* Whether the worker is pinning a piece of some arena now or will (a
  * build or a growth under way). Call with cuda_host.lock held. */
 bool cuda_host_pinning(cuda_backend *b);
+/* Map `bytes` of allocation `h` at `at` in `d`'s arena and let the device
+ * read and write them (context current); on failure nothing is mapped.
+ * 0 or -errno (logged). */
+int cuda_arena_map(cuda_backend *b, cuda_device *d, CUdeviceptr at,
+                   uint64_t bytes, CUmemGenericAllocationHandle h);
+/* Export an arena piece's allocation as a POSIX fd (CLOEXEC); -1 when
+ * the driver refuses (logged). */
+int cuda_arena_export(cuda_backend *b, CUmemGenericAllocationHandle h);
 /* Stop the worker after it released what it was given; free the arenas. */
 void cuda_host_close(cuda_backend *b);
 /* mem_create(HOST): a whole allocation of its own, made here (it pins);
@@ -515,6 +547,16 @@ void cuda_ops_arena_info(gmd_backend *backend, unsigned device,
                          gmd_arena_info *ret_info);
 int64_t cuda_ops_arena_grow(gmd_backend *backend, unsigned device,
                             uint64_t want, uint64_t most);
+/* Restart recovery (backend.h). */
+int cuda_ops_arena_pieces(gmd_backend *backend, unsigned device,
+                          gmd_arena_piece *ret, unsigned max);
+int cuda_ops_arena_adopt(gmd_backend *backend, unsigned device,
+                         const gmd_arena_piece *pieces, unsigned n);
+int cuda_ops_mem_span(gmd_backend *backend, const gmd_mem *mem,
+                      gmd_extent *ret, unsigned max);
+int cuda_ops_mem_adopt_private(gmd_backend *backend, unsigned device,
+                               uint64_t size, const gmd_extent *parts,
+                               unsigned n, gmd_mem **ret_mem);
 
 /* ---- backend_cuda_link.c ------------------------------------------------ */
 

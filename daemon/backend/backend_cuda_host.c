@@ -37,15 +37,21 @@
  * allocation with an fd, so cuda_host_create makes one on the spot; the
  * worker releases those when they are freed.
  *
+ * Each piece is exported to an fd as soon as it is pinned, on the worker,
+ * so restart recovery (backend_cuda_adopt.c) can hand the pieces on
+ * without a driver call on the loop thread.
+ *
  * Locking: cuda_host.lock guards every arena's extents and counters and
  * the worker's lists; CUDA calls are made outside it.
  */
 #include "backend_cuda.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "timeutil.h"
@@ -55,6 +61,41 @@
 
 /* ---- building ------------------------------------------------------------ */
 
+int cuda_arena_map(cuda_backend *b, cuda_device *d, CUdeviceptr at,
+                   uint64_t bytes, CUmemGenericAllocationHandle h)
+{
+        const gmd_cuda_driver *cu = b->cu;
+        CUmemAccessDesc access = { 0 };
+        int r;
+
+        r = cuda_check(b, cu->cuMemMap(at, bytes, 0, h, 0), "cuMemMap (host arena)");
+        if (r < 0)
+                return r;
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = d->dev;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        r = cuda_check(b, cu->cuMemSetAccess(at, bytes, &access, 1),
+                       "cuMemSetAccess (host arena)");
+        if (r < 0) {
+                cu->cuMemUnmap(at, bytes);
+                return r;
+        }
+        return 0;
+}
+
+int cuda_arena_export(cuda_backend *b, CUmemGenericAllocationHandle h)
+{
+        int fd = -1;
+
+        if (cuda_check(b, b->cu->cuMemExportToShareableHandle(&fd, h,
+                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                       "cuMemExportToShareableHandle (host arena)") < 0)
+                return -1;
+        /* The driver's fd has no CLOEXEC; the daemon's fds all do. */
+        (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+        return fd;
+}
+
 /* Pin one piece of `bytes` at `at` in `d`'s arena and let the device
  * reach it. The device's context is current. */
 static int arena_piece_make(cuda_backend *b, cuda_device *d, CUdeviceptr at,
@@ -62,7 +103,6 @@ static int arena_piece_make(cuda_backend *b, cuda_device *d, CUdeviceptr at,
 {
         const gmd_cuda_driver *cu = b->cu;
         CUmemAllocationProp prop = { 0 };
-        CUmemAccessDesc access = { 0 };
         CUmemGenericAllocationHandle h = 0;
         int r;
 
@@ -74,18 +114,8 @@ static int arena_piece_make(cuda_backend *b, cuda_device *d, CUdeviceptr at,
                        "cuMemCreate (host arena)");
         if (r < 0)
                 return r;
-        r = cuda_check(b, cu->cuMemMap(at, bytes, 0, h, 0), "cuMemMap (host arena)");
+        r = cuda_arena_map(b, d, at, bytes, h);
         if (r < 0) {
-                cu->cuMemRelease(h);
-                return r;
-        }
-        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        access.location.id = d->dev;
-        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        r = cuda_check(b, cu->cuMemSetAccess(at, bytes, &access, 1),
-                       "cuMemSetAccess (host arena)");
-        if (r < 0) {
-                cu->cuMemUnmap(at, bytes);
                 cu->cuMemRelease(h);
                 return r;
         }
@@ -99,7 +129,8 @@ static cuda_device *arena_next(cuda_backend *b)
         for (unsigned i = 0; i < b->n_devices; i++) {
                 cuda_arena *a = &b->devices[i].arena;
 
-                if (a->base && !a->failed && a->ranges.built < a->ranges.target)
+                if (a->base && !a->failed && !a->adopting &&
+                    a->ranges.built < a->ranges.target)
                         return &b->devices[i];
         }
         return NULL;
@@ -157,15 +188,23 @@ static void arena_build_piece(cuda_backend *b, cuda_device *d)
         cuda_arena *a = &d->arena;
         uint64_t at = a->ranges.built, bytes = a->ranges.target - at;
         CUmemGenericAllocationHandle handle = 0;
-        int r;
+        int fd = -1, r;
 
         if (bytes > a->piece)
                 bytes = a->piece;
+        a->building = true;
         pthread_mutex_unlock(&h->lock);
         r = cuda_device_enter(b, d);
         if (r == 0)
                 r = arena_piece_make(b, d, a->base + at, bytes, &handle);
+        /* Exported here, off the loop thread, for restart recovery
+         * (arena_pieces): a failed export leaves the piece without one
+         * (-1), and arena_pieces tries again. */
+        if (r == 0)
+                fd = cuda_arena_export(b, handle);
         pthread_mutex_lock(&h->lock);
+        a->building = false;
+        pthread_cond_broadcast(&h->idle);
         if (r == 0 && a->n_pieces == CUDA_ARENA_MAX_PIECES)
                 r = -E2BIG;   /* cannot happen: arena_reserve sized the pieces */
         if (r == 0)
@@ -177,6 +216,8 @@ static void arena_build_piece(cuda_backend *b, cuda_device *d)
                         b->cu->cuMemUnmap(a->base + at, bytes);
                         b->cu->cuMemRelease(handle);
                 }
+                if (fd >= 0)
+                        close(fd);
                 a->failed = true;
                 log_warning("cuda: device %u: the host arena stops at %llu of "
                             "%llu MiB: %s; swap-outs beyond it pin their host "
@@ -187,7 +228,9 @@ static void arena_build_piece(cuda_backend *b, cuda_device *d)
                             strerror(-r));
                 return;
         }
-        a->pieces[a->n_pieces++] = handle;
+        a->pieces[a->n_pieces++] = (cuda_arena_piece){
+                .handle = handle, .offset = at, .size = bytes, .fd = fd,
+        };
         arena_progress(b, arena_next(b) == NULL);
 }
 
@@ -286,9 +329,11 @@ int cuda_host_open(cuda_backend *b, uint64_t total, uint64_t limit)
         h->build_start_us = now_us();
         pthread_mutex_init(&h->lock, NULL);
         pthread_cond_init(&h->cond, NULL);
+        pthread_cond_init(&h->idle, NULL);
         r = -pthread_create(&h->thread, NULL, host_worker, b);
         if (r < 0) {
                 log_error("cuda: cannot start the host worker: %s", strerror(-r));
+                pthread_cond_destroy(&h->idle);
                 pthread_cond_destroy(&h->cond);
                 pthread_mutex_destroy(&h->lock);
                 return r;
@@ -311,8 +356,11 @@ static void arena_close(cuda_backend *b, cuda_device *d, unsigned device)
                 (void)cuda_device_enter(b, d);
                 if (r->built)
                         b->cu->cuMemUnmap(a->base, r->built);
-                for (unsigned i = 0; i < a->n_pieces; i++)
-                        b->cu->cuMemRelease(a->pieces[i]);
+                for (unsigned i = 0; i < a->n_pieces; i++) {
+                        b->cu->cuMemRelease(a->pieces[i].handle);
+                        if (a->pieces[i].fd >= 0)
+                                close(a->pieces[i].fd);
+                }
                 b->cu->cuMemAddressFree(a->base, r->limit);
         }
         host_arena_clear(&a->ranges);
@@ -334,6 +382,7 @@ void cuda_host_close(cuda_backend *b)
                 list = h->to_free;
                 h->to_free = NULL;
                 host_free_list(b, list);
+                pthread_cond_destroy(&h->idle);
                 pthread_cond_destroy(&h->cond);
                 pthread_mutex_destroy(&h->lock);
         }

@@ -12,6 +12,10 @@
  * so handing the memory to another client would let the first one read it.
  * Every allocation is zeroed once, when created, before anyone receives it.
  *
+ * Restart recovery adopts a previous run's allocation from an fd that
+ * was kept (mem_adopt_fd): imported instead of created, then mapped and
+ * counted as a created one, so everything after treats it alike.
+ *
  * mem_destroy serves legacy IPC buffers too (backend_cuda_ipc.c frees
  * those): the daemon holds only a gmd_mem and does not know which kind.
  *
@@ -280,4 +284,60 @@ int cuda_ops_mem_zero(gmd_backend *backend, gmd_mem *mem)
         if (r < 0)
                 return r;
         return cuda_fill_zero(b, d->stream, cuda_mem_of(mem)->va, mem->size);
+}
+
+int cuda_ops_mem_adopt_fd(gmd_backend *backend, gmd_tier tier,
+                          unsigned device, uint64_t size, int fd,
+                          gmd_mem **ret_mem)
+{
+        cuda_backend *b = (cuda_backend *)backend;
+        cuda_device *d = cuda_device_get(b, device);
+        CUmemGenericAllocationHandle h = 0;
+        uint64_t gran;
+        cuda_mem *m;
+        int r;
+
+        if (!d || size == 0 || fd < 0)
+                return -EINVAL;
+        gran = tier == GMD_TIER_HOST ? d->host_granularity : d->granularity;
+        if (gran == 0)
+                return -EOPNOTSUPP;   /* no HOST_NUMA VMM on this machine */
+        if (size % gran)
+                return -EINVAL;
+        r = cuda_device_enter(b, d);
+        if (r < 0)
+                return r;
+        m = calloc(1, sizeof(*m));
+        if (!m)
+                return -ENOMEM;
+        m->mem.fd = -1;       /* the caller's until this succeeds */
+        m->mem.size = size;
+        m->mem.tier = tier;
+        m->mem.device = device;
+        r = cuda_check(b, b->cu->cuMemImportFromShareableHandle(&h,
+                                (void *)(uintptr_t)fd,
+                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                       "cuMemImportFromShareableHandle");
+        if (r < 0) {
+                free(m);
+                return r;
+        }
+        /* Counted as a created one: released by cuda_mem_free alike. */
+        m->mem.handle = h;
+        if (tier == GMD_TIER_VRAM)
+                d->vram_own += size;
+        r = cuda_mem_map(b, d, m);
+        if (r < 0) {
+                /* cuMemMap refuses a size past the allocation's end. */
+                log_warning("cuda: device %u: cannot map an adopted %s "
+                            "allocation of %llu KiB: is its memory smaller?",
+                            device, tier == GMD_TIER_HOST ? "host" : "VRAM",
+                            (unsigned long long)(size >> 10));
+                cuda_mem_free(b, m);
+                return r == -ENOMEM ? r : -EINVAL;
+        }
+        m->mem.fd = fd;
+        m->mem.shared = true;  /* a client had it, may still map it */
+        *ret_mem = &m->mem;
+        return 0;
 }

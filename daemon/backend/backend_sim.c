@@ -23,6 +23,13 @@
  * or as asked. Freed parts are punched out, so the arena costs only what
  * is in use.
  *
+ * Restart recovery (arena_adopt): the memfds of a previous run's arena
+ * pieces are mapped over the start of the range, each at its offset, and
+ * the arena's own memfd is mapped again after them, from its first byte,
+ * so each file's byte 0 is its piece's first byte, as a cuda piece's
+ * allocation is. arena_pieces then names the adopted memfds and the own
+ * one after them.
+ *
  * For tests only: with GMD_SIM_FAIL_COPIES naming a file, every copy
  * submitted while that file exists fails with -EIO, as a refused
  * cudaMemcpyAsync would. The copy-failure paths of the swap engine have no
@@ -48,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -69,13 +77,26 @@ typedef struct sim_mem {
         gmd_arena_span span;
 } sim_mem;
 
-/* One device's host arena: a memfd mapped once; its bookkeeping is
- * host_arena.c's, as the cuda backend's is. */
+/* A piece of a previous run's arena, adopted: its memfd, mapped at its
+ * offset. */
+typedef struct sim_piece {
+        uint64_t offset;
+        uint64_t size;
+        int fd;
+} sim_piece;
+
+/* One device's host arena: a memfd mapped once (after the adopted pieces,
+ * when there are some); its bookkeeping is host_arena.c's, as the cuda
+ * backend's is. */
 typedef struct sim_arena {
         int fd;                 /* -1: none */
+        uint64_t fd_at;         /* the arena offset of the memfd's byte 0:
+                                 * where the adopted pieces end (0: none) */
         char *base;
         uint64_t size;          /* mapped: the range it may grow to */
         uint64_t piece;         /* bytes of a first piece: a growth's unit */
+        sim_piece *adopted;     /* in offset order, from 0 */
+        unsigned n_adopted;
         gmd_host_arena ranges;
 } sim_arena;
 
@@ -255,6 +276,27 @@ static sim_mem *sim_mem_of(gmd_mem *mem)
         return (sim_mem *)((char *)mem - offsetof(sim_mem, mem));
 }
 
+/* Drop the pages of a free part: in the memfd that holds it (a part
+ * never crosses a piece). */
+static void sim_arena_punch(const sim_arena *a, const gmd_extent *part)
+{
+        int fd = a->fd;
+        uint64_t at = part->offset - a->fd_at;
+
+        for (unsigned i = 0; part->offset < a->fd_at && i < a->n_adopted; i++) {
+                const sim_piece *p = &a->adopted[i];
+
+                if (part->offset >= p->offset &&
+                    part->offset - p->offset < p->size) {
+                        fd = p->fd;
+                        at = part->offset - p->offset;
+                        break;
+                }
+        }
+        (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                        (off_t)at, (off_t)part->len);
+}
+
 /* Give a host copy back to the arena and drop its pages. */
 static void sim_arena_give(sim_arena *a, sim_mem *sm)
 {
@@ -266,8 +308,7 @@ static void sim_arena_give(sim_arena *a, sim_mem *sm)
         if (host_arena_give(&a->ranges, &sm->span) < 0)
                 return;
         for (unsigned i = 0; i < n; i++)
-                (void)fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                                (off_t)parts[i].offset, (off_t)parts[i].len);
+                sim_arena_punch(a, &parts[i]);
 }
 
 static void sim_mem_destroy(gmd_backend *b, gmd_mem *mem)
@@ -495,11 +536,29 @@ static void sim_destroy(gmd_backend *b)
                         munmap(a->base, a->size);
                 if (a->fd >= 0)
                         close(a->fd);
+                for (unsigned k = 0; k < a->n_adopted; k++)
+                        close(a->adopted[k].fd);
+                free(a->adopted);
                 host_arena_clear(&a->ranges);
         }
         free(sim->fail_copies);
         free(sim->vram_others);
         free(b);
+}
+
+/* Add [at, end) to the arena in pieces of a->piece (the last one up to
+ * twice that): as built at open, after the adopted pieces if any. */
+static int sim_arena_build(sim_arena *a, uint64_t at, uint64_t end)
+{
+        while (at < end) {
+                uint64_t n = end - at < 2 * a->piece ? end - at : a->piece;
+                int r = host_arena_add(&a->ranges, at, n);
+
+                if (r < 0)
+                        return r;
+                at += n;
+        }
+        return 0;
 }
 
 /* Make `device`'s arena of `size` bytes (a granularity multiple) in
@@ -510,9 +569,8 @@ static int sim_arena_open(sim_backend *sim, unsigned device, uint64_t size,
                           uint64_t limit)
 {
         sim_arena *a = &sim->arenas[device];
-        uint64_t piece, at = 0;
+        uint64_t piece;
         void *base;
-        int r;
 
         if (size < sim->granularity)
                 return 0;
@@ -535,14 +593,254 @@ static int sim_arena_open(sim_backend *sim, unsigned device, uint64_t size,
         if (piece < sim->granularity)
                 piece = size;
         a->piece = piece;
-        while (at < size) {
-                uint64_t n = size - at < 2 * piece ? size - at : piece;
+        return sim_arena_build(a, 0, size);
+}
 
-                r = host_arena_add(&a->ranges, at, n);
-                if (r < 0)
+/* ---- restart recovery ----------------------------------------------------- */
+
+static int sim_arena_pieces(gmd_backend *b, unsigned device,
+                            gmd_arena_piece *ret, unsigned max)
+{
+        sim_backend *sim = to_sim(b);
+        const sim_arena *a;
+        uint64_t own;
+        unsigned n;
+
+        if (device >= sim->n_devices)
+                return -EINVAL;
+        a = &sim->arenas[device];
+        if (a->fd < 0)
+                return 0;
+        own = a->ranges.built > a->fd_at ? a->ranges.built - a->fd_at : 0;
+        n = a->n_adopted + (own > 0);
+        if (n > max)
+                return -ENOBUFS;
+        for (unsigned i = 0; i < n; i++) {
+                bool mine = i == a->n_adopted;
+                int fd = fcntl(mine ? a->fd : a->adopted[i].fd,
+                               F_DUPFD_CLOEXEC, 0);
+
+                if (fd < 0) {
+                        int r = -errno;
+
+                        while (i > 0)
+                                close(ret[--i].fd);
                         return r;
-                at += n;
+                }
+                ret[i] = (gmd_arena_piece){
+                        .offset = mine ? a->fd_at : a->adopted[i].offset,
+                        .size = mine ? own : a->adopted[i].size,
+                        .fd = fd,
+                };
         }
+        return (int)n;
+}
+
+/* Map the arena's own memfd, from its byte 0, at [at, a->size) of the
+ * range, with that many bytes; 0 or -errno. */
+static int sim_arena_map_own(sim_arena *a, uint64_t at)
+{
+        if (ftruncate(a->fd, 0) < 0 || ftruncate(a->fd, (off_t)(a->size - at)) < 0)
+                return -errno;
+        if (at == a->size)
+                return 0;
+        if (mmap(a->base + at, a->size - at, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_FIXED, a->fd, 0) == MAP_FAILED)
+                return -errno;
+        return 0;
+}
+
+/* Whether each piece's memfd holds its size: 0, or -EINVAL with the reason
+ * logged. */
+static int sim_pieces_sized(unsigned device, const gmd_arena_piece *pieces,
+                            unsigned n)
+{
+        for (unsigned i = 0; i < n; i++) {
+                struct stat st;
+
+                if (fstat(pieces[i].fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+                    (uint64_t)st.st_size < pieces[i].size) {
+                        log_warning("sim: device %u: cannot adopt the arena's "
+                                    "pieces: the one at %llu MiB is no memfd of "
+                                    "its %llu MiB", device,
+                                    (unsigned long long)(pieces[i].offset >> 20),
+                                    (unsigned long long)(pieces[i].size >> 20));
+                        return -EINVAL;
+                }
+        }
+        return 0;
+}
+
+static int sim_arena_adopt(gmd_backend *b, unsigned device,
+                           const gmd_arena_piece *pieces, unsigned n)
+{
+        sim_backend *sim = to_sim(b);
+        uint64_t end = 0, old_target, served, refused;
+        const char *why = NULL;
+        sim_piece *adopted;
+        sim_arena *a;
+        int r;
+
+        if (device >= sim->n_devices)
+                return -EINVAL;
+        if (n == 0)
+                return 0;
+        a = &sim->arenas[device];
+        if (a->fd < 0)
+                why = "the device has no host arena ([pools] host_stock)";
+        else if (a->n_adopted > 0 || a->ranges.free.n_out > 0)
+                return -EBUSY;
+        else if (n >= GMD_ARENA_MAX_PIECES)
+                why = "too many pieces";
+        else
+                (void)host_arena_check_pieces(pieces, n, sim->granularity,
+                                              a->size, &end, &why);
+        if (why) {
+                log_warning("sim: device %u: cannot adopt the arena's %u "
+                            "pieces: %s", device, n, why);
+                return -EINVAL;
+        }
+        r = sim_pieces_sized(device, pieces, n);
+        if (r < 0)
+                return r;
+        adopted = calloc(n, sizeof(*adopted));
+        if (!adopted)
+                return -ENOMEM;
+
+        /* Nothing was handed out: the own memfd's bytes are nobody's, so
+         * it may be cut and mapped again after the pieces. */
+        for (unsigned i = 0; i < n; i++) {
+                if (mmap(a->base + pieces[i].offset, pieces[i].size,
+                         PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                         pieces[i].fd, 0) == MAP_FAILED) {
+                        r = -errno;
+                        goto fail;
+                }
+                adopted[i] = (sim_piece){ pieces[i].offset, pieces[i].size,
+                                          pieces[i].fd };
+        }
+        r = sim_arena_map_own(a, end);
+        if (r < 0)
+                goto fail;
+
+        old_target = a->ranges.target;
+        served = a->ranges.served;
+        refused = a->ranges.refused;
+        host_arena_clear(&a->ranges);
+        host_arena_init(&a->ranges, sim->granularity,
+                        end > old_target ? end : old_target, a->size);
+        a->ranges.served = served;
+        a->ranges.refused = refused;
+        for (unsigned i = 0; i < n && r == 0; i++)
+                r = host_arena_add(&a->ranges, pieces[i].offset, pieces[i].size);
+        if (r == 0)
+                r = sim_arena_build(a, end, a->ranges.target);
+        if (r < 0) {
+                host_arena_clear(&a->ranges);
+                host_arena_init(&a->ranges, sim->granularity, old_target, a->size);
+                (void)sim_arena_build(a, 0, old_target);
+                goto fail;
+        }
+        a->adopted = adopted;
+        a->n_adopted = n;
+        a->fd_at = end;
+        log_info("sim: device %u: adopted %u arena pieces, %llu MiB; the "
+                 "arena is %llu MiB", device, n,
+                 (unsigned long long)(end >> 20),
+                 (unsigned long long)(a->ranges.built >> 20));
+        return 0;
+fail:
+        /* As it was: the own memfd over the whole range. */
+        (void)sim_arena_map_own(a, 0);
+        free(adopted);
+        log_warning("sim: device %u: cannot adopt the arena's pieces: %s",
+                    device, strerror(-r));
+        return r;
+}
+
+static int sim_mem_span(gmd_backend *b, const gmd_mem *mem, gmd_extent *ret,
+                        unsigned max)
+{
+        const sim_mem *sm = (const sim_mem *)((const char *)mem -
+                                              offsetof(sim_mem, mem));
+
+        (void)b;
+        return host_arena_span_parts(&sm->span, ret, max);
+}
+
+static int sim_mem_adopt_private(gmd_backend *b, unsigned device,
+                                 uint64_t size, const gmd_extent *parts,
+                                 unsigned n, gmd_mem **ret_mem)
+{
+        sim_backend *sim = to_sim(b);
+        sim_arena *a;
+        sim_mem *sm;
+        int r;
+
+        if (device >= sim->n_devices || size == 0 || size % sim->granularity ||
+            n > SIM_ARENA_MAX_PARTS)
+                return -EINVAL;
+        a = &sim->arenas[device];
+        if (a->fd < 0)
+                return -ENOSPC;
+        sm = calloc(1, sizeof(*sm));
+        if (!sm)
+                return -ENOMEM;
+        r = host_arena_adopt_mem(&a->ranges, device, size, parts, n, &sm->span,
+                                 &sm->mem);
+        if (r < 0) {
+                if (r == -EINVAL)
+                        log_warning("sim: device %u: cannot adopt a host copy "
+                                    "of %llu KiB in %u parts: they do not add "
+                                    "up, or one is not free in the arena "
+                                    "(unbuilt, overlapping, taken)", device,
+                                    (unsigned long long)(size >> 10), n);
+                free(sm);
+                return r;
+        }
+        *ret_mem = &sm->mem;
+        return 0;
+}
+
+static int sim_mem_adopt_fd(gmd_backend *b, gmd_tier tier, unsigned device,
+                            uint64_t size, int fd, gmd_mem **ret_mem)
+{
+        sim_backend *sim = to_sim(b);
+        struct stat st;
+        sim_mem *sm;
+        void *addr;
+
+        if (device >= sim->n_devices || size == 0 || size % sim->granularity ||
+            fd < 0)
+                return -EINVAL;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < size) {
+                log_warning("sim: device %u: cannot adopt a %s allocation of "
+                            "%llu KiB: its fd is no memfd that large", device,
+                            tier == GMD_TIER_HOST ? "host" : "VRAM",
+                            (unsigned long long)(size >> 10));
+                return -EINVAL;
+        }
+        sm = calloc(1, sizeof(*sm));
+        if (!sm)
+                return -ENOMEM;
+        addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (addr == MAP_FAILED) {
+                int r = -errno;
+
+                free(sm);
+                return r;
+        }
+        sm->mem.handle = (uint64_t)(uintptr_t)addr;
+        sm->mem.fd = fd;
+        sm->mem.size = size;
+        sm->mem.tier = tier;
+        sm->mem.device = device;
+        sm->mem.shared = true;
+        if (tier == GMD_TIER_VRAM)
+                sim->created[device] += size;
+        *ret_mem = &sm->mem;
         return 0;
 }
 
@@ -566,6 +864,11 @@ static const gmd_backend_ops sim_ops = {
         .arena_grow = sim_arena_grow,
         .link_info = sim_link_info,
         .link_shared_with = sim_link_shared_with,
+        .arena_pieces = sim_arena_pieces,
+        .arena_adopt = sim_arena_adopt,
+        .mem_span = sim_mem_span,
+        .mem_adopt_private = sim_mem_adopt_private,
+        .mem_adopt_fd = sim_mem_adopt_fd,
 };
 
 int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)

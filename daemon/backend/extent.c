@@ -232,6 +232,73 @@ int extents_take(gmd_extents *e, uint64_t len, unsigned max_parts,
         return 0;
 }
 
+/* The free range that holds all of [offset, offset+len), or NO_HOLE. */
+static size_t extents_find_hole(const gmd_extents *e, uint64_t offset,
+                                uint64_t len)
+{
+        for (size_t i = 0; i < e->n_holes; i++) {
+                const gmd__extent_hole *h = &e->holes[i];
+
+                if (h->offset <= offset && offset - h->offset <= h->len &&
+                    len <= h->len - (offset - h->offset))
+                        return i;
+        }
+        return NO_HOLE;
+}
+
+/* Cut [p->offset, +p->len), inside hole i, out of it: what is left before
+ * it stays hole i, what is left after it becomes a hole of its own (room
+ * set aside by the caller). */
+static void extents_cut_at(gmd_extents *e, size_t i, const gmd_extent *p)
+{
+        gmd__extent_hole *h = &e->holes[i];
+        gmd__extent_hole after = {
+                .offset = p->offset + p->len,
+                .len = h->offset + h->len - (p->offset + p->len),
+                .region = h->region,
+        };
+
+        h->len = p->offset - h->offset;
+        if (h->len == 0)
+                extents_remove_hole(e, i);
+        else
+                i++;
+        if (after.len > 0)
+                extents_insert_hole(e, i, &after);
+        e->avail -= p->len;
+}
+
+int extents_take_at(gmd_extents *e, const gmd_extent *parts, unsigned n)
+{
+        int r;
+
+        /* Check everything first, so a failure takes nothing. */
+        for (unsigned k = 0; k < n; k++) {
+                const gmd_extent *p = &parts[k];
+
+                if (p->len == 0 || !extents_multiple(e, p->offset) ||
+                    !extents_multiple(e, p->len) ||
+                    p->len > UINT64_MAX - p->offset ||
+                    extents_find_hole(e, p->offset, p->len) == NO_HOLE)
+                        return -EINVAL;
+                for (unsigned j = 0; j < k; j++)
+                        if (p->offset < parts[j].offset + parts[j].len &&
+                            parts[j].offset < p->offset + p->len)
+                                return -EINVAL;
+        }
+        /* Each part may split a hole in two: the room take sets aside. */
+        r = extents_reserve_holes(e, e->n_regions + e->n_out + n);
+        if (r < 0)
+                return r;
+        /* Disjoint parts each inside a free range stay inside what is
+         * left of it as the others are cut out. */
+        for (unsigned k = 0; k < n; k++)
+                extents_cut_at(e, extents_find_hole(e, parts[k].offset,
+                                                    parts[k].len), &parts[k]);
+        e->n_out += n;
+        return 0;
+}
+
 /* The region that holds all of [offset, offset+len), or NULL. */
 static const gmd_extent *extents_find_region(const gmd_extents *e,
                                              uint64_t offset, uint64_t len)

@@ -74,6 +74,14 @@ int extents_add(gmd_extents *e, uint64_t offset, uint64_t len);
 int extents_take(gmd_extents *e, uint64_t len, unsigned max_parts,
                  gmd_extent *ret_parts, unsigned *ret_n);
 
+/* Take exactly these `n` parts (restart recovery: the ranges a host copy
+ * held in the previous run). Each must be a non-empty unit multiple lying
+ * entirely in one free range (so within one region), and no two may
+ * overlap: else -EINVAL. -ENOMEM when the room giving them back will need
+ * cannot be set aside. All or nothing: on failure nothing is taken. The
+ * parts are then given back with extents_give like any others. */
+int extents_take_at(gmd_extents *e, const gmd_extent *parts, unsigned n);
+
 /* Give parts back, each as taken earlier (in any order, in any grouping);
  * they merge with adjacent free ranges of the same region. A part that is
  * empty, not a multiple of the unit, not inside one region, or overlapping

@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* The most parts one take may ask for: the stack array's size. */
-#define HOST_ARENA_MAX_PARTS 64
+#define HOST_ARENA_MAX_PARTS GMD_ARENA_MAX_PARTS
 
 void host_arena_init(gmd_host_arena *a, uint64_t unit, uint64_t target,
                      uint64_t limit)
@@ -91,6 +91,16 @@ int host_arena_take(gmd_host_arena *a, uint64_t size, unsigned max_parts,
         return 0;
 }
 
+/* What a host copy from the arena is, whichever way it was carved. */
+static void host_arena_describe(gmd_mem *mem, unsigned device, uint64_t size)
+{
+        mem->fd = -1;
+        mem->size = size;
+        mem->tier = GMD_TIER_HOST;
+        mem->device = device;
+        mem->daemon_only = true;
+}
+
 int host_arena_take_mem(gmd_host_arena *a, unsigned device, uint64_t size,
                         unsigned max_parts, gmd_arena_span *ret_span,
                         gmd_mem *ret_mem)
@@ -99,11 +109,83 @@ int host_arena_take_mem(gmd_host_arena *a, unsigned device, uint64_t size,
 
         if (r < 0)
                 return r;
-        ret_mem->fd = -1;
-        ret_mem->size = size;
-        ret_mem->tier = GMD_TIER_HOST;
-        ret_mem->device = device;
-        ret_mem->daemon_only = true;
+        host_arena_describe(ret_mem, device, size);
+        return 0;
+}
+
+int host_arena_adopt_mem(gmd_host_arena *a, unsigned device, uint64_t size,
+                         const gmd_extent *parts, unsigned n,
+                         gmd_arena_span *ret_span, gmd_mem *ret_mem)
+{
+        gmd_extent *copy;
+        uint64_t sum = 0;
+        int r;
+
+        if (size == 0 || n == 0 || n > HOST_ARENA_MAX_PARTS)
+                return -EINVAL;
+        for (unsigned i = 0; i < n; i++) {
+                if (parts[i].len > size - sum)
+                        return -EINVAL;
+                sum += parts[i].len;
+        }
+        if (sum != size)
+                return -EINVAL;
+        copy = malloc(sizeof(*parts) * n);
+        if (!copy)
+                return -ENOMEM;
+        r = extents_take_at(&a->free, parts, n);
+        if (r < 0) {
+                free(copy);
+                return r;
+        }
+        memcpy(copy, parts, sizeof(*parts) * n);
+        *ret_span = (gmd_arena_span){ .parts = copy, .n_parts = n };
+        host_arena_describe(ret_mem, device, size);
+        return 0;
+}
+
+int host_arena_span_parts(const gmd_arena_span *span, gmd_extent *ret,
+                          unsigned max)
+{
+        if (!span->parts)
+                return -ENOENT;
+        if (span->n_parts > max)
+                return -ENOBUFS;
+        memcpy(ret, span->parts, sizeof(*ret) * span->n_parts);
+        return (int)span->n_parts;
+}
+
+int host_arena_check_pieces(const gmd_arena_piece *pieces, unsigned n,
+                            uint64_t unit, uint64_t limit, uint64_t *ret_end,
+                            const char **ret_why)
+{
+        uint64_t end = 0;
+
+        for (unsigned i = 0; i < n; i++) {
+                const gmd_arena_piece *p = &pieces[i];
+
+                if (p->size == 0 || !unit || p->size % unit || p->offset % unit) {
+                        *ret_why = "a piece's offset or size is not a "
+                                   "multiple of the arena's unit";
+                        return -EINVAL;
+                }
+                if (p->offset < end) {
+                        *ret_why = "two pieces overlap (or are out of order)";
+                        return -EINVAL;
+                }
+                if (p->offset > end) {
+                        *ret_why = "the pieces leave a gap (the first must "
+                                   "start at 0, each the next where one ends)";
+                        return -EINVAL;
+                }
+                if (p->size > limit || p->offset > limit - p->size) {
+                        *ret_why = "the pieces pass the end of the arena's "
+                                   "range ([pools] host_limit's share)";
+                        return -EINVAL;
+                }
+                end = p->offset + p->size;
+        }
+        *ret_end = end;
         return 0;
 }
 

@@ -91,6 +91,32 @@ int host_arena_take_mem(gmd_host_arena *a, unsigned device, uint64_t size,
                         unsigned max_parts, gmd_arena_span *ret_span,
                         gmd_mem *ret_mem);
 
+/* Restart recovery: the host copy of `size` bytes for `device` that the
+ * previous run held as exactly `parts` (1 to GMD_ARENA_MAX_PARTS, in the
+ * copy's order, their lengths adding up to `size`), taken out of what is
+ * free (extents_take_at) into *ret_span, and *ret_mem filled as
+ * host_arena_take_mem fills it. -EINVAL when the parts do not add up, or
+ * one is not entirely free (outside what is built, overlapping another,
+ * already taken); -ENOMEM. Not counted as served. On failure nothing is
+ * taken and neither is touched. */
+int host_arena_adopt_mem(gmd_host_arena *a, unsigned device, uint64_t size,
+                         const gmd_extent *parts, unsigned n,
+                         gmd_arena_span *ret_span, gmd_mem *ret_mem);
+
+/* The parts of `span` into ret[0..n): n, -ENOENT for an empty span (not
+ * from an arena), -ENOBUFS when it has more than `max`. */
+int host_arena_span_parts(const gmd_arena_span *span, gmd_extent *ret,
+                          unsigned max);
+
+/* Whether `pieces` can be adopted into an empty arena of unit `unit`
+ * (arena_adopt, backend.h) whose range holds `limit` bytes: in offset
+ * order, from 0, without gap or overlap, sizes unit multiples and > 0,
+ * the end within the limit. 0 with their end in *ret_end, or -EINVAL with
+ * the reason, a sentence for the log, in *ret_why. */
+int host_arena_check_pieces(const gmd_arena_piece *pieces, unsigned n,
+                            uint64_t unit, uint64_t limit, uint64_t *ret_end,
+                            const char **ret_why);
+
 /* Give a span's parts back to the arena (they merge with their free
  * neighbours) and free its storage; the span is empty afterwards. -EINVAL
  * when a part was not the arena's to take back (a caller bug: given back

@@ -521,10 +521,18 @@ static void run_adopt(const gmd_config *defaults)
         int n, n_parts, vfd, fd2 = -1, keep[GMD_ARENA_MAX_PIECES], r;
         gmd_backend *be;
 
-        config.host_stock = (gmd_size_spec){ .bytes = 3 * gib };
-        config.host_limit = (gmd_size_spec){ .bytes = 8 * gib };
         for (uint64_t i = 0; i < size; i++)
                 buf[i] = (uint8_t)(i * 131 + (i >> 20));
+        /* 3 GiB of arena per device: 3 pieces of 1 GiB (CUDA_ARENA_PIECE). */
+        config.host_stock = (gmd_size_spec){ .bytes = 0 };
+        r = backend_cuda_open(&config, &be);
+        CHECK(r == 0, "adopt: open: %d", r);
+        if (r < 0)
+                return;
+        n = (int)be->ops->device_count(be);
+        be->ops->destroy(be);
+        config.host_stock = (gmd_size_spec){ .bytes = 3 * gib * (uint64_t)n };
+        config.host_limit = (gmd_size_spec){ .bytes = 8 * gib * (uint64_t)n };
         r = backend_cuda_open(&config, &be);
         CHECK(r == 0, "adopt: open: %d", r);
         if (r < 0)
