@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "backend.h"
@@ -18,7 +21,10 @@
 #include "log.h"
 #include "options.h"
 #include "scheduler.h"
+#include "fdstore.h"
+#include "keep.h"
 #include "lifecycle.h"
+#include "restore.h"
 #include "systemd.h"
 #include "wire.h"
 
@@ -26,6 +32,8 @@ typedef struct daemon_state {
         int argc;
         char **argv;
         gmd_server *server;
+        gmd_keep *keep;                 /* fds that outlive this run, or NULL */
+        bool discard;                   /* stopped for good (SIGINT) */
         uv_signal_t term, intr, hup;
         uv_timer_t tick;
         char status[160];
@@ -37,7 +45,13 @@ static void on_stop_signal(uv_signal_t *handle, int signum)
 
         log_info("%s: stopping", strsignal(signum));
         systemd_notify_stopping();
-        server_stop(d->server);
+        /* SIGTERM (systemctl stop or restart, kill) leaves the state for
+         * the next gpu-memd; SIGINT (Ctrl-C on `make run`) stops for good. */
+        d->discard = signum == SIGINT || !d->keep;
+        if (d->discard)
+                server_stop(d->server);
+        else
+                server_stop_for_restart(d->server);
         uv_close((uv_handle_t *)&d->term, NULL);
         uv_close((uv_handle_t *)&d->intr, NULL);
         uv_close((uv_handle_t *)&d->hup, NULL);
@@ -121,6 +135,39 @@ static void nofile_raise(void)
         log_info("open-file limit %llu", (unsigned long long)rl.rlim_cur);
 }
 
+/* The fds that outlive this run ([restart] keep): systemd's fd store under
+ * systemd, else a keeper process beside the socket. Opened before the
+ * backend: a keeper is forked before CUDA is initialised. */
+static int restart_keep_open(const gmd_config *config, gmd_keep **ret_keep)
+{
+        const char *mode = config->restart_keep;
+        bool systemd = strcmp(mode, "systemd") == 0 ||
+                       (strcmp(mode, "auto") == 0 && getenv("NOTIFY_SOCKET"));
+        char path[sizeof(config->socket_path) + 8];
+        int r;
+
+        *ret_keep = NULL;
+        if (strcmp(mode, "off") == 0)
+                return 0;
+        if (systemd) {
+                r = systemd_keep_open(ret_keep);
+        } else {
+                snprintf(path, sizeof(path), "%s.keep", config->socket_path);
+                r = keep_keeper_open(path, config->restart_hold_s, ret_keep);
+        }
+        if (r < 0) {
+                log_error("restart: cannot keep state across restarts (%s): %s; "
+                          "set [restart] keep = off to run without",
+                          systemd ? "systemd's fd store" : "keeper process",
+                          strerror(-r));
+                return r;
+        }
+        log_info("restart: state is kept across restarts by %s%s",
+                 (*ret_keep)->ops->name, (*ret_keep)->n_restored ?
+                 "; an earlier gpu-memd left some" : "");
+        return 0;
+}
+
 /* Every way out closes the event loop: a start that fails after
  * uv_loop_init leaves nothing behind either (LeakSanitizer checks it). */
 static int run(daemon_state *d, const gmd_config *config)
@@ -145,6 +192,15 @@ static int run(daemon_state *d, const gmd_config *config)
         if (r < 0) {
                 backend_close(backend);
                 goto close_loop;
+        }
+        if (getrandom(&d->server->instance, sizeof(d->server->instance), 0) < 0)
+                d->server->instance = (uint64_t)getpid() << 32 | (uint64_t)time(NULL);
+        if (d->keep) {
+                r = restore_begin(d->server, d->keep);
+                if (r < 0) {
+                        d->server = server_free(d->server);
+                        goto close_loop;
+                }
         }
         r = scheduler_start(d->server);
         if (r >= 0)
@@ -182,6 +238,7 @@ int main(int argc, char **argv)
 {
         daemon_state d = { .argc = argc, .argv = argv };
         options_action action;
+        int r;
         static gmd_config config;   /* large (quota rules): not on the stack */
 
         config_init_defaults(&config);
@@ -202,5 +259,9 @@ int main(int argc, char **argv)
         }
         log_setup(config.log_level);
         nofile_raise();
-        return run(&d, &config);
+        if (restart_keep_open(&config, &d.keep) < 0)
+                return 1;
+        r = run(&d, &config);
+        d.keep = keep_close(d.keep, d.discard);
+        return r;
 }

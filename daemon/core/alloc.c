@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "persist.h"
 #include "admission.h"
 #include "backing.h"
 #include "buffer.h"
@@ -165,6 +166,8 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
                 /* Failed, not "wait": -EAGAIN means a full quota here. */
                 return r == -EAGAIN ? -EIO : r;
         }
+        /* Recorded before its owner hears of it (persist.h). */
+        persist_buffer(server, b);
         ret->buffer = b;
         ret->buffer_id = b->id;
         ret->since_us = since_us;

@@ -13,6 +13,7 @@
 #include "hostcopy.h"
 #include "log.h"
 #include "parking.h"
+#include "persist.h"
 #include "pending.h"
 #include "reuse.h"
 #include "server.h"
@@ -157,6 +158,50 @@ fail_pool:
         return r;
 }
 
+int buffer_adopt(gmd_server *server, gmd_session *owner, uint64_t id,
+                 unsigned device, gmd_tier tier, uint64_t size, unsigned flags,
+                 gmd_mem *mem, bool acquired, gmd_dbuffer **ret_buffer)
+{
+        gmd_dbuffer *b;
+        int r;
+
+        if (idmap_get(&server->buffers.by_id, id))
+                return -EEXIST;
+        b = calloc(1, sizeof(*b));
+        if (!b)
+                return -ENOMEM;
+        r = idmap_put(&server->buffers.by_id, id, b);
+        if (r < 0) {
+                free(b);
+                return r;
+        }
+        if (id > server->buffers.next_id)
+                server->buffers.next_id = id;
+        b->id = id;
+        b->owner = owner;
+        b->mem = mem;
+        b->size = size;
+        b->device = device;
+        b->flags = flags;
+        b->tier = tier;
+        b->state = GMD_STATE_RESIDENT;
+        b->acquired = acquired;
+        b->released_ms = now_ms();
+        list_add_tail(&owner->buffers, &b->owner_link);
+        list_add_tail(&server->buffers.all, &b->server_link);
+        list_init(&b->moving_link);
+        list_init(&b->idle_link);
+        list_init(&b->host_copy_link);
+        owner->n_buffers++;
+        owner->bytes += size;
+        buffer_account(b, 1);
+        if (acquired)
+                buffer_account_acquired(b, 1);
+        buffer_index(b);
+        *ret_buffer = b;
+        return 0;
+}
+
 void buffer_park(gmd_dbuffer *b, bool parked)
 {
         if (b->parked == parked)
@@ -170,6 +215,7 @@ void buffer_park(gmd_dbuffer *b, bool parked)
 
 void buffer_free(gmd_server *server, gmd_dbuffer *b)
 {
+        persist_buffer_gone(server, b);
         buffer_park(b, false);
         buffer_set_last_use(server, b, NULL);
         idmap_remove(&server->buffers.by_id, b->id);

@@ -80,6 +80,12 @@ typedef struct gmd_dbuffer {
         gmd_event *last_use;        /* the owner's last-use event (cuda) */
         uint32_t last_use_gen;      /* releases with an event so far: a
                                      * client records the same event anew */
+        /* Restart recovery (persist.h): its slot in the state record (0:
+         * none yet), and the memory kept by name for it now: its host
+         * allocation ("h<id>"), the VRAM its owner unmapped early ("m<id>"). */
+        uint32_t ledger_slot;
+        gmd_mem *kept_h;
+        gmd_mem *kept_m;
 } gmd_dbuffer;
 
 /*
@@ -94,6 +100,16 @@ typedef struct gmd_dbuffer {
 int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                gmd_tier tier, uint64_t size, unsigned flags,
                gmd_dbuffer **ret_buffer);
+
+/*
+ * A buffer of an earlier run that `owner` claimed back (restore.h): id
+ * `id`, backed by `mem` (taken over) on `tier`, acquired as its owner
+ * says. Its pool bytes are counted already (the restore counted them);
+ * nothing is created or zeroed. 0, or -errno with nothing taken.
+ */
+int buffer_adopt(gmd_server *server, gmd_session *owner, uint64_t id,
+                 unsigned device, gmd_tier tier, uint64_t size, unsigned flags,
+                 gmd_mem *mem, bool acquired, gmd_dbuffer **ret_buffer);
 
 /* Release the backing, give its bytes back to the pool, forget the buffer.
  * Its move, if any, was settled first (move_free_buffer): an orphaned move

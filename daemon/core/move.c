@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "persist.h"
 #include "backing.h"
 #include "buffer.h"
 #include "destination.h"
@@ -217,10 +218,12 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
          * (move.h). Work that a last-use event waits for may still run on
          * the GPU, so then the owner unmaps only after the copy, which
          * waited for it. */
-        if (early) {
+        if (early)
                 m->remap = MOVE_REMAP_EARLY;
+        /* Its VRAM is kept by name before the owner lets go of it. */
+        persist_buffer(server, b);
+        if (early)
                 move_send_remap(server, m, dst, GMD_TIER_HOST);
-        }
         log_debug("buffer %llu: move out starts (%s remap%s%s)",
                   (unsigned long long)b->id, early ? "early" : "late",
                   m->keep_mapping ? ", mapping kept" : "",
@@ -451,6 +454,7 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         b->move = NULL;
         buffer_index(b);
         b->state = GMD_STATE_RESIDENT;
+        persist_buffer(server, b);
         if (b->acquirer) {
                 /* A move out that failed leaves the buffer where the
                  * acquire wants it. */
@@ -479,6 +483,8 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         b->state = GMD_STATE_RESIDENT;
         b->move = NULL;
         buffer_set_tier(b, m->dst_tier);     /* indexes it too */
+        /* The record follows before the old backing can go. */
+        persist_buffer(server, b);
         /* Its copy waited for the last use, unless the owner released
          * with a newer one meanwhile (a SPILLABLE buffer may be in use). */
         if (b->last_use_gen == m->waited_gen)
@@ -565,6 +571,9 @@ static void move_copy_over(gmd_server *server, gmd_move *m)
         switch (m->state) {
         case MOVE_COPYING:
                 move_change_state(m, MOVE_AWAITING_ACK);
+                /* A copy out is whole now: recorded before the owner is
+                 * told to leave its VRAM. */
+                persist_buffer(server, b);
                 if (m->remap == MOVE_REMAP_LATE)
                         move_send_remap(server, m, m->copy.dst, m->dst_tier);
                 /* else the remap is out already: the ack ends it */

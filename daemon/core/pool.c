@@ -44,6 +44,11 @@ int pool_take(gmd_pool *pool, uint64_t bytes)
         return 0;
 }
 
+void pool_charge(gmd_pool *pool, uint64_t bytes)
+{
+        pool->used += bytes;
+}
+
 void pool_give(gmd_pool *pool, uint64_t bytes)
 {
         char name[32];

@@ -35,6 +35,10 @@ int pool_take(gmd_pool *pool, uint64_t bytes);
 /* Give `bytes` back. */
 void pool_give(gmd_pool *pool, uint64_t bytes);
 
+/* Count `bytes` that exist already (a restored buffer) even beyond the
+ * capacity: what is held is held. */
+void pool_charge(gmd_pool *pool, uint64_t bytes);
+
 static inline uint64_t pool_free(const gmd_pool *pool)
 {
         return pool->used < pool->capacity ? pool->capacity - pool->used : 0;

@@ -27,6 +27,7 @@
 #include "list.h"
 #include "pending.h"
 #include "pool.h"
+#include "restore.h"
 #include "reuse.h"
 #include "slice.h"
 #include "server_limits.h"
@@ -82,11 +83,22 @@ typedef struct gmd_server {
         uv_timer_t maintain_timer;
         bool maintaining;
 
+        /* Restart recovery: the state record (NULL: [restart] keep =
+         * off), what persist.c could not record, the arena bytes it kept
+         * so far per device, and a restore under way (restore.h). */
+        struct gmd_ledger *ledger;
+        uint64_t persist_errors;
+        uint64_t persist_built[GMD_MAX_DEVICES];
+        gmd_restore restore;
+        uint64_t instance;            /* this run's random number */
+
         gmd_stats stats;
         gmd_stuck stuck;              /* its last lines (stuck.h) */
         struct gmd_metrics *metrics;  /* the metrics endpoint, or NULL */
 
         bool stopping;
+        bool stop_quiet;              /* stopping for a restart: clients
+                                       * are not told (lifecycle.h) */
 } gmd_server;
 
 

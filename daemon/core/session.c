@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "persist.h"
 #include "log.h"
 #include "server.h"
 #include "timeutil.h"
@@ -77,6 +78,7 @@ bool session_end(gmd_session *s, const char *reason)
         if (s->closing)
                 return false;
         s->closing = true;
+        persist_session_gone(server, s);
         s->reuse.gone = true;
         if (s->close_pending) {
                 s->close_pending = false;

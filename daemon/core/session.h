@@ -88,6 +88,10 @@ typedef struct gmd_session {
         bool hello_done;
         unsigned version;
         bool keeps_mappings;        /* Hello.keeps_mappings (reuse.h) */
+        uint8_t token[16];          /* its resume token (restore.h), drawn
+                                     * at the hello */
+        uint32_t ledger_slot;       /* its slot in the state record, 0 if
+                                     * none (persist.h) */
         bool lends;                 /* it made a wait that lends (loan.h):
                                      * its process lends when it waits */
 

@@ -23,11 +23,14 @@
 #include "backing.h"
 #include "buffer.h"
 #include "devices.h"
+#include "ledger.h"
 #include "gpumem.pb-c.h"
 #include "listener.h"
 #include "loan.h"
 #include "log.h"
 #include "metrics.h"
+#include "persist.h"
+#include "restore.h"
 #include "move.h"
 #include "request.h"
 #include "reuse.h"
@@ -232,6 +235,10 @@ static void server_on_maintain(uv_timer_t *timer)
         gmd_server *server = timer->data;
         int left = server->backend->ops->maintain(server->backend);
 
+        /* The restart record: arena pieces built since, claims past due. */
+        persist_upkeep(server);
+        restore_tick(server);
+
         uv_timer_start(timer, server_on_maintain, left > 0 ? 10 : 250, 0);
 }
 
@@ -320,9 +327,13 @@ void server_stop(gmd_server *server)
         list_for_each_safe(pos, tmp, &server->sessions.all) {
                 gmd_session *s = container_of(pos, gmd_session, link);
 
-                /* What it is owed first: told on the spot as before. */
+                /* What it is owed first: told on the spot as before.
+                 * Stopping for a restart, nobody is told: its clients
+                 * reconnect and claim their buffers back. */
                 request_send_answers(s);
-                session_send(s, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &note.base, NULL, 0);
+                if (!server->stop_quiet)
+                        session_send(s, GMD__MSG_TYPE__MSG_SHUTDOWN, 0,
+                                     &note.base, NULL, 0);
                 session_close(s, NULL);
         }
         /* Copies still running finish on their own; their orphaned moves
@@ -334,6 +345,19 @@ void server_stop(gmd_server *server)
         /* One more pass: it ends what stopped and closes its handles once
          * no copy is in flight (scheduler.c). */
         pending_mark(&server->pending, PENDING_COPIES);
+}
+
+void server_stop_for_restart(gmd_server *server)
+{
+        /* The record stays as it is now: what the next daemon finds.
+         * Nothing that follows (sessions closing, buffers freed, moves
+         * dropped) may write to it. */
+        if (server->ledger)
+                log_info("restart: the state record is left for the next "
+                         "gpu-memd; clients are not told to stop");
+        server->ledger = ledger_close(server->ledger);
+        server->stop_quiet = true;
+        server_stop(server);
 }
 
 void server_summary(const gmd_server *server, char *buf, size_t len)
@@ -441,6 +465,8 @@ gmd_server *server_free(gmd_server *server)
         if (!server)
                 return NULL;
         server->listener = listener_free(server->listener);
+        restore_clear(server);
+        server->ledger = ledger_close(server->ledger);
         buffers_clear(&server->buffers);
         devices_free(&server->devices);
         free(server->copyqs.q);

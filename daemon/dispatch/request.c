@@ -16,7 +16,9 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +31,8 @@
 #include "log.h"
 #include "move.h"
 #include "parking.h"
+#include "persist.h"
+#include "restore.h"
 #include "server.h"
 #include "session.h"
 #include "session_io.h"
@@ -107,6 +111,11 @@ static gmd_outcome handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m
                               s->limits.max_priority;
         }
         s->hello_done = true;
+        /* Its resume token: what lets this process, and no other, claim
+         * its buffers from a restarted daemon (restore.h). */
+        if (getrandom(s->token, sizeof(s->token), 0) != (ssize_t)sizeof(s->token))
+                memset(s->token, 0, sizeof(s->token));
+        persist_session(server, s);
 
         for (unsigned i = 0; i < n; i++) {
                 gmd__device_info__init(&infos[i]);
@@ -124,6 +133,11 @@ static gmd_outcome handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m
         reply.client_id = s->id;
         reply.n_devices = n;
         reply.devices = ptrs;
+        reply.instance = server->instance;
+        if (server->ledger) {
+                reply.resume_token.data = s->token;
+                reply.resume_token.len = sizeof(s->token);
+        }
         log_info("%s connected (protocol %u)",
                  session_describe(s, who, sizeof(who)), version);
         session_send(s, GMD__MSG_TYPE__MSG_HELLO_REPLY, id, &reply.base, NULL, 0);
@@ -579,6 +593,80 @@ static gmd_outcome handle_status(gmd_session *s, uint32_t id,
         return status_reply(s, id, m, ret);
 }
 
+/* A client back after a restart claims its buffers (restore.h); the fds
+ * of what it maps came with the packet, which still owns them. */
+static gmd_outcome handle_resume(gmd_session *s, uint32_t id,
+                                 const Gmd__ResumeRequest *m,
+                                 const gmd_wire_packet *packet, gmd_result *ret)
+{
+        Gmd__ResumeReply reply = GMD__RESUME_REPLY__INIT;
+        Gmd__BufferVerdict *verdicts = NULL, **ptrs = NULL;
+        gmd_verdict *words = NULL;
+        gmd_claim *claims = NULL;
+        gmd_resume_ask ask = { 0 };
+        size_t n = m->n_buffers;
+
+        if (!s->server->ledger)
+                return result_error(ret, GMD_ERR_UNSUPPORTED,
+                                    "this gpu-memd keeps nothing across "
+                                    "restarts ([restart] keep = off)");
+        if (n > GMD_WIRE_MAX_FDS * 4)
+                return result_error(ret, GMD_ERR_INVALID,
+                                    "%zu claims in one request: at most %u",
+                                    n, GMD_WIRE_MAX_FDS * 4);
+        claims = calloc(n ? n : 1, sizeof(*claims));
+        words = calloc(n ? n : 1, sizeof(*words));
+        verdicts = calloc(n ? n : 1, sizeof(*verdicts));
+        ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+        if (!claims || !words || !verdicts || !ptrs) {
+                free(claims);
+                free(words);
+                free(verdicts);
+                free(ptrs);
+                return result_error(ret, GMD_ERR_INTERNAL, "out of memory");
+        }
+        for (size_t i = 0; i < n; i++) {
+                const Gmd__BufferClaim *c = m->buffers[i];
+
+                claims[i].buffer_id = c->buffer_id;
+                claims[i].size = c->size;
+                claims[i].device = c->device;
+                claims[i].flags = c->flags;
+                claims[i].tier = c->tier == GMD__TIER__TIER_HOST ?
+                                 GMD_TIER_HOST : GMD_TIER_VRAM;
+                claims[i].acquired = c->acquired;
+                claims[i].fd = -1;
+                /* One segment per buffer (AllocReply sends one). */
+                if (c->n_segments >= 1 &&
+                    c->segments[0]->fd_index < packet->n_fds)
+                        claims[i].fd = packet->fds[c->segments[0]->fd_index];
+        }
+        ask.client_id = m->client_id;
+        ask.token = m->token.data;
+        ask.token_len = m->token.len;
+        ask.claims = claims;
+        ask.n_claims = (unsigned)n;
+        ask.last = m->last;
+        restore_resume(s, &ask, words);
+        for (size_t i = 0; i < n; i++) {
+                gmd__buffer_verdict__init(&verdicts[i]);
+                verdicts[i].buffer_id = claims[i].buffer_id;
+                verdicts[i].code = (Gmd__ErrorCode)words[i].code;
+                verdicts[i].message = words[i].message;
+                ptrs[i] = &verdicts[i];
+        }
+        reply.n_verdicts = n;
+        reply.verdicts = ptrs;
+        session_send(s, GMD__MSG_TYPE__MSG_RESUME_REPLY, id, &reply.base, NULL, 0);
+        /* Remaps the claims need, after the verdicts that explain them. */
+        restore_after_reply(s);
+        free(claims);
+        free(words);
+        free(verdicts);
+        free(ptrs);
+        return OUTCOME_ANSWERED;
+}
+
 #define ROW(t, desc, fn, hello, reply) \
         { GMD__MSG_TYPE__##t, &desc, (handler_fn)(fn), hello, reply }
 
@@ -599,6 +687,36 @@ static const request_type request_types[] = {
         ROW(MSG_RETURN, gmd__buffer_list__descriptor, handle_return, true, false),
 };
 
+/* MSG_RESUME is the one request that carries fds: handled apart. */
+static void request_resume(gmd_session *s, gmd_wire_packet *packet)
+{
+        const gmd_wire_header *h = &packet->header;
+        Gmd__ResumeRequest *msg;
+        gmd_outcome outcome;
+        gmd_result result;
+
+        if (!s->hello_done) {
+                gmd_wire_packet_close_fds(packet);
+                session_protocol_error(s, "request before hello", h->type);
+                return;
+        }
+        msg = gmd__resume_request__unpack(NULL, h->length, packet->payload);
+        if (!msg || h->request_id == 0) {
+                gmd_wire_packet_close_fds(packet);
+                session_protocol_error(s, msg ? "request id 0 is reserved for "
+                                       "notifications" : "undecodable payload",
+                                       h->type);
+                if (msg)
+                        gmd__resume_request__free_unpacked(msg, NULL);
+                return;
+        }
+        result_ok(&result);
+        outcome = handle_resume(s, h->request_id, msg, packet, &result);
+        request_answer(s, h->request_id, outcome, &result);
+        gmd__resume_request__free_unpacked(msg, NULL);
+        gmd_wire_packet_close_fds(packet);
+}
+
 void request_handle(gmd_session *s, gmd_wire_packet *packet)
 {
         const gmd_wire_header *h = &packet->header;
@@ -607,6 +725,10 @@ void request_handle(gmd_session *s, gmd_wire_packet *packet)
         gmd_outcome outcome;
         gmd_result result;
 
+        if (h->type == GMD__MSG_TYPE__MSG_RESUME) {
+                request_resume(s, packet);
+                return;
+        }
         if (packet->n_fds > 0) {
                 gmd_wire_packet_close_fds(packet);
                 session_protocol_error(s, "client sent file descriptors", h->type);

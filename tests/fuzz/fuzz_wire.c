@@ -83,6 +83,10 @@ const ProtobufCMessageDescriptor *const fuzz_wire_messages[] = {
         &gmd__buffer_info__descriptor,
         &gmd__gpu_process__descriptor,
         &gmd__status_reply__descriptor,
+        &gmd__buffer_claim__descriptor,
+        &gmd__resume_request__descriptor,
+        &gmd__buffer_verdict__descriptor,
+        &gmd__resume_reply__descriptor,
 };
 const size_t fuzz_wire_n_messages =
         sizeof(fuzz_wire_messages) / sizeof(fuzz_wire_messages[0]);
