@@ -81,6 +81,8 @@ typedef struct ledger_buffer {
 /* One session as recorded. */
 typedef struct ledger_session {
         uint64_t id;
+        uint64_t prior;           /* the session of an earlier run it took
+                                   * buffers back from (restore.h), or 0 */
         uint32_t uid, gid, pid;
         int32_t priority;
         uint8_t used;

@@ -126,12 +126,19 @@ void persist_buffer(gmd_server *server, gmd_dbuffer *b)
         rec.vram_kept = keep_m != NULL;
         if (host)
                 record_host(server, b, &rec, host, &keep_h);
-        /* What only the daemon holds is kept before the record names it. */
-        keep_as(server, b, 'h', &b->kept_h, keep_h);
-        keep_as(server, b, 'm', &b->kept_m, keep_m);
+        /* What only the daemon holds is kept before the record names it,
+         * and forgotten only once the record no longer does. */
+        if (keep_h)
+                keep_as(server, b, 'h', &b->kept_h, keep_h);
+        if (keep_m)
+                keep_as(server, b, 'm', &b->kept_m, keep_m);
         r = ledger_put_buffer(server->ledger, &b->ledger_slot, &rec);
         if (r < 0)
                 persist_failed(server, "recording a buffer", r);
+        if (!keep_h)
+                keep_as(server, b, 'h', &b->kept_h, NULL);
+        if (!keep_m)
+                keep_as(server, b, 'm', &b->kept_m, NULL);
 }
 
 void persist_buffer_gone(gmd_server *server, gmd_dbuffer *b)
@@ -152,6 +159,7 @@ void persist_session(gmd_server *server, gmd_session *s)
                 return;
         memset(&rec, 0, sizeof(rec));
         rec.id = s->id;
+        rec.prior = s->resumed_from;
         rec.uid = (uint32_t)s->uid;
         rec.gid = (uint32_t)s->gid;
         rec.pid = (uint32_t)s->pid;

@@ -32,9 +32,24 @@ typedef struct restored_buffer {
                                      * reply (restore_after_reply) */
 } restored_buffer;
 
-struct restored_session {
-        ledger_session rec;
+/* A session of an earlier run, with the sessions that took buffers back
+ * from it before that run ended (ledger_session.prior): a client whose
+ * claims a restart cut off claims again under the identity it had, and
+ * finds the buffers its cut-off claims moved. */
+#define MAX_MEMBERS 16
+
+typedef struct restored_member {
+        uint64_t id;
+        uint32_t uid;
         uint32_t slot;
+        uint8_t token[LEDGER_TOKEN_SIZE];
+} restored_member;
+
+struct restored_session {
+        ledger_session rec;         /* the first member's */
+        restored_member members[MAX_MEMBERS];
+        unsigned n_members;
+        restored_session *into;     /* merged into that one, or NULL */
         restored_buffer *buffers;
         unsigned n;
         bool done;
@@ -62,6 +77,8 @@ static int kept_take(gmd_keep *keep, const char *name)
         return -1;
 }
 
+/* What was kept but is named by no record (a move's VRAM whose move
+ * ended as the daemon died): forgotten, memory and all. */
 static void kept_close_rest(gmd_keep *keep)
 {
         for (unsigned i = 0; i < keep->n_restored; i++) {
@@ -69,6 +86,7 @@ static void kept_close_rest(gmd_keep *keep)
                         log_info("restore: dropping kept %s, which the "
                                  "record does not name",
                                  keep->restored[i].name);
+                        keep->ops->drop(keep, keep->restored[i].name);
                         close(keep->restored[i].fd);
                         keep->restored[i].fd = -1;
                 }
@@ -184,12 +202,49 @@ static void adopt_buffer(gmd_server *server, gmd_keep *keep, restored_buffer *rb
         server->restore.bytes_found[rec->tier] += rec->size;
 }
 
-static restored_session *session_of(gmd_restore *rs, uint64_t id)
+/* The group that has a member `id`, and that member. */
+static restored_session *session_of(gmd_restore *rs, uint64_t id,
+                                    const restored_member **ret_member)
 {
-        for (unsigned i = 0; i < rs->n_sessions; i++)
-                if (rs->sessions[i].rec.id == id)
-                        return &rs->sessions[i];
+        for (unsigned i = 0; i < rs->n_sessions; i++) {
+                restored_session *r = &rs->sessions[i];
+
+                if (r->into)
+                        continue;
+                for (unsigned m = 0; m < r->n_members; m++) {
+                        if (r->members[m].id == id) {
+                                if (ret_member)
+                                        *ret_member = &r->members[m];
+                                return r;
+                        }
+                }
+        }
         return NULL;
+}
+
+/* Sessions that took buffers back from another join its group. */
+static void merge_resumed(gmd_restore *rs)
+{
+        bool merged;
+
+        do {
+                merged = false;
+                for (unsigned i = 0; i < rs->n_sessions; i++) {
+                        restored_session *r = &rs->sessions[i], *to;
+
+                        if (r->into || !r->rec.prior)
+                                continue;
+                        to = session_of(rs, r->rec.prior, NULL);
+                        if (!to || to == r ||
+                            to->n_members + r->n_members > MAX_MEMBERS)
+                                continue;
+                        memcpy(&to->members[to->n_members], r->members,
+                               r->n_members * sizeof(r->members[0]));
+                        to->n_members += r->n_members;
+                        r->into = to;
+                        merged = true;
+                }
+        } while (merged);
 }
 
 /* Forget a restored buffer: its pool counts, its memory, its record. */
@@ -238,17 +293,25 @@ static int load(gmd_server *server, gmd_ledger *ledger, gmd_keep *keep)
         rs->sessions = calloc(n_sessions ? n_sessions : 1, sizeof(*rs->sessions));
         if (!rs->sessions)
                 return -ENOMEM;
-        for (unsigned s = 1; s <= ledger_n_sessions(ledger); s++) {
-                restored_session *r = &rs->sessions[rs->n_sessions];
+        for (unsigned s = 1; s <= ledger_n_sessions(ledger) &&
+                             rs->n_sessions < n_sessions; s++) {
+                ledger_session rec;
+                restored_session *r;
 
-                ledger_session_get(ledger, s, &r->rec);
-                if (!r->rec.used)
+                ledger_session_get(ledger, s, &rec);
+                if (!rec.used)
                         continue;
-                r->slot = s;
-                if (r->rec.id > max_client)
-                        max_client = r->rec.id;
-                rs->n_sessions++;
+                r = &rs->sessions[rs->n_sessions++];
+                r->rec = rec;
+                r->members[0].id = rec.id;
+                r->members[0].uid = rec.uid;
+                r->members[0].slot = s;
+                memcpy(r->members[0].token, rec.token, LEDGER_TOKEN_SIZE);
+                r->n_members = 1;
+                if (rec.id > max_client)
+                        max_client = rec.id;
         }
+        merge_resumed(rs);
         adopt_pieces(server, ledger, keep);
         for (unsigned s = 1; s <= ledger_n_buffers(ledger); s++) {
                 ledger_buffer rec;
@@ -260,7 +323,7 @@ static int load(gmd_server *server, gmd_ledger *ledger, gmd_keep *keep)
                         continue;
                 if (rec.id > max_buffer)
                         max_buffer = rec.id;
-                owner = session_of(rs, rec.session_id);
+                owner = session_of(rs, rec.session_id, NULL);
                 if (!owner || rec.device >= server->devices.n ||
                     rec.tier > GMD_TIER_HOST) {
                         uint32_t slot = s;
@@ -331,14 +394,15 @@ int restore_begin(gmd_server *server, gmd_keep *keep)
         kept_close_rest(keep);
         if (r < 0)
                 return r;
-        rs->active = rs->n_sessions > 0;
-        rs->n_left = rs->n_sessions;
+        for (unsigned i = 0; i < rs->n_sessions; i++)
+                rs->n_left += !rs->sessions[i].into;
+        rs->active = rs->n_left > 0;
         rs->restores = 1;
         rs->deadline_ms = now_ms() + claim_timeout_s(server) * 1000ull;
         log_info("restart: took over the state of the gpu-memd before: %u "
                  "client(s), %u buffer(s) (%llu MiB in VRAM, %llu MiB on "
                  "host) in %llu ms; waiting up to %u s for the clients to "
-                 "claim them", rs->n_sessions, rs->buffers_found,
+                 "claim them", rs->n_left, rs->buffers_found,
                  (unsigned long long)(rs->bytes_found[GMD_TIER_VRAM] >> 20),
                  (unsigned long long)(rs->bytes_found[GMD_TIER_HOST] >> 20),
                  (unsigned long long)((now_us() - rs->started_us) / 1000),
@@ -373,6 +437,7 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
         const gmd_backend_ops *ops = server->backend->ops;
         const ledger_buffer *rec = &rb->rec;
         gmd_mem *mem = NULL;
+        bool from_kept_vram = false;
         gmd_tier tier;
         gmd_dbuffer *b;
         int r;
@@ -399,6 +464,7 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
                 mem = rb->vram;          /* mapped again: remap below */
                 rb->vram = NULL;
                 rb->remap = true;
+                from_kept_vram = true;
         }
         if (!mem && rb->host) {
                 /* On host, whole: a cut swap-in, or VRAM that is gone. */
@@ -433,6 +499,10 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
                         "%s", rec->id, tier == GMD_TIER_VRAM ?
                         "they were in VRAM that nobody kept (the claim sent no "
                         "fd of it)" : "its host copy was not kept");
+                log_warning("restart: %s (record: tier %u, host %u, VRAM "
+                            "mapped %u kept %u; claim: fd %d tier %u)",
+                            v->message, rec->tier, rec->host, rec->vram_mapped,
+                            rec->vram_kept, c->fd, c->tier);
                 give_up(server, rb);
                 server->restore.buffers_lost++;
                 return;
@@ -441,6 +511,10 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
                 count_of(&server->host.pool, rec->size, -1);
                 ops->mem_destroy(server->backend, rb->host);
                 rb->host = NULL;
+        }
+        if (rb->vram) {         /* the owner's mapping was the same VRAM */
+                ops->mem_destroy(server->backend, rb->vram);
+                rb->vram = NULL;
         }
         r = buffer_adopt(server, s, rec->id, rec->device, tier, rec->size,
                          rec->flags, mem, c->acquired, &b);
@@ -457,8 +531,12 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
         /* Its record and what is kept for it go on in place. */
         b->ledger_slot = rb->slot;
         rb->slot = 0;
+        /* Kept under its name still: persist_buffer forgets the "m" one
+         * (no move now) and keeps the "h" one while it holds the bytes. */
         if (rec->host == LEDGER_HOST_KEPT && tier == GMD_TIER_HOST)
                 b->kept_h = mem;
+        if (from_kept_vram || rec->vram_kept)
+                b->kept_m = mem;
         rb->done = true;
         persist_buffer(server, b);
         /* The client does not hold it if the remap is to map it again. */
@@ -481,7 +559,8 @@ static void session_done(gmd_server *server, restored_session *r)
                         rs->buffers_lost++;
                 }
         r->done = true;
-        ledger_put_session(server->ledger, &r->slot, NULL);
+        for (unsigned m = 0; m < r->n_members; m++)
+                ledger_put_session(server->ledger, &r->members[m].slot, NULL);
         if (rs->n_left > 0)
                 rs->n_left--;
 }
@@ -491,7 +570,8 @@ void restore_resume(gmd_session *s, const gmd_resume_ask *ask,
 {
         gmd_server *server = s->server;
         gmd_restore *rs = &server->restore;
-        restored_session *r = session_of(rs, ask->client_id);
+        const restored_member *member = NULL;
+        restored_session *r = session_of(rs, ask->client_id, &member);
         const char *refuse = NULL;
         int code = GMD_ERR_NONE;
 
@@ -501,8 +581,8 @@ void restore_resume(gmd_session *s, const gmd_resume_ask *ask,
                          "started afresh, or the time to claim passed: "
                          "[restart] claim_timeout_s)";
         } else if (ask->token_len != LEDGER_TOKEN_SIZE ||
-                   memcmp(ask->token, r->rec.token, LEDGER_TOKEN_SIZE) != 0 ||
-                   r->rec.uid != (uint32_t)s->uid) {
+                   memcmp(ask->token, member->token, LEDGER_TOKEN_SIZE) != 0 ||
+                   member->uid != (uint32_t)s->uid) {
                 code = GMD_ERR_PERMISSION;
                 refuse = "buffer %llu: not this client's session%s (token "
                          "or user differ)";
@@ -518,7 +598,13 @@ void restore_resume(gmd_session *s, const gmd_resume_ask *ask,
                                  (unsigned long long)ask->client_id);
                 return;
         }
-        r->claimer = s;
+        if (!r->claimer) {
+                /* Recorded before any buffer moves to it: a restart now
+                 * finds this session in the group it claims from. */
+                r->claimer = s;
+                s->resumed_from = ask->client_id;
+                persist_session(server, s);
+        }
         for (unsigned i = 0; i < ask->n_claims; i++) {
                 const gmd_claim *c = &ask->claims[i];
                 restored_buffer *rb = NULL;
@@ -589,7 +675,7 @@ void restore_tick(gmd_server *server)
         if (!rs->active || (rs->n_left > 0 && now_ms() < rs->deadline_ms))
                 return;
         for (unsigned i = 0; i < rs->n_sessions; i++) {
-                if (rs->sessions[i].done)
+                if (rs->sessions[i].done || rs->sessions[i].into)
                         continue;
                 log_warning("restart: session %llu (pid %u) did not come back "
                          "within [restart] claim_timeout_s: its buffers are "

@@ -92,6 +92,8 @@ typedef struct gmd_session {
                                      * at the hello */
         uint32_t ledger_slot;       /* its slot in the state record, 0 if
                                      * none (persist.h) */
+        uint64_t resumed_from;      /* the earlier run's session it took
+                                     * buffers back from, or 0 */
         bool lends;                 /* it made a wait that lends (loan.h):
                                      * its process lends when it waits */
 

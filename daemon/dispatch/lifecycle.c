@@ -235,9 +235,8 @@ static void server_on_maintain(uv_timer_t *timer)
         gmd_server *server = timer->data;
         int left = server->backend->ops->maintain(server->backend);
 
-        /* The restart record: arena pieces built since, claims past due. */
+        /* The restart record: arena pieces built since. */
         persist_upkeep(server);
-        restore_tick(server);
 
         uv_timer_start(timer, server_on_maintain, left > 0 ? 10 : 250, 0);
 }
@@ -278,6 +277,12 @@ int server_listen(gmd_server *server, int fd)
                 server->maintain_timer.data = server;
                 uv_timer_start(&server->maintain_timer, server_on_maintain, 0, 0);
         }
+        /* A restore waits for claims until its deadline: the pass then
+         * frees what nobody claimed (restore_tick). */
+        if (server->restore.active)
+                pending_mark_after(&server->pending, PENDING_ROOM,
+                                   server->config.restart_claim_timeout_s * 1000ull + 1);
+        persist_upkeep(server);
         /* Memory held outside gpu-memd comes and goes unannounced: read
          * the driver now and then, so status, metrics and the log know. */
         vram_refresh_all(server);

@@ -16,7 +16,9 @@
 #include "loan.h"
 #include "move.h"
 #include "pending.h"
+#include "persist.h"
 #include "request.h"
+#include "restore.h"
 #include "server.h"
 #include "session.h"
 #include "session_io.h"
@@ -223,6 +225,10 @@ static void pass_run(gmd_server *server)
                 }
                 if (p->work & PENDING_ROOM) {
                         p->work &= ~PENDING_ROOM;
+                        /* Claims past due give their room back first;
+                         * arena pieces grown since are kept (persist.h). */
+                        restore_tick(server);
+                        persist_upkeep(server);
                         if (waitq_serve(&server->waitq))
                                 p->work |= PENDING_EVICT;
                 }
