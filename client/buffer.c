@@ -25,6 +25,7 @@
 
 #include "errors.h"
 #include "mapcache.h"
+#include "timeutil.h"
 
 gmd_buffer *gmd__buffer_find_locked(gmd_client *client, uint64_t id)
 {
@@ -33,7 +34,7 @@ gmd_buffer *gmd__buffer_find_locked(gmd_client *client, uint64_t id)
         list_for_each(pos, &client->buffers) {
                 gmd_buffer *buffer = container_of(pos, gmd_buffer, node);
 
-                if (buffer->id == id)
+                if (buffer->id == id && !buffer->lost)
                         return buffer;
         }
         return NULL;
@@ -565,6 +566,8 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
         msg.device = device;
         msg.flags = flags;
         msg.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+        req.deadline_ms = gmd__deadline_of(timeout_ms);
+        req.timeout_ms = timeout_ms;
         r = gmd__client_call(client, &req, GMD__MSG_TYPE__MSG_ALLOC, &msg.base);
         if (r == 0)
                 *ret_buffer = req.buffer;
@@ -579,6 +582,7 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
 
                 snprintf(saved, sizeof(saved), "%s", gmd_last_error());
                 free_msg.buffer_id = req.unmapped_id;
+                free_req.buffer_id = req.unmapped_id;
                 gmd__client_call(client, &free_req, GMD__MSG_TYPE__MSG_FREE,
                             &free_msg.base);
                 gmd__request_clear(&free_req);
@@ -587,10 +591,17 @@ int gmd_alloc(gmd_client *client, size_t size, unsigned device,
         return r;
 }
 
-int gmd__buffer_call(gmd_client *client, gmd_buffer *buffer, uint16_t type,
-                     const ProtobufCMessage *msg)
+uint64_t gmd__deadline_of(int64_t timeout_ms)
 {
-        gmd_request req = { .device = buffer->device };
+        return timeout_ms < 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
+}
+
+int gmd__buffer_call(gmd_client *client, gmd_buffer *buffer, uint16_t type,
+                     const ProtobufCMessage *msg, int64_t timeout_ms)
+{
+        gmd_request req = { .device = buffer->device, .buffer_id = buffer->id,
+                            .names = buffer, .timeout_ms = timeout_ms,
+                            .deadline_ms = gmd__deadline_of(timeout_ms) };
         int r;
 
         r = gmd__client_call(client, &req, type, msg);
@@ -632,7 +643,15 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
                 }
                 pthread_mutex_unlock(&client->buffers_lock);
         }
+        /* A buffer a restarted daemon did not keep: its id may name
+         * another buffer there now. Nothing to tell it. */
+        if (buffer->lost) {
+                gmd__buffer_unlink(client, buffer);
+                gmd__buffer_destroy(client, buffer);
+                return 0;
+        }
         msg.buffer_id = buffer->id;
+        req.buffer_id = buffer->id;
         r = gmd__client_call(client, &req, GMD__MSG_TYPE__MSG_FREE, &msg.base);
         gmd__request_clear(&req);
         revoked = atomic_load(&buffer->revoked);

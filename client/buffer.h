@@ -80,9 +80,14 @@ int gmd__buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
                const char **ret_reason, gmd_buffer **ret_buffer);
 
 /* Send a request about `buffer` and wait for its answer (gmd__client_call);
- * a revoke that crossed it on the wire is GMD_EREVOKED. */
+ * a revoke that crossed it on the wire is GMD_EREVOKED. `timeout_ms`: the
+ * request's own deadline (< 0: none), which also bounds its wait while
+ * gpu-memd restarts. */
 int gmd__buffer_call(gmd_client *client, gmd_buffer *buffer, uint16_t type,
-                     const ProtobufCMessage *msg);
+                     const ProtobufCMessage *msg, int64_t timeout_ms);
+
+/* A request's own deadline from `timeout_ms` (< 0: none, 0). */
+uint64_t gmd__deadline_of(int64_t timeout_ms);
 
 /* Under buffers_lock: can `buffer`'s mapping be offered to a restarted
  * daemon, every segment's fd kept? */
@@ -98,7 +103,8 @@ void gmd__buffer_unmap_locked(gmd_client *client, gmd_buffer *buffer);
 void gmd__buffer_revoke_locked(gmd_client *client, gmd_buffer *buffer,
                                const char *why, bool lost);
 
-/* Under buffers_lock. */
+/* Under buffers_lock: the buffer the daemon knows as `id`. Lost buffers
+ * are not found: a restarted daemon may give their ids to new ones. */
 gmd_buffer *gmd__buffer_find_locked(gmd_client *client, uint64_t id);
 
 /* GMD_EREVOKED, with the buffer's revoke reason as the last error. */

@@ -116,8 +116,8 @@ void gmd__client_fail(gmd_client *client, int error, const char *reason)
         gmd_list *pos, *tmp;
 
         pthread_mutex_lock(&client->lock);
-        if (!client->dead) {
-                client->dead = true;
+        if (client->state != GMD_CONN_DEAD) {
+                gmd__client_change_state_locked(client, GMD_CONN_DEAD);
                 client->dead_error = error;
                 if (error == GMD_ECONN && client->shutdown_notice[0])
                         snprintf(client->dead_reason, sizeof(client->dead_reason),
@@ -131,16 +131,12 @@ void gmd__client_fail(gmd_client *client, int error, const char *reason)
                 gmd_request *req = container_of(pos, gmd_request, node);
 
                 list_remove(pos);
-                if (req->nowait) {
-                        /* Its fate is unknown; gmd_flush reports the
-                         * connection's error instead. */
-                        gmd__nowait_done_locked(client, req, 0, NULL);
-                        continue;
-                }
-                req->error = client->dead_error;
-                req->message = strdup(client->dead_reason);
-                req->done = true;
-                pthread_cond_signal(&req->cond);
+                /* A nowait call's fate is unknown; gmd_flush reports the
+                 * connection's error instead. */
+                gmd__request_complete_locked(client, req,
+                                             req->nowait ? 0 : client->dead_error,
+                                             req->nowait ? NULL :
+                                             client->dead_reason);
         }
         pthread_cond_broadcast(&client->nowait_cond);
         pthread_mutex_unlock(&client->lock);
@@ -148,6 +144,35 @@ void gmd__client_fail(gmd_client *client, int error, const char *reason)
          * itself is closed only by gmd_disconnect, so it cannot be reused
          * under a thread still holding the number. */
         shutdown(client->sock, SHUT_RDWR);
+}
+
+bool gmd__client_change_state_locked(gmd_client *client, gmd_conn_state to)
+{
+        static const bool allowed[4][4] = {
+                /*                  UP     AWAY   RESEND DEAD */
+                [GMD_CONN_UP]       = { false, true,  false, true },
+                [GMD_CONN_AWAY]     = { false, false, true,  true },
+                [GMD_CONN_RESENDING] = { true, true,  false, true },
+                [GMD_CONN_DEAD]     = { false, false, false, false },
+        };
+
+        if (!allowed[client->state][to])
+                return false;
+        client->state = to;
+        return true;
+}
+
+void gmd__request_complete_locked(gmd_client *client, gmd_request *req,
+                                  int error, const char *message)
+{
+        if (req->nowait) {
+                gmd__nowait_done_locked(client, req, error, message);
+                return;
+        }
+        req->error = error;
+        req->message = message ? strdup(message) : NULL;
+        req->done = true;
+        pthread_cond_signal(&req->cond);
 }
 
 void gmd__client_note_shutdown(gmd_client *client, const char *message)
@@ -175,11 +200,16 @@ static void send_lost(gmd_client *client, int r)
 {
         char reason[160];
 
+        /* Ridden through: the request stays pending and goes again on
+         * the next connection, or fails with the client (reconnect.c). */
+        if (client->reconnect_ms > 0 &&
+            (r == -EPIPE || r == -ECONNRESET || r == -ENOTCONN))
+                return;
         for (int i = 0; i < 100 && (r == -EPIPE || r == -ECONNRESET); i++) {
                 bool dead;
 
                 pthread_mutex_lock(&client->lock);
-                dead = client->dead;
+                dead = client->state == GMD_CONN_DEAD;
                 pthread_mutex_unlock(&client->lock);
                 if (dead)
                         break;
@@ -190,41 +220,92 @@ static void send_lost(gmd_client *client, int r)
         gmd__client_fail(client, GMD_ECONN, reason);
 }
 
+/* Put `req` (payload packed, nothing else of it touched by others yet)
+ * on the pending list and, with the connection up, send `buf`; while it
+ * is away it waits there for the I/O thread to send it (client.h). Under
+ * send_lock throughout, so a new connection cannot come in between.
+ * Returns 0 or the error the request was answered with at once. */
+static int request_queue(gmd_client *client, gmd_request *req,
+                         const uint8_t *buf, size_t len)
+{
+        uint16_t type = req->type;
+        bool now = false;
+        uint32_t id = 0;
+        int r = 0;
+
+        pthread_mutex_lock(&client->send_lock);
+        pthread_mutex_lock(&client->lock);
+        if (client->state == GMD_CONN_DEAD) {
+                r = client->dead_error;
+                gmd__error_set("%s", client->dead_reason);
+        } else if (req->names && atomic_load(&req->names->revoked)) {
+                /* Revoked while the call was on its way here (a restart
+                 * that did not keep it): its id means nothing now. */
+                r = gmd__buffer_revoked_error(req->names);
+        } else {
+                req->id = next_request_id_locked(client);
+                list_add_tail(&client->pending, &req->node);
+                id = req->id;   /* a nowait record may go once sent */
+                if (client->state == GMD_CONN_UP) {
+                        req->sent_gen = client->gen;
+                        now = true;
+                }
+        }
+        pthread_mutex_unlock(&client->lock);
+        if (now) {
+                r = send_packed_locked(client, type, id, buf, len);
+                pthread_mutex_unlock(&client->send_lock);
+                if (r < 0)
+                        send_lost(client, r);
+                return 0;
+        }
+        pthread_mutex_unlock(&client->send_lock);
+        return r;
+}
+
 void gmd__client_call_start(gmd_client *client, gmd_request *req,
                             uint16_t type, const ProtobufCMessage *msg)
 {
+        pthread_condattr_t cattr;
         int r;
 
-        pthread_cond_init(&req->cond, NULL);
+        pthread_condattr_init(&cattr);
+        pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+        pthread_cond_init(&req->cond, &cattr);
+        pthread_condattr_destroy(&cattr);
         req->expect = reply_type_of(type);
+        req->type = type;
 
-        pthread_mutex_lock(&client->lock);
-        if (client->dead) {
-                /* Answered at once, with the connection's error. */
+        r = message_pack(msg, &req->packed, &req->packed_len);
+        if (r < 0) {
+                /* Nothing went out: only this call fails. */
                 req->done = true;
-                req->error = client->dead_error;
-                req->message = strdup(client->dead_reason);
-                pthread_mutex_unlock(&client->lock);
+                req->error = r;
                 return;
         }
-        req->id = next_request_id_locked(client);
-        list_add_tail(&client->pending, &req->node);
-        pthread_mutex_unlock(&client->lock);
-
-        r = send_message(client, type, req->id, msg);
-        if (r == -EMSGSIZE || r == -ENOMEM) {
-                /* Nothing went out: only this call fails. */
-                pthread_mutex_lock(&client->lock);
-                if (!req->done) {
-                        list_remove(&req->node);
-                        req->done = true;
-                        req->error = r;
-                }
-                pthread_mutex_unlock(&client->lock);
-        } else if (r < 0) {
-                /* Unsent, `req` is completed only by gmd__client_fail. */
-                send_lost(client, r);
+        r = request_queue(client, req, req->packed, req->packed_len);
+        if (r < 0) {
+                req->done = true;
+                req->error = r;
+                req->message = strdup(gmd_last_error());
         }
+}
+
+/* Under client->lock: may a request whose deadline passed be given up
+ * here? Only while it is with no daemon: the connection it went out on is
+ * gone and it did not go out on the new one. */
+static bool request_droppable_locked(const gmd_client *client,
+                                     const gmd_request *req)
+{
+        return client->state == GMD_CONN_AWAY ||
+               (client->state == GMD_CONN_RESENDING &&
+                req->sent_gen != client->gen);
+}
+
+static struct timespec timespec_at_ms(uint64_t ms)
+{
+        return (struct timespec){ .tv_sec = (time_t)(ms / 1000),
+                                  .tv_nsec = (long)(ms % 1000) * 1000000L };
 }
 
 int gmd__client_call_finish(gmd_client *client, gmd_request *req)
@@ -232,8 +313,36 @@ int gmd__client_call_finish(gmd_client *client, gmd_request *req)
         int r;
 
         pthread_mutex_lock(&client->lock);
-        while (!req->done)
-                pthread_cond_wait(&req->cond, &client->lock);
+        while (!req->done) {
+                uint64_t now = now_ms();
+                struct timespec at;
+
+                if (!req->deadline_ms) {
+                        pthread_cond_wait(&req->cond, &client->lock);
+                        continue;
+                }
+                if (now < req->deadline_ms) {
+                        at = timespec_at_ms(req->deadline_ms);
+                        pthread_cond_timedwait(&req->cond, &client->lock, &at);
+                        continue;
+                }
+                if (request_droppable_locked(client, req)) {
+                        char why[160];
+
+                        list_remove(&req->node);
+                        snprintf(why, sizeof(why), "gpu-memd went away and "
+                                 "was not back within this call's timeout "
+                                 "of %lld ms", (long long)req->timeout_ms);
+                        gmd__request_complete_locked(client, req,
+                                                     GMD_ETIMEDOUT, why);
+                        break;
+                }
+                /* With a daemon, which keeps the same deadline and
+                 * answers: look again now and then, in case the
+                 * connection goes meanwhile. */
+                at = timespec_at_ms(now + 100);
+                pthread_cond_timedwait(&req->cond, &client->lock, &at);
+        }
         pthread_mutex_unlock(&client->lock);
 
         r = req->error;
@@ -257,6 +366,8 @@ void gmd__request_clear(gmd_request *req)
         req->reply = NULL;
         free(req->message);
         req->message = NULL;
+        free(req->packed);
+        req->packed = NULL;
 }
 
 int gmd__client_send_nowait(gmd_client *client, uint16_t type,
@@ -266,12 +377,13 @@ int gmd__client_send_nowait(gmd_client *client, uint16_t type,
         gmd_request *req;
         uint8_t *buf;
         size_t len;
-        uint32_t id;
         int r;
 
         /* Everything that can fail without the connection failing comes
          * before the record is parked: once parked, it is the pending
-         * list's, and this thread no longer touches it. */
+         * list's, and this thread no longer touches it. It keeps a copy
+         * of the payload to go again after a restart; this thread sends
+         * its own. */
         r = message_pack(msg, &buf, &len);
         if (r < 0) {
                 gmd__error_set("%s: cannot pack the request: %s", call,
@@ -279,65 +391,49 @@ int gmd__client_send_nowait(gmd_client *client, uint16_t type,
                 return r;
         }
         req = calloc(1, sizeof(*req));
-        if (!req) {
+        if (req)
+                req->packed = malloc(len > 0 ? len : 1);
+        if (!req || !req->packed) {
+                free(req);
                 free(buf);
                 gmd__error_set("%s: out of memory", call);
                 return -ENOMEM;
         }
+        memcpy(req->packed, buf, len);
+        req->packed_len = len;
+        req->type = type;
         req->expect = reply_type_of(type);
         req->nowait = call;
         req->buffer_id = buffer ? buffer->id : 0;
+        req->names = buffer;
         req->releases = releases;
 
         pthread_mutex_lock(&client->lock);
-        if (client->dead) {
-                r = client->dead_error;
-                gmd__error_set("%s", client->dead_reason);
-                pthread_mutex_unlock(&client->lock);
-                free(req);
-                free(buf);
-                return r;
-        }
-        id = req->id = next_request_id_locked(client);
-        list_add_tail(&client->pending, &req->node);
         client->nowaits++;
         pthread_mutex_unlock(&client->lock);
-
         /* Released as the call returns, as gmd_release_after after its
          * answer; before the packet leaves, so the I/O thread's repair of
          * a refusal (io.c) cannot come first. */
         if (releases)
                 atomic_store(&buffer->leased, false);
-
-        pthread_mutex_lock(&client->send_lock);
-        r = send_packed_locked(client, type, id, buf, len);
-        pthread_mutex_unlock(&client->send_lock);
+        r = request_queue(client, req, buf, len);
         free(buf);
-        if (r == -EMSGSIZE || r == -ENOMEM) {
-                gmd_list *pos;
-
-                /* Nothing went out: only this call fails. Its record is
-                 * still pending unless the connection died meanwhile. */
+        if (r < 0) {
+                /* Not queued: the connection is dead, or the buffer was
+                 * revoked on the way. */
+                if (releases)
+                        atomic_store(&buffer->leased, true);
                 pthread_mutex_lock(&client->lock);
-                list_for_each(pos, &client->pending) {
-                        gmd_request *p = container_of(pos, gmd_request, node);
-
-                        if (p->id == id) {
-                                list_remove(pos);
-                                gmd__nowait_done_locked(client, p, 0, NULL);
-                                break;
-                        }
-                }
+                req->nowait = NULL;     /* not counted as answered */
+                if (client->nowaits > 0 && --client->nowaits == 0)
+                        pthread_cond_broadcast(&client->nowait_cond);
                 pthread_mutex_unlock(&client->lock);
-                gmd__error_set("%s: cannot send the request: %s", call,
-                               strerror(-r));
+                free(req->packed);
+                free(req);
                 return r;
         }
-        if (r < 0) {
-                send_lost(client, r);
-                return gmd__client_dead_error(client);
-        }
-        return 0;
+        r = gmd__client_dead_error(client);
+        return r < 0 ? r : 0;
 }
 
 void gmd__nowait_done_locked(gmd_client *client, gmd_request *req, int error,
@@ -358,6 +454,7 @@ void gmd__nowait_done_locked(gmd_client *client, gmd_request *req, int error,
         }
         if (client->nowaits > 0 && --client->nowaits == 0)
                 pthread_cond_broadcast(&client->nowait_cond);
+        free(req->packed);
         free(req);
 }
 
@@ -403,7 +500,7 @@ int gmd_flush(gmd_client *client, int64_t timeout_ms)
                 gmd__error_set("%s", client->nowait_reason);
                 client->nowait_error = 0;
                 client->nowait_reason[0] = '\0';
-        } else if (client->dead) {
+        } else if (client->state == GMD_CONN_DEAD) {
                 r = client->dead_error;
                 gmd__error_set("%s", client->dead_reason);
         }
@@ -415,8 +512,10 @@ int gmd__client_send(gmd_client *client, uint16_t type, const ProtobufCMessage *
 {
         uint32_t id;
 
+        /* Also while away: a remap ack on the new connection before the
+         * resume is over goes out; one on the dead connection fails. */
         pthread_mutex_lock(&client->lock);
-        if (client->dead) {
+        if (client->state == GMD_CONN_DEAD) {
                 pthread_mutex_unlock(&client->lock);
                 return client->dead_error;
         }
@@ -447,9 +546,13 @@ int gmd__client_send_after(gmd_client *client, pthread_mutex_t *held,
         }
         pthread_mutex_lock(&client->send_lock);
         pthread_mutex_unlock(held);
+        /* Away, the cache's messages are not sent: the claims made on
+         * the next connection say what the client holds (reconnect.c). */
         pthread_mutex_lock(&client->lock);
-        if (client->dead)
+        if (client->state == GMD_CONN_DEAD)
                 r = client->dead_error;
+        else if (client->state != GMD_CONN_UP)
+                r = -EAGAIN;
         else
                 id = next_request_id_locked(client);
         pthread_mutex_unlock(&client->lock);
@@ -465,7 +568,7 @@ int gmd__client_dead_error(gmd_client *client)
         int r = 0;
 
         pthread_mutex_lock(&client->lock);
-        if (client->dead) {
+        if (client->state == GMD_CONN_DEAD) {
                 r = client->dead_error;
                 gmd__error_set("%s", client->dead_reason);
         }
@@ -473,31 +576,34 @@ int gmd__client_dead_error(gmd_client *client)
         return r;
 }
 
-/* Wait up to the deadline for the one packet that answers the hello. */
-static int hello_receive(gmd_client *client, uint8_t *buf,
-                         gmd_wire_packet *ret_packet)
+/* Wait up to the deadline for the one packet that answers the hello on
+ * `sock`; -ECANCELED when `wake_fd` (-1: none) fires first. */
+static int hello_receive(int sock, uint64_t deadline, int wake_fd,
+                         uint8_t *buf, gmd_wire_packet *ret_packet)
 {
-        uint64_t deadline = now_ms() + HELLO_TIMEOUT_MS;
-
         for (;;) {
-                struct pollfd p = { .fd = client->sock, .events = POLLIN };
+                struct pollfd p[2] = {
+                        { .fd = sock, .events = POLLIN },
+                        { .fd = wake_fd, .events = POLLIN },
+                };
                 uint64_t now = now_ms();
                 const char *reason;
                 int r;
 
                 if (now >= deadline) {
-                        gmd__error_set("gpu-memd did not answer the hello within %d s",
-                                  HELLO_TIMEOUT_MS / 1000);
+                        gmd__error_set("gpu-memd did not answer the hello in time");
                         return GMD_ETIMEDOUT;
                 }
-                r = poll(&p, 1, (int)(deadline - now));
+                r = poll(p, wake_fd >= 0 ? 2 : 1, (int)(deadline - now));
                 if (r < 0 && errno != EINTR) {
                         gmd__error_set("poll: %s", strerror(errno));
                         return -errno;
                 }
                 if (r <= 0)
                         continue;
-                r = gmd_wire_recv(client->sock, buf, ret_packet, &reason);
+                if (wake_fd >= 0 && p[1].revents)
+                        return -ECANCELED;
+                r = gmd_wire_recv(sock, buf, ret_packet, &reason);
                 if (r == -EAGAIN)
                         continue;
                 if (r == 0 || r == -ECONNRESET) {
@@ -513,25 +619,21 @@ static int hello_receive(gmd_client *client, uint8_t *buf,
         }
 }
 
-static int hello_accept(gmd_client *client, const Gmd__HelloReply *reply)
+/* The hello reply's devices into the client's table; `first`: the table
+ * is made now, else it exists and only its details change. */
+static int devices_take(gmd_client *client, const Gmd__HelloReply *reply,
+                        bool first)
 {
-        if (reply->version < GMD_WIRE_MIN_VERSION ||
-            reply->version > GMD_WIRE_VERSION) {
-                gmd__error_set("gpu-memd chose protocol version %u; this libgpumem "
-                          "speaks %u to %u", reply->version,
-                          GMD_WIRE_MIN_VERSION, GMD_WIRE_VERSION);
-                return GMD_EPROTO;
-        }
-        client->version = reply->version;
-        client->client_id = reply->client_id;
-        client->n_devices = (unsigned)reply->n_devices;
-        client->granularity = calloc(reply->n_devices ? reply->n_devices : 1,
-                                     sizeof(*client->granularity));
-        client->ids = calloc(reply->n_devices ? reply->n_devices : 1,
-                             sizeof(*client->ids));
-        if (!client->granularity || !client->ids) {
-                gmd__error_set("out of memory");
-                return -ENOMEM;
+        if (first) {
+                client->n_devices = (unsigned)reply->n_devices;
+                client->granularity = calloc(reply->n_devices ? reply->n_devices : 1,
+                                             sizeof(*client->granularity));
+                client->ids = calloc(reply->n_devices ? reply->n_devices : 1,
+                                     sizeof(*client->ids));
+                if (!client->granularity || !client->ids) {
+                        gmd__error_set("out of memory");
+                        return -ENOMEM;
+                }
         }
         /* Devices are named by index; one the reply does not describe
          * keeps granularity 0, which the mapping cache never matches, and
@@ -548,6 +650,47 @@ static int hello_accept(gmd_client *client, const Gmd__HelloReply *reply)
                 snprintf(id->pci_bus_id, sizeof(id->pci_bus_id), "%s",
                          d->pci_bus_id ? d->pci_bus_id : "");
         }
+        return 0;
+}
+
+static int version_check(const Gmd__HelloReply *reply)
+{
+        if (reply->version < GMD_WIRE_MIN_VERSION ||
+            reply->version > GMD_WIRE_VERSION) {
+                gmd__error_set("gpu-memd chose protocol version %u; this libgpumem "
+                          "speaks %u to %u", reply->version,
+                          GMD_WIRE_MIN_VERSION, GMD_WIRE_VERSION);
+                return GMD_EPROTO;
+        }
+        return 0;
+}
+
+/* The session to claim back after a restart: none when the daemon has no
+ * restart recovery (an empty token) or sends one too long to be its. */
+static void token_take(gmd_client *client, const Gmd__HelloReply *reply)
+{
+        client->resume_token_len = 0;
+        if (reply->resume_token.len > 0 &&
+            reply->resume_token.len <= sizeof(client->resume_token)) {
+                memcpy(client->resume_token, reply->resume_token.data,
+                       reply->resume_token.len);
+                client->resume_token_len = reply->resume_token.len;
+        }
+}
+
+static int hello_accept(gmd_client *client, const Gmd__HelloReply *reply)
+{
+        int r;
+
+        r = version_check(reply);
+        if (r < 0)
+                return r;
+        client->version = reply->version;
+        client->client_id = reply->client_id;
+        token_take(client, reply);
+        r = devices_take(client, reply, true);
+        if (r < 0)
+                return r;
         client->backend = strdup(reply->backend ? reply->backend : "");
         client->daemon_version = strdup(reply->daemon_version ?
                                         reply->daemon_version : "");
@@ -556,6 +699,32 @@ static int hello_accept(gmd_client *client, const Gmd__HelloReply *reply)
                 return -ENOMEM;
         }
         return 0;
+}
+
+int gmd__hello_again(gmd_client *client, const Gmd__HelloReply *reply)
+{
+        const char *backend = reply->backend ? reply->backend : "";
+        int r;
+
+        r = version_check(reply);
+        if (r < 0)
+                return r;
+        /* The mapper and every buffer's device number come from the
+         * first hello: a daemon of another backend or another number of
+         * devices serves memory this client cannot take back. */
+        if (strcmp(backend, client->backend) != 0) {
+                gmd__error_set("gpu-memd came back with the %.16s backend; this "
+                               "client's buffers were mapped for %.16s",
+                               backend, client->backend);
+                return GMD_ENOTSUP;
+        }
+        if (reply->n_devices != client->n_devices) {
+                gmd__error_set("gpu-memd came back serving %zu devices instead "
+                               "of %u", reply->n_devices, client->n_devices);
+                return GMD_ENOTSUP;
+        }
+        client->version = reply->version;
+        return devices_take(client, reply, false);
 }
 
 /* The name shown by gpu-memctl: at most 64 bytes, cut at a UTF-8 boundary. */
@@ -596,31 +765,69 @@ static int priority_from_env(int32_t *ret_priority)
         return 0;
 }
 
-static int hello(gmd_client *client, const char *client_name)
+/* What every hello of this client says (it says it again after a
+ * restart). */
+static int hello_prepare(gmd_client *client, const char *client_name)
 {
-        Gmd__Hello msg = GMD__HELLO__INIT;
-        char name[CLIENT_NAME_MAX + 1];
-        gmd_wire_packet packet = { .n_fds = 0 };
-        ProtobufCMessage *reply = NULL;
-        uint8_t *buf;
-        uint32_t id;
         bool keeps;
-        int r, sent;
+        int r;
 
-        r = priority_from_env(&msg.priority);
+        r = priority_from_env(&client->priority);
         if (r < 0)
                 return r;
         r = gmd__env_switch(GMD_KEEP_MAPPINGS_ENV, "unmap at every swap-out",
                             &keeps);
         if (r < 0)
                 return r;
-        msg.keeps_mappings = keeps;
-        client_name_prepare(client_name, name);
+        client->keeps_mappings = keeps;
+        client_name_prepare(client_name, client->name);
+        return 0;
+}
+
+/* Send one packed message on `sock`, waiting for room. */
+static int send_on(int sock, uint16_t type, uint32_t id, const ProtobufCMessage *msg)
+{
+        uint8_t *buf;
+        size_t len;
+        int r;
+
+        r = message_pack(msg, &buf, &len);
+        if (r < 0)
+                return r;
+        for (;;) {
+                struct pollfd p = { .fd = sock, .events = POLLOUT };
+
+                r = gmd_wire_send(sock, type, id, buf, (uint32_t)len, NULL, 0);
+                if (r != -EAGAIN)
+                        break;
+                if (poll(&p, 1, 1000) < 0 && errno != EINTR) {
+                        r = -errno;
+                        break;
+                }
+        }
+        free(buf);
+        return r;
+}
+
+int gmd__hello(gmd_client *client, int sock, uint64_t deadline_ms,
+               int wake_fd, Gmd__HelloReply **ret_reply)
+{
+        Gmd__Hello msg = GMD__HELLO__INIT;
+        gmd_wire_packet packet = { .n_fds = 0 };
+        ProtobufCMessage *reply = NULL;
+        uint8_t *buf;
+        uint32_t id;
+        int r, sent;
+
+        msg.priority = client->priority;
+        msg.keeps_mappings = client->keeps_mappings;
         msg.min_version = GMD_WIRE_MIN_VERSION;
         msg.max_version = GMD_WIRE_VERSION;
-        msg.client_name = name;
-        id = next_request_id_locked(client);    /* no other thread yet */
-        sent = send_message(client, GMD__MSG_TYPE__MSG_HELLO, id, &msg.base);
+        msg.client_name = client->name;
+        pthread_mutex_lock(&client->lock);
+        id = next_request_id_locked(client);
+        pthread_mutex_unlock(&client->lock);
+        sent = send_on(sock, GMD__MSG_TYPE__MSG_HELLO, id, &msg.base);
 
         buf = malloc(GMD_WIRE_MAX_PACKET);
         if (!buf) {
@@ -630,8 +837,8 @@ static int hello(gmd_client *client, const char *client_name)
         /* A daemon that refuses the connection says why and closes it,
          * maybe before our hello arrived: its reason may be waiting even
          * when the send failed. */
-        r = hello_receive(client, buf, &packet);
-        if (r < 0 && sent < 0) {
+        r = hello_receive(sock, deadline_ms, wake_fd, buf, &packet);
+        if (r < 0 && r != -ECANCELED && sent < 0) {
                 gmd__error_set("cannot send the hello to gpu-memd: %s", strerror(-sent));
                 r = GMD_ECONN;
         }
@@ -668,7 +875,9 @@ static int hello(gmd_client *client, const char *client_name)
                                                   NULL, packet.header.length,
                                                   packet.payload);
                 if (reply) {
-                        r = hello_accept(client, (Gmd__HelloReply *)reply);
+                        *ret_reply = (Gmd__HelloReply *)reply;
+                        reply = NULL;
+                        r = 0;
                         goto out;
                 }
         }
@@ -678,6 +887,23 @@ out:
         if (reply)
                 protobuf_c_message_free_unpacked(reply, NULL);
         free(buf);
+        return r;
+}
+
+static int hello(gmd_client *client, const char *client_name)
+{
+        Gmd__HelloReply *reply = NULL;
+        int r;
+
+        r = hello_prepare(client, client_name);
+        if (r < 0)
+                return r;
+        r = gmd__hello(client, client->sock, now_ms() + HELLO_TIMEOUT_MS, -1,
+                       &reply);
+        if (r < 0)
+                return r;
+        r = hello_accept(client, reply);
+        gmd__hello_reply__free_unpacked(reply, NULL);
         return r;
 }
 
@@ -802,6 +1028,8 @@ static int connect_fd_path(int fd, const char *path, const char *client_name,
         client->sock = fd;
         client->wake_fd = -1;
         client->keep_fd_base = -1;
+        client->state = GMD_CONN_UP;
+        client->gen = 1;        /* 0 marks a request never sent */
         client->next_request_id = 1;
         list_init(&client->pending);
         list_init(&client->buffers);

@@ -18,13 +18,24 @@
  * counts those still unanswered; gmd_flush sleeps on `nowait_cond` until it
  * is 0 (a dead connection drops those still pending, so it gets there).
  *
+ * Restart recovery (reconnect.c): a connection that ends without the
+ * daemon saying it stops for good (ShutdownNotify) or drained this client
+ * is not the client's end. The state goes UP -> AWAY: the I/O thread
+ * connects again, says hello and claims the buffers back, while every
+ * mapping stays and calls wait on the pending list unsent. Then RESENDING:
+ * `gen` counts the connection, and the I/O thread sends every pending
+ * request not sent on this one (sent_gen), in the list's order, before
+ * the state goes UP and callers send their own again. DEAD is for good.
+ *
  * Locks: `lock` (pending requests, connection state), `buffers_lock` (the
  * buffer table and the mapping cache, held across a remap so a buffer
  * cannot be freed under the I/O thread), `send_lock` (one writer on the
  * socket). Only two orders nest: buffers_lock is held while send_lock is
  * taken (gmd__client_send_after: the cache's messages leave in the order its
  * changes were made), and `lock` is a leaf taken under either for a moment.
- * Nothing takes buffers_lock while holding send_lock or `lock`.
+ * Nothing takes buffers_lock while holding send_lock or `lock`. A request
+ * is put on the pending list and sent under send_lock, so the I/O thread,
+ * which installs a new connection under send_lock, never sends it twice.
  */
 #ifndef GMD_CLIENT_H
 #define GMD_CLIENT_H
@@ -36,9 +47,21 @@
 
 #include "devices.h"
 #include "gpumem.h"
+#include "gpumem.pb-c.h"
 #include "list.h"
 #include "mapcache.h"
 #include "mapper.h"
+#include "wire.h"
+
+/* The connection's lifecycle; gmd__client_change_state_locked moves it. */
+typedef enum gmd_conn_state {
+        GMD_CONN_UP,            /* calls are sent as they come */
+        GMD_CONN_AWAY,          /* lost: reconnecting, resuming; calls wait */
+        GMD_CONN_RESENDING,     /* resumed: the I/O thread sends what waited */
+        GMD_CONN_DEAD,          /* no more requests can succeed */
+} gmd_conn_state;
+
+#define GMD_RESUME_TOKEN_MAX 64
 
 struct gmd_client {
         int sock;
@@ -61,13 +84,24 @@ struct gmd_client {
         char *socket_path;
         uint64_t reconnect_ms;
         int keep_fd_base;
+        /* What the hello says again on a new connection, and the session
+         * to claim back (HelloReply.resume_token; I/O thread only). */
+        char name[65];
+        int32_t priority;
+        bool keeps_mappings;
+        uint8_t resume_token[GMD_RESUME_TOKEN_MAX];
+        size_t resume_token_len;
 
         pthread_mutex_t send_lock;
 
         pthread_mutex_t lock;
         uint32_t next_request_id;
         gmd_list pending;               /* gmd_request.node */
-        bool dead;                      /* no more requests can succeed */
+        gmd_conn_state state;
+        uint64_t gen;                   /* connections resumed so far */
+        uint64_t away_since_ms;         /* when the state went AWAY */
+        bool drained;                   /* an administrator's drain revoked
+                                         * a buffer: the end is for good */
         int dead_error;                 /* GMD_ECONN or GMD_EPROTO */
         char dead_reason[256];
         char shutdown_notice[192];      /* ShutdownNotify's words, or "" */
@@ -107,6 +141,21 @@ typedef struct gmd_request {
         bool releases;                  /* nowait: a release; a refusal that
                                          * leaves it acquired restores the
                                          * buffer's lease mark */
+        /* To send it again on a new connection (client->lock): */
+        uint16_t type;
+        uint8_t *packed;                /* the payload */
+        size_t packed_len;
+        uint64_t sent_gen;              /* client->gen it went out on, 0:
+                                         * never */
+        bool resent;                    /* sent again after a resume */
+        bool orphan;                    /* about a buffer a restarted
+                                         * daemon did not keep: answered
+                                         * here, never sent again */
+        uint64_t deadline_ms;           /* the call's own deadline (alloc,
+                                         * acquire, wait), 0: none */
+        int64_t timeout_ms;             /* ... as the caller gave it */
+        const struct gmd_buffer *names; /* the buffer the call is about,
+                                         * checked as it is queued */
 } gmd_request;
 
 /*
@@ -155,7 +204,17 @@ int gmd__client_send_nowait(gmd_client *client, uint16_t type,
 void gmd__nowait_done_locked(gmd_client *client, gmd_request *req, int error,
                              const char *message);
 
-/* Release what a finished request still holds (reply, message). */
+/* Under client->lock: a request taken off the pending list is answered
+ * with `error` (0: done) and `message`: its caller is woken, or a nowait
+ * record is counted and freed. */
+void gmd__request_complete_locked(gmd_client *client, gmd_request *req,
+                                  int error, const char *message);
+
+/* Under client->lock: move the connection to `to`; false (and nothing
+ * changes) for a move the lifecycle does not have. */
+bool gmd__client_change_state_locked(gmd_client *client, gmd_conn_state to);
+
+/* Release what a finished request still holds (reply, message, payload). */
 void gmd__request_clear(gmd_request *req);
 
 /* Send a packet that expects no answer (remap acks), from any thread. */
@@ -178,9 +237,37 @@ int gmd__client_dead_error(gmd_client *client);
 /* Remember the daemon's shutdown notice for gmd__client_fail. */
 void gmd__client_note_shutdown(gmd_client *client, const char *message);
 
-/* The I/O thread (io.c): reads until the connection dies or wake_fd
- * fires. */
+/* The I/O thread (io.c): reads until the connection dies for good or
+ * wake_fd fires, riding through a daemon's restart (reconnect.c). */
 void *gmd__client_io_main(void *arg);
+
+/* Apply one packet the daemon sent (io.c): a reply or a notification.
+ * Returns -1 when the connection must close (gmd__client_fail done). */
+int gmd__io_handle_packet(gmd_client *client, gmd_wire_packet *packet);
+
+/* Hello on `sock` (client->sock at connect, a new connection's later)
+ * with what client->name, priority and keeps_mappings say, waiting until
+ * `deadline_ms` or until `wake_fd` (-1: none) is readable (-ECANCELED).
+ * Returns 0 with the reply, or the error gmd_last_error() explains. */
+int gmd__hello(gmd_client *client, int sock, uint64_t deadline_ms,
+               int wake_fd, Gmd__HelloReply **ret_reply);
+
+/* A restarted daemon's hello reply (reconnect.c): refuse one this client's
+ * mappings cannot go on with (another backend, other devices), else take
+ * its version and device details. GMD_ENOTSUP with the reason. */
+int gmd__hello_again(gmd_client *client, const Gmd__HelloReply *reply);
+
+/* reconnect.c: may a connection that just ended be ridden through? */
+bool gmd__client_may_ride_through(gmd_client *client);
+
+/* reconnect.c: the connection ended and may be ridden through: connect
+ * again, hello, claim the buffers, and return 0 with the state RESENDING;
+ * -1 when the client is dead (gmd__client_fail done) or being closed. */
+int gmd__client_reconnect(gmd_client *client);
+
+/* reconnect.c, in state RESENDING when the socket is writable: send what
+ * waits, in order, until the socket is full or all went (state UP). */
+void gmd__client_resend_some(gmd_client *client);
 
 /* Mark the connection dead with `error` and `reason`; fail every waiting
  * call. Idempotent: the first reason wins. After a shutdown notice a lost

@@ -14,6 +14,11 @@
  * Alloc replies are mapped here rather than in the calling thread so the
  * buffer is in the table before the next packet, which may be a remap of
  * it, is read.
+ *
+ * A connection that ends (end of stream, reset) without the daemon saying
+ * it stops for good is ridden through where it may be (reconnect.c): the
+ * thread connects again and claims the buffers back, then, writable,
+ * sends what waited, and goes on reading.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -36,15 +41,7 @@ static void request_complete(gmd_client *client, gmd_request *req, int error,
                              const char *message)
 {
         pthread_mutex_lock(&client->lock);
-        if (req->nowait) {
-                gmd__nowait_done_locked(client, req, error, message);
-                pthread_mutex_unlock(&client->lock);
-                return;
-        }
-        req->error = error;
-        req->message = message ? strdup(message) : NULL;
-        req->done = true;
-        pthread_cond_signal(&req->cond);
+        gmd__request_complete_locked(client, req, error, message);
         pthread_mutex_unlock(&client->lock);
 }
 
@@ -155,8 +152,15 @@ static int handle_reply(gmd_client *client, gmd_wire_packet *packet)
                 int error = gmd__error_from_wire(e->code);
                 const char *words = e->message && *e->message ? e->message :
                                     gmd_strerror(error);
-                char revoked[200];
+                char revoked[300];
 
+                /* A release sent again after a restart, of a buffer the
+                 * new daemon took back released already: done. */
+                if (req->resent && req->type == GMD__MSG_TYPE__MSG_RELEASE &&
+                    error == GMD_EBUSY) {
+                        request_complete(client, req, 0, NULL);
+                        goto out;
+                }
                 /* A release nobody waits for: the lease mark, cleared when
                  * it was sent, follows what the daemon kept (buffer.c). */
                 if (req->nowait && req->releases &&
@@ -174,6 +178,7 @@ static int handle_reply(gmd_client *client, gmd_wire_packet *packet)
                 msg = NULL;
                 request_complete(client, req, 0, NULL);
         }
+out:
         if (msg)
                 protobuf_c_message_free_unpacked(msg, NULL);
         return r;
@@ -215,6 +220,13 @@ static int handle_revoke(gmd_client *client, gmd_wire_packet *packet)
         if (!notify)
                 return protocol_error(client, NULL, &packet->header,
                                       "payload does not decode");
+        /* Only a drain revokes for want of permission: the connection
+         * that ends after it does so for good (reconnect.c). */
+        if (notify->reason == GMD__ERROR_CODE__ERR_PERMISSION) {
+                pthread_mutex_lock(&client->lock);
+                client->drained = true;
+                pthread_mutex_unlock(&client->lock);
+        }
         gmd__buffer_revoke(client, notify->buffer_id,
                       notify->message ? notify->message : "");
         gmd__revoke_notify__free_unpacked(notify, NULL);
@@ -257,7 +269,7 @@ static int handle_shutdown(gmd_client *client, gmd_wire_packet *packet)
         return 0;
 }
 
-static int handle_packet(gmd_client *client, gmd_wire_packet *packet)
+int gmd__io_handle_packet(gmd_client *client, gmd_wire_packet *packet)
 {
         if (packet->header.request_id != 0)
                 return handle_reply(client, packet);
@@ -276,8 +288,14 @@ static int handle_packet(gmd_client *client, gmd_wire_packet *packet)
         }
 }
 
-/* Read every packet waiting. Returns 0 to keep going, -1 when the
- * connection is dead. */
+/* What ended a connection, or that it goes on. */
+enum {
+        IO_GOES_ON = 0,
+        IO_STOP = -1,           /* dead for good, or gmd_disconnect */
+        IO_LOST = -2,           /* ended; maybe ridden through */
+};
+
+/* Read every packet waiting. */
 static int read_packets(gmd_client *client, uint8_t *buf)
 {
         for (;;) {
@@ -288,12 +306,10 @@ static int read_packets(gmd_client *client, uint8_t *buf)
 
                 r = gmd_wire_recv(client->sock, buf, &packet, &reason);
                 if (r == -EAGAIN)
-                        return 0;
-                if (r == 0) {
-                        gmd__client_fail(client, GMD_ECONN,
-                                    "gpu-memd closed the connection");
-                        return -1;
-                }
+                        return IO_GOES_ON;
+                if (r == 0 || r == -ECONNRESET || r == -EPIPE ||
+                    r == -ENOTCONN)
+                        return IO_LOST;
                 if (r < 0) {
                         if (r == -EPROTO || r == -EMSGSIZE) {
                                 snprintf(message, sizeof(message),
@@ -307,23 +323,58 @@ static int read_packets(gmd_client *client, uint8_t *buf)
                                          strerror(-r));
                                 gmd__client_fail(client, GMD_ECONN, message);
                         }
-                        return -1;
+                        return IO_STOP;
                 }
-                r = handle_packet(client, &packet);
+                r = gmd__io_handle_packet(client, &packet);
                 gmd_wire_packet_close_fds(&packet);     /* unclaimed ones */
                 if (r < 0)
-                        return -1;
+                        return IO_STOP;
         }
 }
 
-static bool client_is_dead(gmd_client *client)
+static gmd_conn_state client_state(gmd_client *client)
 {
-        bool dead;
+        gmd_conn_state state;
 
         pthread_mutex_lock(&client->lock);
-        dead = client->dead;
+        state = client->state;
         pthread_mutex_unlock(&client->lock);
-        return dead;
+        return state;
+}
+
+/* Serve one connection until it ends: read, and while what waited for a
+ * restart goes out, write. */
+static int io_serve(gmd_client *client, uint8_t *buf)
+{
+        gmd_conn_state state;
+
+        while ((state = client_state(client)) != GMD_CONN_DEAD) {
+                struct pollfd p[2] = {
+                        { .fd = client->sock, .events = POLLIN },
+                        { .fd = client->wake_fd, .events = POLLIN },
+                };
+                int r;
+
+                if (state == GMD_CONN_RESENDING)
+                        p[0].events |= POLLOUT;
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        gmd__client_fail(client, GMD_ECONN,
+                                    "libgpumem I/O thread: poll failed");
+                        return IO_STOP;
+                }
+                if (p[1].revents)
+                        return IO_STOP;
+                if ((p[0].revents & POLLOUT) && state == GMD_CONN_RESENDING)
+                        gmd__client_resend_some(client);
+                if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+                        r = read_packets(client, buf);
+                        if (r != IO_GOES_ON)
+                                return r;
+                }
+        }
+        return IO_STOP;
 }
 
 void *gmd__client_io_main(void *arg)
@@ -336,22 +387,13 @@ void *gmd__client_io_main(void *arg)
                             "libgpumem I/O thread: out of memory");
                 return NULL;
         }
-        while (!client_is_dead(client)) {
-                struct pollfd p[2] = {
-                        { .fd = client->sock, .events = POLLIN },
-                        { .fd = client->wake_fd, .events = POLLIN },
-                };
-
-                if (poll(p, 2, -1) < 0) {
-                        if (errno == EINTR)
-                                continue;
+        while (io_serve(client, buf) == IO_LOST) {
+                if (!gmd__client_may_ride_through(client)) {
                         gmd__client_fail(client, GMD_ECONN,
-                                    "libgpumem I/O thread: poll failed");
+                                         "gpu-memd closed the connection");
                         break;
                 }
-                if (p[1].revents)
-                        break;
-                if (p[0].revents && read_packets(client, buf) < 0)
+                if (gmd__client_reconnect(client) < 0)
                         break;
         }
         /* Whatever ended the connection (the daemon stopped, an

@@ -62,7 +62,8 @@ int gmd_acquire_flags(gmd_client *client, gmd_buffer *buffer,
                             flags ? "gmd_acquire_flags" : "gmd_acquire", &msg);
         if (r < 0)
                 return r;
-        r = gmd__buffer_call(client, buffer, GMD__MSG_TYPE__MSG_ACQUIRE, &msg.base);
+        r = gmd__buffer_call(client, buffer, GMD__MSG_TYPE__MSG_ACQUIRE, &msg.base,
+                             timeout_ms);
         if (r == 0)
                 atomic_store(&buffer->leased, true);
         return r;
@@ -91,6 +92,10 @@ int gmd_acquire_start(gmd_client *client, gmd_buffer *buffer,
                 return -ENOMEM;
         }
         req->device = buffer->device;
+        req->buffer_id = buffer->id;
+        req->names = buffer;
+        req->timeout_ms = timeout_ms;
+        req->deadline_ms = gmd__deadline_of(timeout_ms);
         /* Answered now when it could not be sent: finish says why. */
         gmd__client_call_start(client, req, GMD__MSG_TYPE__MSG_ACQUIRE,
                                &msg.base);
@@ -206,7 +211,8 @@ static int release_call(gmd_client *client, gmd_buffer *buffer, bool record,
         r = release_request(client, buffer, record, stream, fn, &msg);
         if (r < 0)
                 return r;
-        r = gmd__buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE, &msg.base);
+        r = gmd__buffer_call(client, buffer, GMD__MSG_TYPE__MSG_RELEASE, &msg.base,
+                             -1);
         if (r == 0)
                 atomic_store(&buffer->leased, false);
         return r;

@@ -167,6 +167,7 @@ bool gmd__mapcache_park(gmd_client *client, gmd_buffer *buffer)
         Gmd__BufferList msg = GMD__BUFFER_LIST__INIT;
         uint64_t id = buffer->id;
         gmd_list evicted;
+        bool up;
         int r;
 
         if (!may_park(client, buffer) || gmd__client_dead_error(client) < 0)
@@ -175,9 +176,15 @@ bool gmd__mapcache_park(gmd_client *client, gmd_buffer *buffer)
 
         pthread_mutex_lock(&client->buffers_lock);
         /* A revoke or a remap to host memory may have come in since the
-         * check above: only a buffer resting mapped in VRAM is kept. */
-        if (atomic_load(&buffer->revoked) || buffer->parked || buffer->unmapped ||
-            atomic_load(&buffer->tier) != GMD_TIER_VRAM) {
+         * check above: only a buffer resting mapped in VRAM is kept. And
+         * only while connected: the connection going away empties the
+         * cache under this lock (reconnect.c), and nothing is parked
+         * until the next one is up. */
+        pthread_mutex_lock(&client->lock);
+        up = client->state == GMD_CONN_UP;
+        pthread_mutex_unlock(&client->lock);
+        if (!up || atomic_load(&buffer->revoked) || buffer->parked ||
+            buffer->unmapped || atomic_load(&buffer->tier) != GMD_TIER_VRAM) {
                 pthread_mutex_unlock(&client->buffers_lock);
                 return false;
         }
@@ -270,6 +277,11 @@ int gmd__mapcache_take(gmd_client *client, unsigned device, uint64_t size,
                               GMD__MSG_TYPE__MSG_UNPARK, &msg.base);
         drop_list(client, &dropped);
         (void)return_evicted(client, &stale);
+        /* The connection went away since the buffer was found: nothing
+         * was sent, and the claims on the next connection say it is in
+         * use again (reconnect.c). */
+        if (r == -EAGAIN)
+                r = 0;
         if (r == -ENOMEM || r == -EMSGSIZE) {
                 /* Nothing went out: the buffer is still parked for the
                  * daemon, so it goes back; the request path decides. */
@@ -322,15 +334,27 @@ int gmd__mapcache_return(gmd_client *client, bool all_devices, unsigned device,
         return return_evicted(client, &evicted);
 }
 
+void gmd__mapcache_take_all_locked(gmd_client *client, gmd_list *out)
+{
+        gmd_list *pos, *tmp;
+
+        list_for_each_safe(pos, tmp, &client->cache.lru)
+                cache_evict_locked(client, container_of(pos, gmd_buffer,
+                                                        cache_node), out);
+}
+
+void gmd__mapcache_destroy_list(gmd_client *client, gmd_list *list)
+{
+        drop_list(client, list);
+}
+
 void gmd__mapcache_drop_all(gmd_client *client)
 {
-        gmd_list dropped, *pos, *tmp;
+        gmd_list dropped;
 
         list_init(&dropped);
         pthread_mutex_lock(&client->buffers_lock);
-        list_for_each_safe(pos, tmp, &client->cache.lru)
-                cache_evict_locked(client, container_of(pos, gmd_buffer,
-                                                        cache_node), &dropped);
+        gmd__mapcache_take_all_locked(client, &dropped);
         pthread_mutex_unlock(&client->buffers_lock);
         drop_list(client, &dropped);
 }

@@ -86,6 +86,16 @@ int gmd__mapcache_return(gmd_client *client, bool all_devices, unsigned device,
  * outside gpu-memd until the program exits. */
 void gmd__mapcache_drop_all(gmd_client *client);
 
+/* Under buffers_lock: take every parked buffer out of the cache and the
+ * client's table onto `out` (by cache_node), for
+ * gmd__mapcache_destroy_list once the lock is let go. */
+void gmd__mapcache_take_all_locked(gmd_client *client, gmd_list *out);
+
+/* Unmap and free the buffers gmd__mapcache_take_all_locked took, telling
+ * the daemon nothing (it freed them, or will: a restarted one frees what
+ * nobody claims). */
+void gmd__mapcache_destroy_list(gmd_client *client, gmd_list *list);
+
 /* Under buffers_lock: take a parked buffer off the cache's list (the
  * daemon revoked it). */
 void gmd__mapcache_forget_locked(gmd_mapcache *cache, gmd_buffer *buffer);

@@ -43,7 +43,9 @@ static int tiering_call(gmd_client *client, const char *fn, uint16_t type,
 {
         Gmd__MoveRequest move = GMD__MOVE_REQUEST__INIT;
         Gmd__WaitRequest wait = GMD__WAIT_REQUEST__INIT;
-        gmd_request req = { .device = buffer ? buffer->device : 0 };
+        gmd_request req = { .device = buffer ? buffer->device : 0,
+                            .buffer_id = buffer ? buffer->id : 0,
+                            .names = buffer };
         uint64_t id;
         int r;
 
@@ -54,6 +56,10 @@ static int tiering_call(gmd_client *client, const char *fn, uint16_t type,
         wait.n_buffer_ids = move.n_buffer_ids;
         wait.buffer_ids = move.buffer_ids;
         wait.timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+        if (type == GMD__MSG_TYPE__MSG_WAIT) {
+                req.timeout_ms = timeout_ms;
+                req.deadline_ms = gmd__deadline_of(timeout_ms);
+        }
         r = gmd__client_call(client, &req, type,
                         type == GMD__MSG_TYPE__MSG_WAIT ? &wait.base : &move.base);
         gmd__request_clear(&req);

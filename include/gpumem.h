@@ -21,7 +21,8 @@
  * The socket: gmd_connect(NULL, ...) uses $GPU_MEMD_SOCKET, else
  * GMD_DEFAULT_SOCKET. The client's priority: $GPU_MEMD_PRIORITY (see
  * gmd_connect). The cache of idle mappings: $GPU_MEMD_CACHE and
- * $GPU_MEMD_CACHE_LIMIT (see gmd_connect and gmd_free).
+ * $GPU_MEMD_CACHE_LIMIT (see gmd_connect and gmd_free). Riding through a
+ * daemon's restart: $GPU_MEMD_RECONNECT_S (see gmd_connect).
  */
 #ifndef GPUMEM_H
 #define GPUMEM_H
@@ -165,13 +166,43 @@ typedef enum gmd_buffer_state {
  * GMD_ECONN and gmd_last_error() says "gpu-memd is stopping: " followed by
  * the daemon's notice.
  *
+ * If instead the connection just ends (the daemon crashed, was killed,
+ * restarted or upgraded), the client rides through: every mapping stays
+ * (pointers to buffers in VRAM or host memory keep working without a
+ * daemon), and the I/O thread connects again to the same socket, backing
+ * off from 10 ms to 1 s, for up to $GPU_MEMD_RECONNECT_S seconds (a
+ * number, fractions allowed; default GMD_RECONNECT_DEFAULT_S, 120; 0:
+ * fail at once with GMD_ECONN, as before). There it says hello and claims
+ * its buffers back (the old session's token, the fds of what it maps).
+ * Calls made meanwhile, and calls whose answer the old daemon never sent,
+ * wait and are sent once the claims are settled, in the order made;
+ * gmd_alloc, gmd_acquire and gmd_wait wait at most their own timeout
+ * (GMD_ETIMEDOUT). A buffer the new daemon did not keep (one without
+ * restart recovery keeps none; legacy IPC buffers never survive) is
+ * revoked like a drained one: unmapped, its range reserved, its calls
+ * GMD_EREVOKED with gmd_last_error() naming it and why ("gpu-memd
+ * restarted without keeping this client's buffers (...); buffer 7 is
+ * lost"). If the window passes, calls fail with GMD_ECONN: "gpu-memd went
+ * away and did not come back within 120 s". An administrator's drain is
+ * not ridden through. Only clients made by gmd_connect (a socket path)
+ * reconnect.
+ *
+ * To offer its memory back the library keeps one fd per mapped segment,
+ * placed at fd 1024 or above (clear of what select() can watch), and
+ * with restart recovery on gmd_connect raises the process's soft
+ * RLIMIT_NOFILE toward 65536, never past the hard limit (children inherit
+ * it). A buffer whose fd could not be kept (no fd free there) works as
+ * usual but cannot be offered back. $GPU_MEMD_RECONNECT_S=0 keeps no fd
+ * and leaves the limit alone.
+ *
  * Errors: GMD_ECONN when no daemon answers at the socket (missing, or
  * nobody listening; gmd_last_error() names the path), GMD_EPERM when this
  * user may not connect to it (the socket's mode and group), GMD_ELIMIT
  * when the daemon refuses the connection for one of its [limits] (too many
  * clients, or of this user, or no file descriptor left; gmd_last_error()
  * says which), -ENAMETOOLONG for a path longer than a socket address
- * holds, -EINVAL for a bad $GPU_MEMD_PRIORITY or $GPU_MEMD_CACHE*.
+ * holds, -EINVAL for a bad $GPU_MEMD_PRIORITY, $GPU_MEMD_CACHE* or
+ * $GPU_MEMD_RECONNECT_S.
  */
 GMD_EXPORT
 int gmd_connect(const char *socket_path, const char *client_name,

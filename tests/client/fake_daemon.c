@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +28,9 @@ static int send_msg(fake_daemon *f, uint16_t type, uint32_t id,
         uint8_t buf[GMD_WIRE_MAX_PAYLOAD];
         size_t len = protobuf_c_message_pack(msg, buf);
         int r = -EAGAIN;
+
+        if (f->fd < 0)
+                return -ENOTCONN;
 
         /* A client sending without waiting can have more answers owed
          * than the socket holds: wait for room (a second at most) rather
@@ -200,6 +205,12 @@ static void handle_free(fake_daemon *f, const gmd_wire_packet *p)
         if (!b || b->revoked) {
                 send_error(f, p->header.request_id,
                            GMD__ERROR_CODE__ERR_NOT_FOUND, "no such buffer");
+        } else if (f->drop_after_free) {
+                /* Freed, and the daemon died before it answered. */
+                f->drop_after_free = false;
+                close(b->fd);
+                b->fd = -1;
+                shutdown(f->fd, SHUT_RDWR);
         } else {
                 close(b->fd);
                 b->fd = -1;
@@ -288,10 +299,31 @@ static void handle_hello(fake_daemon *f, const gmd_wire_packet *p)
         dev.name = "sim0";
         dev.vram_total = 1 << 30;
         dev.granularity = 4096;
+        uint8_t token[16];
+
+        if (f->fresh) {
+                /* A daemon that kept nothing: buffers and their numbers
+                 * start again. */
+                f->fresh = false;
+                for (unsigned i = 0; i < FAKE_MAX_BUFFERS; i++)
+                        if (f->buffers[i].fd >= 0) {
+                                close(f->buffers[i].fd);
+                                f->buffers[i].fd = -1;
+                        }
+                f->next_buffer_id = 100;
+        }
+        f->previous_id = f->session_id;
+        f->session_id = f->next_client_id++;
+        for (unsigned i = 0; i < sizeof(token); i++)
+                token[i] = (uint8_t)(f->session_id * 31 + i);
+        if (f->recovery) {
+                reply.resume_token.data = token;
+                reply.resume_token.len = sizeof(token);
+        }
         reply.version = f->hello_version;
         reply.daemon_version = "9.9.9-fake";
         reply.backend = (char *)f->backend;
-        reply.client_id = 1;
+        reply.client_id = f->session_id;
         reply.n_devices = 1;
         reply.devices = devs;
         send_msg(f, GMD__MSG_TYPE__MSG_HELLO_REPLY, p->header.request_id,
@@ -412,13 +444,93 @@ static void handle_move(fake_daemon *f, const gmd_wire_packet *p)
                 send_ok(f, p->header.request_id);
 }
 
+/* Under lock. MSG_RESUME: check the session and every claim, answer a
+ * verdict per claim. */
+static void handle_resume(fake_daemon *f, const gmd_wire_packet *p)
+{
+        Gmd__ResumeReply reply = GMD__RESUME_REPLY__INIT;
+        Gmd__BufferVerdict verdicts[FAKE_MAX_CLAIMS];
+        Gmd__BufferVerdict *vp[FAKE_MAX_CLAIMS];
+        Gmd__ResumeRequest *req;
+        bool token_ok;
+
+        req = gmd__resume_request__unpack(NULL, p->header.length, p->payload);
+        if (!req)
+                return;
+        f->n_resumes++;
+        if (req->last)
+                f->n_resume_last++;
+        if (f->resume_unsupported) {
+                send_error(f, p->header.request_id,
+                           GMD__ERROR_CODE__ERR_UNSUPPORTED,
+                           "this fake has no restart recovery");
+                gmd__resume_request__free_unpacked(req, NULL);
+                return;
+        }
+        token_ok = req->token.len == 16;
+        for (unsigned i = 0; token_ok && i < 16; i++)
+                token_ok = req->token.data[i] ==
+                           (uint8_t)(req->client_id * 31 + i);
+        if (!token_ok || req->client_id != f->previous_id)
+                f->n_resume_bad++;
+        for (size_t i = 0; i < req->n_buffers && i < FAKE_MAX_CLAIMS; i++) {
+                const Gmd__BufferClaim *c = req->buffers[i];
+                fake_buffer *b = find(f, c->buffer_id);
+                fake_claim *rec = f->n_claims < FAKE_MAX_CLAIMS ?
+                                  &f->claims[f->n_claims++] : NULL;
+
+                if (rec) {
+                        *rec = (fake_claim){ .id = c->buffer_id,
+                                             .acquired = c->acquired,
+                                             .n_segments = (unsigned)c->n_segments,
+                                             .tier = c->tier };
+                        for (size_t k = 0; b && k < c->n_segments; k++) {
+                                unsigned idx = c->segments[k]->fd_index;
+                                struct stat a, m;
+
+                                if (idx < p->n_fds && fstat(p->fds[idx], &a) == 0 &&
+                                    fstat(b->fd, &m) == 0 && a.st_ino == m.st_ino &&
+                                    a.st_dev == m.st_dev)
+                                        rec->same_memory++;
+                        }
+                }
+                verdicts[i] = (Gmd__BufferVerdict)GMD__BUFFER_VERDICT__INIT;
+                verdicts[i].buffer_id = c->buffer_id;
+                if (!b) {
+                        verdicts[i].code = GMD__ERROR_CODE__ERR_NOT_FOUND;
+                        verdicts[i].message = "no such buffer";
+                } else if (b->id == f->lose_id) {
+                        verdicts[i].code = GMD__ERROR_CODE__ERR_INTERNAL;
+                        verdicts[i].message = "the fake lost its bytes";
+                } else {
+                        verdicts[i].message = "";
+                }
+                vp[i] = &verdicts[i];
+        }
+        reply.verdicts = vp;
+        reply.n_verdicts = req->n_buffers < FAKE_MAX_CLAIMS ? req->n_buffers :
+                           FAKE_MAX_CLAIMS;
+        send_msg(f, GMD__MSG_TYPE__MSG_RESUME_REPLY, p->header.request_id,
+                 &reply.base, NULL, 0);
+        gmd__resume_request__free_unpacked(req, NULL);
+}
+
 static void handle(fake_daemon *f, gmd_wire_packet *p)
 {
         pthread_mutex_lock(&f->lock);
         f->n_requests++;
         if (p->header.type < FAKE_MAX_TYPES)
                 f->n_by_type[p->header.type]++;
+        if (f->drop_on_type && p->header.type == f->drop_on_type) {
+                /* Read, and the daemon died before it did anything. */
+                f->drop_on_type = 0;
+                shutdown(f->fd, SHUT_RDWR);
+                pthread_cond_broadcast(&f->cond);
+                pthread_mutex_unlock(&f->lock);
+                return;
+        }
         switch (p->header.type) {
+        case GMD__MSG_TYPE__MSG_RESUME:    handle_resume(f, p); break;
         case GMD__MSG_TYPE__MSG_HELLO:     handle_hello(f, p); break;
         case GMD__MSG_TYPE__MSG_ALLOC:     handle_alloc(f, p); break;
         case GMD__MSG_TYPE__MSG_FREE:      handle_free(f, p); break;
@@ -446,21 +558,47 @@ static void *fake_main(void *arg)
                 struct pollfd pfd = { .fd = f->fd, .events = POLLIN };
                 gmd_wire_packet packet;
                 const char *reason;
-                bool stop;
+                bool stop, paused;
                 int r;
 
                 pthread_mutex_lock(&f->lock);
                 stop = f->stop;
+                paused = f->accept_paused;
+                pfd.fd = f->fd;
                 pthread_mutex_unlock(&f->lock);
                 if (stop)
                         break;
+                if (pfd.fd < 0) {
+                        /* Listening: take the next connection. */
+                        struct pollfd l = { .fd = f->listen_fd, .events = POLLIN };
+                        int fd;
+
+                        if (paused || poll(&l, 1, 50) <= 0) {
+                                if (paused)
+                                        poll(NULL, 0, 10);
+                                continue;
+                        }
+                        fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+                        pthread_mutex_lock(&f->lock);
+                        f->fd = fd;
+                        pthread_mutex_unlock(&f->lock);
+                        continue;
+                }
                 if (poll(&pfd, 1, 50) <= 0)
                         continue;
-                r = gmd_wire_recv(f->fd, buf, &packet, &reason);
+                r = gmd_wire_recv(pfd.fd, buf, &packet, &reason);
                 if (r == -EAGAIN)
                         continue;
-                if (r <= 0)
-                        break;
+                if (r <= 0) {
+                        if (f->listen_fd < 0)
+                                break;
+                        pthread_mutex_lock(&f->lock);
+                        close(f->fd);
+                        f->fd = -1;
+                        pthread_cond_broadcast(&f->cond);
+                        pthread_mutex_unlock(&f->lock);
+                        continue;
+                }
                 handle(f, &packet);
                 gmd_wire_packet_close_fds(&packet);
         }
@@ -478,6 +616,8 @@ int fake_start(fake_daemon *f)
         f->hello_version = 1;
         f->backend = "sim";
         f->next_buffer_id = 100;
+        f->next_client_id = 1;
+        f->listen_fd = -1;
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return -errno;
         f->fd = sv[0];
@@ -493,12 +633,68 @@ void fake_stop(fake_daemon *f)
         f->stop = true;
         pthread_mutex_unlock(&f->lock);
         pthread_join(f->thread, NULL);
-        close(f->fd);
+        if (f->fd >= 0)
+                close(f->fd);
+        if (f->listen_fd >= 0) {
+                close(f->listen_fd);
+                unlink(f->path);
+        }
         for (unsigned i = 0; i < FAKE_MAX_BUFFERS; i++)
                 if (f->buffers[i].fd >= 0)
                         close(f->buffers[i].fd);
         pthread_mutex_destroy(&f->lock);
         pthread_cond_destroy(&f->cond);
+}
+
+int fake_listen(fake_daemon *f, const char *path)
+{
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int fd;
+
+        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+        unlink(path);
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
+            listen(fd, 8) < 0) {
+                int r = -errno;
+
+                close(fd);
+                return r;
+        }
+        pthread_mutex_lock(&f->lock);
+        snprintf(f->path, sizeof(f->path), "%s", path);
+        /* The socketpair goes: connections come by the path now. */
+        close(f->fd);
+        close(f->client_fd);
+        f->client_fd = -1;
+        f->fd = -1;
+        f->listen_fd = fd;
+        pthread_mutex_unlock(&f->lock);
+        return 0;
+}
+
+void fake_drop(fake_daemon *f)
+{
+        pthread_mutex_lock(&f->lock);
+        if (f->fd >= 0)
+                shutdown(f->fd, SHUT_RDWR);
+        pthread_mutex_unlock(&f->lock);
+}
+
+int fake_shutdown(fake_daemon *f, const char *message)
+{
+        Gmd__ShutdownNotify n = GMD__SHUTDOWN_NOTIFY__INIT;
+        int r;
+
+        n.message = (char *)message;
+        pthread_mutex_lock(&f->lock);
+        r = send_msg(f, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &n.base, NULL, 0);
+        if (f->fd >= 0)
+                shutdown(f->fd, SHUT_RDWR);
+        pthread_mutex_unlock(&f->lock);
+        return r;
 }
 
 void fake_set_mode(fake_daemon *f, fake_mode mode, int arg)

@@ -6,6 +6,13 @@
  * hang-ups, garbage) according to `mode`. Test code reads what it saw
  * (acks, frees) under its lock.
  *
+ * Restart recovery: fake_listen serves a socket path instead, so the
+ * library can connect again; fake_drop ends the connection as a daemon's
+ * death would, and the next connection is accepted (unless paused). With
+ * `recovery` the hello carries a resume token and ResumeRequests are
+ * checked (the old session's id and token, each claimed fd the very
+ * memory handed out) and answered per the fields below.
+ *
  * Nothing here calls cmocka: assertions belong to the test's main thread.
  */
 #ifndef GMD_FAKE_DAEMON_H
@@ -40,6 +47,15 @@ typedef enum fake_mode {
 #define FAKE_MAX_BUFFERS 64
 #define FAKE_MAX_TYPES   32     /* message types counted in n_by_type */
 #define FAKE_MAX_RETURNED 256
+#define FAKE_MAX_CLAIMS  64
+
+typedef struct fake_claim {
+        uint64_t id;
+        bool acquired;
+        unsigned n_segments;
+        unsigned same_memory;   /* segments whose fd is the buffer's memfd */
+        int tier;
+} fake_claim;
 
 typedef struct fake_buffer {
         uint64_t id;
@@ -84,12 +100,49 @@ typedef struct fake_daemon {
         uint64_t returned[FAKE_MAX_RETURNED];   /* ids, in RETURN order */
         unsigned n_returned;
         unsigned last_return_ids;       /* ids in the last RETURN */
+
+        /* restart recovery (fake_listen) */
+        int listen_fd;                  /* -1: the socketpair */
+        char path[108];
+        bool accept_paused;             /* leave new connections waiting */
+        bool recovery;                  /* hello sends a resume token */
+        bool resume_unsupported;        /* MSG_RESUME -> ERR_UNSUPPORTED */
+        bool fresh;                     /* the next hello forgets every
+                                         * buffer and numbers them anew */
+        uint64_t lose_id;               /* claim -> ERR_INTERNAL */
+        unsigned drop_on_type;          /* that request -> hang up, once */
+        bool drop_after_free;           /* free, then hang up unanswered */
+        uint64_t next_client_id;
+        uint64_t session_id;            /* the connection's client id */
+        uint64_t previous_id;           /* the one before */
+        unsigned n_resumes;             /* ResumeRequests */
+        unsigned n_resume_bad;          /* ... with a wrong id or token */
+        unsigned n_resume_last;         /* ... with last set */
+        fake_claim claims[FAKE_MAX_CLAIMS];
+        unsigned n_claims;
 } fake_daemon;
 
 /* Create the socketpair and start the thread; f->client_fd is the end for
  * the library. Set mode fields before or after: they are read per packet
  * under the lock. */
 int fake_start(fake_daemon *f);
+
+/* Serve `path` instead of the socketpair (call after fake_start, before
+ * connecting). 0 or -errno. */
+int fake_listen(fake_daemon *f, const char *path);
+
+/* End the current connection, as the daemon's death would. */
+void fake_drop(fake_daemon *f);
+
+/* Send ShutdownNotify{message}, then end the connection. */
+int fake_shutdown(fake_daemon *f, const char *message);
+
+/* Set a field of the restart behaviour under the lock. */
+#define fake_set(f, field, value) do {                  \
+        pthread_mutex_lock(&(f)->lock);                 \
+        (f)->field = (value);                           \
+        pthread_mutex_unlock(&(f)->lock);               \
+} while (0)
 
 /* Stop the thread, close everything it holds. */
 void fake_stop(fake_daemon *f);

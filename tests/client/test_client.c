@@ -8,6 +8,14 @@
  * (every test's teardown counts /proc/self/fd). Tests that count FREEs run
  * with the mapping cache off (GPU_MEMD_CACHE=0), as the library did before
  * it had one; test_mapcache.c covers the cache.
+ *
+ * Restart recovery runs against the fake on a socket path (fake_listen),
+ * which hangs up as a dying daemon would and takes the next connection:
+ * the buffers' bytes stay through the gap, calls made meanwhile complete
+ * after it, the claims name the very memory, a buffer not taken back is
+ * revoked with a sentence naming it, a daemon without recovery loses them
+ * all so, and the old behaviour stays where it should (a shutdown notice,
+ * $GPU_MEMD_RECONNECT_S=0, the window passing).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,7 +25,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -30,6 +40,7 @@ typedef struct state {
         int fds_before;
         fake_daemon fake;
         gmd_client *client;
+        char path[108];                 /* fake_listen's, or "" */
 } state;
 
 static int setup(void **ctx)
@@ -60,6 +71,7 @@ static int teardown(void **ctx)
         int fds_after;
 
         unsetenv(GMD_CACHE_ENV);
+        unsetenv(GMD_RECONNECT_ENV);
         st->client = gmd_disconnect(st->client);
         if (st->fake.client_fd >= 0)
                 close(st->fake.client_fd);
@@ -690,10 +702,377 @@ static void test_nowait_wrong_reply(void **ctx)
         assert_int_equal(gmd_free(st->client, b), GMD_EPROTO);
 }
 
+/* ---- restart recovery ---------------------------------------------- */
+
+/* The fake serves a path with recovery on; the cache is off, so every
+ * gmd_free is a FREE the fake counts. */
+static int setup_listen(void **ctx)
+{
+        state *st;
+
+        setenv(GMD_CACHE_ENV, "0", 1);
+        if (setup(ctx) < 0)
+                return -1;
+        st = *ctx;
+        snprintf(st->path, sizeof(st->path), "/tmp/gmd-fake-%d-%p.sock",
+                 (int)getpid(), (void *)st);
+        if (fake_listen(&st->fake, st->path) < 0)
+                return -1;
+        st->fake.recovery = true;
+        return 0;
+}
+
+static void connect_path(state *st)
+{
+        assert_int_equal(gmd_connect(st->path, "test-client", &st->client), 0);
+}
+
+/* Wait (5 s at most) until the client resumed `n` times and is up. */
+static void wait_resumed(state *st, uint64_t n)
+{
+        for (int i = 0; i < 500; i++) {
+                bool up;
+
+                pthread_mutex_lock(&st->client->lock);
+                up = st->client->state == GMD_CONN_UP &&
+                     st->client->gen == 1 + n;
+                pthread_mutex_unlock(&st->client->lock);
+                if (up)
+                        return;
+                usleep(10000);
+        }
+        fail_msg("the client did not resume");
+}
+
+static bool bytes_are(const gmd_buffer *b, uint8_t v)
+{
+        const uint8_t *p = gmd_buffer_ptr(b);
+
+        for (size_t i = 0; i < gmd_buffer_size(b); i++)
+                if (p[i] != v)
+                        return false;
+        return true;
+}
+
+/* The daemon dies and comes back with the buffers: pointers work through
+ * the gap, the claims carry the very memory and the leases, and the
+ * buffers go on as before. */
+static void test_restart_resumes(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *held = NULL, *spilled = NULL;
+        gmd_status *status = NULL;
+
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 64 << 10, 0, 0, 0, &held), 0);
+        assert_int_equal(gmd_alloc(st->client, 64 << 10, 0, GMD_ALLOC_SPILLABLE,
+                                   0, &spilled), 0);
+        memset(gmd_buffer_ptr(held), 0x11, 64 << 10);
+        memset(gmd_buffer_ptr(spilled), 0x22, 64 << 10);
+        assert_int_equal(fake_remap(&st->fake, gmd_buffer_id(spilled), 1,
+                                    GMD_TIER_HOST), 0);
+        assert_true(fake_wait_acks(&st->fake, 1));
+        assert_int_equal(gmd_release(st->client, spilled), 0);
+
+        fake_set(&st->fake, accept_paused, true);
+        fake_drop(&st->fake);
+        /* No daemon: the bytes are there, and writable. */
+        usleep(50000);
+        assert_true(bytes_are(held, 0x11));
+        assert_true(bytes_are(spilled, 0x22));
+        memset(gmd_buffer_ptr(held), 0x33, 64 << 10);
+        fake_set(&st->fake, accept_paused, false);
+        wait_resumed(st, 1);
+
+        pthread_mutex_lock(&st->fake.lock);
+        assert_int_equal(st->fake.n_resumes, 1);
+        assert_int_equal(st->fake.n_resume_bad, 0);
+        assert_int_equal(st->fake.n_resume_last, 1);
+        assert_int_equal(st->fake.n_claims, 2);
+        assert_int_equal(st->fake.claims[0].id, gmd_buffer_id(held));
+        assert_true(st->fake.claims[0].acquired);
+        assert_int_equal(st->fake.claims[0].n_segments, 1);
+        assert_int_equal(st->fake.claims[0].same_memory, 1);
+        assert_int_equal(st->fake.claims[0].tier, GMD_TIER_VRAM);
+        assert_int_equal(st->fake.claims[1].id, gmd_buffer_id(spilled));
+        assert_false(st->fake.claims[1].acquired);
+        assert_int_equal(st->fake.claims[1].same_memory, 1);
+        assert_int_equal(st->fake.claims[1].tier, GMD_TIER_HOST);
+        pthread_mutex_unlock(&st->fake.lock);
+        assert_int_equal(st->client->client_id, 2);
+
+        assert_true(bytes_are(held, 0x33));
+        assert_int_equal(gmd_acquire(st->client, spilled, 1000), 0);
+        assert_true(bytes_are(spilled, 0x22));
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), 0);
+        gmd_status_free(status);
+        /* And a second restart claims with the second session. */
+        fake_drop(&st->fake);
+        wait_resumed(st, 2);
+        assert_int_equal(st->fake.n_resume_bad, 0);
+        assert_int_equal(gmd_free(st->client, held), 0);
+        assert_int_equal(gmd_free(st->client, spilled), 0);
+        assert_int_equal(st->fake.n_frees, 2);
+}
+
+typedef struct gap_call {
+        gmd_client *client;
+        int alloc_r, status_r, acquire_r;
+        gmd_buffer *b, *acquired;
+} gap_call;
+
+static void *gap_main(void *arg)
+{
+        gap_call *g = arg;
+        gmd_status *status = NULL;
+
+        g->alloc_r = gmd_alloc(g->client, 8192, 0, 0, GMD_WAIT_FOREVER, &g->b);
+        g->acquire_r = gmd_acquire(g->client, g->acquired, 5000);
+        g->status_r = gmd_query_status(g->client, GMD_STATUS_POOLS, 0, &status);
+        gmd_status_free(status);
+        return NULL;
+}
+
+/* Calls made while the daemon is away wait and complete once it is back;
+ * one in flight when it died (the daemon read it and did nothing) goes
+ * again; a call whose own deadline passes in the gap times out. */
+static void test_restart_calls_wait(void **ctx)
+{
+        state *st = *ctx;
+        gap_call g = { 0 };
+        gmd_buffer *b = NULL, *c = NULL;
+        pthread_t t;
+
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &c), 0);
+        assert_int_equal(gmd_release(st->client, c), 0);
+        g.client = st->client;
+        g.acquired = c;
+
+        fake_set(&st->fake, drop_on_type, GMD__MSG_TYPE__MSG_ALLOC);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, GMD_WAIT_FOREVER, &b), 0);
+        /* c's, the one the daemon dropped, and that one again */
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_ALLOC), 3);
+        wait_resumed(st, 1);
+
+        fake_set(&st->fake, accept_paused, true);
+        fake_drop(&st->fake);
+        usleep(50000);
+        assert_int_equal(pthread_create(&t, NULL, gap_main, &g), 0);
+        usleep(100000);
+        assert_null(g.b);
+        /* Its own deadline passes while the daemon is away. */
+        assert_int_equal(gmd_acquire(st->client, c, 50), GMD_ETIMEDOUT);
+        assert_non_null(strstr(gmd_last_error(), "not back within"));
+        fake_set(&st->fake, accept_paused, false);
+        pthread_join(t, NULL);
+        assert_int_equal(g.alloc_r, 0);
+        assert_int_equal(g.acquire_r, 0);
+        assert_int_equal(g.status_r, 0);
+        assert_non_null(g.b);
+        assert_int_equal(gmd_free(st->client, g.b), 0);
+        assert_int_equal(gmd_free(st->client, b), 0);
+        assert_int_equal(gmd_free(st->client, c), 0);
+}
+
+/* A buffer the restarted daemon could not keep is revoked with a
+ * sentence naming it and why; no FREE names it; the rest go on. */
+static void test_restart_lost_buffer(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *lost = NULL, *kept = NULL;
+        gmd_status *status = NULL;
+        char name[32];
+
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &lost), 0);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &kept), 0);
+        memset(gmd_buffer_ptr(kept), 7, 8192);
+        fake_set(&st->fake, lose_id, gmd_buffer_id(lost));
+        fake_drop(&st->fake);
+        wait_resumed(st, 1);
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), 0);
+        gmd_status_free(status);
+
+        assert_int_equal(gmd_release(st->client, lost), GMD_EREVOKED);
+        snprintf(name, sizeof(name), "buffer %llu",
+                 (unsigned long long)gmd_buffer_id(lost));
+        assert_non_null(strstr(gmd_last_error(), name));
+        assert_non_null(strstr(gmd_last_error(), "the fake lost its bytes"));
+        assert_int_equal(fake_maps_at(gmd_buffer_ptr(lost), 8192), 0);
+        assert_true(bytes_are(kept, 7));
+        assert_int_equal(gmd_free(st->client, lost), 0);
+        assert_int_equal(st->fake.n_frees, 0);
+        assert_int_equal(gmd_free(st->client, kept), 0);
+        assert_int_equal(st->fake.n_frees, 1);
+}
+
+/* The lost sentence, on a buffer's calls. */
+static void expect_lost(state *st, gmd_buffer *b, const char *why)
+{
+        char name[48];
+
+        assert_int_equal(gmd_acquire(st->client, b, 0), GMD_EREVOKED);
+        snprintf(name, sizeof(name), "buffer %llu is lost",
+                 (unsigned long long)gmd_buffer_id(b));
+        assert_non_null(strstr(gmd_last_error(), "gpu-memd restarted without "
+                               "keeping this client's buffers"));
+        assert_non_null(strstr(gmd_last_error(), name));
+        assert_non_null(strstr(gmd_last_error(), why));
+}
+
+/* A daemon that answers the resume with ERR_UNSUPPORTED keeps nothing. */
+static void test_restart_unsupported(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL, *again = NULL;
+
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &b), 0);
+        fake_set(&st->fake, resume_unsupported, true);
+        fake_drop(&st->fake);
+        wait_resumed(st, 1);
+        expect_lost(st, b, "this fake has no restart recovery");
+        assert_int_equal(gmd_free(st->client, b), 0);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &again), 0);
+        assert_int_equal(gmd_free(st->client, again), 0);
+}
+
+/* A daemon that gave no token is not asked: everything is lost. */
+static void test_restart_without_recovery(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL;
+
+        st->fake.recovery = false;
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &b), 0);
+        fake_drop(&st->fake);
+        wait_resumed(st, 1);
+        expect_lost(st, b, "had no restart recovery");
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_RESUME), 0);
+        assert_int_equal(gmd_free(st->client, b), 0);
+}
+
+/* A fresh daemon (it kept nothing) numbers buffers anew: a call on an old
+ * buffer made in the gap must not reach the new buffer of that number. */
+static void test_restart_fresh_numbers(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *old = NULL, *fresh = NULL;
+
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &old), 0);
+        assert_int_equal(gmd_release(st->client, old), 0);
+        assert_int_equal(gmd_buffer_id(old), 100);
+        fake_set(&st->fake, fresh, true);
+        fake_set(&st->fake, accept_paused, true);
+        fake_drop(&st->fake);
+        usleep(50000);
+        assert_int_equal(gmd_pageout_nowait(st->client, old), 0);
+        fake_set(&st->fake, accept_paused, false);
+        wait_resumed(st, 1);
+        assert_int_equal(gmd_flush(st->client, 5000), GMD_EREVOKED);
+        assert_non_null(strstr(gmd_last_error(), "a fresh start"));
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_PAGEOUT), 0);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &fresh), 0);
+        assert_int_equal(gmd_buffer_id(fresh), 100);
+        expect_lost(st, old, "a fresh start");
+        assert_int_equal(gmd_free(st->client, old), 0);
+        assert_int_equal(st->fake.n_frees, 0);
+        assert_int_equal(gmd_free(st->client, fresh), 0);
+}
+
+/* A free the daemon carried out before it died unanswered is done. */
+static void test_restart_free_in_flight(void **ctx)
+{
+        state *st = *ctx;
+        gmd_buffer *b = NULL;
+
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &b), 0);
+        fake_set(&st->fake, drop_after_free, true);
+        assert_int_equal(gmd_free(st->client, b), 0);
+        assert_int_equal(st->fake.n_frees, 1);
+        assert_int_equal(st->fake.claims[0].id, 100);
+}
+
+/* A daemon that says it stops for good is not waited for. */
+static void test_shutdown_is_final(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *status = NULL;
+        gmd_buffer *b = NULL;
+
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &b), 0);
+        assert_int_equal(fake_shutdown(&st->fake, "told to stop"), 0);
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), GMD_ECONN);
+        assert_string_equal(gmd_last_error(), "gpu-memd is stopping: told to stop");
+        usleep(100000);
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_HELLO), 1);
+        assert_int_equal(gmd_free(st->client, b), GMD_ECONN);
+}
+
+/* $GPU_MEMD_RECONNECT_S=0: a lost connection fails at once, as before. */
+static void test_reconnect_off(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *status = NULL;
+        gmd_buffer *b = NULL;
+
+        setenv(GMD_RECONNECT_ENV, "0", 1);
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &b), 0);
+        fake_drop(&st->fake);
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), GMD_ECONN);
+        assert_string_equal(gmd_last_error(), "gpu-memd closed the connection");
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_HELLO), 1);
+        assert_int_equal(gmd_free(st->client, b), GMD_ECONN);
+
+        setenv(GMD_RECONNECT_ENV, "soon", 1);
+        assert_int_equal(gmd_connect(st->path, NULL, &(gmd_client *){ NULL }),
+                         -EINVAL);
+        assert_non_null(strstr(gmd_last_error(), GMD_RECONNECT_ENV));
+}
+
+/* The window passes with no daemon back: the documented error. */
+static void test_reconnect_window(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *status = NULL;
+        gmd_buffer *b = NULL;
+        struct timespec t0, t1;
+        double waited;
+
+        setenv(GMD_RECONNECT_ENV, "0.3", 1);
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &b), 0);
+        fake_set(&st->fake, accept_paused, true);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        fake_drop(&st->fake);
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), GMD_ECONN);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        waited = (double)(t1.tv_sec - t0.tv_sec) +
+                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        assert_true(waited >= 0.25 && waited < 3);
+        assert_non_null(strstr(gmd_last_error(), "gpu-memd went away and did "
+                               "not come back within 0.3 s"));
+        /* Its mapping stays, as after any lost connection. */
+        assert_int_equal(fake_maps_at(gmd_buffer_ptr(b), 8192), 1);
+        assert_int_equal(gmd_free(st->client, b), GMD_ECONN);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 #define T_NOCACHE(f) cmocka_unit_test_setup_teardown(f, setup_nocache, teardown)
+#define T_LISTEN(f) cmocka_unit_test_setup_teardown(f, setup_listen, teardown)
         const struct CMUnitTest tests[] = {
                 T(test_hello),
                 T(test_hello_version_mismatch),
@@ -718,8 +1097,19 @@ int main(void)
                 T(test_ipc_without_ipc_mapper),
                 T(test_nowait_threads),
                 T(test_nowait_wrong_reply),
+                T_LISTEN(test_restart_resumes),
+                T_LISTEN(test_restart_calls_wait),
+                T_LISTEN(test_restart_lost_buffer),
+                T_LISTEN(test_restart_unsupported),
+                T_LISTEN(test_restart_without_recovery),
+                T_LISTEN(test_restart_fresh_numbers),
+                T_LISTEN(test_restart_free_in_flight),
+                T_LISTEN(test_shutdown_is_final),
+                T_LISTEN(test_reconnect_off),
+                T_LISTEN(test_reconnect_window),
         };
 #undef T
 #undef T_NOCACHE
+#undef T_LISTEN
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

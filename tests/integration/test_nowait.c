@@ -8,7 +8,7 @@
  * after them sees their effect and the bytes come back intact; a flush
  * with nothing sent returns at once; a daemon that stops answering makes
  * a bounded flush time out, and one that dies makes it return the
- * connection's error; gmd_disconnect with answers still owed neither
+ * connection's error (restart recovery off: $GPU_MEMD_RECONNECT_S=0); gmd_disconnect with answers still owed neither
  * hangs nor leaks (the fixture checks fds; the sanitizer build, memory).
  * gmd_acquire_start returns before the swap-in it asks for is over,
  * gmd_acquire_finish waits for it and leaves the buffer acquired with its
@@ -349,7 +349,11 @@ static void test_flush_after_daemon_died(void **state)
         int status;
 
         harness_start_small(&f->h, NULL);
+        /* A daemon killed is one that may come back: without this the
+         * client would wait for it (restart recovery, gmd_connect). */
+        setenv(GMD_RECONNECT_ENV, "0", 1);
         f->client = harness_client(&f->h, "nowait");
+        unsetenv(GMD_RECONNECT_ENV);
         b = harness_released_buffer(f->client, 4 * MiB, 3);
 
         assert_int_equal(kill(f->h.pid, SIGSTOP), 0);
@@ -378,7 +382,9 @@ static void test_flush_woken_by_death(void **state)
         pid_t killer;
 
         harness_start_small(&f->h, NULL);
+        setenv(GMD_RECONNECT_ENV, "0", 1);     /* as above */
         f->client = harness_client(&f->h, "nowait");
+        unsetenv(GMD_RECONNECT_ENV);
         b = harness_released_buffer(f->client, 4 * MiB, 4);
 
         assert_int_equal(kill(f->h.pid, SIGSTOP), 0);

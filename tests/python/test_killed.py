@@ -6,7 +6,8 @@ it held, its waiting request is gone from the queue, and the room goes to
 the next client. A daemon that stops (SIGTERM) or dies (SIGKILL) under a
 client turns its calls, including one waiting in another thread, into
 Disconnected carrying the reason; a flush owed an answer the dead daemon
-never sent raises Disconnected too.
+never sent raises Disconnected too (restart recovery off:
+GPU_MEMD_RECONNECT_S=0, else the client waits for the daemon to return).
 """
 import os
 import signal
@@ -93,6 +94,13 @@ class KilledMidMove(DaemonTest):
 
 class DaemonGone(unittest.TestCase):
     def setUp(self):
+        # A daemon killed may come back: libgpumem would wait for it
+        # (restart recovery); these tests are of the client that does not.
+        old = os.environ.get("GPU_MEMD_RECONNECT_S")
+        os.environ["GPU_MEMD_RECONNECT_S"] = "0"
+        self.addCleanup(lambda: os.environ.pop("GPU_MEMD_RECONNECT_S") if old
+                        is None else os.environ.__setitem__(
+                            "GPU_MEMD_RECONNECT_S", old))
         self.daemon = Daemon("[sim]\nvram = 16M\n")
         self.addCleanup(self.daemon.cleanup)
         self.daemon.start()
