@@ -382,11 +382,17 @@ static void print_copies(const gmd_status *status)
  * tier; VRAM includes what it keeps cached. */
 static void print_clients(const gmd_status *status, bool waiting)
 {
-        char name[17], vram[16], host[16], buffers[12];
+        char name[17], vram[16], host[16], buffers[12], out[16];
+        bool outside = false;
 
+        /* VRAM a client's process holds outside gpu-memd, charged to its
+         * user: a column only when some process holds any. */
+        for (size_t i = 0; i < status->n_clients; i++)
+                outside |= status->clients[i].outside_bytes != 0;
         printf("%-6s %7s %7s  %-16s %4s %10s %10s %5s", "CLIENT", "PID", "UID",
                "NAME", "PRIO", "VRAM", "HOST", "BUFS");
-        printf(waiting ? " %4s\n" : "\n", "WAIT");
+        printf(waiting ? " %4s" : "", "WAIT");
+        printf(outside ? " %10s\n" : "\n", "OUTSIDE");
         if (status->n_clients == 0)
                 printf("(no clients)\n");
         for (size_t i = 0; i < status->n_clients; i++) {
@@ -403,7 +409,21 @@ static void print_clients(const gmd_status *status, bool waiting)
                        c->details_hidden ? "-" : buffers);
                 if (waiting)
                         printf(" %4" PRIu32, c->waiting);
+                if (outside)
+                        printf(" %10s", ctl_size_text(c->outside_bytes, out,
+                                                      sizeof(out)));
                 printf("\n");
+        }
+        for (size_t i = 0; i < status->n_clients; i++) {
+                const gmd_client_status *c = &status->clients[i];
+
+                if (c->outside_bytes)
+                        printf("pid %" PRIu32 " holds %s of VRAM outside "
+                               "gpu-memd (fds it kept after freeing buffers, "
+                               "or memory allocated beside gpu-memd), charged "
+                               "to uid %" PRIu32 "'s vram_quota\n", c->pid,
+                               ctl_size_text(c->outside_bytes, out, sizeof(out)),
+                               c->uid);
         }
 }
 
@@ -605,6 +625,7 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                 json_uint(&w, "vram_bytes", c->vram_bytes);
                 json_uint(&w, "host_bytes", c->host_bytes);
                 json_uint(&w, "lent_bytes", c->lent_bytes);
+                json_uint(&w, "outside_bytes", c->outside_bytes);
                 json_end_object(&w);
         }
         json_end_array(&w);

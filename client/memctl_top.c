@@ -234,11 +234,16 @@ static int client_cmp(const void *a, const void *b)
 
 static void top_clients(top_view *v, gmd_status *s)
 {
-        char name[19], vram[16], host[16], buffers[12];
+        char name[19], vram[16], host[16], buffers[12], out[16] = "";
+        bool outside = false;
 
         qsort(s->clients, s->n_clients, sizeof(*s->clients), client_cmp);
-        top_line(v, "%7s %7s  %-18s %4s %10s %10s %7s %7s", "PID", "UID",
-                 "NAME", "PRIO", "VRAM", "HOST", "BUFFERS", "WAITING");
+        /* VRAM a process holds outside gpu-memd: shown where some does. */
+        for (size_t i = 0; i < s->n_clients; i++)
+                outside |= s->clients[i].outside_bytes != 0;
+        top_line(v, "%7s %7s  %-18s %4s %10s %10s %7s %7s%s", "PID", "UID",
+                 "NAME", "PRIO", "VRAM", "HOST", "BUFFERS", "WAITING",
+                 outside ? "    OUTSIDE" : "");
         if (s->n_clients == 0)
                 top_line(v, "(no clients)");
         for (size_t i = 0; i < s->n_clients; i++) {
@@ -249,14 +254,21 @@ static void top_clients(top_view *v, gmd_status *s)
                         break;
                 }
                 snprintf(buffers, sizeof(buffers), "%" PRIu32, c->buffers);
+                if (outside) {
+                        char size[16];
+
+                        snprintf(out, sizeof(out), " %10s",
+                                 ctl_size_text(c->outside_bytes, size,
+                                               sizeof(size)));
+                }
                 top_line(v, "%7" PRIu32 " %7" PRIu32 "  %-18s %4" PRId32
-                         " %10s %10s %7s %7" PRIu32, c->pid, c->uid,
+                         " %10s %10s %7s %7" PRIu32 "%s", c->pid, c->uid,
                          c->details_hidden ? "-" :
                          ctl_name_text(c->name, name, sizeof(name) - 1),
                          c->priority,
                          ctl_size_text(c->vram_bytes, vram, sizeof(vram)),
                          ctl_size_text(c->host_bytes, host, sizeof(host)),
-                         c->details_hidden ? "-" : buffers, c->waiting);
+                         c->details_hidden ? "-" : buffers, c->waiting, out);
         }
 }
 

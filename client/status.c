@@ -104,6 +104,7 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 c->vram_bytes = w->vram_bytes;
                 c->host_bytes = w->host_bytes;
                 c->lent_bytes = w->lent_bytes;
+                c->outside_bytes = w->outside_bytes;
         }
         s->n_buffers = reply->n_buffers;
         for (size_t i = 0; i < reply->n_buffers; i++) {

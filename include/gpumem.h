@@ -688,6 +688,16 @@ typedef struct gmd_client_status {
                                  * daemon while a request of its process
                                  * waits (GMD_ALLOC_YIELD, GMD_ACQUIRE_YIELD):
                                  * it may be moved out meanwhile */
+        uint64_t outside_bytes; /* VRAM its process holds outside gpu-memd
+                                 * (fds it kept after freeing buffers,
+                                 * memory allocated beside gpu-memd), as
+                                 * the driver reports it per process, less
+                                 * its buffers and a CUDA context
+                                 * ([limits] outside_vram_allowance):
+                                 * charged to its user's vram_quota and
+                                 * counted in the pool's `used`. On the
+                                 * oldest connection of a process only; 0
+                                 * from an older daemon */
 } gmd_client_status;
 
 typedef struct gmd_buffer_status {

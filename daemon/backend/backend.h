@@ -145,6 +145,13 @@ typedef struct gmd_backend_ops {
         /* The device is shared with other programs and the daemon's own
          * context: an automatic VRAM pool leaves [pools] vram_reserve free. */
         bool shares_device;
+        /* device_processes' figure for a process includes the memory of
+         * gpu-memd buffers it imported and maps (core/outside.c then
+         * subtracts what its sessions hold in the pool). False on cuda:
+         * measured on an H100 (driver 580), NVML counts a VMM allocation
+         * to the process that created it (this daemon) only, and one a
+         * client holds only through a kept fd to no process at all. */
+        bool processes_count_imports;
         /* Number of devices served. */
         unsigned (*device_count)(gmd_backend *backend);
         /* The device's memory as the driver sees it now (cuda:

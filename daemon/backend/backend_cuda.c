@@ -128,6 +128,7 @@ static void cuda_ops_destroy(gmd_backend *backend)
 static const gmd_backend_ops cuda_ops = {
         .name = "cuda",
         .shares_device = true,
+        .processes_count_imports = false,   /* backend.h: measured */
         .device_count = cuda_ops_device_count,
         .device_info = cuda_ops_device_info,
         .device_processes = cuda_ops_device_processes,

@@ -43,8 +43,14 @@
  * buffer's fd) holds GPU memory, and mem_create of VRAM fails with
  * -ENOMEM, as cuMemCreate does, when it would not fit beside it. Tests
  * write and remove the file to make memory appear and go outside the pool
- * (core/vram.c). Lines after the first, "PID SIZE", are the processes
- * holding it, as NVML would report them (device_processes).
+ * (core/vram.c). Lines after the first, "PID SIZE" or "PID SIZE DEVICE",
+ * are the processes holding device memory as the driver would report
+ * them per process (device_processes): on every device, or on DEVICE
+ * only. A figure stands for all the process holds there, the gpu-memd
+ * buffers it maps included (processes_count_imports), so a test says
+ * "pid P holds B bytes on device D" and the daemon charges P's user what
+ * that is beyond its sessions' buffers (core/outside.h). Never on by
+ * default: without the variable there are no per-process figures.
  */
 #include "backend.h"
 
@@ -159,7 +165,8 @@ static uint64_t sim_vram_others(const sim_backend *sim)
         return bytes;
 }
 
-/* The file's "PID SIZE" lines, after the first: who holds it. */
+/* The file's "PID SIZE [DEVICE]" lines, after the first: who holds
+ * `device`'s memory. */
 static int sim_device_processes(gmd_backend *b, unsigned device,
                                 gmd_gpu_process *ret, unsigned max)
 {
@@ -174,11 +181,13 @@ static int sim_device_processes(gmd_backend *b, unsigned device,
         line = strtok_r(text, "\n", &save);            /* the total */
         while (n < max && (line = strtok_r(NULL, "\n", &save))) {
                 char size[32];
-                unsigned pid;
+                unsigned pid, on;
                 uint64_t bytes;
+                int got = sscanf(line, "%u %31s %u", &pid, size, &on);
 
-                if (sscanf(line, "%u %31s", &pid, size) == 2 &&
-                    size_parse(size, &bytes) == 0) {
+                if (got == 3 && on != device)
+                        continue;       /* another device's */
+                if (got >= 2 && size_parse(size, &bytes) == 0) {
                         ret[n].pid = pid;
                         ret[n].bytes = bytes;
                         n++;
@@ -847,6 +856,7 @@ static int sim_mem_adopt_fd(gmd_backend *b, gmd_tier tier, unsigned device,
 static const gmd_backend_ops sim_ops = {
         .name = "sim",
         .shares_device = false,
+        .processes_count_imports = true,    /* the hook's figures say so */
         .device_count = sim_device_count,
         .device_info = sim_device_info,
         .device_processes = sim_device_processes,

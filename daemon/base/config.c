@@ -98,6 +98,9 @@ static const config_key config_keys[] = {
         KEY("limits", "max_buffers_per_user", KEY_COUNT, max_buffers_per_user, 1u << 24),
         KEY("limits", "max_waiting_per_user", KEY_COUNT, max_waiting_per_user, 1u << 20),
         KEY("limits", "wait_hold_ms", KEY_COUNT, wait_hold_ms, 3600000),
+        KEY_ONE_OF("limits", "outside_vram", outside_vram,
+                   "charge|disconnect|ignore"),
+        KEY("limits", "outside_vram_allowance", KEY_SIZE, outside_vram_allowance, 0),
         KEY("limits", "reclaim_timeout_ms", KEY_UINT, reclaim_timeout_ms, 3600000),
         KEY("limits", "priority_grace_ms", KEY_COUNT, priority_grace_ms, 3600000),
         KEY("limits", "memory_slice_ms", KEY_COUNT, memory_slice_ms, 3600000),
@@ -158,6 +161,10 @@ void config_init_defaults(gmd_config *config)
         config->max_buffers_per_user = 0;
         config->max_waiting_per_user = 256;
         config->wait_hold_ms = 5000;
+        strcpy(config->outside_vram, "charge");
+        /* A bare CUDA context: 518 MiB in NVML on an H100 (driver 580),
+         * and some room for modules loaded later. */
+        config->outside_vram_allowance = 640ull << 20;
         config->reclaim_timeout_ms = 2000;
         strcpy(config->restart_keep, "off");
         config->restart_hold_s = 300;

@@ -31,7 +31,7 @@ typedef enum gmd_log_level {
 } gmd_log_level;
 
 /* The keys config.c's table defines (checked there at compile time). */
-#define CONFIG_N_KEYS 43
+#define CONFIG_N_KEYS 45
 
 /* Where one key's value came from: a line of gmd_config.file, or the
  * `where` config_set was given (a command-line option), or neither (the
@@ -85,6 +85,14 @@ typedef struct gmd_config {
                                            * clients waiting; 0 = no limit */
         unsigned wait_hold_ms;            /* a waiter that does not fit this
                                            * long holds back smaller ones */
+        /* VRAM a client's process holds beyond what gpu-memd accounts to
+         * it (core/outside.h): "charge" (its user's quota and the pool
+         * count it; the default), "disconnect" (also end the sessions of
+         * a process whose user it puts over its vram_quota), "ignore"
+         * (shown only); and what of a process's figure is its CUDA
+         * context, never charged. */
+        char outside_vram[16];
+        uint64_t outside_vram_allowance;
         /* [restart]: what outlives the daemon (restore.h): "auto"
          * (systemd's fd store under systemd, else a keeper process),
          * "systemd", "keeper", "off"; how long a keeper holds what a dead

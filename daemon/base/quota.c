@@ -261,9 +261,10 @@ quota_verdict quota_check(const gmd_limits *l, uid_t uid, const gmd_usage *u,
 {
         uint64_t quota = tier == GMD_TIER_HOST ? l->host_quota : l->vram_quota;
         const char *from = tier == GMD_TIER_HOST ? l->host_from : l->vram_from;
-        char held[32], asked[32], limit[32];
+        uint64_t outside = tier == GMD_TIER_VRAM ? u->outside : 0;
+        char held[32], asked[32], limit[32], out[32];
 
-        if (quota && u->bytes[tier] + size > quota) {
+        if (quota && u->bytes[tier] + outside + size > quota) {
                 uint64_t parked = tier == GMD_TIER_VRAM ? u->parked : 0;
 
                 /* A client that parked a buffer it had released may see it
@@ -272,8 +273,27 @@ quota_verdict quota_check(const gmd_limits *l, uid_t uid, const gmd_usage *u,
                 if (parked > u->bytes[tier])
                         parked = u->bytes[tier];
 
-                if (u->bytes[tier] - parked + size <= quota)
+                if (u->bytes[tier] - parked + outside + size <= quota)
                         return QUOTA_PARKED;
+                if (outside) {
+                        result_error(ret, GMD_ERR_QUOTA,
+                                     "uid %u holds %s of VRAM outside gpu-memd "
+                                     "through fds its processes kept after "
+                                     "freeing buffers, or memory they allocated "
+                                     "beside gpu-memd, and %s in gpu-memd; %s "
+                                     "more would pass its vram_quota of %s set "
+                                     "in %s: close those fds (or end the "
+                                     "processes holding them; gpu-memctl status "
+                                     "shows which, under \"outside\"), and the "
+                                     "charge goes within seconds", (unsigned)uid,
+                                     size_format(outside, out, sizeof(out)),
+                                     size_format(u->bytes[tier] - parked, held,
+                                                 sizeof(held)),
+                                     size_format(size, asked, sizeof(asked)),
+                                     size_format(quota, limit, sizeof(limit)),
+                                     from);
+                        return QUOTA_REFUSED;
+                }
                 result_error(ret, GMD_ERR_QUOTA,
                              "uid %u holds %s of %s; %s more would pass its "
                              "%s_quota of %s set in %s", (unsigned)uid,

@@ -72,6 +72,10 @@ typedef struct gmd_usage {
         uint64_t parked;            /* of bytes[GMD_TIER_VRAM], parked */
         unsigned buffers;           /* parked included */
         unsigned parked_buffers;
+        /* VRAM its clients' processes hold outside gpu-memd (through fds
+         * they kept, or allocated beside it), charged to its vram_quota
+         * (core/outside.h); 0 where not charged. */
+        uint64_t outside;
 } gmd_usage;
 
 typedef enum quota_verdict {
@@ -87,8 +91,10 @@ bool quota_applies(const gmd_limits *limits, gmd_tier tier);
 /* Would `size` more bytes on `tier` pass the limits of user `uid`, who
  * holds `usage` across its clients? Parked buffers count (an unpark cannot
  * be refused), but when they are all that is in the way the answer is
- * QUOTA_PARKED: the caller asks for them back and waits. QUOTA_REFUSED
- * fills `ret` with GMD_ERR_QUOTA and what is held. */
+ * QUOTA_PARKED: the caller asks for them back and waits. VRAM held
+ * outside gpu-memd (usage->outside) counts against vram_quota too, and a
+ * refusal it takes part in says so. QUOTA_REFUSED fills `ret` with
+ * GMD_ERR_QUOTA and what is held. */
 quota_verdict quota_check(const gmd_limits *limits, uid_t uid,
                           const gmd_usage *usage, uint64_t size, gmd_tier tier,
                           gmd_result *ret);

@@ -20,6 +20,8 @@ typedef struct gmd_stats {
         uint64_t connections;          /* accepted, ever */
         uint64_t connections_refused;  /* refused: limits or out of fds */
         uint64_t disconnects_protocol; /* closed for a protocol error */
+        uint64_t disconnects_outside;  /* closed for VRAM held outside
+                                        * over quota (core/outside.h) */
         uint64_t allocations;          /* succeeded */
         uint64_t frees;
         uint64_t alloc_waited;         /* succeeded after waiting */

@@ -17,6 +17,7 @@
 #include "loan.h"
 #include "log.h"
 #include "move.h"
+#include "outside.h"
 #include "evict.h"
 #include "reuse.h"
 #include "parking.h"
@@ -46,6 +47,9 @@ static quota_verdict alloc_quota(gmd_session *s, uint64_t size, gmd_tier tier,
         if (!quota_applies(&s->limits, tier))
                 return QUOTA_OK;
         session_user_usage(&s->server->sessions.all, s->uid, &u);
+        /* VRAM its processes hold outside gpu-memd (outside.h). */
+        if (!outside_charges(&s->server->config))
+                u.outside = 0;
         return quota_check(&s->limits, s->uid, &u, size, tier, ret);
 }
 

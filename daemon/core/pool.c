@@ -20,6 +20,7 @@ void pool_init(gmd_pool *pool, unsigned device, gmd_tier tier,
         /* Whole granules only: a partial one could never be handed out. */
         pool->capacity = capacity - capacity % granularity;
         pool->used = 0;
+        pool->outside = 0;
 }
 
 void pool_resize(gmd_pool *pool, uint64_t capacity)

@@ -16,6 +16,10 @@ typedef struct gmd_pool {
         gmd_tier tier;
         uint64_t capacity;
         uint64_t used;
+        /* VRAM clients' processes hold outside gpu-memd, charged to the
+         * pool so it does not offer that room (core/outside.h): set at
+         * each refresh, not taken or given. */
+        uint64_t outside;
         uint64_t granularity;
 } gmd_pool;
 
@@ -39,9 +43,13 @@ void pool_give(gmd_pool *pool, uint64_t bytes);
  * capacity: what is held is held. */
 void pool_charge(gmd_pool *pool, uint64_t bytes);
 
+/* What it may still hand out: the capacity less what buffers hold and
+ * what is charged for memory held outside. */
 static inline uint64_t pool_free(const gmd_pool *pool)
 {
-        return pool->used < pool->capacity ? pool->capacity - pool->used : 0;
+        uint64_t held = pool->used + pool->outside;
+
+        return held < pool->capacity ? pool->capacity - held : 0;
 }
 
 /* "device 0 VRAM" / "host" — for messages. */

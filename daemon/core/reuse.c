@@ -353,6 +353,23 @@ uint64_t reuse_bytes(const gmd_reuse *r, unsigned device)
         return device < GMD_MAX_DEVICES ? r->kept_on[device] : 0;
 }
 
+uint64_t reuse_owner_bytes(const gmd_reuse *r, const gmd_reuse_owner *owner,
+                           unsigned device)
+{
+        const gmd_list *pos;
+        uint64_t n = 0;
+
+        if (!owner->kept_bytes)
+                return 0;
+        list_for_each(pos, &r->kept) {
+                const reuse_entry *e = container_of(pos, reuse_entry, link);
+
+                if (e->owner == owner && e->mem->device == device)
+                        n += e->mem->size;
+        }
+        return n;
+}
+
 uint64_t reuse_reachable_bytes(const gmd_reuse *r, unsigned device)
 {
         if (device >= GMD_MAX_DEVICES)

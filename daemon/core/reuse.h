@@ -166,6 +166,12 @@ void reuse_forget(gmd_reuse *reuse, gmd_reuse_owner *owner);
 /* Bytes kept on `device`, all clients. */
 uint64_t reuse_bytes(const gmd_reuse *reuse, unsigned device);
 
+/* Of those, what is kept for `owner` (mapped there or not: its fd went
+ * to that client). Walks what is kept; for the periodic refresh of
+ * memory held outside (outside.h), not per request. */
+uint64_t reuse_owner_bytes(const gmd_reuse *reuse, const gmd_reuse_owner *owner,
+                           unsigned device);
+
 /* Of those, what can still become room: all but the memory asked back
  * from an owner that has not answered within ask_timeout_ms. */
 uint64_t reuse_reachable_bytes(const gmd_reuse *reuse, unsigned device);

@@ -171,7 +171,7 @@ int session_notify_reclaim(gmd_session *s, unsigned device, uint64_t bytes)
 
 void session_user_usage(const gmd_list *sessions, uid_t uid, gmd_usage *ret_usage)
 {
-        gmd_usage u = { { 0, 0 }, 0, 0, 0 };
+        gmd_usage u = { { 0, 0 }, 0, 0, 0, 0 };
         const gmd_list *pos;
 
         list_for_each(pos, sessions) {
@@ -185,6 +185,8 @@ void session_user_usage(const gmd_list *sessions, uid_t uid, gmd_usage *ret_usag
                 u.parked += s->parking.bytes;
                 u.buffers += s->n_buffers;
                 u.parked_buffers += s->parking.n;
+                for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
+                        u.outside += s->outside_on[d];
         }
         *ret_usage = u;
 }

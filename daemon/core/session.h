@@ -109,6 +109,10 @@ typedef struct gmd_session {
         /* The most it held there at once: the room a memory slice it
          * holds keeps for it (server_slice_keeps). */
         uint64_t vram_peak[GMD_MAX_DEVICES];
+        /* VRAM its process holds on each device beyond what gpu-memd
+         * accounts to it, as last refreshed (outside.h); on the oldest
+         * session of its process only, 0 on the others. */
+        uint64_t outside_on[GMD_MAX_DEVICES];
         /* Its buffers of a device acquired now, on either tier, and when
          * that last fell to none (server_idle). */
         unsigned acquired_on[GMD_MAX_DEVICES];

@@ -30,7 +30,10 @@ static void take_pool(const gmd_server *server, unsigned i,
         ret->device = p->device;
         ret->tier = p->tier;
         ret->capacity = p->capacity;
-        ret->used = p->used;
+        /* What is charged for memory clients hold outside gpu-memd is in
+         * use as far as the pool is concerned (outside.h). */
+        ret->used = p->used + p->outside;
+        ret->outside = p->outside;
         ret->free = pool_free(p);
         if (i >= server->devices.n)
                 return;
@@ -84,6 +87,8 @@ static void take_client(const gmd_session *s, gmd_client_snapshot *ret)
         ret->tier_bytes[0] = s->tier_bytes[0];
         ret->tier_bytes[1] = s->tier_bytes[1];
         ret->parked_bytes = s->parking.bytes;
+        for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
+                ret->outside_bytes += s->outside_on[d];
         list_for_each(pos, &s->buffers) {
                 const gmd_dbuffer *b = container_of(pos, gmd_dbuffer, owner_link);
 

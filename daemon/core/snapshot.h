@@ -26,7 +26,9 @@ typedef struct gmd_server gmd_server;
 typedef struct gmd_pool_snapshot {
         unsigned device;
         int tier;                    /* gmd_tier */
-        uint64_t capacity, used, free;
+        uint64_t capacity, used, free;  /* used: `outside` included */
+        uint64_t outside;            /* charged for VRAM clients' processes
+                                      * hold outside gpu-memd (outside.h) */
         /* VRAM pools only (zero on the host pool): */
         unsigned queued[2];          /* moves queued or copying, by gmd_copy_dir */
         uint64_t bytes[2];           /* bytes copied since start, by direction */
@@ -62,6 +64,8 @@ typedef struct gmd_client_snapshot {
         uint64_t parked_bytes;       /* of `bytes`, in its mapping cache */
         uint64_t lent_bytes;         /* of `bytes`, lent while its process
                                       * waits (loan.h) */
+        uint64_t outside_bytes;      /* VRAM its process holds outside
+                                      * gpu-memd, all devices (outside.h) */
 } gmd_client_snapshot;
 
 /* One buffer (only with SNAPSHOT_BUFFERS, as the filter chose), in the

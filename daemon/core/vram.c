@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "log.h"
+#include "outside.h"
 #include "pool.h"
 #include "server.h"
 #include "size.h"
@@ -80,11 +81,14 @@ void vram_refresh_processes(gmd_server *server, unsigned device)
         if (got < 0) {
                 v->processes_known = false;
                 v->n_processes = 0;
+                outside_refresh(server, device, NULL, 0);
                 return;
         }
         for (int i = 0; i < got; i++)
                 if (all[i].pid != (uint32_t)getpid())  /* counted as own */
                         all[n++] = all[i];
+        /* Every process, not only those shown: each client's is charged. */
+        outside_refresh(server, device, all, n);
         qsort(all, n, sizeof(all[0]), process_cmp);
         if (n > VRAM_MAX_PROCESSES)
                 n = VRAM_MAX_PROCESSES;

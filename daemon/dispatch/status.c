@@ -79,6 +79,7 @@ static void render_client(const gmd_session *viewer,
         ret->vram_bytes = c->tier_bytes[GMD_TIER_VRAM];
         ret->host_bytes = c->tier_bytes[GMD_TIER_HOST];
         ret->lent_bytes = c->lent_bytes;
+        ret->outside_bytes = c->outside_bytes;
         if (may_see_details(viewer, c->uid)) {
                 ret->name = (char *)c->name;
                 ret->buffers = c->n_buffers;

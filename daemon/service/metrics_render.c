@@ -88,6 +88,7 @@ typedef struct user_sum {
         unsigned long uid;
         unsigned clients;
         uint64_t bytes[2];          /* by tier */
+        uint64_t outside;           /* VRAM held outside gpu-memd */
 } user_sum;
 
 /* Series per user (always): as many as users connected, stable while the
@@ -113,6 +114,7 @@ static void render_per_user(promtext *t, const gmd_snapshot *snap)
                 users[i].clients++;
                 users[i].bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM];
                 users[i].bytes[GMD_TIER_HOST] += s->tier_bytes[GMD_TIER_HOST];
+                users[i].outside += s->outside_bytes;
         }
         promtext_family(t, "gpumemd_user_clients", "gauge",
                         "Clients connected (after the hello), by user.");
@@ -127,6 +129,14 @@ static void render_per_user(promtext *t, const gmd_snapshot *snap)
                                         "tier=\"%s\"} %" PRIu64 "\n", users[i].uid,
                                         tier == GMD_TIER_VRAM ? "vram" : "host",
                                         users[i].bytes[tier]);
+        promtext_family(t, "gpumemd_user_outside_bytes", "gauge",
+                        "VRAM the processes of one user's clients hold outside "
+                        "gpu-memd (fds kept after freeing buffers, memory "
+                        "allocated beside it), charged to its vram_quota "
+                        "unless [limits] outside_vram = ignore.");
+        for (unsigned i = 0; i < n; i++)
+                promtext_printf(t, "gpumemd_user_outside_bytes{uid=\"%lu\"} %"
+                                PRIu64 "\n", users[i].uid, users[i].outside);
         free(users);
 }
 
@@ -240,6 +250,13 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                         promtext_printf(t, "gpumemd_vram_unaccounted_bytes{"
                                         "device=\"%u\"} %" PRIu64 "\n", i,
                                         snap->pools[i].unaccounted);
+        promtext_family(t, "gpumemd_vram_outside_charged_bytes", "gauge",
+                        "VRAM clients' processes hold outside gpu-memd, "
+                        "charged to the pool (counted in its used bytes).");
+        for (unsigned i = 0; i < n_devices; i++)
+                promtext_printf(t, "gpumemd_vram_outside_charged_bytes{"
+                                "device=\"%u\"} %" PRIu64 "\n", i,
+                                snap->pools[i].outside);
         promtext_family(t, "gpumemd_vram_device_free_bytes", "gauge",
                         "VRAM free on the device, as the driver says.");
         for (unsigned i = 0; i < n_devices; i++)
@@ -364,6 +381,11 @@ static void render_counters(promtext *t, const gmd_stats *st)
         promtext_metric(t, "gpumemd_protocol_disconnects_total", "counter",
                         "Clients disconnected for breaking the protocol.",
                         st->disconnects_protocol);
+        promtext_metric(t, "gpumemd_outside_disconnects_total", "counter",
+                        "Clients disconnected for VRAM their process holds "
+                        "outside gpu-memd over their user's vram_quota "
+                        "([limits] outside_vram = disconnect).",
+                        st->disconnects_outside);
         promtext_metric(t, "gpumemd_connections_total", "counter",
                         "Client connections accepted.",
                         st->connections);

@@ -18,10 +18,31 @@
  * context just before, so nothing here asks the driver for more than it
  * has free; the refused allocation is asked of gpu-memd, which must not
  * pass it on. The figures are printed, so the log says what was tried.
+ *
+ * Then the charge (daemon/core/outside.h), on a second gpu-memd whose
+ * config gives the tenant's uid a vram_quota of 8G (uid 65534 when run
+ * as root, the worker dropping to it before it connects; else this uid,
+ * and the root allocation below is not checked). A tenant worker:
+ *   A. cuMemAlloc's 9 GiB beside gpu-memd: status shows them as its
+ *      client's outside bytes; its next allocation is refused with
+ *      GMD_EQUOTA and the sentence; root's allocation of what the pool
+ *      says free succeeds; freed, the charge goes and it allocates again.
+ *   B. allocates 1 GiB through gpu-memd, dups the fd libgpumem keeps
+ *      for it (fds at or above 1024), frees, and repeats: refused once
+ *      what it keeps passes its quota plus its context, and root's
+ *      allocation of what the pool says free succeeds. Measured on an
+ *      H100 (driver 580), NVML counts memory held only through a kept fd
+ *      to no process, so B fails there: its lines say what NVML showed.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cuda_driver.h"
 #include "gpu_kernels.h"
@@ -33,7 +54,7 @@
 /* What the worker leaves free on the GPU. */
 #define LEAVE_FREE (4 * GiB)
 
-enum { H_TAKE = 1, H_FREE };
+enum { H_TAKE = 1, H_FREE, T_INIT, T_CUDA, T_CUDA_FREE, T_ALLOC, T_ROUND };
 
 typedef struct hcmd {
         int op;
@@ -42,12 +63,18 @@ typedef struct hcmd {
 
 typedef struct hreply {
         int r;
+        unsigned kept;           /* T_ROUND: fds kept so far */
         uint64_t taken;          /* bytes cuMemAlloc'd */
         uint64_t free_before;    /* the driver's free before it */
         char msg[160];
 } hreply;
 
-/* The outside user: a plain CUDA process, no gpu-memd. */
+/* The tenant's side (tenant_op). */
+static int tenant_op(const gmd_cuda_driver *cu, const hcmd *c, hreply *rep);
+
+/* The outside user: a plain CUDA process, no gpu-memd; or the tenant of
+ * the quota part, which uses both (its first command says which: a
+ * tenant drops to its uid before CUDA or gpu-memd see it). */
 static int hog(int sock)
 {
         const gmd_cuda_driver *cu = NULL;
@@ -58,15 +85,34 @@ static int hog(int sock)
         CUdevice dev;
         hcmd c;
 
+        if (gpu_proc_recv(sock, &c, sizeof(c), fds) < 0)
+                return 2;
+        if (c.op == T_INIT) {
+                hreply rep = { 0 };
+
+                if (c.leave != (uint64_t)getuid() &&
+                    (setgid((gid_t)c.leave) < 0 || setuid((uid_t)c.leave) < 0))
+                        rep.r = -errno;
+                if (gpu_proc_send(sock, &rep, sizeof(rep), NULL, 0) < 0 || rep.r)
+                        return 2;
+                if (gpu_proc_recv(sock, &c, sizeof(c), fds) < 0)
+                        return 2;
+        }
         if (cuda_driver_load(&cu, &why) < 0 || cu->cuDeviceGet(&dev, 0) ||
             cu->cuDevicePrimaryCtxRetain(&ctx, dev) || cu->cuCtxSetCurrent(ctx))
                 return 2;
-        while (gpu_proc_recv(sock, &c, sizeof(c), fds) == 0) {
+        do {
                 hreply rep = { 0 };
                 size_t f = 0, t = 0;
                 char err[128];
                 CUresult res;
 
+                if (c.op >= T_CUDA) {
+                        rep.r = tenant_op(cu, &c, &rep);
+                        if (gpu_proc_send(sock, &rep, sizeof(rep), NULL, 0) < 0)
+                                break;
+                        continue;
+                }
                 switch (c.op) {
                 case H_TAKE:
                         res = cu->cuMemGetInfo(&f, &t);
@@ -96,7 +142,7 @@ static int hog(int sock)
                 }
                 if (gpu_proc_send(sock, &rep, sizeof(rep), NULL, 0) < 0)
                         break;
-        }
+        } while (gpu_proc_recv(sock, &c, sizeof(c), fds) == 0);
         if (block)
                 cu->cuMemFree(block);
         return 0;
@@ -297,11 +343,251 @@ static void run(gmd_client *c)
                 gmd_free(c, again);
 }
 
+/* ---- the charge: a tenant with a vram_quota of 8G ---------------------- */
+
+#define TENANT_QUOTA (8 * GiB)
+#define TENANT_CUDA_GIB 9
+#define TENANT_ROUNDS 12
+
+static gmd_client *tenant;              /* in the tenant worker */
+static CUdeviceptr tenant_blocks[TENANT_CUDA_GIB];
+static unsigned tenant_kept;
+
+/* The fds at or above 1024 (where libgpumem keeps those of the segments
+ * it maps) not in `before` (n of them): dup each below it, kept. */
+static unsigned keep_new_fds(const int *before, unsigned n)
+{
+        DIR *dir = opendir("/proc/self/fd");
+        struct dirent *e;
+        unsigned kept = 0;
+
+        if (!dir)
+                return 0;
+        while ((e = readdir(dir))) {
+                int fd = atoi(e->d_name);
+                bool old = false;
+
+                if (fd < 1024 || fd == dirfd(dir))
+                        continue;
+                for (unsigned i = 0; i < n; i++)
+                        old |= before[i] == fd;
+                if (!old && fcntl(fd, F_DUPFD_CLOEXEC, 3) >= 0)
+                        kept++;
+        }
+        closedir(dir);
+        return kept;
+}
+
+static unsigned high_fds(int *ret, unsigned max)
+{
+        DIR *dir = opendir("/proc/self/fd");
+        struct dirent *e;
+        unsigned n = 0;
+
+        if (!dir)
+                return 0;
+        while ((e = readdir(dir)) && n < max) {
+                int fd = atoi(e->d_name);
+
+                if (fd >= 1024 && fd != dirfd(dir))
+                        ret[n++] = fd;
+        }
+        closedir(dir);
+        return n;
+}
+
+static int tenant_op(const gmd_cuda_driver *cu, const hcmd *c, hreply *rep)
+{
+        gmd_buffer *b = NULL;
+        int before[256], r;
+        unsigned n;
+
+        if (!tenant && gmd_connect(NULL, "tenant", &tenant) < 0) {
+                snprintf(rep->msg, sizeof(rep->msg), "connect: %s",
+                         gmd_last_error());
+                return -ENOTCONN;
+        }
+        switch (c->op) {
+        case T_CUDA:
+                for (unsigned i = 0; i < TENANT_CUDA_GIB; i++)
+                        if (cu->cuMemAlloc(&tenant_blocks[i], GiB))
+                                return -ENOMEM;
+                return 0;
+        case T_CUDA_FREE:
+                for (unsigned i = 0; i < TENANT_CUDA_GIB; i++)
+                        if (tenant_blocks[i])
+                                cu->cuMemFree(tenant_blocks[i]);
+                memset(tenant_blocks, 0, sizeof(tenant_blocks));
+                return 0;
+        case T_ALLOC:
+                r = gmd_alloc(tenant, c->leave, 0, 0, 0, &b);
+                snprintf(rep->msg, sizeof(rep->msg), "%s",
+                         r ? gmd_last_error() : "served");
+                if (r == 0)
+                        gmd_free(tenant, b);
+                return r;
+        case T_ROUND:
+                n = high_fds(before, 256);
+                r = gmd_alloc(tenant, GiB, 0, 0, 0, &b);
+                snprintf(rep->msg, sizeof(rep->msg), "%s",
+                         r ? gmd_last_error() : "served");
+                if (r == 0) {
+                        tenant_kept += keep_new_fds(before, n);
+                        gmd_free(tenant, b);
+                }
+                rep->kept = tenant_kept;
+                return r;
+        }
+        return -EINVAL;
+}
+
+/* Status of the tenant's client (by pid): its outside bytes; and what
+ * NVML says of the pid. */
+static uint64_t tenant_outside(gmd_client *c, pid_t pid, long long *ret_nvml)
+{
+        gmd_status *s = NULL;
+        uint64_t out = 0;
+
+        *ret_nvml = processes_listed(c, pid).mine;
+        if (gmd_query_status(c, GMD_STATUS_CLIENTS, 0, &s) < 0)
+                return 0;
+        for (size_t i = 0; i < s->n_clients; i++)
+                if (s->clients[i].pid == (uint32_t)pid)
+                        out += s->clients[i].outside_bytes;
+        gmd_status_free(s);
+        return out;
+}
+
+/* Root's allocation of what the pool says free (rounded down to 2 MiB). */
+static void root_takes_pool_free(gmd_client *c, bool other_uid, const char *when)
+{
+        gmd_pool_status p = { 0 };
+        gmd_buffer *b = NULL;
+        uint64_t size;
+        int r;
+
+        if (!other_uid) {
+                printf("NOTE: not root: the tenant is this uid, the root "
+                       "allocation (%s) not checked\n", when);
+                return;
+        }
+        CHECK(vram_pool(c, &p) == 0, "status: %s", gmd_last_error());
+        size = p.free / (2 * MiB) * (2 * MiB);
+        if (size == 0)
+                return;
+        r = gmd_alloc(c, size, 0, 0, 0, &b);
+        printf("%s: root allocates what the pool says free, %llu MiB: %d %s\n",
+               when, (unsigned long long)(size / MiB), r,
+               r ? gmd_last_error() : "served");
+        CHECK(r == 0, "%s: root's allocation of the pool's free %llu MiB: %s",
+              when, (unsigned long long)(size / MiB), gmd_last_error());
+        if (r == 0)
+                gmd_free(c, b);
+}
+
+static void tenant_test(void)
+{
+        bool root = geteuid() == 0;
+        uid_t uid = root ? 65534 : getuid();
+        char conf[96] = "/tmp/gmd-outside-XXXXXX", text[160];
+        const char *extra[] = { "--config", conf, NULL };
+        gmd_client *c = NULL;
+        long long nvml = -1;
+        int refused_at = -1, fd, r;
+        uint64_t out;
+        gpu_daemon d;
+        hreply rep;
+        gpu_proc t;
+
+        fd = mkstemp(conf);
+        CHECK(fd >= 0, "config file");
+        if (fd < 0)
+                return;
+        snprintf(text, sizeof(text), "[daemon]\nsocket_mode = 0666\n"
+                 "[user %u]\nvram_quota = 8G\n", (unsigned)uid);
+        CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text), "write");
+        close(fd);
+        r = gpu_daemon_start(extra, &d);
+        CHECK(r == 0, "start gpu-memd with %s: %s", conf, strerror(-r));
+        if (r < 0)
+                goto out;
+        if (root)
+                chmod(d.dir, 0755);     /* the tenant reaches the socket */
+        CHECK(gmd_connect(NULL, "root", &c) == 0, "connect: %s", gmd_last_error());
+        CHECK(gpu_proc_spawn("tenant", &t) == 0, "spawn the tenant");
+        rep = ask(&t, T_INIT, uid);
+        CHECK(rep.r == 0, "the tenant runs as uid %u", (unsigned)uid);
+
+        /* A: memory allocated beside gpu-memd. */
+        rep = ask(&t, T_ALLOC, GiB);
+        CHECK(rep.r == 0, "A: the tenant allocates 1 GiB first: %s", rep.msg);
+        rep = ask(&t, T_CUDA, 0);
+        CHECK(rep.r == 0, "A: the tenant cuMemAlloc's %d GiB", TENANT_CUDA_GIB);
+        out = tenant_outside(c, t.pid, &nvml);
+        printf("A: the tenant holds %d GiB beside gpu-memd: NVML %lld MiB, "
+               "outside %llu MiB\n", TENANT_CUDA_GIB,
+               nvml < 0 ? -1 : nvml / (long long)MiB,
+               (unsigned long long)(out / MiB));
+        CHECK(out >= (TENANT_CUDA_GIB - 1) * GiB, "A: status shows the "
+              "tenant's %d GiB as outside (%llu MiB)", TENANT_CUDA_GIB,
+              (unsigned long long)(out / MiB));
+        rep = ask(&t, T_ALLOC, GiB);
+        printf("A: the tenant allocates 1 GiB: %d %s\n", rep.r, rep.msg);
+        CHECK(rep.r == GMD_EQUOTA && strstr(rep.msg, "outside gpu-memd"),
+              "A: refused with GMD_EQUOTA naming what is held outside: %d %s",
+              rep.r, rep.msg);
+        root_takes_pool_free(c, root, "A");
+        rep = ask(&t, T_CUDA_FREE, 0);
+        out = tenant_outside(c, t.pid, &nvml);
+        CHECK(out == 0, "A: the charge goes with the bytes (%llu MiB left)",
+              (unsigned long long)(out / MiB));
+        rep = ask(&t, T_ALLOC, GiB);
+        CHECK(rep.r == 0, "A: the tenant allocates again: %s", rep.msg);
+
+        /* B: fds kept after freeing. */
+        for (int i = 1; i <= TENANT_ROUNDS; i++) {
+                rep = ask(&t, T_ROUND, 0);
+                out = tenant_outside(c, t.pid, &nvml);
+                printf("B: round %d: %d (%s); fds kept %u; NVML %lld MiB; "
+                       "outside %llu MiB\n", i, rep.r, rep.msg, rep.kept,
+                       nvml < 0 ? -1 : nvml / (long long)MiB,
+                       (unsigned long long)(out / MiB));
+                if (rep.r != 0) {
+                        refused_at = i;
+                        CHECK(rep.r == GMD_EQUOTA &&
+                              strstr(rep.msg, "outside gpu-memd"),
+                              "B: refused with GMD_EQUOTA naming what is held "
+                              "outside: %d %s", rep.r, rep.msg);
+                        break;
+                }
+        }
+        /* 1 GiB a round kept: over 8 GiB plus a context by round 9. */
+        CHECK(refused_at > 0 && refused_at <= 10, "B: the tenant keeping "
+              "freed buffers' fds is refused once over its quota (refused at "
+              "round %d); where NVML shows the tenant with its context only, "
+              "the driver counts memory held through a kept fd to no process "
+              "and the charge cannot see it", refused_at);
+        root_takes_pool_free(c, root, "B");
+        gpu_proc_wait(&t);
+        gmd_disconnect(c);
+        CHECK(gpu_daemon_stop(&d, gpu_failures ? stdout : NULL) == 0,
+              "gpu-memd stops cleanly");
+out:
+        unlink(conf);
+}
+
 int main(int argc, char **argv)
 {
         int sock = gpu_proc_worker_sock(argc, argv);
+        int r;
 
         if (sock >= 0)
                 return hog(sock);
-        return gpu_client_test("vram-outside", run);
+        r = gpu_client_test("vram-outside", run);
+        if (r == GPU_TEST_SKIP)
+                return r;
+        tenant_test();
+        printf("%s (the charge): %d failure(s)\n", gpu_failures ? "FAIL" :
+               "PASS", gpu_failures);
+        return gpu_failures ? 1 : 0;
 }

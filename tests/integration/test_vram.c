@@ -16,6 +16,13 @@
  * hook's "PID SIZE" lines stand for NVML's figures); and once the outside use is gone the same
  * allocation fits again. tests/gpu/test_gpu_vram_outside.c is the same on
  * a GPU, with a real second process.
+ *
+ * VRAM a client's own process holds beyond its buffers (core/outside.h;
+ * the hook's "PID SIZE" line for this process stands for the driver's
+ * figure of it): charged to its user's vram_quota, refused in words,
+ * shown per client, counted in the pool so what the pool says free is
+ * there; [limits] outside_vram = disconnect ends its sessions; the charge
+ * goes with the bytes.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -350,6 +357,178 @@ static void test_daemon_gone_releases_cached_mappings(void **state)
                          "the daemon stopped", vram_mappings());
 }
 
+/* The config of the outside tests: a CUDA context's allowance of 4 MiB,
+ * [limits] outside_vram as `policy`, and a vram_quota for this uid
+ * (`quota` NULL: none). */
+static const char *outside_config(const char *policy, const char *quota)
+{
+        static char text[256];
+
+        snprintf(text, sizeof(text), "[limits]\noutside_vram = %s\n"
+                 "outside_vram_allowance = 4M\n%s%u%s%s%s", policy,
+                 quota ? "[user " : "", quota ? (unsigned)getuid() : 0,
+                 quota ? "]\nvram_quota = " : "", quota ? quota : "",
+                 quota ? "\n" : "");
+        if (!quota)
+                snprintf(text, sizeof(text), "[limits]\noutside_vram = %s\n"
+                         "outside_vram_allowance = 4M\n", policy);
+        return text;
+}
+
+/* This process holds `driver` per the hook (its buffers included), and
+ * `outside` of the GPU is used beyond what gpu-memd created. */
+static void hold(fixture *f, const char *outside, const char *driver)
+{
+        char text[96];
+
+        snprintf(text, sizeof(text), "%s\n%d %s 0\n", outside, (int)getpid(),
+                 driver);
+        harness_write_file(others_path(f), text);
+}
+
+/* This process's client as status shows it after a refresh. */
+static gmd_client_status my_client(fixture *f)
+{
+        gmd_status *s = harness_status(f->client);
+        gmd_client_status c = { 0 };
+        uint64_t outside = 0;
+
+        for (size_t i = 0; i < s->n_clients; i++)
+                if (s->clients[i].pid == (uint32_t)getpid()) {
+                        outside += s->clients[i].outside_bytes;
+                        if (!c.client_id)
+                                c = s->clients[i];
+                }
+        gmd_status_free(s);
+        c.outside_bytes = outside;
+        return c;
+}
+
+/* A user with a vram_quota of 32 MiB whose process holds 40 MiB beyond
+ * its 8 MiB buffer (48 MiB in the driver's figure: 4 of them its
+ * context's allowance, so 36 MiB charged) is refused its next allocation
+ * with GMD_EQUOTA and the sentence; status and gpu-memctl show the
+ * bytes; the pool counts them; once they are gone it allocates again. */
+static void test_outside_charged_to_quota(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *mine = NULL, *b = NULL;
+        gmd_pool_status p;
+        char *out;
+        int r;
+
+        start(f, outside_config("charge", "32M"));
+        OK(gmd_alloc(f->client, 8 * MiB, 0, 0, 0, &mine));
+        hold(f, "36M", "48M");
+        if (my_client(f).outside_bytes != 36 * MiB)
+                fail_msg("status shows %llu bytes outside for this process, "
+                         "want 36 MiB", (unsigned long long)
+                         my_client(f).outside_bytes);
+        p = harness_vram_pool(f->client, 0);
+        if (p.used != 44 * MiB || p.free != 20 * MiB)
+                fail_msg("the pool shows %llu used, %llu free; want 44 MiB "
+                         "(8 of buffers, 36 charged) and 20 MiB",
+                         (unsigned long long)p.used, (unsigned long long)p.free);
+        r = gmd_alloc(f->client, 2 * MiB, 0, 0, 0, &b);
+        if (r != GMD_EQUOTA || !strstr(gmd_last_error(), "36 MiB of VRAM "
+                                       "outside gpu-memd through fds its "
+                                       "processes kept") ||
+            !strstr(gmd_last_error(), "close those fds"))
+                fail_msg("alloc over quota by memory held outside = %d (%s), "
+                         "want GMD_EQUOTA saying so", r, gmd_last_error());
+        out = ctl_status(f);
+        if (!strstr(out, "OUTSIDE") || !strstr(out, "holds 36 MiB of VRAM "
+                                               "outside gpu-memd"))
+                fail_msg("gpu-memctl status does not show the bytes:\n%s", out);
+        free(out);
+        assert_true(harness_metric(&f->h, "gpumemd_vram_outside_charged_bytes"
+                                   "{device=\"0\"}") == (double)(36 * MiB));
+
+        /* Gone: the next refresh (status here) drops the charge. */
+        if (unlink(others_path(f)) < 0)
+                fail_msg("cannot remove %s", others_path(f));
+        if (my_client(f).outside_bytes != 0)
+                fail_msg("the charge stayed after the bytes went");
+        OK(gmd_alloc(f->client, 16 * MiB, 0, 0, 0, &b));
+        OK(gmd_free(f->client, b));
+        OK(gmd_free(f->client, mine));
+        harness_stop(&f->h);
+}
+
+/* No quota: the charge still keeps the pool from offering the room, so
+ * what the pool says free is there (another user's allocation of it
+ * fits beside the memory held outside). */
+static void test_outside_pool_free_fits(void **state)
+{
+        fixture *f = *state;
+        gmd_pool_status p;
+        gmd_buffer *b = NULL;
+
+        start(f, outside_config("charge", NULL));
+        hold(f, "40M", "44M");
+        p = harness_vram_pool(f->client, 0);
+        if (p.free != 24 * MiB || p.used != 40 * MiB)
+                fail_msg("the pool shows %llu free, %llu used, want 24 MiB "
+                         "and 40 MiB", (unsigned long long)p.free,
+                         (unsigned long long)p.used);
+        OK(gmd_alloc(f->client, p.free, 0, 0, 0, &b));
+        OK(gmd_free(f->client, b));
+        harness_stop(&f->h);
+}
+
+/* outside_vram = ignore: the bytes are shown, nothing is charged. */
+static void test_outside_ignored(void **state)
+{
+        fixture *f = *state;
+        gmd_pool_status p;
+        gmd_buffer *b = NULL;
+
+        start(f, outside_config("ignore", "32M"));
+        hold(f, "36M", "40M");
+        if (my_client(f).outside_bytes != 36 * MiB)
+                fail_msg("ignore: the bytes are not shown");
+        p = harness_vram_pool(f->client, 0);
+        if (p.used != 0)
+                fail_msg("ignore: the pool counts %llu bytes",
+                         (unsigned long long)p.used);
+        OK(gmd_alloc(f->client, 16 * MiB, 0, 0, 0, &b));
+        OK(gmd_free(f->client, b));
+        harness_stop(&f->h);
+}
+
+/* outside_vram = disconnect: a process whose user its outside bytes put
+ * over quota has its sessions ended, with a logged reason. */
+static void test_outside_disconnects(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        gmd_status *s = NULL;
+        uint64_t t0;
+        int r;
+
+        start(f, outside_config("disconnect", "32M"));
+        hold(f, "36M", "40M");
+        /* The status that refreshes is answered; the close follows. */
+        (void)gmd_query_status(f->client, GMD_STATUS_CLIENTS, 0, &s);
+        gmd_status_free(s);
+        t0 = harness_now_ms();
+        do {
+                r = gmd_alloc(f->client, 2 * MiB, 0, 0, 0, &b);
+                if (r == 0)
+                        OK(gmd_free(f->client, b));
+                harness_sleep_ms(20);
+        } while (r == 0 && harness_now_ms() - t0 < 5000);
+        if (r == 0)
+                fail_msg("the client was not disconnected");
+        if (!harness_wait_log(&f->h, "disconnected: holds 36 MiB of VRAM "
+                              "outside gpu-memd", 2000))
+                fail_msg("the disconnect is not logged; log:\n%s",
+                         harness_read_log(&f->h));
+        assert_true(harness_metric(&f->h, "gpumemd_outside_disconnects_total")
+                    >= 1.0);
+        harness_stop(&f->h);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -366,6 +545,14 @@ int main(void)
                 cmocka_unit_test_setup_teardown(
                         test_daemon_gone_releases_cached_mappings,
                         harness_setup, teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_outside_charged_to_quota, harness_setup, teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_outside_pool_free_fits, harness_setup, teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_outside_ignored, harness_setup, teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_outside_disconnects, harness_setup, teardown),
         };
 
         setenv("GPU_MEMD_CACHE", "0", 1);

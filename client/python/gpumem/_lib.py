@@ -89,6 +89,7 @@ class ClientStatus(ctypes.Structure):
         ("vram_bytes", ctypes.c_uint64),
         ("host_bytes", ctypes.c_uint64),
         ("lent_bytes", ctypes.c_uint64),
+        ("outside_bytes", ctypes.c_uint64),
     ]
 
 

@@ -64,6 +64,7 @@ class ClientInfo:
     vram_bytes: int
     host_bytes: int
     lent_bytes: int       # of bytes, lent to the daemon while it waits
+    outside_bytes: int    # VRAM its process holds outside gpu-memd, charged
 
 
 @dataclasses.dataclass

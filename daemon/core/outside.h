@@ -1,0 +1,66 @@
+/*
+ * outside — VRAM a client's process holds beyond what gpu-memd accounts
+ * to it, charged to its user (ARCHITECTURE.md decision 8).
+ *
+ * A VMM handle keeps its memory alive while any process holds it, so a
+ * client that keeps a buffer's fd (a dup) and frees the buffer keeps the
+ * VRAM while the pool counts it free; a client may also allocate beside
+ * gpu-memd (cudaMalloc). Either way the other users paid for it: the pool
+ * offered that room to them and the driver refused it (vram.h). Per
+ * process and device:
+ *
+ *     outside = driver's bytes of the process
+ *               - what its sessions hold there in the pool (buffers on
+ *                 VRAM, parked ones included, and VRAM kept for them),
+ *                 where the backend's figure includes them
+ *               - [limits] outside_vram_allowance (its CUDA context)
+ *
+ * never below 0. The driver's figure is the backend's device_processes
+ * (NVML on cuda; on sim a test hook). What NVML can see is what can be
+ * charged: measured on an H100 (driver 580), it counts a VMM allocation
+ * to the process that created it (gpu-memd) and memory held only through
+ * a kept fd to no process at all, so on cuda the charge catches what a
+ * client's process allocated itself, not yet fds it kept (those stay
+ * "unaccounted" per device, vram.h).
+ *
+ * [limits] outside_vram: "charge" (default) counts it against the user's
+ * vram_quota (its next allocation is refused with GMD_ERR_QUOTA and a
+ * sentence saying so, quota.h) and in the device's pool (pool.outside:
+ * the room is not offered to others); "disconnect" also ends the sessions
+ * of a process whose user it puts over vram_quota, with a notice; "ignore"
+ * only shows it. Refreshed with the per-process figures (vram.h: every
+ * 5 s and for status), never per allocation: NVML asks the kernel driver.
+ */
+#ifndef GMD_OUTSIDE_H
+#define GMD_OUTSIDE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+typedef struct gmd_server gmd_server;
+typedef struct gmd_config gmd_config;
+
+/* What one process holds outside: `driver` (the driver's bytes of it)
+ * less `held` (what gpu-memd accounts to it there, where the driver's
+ * figure includes that) and `allowance`, never below 0. Pure. */
+uint64_t outside_process_bytes(uint64_t driver, uint64_t held,
+                               uint64_t allowance);
+
+/* Is memory held outside charged ([limits] outside_vram is not
+ * "ignore")? */
+bool outside_charges(const gmd_config *config);
+
+/*
+ * The driver's per-process figures of `device` were read (`procs`, `n`
+ * of them, this daemon left out; n = 0 when it cannot tell): set each
+ * session's outside_on[device] (the oldest session of a process carries
+ * it) and the pool's charge; room given back marks the wait queue. With
+ * outside_vram = disconnect, a process whose user is now over vram_quota
+ * by it has its sessions closed, after a notice saying why.
+ */
+void outside_refresh(gmd_server *server, unsigned device,
+                     const gmd_gpu_process *procs, unsigned n);
+
+#endif
