@@ -33,7 +33,7 @@ static gmd_limits limits(uint64_t vram, uint64_t host, unsigned buffers)
 static void test_no_limit(void **state)
 {
         gmd_limits l = limits(0, 0, 0);
-        gmd_usage u = { { 900 * MIB, 0 }, 0, 3, 0 };
+        gmd_usage u = { { 900 * MIB, 0 }, 0, 3, 0, 0 };
         gmd_result r;
 
         (void)state;
@@ -45,7 +45,7 @@ static void test_no_limit(void **state)
 static void test_vram_quota(void **state)
 {
         gmd_limits l = limits(256 * MIB, 0, 0);
-        gmd_usage u = { { 128 * MIB, 0 }, 0, 1, 0 };
+        gmd_usage u = { { 128 * MIB, 0 }, 0, 1, 0, 0 };
         gmd_result r;
 
         (void)state;
@@ -63,7 +63,7 @@ static void test_vram_quota(void **state)
 static void test_parked_is_reclaimable(void **state)
 {
         gmd_limits l = limits(256 * MIB, 0, 0);
-        gmd_usage u = { { 256 * MIB, 0 }, 64 * MIB, 4, 1 };
+        gmd_usage u = { { 256 * MIB, 0 }, 64 * MIB, 4, 1, 0 };
         gmd_result r;
 
         (void)state;
@@ -81,7 +81,7 @@ static void test_parked_never_more_than_held(void **state)
 {
         gmd_limits l = limits(256 * MIB, 0, 0);
         /* A parked buffer moved to host memory: parked > VRAM held. */
-        gmd_usage u = { { 32 * MIB, 0 }, 64 * MIB, 2, 1 };
+        gmd_usage u = { { 32 * MIB, 0 }, 64 * MIB, 2, 1, 0 };
         gmd_result r;
 
         (void)state;
@@ -93,7 +93,7 @@ static void test_parked_never_more_than_held(void **state)
 static void test_host_quota_ignores_parked(void **state)
 {
         gmd_limits l = limits(0, 100 * MIB, 0);
-        gmd_usage u = { { 0, 90 * MIB }, 50 * MIB, 2, 1 };
+        gmd_usage u = { { 0, 90 * MIB }, 50 * MIB, 2, 1, 0 };
         gmd_result r;
 
         (void)state;
@@ -105,7 +105,7 @@ static void test_host_quota_ignores_parked(void **state)
 static void test_max_buffers(void **state)
 {
         gmd_limits l = limits(0, 0, 3);
-        gmd_usage full = { { 0, 0 }, 0, 3, 0 }, parked = { { 0, 0 }, 0, 3, 1 };
+        gmd_usage full = { { 0, 0 }, 0, 3, 0, 0 }, parked = { { 0, 0 }, 0, 3, 1, 0 };
         gmd_result r;
 
         (void)state;
