@@ -83,8 +83,8 @@ static void outside_disconnect(gmd_server *server, gmd_session *first,
                      size_format(usage->bytes[GMD_TIER_VRAM], held, sizeof(held)),
                      size_format(first->limits.vram_quota, limit, sizeof(limit)),
                      first->limits.vram_from);
-        snprintf(reason, sizeof(reason), "%s of VRAM held outside gpu-memd, "
-                 "over its vram_quota ([limits] outside_vram)", out);
+        snprintf(reason, sizeof(reason), "%.24s of VRAM outside gpu-memd, "
+                 "over vram_quota", out);
         log_warning("%s: disconnected: holds %s of VRAM outside gpu-memd, "
                     "which puts uid %u over its vram_quota ([limits] "
                     "outside_vram = disconnect)",
