@@ -153,7 +153,14 @@ static int restart_keep_open(const gmd_config *config, gmd_keep **ret_keep)
                 r = systemd_keep_open(ret_keep);
         } else {
                 snprintf(path, sizeof(path), "%s.keep", config->socket_path);
-                r = keep_keeper_open(path, config->restart_hold_s, ret_keep);
+                /* A daemon killed a moment ago: its keeper may not have
+                 * seen the connection end yet, and refuses a second one. */
+                for (int tries = 0; tries < 100; tries++) {
+                        r = keep_keeper_open(path, config->restart_hold_s, ret_keep);
+                        if (r != -EBUSY)
+                                break;
+                        usleep(20000);
+                }
         }
         if (r < 0) {
                 log_error("restart: cannot keep state across restarts (%s): %s; "

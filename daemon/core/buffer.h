@@ -86,6 +86,9 @@ typedef struct gmd_dbuffer {
         uint32_t ledger_slot;
         gmd_mem *kept_h;
         gmd_mem *kept_m;
+        uint64_t restore_seq;       /* a restore's remap to VRAM only the
+                                     * daemon holds, awaiting its ack: kept
+                                     * as "m<id>" till then (restore.h) */
 } gmd_dbuffer;
 
 /*

@@ -200,7 +200,7 @@ int ledger_new(gmd_keep *keep, gmd_ledger **ret_ledger)
 {
         gmd_ledger *l;
         ledger_head *h;
-        int fd, r;
+        int fd = -1, r;
 
         r = ledger_alloc(keep, &l);
         if (r < 0)

@@ -664,6 +664,12 @@ gmd_outcome move_handle_ack(gmd_session *s, uint32_t id, const gmd_remap_ack *ac
 static void move_ack(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
                      gmd_move *m, const gmd_remap_ack *ack)
 {
+        /* The owner maps the VRAM a restore gave back: it holds it now. */
+        if (b && b->restore_seq && b->restore_seq == ack->sequence) {
+                b->restore_seq = 0;
+                persist_buffer(server, b);
+                return;
+        }
         if (b && b->unmap_seq && b->unmap_seq == ack->sequence) {
                 unmap_acked(server, s, b, ack);
                 return;

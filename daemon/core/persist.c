@@ -107,6 +107,9 @@ void persist_buffer(gmd_server *server, gmd_dbuffer *b)
                         vram = b->mem;
                 else
                         host = b->mem;
+                /* Given back by a restore, not mapped by its owner yet. */
+                if (b->restore_seq && b->tier == GMD_TIER_VRAM)
+                        keep_m = b->mem;
         } else if (m->copy.dir == GMD_COPY_OUT) {
                 rec.tier = GMD_TIER_VRAM;
                 vram = m->copy.src;

@@ -30,6 +30,7 @@ typedef struct restored_buffer {
         bool done;                  /* claimed or given up */
         bool remap;                 /* the claim needs a remap, after the
                                      * reply (restore_after_reply) */
+        uint64_t remap_seq;         /* its sequence, where given already */
 } restored_buffer;
 
 /* A session of an earlier run, with the sessions that took buffers back
@@ -537,6 +538,12 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
                 b->kept_h = mem;
         if (from_kept_vram || rec->vram_kept)
                 b->kept_m = mem;
+        /* VRAM only the daemon holds until its owner maps it again: kept
+         * as "m<id>" until the remap's ack (move_handle_ack). */
+        if (from_kept_vram) {
+                rb->remap_seq = ++server->next_remap_seq;
+                b->restore_seq = rb->remap_seq;
+        }
         rb->done = true;
         persist_buffer(server, b);
         /* The client does not hold it if the remap is to map it again. */
@@ -652,7 +659,8 @@ void restore_after_reply(gmd_session *s)
                         if (!b)
                                 continue;
                         note.buffer_id = b->id;
-                        note.sequence = ++server->next_remap_seq;
+                        note.sequence = rb->remap_seq ? rb->remap_seq :
+                                        ++server->next_remap_seq;
                         note.tier = b->tier;
                         /* A SWAPPABLE buffer on host is mapped by nobody:
                          * unmap; else map what holds it now. */
