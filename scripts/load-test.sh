@@ -3,11 +3,23 @@
 # [limits], CLIENTS ordinary clients allocating and freeing for SECONDS,
 # and (unless HOSTILE=0) one hostile user: a connection flood, an fd flood
 # of tiny buffers, a flood of unread status replies and a request for the
-# whole pool that waits forever. It prints the probe client's allocation
-# latency idle, under that load and idle again, what the hostile user
-# got, how the CPUs were shared (the daemon, the load clients, the hostile
-# user, the probe, other processes on the machine), and the daemon's peak
-# memory and log size. Not part of `make test` (minutes).
+# whole pool that waits forever. It prints what one more client, the
+# probe (root, an administrator), waits for idle, under that load and idle
+# again: the summary `gpu-memctl status` asks for, a STATUS_BUFFERS
+# listing, an admin verb (priority), a whole `gpu-memctl status` (a new
+# connection, its hello, the summary) and its own allocation and free,
+# each at p50, p99, p99.9 and max, and whether the targets were met
+# (status p99 within 50 ms, allocation and free p99.9 within 5 ms); what the hostile user got, how the CPUs
+# were shared (the daemon, the load clients, the hostile user, the probe,
+# other processes on the machine), and the daemon's peak memory and log
+# size. JSON=FILE writes the probe's figures there too. Not part of
+# `make test` (minutes).
+#
+# The load clients keep a cache of idle mappings as libgpumem ships
+# (CACHE=1, $GPU_MEMD_CACHE unset), so most of their allocations and
+# frees never reach the daemon and the rest are returns and misses;
+# CACHE=0 turns it off, every allocation a round trip. The probe's own
+# is always off: it times round trips.
 #
 # How the CPU is shared: the daemon cannot stop other processes from
 # using the CPUs, and on a small machine 64 busy clients and a hostile
@@ -38,6 +50,8 @@
 #   HOSTILE=0 scripts/load-test.sh             # no hostile user
 #   HOSTILE=conn,reply scripts/load-test.sh    # some of its attacks only
 #   LOAD_UID=0 scripts/load-test.sh            # the probe shares its user
+#   CACHE=0 scripts/load-test.sh               # load clients without cache
+#   JSON=load.json scripts/load-test.sh        # the figures as JSON too
 #
 # With the default [limits] (max_clients_per_user 64) at most 64 load
 # clients connect as one user. Needs a built tree (make).
@@ -49,6 +63,8 @@ SECONDS_=${SECONDS:-60}
 IDLE=${IDLE:-10}
 HOSTILE=${HOSTILE:-1}
 NICE=${NICE:-19,0}
+CACHE=${CACHE:-1}
+JSON=${JSON:-}
 
 for f in "$BUILD/daemon/gpu-memd" "$BUILD/tests/load/load_bench"; do
         [ -x "$f" ] || { echo "load-test: $f is missing; run make first" >&2; exit 1; }
@@ -76,10 +92,14 @@ case $HOSTILE in
 esac
 echo "load-test: $CLIENTS clients x ${SECONDS_} s${flag:+, a hostile user}, idle ${IDLE} s first;" \
      "$(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-# No mapping cache: every allocation is a round trip to the daemon.
-GPU_MEMD_CACHE=0 GPU_MEMD_SOCKET="$dir/gpu-memd.sock" "$BUILD/tests/load/load_bench" \
+if [ "$CACHE" = 0 ]; then
+        export GPU_MEMD_CACHE=0
+else
+        unset GPU_MEMD_CACHE
+fi
+GPU_MEMD_SOCKET="$dir/gpu-memd.sock" "$BUILD/tests/load/load_bench" \
         --clients "$CLIENTS" --seconds "$SECONDS_" --idle "$IDLE" $flag --nice "$NICE" \
-        ${LOAD_UID:+--load-uid "$LOAD_UID"} --daemon-pid $daemon
+        ${LOAD_UID:+--load-uid "$LOAD_UID"} ${JSON:+--json "$JSON"} --daemon-pid $daemon
 echo "daemon: peak RSS $(awk '/VmHWM/ {print $2, $3}' /proc/$daemon/status)," \
      "$(wc -l <"$dir/gpu-memd.log") log lines," \
      "$(grep -c 'refusing a connection' "$dir/gpu-memd.log" || true) refusals logged," \

@@ -1,16 +1,24 @@
 /*
  * load_bench — the daemon's load test: many ordinary
- * clients allocating and freeing for a while, plus one hostile user
- * (connection flood, fd flood, reply flood, a huge waiting request), and
- * the allocation latency of one more ordinary client (the probe) measured
- * idle first, then under that load, then idle again. It prints the
- * figures and how the CPUs were shared; it does not pass or fail
+ * clients allocating and freeing for a while, plus (--hostile) one hostile
+ * user (connection flood, fd flood, reply flood, a huge waiting request),
+ * and what one more client, the probe, waits for: idle first, then under
+ * that load, then idle again. Every 10 ms the probe times its own
+ * allocation and free (round trips: its cache of idle mappings is off),
+ * the summary `gpu-memctl status` and `top` ask for, a STATUS_BUFFERS
+ * listing, an admin verb (priority) and a whole `gpu-memctl status` (a new
+ * connection, hello, summary, disconnect); each is reported at p50, p99,
+ * p99.9 and max, as text and with --json FILE as JSON. The load clients'
+ * cache of idle mappings is as $GPU_MEMD_CACHE says (on unless "0"). It
+ * prints the figures and how the CPUs were shared, and says whether the
+ * targets were met (status p99 within 50 ms, the probe's allocation and
+ * free p99.9 within 5 ms); it does not pass or fail
  * (scripts/load-test.sh runs it against a sim daemon; too long for
  * `make test`).
  *
  *   load_bench [--clients N] [--seconds S] [--idle S]
  *              [--hostile[=conn,fd,reply,huge]] [--nice N[,N...]]
- *              [--load-uid UID] [--daemon-pid PID]
+ *              [--load-uid UID] [--daemon-pid PID] [--json FILE]
  *
  * Three kinds of process: the probe (this one, nice 0, like the daemon),
  * the load clients (one process, a thread and a connection each) and the
@@ -49,13 +57,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_cli.h"
 #include "gpumem.h"
 #include "gpumem.pb-c.h"
 #include "wire.h"
 
 #define MiB (1ull << 20)
 #define PROBE_SIZE (2 * MiB)
-#define MAX_SAMPLES 200000
+#define MAX_SAMPLES 65536
 #define MAX_PHASES 4
 
 enum { HOSTILE_CONN = 1, HOSTILE_FD = 2, HOSTILE_REPLY = 4, HOSTILE_HUGE = 8,
@@ -80,7 +89,26 @@ static int cmp_u64(const void *a, const void *b)
         return x < y ? -1 : x > y;
 }
 
-/* ---- the probe: one alloc + free every 10 ms, timed ------------------------ */
+/* ---- the probe: what an administrator and a client see, timed -------------- */
+
+/* What the probe times, once each every 10 ms: its own allocation and
+ * free (the cache of idle mappings off, so each is a round trip to the
+ * daemon), the summary `gpu-memctl status` and `top` ask for
+ * (GMD_STATUS_CLIENTS), the STATUS_BUFFERS listing `gpu-memctl buffers`
+ * asks for, and an admin verb (`gpu-memctl priority`: its own process's
+ * priority set to 0, the default it has), all on the probe's connection; and what
+ * one `gpu-memctl status` costs in all: a new connection, its hello, the
+ * summary and the disconnect. */
+enum { OP_ALLOC, OP_FREE, OP_STATUS, OP_BUFFERS, OP_ADMIN, OP_CTL, N_OPS };
+
+static const char *const op_name[N_OPS] = {
+        "alloc", "free", "status", "status_buffers", "admin_priority",
+        "memctl_status",
+};
+static const char *const op_label[N_OPS] = {
+        "alloc 2 MiB", "free", "status (clients)", "status buffers",
+        "admin priority", "connect+status",
+};
 
 typedef struct samples {
         uint64_t us[MAX_SAMPLES];
@@ -88,26 +116,64 @@ typedef struct samples {
         unsigned errors;
 } samples;
 
-static void probe_run(gmd_client *c, double seconds, samples *s)
+typedef struct probe_samples {
+        samples op[N_OPS];
+} probe_samples;
+
+static void sample_add(samples *s, uint64_t t0, int r)
+{
+        if (r < 0)
+                s->errors++;
+        else if (s->n < MAX_SAMPLES)
+                s->us[s->n++] = now_us() - t0;
+}
+
+static void probe_run(gmd_client *c, double seconds, probe_samples *ps)
 {
         uint64_t end = now_us() + (uint64_t)(seconds * 1e6);
+        uint32_t pid = (uint32_t)getpid();
 
-        s->n = 0;
-        s->errors = 0;
-        while (now_us() < end && s->n < MAX_SAMPLES) {
+        for (int o = 0; o < N_OPS; o++) {
+                ps->op[o].n = 0;
+                ps->op[o].errors = 0;
+        }
+        while (now_us() < end && ps->op[OP_ALLOC].n < MAX_SAMPLES) {
                 gmd_buffer *b = NULL;
+                gmd_status *st = NULL;
+                gmd_client *ctl = NULL;
                 uint64_t t0 = now_us();
                 int r = gmd_alloc(c, PROBE_SIZE, 0, GMD_ALLOC_SWAPPABLE, 2000, &b);
 
-                if (r < 0) {
-                        s->errors++;
-                } else {
-                        s->us[s->n++] = now_us() - t0;
-                        gmd_free(c, b);
+                sample_add(&ps->op[OP_ALLOC], t0, r);
+                if (r == 0) {
+                        t0 = now_us();
+                        r = gmd_free(c, b);
+                        sample_add(&ps->op[OP_FREE], t0, r);
                 }
+                t0 = now_us();
+                r = gmd_query_status(c, GMD_STATUS_CLIENTS, 0, &st);
+                sample_add(&ps->op[OP_STATUS], t0, r);
+                st = gmd_status_free(st);
+                t0 = now_us();
+                r = gmd_query_status(c, GMD_STATUS_BUFFERS, 0, &st);
+                sample_add(&ps->op[OP_BUFFERS], t0, r);
+                st = gmd_status_free(st);
+                t0 = now_us();
+                r = gmd_admin_set_priority(c, pid, 0);
+                sample_add(&ps->op[OP_ADMIN], t0, r);
+                t0 = now_us();
+                r = gmd_connect(socket_path, "gpu-memctl", &ctl);
+                if (r == 0) {
+                        r = gmd_query_status(ctl, GMD_STATUS_CLIENTS, 0, &st);
+                        st = gmd_status_free(st);
+                        gmd_disconnect(ctl);
+                        ctl = NULL;
+                }
+                sample_add(&ps->op[OP_CTL], t0, r);
                 usleep(10000);
         }
-        qsort(s->us, s->n, sizeof(s->us[0]), cmp_u64);
+        for (int o = 0; o < N_OPS; o++)
+                qsort(ps->op[o].us, ps->op[o].n, sizeof(ps->op[o].us[0]), cmp_u64);
 }
 
 static uint64_t pct(const samples *s, double p)
@@ -118,6 +184,38 @@ static uint64_t pct(const samples *s, double p)
 static double ratio(uint64_t loaded, uint64_t idle)
 {
         return idle ? (double)loaded / (double)idle : 0.0;
+}
+
+/* Each operation's percentiles, as a table under `indent`. */
+static void probe_print(const char *indent, const probe_samples *ps)
+{
+        printf("%s%-17s %6s %9s %9s %9s %9s %6s\n", indent, "probe, us", "n",
+               "p50", "p99", "p99.9", "max", "errors");
+        for (int o = 0; o < N_OPS; o++) {
+                const samples *s = &ps->op[o];
+
+                printf("%s%-17s %6zu %9llu %9llu %9llu %9llu %6u\n", indent,
+                       op_label[o], s->n, (unsigned long long)pct(s, 0.5),
+                       (unsigned long long)pct(s, 0.99),
+                       (unsigned long long)pct(s, 0.999),
+                       (unsigned long long)pct(s, 1.0), s->errors);
+        }
+}
+
+/* One phase's figures as a JSON object's members. */
+static void probe_json(FILE *f, const probe_samples *ps)
+{
+        for (int o = 0; o < N_OPS; o++) {
+                const samples *s = &ps->op[o];
+
+                fprintf(f, "%s\n      \"%s\": {\"n\": %zu, \"errors\": %u, "
+                        "\"p50_us\": %llu, \"p99_us\": %llu, \"p999_us\": %llu, "
+                        "\"max_us\": %llu}", o ? "," : "", op_name[o], s->n,
+                        s->errors, (unsigned long long)pct(s, 0.5),
+                        (unsigned long long)pct(s, 0.99),
+                        (unsigned long long)pct(s, 0.999),
+                        (unsigned long long)pct(s, 1.0));
+        }
 }
 
 /* ---- CPU time: processes and the machine ------------------------------------ */
@@ -508,22 +606,37 @@ static void usage(void)
 {
         fprintf(stderr, "usage: load_bench [--clients N] [--seconds S] [--idle S] "
                 "[--hostile[=conn,fd,reply,huge]] [--nice N[,N...]] "
-                "[--load-uid UID] [--daemon-pid PID]\n");
+                "[--load-uid UID] [--daemon-pid PID] [--json FILE]\n");
 }
 
-static void print_idle(const char *what, const samples *s)
+static void print_idle(const char *what, const probe_samples *ps)
 {
+        const samples *s = &ps->op[OP_ALLOC];
+
         printf("%s: %zu allocations, p50 %llu us, p99 %llu us, %u errors\n", what,
                s->n, (unsigned long long)pct(s, 0.5),
                (unsigned long long)pct(s, 0.99), s->errors);
+        probe_print("  ", ps);
         fflush(stdout);
+}
+
+/* The targets under load: status p99 within 50 ms, the probe's
+ * allocation and free p99.9 within 5 ms. */
+#define TARGET_STATUS_P99_US 50000
+#define TARGET_ALLOC_P999_US 5000
+
+static bool targets_met(const probe_samples *ps)
+{
+        return pct(&ps->op[OP_STATUS], 0.99) <= TARGET_STATUS_P99_US &&
+               pct(&ps->op[OP_ALLOC], 0.999) <= TARGET_ALLOC_P999_US &&
+               pct(&ps->op[OP_FREE], 0.999) <= TARGET_ALLOC_P999_US;
 }
 
 int main(int argc, char **argv)
 {
         unsigned n_clients = 64, hostile = 0, n_phases = 0;
         double seconds = 60, idle = 10;
-        static samples idle_s, idle2_s, load_s[MAX_PHASES];
+        static probe_samples idle_s, idle2_s, load_s[MAX_PHASES];
         static phase phases[MAX_PHASES];
         double p50_ratio[MAX_PHASES], p99_ratio[MAX_PHASES];
         unsigned long allocs[MAX_PHASES] = { 0 }, errors[MAX_PHASES] = { 0 };
@@ -532,6 +645,10 @@ int main(int argc, char **argv)
         char parts[128];
         gmd_client *probe = NULL;
         pid_t daemon_pid = 0;
+        const char *json = NULL, *cache_env = getenv(GMD_CACHE_ENV);
+        /* The load clients' cache of idle mappings: as $GPU_MEMD_CACHE
+         * says (on unless "0"); the probe's is always off. */
+        bool load_cache = !cache_env || strcmp(cache_env, "0") != 0;
         /* As root: the load clients are another user than the probe. */
         long load_uid = geteuid() == 0 ? 65533 : -1;
 
@@ -544,6 +661,8 @@ int main(int argc, char **argv)
                         idle = atof(argv[++i]);
                 } else if (!strcmp(argv[i], "--load-uid") && i + 1 < argc) {
                         load_uid = atol(argv[++i]);
+                } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
+                        json = argv[++i];
                 } else if (!strcmp(argv[i], "--daemon-pid") && i + 1 < argc) {
                         daemon_pid = (pid_t)atoi(argv[++i]);
                 } else if (!strcmp(argv[i], "--nice") && i + 1 < argc) {
@@ -610,6 +729,9 @@ int main(int argc, char **argv)
                 close(ph->result[1]);
         }
 
+        /* The probe times round trips: no mapping cache for it. Its
+         * children are forked, so theirs is as the environment says. */
+        setenv(GMD_CACHE_ENV, "0", 1);
         if (gmd_connect(socket_path, "probe", &probe) < 0) {
                 fprintf(stderr, "load_bench: %s\n", gmd_last_error());
                 return 1;
@@ -622,6 +744,8 @@ int main(int argc, char **argv)
         else
                 printf("users: every process is uid %u (not root)\n",
                        (unsigned)geteuid());
+        printf("the load clients' cache of idle mappings: %s; the probe's: off\n",
+               load_cache ? "on" : "off");
         probe_run(probe, idle, &idle_s);
         print_idle("idle", &idle_s);
 
@@ -683,13 +807,19 @@ int main(int argc, char **argv)
                 machine_ticks(&busy1, &idle1);
                 getrusage(RUSAGE_SELF, &self1);
                 self_us = rusage_us(&self1) - rusage_us(&self0);
-                p50_ratio[p] = ratio(pct(&load_s[p], 0.5), pct(&idle_s, 0.5));
-                p99_ratio[p] = ratio(pct(&load_s[p], 0.99), pct(&idle_s, 0.99));
-                printf("  probe: %zu allocations, p50 %llu us, p99 %llu us, %u errors; "
-                       "p50 %.2fx idle, p99 %.2fx idle\n", load_s[p].n,
-                       (unsigned long long)pct(&load_s[p], 0.5),
-                       (unsigned long long)pct(&load_s[p], 0.99), load_s[p].errors,
-                       p50_ratio[p], p99_ratio[p]);
+                {
+                        const samples *ls = &load_s[p].op[OP_ALLOC];
+                        const samples *is = &idle_s.op[OP_ALLOC];
+
+                        p50_ratio[p] = ratio(pct(ls, 0.5), pct(is, 0.5));
+                        p99_ratio[p] = ratio(pct(ls, 0.99), pct(is, 0.99));
+                        printf("  probe: %zu allocations, p50 %llu us, p99 %llu us, "
+                               "%u errors; p50 %.2fx idle, p99 %.2fx idle\n", ls->n,
+                               (unsigned long long)pct(ls, 0.5),
+                               (unsigned long long)pct(ls, 0.99), ls->errors,
+                               p50_ratio[p], p99_ratio[p]);
+                        probe_print("  ", &load_s[p]);
+                }
                 printf("  load clients: %lu allocations, %lu errors\n", allocs[p],
                        errors[p]);
                 {
@@ -721,9 +851,10 @@ int main(int argc, char **argv)
                                         printf("the daemon's loop thread %.0f%% of the "
                                                "phase, ", (double)(dw1 - dw0) / 1e3 /
                                                (double)wall * 100);
-                                printf("the probe's threads %.1f ms per allocation\n",
-                                       load_s[p].n ? (double)(pw1 - pw0) / 1e6 /
-                                       (double)load_s[p].n : 0.0);
+                                printf("the probe's threads %.1f ms per round (its "
+                                       "%d requests)\n", load_s[p].op[OP_ALLOC].n ?
+                                       (double)(pw1 - pw0) / 1e6 /
+                                       (double)load_s[p].op[OP_ALLOC].n : 0.0, N_OPS);
                         }
                 }
                 fflush(stdout);
@@ -736,6 +867,46 @@ int main(int argc, char **argv)
                        "%.2f; target p50 within 2x: %s\n", p + 1,
                        phases[p].nice ? "load at lower priority" : "same priority",
                        p50_ratio[p], p99_ratio[p], p50_ratio[p] <= 2.0 ? "met" : "NOT met");
+        for (unsigned p = 0; p < n_phases; p++)
+                printf("result, phase %u: status p99 %llu us (target %u), alloc "
+                       "p99.9 %llu us, free p99.9 %llu us (target %u): %s\n", p + 1,
+                       (unsigned long long)pct(&load_s[p].op[OP_STATUS], 0.99),
+                       TARGET_STATUS_P99_US,
+                       (unsigned long long)pct(&load_s[p].op[OP_ALLOC], 0.999),
+                       (unsigned long long)pct(&load_s[p].op[OP_FREE], 0.999),
+                       TARGET_ALLOC_P999_US, targets_met(&load_s[p]) ? "met" : "NOT met");
+        fflush(stdout);
         gmd_disconnect(probe);
+        if (json) {
+                FILE *f = bench_json_open(json);
+
+                if (!f)
+                        return 1;
+                fprintf(f, "{\n  \"clients\": %u,\n  \"seconds\": %.0f,\n"
+                        "  \"idle_seconds\": %.0f,\n  \"cpus\": %ld,\n"
+                        "  \"hostile\": \"%s\",\n  \"load_cache\": %s,\n"
+                        "  \"load_uid\": %ld,\n"
+                        "  \"targets\": {\"status_p99_us\": %u, "
+                        "\"alloc_free_p999_us\": %u},\n  \"phases\": [",
+                        n_clients, seconds, idle, ncpu, parts,
+                        load_cache ? "true" : "false", load_uid,
+                        TARGET_STATUS_P99_US, TARGET_ALLOC_P999_US);
+                fprintf(f, "\n    {\"phase\": \"idle\",");
+                probe_json(f, &idle_s);
+                fprintf(f, "}");
+                for (unsigned p = 0; p < n_phases; p++) {
+                        fprintf(f, ",\n    {\"phase\": \"loaded\", \"nice\": %d, "
+                                "\"load_allocs\": %lu, \"load_errors\": %lu, "
+                                "\"targets_met\": %s,", phases[p].nice, allocs[p],
+                                errors[p], targets_met(&load_s[p]) ? "true" : "false");
+                        probe_json(f, &load_s[p]);
+                        fprintf(f, "}");
+                }
+                fprintf(f, ",\n    {\"phase\": \"idle_again\",");
+                probe_json(f, &idle2_s);
+                fprintf(f, "}\n  ]\n}\n");
+                if (bench_json_close(f, json) < 0)
+                        return 1;
+        }
         return 0;
 }
