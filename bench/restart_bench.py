@@ -102,6 +102,10 @@ def main():
     env = dict(os.environ, GPU_MEMD_SOCKET=sock, GMD_PY=os.path.join(ROOT, "client", "python"),
                GPUMEM_LIBRARY=os.path.join(build, "client", "libgpumem.so.0"),
                GPU_MEMD_CACHE="0")
+    # Libraries the GPU machine lacks, copied by scripts/gpu-suite.sh prepare.
+    if os.path.isdir(os.path.join(build, "lib")):
+        env["LD_LIBRARY_PATH"] = os.path.join(build, "lib") + \
+            (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     stamps, stop = os.path.join(tmp, "stamps"), os.path.join(tmp, "stop")
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(args.buffers), str(size),
                               str(out_n), stamps, stop], env=env, stdout=subprocess.PIPE,

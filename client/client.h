@@ -269,6 +269,13 @@ int gmd__client_reconnect(gmd_client *client);
  * waits, in order, until the socket is full or all went (state UP). */
 void gmd__client_resend_some(gmd_client *client);
 
+/* reconnect.c: does a buffer the application holds acquired wait to be
+ * mapped again? After a restart the daemon brings back the acquired
+ * buffers it finds on host memory (lent while the process waited); what
+ * waits to go again goes only once they are mapped, so no call returns
+ * (a waiting allocation least of all) before its kernels may touch them. */
+bool gmd__client_leases_unmapped(gmd_client *client);
+
 /* Mark the connection dead with `error` and `reason`; fail every waiting
  * call. Idempotent: the first reason wins. After a shutdown notice a lost
  * connection (GMD_ECONN) is explained by the notice instead. */

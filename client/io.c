@@ -355,7 +355,8 @@ static int io_serve(gmd_client *client, uint8_t *buf)
                 };
                 int r;
 
-                if (state == GMD_CONN_RESENDING)
+                if (state == GMD_CONN_RESENDING &&
+                    !gmd__client_leases_unmapped(client))
                         p[0].events |= POLLOUT;
                 if (poll(p, 2, -1) < 0) {
                         if (errno == EINTR)

@@ -927,3 +927,23 @@ void gmd__client_resend_some(gmd_client *client)
                         return;         /* gone again: the reader sees it */
         }
 }
+
+bool gmd__client_leases_unmapped(gmd_client *client)
+{
+        bool waits = false;
+        gmd_list *pos;
+
+        pthread_mutex_lock(&client->buffers_lock);
+        list_for_each(pos, &client->buffers) {
+                const gmd_buffer *b = container_of(pos, gmd_buffer, node);
+
+                if (atomic_load(&b->leased) && b->unmapped && !b->lost &&
+                    !(b->flags & GMD_ALLOC_SPILLABLE)) {
+                        waits = true;
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&client->buffers_lock);
+        return waits;
+}
+

@@ -16,6 +16,7 @@
 
 #include "buffer.h"
 #include "log.h"
+#include "move.h"
 #include "persist.h"
 #include "server.h"
 #include "session.h"
@@ -430,6 +431,16 @@ static bool same_memory(int fd, uint64_t dev, uint64_t ino)
                (uint64_t)st.st_ino == ino;
 }
 
+/* A held buffer a restore brought back from host memory. */
+static void back_in(void *ctx, gmd_dbuffer *b, int code, const char *why)
+{
+        (void)ctx;
+        if (code != GMD_ERR_NONE)
+                log_warning("restart: buffer %llu, held by its owner, did not "
+                            "come back to VRAM: %s", (unsigned long long)b->id,
+                            why ? why : "");
+}
+
 /* Decide where the claimed buffer's bytes are and make it a buffer of `s`. */
 static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
                       gmd_verdict *v)
@@ -546,6 +557,16 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
         }
         rb->done = true;
         persist_buffer(server, b);
+        /* Held by its owner but on host memory (lent while its process
+         * waited, GMD_ALLOC_YIELD): brought back at once, ahead of other
+         * moves; the owner sends nothing more until it is mapped again
+         * (libgpumem: gmd__client_leases_unmapped). */
+        if (c->acquired && tier == GMD_TIER_HOST &&
+            !(rec->flags & GMD_ALLOC_SPILLABLE) &&
+            move_acquire_for(server, b, back_in, NULL) < 0)
+                log_warning("restart: buffer %llu is held by its owner but "
+                            "cannot be brought back to VRAM now",
+                            (unsigned long long)b->id);
         /* The client does not hold it if the remap is to map it again. */
         verdict(v, GMD_ERR_NONE, "buffer %llu: taken back%s", rec->id, NULL);
         server->restore.buffers_back++;
