@@ -161,7 +161,7 @@ void config_init_defaults(gmd_config *config)
         config->max_buffers_per_user = 0;
         config->max_waiting_per_user = 256;
         config->wait_hold_ms = 5000;
-        strcpy(config->outside_vram, "charge");
+        strcpy(config->outside_vram, "ignore");
         /* A bare CUDA context: 518 MiB in NVML on an H100 (driver 580),
          * and some room for modules loaded later. */
         config->outside_vram_allowance = 640ull << 20;

@@ -504,6 +504,7 @@ static void tenant_test(void)
         if (fd < 0)
                 return;
         snprintf(text, sizeof(text), "[daemon]\nsocket_mode = 0666\n"
+                 "[limits]\noutside_vram = charge\n"
                  "[user %u]\nvram_quota = 8G\n", (unsigned)uid);
         CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text), "write");
         close(fd);
