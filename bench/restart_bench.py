@@ -73,7 +73,7 @@ def main():
     build = os.environ.get("GMD_BUILD", os.path.join(ROOT, "build"))
     size = args.size_mib << 20
     out_n = min(args.buffers - 1, int(args.host_gib * (1 << 30)) // size)
-    vram = (args.buffers - out_n + 8) * size
+    vram = (args.buffers + 8) * size       # all allocated in VRAM first
     host = out_n * size + (4 << 30)
     tmp = tempfile.mkdtemp(prefix="gmd-restart-bench-")
     sock, conf = os.path.join(tmp, "sock"), os.path.join(tmp, "conf")

@@ -593,6 +593,8 @@ static gmd_outcome handle_status(gmd_session *s, uint32_t id,
         return status_reply(s, id, m, ret);
 }
 
+#define RESUME_MAX_CLAIMS 4096u
+
 /* A client back after a restart claims its buffers (restore.h); the fds
  * of what it maps came with the packet, which still owns them. */
 static gmd_outcome handle_resume(gmd_session *s, uint32_t id,
@@ -610,10 +612,12 @@ static gmd_outcome handle_resume(gmd_session *s, uint32_t id,
                 return result_error(ret, GMD_ERR_UNSUPPORTED,
                                     "this gpu-memd keeps nothing across "
                                     "restarts ([restart] keep = off)");
-        if (n > GMD_WIRE_MAX_FDS * 4)
+        /* A packet's payload bounds it already (a claim is ~30 bytes);
+         * this bounds the daemon's scratch per request. */
+        if (n > RESUME_MAX_CLAIMS)
                 return result_error(ret, GMD_ERR_INVALID,
                                     "%zu claims in one request: at most %u",
-                                    n, GMD_WIRE_MAX_FDS * 4);
+                                    n, RESUME_MAX_CLAIMS);
         claims = calloc(n ? n : 1, sizeof(*claims));
         words = calloc(n ? n : 1, sizeof(*words));
         verdicts = calloc(n ? n : 1, sizeof(*verdicts));
