@@ -162,8 +162,12 @@ static void print_header(const gmd_status *status)
 {
         char up[32];
 
-        printf("gpu-memd %s, %s backend, up %s\n\n", status->daemon_version,
+        printf("gpu-memd %s, %s backend, up %s", status->daemon_version,
                status->backend, ctl_uptime_text(status->uptime_ms, up, sizeof(up)));
+        if (status->restores)
+                printf(", restored from the gpu-memd before it (%llu ms)",
+                       (unsigned long long)status->restored_ms);
+        printf("\n\n");
 }
 
 static void print_pools(const gmd_status *status)
@@ -549,6 +553,8 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
         json_string(&w, "daemon_version", status->daemon_version);
         json_string(&w, "backend", status->backend);
         json_uint(&w, "uptime_ms", status->uptime_ms);
+        json_uint(&w, "restores", status->restores);
+        json_uint(&w, "restored_ms", status->restored_ms);
         json_begin_object(&w, "totals");
         json_uint(&w, "capacity", status->total_capacity);
         json_uint(&w, "used", status->total_used);

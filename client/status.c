@@ -37,6 +37,8 @@ static int status_from_wire(const Gmd__StatusReply *reply,
         COPY_STRING(s->daemon_version, reply->daemon_version);
         COPY_STRING(s->backend, reply->backend);
         s->uptime_ms = reply->uptime_ms;
+        s->restores = reply->restores;
+        s->restored_ms = reply->restored_ms;
         s->total_capacity = reply->total_capacity;
         s->total_used = reply->total_used;
         s->total_clients = reply->total_clients;

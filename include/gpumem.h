@@ -741,6 +741,12 @@ typedef struct gmd_status {
         gmd_buffer_status *buffers;    /* filled with GMD_STATUS_BUFFERS */
         size_t n_gpu_processes;
         gmd_gpu_process_status *gpu_processes;  /* largest first, per device */
+        /* Restart recovery: 1 when this daemon took over the state an
+         * earlier one left (0: a fresh start, or a daemon without it), and
+         * how long that took, start to the last claim (0 while claims are
+         * still awaited). */
+        uint32_t restores;
+        uint64_t restored_ms;
 } gmd_status;
 
 typedef enum gmd_status_what {

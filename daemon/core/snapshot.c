@@ -215,6 +215,9 @@ int snapshot_take(const gmd_server *server, unsigned what,
         s.stats = server->stats;
         s.slices_given = server->slices.passed;
         s.uptime_ms = now_ms() - server->start_ms;
+        s.restores = server->restore.restores;
+        s.restored_ms = server->restore.restored_ms;
+        s.restore_lost = server->restore.buffers_lost;
         s.version = GMD_VERSION_STRING;
         s.backend = server->backend->ops->name;
         *ret = s;

@@ -110,6 +110,9 @@ typedef struct gmd_snapshot {
         gmd_stats stats;
         uint64_t slices_given;          /* memory slices given (slice.h) */
         uint64_t uptime_ms;
+        unsigned restores;              /* state taken over at start (0/1) */
+        uint64_t restored_ms;           /* how long that restore took */
+        unsigned restore_lost;          /* buffers it could not give back */
         const char *version;            /* static strings */
         const char *backend;
 } gmd_snapshot;

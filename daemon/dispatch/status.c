@@ -239,6 +239,8 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
         reply.daemon_version = (char *)snap.version;
         reply.backend = (char *)snap.backend;
         reply.uptime_ms = snap.uptime_ms;
+        reply.restores = snap.restores;
+        reply.restored_ms = snap.restored_ms;
         status_fit(&reply);
         r = session_send(s, GMD__MSG_TYPE__MSG_STATUS_REPLY, id, &reply.base,
                          NULL, 0);

@@ -408,6 +408,20 @@ void metrics_render(promtext *t, const gmd_snapshot *snap, const char *clients)
         promtext_printf(t, "gpumemd_uptime_seconds ");
         promtext_seconds(t, snap->uptime_ms * 1000);
         promtext_append(t, "\n", 1);
+        promtext_family(t, "gpumemd_restores_total", "counter",
+                        "Times this daemon took over the state an earlier "
+                        "one left (restart recovery).");
+        promtext_printf(t, "gpumemd_restores_total %u\n", snap->restores);
+        promtext_family(t, "gpumemd_restore_seconds", "gauge",
+                        "How long the last restore took, start to the last "
+                        "claim.");
+        promtext_printf(t, "gpumemd_restore_seconds ");
+        promtext_seconds(t, snap->restored_ms * 1000);
+        promtext_append(t, "\n", 1);
+        promtext_family(t, "gpumemd_restore_lost_buffers_total", "counter",
+                        "Buffers a restore could not give back.");
+        promtext_printf(t, "gpumemd_restore_lost_buffers_total %u\n",
+                        snap->restore_lost);
         promtext_family(t, "gpumemd_info", "gauge",
                         "The daemon's version and backend; always 1.");
         promtext_printf(t, "gpumemd_info{version=\"%s\",backend=\"",

@@ -122,6 +122,8 @@ static void test_kills(void **state)
         assert_int_equal(gmd_connect(f->h.socket_path, "probe", &probe), 0);
         assert_int_equal(gmd_query_status(probe, GMD_STATUS_CLIENTS, 0, &st), 0);
         assert_int_equal(st->total_buffers, want_buffers);
+        /* This daemon took its state over from the one killed before it. */
+        assert_int_equal(st->restores, kills > 0 ? 1 : 0);
         {
                 uint64_t held = 0;
 

@@ -134,6 +134,8 @@ class Status(ctypes.Structure):
         ("buffers", ctypes.POINTER(BufferStatus)),
         ("n_gpu_processes", ctypes.c_size_t),
         ("gpu_processes", ctypes.POINTER(GpuProcessStatus)),
+        ("restores", ctypes.c_uint32),
+        ("restored_ms", ctypes.c_uint64),
     ]
 
 

@@ -102,6 +102,8 @@ class Status:
     clients: list
     buffers: list
     gpu_processes: list   # who holds VRAM outside gpu-memd, where known
+    restores: int = 0     # 1: this daemon took over an earlier one's state
+    restored_ms: int = 0  # how long that took
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -140,4 +142,6 @@ def status_from_c(s):
         buffers=[_fields(BufferInfo, s.buffers[i], tier=tier, state=state)
                  for i in range(s.n_buffers)],
         gpu_processes=[_fields(GpuProcess, s.gpu_processes[i])
-                       for i in range(s.n_gpu_processes)])
+                       for i in range(s.n_gpu_processes)],
+        restores=s.restores,
+        restored_ms=s.restored_ms)
