@@ -73,6 +73,31 @@ void buffers_clear(gmd_buffers *buffers)
         idmap_clear(&buffers->by_id);
 }
 
+/* A new buffer `b` (id and backing set) of `owner`, resident on `tier`:
+ * into the lists, counted in its owner's bytes by tier and device. */
+static void buffer_join(gmd_server *server, gmd_session *owner, gmd_dbuffer *b,
+                        unsigned device, gmd_tier tier, uint64_t size,
+                        unsigned flags, bool acquired)
+{
+        b->owner = owner;
+        b->size = size;
+        b->device = device;
+        b->flags = flags;
+        b->tier = tier;
+        b->state = GMD_STATE_RESIDENT;
+        b->acquired = acquired;
+        list_add_tail(&owner->buffers, &b->owner_link);
+        list_add_tail(&server->buffers.all, &b->server_link);
+        list_init(&b->moving_link);
+        list_init(&b->idle_link);
+        list_init(&b->host_copy_link);
+        owner->n_buffers++;
+        owner->bytes += size;
+        buffer_account(b, 1);
+        if (acquired)
+                buffer_account_acquired(b, 1);
+}
+
 int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                gmd_tier tier, uint64_t size, unsigned flags,
                gmd_dbuffer **ret_buffer)
@@ -122,22 +147,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
         if (r < 0)
                 goto fail_mem;
 
-        b->owner = owner;
-        b->size = size;
-        b->device = device;
-        b->flags = flags;
-        b->tier = tier;
-        b->state = GMD_STATE_RESIDENT;
-        b->acquired = true;
-        list_add_tail(&owner->buffers, &b->owner_link);
-        list_add_tail(&server->buffers.all, &b->server_link);
-        list_init(&b->moving_link);
-        list_init(&b->idle_link);
-        list_init(&b->host_copy_link);
-        owner->n_buffers++;
-        owner->bytes += size;
-        buffer_account(b, 1);
-        buffer_account_acquired(b, 1);
+        buffer_join(server, owner, b, device, tier, size, flags, true);
         *ret_buffer = b;
         return 0;
 
@@ -178,25 +188,9 @@ int buffer_adopt(gmd_server *server, gmd_session *owner, uint64_t id,
         if (id > server->buffers.next_id)
                 server->buffers.next_id = id;
         b->id = id;
-        b->owner = owner;
         b->mem = mem;
-        b->size = size;
-        b->device = device;
-        b->flags = flags;
-        b->tier = tier;
-        b->state = GMD_STATE_RESIDENT;
-        b->acquired = acquired;
         b->released_ms = now_ms();
-        list_add_tail(&owner->buffers, &b->owner_link);
-        list_add_tail(&server->buffers.all, &b->server_link);
-        list_init(&b->moving_link);
-        list_init(&b->idle_link);
-        list_init(&b->host_copy_link);
-        owner->n_buffers++;
-        owner->bytes += size;
-        buffer_account(b, 1);
-        if (acquired)
-                buffer_account_acquired(b, 1);
+        buffer_join(server, owner, b, device, tier, size, flags, acquired);
         buffer_index(b);
         *ret_buffer = b;
         return 0;

@@ -9,6 +9,7 @@
 #include "ledger.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,66 +439,69 @@ static int slot_take(slot_file *f, bool grow, uint32_t *ret)
         return 0;
 }
 
-int ledger_put_buffer(gmd_ledger *ledger, uint32_t *slot,
-                      const ledger_buffer *rec)
+/*
+ * Write `rec` (`rec_size` bytes, its `used` mark set by the caller) into
+ * slot `*slot` of `f` — a free one when `*slot` is 0 — or clear the slot
+ * when rec is NULL: the slot's other record is filled, then the index
+ * flipped with one store. Both slot types are { cur, pad, rec[2] }.
+ */
+static int slot_put(slot_file *f, bool grow, uint32_t *slot, const void *rec,
+                    size_t rec_size)
 {
-        buffer_slot *s;
+        uint8_t *s, *next_rec;
         uint32_t next;
         int r;
 
         if (*slot == 0) {
                 if (!rec)
                         return 0;
-                r = slot_take(&ledger->buffers, true, slot);
+                r = slot_take(f, grow, slot);
                 if (r < 0)
                         return r;
         }
-        s = slot_at(&ledger->buffers, *slot);
-        next = !(s->cur & 1);
-        if (rec) {
-                s->rec[next] = *rec;
-                s->rec[next].used = 1;
-        } else {
-                memset(&s->rec[next], 0, sizeof(s->rec[next]));
-        }
-        __atomic_store_n(&s->cur, next, __ATOMIC_RELEASE);
+        s = slot_at(f, *slot);
+        next = !(*(uint32_t *)s & 1);
+        next_rec = s + 8 + next * rec_size;
+        if (rec)
+                memcpy(next_rec, rec, rec_size);
+        else
+                memset(next_rec, 0, rec_size);
+        __atomic_store_n((uint32_t *)s, next, __ATOMIC_RELEASE);
         if (!rec) {
-                r = free_push(&ledger->buffers, *slot);
+                r = free_push(f, *slot);
                 *slot = 0;
                 return r;
         }
         return 0;
 }
 
+_Static_assert(offsetof(buffer_slot, rec) == 8 &&
+               offsetof(session_slot, rec) == 8, "slot_put's layout");
+
+int ledger_put_buffer(gmd_ledger *ledger, uint32_t *slot,
+                      const ledger_buffer *rec)
+{
+        ledger_buffer copy;
+
+        if (rec) {
+                copy = *rec;
+                copy.used = 1;
+        }
+        return slot_put(&ledger->buffers, true, slot, rec ? &copy : NULL,
+                        sizeof(copy));
+}
+
 int ledger_put_session(gmd_ledger *ledger, uint32_t *slot,
                        const ledger_session *rec)
 {
-        session_slot *s;
-        uint32_t next;
-        int r;
+        ledger_session copy;
 
-        if (*slot == 0) {
-                if (!rec)
-                        return 0;
-                r = slot_take(&ledger->sessions, false, slot);
-                if (r < 0)
-                        return r;
-        }
-        s = slot_at(&ledger->sessions, *slot);
-        next = !(s->cur & 1);
         if (rec) {
-                s->rec[next] = *rec;
-                s->rec[next].used = 1;
-        } else {
-                memset(&s->rec[next], 0, sizeof(s->rec[next]));
+                copy = *rec;
+                copy.used = 1;
         }
-        __atomic_store_n(&s->cur, next, __ATOMIC_RELEASE);
-        if (!rec) {
-                r = free_push(&ledger->sessions, *slot);
-                *slot = 0;
-                return r;
-        }
-        return 0;
+        return slot_put(&ledger->sessions, false, slot, rec ? &copy : NULL,
+                        sizeof(copy));
 }
 
 bool ledger_has_piece(const gmd_ledger *ledger, unsigned device,
