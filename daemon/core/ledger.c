@@ -70,6 +70,17 @@ struct gmd_ledger {
         ledger_piece *pieces;   /* in the sessions file */
 };
 
+/* The record layout this daemon writes and reads: LEDGER_VERSION, or, for
+ * the tests of a record from another version only, $GMD_TEST_LEDGER_VERSION
+ * (tests/integration/test_restart.c: a daemon that finds a record it cannot
+ * read refuses to start and drops nothing). */
+static uint32_t ledger_version(void)
+{
+        const char *v = getenv("GMD_TEST_LEDGER_VERSION");
+
+        return v && *v ? (uint32_t)strtoul(v, NULL, 10) : LEDGER_VERSION;
+}
+
 static ledger_head *head(const gmd_ledger *l)
 {
         return (ledger_head *)l->sessions.map;
@@ -234,7 +245,7 @@ int ledger_new(gmd_keep *keep, gmd_ledger **ret_ledger)
         h = head(l);
         l->pieces = (ledger_piece *)(l->sessions.map + HEAD_SIZE +
                                      (size_t)MAX_SESSIONS * sizeof(session_slot));
-        h->version = LEDGER_VERSION;
+        h->version = ledger_version();
         h->head_size = HEAD_SIZE;
         h->session_slot_size = sizeof(session_slot);
         h->buffer_slot_size = sizeof(buffer_slot);
@@ -301,7 +312,7 @@ int ledger_open(gmd_keep *keep, int state_fd, int buffers_fd,
                 ledger_close(l);
                 return -EPROTO;
         }
-        if (h->version != LEDGER_VERSION || h->head_size != HEAD_SIZE ||
+        if (h->version != ledger_version() || h->head_size != HEAD_SIZE ||
             h->session_slot_size != sizeof(session_slot) ||
             h->buffer_slot_size != sizeof(buffer_slot) ||
             h->piece_size != sizeof(ledger_piece) ||
@@ -310,7 +321,7 @@ int ledger_open(gmd_keep *keep, int state_fd, int buffers_fd,
                 snprintf(why, why_len, "the state record is version %u "
                          "(this gpu-memd reads version %u only): downgrade to "
                          "the gpu-memd that wrote it, or stop every client "
-                         "and start afresh", h->version, LEDGER_VERSION);
+                         "and start afresh", h->version, ledger_version());
                 ledger_close(l);
                 return -EPROTO;
         }

@@ -141,10 +141,66 @@ static void test_kills(void **state)
         stop_for_good(&f->h);
 }
 
+/* A daemon that finds a record it cannot read (another layout version:
+ * an upgrade or a downgrade that changed it) refuses to start, says why,
+ * and drops nothing: the daemon that can read it takes every buffer back
+ * and the client, which waited meanwhile, finds every byte. */
+static void test_other_version(void **state)
+{
+        harness_fixture *f = *state;
+        const char *argv[] = { GMD_RESTART_CLIENT_PATH, "7", "4", NULL };
+        const char *daemon[] = { GMD_DAEMON_PATH, "--backend", "sim",
+                                 "--socket", f->h.socket_path, "--config",
+                                 f->h.config_path, NULL };
+        harness_proc *client;
+        char *out = NULL, *err = NULL, *line;
+        int status;
+
+        harness_init_small(&f->h, "[pools]\nhost_limit = 256M\n"
+                                  "[restart]\nkeep = keeper\nhold_s = 30\n"
+                                  "claim_timeout_s = 30\n");
+        setenv("GMD_TEST_LEDGER_VERSION", "2", 1);
+        harness_start(&f->h, NULL);
+        client = harness_track_ready(f, argv, "READY", "allocate its buffers");
+        harness_sleep_ms(100);
+        kill_daemon(&f->h);
+
+        /* This daemon reads version 1 only. */
+        unsetenv("GMD_TEST_LEDGER_VERSION");
+        status = harness_run(&f->h, NULL, daemon, &out, &err, 10000);
+        assert_int_not_equal(harness_exit_code(status), 0);
+        assert_non_null(strstr(err, "cannot be read"));
+        assert_non_null(strstr(err, "version 2"));
+        assert_non_null(strstr(err, "Nothing was dropped"));
+        free(out);
+        free(err);
+
+        /* The one that reads it takes everything back. */
+        setenv("GMD_TEST_LEDGER_VERSION", "2", 1);
+        harness_start(&f->h, NULL);
+        unsetenv("GMD_TEST_LEDGER_VERSION");
+        line = harness_wait_log(&f->h, "4 of 4 buffer(s) taken back", 20000);
+        if (!line)
+                fail_msg("the buffers were not taken back:\n%s",
+                         harness_read_log(&f->h));
+        free(line);
+        kill(client->pid, SIGTERM);
+        line = harness_read_line(client, "", 30000);
+        if (!line || strncmp(line, "DONE", 4) != 0)
+                fail_msg("the client did not finish: %s", line ? line : "-");
+        free(line);
+        kill(client->pid, SIGUSR1);
+        assert_int_equal(harness_exit_code(harness_wait_proc(client, 20000)), 0);
+        stop_for_good(&f->h);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_kills, harness_setup,
+                                                harness_teardown),
+                cmocka_unit_test_setup_teardown(test_other_version,
+                                                harness_setup,
                                                 harness_teardown),
         };
 
