@@ -658,6 +658,15 @@ void restore_resume(gmd_session *s, const gmd_resume_ask *ask,
         }
 }
 
+void restore_session_gone(gmd_session *s)
+{
+        gmd_restore *rs = &s->server->restore;
+
+        for (unsigned i = 0; i < rs->n_sessions; i++)
+                if (rs->sessions[i].claimer == s)
+                        rs->sessions[i].claimer = NULL;
+}
+
 void restore_after_reply(gmd_session *s)
 {
         gmd_server *server = s->server;

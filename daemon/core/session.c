@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "persist.h"
+#include "restore.h"
 #include "log.h"
 #include "server.h"
 #include "timeutil.h"
@@ -79,6 +80,7 @@ bool session_end(gmd_session *s, const char *reason)
                 return false;
         s->closing = true;
         persist_session_gone(server, s);
+        restore_session_gone(s);
         s->reuse.gone = true;
         if (s->close_pending) {
                 s->close_pending = false;
