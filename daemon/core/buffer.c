@@ -13,7 +13,6 @@
 #include "hostcopy.h"
 #include "log.h"
 #include "parking.h"
-#include "persist.h"
 #include "pending.h"
 #include "reuse.h"
 #include "server.h"
@@ -209,7 +208,6 @@ void buffer_park(gmd_dbuffer *b, bool parked)
 
 void buffer_free(gmd_server *server, gmd_dbuffer *b)
 {
-        persist_buffer_gone(server, b);
         buffer_park(b, false);
         buffer_set_last_use(server, b, NULL);
         idmap_remove(&server->buffers.by_id, b->id);

@@ -741,6 +741,7 @@ void move_free_buffer(gmd_server *server, gmd_dbuffer *b)
         /* A move under way may keep the backing alive until its copies
          * end; it then frees it (and sets b->mem to NULL). */
         move_buffer_freed(server, b);
+        persist_buffer_gone(server, b);
         buffer_free(server, b);
 }
 

@@ -90,8 +90,9 @@ void restore_resume(gmd_session *s, const gmd_resume_ask *ask,
 /* Send the remaps the last restore_resume of `s` decided. */
 void restore_after_reply(gmd_session *s);
 
-/* `s` is closing: a restored session it was claiming may be claimed by
- * another connection of its process (a later reconnect). */
+/* `s` is closing (from the dispatch layer's session release): a restored
+ * session it was claiming may be claimed by another connection of its
+ * process (a later reconnect). */
 void restore_session_gone(gmd_session *s);
 
 /* Give up on what is unclaimed past the deadline. From the pass. */

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "persist.h"
-#include "restore.h"
 #include "log.h"
 #include "server.h"
 #include "timeutil.h"
@@ -79,8 +77,6 @@ bool session_end(gmd_session *s, const char *reason)
         if (s->closing)
                 return false;
         s->closing = true;
-        persist_session_gone(server, s);
-        restore_session_gone(s);
         s->reuse.gone = true;
         if (s->close_pending) {
                 s->close_pending = false;

@@ -76,6 +76,9 @@ static void session_release(gmd_session *s)
         gmd_server *server = s->server;
         gmd_list *pos, *tmp;
 
+        /* Out of the restart record, and no longer a restore's claimer. */
+        persist_session_gone(server, s);
+        restore_session_gone(s);
         waitq_cancel_session(&server->waitq, s);
         loan_session_closed(s);
         tiering_session_closed(s);
