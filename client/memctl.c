@@ -381,6 +381,13 @@ static void print_copies(const gmd_status *status)
         }
 }
 
+/* A memory plan reported (gmd_report_plan): a name or any figure. */
+static bool client_has_plan(const gmd_client_status *c)
+{
+        return c->planner[0] || c->plan_kept_bytes || c->plan_offloaded_bytes ||
+               c->plan_recomputed_bytes || c->plan_streamed_bytes;
+}
+
 /* Another user's client seen by a non-admin: its name and buffer count
  * are withheld and show as "-". VRAM and HOST split the client's bytes by
  * tier; VRAM includes what it keeps cached. */
@@ -428,6 +435,36 @@ static void print_clients(const gmd_status *status, bool waiting)
                                "to uid %" PRIu32 "'s vram_quota\n", c->pid,
                                ctl_size_text(c->outside_bytes, out, sizeof(out)),
                                c->uid);
+        }
+        /* The memory plan a client reported (gmd_report_plan), if any:
+         * who and which planner, then the figures. Within 80 columns at
+         * any sizes: the figures take a line of their own, and "streamed"
+         * one more when four long sizes would not fit. */
+        for (size_t i = 0; i < status->n_clients; i++) {
+                const gmd_client_status *c = &status->clients[i];
+                char kept[16], off[16], rec[16], str[16], figures[96];
+                char planner[sizeof(c->planner)];
+                int n;
+
+                if (!client_has_plan(c))
+                        continue;
+                printf("pid %" PRIu32 "%s%s: plan%s%s:\n", c->pid,
+                       c->details_hidden ? "" : " ",
+                       c->details_hidden ? "" :
+                       ctl_name_text(c->name, name, sizeof(name) - 1),
+                       c->planner[0] ? " by " : "",
+                       ctl_name_text(c->planner, planner, sizeof(planner) - 1));
+                ctl_size_text(c->plan_kept_bytes, kept, sizeof(kept));
+                ctl_size_text(c->plan_offloaded_bytes, off, sizeof(off));
+                ctl_size_text(c->plan_recomputed_bytes, rec, sizeof(rec));
+                ctl_size_text(c->plan_streamed_bytes, str, sizeof(str));
+                n = snprintf(figures, sizeof(figures),
+                             "  kept %s, offloaded %s, recomputed %s",
+                             kept, off, rec);
+                if ((size_t)n + strlen(", streamed ") + strlen(str) <= 80)
+                        printf("%s, streamed %s\n", figures, str);
+                else
+                        printf("%s,\n  streamed %s\n", figures, str);
         }
 }
 
@@ -632,6 +669,11 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                 json_uint(&w, "host_bytes", c->host_bytes);
                 json_uint(&w, "lent_bytes", c->lent_bytes);
                 json_uint(&w, "outside_bytes", c->outside_bytes);
+                json_string(&w, "planner", c->planner);
+                json_uint(&w, "plan_kept_bytes", c->plan_kept_bytes);
+                json_uint(&w, "plan_offloaded_bytes", c->plan_offloaded_bytes);
+                json_uint(&w, "plan_recomputed_bytes", c->plan_recomputed_bytes);
+                json_uint(&w, "plan_streamed_bytes", c->plan_streamed_bytes);
                 json_end_object(&w);
         }
         json_end_array(&w);

@@ -3,7 +3,8 @@
  * StatusReply into the plain structs of gpumem.h, so applications and
  * gpu-memctl never see protobuf types. Strings are copied with truncation
  * into the fixed fields; the arrays are malloc'd and gmd_status_free()
- * releases them.
+ * releases them. gmd_report_plan() is the other way round: a client's
+ * memory plan, sent for status to show.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -107,6 +108,11 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 c->host_bytes = w->host_bytes;
                 c->lent_bytes = w->lent_bytes;
                 c->outside_bytes = w->outside_bytes;
+                COPY_STRING(c->planner, w->planner);
+                c->plan_kept_bytes = w->plan_kept_bytes;
+                c->plan_offloaded_bytes = w->plan_offloaded_bytes;
+                c->plan_recomputed_bytes = w->plan_recomputed_bytes;
+                c->plan_streamed_bytes = w->plan_streamed_bytes;
         }
         s->n_buffers = reply->n_buffers;
         for (size_t i = 0; i < reply->n_buffers; i++) {
@@ -188,4 +194,43 @@ gmd_status *gmd_status_free(gmd_status *status)
         free(status->gpu_processes);
         free(status);
         return NULL;
+}
+
+/* The daemon closes a connection whose planner name is not printable or
+ * too long (a protocol error): refuse it here, where the caller learns why. */
+#define PLAN_NAME_MAX 32
+
+int gmd_report_plan(gmd_client *client, const char *planner, uint64_t kept,
+                    uint64_t offloaded, uint64_t recomputed, uint64_t streamed)
+{
+        Gmd__PlanReport msg = GMD__PLAN_REPORT__INIT;
+        size_t len;
+
+        if (!client) {
+                gmd__error_set("gmd_report_plan: no client");
+                return -EINVAL;
+        }
+        if (!planner)
+                planner = "";
+        len = strlen(planner);
+        if (len > PLAN_NAME_MAX) {
+                gmd__error_set("gmd_report_plan: planner name longer than "
+                               "%d bytes", PLAN_NAME_MAX);
+                return -EINVAL;
+        }
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char)planner[i];
+
+                if (c < 0x20 || c > 0x7e) {
+                        gmd__error_set("gmd_report_plan: planner name is not "
+                                       "printable ASCII");
+                        return -EINVAL;
+                }
+        }
+        msg.planner = (char *)planner;
+        msg.kept_bytes = kept;
+        msg.offloaded_bytes = offloaded;
+        msg.recomputed_bytes = recomputed;
+        msg.streamed_bytes = streamed;
+        return gmd__client_send(client, GMD__MSG_TYPE__MSG_PLAN, &msg.base);
 }

@@ -698,6 +698,15 @@ typedef struct gmd_client_status {
                                  * counted in the pool's `used`. On the
                                  * oldest connection of a process only; 0
                                  * from an older daemon */
+        /* Its memory plan as last reported with gmd_report_plan: the
+         * planner's name ("" if none, or withheld with details_hidden) and
+         * the bytes kept, offloaded, recomputed and streamed. All 0: no
+         * plan reported, or an older daemon. */
+        char planner[33];
+        uint64_t plan_kept_bytes;
+        uint64_t plan_offloaded_bytes;
+        uint64_t plan_recomputed_bytes;
+        uint64_t plan_streamed_bytes;
 } gmd_client_status;
 
 typedef struct gmd_buffer_status {
@@ -762,6 +771,20 @@ int gmd_query_status(gmd_client *client, gmd_status_what what, uint32_t pid,
                      gmd_status **ret_status);
 GMD_EXPORT
 gmd_status *gmd_status_free(gmd_status *status);
+
+/*
+ * Tell the daemon the memory plan this client's planner chose, for
+ * administrators to see (gpu-memctl status): the bytes it keeps on the
+ * GPU, offloads to host memory, recomputes and streams in, and the
+ * planner's name (printable ASCII, at most 32 bytes; NULL for none). The
+ * daemon decides nothing by it; each report replaces the last. Sent
+ * without waiting: 0 once sent, -EINVAL for a bad name (nothing sent), or
+ * the connection's error. A daemon that restarts under the client forgets
+ * it: report again after a reconnect if it matters.
+ */
+GMD_EXPORT
+int gmd_report_plan(gmd_client *client, const char *planner, uint64_t kept,
+                    uint64_t offloaded, uint64_t recomputed, uint64_t streamed);
 
 /* ---- administration ----------------------------------------------------- */
 

@@ -69,6 +69,13 @@ typedef struct gmd_peer {
         unsigned n_groups;
 } gmd_peer;
 
+/* The memory plan a client last reported (MSG_PLAN): figures for
+ * administrators to see in status, which nothing in the daemon acts on. */
+typedef struct gmd_plan {
+        char planner[33];           /* "" if it reported none */
+        uint64_t kept, offloaded, recomputed, streamed;
+} gmd_plan;
+
 typedef struct gmd_session {
         gmd_server *server;
         gmd_list link;              /* in server->sessions.all */
@@ -96,6 +103,7 @@ typedef struct gmd_session {
                                      * buffers back from, or 0 */
         bool lends;                 /* it made a wait that lends (loan.h):
                                      * its process lends when it waits */
+        gmd_plan plan;              /* its last MSG_PLAN, zeros if none */
 
         gmd_list buffers;           /* owned buffers */
         unsigned n_buffers;

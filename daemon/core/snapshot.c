@@ -87,6 +87,11 @@ static void take_client(const gmd_session *s, gmd_client_snapshot *ret)
         ret->tier_bytes[0] = s->tier_bytes[0];
         ret->tier_bytes[1] = s->tier_bytes[1];
         ret->parked_bytes = s->parking.bytes;
+        snprintf(ret->planner, sizeof(ret->planner), "%s", s->plan.planner);
+        ret->plan_kept = s->plan.kept;
+        ret->plan_offloaded = s->plan.offloaded;
+        ret->plan_recomputed = s->plan.recomputed;
+        ret->plan_streamed = s->plan.streamed;
         for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
                 ret->outside_bytes += s->outside_on[d];
         list_for_each(pos, &s->buffers) {

@@ -66,6 +66,11 @@ typedef struct gmd_client_snapshot {
                                       * waits (loan.h) */
         uint64_t outside_bytes;      /* VRAM its process holds outside
                                       * gpu-memd, all devices (outside.h) */
+        char planner[33];            /* its last reported plan (gmd_plan, */
+        uint64_t plan_kept;          /* session.h): "" and 0s if none */
+        uint64_t plan_offloaded;
+        uint64_t plan_recomputed;
+        uint64_t plan_streamed;
 } gmd_client_snapshot;
 
 /* One buffer (only with SNAPSHOT_BUFFERS, as the filter chose), in the

@@ -671,6 +671,45 @@ static gmd_outcome handle_resume(gmd_session *s, uint32_t id,
         return OUTCOME_ANSWERED;
 }
 
+/* ---- the client's memory plan ------------------------------------------
+ *
+ * Stored as it comes, for status: the daemon decides nothing by it, so the
+ * numbers need no check. The planner's name is shown to administrators as
+ * it is: only printable ASCII, and short, or the session is closed. */
+#define PLAN_NAME_MAX 32
+
+static gmd_outcome handle_plan(gmd_session *s, uint32_t id,
+                               const Gmd__PlanReport *msg, gmd_result *ret)
+{
+        const char *name = msg->planner ? msg->planner : "";
+        size_t len = strlen(name);
+
+        (void)id;
+        (void)ret;
+        if (len > PLAN_NAME_MAX) {
+                session_protocol_error(s, "planner name too long",
+                                       GMD__MSG_TYPE__MSG_PLAN);
+                return OUTCOME_NONE;
+        }
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char)name[i];
+
+                if (c < 0x20 || c > 0x7e) {
+                        session_protocol_error(s, "planner name not printable",
+                                               GMD__MSG_TYPE__MSG_PLAN);
+                        return OUTCOME_NONE;
+                }
+        }
+        memcpy(s->plan.planner, name, len + 1);
+        s->plan.kept = msg->kept_bytes;
+        s->plan.offloaded = msg->offloaded_bytes;
+        s->plan.recomputed = msg->recomputed_bytes;
+        s->plan.streamed = msg->streamed_bytes;
+        log_debug("client %llu: plan by %s", (unsigned long long)s->id,
+                  len ? name : "(unnamed)");
+        return OUTCOME_NONE;
+}
+
 #define ROW(t, desc, fn, hello, reply) \
         { GMD__MSG_TYPE__##t, &desc, (handler_fn)(fn), hello, reply }
 
@@ -689,6 +728,7 @@ static const request_type request_types[] = {
         ROW(MSG_PARK, gmd__buffer_list__descriptor, handle_park, true, false),
         ROW(MSG_UNPARK, gmd__buffer_list__descriptor, handle_unpark, true, false),
         ROW(MSG_RETURN, gmd__buffer_list__descriptor, handle_return, true, false),
+        ROW(MSG_PLAN, gmd__plan_report__descriptor, handle_plan, true, false),
 };
 
 /* MSG_RESUME is the one request that carries fds: handled apart. */

@@ -80,8 +80,13 @@ static void render_client(const gmd_session *viewer,
         ret->host_bytes = c->tier_bytes[GMD_TIER_HOST];
         ret->lent_bytes = c->lent_bytes;
         ret->outside_bytes = c->outside_bytes;
+        ret->plan_kept_bytes = c->plan_kept;
+        ret->plan_offloaded_bytes = c->plan_offloaded;
+        ret->plan_recomputed_bytes = c->plan_recomputed;
+        ret->plan_streamed_bytes = c->plan_streamed;
         if (may_see_details(viewer, c->uid)) {
                 ret->name = (char *)c->name;
+                ret->planner = (char *)c->planner;
                 ret->buffers = c->n_buffers;
         } else {
                 ret->name = "";

@@ -87,6 +87,7 @@ const ProtobufCMessageDescriptor *const fuzz_wire_messages[] = {
         &gmd__resume_request__descriptor,
         &gmd__buffer_verdict__descriptor,
         &gmd__resume_reply__descriptor,
+        &gmd__plan_report__descriptor,
 };
 const size_t fuzz_wire_n_messages =
         sizeof(fuzz_wire_messages) / sizeof(fuzz_wire_messages[0]);

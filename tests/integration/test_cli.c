@@ -4,7 +4,8 @@
  * against a running daemon and against none: after a real pageout and
  * prefetch on the sim backend its tables and JSON must show where the
  * bytes are (pools, copies, clients by tier, buffers' tier and state),
- * and while a throttled move runs, that it is queued and moving.
+ * and while a throttled move runs, that it is queued and moving; a
+ * client's reported memory plan in status and its JSON.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -554,6 +555,92 @@ static void test_ctl_status_plain(void **state)
         harness_stop(&f->h);
 }
 
+#define GiB (1024 * MiB)
+
+/* gmd_status round trip on `c`: the daemon has read what it sent before. */
+static void sync_client(gmd_client *c)
+{
+        gmd_status *st = NULL;
+
+        assert_int_equal(gmd_query_status(c, GMD_STATUS_POOLS, 0, &st), 0);
+        gmd_status_free(st);
+}
+
+/*
+ * A client's memory plan (gmd_report_plan): gpu-memctl status says it
+ * under the clients table, within 80 columns even at the longest sizes,
+ * and --json has its fields; a client without one gets no line; a
+ * planner name the daemon would refuse is refused before it is sent.
+ */
+static void test_ctl_plan(void **state)
+{
+        fixture *f = *state;
+        char *out, *row, *line, pid[32];
+
+        harness_start_small(&f->h, NULL);
+        f->client = harness_client(&f->h, "train.py");
+        f->other = harness_client(&f->h, "noplan");
+        assert_int_equal(gmd_report_plan(f->client, "fit", 3 * GiB + 256 * MiB,
+                                         GiB + 128 * MiB, 819 * MiB, 0), 0);
+        sync_client(f->client);
+        snprintf(pid, sizeof(pid), "pid %d train.py: ", (int)getpid());
+
+        out = ctl_output(f, (const char *[]){ "status", NULL });
+        line = line_starting(out, pid);
+        if (strcmp(line + strlen(pid), "plan by fit:") != 0)
+                fail_msg("plan line: '%s' in:\n%s", line, out);
+        free(line);
+        line = line_starting(out, "  kept ");
+        if (strcmp(line, "  kept 3.2 GiB, offloaded 1.1 GiB, recomputed "
+                   "819 MiB, streamed 0 B") != 0)
+                fail_msg("figures: '%s' in:\n%s", line, out);
+        free(line);
+        if (strstr(out, "noplan: plan"))
+                fail_msg("a client without a plan has a plan line:\n%s", out);
+        free(out);
+
+        out = ctl_output(f, (const char *[]){ "status", "--json", NULL });
+        if (!json_valid(out))
+                fail_msg("not valid JSON:\n%s", out);
+        row = json_row(out, "clients", "\"name\": \"train.py\"");
+        assert_row_has(row, "\"planner\": \"fit\"");
+        assert_row_uint(row, "plan_kept_bytes", 3 * GiB + 256 * MiB);
+        assert_row_uint(row, "plan_offloaded_bytes", GiB + 128 * MiB);
+        assert_row_uint(row, "plan_recomputed_bytes", 819 * MiB);
+        assert_row_uint(row, "plan_streamed_bytes", 0);
+        free(row);
+        row = json_row(out, "clients", "\"name\": \"noplan\"");
+        assert_row_has(row, "\"planner\": \"\"");
+        assert_row_uint(row, "plan_kept_bytes", 0);
+        free(row);
+        free(out);
+
+        /* A new report replaces the last; four long sizes wrap (and
+         * ctl_output holds every line to 80 columns). */
+        assert_int_equal(gmd_report_plan(f->client, "a-planner-named-32-bytes-long-xx",
+                                         1023 * GiB + 900 * MiB,
+                                         1023 * GiB + 900 * MiB,
+                                         1023 * GiB + 900 * MiB,
+                                         1023 * GiB + 900 * MiB), 0);
+        sync_client(f->client);
+        out = ctl_output(f, (const char *[]){ "status", NULL });
+        line = line_starting(out, "  streamed ");
+        assert_string_equal(line, "  streamed 1023.9 GiB");
+        free(line);
+        assert_non_null(strstr(out, "plan by a-planner-named-32-bytes-long-xx:"));
+        free(out);
+
+        /* Names the daemon would close the connection for. */
+        assert_int_equal(gmd_report_plan(f->client,
+                                         "a-planner-named-33-bytes-long-xxx",
+                                         0, 0, 0, 0), -EINVAL);
+        assert_int_equal(gmd_report_plan(f->client, "tab\there", 0, 0, 0, 0),
+                         -EINVAL);
+        assert_int_equal(gmd_report_plan(NULL, "fit", 0, 0, 0, 0), -EINVAL);
+        sync_client(f->client);
+        harness_stop(&f->h);
+}
+
 static void test_ctl_no_daemon(void **state)
 {
         fixture *f = *state;
@@ -900,6 +987,7 @@ int main(void)
                 HARNESS_TEST(test_ctl_status_plain),
                 HARNESS_TEST(test_ctl_after_pageout),
                 HARNESS_TEST(test_ctl_while_moving),
+                HARNESS_TEST(test_ctl_plan),
                 HARNESS_TEST(test_ctl_no_daemon),
                 HARNESS_TEST(test_daemon_help_and_version),
                 HARNESS_TEST(test_daemon_bad_option),

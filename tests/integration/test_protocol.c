@@ -8,7 +8,8 @@
  * daemon must close that socket, log one line with "protocol error" (or
  * "not reading" for a flood) and the reason, and be unchanged afterwards:
  * same fd count, one client fewer, and the good client's bytes intact and
- * its next allocation working.
+ * its next allocation working. Among the bad inputs: a PlanReport whose
+ * planner name is too long or not printable.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -405,6 +406,42 @@ static void test_not_hello_first(void **state)
         expect_only_bad_client_gone(f, "protocol error", REASONS("hello"));
 }
 
+/* A PlanReport whose planner name the daemon would show an administrator
+ * garbled (too long, or not printable) is a protocol error: it closes that
+ * connection only. */
+static void send_plan(int fd, const char *planner)
+{
+        Gmd__PlanReport plan = GMD__PLAN_REPORT__INIT;
+        uint8_t out[256];
+
+        plan.planner = (char *)planner;
+        plan.kept_bytes = 1;
+        assert_true(gmd__plan_report__get_packed_size(&plan) <= sizeof(out));
+        raw_send(fd, GMD__MSG_TYPE__MSG_PLAN, out,
+                 gmd__plan_report__pack(&plan, out));
+}
+
+static void test_plan_name_too_long(void **state)
+{
+        fixture *f = *state;
+        int fd = raw_connect_hello(f);
+
+        send_plan(fd, "a-planner-named-32-bytes-long-xx");   /* fine */
+        send_plan(fd, "a-planner-named-33-bytes-long-xxx");
+        expect_only_bad_client_gone(f, "protocol error",
+                                    REASONS("planner name too long"));
+}
+
+static void test_plan_name_not_printable(void **state)
+{
+        fixture *f = *state;
+        int fd = raw_connect_hello(f);
+
+        send_plan(fd, "fit\x1b[2J");
+        expect_only_bad_client_gone(f, "protocol error",
+                                    REASONS("planner name not printable"));
+}
+
 /* Requests without ever reading a reply: once more replies wait than
  * max_send_queue (16 here), the daemon drops the client. */
 static void test_flood_without_reading(void **state)
@@ -487,6 +524,8 @@ int main(void)
                 T(test_daemon_only_type_from_client),
                 T(test_fds_attached),
                 T(test_not_hello_first),
+                T(test_plan_name_too_long),
+                T(test_plan_name_not_printable),
                 T(test_flood_without_reading),
                 T(test_many_bad_clients),
         };

@@ -12,14 +12,19 @@
             block, and for the planned mix at a budget of half the
             activations, which offloads and recomputes; the profiling pass
             measures what each block saves; remove() restores the model;
+            each plan is reported to the daemon (status shows its sums
+            and the planner "fit"; remove() takes it back), and a bad
+            planner name is refused before it is sent;
             by default a layer is planned by its parts (attention, MLP),
             in the order the forward pass runs them, and a planned mix of
             them trains bit-identically
 Skips the Fit cases with one SKIP: line where torch is missing.
 """
+import os
 import random
 import unittest
 
+import gpumem
 from gpumem import planner
 from gpumem.planner import KEEP, OFFLOAD, RECOMPUTE, BlockProfile
 
@@ -277,6 +282,55 @@ class Fit(DaemonTest):
         self.assertLessEqual(held, sum(saved) // 2)
         fitter.remove()
         self.assertNotIn("forward", vars(model.layers[0]))
+
+    def test_plan_in_status(self):
+        # each plan fit makes is reported: status shows this client's
+        # kept, offloaded and recomputed bytes (the plan's sums) and the
+        # planner's name; remove() takes the plan back
+        model = Net()
+        probe = gt.fit(model, client=self.client, blocks=list(model.layers))
+        train(model, steps=2, fitter=probe)
+        total = sum(p.saved_bytes for p in probe.profiles())
+        probe.remove()
+        model = Net()
+        fitter = gt.fit(model, client=self.client, budget=total // 2,
+                        blocks=list(model.layers))
+        train(model, steps=3, fitter=fitter)
+        plan = fitter.plan
+        self.assertNotEqual(plan.count(KEEP), 6, plan.summary())
+        modes = list(zip(fitter.profiles(), plan.modes))
+        sums = {m: sum(p.saved_bytes for p, mode in modes if mode == m)
+                for m in (KEEP, OFFLOAD, RECOMPUTE)}
+        self.assertEqual(sums[KEEP], plan.kept_bytes)
+        self.assertEqual(sums[OFFLOAD], plan.offloaded_bytes)
+        self.assertEqual(sums[RECOMPUTE], plan.recomputed_bytes)
+
+        def mine():
+            found = [c for c in self.client.status("clients").clients
+                     if c.pid == os.getpid() and c.planner]
+            self.assertLessEqual(len(found), 1)
+            return found[0] if found else None
+
+        info = mine()
+        self.assertIsNotNone(info, "no client of this process has a plan")
+        self.assertEqual(info.planner, "fit")
+        self.assertEqual(info.plan_kept_bytes, plan.kept_bytes)
+        self.assertEqual(info.plan_offloaded_bytes, plan.offloaded_bytes)
+        self.assertEqual(info.plan_recomputed_bytes, plan.recomputed_bytes)
+        self.assertEqual(info.plan_streamed_bytes, 0)
+        self.assertGreater(info.plan_offloaded_bytes +
+                           info.plan_recomputed_bytes, 0)
+        fitter.remove()
+        self.assertIsNone(mine())
+
+    def test_report_plan_refuses_bad_names(self):
+        for name in ("x" * 33, "tab\there"):
+            with self.assertRaises(gpumem.InvalidArgument):
+                self.client.report_plan(name, kept=1)
+        # refused before sending: the connection stays up
+        self.client.report_plan("x" * 32, kept=1)
+        self.client.report_plan("")
+        self.client.status("clients")
 
     def test_units(self):
         # by default a layer with two or more children holding parameters

@@ -90,6 +90,11 @@ class ClientStatus(ctypes.Structure):
         ("host_bytes", ctypes.c_uint64),
         ("lent_bytes", ctypes.c_uint64),
         ("outside_bytes", ctypes.c_uint64),
+        ("planner", ctypes.c_char * 33),
+        ("plan_kept_bytes", ctypes.c_uint64),
+        ("plan_offloaded_bytes", ctypes.c_uint64),
+        ("plan_recomputed_bytes", ctypes.c_uint64),
+        ("plan_streamed_bytes", ctypes.c_uint64),
     ]
 
 
@@ -186,6 +191,9 @@ _SIGNATURES = {
     "gmd_query_status": (_int, [_client_p, _int, ctypes.c_uint32,
                                 ctypes.POINTER(ctypes.POINTER(Status))]),
     "gmd_status_free": (ctypes.POINTER(Status), [ctypes.POINTER(Status)]),
+    "gmd_report_plan": (_int, [_client_p, ctypes.c_char_p, ctypes.c_uint64,
+                               ctypes.c_uint64, ctypes.c_uint64,
+                               ctypes.c_uint64]),
     "gmd_admin_drain": (_int, [_client_p, ctypes.c_uint32]),
     "gmd_admin_set_priority": (_int, [_client_p, ctypes.c_uint32,
                                       ctypes.c_int32]),

@@ -270,6 +270,16 @@ class Client:
         finally:
             lib.gmd_status_free(out)
 
+    def report_plan(self, planner, kept=0, offloaded=0, recomputed=0,
+                    streamed=0):
+        """Tell the daemon the memory plan `planner` (printable ASCII, at
+        most 32 bytes) chose, in bytes kept on the GPU, offloaded to host
+        memory, recomputed and streamed, for administrators to see in
+        gpu-memctl status. Sent without waiting; each report replaces the
+        last. Raises InvalidArgument for a bad name."""
+        self._call(_lib.lib().gmd_report_plan, planner.encode(), int(kept),
+                   int(offloaded), int(recomputed), int(streamed))
+
     def admin_drain(self, pid):
         """Revoke and free every buffer of process `pid`'s clients, then
         disconnect them (root or the admin group; else NotAllowed)."""

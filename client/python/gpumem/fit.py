@@ -40,6 +40,7 @@ from . import planner as _planner
 from .planner import OFFLOAD, RECOMPUTE
 
 UNBOUNDED = 10 ** 18     # room where no budget applies (the CPU)
+PLANNER_NAME = "fit"     # the planner's name in gpu-memctl status
 REPLAN_CHANGE = 0.1      # a plan is redone when room or times move by this
 MARGIN = 0.05            # of the budget, left for fragmentation
 OFFLOAD_MIN_BYTES = 1 << 20
@@ -92,6 +93,10 @@ class Fitter:
         self._daemon_device = 0
         self._unit_most = None
         self.offloader = self._offloader(client) if offload else None
+        # where each plan is reported for gpu-memctl status: the client
+        # given, else the offloader's (none is made just to report)
+        self._report_to = client or (self.offloader.client
+                                     if self.offloader is not None else None)
         self.plan = None
         self.history = []
         self.modes = [None] * len(self.blocks)   # None: profiling
@@ -319,6 +324,27 @@ class Fitter:
             self._room = room
             self._planned_times = [p.forward_s for p in profiles]
             self.history.append(plan)
+        self._report(plan)
+
+    def _report(self, plan):
+        """Tell the daemon the plan in force (None: none any more), for
+        administrators to see in gpu-memctl status. The bytes are the
+        planner's sums of each mode's saved bytes; fit streams nothing
+        (streamed 0). Reporting is for show: a daemon that is gone or
+        refuses does not stop training."""
+        if self._report_to is None:
+            return
+        from .errors import GpumemError
+        try:
+            if plan is None:
+                self._report_to.report_plan("")
+            else:
+                self._report_to.report_plan(
+                    PLANNER_NAME, kept=plan.kept_bytes,
+                    offloaded=plan.offloaded_bytes,
+                    recomputed=plan.recomputed_bytes, streamed=0)
+        except GpumemError:
+            pass
 
     def _moved(self, room, profiles):
         old = self._room or 1
@@ -338,6 +364,8 @@ class Fitter:
         for h in self._handles:
             h.remove()
         self._handles = []
+        if self.plan is not None:
+            self._report(None)
         if self.offloader is not None:
             self.offloader.finish()
 

@@ -65,6 +65,13 @@ class ClientInfo:
     host_bytes: int
     lent_bytes: int       # of bytes, lent to the daemon while it waits
     outside_bytes: int    # VRAM its process holds outside gpu-memd, charged
+    # its memory plan as last reported (Client.report_plan): "" and 0s if
+    # none (the name is withheld with details_hidden)
+    planner: str = ""
+    plan_kept_bytes: int = 0
+    plan_offloaded_bytes: int = 0
+    plan_recomputed_bytes: int = 0
+    plan_streamed_bytes: int = 0
 
 
 @dataclasses.dataclass
@@ -137,7 +144,8 @@ def status_from_c(s):
         pools=[_fields(Pool, s.pools[i], tier=tier, uuid=_lib.text,
                        pci_bus_id=_lib.text)
                for i in range(s.n_pools)],
-        clients=[_fields(ClientInfo, s.clients[i], name=_lib.text)
+        clients=[_fields(ClientInfo, s.clients[i], name=_lib.text,
+                         planner=_lib.text)
                  for i in range(s.n_clients)],
         buffers=[_fields(BufferInfo, s.buffers[i], tier=tier, state=state)
                  for i in range(s.n_buffers)],
