@@ -65,20 +65,6 @@ static unsigned claim_timeout_s(const gmd_server *server)
 
 /* ---- finding what a run left ------------------------------------------- */
 
-static int kept_take(gmd_keep *keep, const char *name)
-{
-        for (unsigned i = 0; i < keep->n_restored; i++) {
-                if (keep->restored[i].fd >= 0 &&
-                    strcmp(keep->restored[i].name, name) == 0) {
-                        int fd = keep->restored[i].fd;
-
-                        keep->restored[i].fd = -1;
-                        return fd;
-                }
-        }
-        return -1;
-}
-
 /* What was kept but is named by no record (a move's VRAM whose move
  * ended as the daemon died): forgotten, memory and all. */
 static void kept_close_rest(gmd_keep *keep)
@@ -122,7 +108,7 @@ static void adopt_pieces(gmd_server *server, gmd_ledger *ledger, gmd_keep *keep)
                         if (!p.used || p.device != d)
                                 continue;
                         ledger_name(name, sizeof(name), 'a', d, p.offset);
-                        fd = kept_take(keep, name);
+                        fd = keep_take(keep, name);
                         if (fd < 0) {
                                 log_warning("restore: host arena piece %s was "
                                          "not kept: the host copies in it "
@@ -166,7 +152,7 @@ static void adopt_buffer(gmd_server *server, gmd_keep *keep, restored_buffer *rb
                                            rec->parts, rec->n_parts, &rb->host);
         } else if (rec->host == LEDGER_HOST_KEPT && ops->mem_adopt_fd) {
                 ledger_name(name, sizeof(name), 'h', rec->id, 0);
-                fd = kept_take(keep, name);
+                fd = keep_take(keep, name);
                 if (fd >= 0) {
                         r = ops->mem_adopt_fd(server->backend, GMD_TIER_HOST,
                                               rec->device, rec->size, fd, &rb->host);
@@ -184,7 +170,7 @@ static void adopt_buffer(gmd_server *server, gmd_keep *keep, restored_buffer *rb
         }
         if (rec->vram_kept && ops->mem_adopt_fd) {
                 ledger_name(name, sizeof(name), 'm', rec->id, 0);
-                fd = kept_take(keep, name);
+                fd = keep_take(keep, name);
                 if (fd >= 0) {
                         r = ops->mem_adopt_fd(server->backend, GMD_TIER_VRAM,
                                               rec->device, rec->size, fd, &rb->vram);
@@ -365,8 +351,8 @@ int restore_begin(gmd_server *server, gmd_keep *keep)
         int state, buffers, r;
 
         rs->started_us = now_us();
-        state = kept_take(keep, "state");
-        buffers = kept_take(keep, "state.buffers");
+        state = keep_take(keep, "state");
+        buffers = keep_take(keep, "state.buffers");
         r = ledger_open(keep, state, buffers, &ledger, why, sizeof(why));
         if (r == -EPROTO) {
                 log_error("restart: the state an earlier gpu-memd left cannot "
