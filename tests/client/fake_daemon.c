@@ -590,11 +590,19 @@ static void *fake_main(void *arg)
                 if (r == -EAGAIN)
                         continue;
                 if (r <= 0) {
-                        if (f->listen_fd < 0)
-                                break;
+                        /* Under the lock: fake_listen may be closing the
+                         * socketpair this very moment, and then the fd
+                         * read above is no longer ours to close, nor is
+                         * its hangup the end of the fake. */
                         pthread_mutex_lock(&f->lock);
-                        close(f->fd);
-                        f->fd = -1;
+                        if (f->fd == pfd.fd && f->listen_fd < 0) {
+                                pthread_mutex_unlock(&f->lock);
+                                break;
+                        }
+                        if (f->fd == pfd.fd) {
+                                close(f->fd);
+                                f->fd = -1;
+                        }
                         pthread_cond_broadcast(&f->cond);
                         pthread_mutex_unlock(&f->lock);
                         continue;
