@@ -20,6 +20,9 @@ Prints one JSON object (also to --json FILE).
 
   GMD_BUILD=build-gpu python3 bench/restart_bench.py [--buffers N]
       [--size-mib M] [--host-gib G] [--backend cuda|sim] [--json FILE]
+
+On cuda it uses one GPU, $GMD_BENCH_DEVICE (default 0), for the daemon and
+the client alike: [pools] host_stock is per device.
 """
 
 import argparse
@@ -87,10 +90,17 @@ def main():
     log = open(logpath, "w")
     daemon_bin = os.environ.get("GMD_DAEMON", os.path.join(build, "daemon", "gpu-memd"))
 
+    # One device: [pools] host_stock is per device, and on a machine of
+    # several GPUs every device's arena would share host_limit.
+    denv = dict(os.environ)
+    if args.backend == "cuda":
+        denv["CUDA_VISIBLE_DEVICES"] = os.environ.get("GMD_BENCH_DEVICE", "0")
+
     def start():
         n0 = open(logpath).read().count("ready: ")
         d = subprocess.Popen([daemon_bin, "--backend", args.backend, "--socket", sock,
-                              "--config", conf], stdout=log, stderr=subprocess.STDOUT)
+                              "--config", conf], stdout=log, stderr=subprocess.STDOUT,
+                             env=denv)
         while open(logpath).read().count("ready: ") == n0:
             if d.poll() is not None:
                 raise SystemExit(f"gpu-memd exited {d.returncode}:\n" +
@@ -99,7 +109,7 @@ def main():
         return d, time.monotonic()
 
     daemon, _ = start()
-    env = dict(os.environ, GPU_MEMD_SOCKET=sock, GMD_PY=os.path.join(ROOT, "client", "python"),
+    env = dict(denv, GPU_MEMD_SOCKET=sock, GMD_PY=os.path.join(ROOT, "client", "python"),
                GPUMEM_LIBRARY=os.path.join(build, "client", "libgpumem.so.0"),
                GPU_MEMD_CACHE="0")
     # Libraries the GPU machine lacks, copied by scripts/gpu-suite.sh prepare.
