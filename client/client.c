@@ -524,6 +524,78 @@ int gmd__client_send(gmd_client *client, uint16_t type, const ProtobufCMessage *
         return send_message(client, type, id, msg);
 }
 
+/* Pack `plan` as a PlanReport. */
+static int plan_pack(const gmd_plan_report *plan, uint8_t **ret_buf,
+                     size_t *ret_len)
+{
+        Gmd__PlanReport msg = GMD__PLAN_REPORT__INIT;
+
+        msg.planner = (char *)plan->planner;
+        msg.kept_bytes = plan->kept;
+        msg.offloaded_bytes = plan->offloaded;
+        msg.recomputed_bytes = plan->recomputed;
+        msg.streamed_bytes = plan->streamed;
+        return message_pack(&msg.base, ret_buf, ret_len);
+}
+
+int gmd__client_report_plan(gmd_client *client, const gmd_plan_report *plan)
+{
+        bool empty = !plan->planner[0] && !plan->kept && !plan->offloaded &&
+                     !plan->recomputed && !plan->streamed;
+        gmd_conn_state state;
+        uint8_t *buf;
+        size_t len;
+        uint32_t id;
+        int r;
+
+        r = plan_pack(plan, &buf, &len);
+        if (r < 0)
+                return r;
+        /* Remembered and sent under send_lock: a resend after a resume
+         * (gmd__client_send_plan) cannot overtake a newer report. */
+        pthread_mutex_lock(&client->send_lock);
+        pthread_mutex_lock(&client->lock);
+        client->plan = *plan;
+        client->has_plan = !empty;
+        state = client->state;
+        r = state == GMD_CONN_DEAD ? client->dead_error : 0;
+        id = next_request_id_locked(client);
+        pthread_mutex_unlock(&client->lock);
+        /* Away, the old connection is gone and the new one is not the
+         * session's yet: the resume sends it. */
+        if (r == 0 && state != GMD_CONN_AWAY)
+                r = send_packed_locked(client, GMD__MSG_TYPE__MSG_PLAN, id,
+                                       buf, len);
+        pthread_mutex_unlock(&client->send_lock);
+        free(buf);
+        return r;
+}
+
+int gmd__client_send_plan(gmd_client *client)
+{
+        gmd_plan_report plan;
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        bool has_plan;
+        uint32_t id;
+        int r = 0;
+
+        pthread_mutex_lock(&client->send_lock);
+        pthread_mutex_lock(&client->lock);
+        has_plan = client->has_plan;
+        plan = client->plan;
+        id = next_request_id_locked(client);
+        pthread_mutex_unlock(&client->lock);
+        if (has_plan)
+                r = plan_pack(&plan, &buf, &len);
+        if (has_plan && r == 0)
+                r = send_packed_locked(client, GMD__MSG_TYPE__MSG_PLAN, id,
+                                       buf, len);
+        pthread_mutex_unlock(&client->send_lock);
+        free(buf);
+        return r;
+}
+
 int gmd__client_send_after(gmd_client *client, pthread_mutex_t *held,
                       uint16_t type, const ProtobufCMessage *msg)
 {

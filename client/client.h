@@ -63,6 +63,12 @@ typedef enum gmd_conn_state {
 
 #define GMD_RESUME_TOKEN_MAX 64
 
+/* A memory plan as gmd_report_plan reports it (MSG_PLAN). */
+typedef struct gmd_plan_report {
+        char planner[33];               /* "" for none */
+        uint64_t kept, offloaded, recomputed, streamed;
+} gmd_plan_report;
+
 struct gmd_client {
         int sock;
         int wake_fd;                    /* eventfd: stops the I/O thread */
@@ -110,6 +116,15 @@ struct gmd_client {
         int nowait_error;               /* first error answered to one since
                                          * the last gmd_flush, or 0 */
         char nowait_reason[512];        /* ... its sentence */
+
+        /* The memory plan last reported, sent again on the connection a
+         * resume makes (a restarted daemon knows none); `has_plan` false
+         * when none was, or the last report was empty (gmd_report_plan
+         * with no name and no bytes: taken back). Under `lock`, changed
+         * and sent under send_lock, so the last reported is the last
+         * sent. */
+        bool has_plan;
+        gmd_plan_report plan;
 
         pthread_mutex_t buffers_lock;
         gmd_list buffers;               /* gmd_buffer.node, parked ones too */
@@ -230,6 +245,18 @@ int gmd__client_send(gmd_client *client, uint16_t type,
  */
 int gmd__client_send_after(gmd_client *client, pthread_mutex_t *held,
                       uint16_t type, const ProtobufCMessage *msg);
+
+/*
+ * Report `plan` (MSG_PLAN) and remember it for the connection a resume
+ * makes; an empty one (no name, no bytes) forgets it. While the daemon is
+ * away it is only remembered: it goes out once the buffers are claimed
+ * back (gmd__client_send_plan). 0, or the connection's error.
+ */
+int gmd__client_report_plan(gmd_client *client, const gmd_plan_report *plan);
+
+/* reconnect.c, once resumed: send the remembered plan again, if any. 0,
+ * or the send's error (the reader sees a connection gone again). */
+int gmd__client_send_plan(gmd_client *client);
 
 /* The connection's error if it is dead (gmd_last_error explains), else 0. */
 int gmd__client_dead_error(gmd_client *client);

@@ -24,7 +24,10 @@
  * a buffer that was not taken back: a fresh daemon's ids may name other
  * buffers, so they are answered here (a free is done; anything else is
  * GMD_EREVOKED). A call's own deadline goes with it, shortened by the
- * time spent away.
+ * time spent away. The job's memory plan, last reported with
+ * gmd_report_plan (and not taken back since), is reported again on the
+ * new connection as soon as it is resumed: status shows what the job
+ * planned, not nothing, until it plans again.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -693,6 +696,9 @@ static int try_connection(gmd_client *client, int sock, uint8_t *buf,
         gmd__client_change_state_locked(client, GMD_CONN_RESENDING);
         pthread_mutex_unlock(&client->lock);
         gmd__hello_reply__free_unpacked(reply, NULL);
+        /* The job's memory plan, which the new daemon does not know. A
+         * failure is the connection gone again: the reader sees it. */
+        (void)gmd__client_send_plan(client);
         return TRY_RESUMED;
 }
 

@@ -4,7 +4,8 @@
  * gpu-memctl never see protobuf types. Strings are copied with truncation
  * into the fixed fields; the arrays are malloc'd and gmd_status_free()
  * releases them. gmd_report_plan() is the other way round: a client's
- * memory plan, sent for status to show.
+ * memory plan, sent for status to show, and remembered by the client to
+ * be sent again after a daemon's restart.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -199,11 +200,13 @@ gmd_status *gmd_status_free(gmd_status *status)
 /* The daemon closes a connection whose planner name is not printable or
  * too long (a protocol error): refuse it here, where the caller learns why. */
 #define PLAN_NAME_MAX 32
+_Static_assert(sizeof(((gmd_plan_report *)0)->planner) > PLAN_NAME_MAX,
+               "a remembered plan holds the longest name and its NUL");
 
 int gmd_report_plan(gmd_client *client, const char *planner, uint64_t kept,
                     uint64_t offloaded, uint64_t recomputed, uint64_t streamed)
 {
-        Gmd__PlanReport msg = GMD__PLAN_REPORT__INIT;
+        gmd_plan_report plan;
         size_t len;
 
         if (!client) {
@@ -227,10 +230,12 @@ int gmd_report_plan(gmd_client *client, const char *planner, uint64_t kept,
                         return -EINVAL;
                 }
         }
-        msg.planner = (char *)planner;
-        msg.kept_bytes = kept;
-        msg.offloaded_bytes = offloaded;
-        msg.recomputed_bytes = recomputed;
-        msg.streamed_bytes = streamed;
-        return gmd__client_send(client, GMD__MSG_TYPE__MSG_PLAN, &msg.base);
+        memcpy(plan.planner, planner, len + 1);
+        plan.kept = kept;
+        plan.offloaded = offloaded;
+        plan.recomputed = recomputed;
+        plan.streamed = streamed;
+        /* Remembered, so that a daemon that restarts under the client
+         * hears it again once the client is back (reconnect.c). */
+        return gmd__client_report_plan(client, &plan);
 }

@@ -778,9 +778,12 @@ gmd_status *gmd_status_free(gmd_status *status);
  * GPU, offloads to host memory, recomputes and streams in, and the
  * planner's name (printable ASCII, at most 32 bytes; NULL for none). The
  * daemon decides nothing by it; each report replaces the last. Sent
- * without waiting: 0 once sent, -EINVAL for a bad name (nothing sent), or
- * the connection's error. A daemon that restarts under the client forgets
- * it: report again after a reconnect if it matters.
+ * without waiting: 0 once sent (while the daemon is away: once kept for
+ * the next connection), -EINVAL for a bad name (nothing sent), or the
+ * connection's error. The library remembers the last report: when the
+ * daemon restarts under the client it is reported again, once the
+ * client has reconnected and taken its buffers back. An empty report (no
+ * name, all 0) takes the plan back and is not repeated.
  */
 GMD_EXPORT
 int gmd_report_plan(gmd_client *client, const char *planner, uint64_t kept,

@@ -515,6 +515,20 @@ static void handle_resume(fake_daemon *f, const gmd_wire_packet *p)
         gmd__resume_request__free_unpacked(req, NULL);
 }
 
+static void handle_plan(fake_daemon *f, const gmd_wire_packet *p)
+{
+        Gmd__PlanReport *m = gmd__plan_report__unpack(NULL, p->header.length,
+                                                      p->payload);
+
+        if (!m)
+                return;
+        snprintf(f->plan_planner, sizeof(f->plan_planner), "%s",
+                 m->planner ? m->planner : "");
+        f->plan_kept = m->kept_bytes;
+        f->plan_session = f->session_id;
+        gmd__plan_report__free_unpacked(m, NULL);
+}
+
 static void handle(fake_daemon *f, gmd_wire_packet *p)
 {
         pthread_mutex_lock(&f->lock);
@@ -543,6 +557,7 @@ static void handle(fake_daemon *f, gmd_wire_packet *p)
         case GMD__MSG_TYPE__MSG_PARK:
         case GMD__MSG_TYPE__MSG_UNPARK:
         case GMD__MSG_TYPE__MSG_RETURN:    handle_cache(f, p); break;
+        case GMD__MSG_TYPE__MSG_PLAN:      handle_plan(f, p); break;
         default: break;
         }
         pthread_cond_broadcast(&f->cond);

@@ -120,6 +120,11 @@ typedef struct fake_daemon {
         unsigned n_resume_last;         /* ... with last set */
         fake_claim claims[FAKE_MAX_CLAIMS];
         unsigned n_claims;
+        /* the last MSG_PLAN: its planner and kept bytes, and the session
+         * (connection) it came on */
+        char plan_planner[33];
+        uint64_t plan_kept;
+        uint64_t plan_session;
 } fake_daemon;
 
 /* Create the socketpair and start the thread; f->client_fd is the end for

@@ -816,6 +816,79 @@ static void test_restart_resumes(void **ctx)
         assert_int_equal(st->fake.n_frees, 2);
 }
 
+/* Wait (5 s at most) until the client saw its connection end. */
+static void wait_away(state *st)
+{
+        for (int i = 0; i < 500; i++) {
+                bool away;
+
+                pthread_mutex_lock(&st->client->lock);
+                away = st->client->state == GMD_CONN_AWAY;
+                pthread_mutex_unlock(&st->client->lock);
+                if (away)
+                        return;
+                usleep(10000);
+        }
+        fail_msg("the client did not see the daemon go");
+}
+
+/* The plan the fake heard last: `planner` and `kept`, on the connection
+ * it serves now. */
+static void assert_plan(state *st, const char *planner, uint64_t kept)
+{
+        pthread_mutex_lock(&st->fake.lock);
+        assert_string_equal(st->fake.plan_planner, planner);
+        assert_int_equal(st->fake.plan_kept, kept);
+        assert_int_equal(st->fake.plan_session, st->fake.session_id);
+        pthread_mutex_unlock(&st->fake.lock);
+}
+
+/* A restarted daemon knows no plan: the job's last one (gmd_report_plan)
+ * is reported again on the resumed connection; one reported while the
+ * daemon is away goes once it is back; none, or one taken back (an empty
+ * report), is not sent. */
+static void test_restart_sends_plan(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *status = NULL;
+
+        connect_path(st);
+        fake_drop(&st->fake);
+        wait_resumed(st, 1);
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_PLAN), 0);
+
+        assert_int_equal(gmd_report_plan(st->client, "fit", 1000, 2, 3, 4), 0);
+        assert_true(fake_wait_type(&st->fake, GMD__MSG_TYPE__MSG_PLAN, 1));
+        fake_drop(&st->fake);
+        wait_resumed(st, 2);
+        assert_true(fake_wait_type(&st->fake, GMD__MSG_TYPE__MSG_PLAN, 2));
+        assert_plan(st, "fit", 1000);
+
+        /* Reported with no daemon: kept for the one that comes. */
+        fake_set(&st->fake, accept_paused, true);
+        fake_drop(&st->fake);
+        wait_away(st);
+        assert_int_equal(gmd_report_plan(st->client, "fit", 2000, 0, 0, 0), 0);
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_PLAN), 2);
+        fake_set(&st->fake, accept_paused, false);
+        wait_resumed(st, 3);
+        assert_true(fake_wait_type(&st->fake, GMD__MSG_TYPE__MSG_PLAN, 3));
+        assert_plan(st, "fit", 2000);
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_PLAN), 3);
+
+        /* Taken back: nothing to say to the next daemon. */
+        assert_int_equal(gmd_report_plan(st->client, NULL, 0, 0, 0, 0), 0);
+        assert_true(fake_wait_type(&st->fake, GMD__MSG_TYPE__MSG_PLAN, 4));
+        assert_plan(st, "", 0);
+        fake_drop(&st->fake);
+        wait_resumed(st, 4);
+        /* Answered on the new connection: what the resume sent is in. */
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), 0);
+        gmd_status_free(status);
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_PLAN), 4);
+}
+
 typedef struct gap_call {
         gmd_client *client;
         int alloc_r, status_r, acquire_r;
@@ -1099,6 +1172,7 @@ int main(void)
                 T(test_nowait_wrong_reply),
                 T_LISTEN(test_restart_resumes),
                 T_LISTEN(test_restart_calls_wait),
+                T_LISTEN(test_restart_sends_plan),
                 T_LISTEN(test_restart_lost_buffer),
                 T_LISTEN(test_restart_unsupported),
                 T_LISTEN(test_restart_without_recovery),
