@@ -17,7 +17,8 @@
 # bench/swap_bench, bench/release_bench), and writes under $OUT (default
 # ./gpu-suite-out):
 #   gpu-suite.log    every test's output, the daemon logs, in order
-#   gpu-suite.json   {"tests": [{"name", "result", "rc", "seconds"}], ...}
+#   gpu-suite.json   {"gpu", "gpus", "tests": [{"name", "result", "rc",
+#                    "seconds"}], ...}
 #   alloc_bench.json / alloc_bench.txt   the allocation benchmark's results
 #   swap_bench.json / swap_bench.txt     the swap benchmark's results
 #   release_bench.json / release_bench.txt   copies right after a VRAM
@@ -64,8 +65,22 @@
 # GMD_TORCH_ROUNDS=N gives the torch bench N rounds (default 2).
 # tests/gpu/test_offload.py and test_spill.py run with the other Python GPU
 # tests (GMD_OFFLOAD_QUICK=1 passes them --quick too); test_spill.py also
-# appends its tokens/s lines to $OUT/spill.jsonl.
-#   nvidia-smi.txt   the machine
+# appends its tokens/s lines to $OUT/spill.jsonl. tests/gpu/test_ddp.py
+# (two GPUs or more; skipped on one) trains with DistributedDataParallel
+# on two GPUs, plain and under gpumem-run (each run cut at 120 s).
+#   nvidia-smi.txt   the machine (nvidia-smi, and `nvidia-smi topo -m`: how
+#                    its GPUs are linked)
+#
+# Machines of one, two or four GPUs (or more): every gpu-memd a test starts
+# serves all the GPUs the suite sees. A test about one device uses CUDA
+# device 0, the daemon's device 0, and says which GPU that is in a
+# "device:" line; the tests about several (test_gpu_devices, test_torch.py's
+# `visible` case, test_gpu_daemon's last section, test_ddp.py) use the
+# others and skip those parts on one GPU. CUDA_DEVICE_ORDER is PCI_BUS_ID
+# unless set, so that CUDA's device N is nvidia-smi's GPU N (NVML counts in
+# PCI order; CUDA's default, fastest first, need not), and the log says how
+# many GPUs there are. CUDA_VISIBLE_DEVICES, when set, is left alone: the
+# daemons and the tests then see the same GPUs, in the same order.
 #
 # GMD_SANDBOX=1 runs every gpu-memd the tests and benchmarks start under
 # the hardened unit's process-level confinement (systemd/gpu-memd.service.in):
@@ -142,6 +157,9 @@ export GMD_BUILD="$build"
 # The GPU machine's python3 is the one with PyTorch; gpumem.torch finds the
 # shim of this build.
 export GPU_MEMD_TORCH_LIB="$build/client/torch/libgpumem_torch.so.0"
+# CUDA's ordinals in nvidia-smi's (PCI) order, for the daemons, the tests
+# and the benchmarks alike (see the top).
+export CUDA_DEVICE_ORDER=${CUDA_DEVICE_ORDER:-PCI_BUS_ID}
 
 # GMD_SANDBOX=1: every daemon under unit_sandbox (see the top).
 sandbox=false
@@ -171,7 +189,10 @@ EOF
 fi
 
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >>"$OUT/nvidia-smi.txt"
+nvidia-smi topo -m >>"$OUT/nvidia-smi.txt" 2>&1
 nvidia-smi -L >>"$log" 2>&1
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+echo "=== $gpus GPU(s) on the machine; CUDA_DEVICE_ORDER=$CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-(unset)}" | tee -a "$log"
 
 src=$(cd "$(dirname "$0")/.." && pwd)
 failed=0
@@ -291,7 +312,7 @@ if [ "$sandbox" = true ]; then
 fi
 
 {
-        printf '{"gpu": "%s",\n "sandbox": %s, "sandbox_starts": %s,\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" "$sandbox" "$sandbox_starts"
+        printf '{"gpu": "%s",\n "gpus": %d,\n "sandbox": %s, "sandbox_starts": %s,\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" "$gpus" "$sandbox" "$sandbox_starts"
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
         printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "map_bench_rc": %s,\n "notify_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s,\n "cotenancy_bench_rc": %s}\n' \

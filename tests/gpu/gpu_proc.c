@@ -208,7 +208,8 @@ int gpu_daemon_start(const char *const *extra, gpu_daemon *ret_daemon)
         posix_spawn_file_actions_destroy(&fa);
         if (r != 0)
                 return -r;
-        for (int i = 0; i < 1000; i++) {
+        /* It listens once every GPU is open: longer on more of them. */
+        for (int i = 0; i < 3000; i++) {
                 if (daemon_accepts(d->socket_path)) {
                         setenv("GPU_MEMD_SOCKET", d->socket_path, 1);
                         return 0;
@@ -265,4 +266,17 @@ const gmd_cuda_driver *gpu_usable(void)
                 return NULL;
         }
         return cu;
+}
+
+void gpu_say_device(const gmd_cuda_driver *cu, int ordinal, const char *what)
+{
+        char name[128] = "?", bus[32] = "?";
+        CUdevice dev;
+
+        if (cu->cuDeviceGet(&dev, ordinal) == CUDA_SUCCESS) {
+                cu->cuDeviceGetName(name, sizeof(name), dev);
+                cu->cuDeviceGetPCIBusId(bus, sizeof(bus), dev);
+        }
+        printf("device: CUDA device %d of %d (%s, PCI %s): %s\n", ordinal,
+               cuda_driver_device_count(cu), name, bus, what);
 }

@@ -56,7 +56,7 @@ typedef struct gpu_daemon {
 /*
  * Start gpu-memd --backend cuda on a socket in a fresh temporary folder,
  * with `extra` options (NULL-terminated, may be NULL), and wait until it
- * accepts (10 s at most). The binary is $GMD_DAEMON, else
+ * accepts (30 s at most). The binary is $GMD_DAEMON, else
  * ../../daemon/gpu-memd from this program's folder. Sets $GPU_MEMD_SOCKET
  * so workers spawned afterwards connect to it. 0 or -errno.
  */
@@ -68,7 +68,8 @@ int gpu_daemon_stop(gpu_daemon *daemon, FILE *log_out);
 
 /*
  * The whole of a test that is one client of one gpu-memd, for its main():
- * "SKIP" and GPU_TEST_SKIP where no GPU is usable; $GPU_MEMD_CACHE=0 (no
+ * "SKIP" and GPU_TEST_SKIP where no GPU is usable; the line of
+ * gpu_say_device for device 0, the one `run` is to use; $GPU_MEMD_CACHE=0 (no
  * cache of idle mappings, also in workers spawned later); gpu-memd started
  * with no extra options; `run` with a client connected as `name`, then
  * disconnected; the daemon stopped (its log on stdout when anything
@@ -86,6 +87,16 @@ int gpu_client_test(const char *name, void (*run)(struct gmd_client *c));
  * the caller then exits GPU_TEST_SKIP (ctest shows the test skipped).
  */
 const gmd_cuda_driver *gpu_usable(void);
+
+/*
+ * For a test about one device, on a machine of one GPU or several: one
+ * line saying which GPU it is ("device: CUDA device 0 of 4 (NAME, PCI
+ * BUS-ID): `what`"), so that a log says what was tested. `ordinal` is
+ * this process's CUDA ordinal; the daemon a test starts sees the GPUs in
+ * the same order (same environment), so it is the daemon's device of that
+ * number too.
+ */
+void gpu_say_device(const gmd_cuda_driver *cu, int ordinal, const char *what);
 
 /* Failures counted by CHECK; a program exits non-zero when any. */
 extern int gpu_failures;

@@ -668,6 +668,8 @@ int main(int argc, char **argv)
         cu = gpu_usable();
         if (!cu)
                 return GPU_TEST_SKIP;
+        gpu_say_device(cu, 0, "the backend opens every GPU; its buffers, "
+                       "reserve, arena and copies here are device 0's");
         log_setup(GMD_LOG_INFO);
         config_init_defaults(&config);
         config.cuda_reserve_chunks = 16;   /* the shipped default, explicitly */

@@ -159,7 +159,8 @@ static void check_order(int first, int n, int base, const char *what)
 }
 
 /* The CUDA devices this process sees (at least 1: the caller checked
- * that a GPU is usable). */
+ * that a GPU is usable), after the line saying which one this test is
+ * about. */
 static unsigned devices_visible(void)
 {
         const gmd_cuda_driver *cu;
@@ -168,6 +169,8 @@ static unsigned devices_visible(void)
 
         if (cuda_driver_load(&cu, &why) < 0)
                 return 1;
+        gpu_say_device(cu, 0, "the backend opens every GPU; every copy "
+                       "and arena checked here is device 0's");
         n = cuda_driver_device_count(cu);
         return n > 0 ? (unsigned)n : 1;
 }
@@ -179,6 +182,7 @@ int main(void)
         gmd_backend *be = NULL;
         gmd_config config;
         char reason[160];
+        unsigned n_devices;
         double t0;
         int r, count;
 
@@ -193,7 +197,8 @@ int main(void)
         /* [pools] host_stock is the machine's, shared evenly by the
          * devices; the arena checks below are about device 0's share:
          * ask for ARENA per device, however many the machine has. */
-        config.host_stock = (gmd_size_spec){ ARENA * devices_visible(), 0 };
+        n_devices = devices_visible();
+        config.host_stock = (gmd_size_spec){ ARENA * n_devices, 0 };
         r = backend_cuda_open(&config, &be);
         CHECK(r == 0, "backend_cuda_open: %s", strerror(-r));
         if (r < 0)
@@ -330,8 +335,11 @@ int main(void)
                                2 * MiB, NULL) == -EINVAL, "past dst end");
         CHECK(ops->copy_submit(be, 0, GMD_COPY_OUT, host, 0, vram, SIZE, 1,
                                NULL) == -EINVAL, "past src end");
-        CHECK(ops->copy_submit(be, 7, GMD_COPY_OUT, host, 0, vram, 0, MiB,
-                               NULL) == -EINVAL, "no such device");
+        /* The first device number past the machine's (7 is a GPU of an
+         * 8-GPU machine). */
+        CHECK(ops->copy_submit(be, n_devices, GMD_COPY_OUT, host, 0, vram, 0,
+                               MiB, NULL) == -EINVAL, "no such device %u",
+              n_devices);
         /* An empty copy (a clean pageout's: backend.h) is accepted and
          * finishes behind a real one submitted before it. */
         n_done = 0;

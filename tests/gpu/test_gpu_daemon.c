@@ -10,7 +10,8 @@
  * pool accounting moves with the driver's free memory; a client never
  * reads bytes another client wrote (zero on reuse, large and reserve-sized
  * buffers); a SIGKILLed client's memory returns to the pool and the GPU;
- * legacy IPC buffers; a second GPU where there is one; the VRAM limit with
+ * legacy IPC buffers; every other GPU where there are several (a buffer
+ * on each, written and read by a kernel there); the VRAM limit with
  * its error messages (a second daemon started with --vram-limit 256M).
  */
 #include <errno.h>
@@ -226,6 +227,7 @@ static void run_legacy_ipc(gmd_client *me, gpu_proc *a)
 static void run_main_daemon(gmd_client *me, gpu_proc *a, gpu_proc *b)
 {
         uint64_t used0, used1, free0, free1;
+        unsigned n;
         wreply rep;
         gpu_proc c;
 
@@ -297,22 +299,34 @@ static void run_main_daemon(gmd_client *me, gpu_proc *a, gpu_proc *b)
 
         run_legacy_ipc(me, a);
 
-        /* A second GPU. */
-        if (gmd_client_device_count(me) < 2) {
-                printf("two GPUs: one GPU here, section skipped\n");
+        /* Every other GPU the daemon serves, however many. The worker
+         * sees the GPUs in the daemon's order (same environment), so a
+         * buffer of the daemon's device d is at its CUDA device d. */
+        n = gmd_client_device_count(me);
+        if (n < 2) {
+                printf("other GPUs: one GPU here, section skipped\n");
                 return;
         }
-        CHECK(ask_alloc(a, 4, 64 * MiB, 1, 0).r == 0, "alloc on device 1");
-        rep = ask(a, W_DEVICE, 4, 0, 0);
-        CHECK(rep.value == 1, "pointer on device 1: %lld", rep.value);
-        rep = ask(a, W_FILL, 4, 0, 707);
-        CHECK(rep.r == 0, "fill device 1: %s", rep.msg);
-        rep = ask(a, W_CHECK, 4, 0, 707);
-        CHECK(rep.r == 0 && rep.value == 0, "check device 1: %lld %s",
-              rep.value, rep.msg);
-        CHECK(ask(a, W_FREE, 4, 0, 0).r == 0, "free device 1");
-        printf("two GPUs: buffer on device 1 %s\n",
-               gpu_failures ? "FAILED" : "written and read by a device-1 kernel");
+        for (unsigned dev = 1; dev < n; dev++) {
+                int before = gpu_failures;
+
+                rep = ask_alloc(a, 4, 64 * MiB, dev, 0);
+                CHECK(rep.r == 0, "alloc on device %u: %s", dev, rep.msg);
+                if (rep.r < 0)
+                        continue;
+                rep = ask(a, W_DEVICE, 4, 0, 0);
+                CHECK(rep.value == (long long)dev, "pointer on device %u: "
+                      "%lld", dev, rep.value);
+                rep = ask(a, W_FILL, 4, 0, 707 + dev);
+                CHECK(rep.r == 0, "fill device %u: %s", dev, rep.msg);
+                rep = ask(a, W_CHECK, 4, 0, 707 + dev);
+                CHECK(rep.r == 0 && rep.value == 0, "check device %u: %lld %s",
+                      dev, rep.value, rep.msg);
+                CHECK(ask(a, W_FREE, 4, 0, 0).r == 0, "free device %u", dev);
+                printf("GPU %u of %u: a buffer on the daemon's device %u %s\n",
+                       dev + 1, n, dev, gpu_failures > before ? "FAILED" :
+                       "written and read by a kernel on that device");
+        }
 }
 
 static void run_limit(void)
@@ -350,6 +364,8 @@ int main(int argc, char **argv)
         cu = gpu_usable();
         if (!cu)
                 return GPU_TEST_SKIP;
+        gpu_say_device(cu, 0, "the daemon's device 0 for every section but "
+                       "the last, which visits each other GPU");
 
         r = gpu_daemon_start(NULL, &d);
         CHECK(r == 0, "start gpu-memd: %s", strerror(-r));

@@ -252,6 +252,9 @@ int main(int argc, char **argv)
         cu = gpu_usable();
         if (!cu)
                 return GPU_TEST_SKIP;
+        gpu_say_device(cu, 0, "the daemon's device 0 and its 1 GiB pool, "
+                       "where every client's buffers are (the other GPUs "
+                       "get pools of their own, unused here)");
 
         setenv("GPU_MEMD_CACHE", "0", 1);   /* workers inherit it */
         r = gpu_daemon_start(args, &d);

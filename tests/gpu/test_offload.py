@@ -25,7 +25,9 @@ fixed seed, deterministic algorithms, fp32 training / bf16 inference):
                the one taken before streaming
   idle         idle() pages out every resident block (tier host) and brings
                them back: logits unchanged
-Each check prints one line: PASS/FAIL name: detail. Exit status 0 when all
+Every case runs on cuda:0 and the daemon's device that is that GPU (the
+first line names it). Each check prints one line: PASS/FAIL name: detail.
+Exit status 0 when all
 pass, 1 on a failure, 77 when there is no GPU, no PyTorch with CUDA or no
 transformers. Needs $GMD_BUILD (the build folder), as gpu-suite.sh sets.
 
@@ -42,8 +44,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+import gmd_gpu  # noqa: E402
+
 MiB = 1 << 20
 failures = []
+DEVICE = 0      # the daemon's device that is cuda:0, where every case runs
 
 
 def check(name, ok, detail=""):
@@ -111,7 +116,7 @@ def step(torch, model, opt, ids, offload=None):
 
 def vram_pool(client):
     return next(p for p in client.status("pools").pools
-                if p.tier == "vram" and p.device == 0)
+                if p.tier == "vram" and p.device == DEVICE)
 
 
 def case_offload(torch, gt, client):
@@ -273,6 +278,7 @@ def case_idle(torch, gt, client, model, s, ids, expected):
 
 
 def main():
+    global DEVICE
     quick = "--quick" in sys.argv
     try:
         import torch
@@ -310,6 +316,7 @@ def main():
         import gpumem
         import gpumem.torch as gt
         client = gpumem.Client(sock, name="test_offload")
+        DEVICE = gmd_gpu.one_device(client, 0)
         cases = [("offload", lambda: case_offload(torch, gt, client)),
                  ("stream_train", lambda: case_stream_train(torch, gt,
                                                             client)),

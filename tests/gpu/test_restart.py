@@ -111,6 +111,9 @@ def main():
     if not build:
         print("test_restart.py: set GMD_BUILD to the build folder", file=sys.stderr)
         return 2
+    print(f"device: both jobs train on cuda:0 of the "
+          f"{torch.cuda.device_count()} GPUs the daemon serves (its device "
+          "0: they see the GPUs alike)", flush=True)
     tmp = tempfile.mkdtemp(prefix="gmd-restart-")
     script = os.path.join(tmp, "train.py")
     with open(script, "w") as f:

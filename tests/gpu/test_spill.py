@@ -11,6 +11,8 @@ seed, deterministic algorithms):
               status (Pool.link_bytes_per_s_in/_out) above 1 GB/s each
               way, the journal line, the metrics series
               gpumemd_link_bytes_per_second{device="0",direction=...}
+              (device 0: the daemon's device that is cuda:0, which every
+              case uses; the first line names it)
   plain       greedy generation with the model in plain VRAM (PyTorch's
               allocator): the reference logits, tokens/s
   spill       the same model spilled (gpumem.torch.spill, no budget: the
@@ -45,9 +47,12 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+import gmd_gpu  # noqa: E402
+
 MiB = 1 << 20
 NEW_TOKENS = 32
 failures = []
+DEVICE = 0      # the daemon's device that is cuda:0, where every case runs
 
 
 def check(name, ok, detail=""):
@@ -130,7 +135,7 @@ def inputs(torch, model, batch):
 
 def vram_pool(client):
     return next(p for p in client.status("pools").pools
-                if p.tier == "vram" and p.device == 0)
+                if p.tier == "vram" and p.device == DEVICE)
 
 
 def free_port():
@@ -146,13 +151,14 @@ def case_link(client, log_path, port):
         time.sleep(0.1)
         pool = vram_pool(client)
     rin, rout = pool.link_bytes_per_s_in, pool.link_bytes_per_s_out
-    record(mode="link", device=0, in_GBps=round(rin / 1e9, 2),
+    record(mode="link", device=DEVICE, in_GBps=round(rin / 1e9, 2),
            out_GBps=round(rout / 1e9, 2))
     check("link.status", rin > 1e9 and rout > 1e9,
           f"{rin / 1e9:.1f} GB/s in, {rout / 1e9:.1f} GB/s out")
-    # one line per device the daemon serves; this case is about device 0
+    # one line per device the daemon serves; this case is about cuda:0's
     with open(log_path) as f:
-        lines = [x for x in f if "device 0: link to host memory" in x]
+        lines = [x for x in f
+                 if f"device {DEVICE}: link to host memory" in x]
     check("link.logged", len(lines) == 1,
           lines[0].strip() if lines else "no line in the daemon's log")
     try:
@@ -163,8 +169,9 @@ def case_link(client, log_path, port):
         page = f"scrape failed: {e}"
     got = {}
     for d in ("in", "out"):
-        m = re.search(r'^gpumemd_link_bytes_per_second\{device="0",'
-                      f'direction="{d}"' r'\} (\S+)$', page, re.M)
+        m = re.search(r'^gpumemd_link_bytes_per_second\{'
+                      f'device="{DEVICE}",direction="{d}"' r'\} (\S+)$',
+                      page, re.M)
         got[d] = float(m.group(1)) if m else None
     check("link.metrics", got == {"in": float(rin), "out": float(rout)},
           f"{got}")
@@ -236,6 +243,7 @@ def case_stream(torch, gt, client, base, batches, ref, limit):
 
 
 def main():
+    global DEVICE
     quick = "--quick" in sys.argv
     try:
         import torch
@@ -285,6 +293,7 @@ def main():
         import gpumem
         import gpumem.torch as gt
         client = gpumem.Client(sock, name="test_spill")
+        DEVICE = gmd_gpu.one_device(client, 0)
         print("--- link", flush=True)
         case_link(client, log_path, port)
         ref = None

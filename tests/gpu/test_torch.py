@@ -18,9 +18,11 @@ Python processes, as a user would:
               keeps its segment and its bytes
   oom         a deadline (GPU_MEMD_TORCH_TIMEOUT_MS) passes: the user gets
               torch.OutOfMemoryError whose message is the daemon's sentence
-  visible     (two GPUs or more) a process under CUDA_VISIBLE_DEVICES=1, as
-              Slurm or torchrun start jobs: its cuda:0 allocates on the
-              daemon's device 1, the GPU its kernels run on (gpu-memctl's
+  visible     (two GPUs or more) a process under CUDA_VISIBLE_DEVICES
+              naming the daemon's last GPU (N-1 of N, as Slurm or torchrun
+              start jobs; its UUID where CUDA_VISIBLE_DEVICES is set
+              already): its cuda:0 allocates on the daemon's device N-1,
+              the GPU its kernels run on, and on no other (gpu-memctl's
               pools, with each device's UUID)
   three_procs the pool cannot hold three processes at once: a holder, then
               two that want more than is left (no deadline; the first with
@@ -28,6 +30,8 @@ Python processes, as a user would:
               waiting), none gets an OOM, the higher-priority one starts
               when the holder frees its memory (though it asked second) and
               the other when that one is done
+Every case but `visible` and `threads` (64 MiB on each GPU) is about
+cuda:0, the daemon's device 0 (the first line says which GPU that is).
 Exit status 0 when all pass, 1 on a failure, 77 when there is no GPU or no
 PyTorch with CUDA. Needs $GMD_BUILD (the build folder: daemon, gpu-memctl,
 the shim), as scripts/gpu-suite.sh sets.
@@ -39,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import gmd_gpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -373,21 +379,36 @@ def case_three_procs():
               f"first (the low one asked first)")
 
 
+def vram_pools():
+    """The daemon's VRAM pools (gpu-memctl status), by device."""
+    status = gmd_gpu.memctl(os.environ["GMD_BUILD"], "status")
+    return sorted((p for p in status["pools"] if p["tier"] == "vram"),
+                  key=lambda p: p["device"])
+
+
 def case_visible():
     import torch
     if torch.cuda.device_count() < 2:
         print("skip visible: one GPU", flush=True)
         return
-    r, log = run_child("visible", {"CUDA_VISIBLE_DEVICES": "1"})
+    last = vram_pools()[-1]
+    target = last["device"]
+    # By index, as a job is started: the daemon's device k is CUDA's k here
+    # (one environment). Under a CUDA_VISIBLE_DEVICES of the machine's an
+    # index would count from another list than the daemon's: the UUID then.
+    visible = last.get("uuid") if os.environ.get("CUDA_VISIBLE_DEVICES") \
+        else str(target)
+    r, log = run_child("visible", {"CUDA_VISIBLE_DEVICES": visible})
     used = {p["device"]: p["used"] for p in r["pools"] if p["tier"] == "vram"}
     uuids = [p.get("uuid", "") for p in r["pools"] if p["tier"] == "vram"]
     check("visible.sees_one", r["device_count"] == 1,
           f"torch.cuda.device_count() {r['device_count']} under "
-          "CUDA_VISIBLE_DEVICES=1")
-    check("visible.on_device_1",
-          used.get(1, 0) >= 512 * MiB and used.get(0, 0) < 512 * MiB,
+          f"CUDA_VISIBLE_DEVICES={visible}")
+    check("visible.on_its_gpu",
+          used.get(target, 0) >= 512 * MiB and
+          all(n < 512 * MiB for d, n in used.items() if d != target),
           f"the daemon's VRAM used by device: {used} (cuda:0 of the job is "
-          "the daemon's device 1)")
+          f"the daemon's device {target}, the last of {len(used)})")
     check("visible.kernels", r["fives"], "the tensor reads back what cuda:0 "
           "wrote")
     check("visible.uuids", all(u.startswith("GPU-") for u in uuids),
@@ -420,12 +441,21 @@ def main():
          "--backend", "cuda", "--socket", sock, "--vram-limit", "4G",
          "--host-limit", "2G"], stdout=log, stderr=subprocess.STDOUT)
     os.environ["GPU_MEMD_SOCKET"] = sock
-    for _ in range(1000):
+    # up to 30 s: the daemon listens once every GPU is open (more on more)
+    for _ in range(3000):
         if os.path.exists(sock):
             break
         time.sleep(0.01)
     time.sleep(0.2)
     try:
+        try:
+            pools = vram_pools()
+            print(f"device: cuda:0, the daemon's device 0 of {len(pools)} "
+                  f"({pools[0].get('uuid')}): every case but visible and "
+                  "threads is about it", flush=True)
+        except (OSError, ValueError, IndexError,
+                subprocess.SubprocessError) as e:
+            print(f"device: cuda:0 (gpu-memctl status: {e})", flush=True)
         for name, fn in (("threads", lambda: case_threads("threads")),
                          ("reexec", lambda: case_threads("reexec")),
                          ("launcher", lambda: case_threads(

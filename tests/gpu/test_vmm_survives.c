@@ -238,14 +238,18 @@ static int ask(gpu_proc *p, int op, const int *fds, unsigned n, reply *rep,
 int main(int argc, char **argv)
 {
         int sock = gpu_proc_worker_sock(argc, argv);
+        const gmd_cuda_driver *driver;
         gpu_proc daemon, client, fresh;
         int kept[GPU_PROC_MAX_FDS], back[GPU_PROC_MAX_FDS], verify[3];
         reply rep;
 
         if (sock >= 0)
                 return worker(sock);
-        if (!gpu_usable())
+        driver = gpu_usable();
+        if (!driver)
                 return 77;
+        gpu_say_device(driver, 0, "every process of this test creates, "
+                       "maps and checks its memory there");
         CHECK(gpu_proc_spawn("vmm-daemon", &daemon) == 0, "spawn daemon");
         CHECK(gpu_proc_spawn("vmm-client", &client) == 0, "spawn client");
         if (gpu_failures)
