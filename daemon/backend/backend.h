@@ -328,12 +328,22 @@ typedef struct gmd_backend_ops {
                             gmd_mem **ret_mem);
 
         /* The link of `device` each way: on cuda measured once, soon after
-         * start, by timed copies between VRAM and the host arena on the
-         * device's copy streams (backend_cuda_link.c); on sim the
+         * start, by timed copies between VRAM and the host arena while no
+         * other device copies (backend_cuda_link.c); on sim the
          * configured [sim] copy_rate. Zeros while not known. Cheap: read
          * for every status reply and metrics scrape. */
         void (*link_info)(gmd_backend *backend, unsigned device,
                           gmd_link_info *ret_info);
+        /* The host's own limit across the links: bytes per second each
+         * way moved by every device copying at once, all devices
+         * together. Where the host cannot feed every link at its rate
+         * this is below the sum of link_info's figures, which cuda
+         * measures each link alone (backend_cuda_link.c, first each
+         * link, then all at once); sim gives GMD_SIM_HOST_RATE. Zeros
+         * while not known: not measured yet, skipped, or fewer than two
+         * links. The copy engine schedules against it (core/copyq.h).
+         * Cheap. Optional: absent, nothing is known of it. */
+        void (*host_link_info)(gmd_backend *backend, gmd_link_info *ret_info);
         /* The lowest-numbered device whose link to host memory `device`
          * shares (itself when it shares none): the copy engine schedules
          * the copies of devices on one link together (core/copyq.h). On
@@ -342,8 +352,9 @@ typedef struct gmd_backend_ops {
          * Optional: absent, every device has a link of its own. */
         unsigned (*link_shared_with)(gmd_backend *backend, unsigned device);
         /* Off the request path: zero freed chunks, top up the reserve of
-         * pre-created chunks, start measuring the link and poll it (cuda;
-         * copy_reap polls it too, woken after each of its copies, so it
+         * pre-created chunks, start measuring the links and take their
+         * figures once measured (cuda: a thread of its own measures them
+         * and wakes the loop when done; copy_reap takes them too, so it
          * never waits on the loop). The daemon calls it from an idle/timer
          * handler (every ~10 ms while it returns > 0 work left, else on a
          * slow timer). Returns how many chunks it still wants to make. */

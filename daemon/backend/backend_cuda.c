@@ -91,6 +91,7 @@ static void cuda_ops_destroy(gmd_backend *backend)
         if (b->copy_lock_ready) {
                 cuda_ops_set_wake(backend, NULL, NULL);
                 cuda_watch_stop(b);
+                cuda_link_stop(b);
         }
         cuda_events_clear(b);
         for (i = 0; i < b->n_devices; i++) {
@@ -100,9 +101,6 @@ static void cuda_ops_destroy(gmd_backend *backend)
                         continue;
                 (void)cuda_device_enter(b, d);
                 cuda_copy_close(b, d);
-                /* Its copies ran on those streams; its piece is the
-                 * arena's. */
-                cuda_link_close(b, d);
         }
         /* After the copies: they may still read host allocations. */
         cuda_host_close(b);
@@ -154,6 +152,7 @@ static const gmd_backend_ops cuda_ops = {
         .mem_adopt_fd = cuda_ops_mem_adopt_fd,
         .link_shared_with = cuda_ops_link_shared_with,
         .link_info = cuda_ops_link_info,
+        .host_link_info = cuda_ops_host_link_info,
         .event_create = cuda_event_create,
         .event_open = cuda_event_open,
         .event_record = cuda_event_record,

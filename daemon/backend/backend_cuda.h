@@ -26,14 +26,16 @@
  *                           from their parts
  *   backend_cuda_nvml.c     the processes holding a device's memory (NVML,
  *                           loaded at run time when present)
- *   backend_cuda_link.c     the link between host memory and each device,
- *                           measured once each way soon after start, its
- *                           copies queued and polled, never waited for
- * Everything runs on the daemon's loop thread except two things, each
+ *   backend_cuda_link.c     the links between host memory and the
+ *                           devices, measured once each way soon after
+ *                           start, each alone and then all at once, on a
+ *                           thread of its own
+ * Everything runs on the daemon's loop thread except three things, each
  * behind its own mutex: the copy engine's host functions (driver threads
- * mark copies finished, or wake the loop after a copy of the link
- * measurement) and the host worker (it creates and releases pinned host
- * allocations, which take milliseconds to seconds).
+ * mark copies finished), the host worker (it creates and releases pinned
+ * host allocations, which take milliseconds to seconds) and the link
+ * measurement's thread (its copies, on streams of its own, and their
+ * waits).
  */
 #ifndef GMD_BACKEND_CUDA_H
 #define GMD_BACKEND_CUDA_H
@@ -203,38 +205,39 @@ typedef struct cuda_arena {
         bool adopted;            /* its first pieces are a previous run's */
 } cuda_arena;
 
-/* Where the measurement of a device's link stands (backend_cuda_link.c,
- * whose top comment has the changes allowed). */
+/* Where the measurement of a device's link, or of them all, stands
+ * (backend_cuda_link.c, whose top comment has the changes allowed). */
 typedef enum cuda_link_state {
-        CUDA_LINK_PENDING = 0,   /* not yet: waiting for arena room, or for
-                                  * the copy streams to be idle */
-        CUDA_LINK_COPYING,       /* one of its copies is queued: polled */
-        CUDA_LINK_DONE,          /* measured: bytes_per_s holds it */
+        CUDA_LINK_PENDING = 0,   /* not yet: waiting for its host arena */
+        CUDA_LINK_COPYING,       /* the measurement's thread has it */
+        CUDA_LINK_DONE,          /* measured: the figures hold it */
         CUDA_LINK_SKIPPED,       /* not possible; logged once, zeros */
 } cuda_link_state;
 
-/* Loop thread only. */
+/* One device's link. Loop thread only: the measurement's thread keeps
+ * its own figures and hands them over when it is over. */
 typedef struct cuda_link {
         cuda_link_state state;
-        uint64_t bytes_per_s[2]; /* by gmd_copy_dir */
+        uint64_t bytes_per_s[2]; /* alone, by gmd_copy_dir */
+        uint64_t together[2];    /* its part with every device copying */
         uint64_t first_try_us;   /* the first maintain that tried (now_us) */
-        /* What a try copies between, kept across tries and released once
-         * the copy streams are idle (cuMemFree waits for the device). */
-        CUdeviceptr vram;        /* cuMemAlloc'd, `len` bytes */
-        gmd_mem *host;           /* a piece of the arena, `len` bytes;
-                                  * given back when a try is interrupted */
-        CUevent ev[2];           /* before and after the timed copy queued */
-        uint64_t len;
-        /* The try under way (COPYING): */
-        gmd_copy_dir dir;        /* the direction being timed */
-        unsigned rounds[2];      /* timed copies over, by direction */
-        double secs[2];          /* their time together */
-        uint64_t submitted;      /* the device's copies submitted when the
-                                  * try began (cuda_queue.n_submitted) */
-        uint64_t start_us;       /* when it began */
-        uint64_t loop_us;        /* loop-thread time it took so far */
-        unsigned interrupted;    /* tries given up for a client's copy */
 } cuda_link;
+
+/* The measurement's thread and what it measures (backend_cuda_link.c). */
+typedef struct cuda_link_run cuda_link_run;
+
+/* The measurement of every link (backend_cuda_link.c). Loop thread only;
+ * the run is shared with its thread under its own lock. */
+typedef struct cuda_links {
+        cuda_link_state state;   /* PENDING until the thread starts */
+        cuda_link_run *run;      /* while the thread runs or is not
+                                  * joined yet */
+        uint64_t host_bytes_per_s[2];  /* every device at once, in all;
+                                        * 0: not measured */
+        uint64_t patience_us;    /* for idle copy streams: 0 is
+                                  * LINK_PATIENCE_US (the unit test's is
+                                  * shorter) */
+} cuda_links;
 
 typedef struct cuda_event {
         gmd_event event;
@@ -316,6 +319,7 @@ struct cuda_backend {
                                   * never ran: freed at close */
         cuda_watch watch;
         cuda_host host;
+        cuda_links links;
         unsigned n_devices;
         cuda_device devices[];
 };
@@ -560,21 +564,21 @@ int cuda_ops_mem_adopt_private(gmd_backend *backend, unsigned device,
 
 /* ---- backend_cuda_link.c ------------------------------------------------ */
 
-/* From maintain (loop thread): start measuring the link of each device
- * still pending, when its host arena has room and its copy streams are
- * idle, or give up on it with one log line; and poll as below. */
+/* From maintain (loop thread): once every device's host arena is pinned
+ * and has room (or cannot, a device skipped with one log line), start the
+ * measurement's thread; and take its figures as below. */
 void cuda_link_maintain(cuda_backend *b);
-/* From maintain and copy_reap (loop thread): never waits. For each device
- * whose measurement has a copy queued, see whether it is over (cuEventQuery)
- * and queue the next, or finish; release what a finished one held once the
- * copy streams are idle. */
+/* From maintain and copy_reap (loop thread): never waits. When the
+ * measurement's thread is over (it woke the loop), join it and publish
+ * its figures. */
 void cuda_link_poll(cuda_backend *b);
-/* Free what the measurement holds (backend close, after the copy streams
- * were synchronized; context current). */
-void cuda_link_close(cuda_backend *b, cuda_device *d);
+/* Stop the measurement's thread and wait for it (backend close, before
+ * the copy streams close): it gives back what it held. */
+void cuda_link_stop(cuda_backend *b);
 
 void cuda_ops_link_info(gmd_backend *backend, unsigned device,
                         gmd_link_info *ret_info);
+void cuda_ops_host_link_info(gmd_backend *backend, gmd_link_info *ret_info);
 
 /* ---- backend_cuda_event.c ----------------------------------------------- */
 

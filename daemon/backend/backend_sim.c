@@ -51,6 +51,16 @@
  * "pid P holds B bytes on device D" and the daemon charges P's user what
  * that is beyond its sessions' buffers (core/outside.h). Never on by
  * default: without the variable there are no per-process figures.
+ *
+ * For tests only: GMD_SIM_HOST_RATE ("12M", a byte count) is the host's
+ * own limit across links: the copies of every device one way move that
+ * many bytes per second together at most (sim_copier books each step's
+ * turn on the host), as a host that cannot feed all its GPUs' links at
+ * once. host_link_info reports it, as cuda reports what it measured
+ * with every device copying at once (capped at the links' sum where
+ * [sim] copy_rate throttles them), so the copy engine's host budget
+ * (core/copyq.h) runs in CI. Without it the host never limits. The
+ * variable is read once, at open.
  */
 #include "backend.h"
 
@@ -117,6 +127,7 @@ typedef struct sim_backend {
         sim_copier *copier;     /* queue 2 * device + direction (device 0's
                                  * for all with [sim] shared_link) */
         bool shared_link;       /* [sim] shared_link */
+        uint64_t host_rate;     /* GMD_SIM_HOST_RATE, 0: none */
         char *fail_copies;      /* GMD_SIM_FAIL_COPIES, or NULL */
         char *vram_others;      /* GMD_SIM_VRAM_OTHERS, or NULL */
 } sim_backend;
@@ -416,6 +427,49 @@ static void sim_link_info(gmd_backend *b, unsigned device,
 
         ret_info->bytes_per_s[GMD_COPY_OUT] = rate;
         ret_info->bytes_per_s[GMD_COPY_IN] = rate;
+}
+
+/* GMD_SIM_HOST_RATE, what all the links carry together (the copier
+ * enforces it), but never more than their sum where each is throttled;
+ * 0 with one link (shared_link, one device), as cuda has nothing to
+ * measure together there. */
+static void sim_host_link_info(gmd_backend *b, gmd_link_info *ret_info)
+{
+        sim_backend *sim = to_sim(b);
+        unsigned links = sim->shared_link ? 1 : sim->n_devices;
+        uint64_t rate = links > 1 ? sim->host_rate : 0;
+        uint64_t each = sim_copier_rate(sim->copier);
+
+        if (rate && each && rate > each * links)
+                rate = each * links;
+        ret_info->bytes_per_s[GMD_COPY_OUT] = rate;
+        ret_info->bytes_per_s[GMD_COPY_IN] = rate;
+}
+
+/* GMD_SIM_HOST_RATE at open: 0 or -EINVAL (logged). */
+static int sim_host_rate_open(sim_backend *sim)
+{
+        const char *text = getenv("GMD_SIM_HOST_RATE");
+        uint64_t links = sim->shared_link ? 1 : sim->n_devices;
+        uint64_t each;
+
+        if (!text || !*text)
+                return 0;
+        if (size_parse(text, &sim->host_rate) < 0) {
+                log_error("sim: GMD_SIM_HOST_RATE=%s is not a size", text);
+                return -EINVAL;
+        }
+        sim_copier_set_host_rate(sim->copier, sim->host_rate);
+        each = sim_copier_rate(sim->copier);
+        log_warning("sim: GMD_SIM_HOST_RATE is set (a test hook): the links "
+                    "carry %llu bytes/s each way together at most",
+                    (unsigned long long)sim->host_rate);
+        if (links > 1 && each)
+                log_info("sim: host links: %.1f MB/s each way together, "
+                         "%.1f alone summed", (double)(sim->host_rate <
+                         each * links ? sim->host_rate : each * links) / 1e6,
+                         (double)(each * links) / 1e6);
+        return 0;
 }
 
 /* The address of byte `off` of `mem` in the daemon and how many bytes are
@@ -873,6 +927,7 @@ static const gmd_backend_ops sim_ops = {
         .arena_info = sim_arena_info,
         .arena_grow = sim_arena_grow,
         .link_info = sim_link_info,
+        .host_link_info = sim_host_link_info,
         .link_shared_with = sim_link_shared_with,
         .arena_pieces = sim_arena_pieces,
         .arena_adopt = sim_arena_adopt,
@@ -924,6 +979,8 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
         }
         r = sim_copier_new(2 * sim->n_devices, config->sim_copy_rate,
                            config->swap_preempt_step, &sim->copier);
+        if (r == 0)
+                r = sim_host_rate_open(sim);
         if (r < 0) {
                 sim_destroy(&sim->base);
                 return r;

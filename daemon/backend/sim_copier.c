@@ -6,6 +6,12 @@
  * A bulk job is copied a step at a time, and before each step the thread
  * looks at the urgent lane first: an urgent job waits for one step of the
  * others at most, as the cuda backend's gated steps make it on the GPU.
+ *
+ * Throttling: a step of n bytes takes at least n / rate (the queue's
+ * link) and, with a host rate, ends no sooner than its turn on the host:
+ * as it starts it books the next n / host_rate of its direction's host
+ * time (after what other queues of that direction booked), so k busy
+ * queues of one direction share the host rate, each at about 1/k of it.
  */
 #include "sim_copier.h"
 
@@ -48,6 +54,9 @@ struct sim_copier {
         void *wake_ctx;
         uint64_t rate;              /* bytes per second, 0 = unlimited */
         uint64_t step;              /* a bulk job's bytes per turn, 0: all */
+        uint64_t host_rate;         /* per direction, all queues; 0: none */
+        uint64_t host_free_ns[2];   /* by direction: when the host's time
+                                     * booked so far ends (mono_ns) */
 };
 
 static void jobs_free(copy_job *job)
@@ -60,30 +69,30 @@ static void jobs_free(copy_job *job)
         }
 }
 
-/* Stretch a copy that took `spent_ns` to what `rate` allows. */
-static void copy_throttle(uint64_t rate, size_t len, uint64_t spent_ns)
-{
-        uint64_t want_ns;
-        struct timespec ts;
-
-        if (!rate)
-                return;
-        want_ns = (uint64_t)((double)len * 1e9 / (double)rate);
-        if (want_ns <= spent_ns)
-                return;
-        want_ns -= spent_ns;
-        ts.tv_sec = (time_t)(want_ns / 1000000000u);
-        ts.tv_nsec = (long)(want_ns % 1000000000u);
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-                ;
-}
-
 static uint64_t mono_ns(void)
 {
         struct timespec ts;
 
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* How long `len` bytes take at `rate` (0: no time). */
+static uint64_t copy_ns(uint64_t rate, size_t len)
+{
+        return rate ? (uint64_t)((double)len * 1e9 / (double)rate) : 0;
+}
+
+/* Sleep until `end_ns` (mono_ns clock). */
+static void copy_throttle(uint64_t end_ns)
+{
+        struct timespec ts;
+
+        ts.tv_sec = (time_t)(end_ns / 1000000000u);
+        ts.tv_nsec = (long)(end_ns % 1000000000u);
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+               EINTR)
+                ;
 }
 
 static void *queue_run(void *arg)
@@ -108,13 +117,24 @@ static void *queue_run(void *arg)
                 n = job->len - job->off;
                 if (lane == bulk && c->step && n > c->step)
                         n = c->step;
-                pthread_mutex_unlock(&c->lock);
 
-                uint64_t t0 = mono_ns();
+                uint64_t t0 = mono_ns(), end = t0 + copy_ns(c->rate, n);
+                bool throttled = c->rate || c->host_rate;
+
+                if (c->host_rate) {
+                        uint64_t *host = &c->host_free_ns[(q - c->queues) % 2];
+
+                        *host = (*host > t0 ? *host : t0) +
+                                copy_ns(c->host_rate, n);
+                        if (*host > end)
+                                end = *host;
+                }
+                pthread_mutex_unlock(&c->lock);
 
                 memcpy((char *)job->dst + job->off,
                        (const char *)job->src + job->off, n);
-                copy_throttle(c->rate, n, mono_ns() - t0);
+                if (throttled)
+                        copy_throttle(end);
 
                 pthread_mutex_lock(&c->lock);
                 job->off += n;
@@ -144,6 +164,13 @@ static void *queue_run(void *arg)
 uint64_t sim_copier_rate(const sim_copier *copier)
 {
         return copier ? copier->rate : 0;
+}
+
+void sim_copier_set_host_rate(sim_copier *c, uint64_t rate)
+{
+        pthread_mutex_lock(&c->lock);
+        c->host_rate = rate;
+        pthread_mutex_unlock(&c->lock);
 }
 
 uint64_t sim_copier_step(const sim_copier *copier)

@@ -31,6 +31,12 @@ sim_copier *sim_copier_free(sim_copier *copier);
 /* The bytes per second each queue copies at most (0: unthrottled). */
 uint64_t sim_copier_rate(const sim_copier *copier);
 
+/* The host's own limit across queues: the queues of one direction (one
+ * parity: the backend numbers them 2 * device + direction) copy at most
+ * `rate` bytes per second together (0: no such limit), each step taking
+ * its turn on the host as it starts. Set before the first copy. */
+void sim_copier_set_host_rate(sim_copier *copier, uint64_t rate);
+
 /* The bytes of a bulk job copied per turn (0: whole parts). */
 uint64_t sim_copier_step(const sim_copier *copier);
 
