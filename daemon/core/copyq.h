@@ -31,6 +31,33 @@
  * queueing behind everything both devices have in flight, and two GPUs on
  * one link are never given twice what it carries.
  *
+ * The host has a limit of its own across links: on a 4-GPU machine each
+ * link carried 52-55 GB/s alone and far less with all four copying (the
+ * CPU's lanes, its memory, the root complex). The backend measures each
+ * link alone (link_info) and all of them at once (host_link_info: H, the
+ * bytes per second of every device together, each way). Where H is
+ * below S, the sum of the links' rates alone (a link shared by devices
+ * counted once, at its fastest device's rate), a chunk of any class but
+ * urgent goes to the backend only while the bytes in flight that way on
+ * every device together, urgent ones included, stay within
+ *
+ *     host budget = L x H / (S / links)
+ *
+ * where L is one link's own allowance (copies_in_flight x chunk_size,
+ * or bytes_in_flight where that is more): what the host drains, every
+ * link busy, in the time an average link drains L alone. So the copies
+ * wait in these queues, where class order holds across devices, rather
+ * than on the backend's streams, where it does not: when a chunk ends,
+ * the next one is the best class on any link with room (links taken in
+ * turn within a class), so an eviction on one GPU goes before another
+ * GPU's prefetch. Urgent copies (an acquire waits) are never held back
+ * by the budget, only by their link's limits, and count in it, so while
+ * they run the others get less. With one link, H not known (not
+ * measured yet, or skipped) or H >= S there is no budget and nothing
+ * changes; a single busy link is never held (the budget is at least L,
+ * H being at least the fastest link's rate). The log says the budget
+ * once the figures are known.
+ *
  * A copy is the byte-moving part of a move (move.h embeds one). copyq
  * knows nothing of moves: a copy whose last chunk came back, or that was
  * refused, goes on the device's ended list and is marked PENDING_COPIES;
@@ -119,6 +146,15 @@ typedef struct gmd_copyqs {
         uv_async_t wake;            /* the backend finished copies: the
                                      * loop reaps them (lifecycle.c) */
         bool wake_open;
+        /* The host's limit across links (above), by gmd_copy_dir: */
+        uint64_t host_budget[2];    /* bytes in flight on every device
+                                     * together at most; 0: no limit */
+        uint64_t host_inflight[2];  /* bytes in flight now, all devices,
+                                     * both lanes */
+        uint64_t host_held[2];      /* times a chunk waited for the budget */
+        unsigned host_turn[2];      /* the link served last across links */
+        bool host_known;            /* the budget is settled: the backend's
+                                     * figures were read, or one link */
 } gmd_copyqs;
 
 /* Set up `n` queues in `q` (an array the caller owns). */

@@ -7,7 +7,12 @@
  * for the scheduling pass, the pause after a refusal, two devices on one
  * link sharing its limit, served by class across both, in turns, and the
  * backend's urgent lane ([swap] preempt_step): urgent chunks go at once,
- * within limits of their own.
+ * within limits of their own. And the host's limit across links: with
+ * the links together below their sum, the bytes in flight on every
+ * device stay within the host budget (copyq.h), the devices take turns
+ * in it, the best class goes first across devices, urgent copies are
+ * never held back by it; no budget with one link, a host that feeds
+ * every link, or figures not known yet.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -31,6 +36,7 @@ typedef struct fake {
         gmd_mem *dsts[MAX_CHUNKS];
         uint64_t lens[MAX_CHUNKS];
         bool urgent[MAX_CHUNKS];    /* submitted on the urgent lane */
+        unsigned devs[MAX_CHUNKS];  /* the device of each */
         unsigned n, next_done;
         int refuse;                 /* copy_submit's answer while nonzero */
 } fake;
@@ -45,7 +51,6 @@ static int fake_submit(gmd_backend *backend, unsigned device, gmd_copy_dir dir,
         fake *f = the_fake;
 
         (void)backend;
-        (void)device;
         (void)dir;
         (void)dst_off;
         (void)src;
@@ -57,6 +62,7 @@ static int fake_submit(gmd_backend *backend, unsigned device, gmd_copy_dir dir,
         f->dsts[f->n] = dst;
         f->lens[f->n] = len;
         f->urgent[f->n] = submitting_urgent;
+        f->devs[f->n] = device;
         f->n++;
         return 0;
 }
@@ -465,6 +471,218 @@ static void test_lane_off(void **state)
         drain(f);
 }
 
+/* The links' rates alone and the host's with all of them busy, as the
+ * fake backend reports them (bytes per second, each way). */
+static uint64_t fake_alone, fake_host;
+
+static void fake_link_info(gmd_backend *backend, unsigned device,
+                           gmd_link_info *ret)
+{
+        (void)backend;
+        (void)device;
+        ret->bytes_per_s[GMD_COPY_OUT] = ret->bytes_per_s[GMD_COPY_IN] =
+                fake_alone;
+}
+
+static void fake_host_link_info(gmd_backend *backend, gmd_link_info *ret)
+{
+        (void)backend;
+        ret->bytes_per_s[GMD_COPY_OUT] = ret->bytes_per_s[GMD_COPY_IN] =
+                fake_host;
+}
+
+#define HOST_DEVICES 3
+
+/* HOST_DEVICES devices on links of their own, 10 GB/s each alone and
+ * `host` with all three busy; 4 MiB chunks, two in flight per link: L is
+ * 8 MiB, and with `host` 15 GB/s the budget 8 MiB x 15 / (30 / 3) = 12
+ * MiB. */
+static void host_init(fixture *f, gmd_copyq *q, uint64_t host)
+{
+        fake_alone = 10000000000ull;
+        fake_host = host;
+        f->fake.ops.link_info = fake_link_info;
+        f->fake.ops.host_link_info = fake_host_link_info;
+        f->fake.n = f->fake.next_done = 0;
+        copyqs_init(&f->qs, q, HOST_DEVICES, &f->fake.backend, &f->config,
+                    &f->stats, &f->pending);
+}
+
+static void push_on(fixture *f, gmd_copy *c, unsigned device, move_class cls,
+                    gmd_mem *dst, uint64_t size)
+{
+        copy_init(c, GMD_COPY_IN, cls, dst, size);
+        c->device = device;
+        copyq_push(&f->qs, c);
+}
+
+/* Bytes in flight in, on every device. */
+static uint64_t inflight_all(const fixture *f, const gmd_copyq *q)
+{
+        uint64_t n = 0;
+
+        for (unsigned i = 0; i < HOST_DEVICES; i++)
+                n += q[i].inflight_bytes[GMD_COPY_IN];
+        assert_int_equal(n, f->qs.host_inflight[GMD_COPY_IN]);
+        return n;
+}
+
+/* Bulk copies on three links whose host carries half their sum: never
+ * more in flight than the budget, the budget used, the devices in
+ * turns; all done, nothing counted in flight. */
+static void test_host_budget(void **state)
+{
+        fixture *f = *state;
+        gmd_copyq q[HOST_DEVICES];
+        gmd_copy c[HOST_DEVICES];
+        gmd_mem *dst[HOST_DEVICES] = { &f->a, &f->b, &f->c };
+        unsigned per_dev[HOST_DEVICES] = { 0 };
+        uint64_t most = 0;
+
+        host_init(f, q, 15000000000ull);
+        assert_true(f->qs.host_known);
+        assert_int_equal(f->qs.host_budget[GMD_COPY_IN], 12 * MIB);
+        assert_int_equal(f->qs.host_budget[GMD_COPY_OUT], 12 * MIB);
+        for (unsigned i = 0; i < HOST_DEVICES; i++)
+                push_on(f, &c[i], i, MOVE_BULK, dst[i], 32 * MIB);
+        /* Three chunks, not six: device 0 two, device 1 one. */
+        assert_int_equal(f->fake.n, 3);
+        assert_int_equal(inflight_all(f, q), 12 * MIB);
+        assert_true(f->qs.host_held[GMD_COPY_IN] > 0);
+        while (f->fake.next_done < f->fake.n) {
+                finish_one(f, 0);
+                if (inflight_all(f, q) > most)
+                        most = inflight_all(f, q);
+                assert_true(inflight_all(f, q) <= 12 * MIB);
+        }
+        assert_int_equal(most, 12 * MIB);
+        assert_int_equal(f->fake.n, 3 * 8);
+        /* Turns: by the time device 0 is done, the others are well on. */
+        for (unsigned k = 0; k < 12; k++)
+                per_dev[f->fake.devs[k]]++;
+        for (unsigned i = 0; i < HOST_DEVICES; i++)
+                assert_true(per_dev[i] >= 3);
+        for (unsigned i = 0; i < HOST_DEVICES; i++)
+                assert_int_equal(c[i].phase, COPY_ENDED);
+        assert_int_equal(f->qs.host_inflight[GMD_COPY_IN], 0);
+        while (copyq_take_ended(&f->qs))
+                ;
+}
+
+/* Room in the budget goes to the best class on any link: an eviction on
+ * device 2 before the bulk copies of devices 0 and 1 that fill it. */
+static void test_host_class_order(void **state)
+{
+        fixture *f = *state;
+        gmd_copyq q[HOST_DEVICES];
+        gmd_copy b0, b1, evict;
+
+        host_init(f, q, 15000000000ull);
+        push_on(f, &b0, 0, MOVE_BULK, &f->a, 32 * MIB);
+        push_on(f, &b1, 1, MOVE_BULK, &f->b, 32 * MIB);
+        assert_int_equal(f->fake.n, 3);
+        push_on(f, &evict, 2, MOVE_EVICT, &f->c, 8 * MIB);
+        assert_int_equal(f->fake.n, 3);          /* held: the budget is full */
+        finish_one(f, 0);                        /* device 0's chunk */
+        assert_int_equal(f->fake.n, 4);
+        assert_ptr_equal(f->fake.dsts[3], &f->c);
+        finish_one(f, 0);
+        assert_ptr_equal(f->fake.dsts[4], &f->c);
+        assert_int_equal(evict.phase, COPY_ISSUED);
+        drain(f);
+        assert_int_equal(b0.phase, COPY_ENDED);
+        assert_int_equal(b1.phase, COPY_ENDED);
+}
+
+/* Urgent copies are never held back by the budget, with the urgent lane
+ * and without it; what they take counts in it, so bulk copies wait for
+ * the room they leave. */
+static void test_host_urgent_overtakes(void **state)
+{
+        fixture *f = *state;
+        gmd_copyq q[HOST_DEVICES];
+        gmd_copy b0, b1, urgent, urgent2;
+        unsigned n;
+
+        f->fake.ops.copy_submit_urgent = fake_submit_urgent;
+        f->config.swap_preempt_step = 1 * MIB;
+        host_init(f, q, 15000000000ull);
+        assert_true(f->qs.lanes);
+        push_on(f, &b0, 0, MOVE_BULK, &f->a, 32 * MIB);
+        push_on(f, &b1, 1, MOVE_BULK, &f->b, 32 * MIB);
+        assert_int_equal(inflight_all(f, q), 12 * MIB);
+        push_on(f, &urgent, 2, MOVE_URGENT, &f->c, 8 * MIB);
+        /* Both its chunks at once, on its lane, past the budget. */
+        assert_int_equal(f->fake.n, 5);
+        assert_true(f->fake.urgent[3] && f->fake.urgent[4]);
+        assert_int_equal(inflight_all(f, q), 20 * MIB);
+        /* A bulk chunk back: 16 MiB in flight, over the budget: no bulk. */
+        n = f->fake.n;
+        finish_at(f, 0);
+        assert_int_equal(f->fake.n, n);
+        /* The urgent ones back: room again for bulk. */
+        finish_at(f, 3);
+        finish_at(f, 4);
+        assert_int_equal(urgent.phase, COPY_ENDED);
+        assert_true(f->fake.n > n);
+        assert_true(inflight_all(f, q) <= 12 * MIB);
+        for (unsigned i = 0; i < f->fake.n; i++)
+                if (f->fake.cookies[i])
+                        finish_at(f, i);
+        while (copyq_take_ended(&f->qs))
+                ;
+
+        /* Without the urgent lane: urgent copies share the bulk lane, and
+         * go first across devices, unheld. */
+        f->config.swap_preempt_step = 0;
+        host_init(f, q, 15000000000ull);
+        assert_false(f->qs.lanes);
+        push_on(f, &b0, 0, MOVE_BULK, &f->a, 32 * MIB);
+        push_on(f, &b1, 1, MOVE_BULK, &f->b, 32 * MIB);
+        push_on(f, &urgent2, 2, MOVE_URGENT, &f->c, 8 * MIB);
+        assert_int_equal(f->fake.n, 5);
+        assert_ptr_equal(f->fake.dsts[3], &f->c);
+        assert_ptr_equal(f->fake.dsts[4], &f->c);
+        drain(f);
+}
+
+/* No budget where the host feeds every link, with one device, or while
+ * the figures are not known; they are read again until they are. */
+static void test_host_no_budget(void **state)
+{
+        fixture *f = *state;
+        gmd_copyq q[HOST_DEVICES];
+        gmd_copy c[HOST_DEVICES], more;
+        gmd_mem *dst[HOST_DEVICES] = { &f->a, &f->b, &f->c };
+
+        host_init(f, q, 30000000000ull);
+        assert_true(f->qs.host_known);
+        assert_int_equal(f->qs.host_budget[GMD_COPY_IN], 0);
+        for (unsigned i = 0; i < HOST_DEVICES; i++)
+                push_on(f, &c[i], i, MOVE_BULK, dst[i], 16 * MIB);
+        assert_int_equal(f->fake.n, 6);          /* each link its own two */
+        drain(f);
+
+        /* Not measured yet: no budget, until the figures come. */
+        host_init(f, q, 0);
+        assert_false(f->qs.host_known);
+        for (unsigned i = 0; i < HOST_DEVICES; i++)
+                push_on(f, &c[i], i, MOVE_BULK, dst[i], 16 * MIB);
+        assert_int_equal(f->fake.n, 6);
+        drain(f);
+        fake_host = 15000000000ull;
+        push_on(f, &more, 0, MOVE_BULK, &f->a, 4 * MIB);
+        assert_true(f->qs.host_known);
+        assert_int_equal(f->qs.host_budget[GMD_COPY_IN], 12 * MIB);
+        drain(f);
+
+        /* One device: nothing asked, nothing changes. */
+        copyqs_init(&f->qs, f->q, 1, &f->fake.backend, &f->config, &f->stats,
+                    &f->pending);
+        assert_true(f->qs.host_known);
+        assert_int_equal(f->qs.host_budget[GMD_COPY_IN], 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -481,6 +699,14 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_reclass_goes_at_once, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_lane_off, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_host_budget, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_host_class_order, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_host_urgent_overtakes,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_host_no_budget, setup,
+                                                teardown),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
