@@ -253,6 +253,59 @@ static void print_shared_links(const gmd_status *status)
         }
 }
 
+/* "host links: 150.2 GB/s out, 160.1 in together (alone: 216.0 out,
+ * 218.4 in)": what every GPU copying at once moves, all together, against
+ * the GPUs' links each alone, summed (GPUs sharing a link counted once, at
+ * the fastest's rate). One unit for all four, the largest's; the line
+ * stays within 80 columns. Nothing when the daemon does not know it (one
+ * link, not measured yet). */
+static void print_host_links(const gmd_status *status)
+{
+        uint64_t alone[2] = { 0, 0 }, top = 0;
+        const char *unit = "kB/s";
+        double div = 1e3;
+
+        if (!status->host_bytes_per_s_out && !status->host_bytes_per_s_in)
+                return;
+        for (size_t i = 0; i < status->n_pools; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+                uint64_t link[2] = { 0, 0 };
+
+                if (p->tier != GMD_TIER_VRAM || p->link_group != p->device)
+                        continue;
+                for (size_t j = 0; j < status->n_pools; j++) {
+                        const gmd_pool_status *o = &status->pools[j];
+
+                        if (o->tier != GMD_TIER_VRAM ||
+                            o->link_group != p->device)
+                                continue;
+                        if (o->link_bytes_per_s_out > link[0])
+                                link[0] = o->link_bytes_per_s_out;
+                        if (o->link_bytes_per_s_in > link[1])
+                                link[1] = o->link_bytes_per_s_in;
+                }
+                alone[0] += link[0];
+                alone[1] += link[1];
+        }
+        top = status->host_bytes_per_s_out > status->host_bytes_per_s_in ?
+              status->host_bytes_per_s_out : status->host_bytes_per_s_in;
+        if (alone[0] > top)
+                top = alone[0];
+        if (alone[1] > top)
+                top = alone[1];
+        if (top >= 1000000000) {
+                unit = "GB/s";
+                div = 1e9;
+        } else if (top >= 1000000) {
+                unit = "MB/s";
+                div = 1e6;
+        }
+        printf("host links: %.1f %s out, %.1f in together (alone: %.1f out, "
+               "%.1f in)\n", (double)status->host_bytes_per_s_out / div, unit,
+               (double)status->host_bytes_per_s_in / div,
+               (double)alone[0] / div, (double)alone[1] / div);
+}
+
 const char *ctl_slice_text(const gmd_status *status, const gmd_pool_status *p,
                            char *buf, size_t len)
 {
@@ -325,6 +378,7 @@ static void print_copies(const gmd_status *status)
                        "sim: [sim] copy_rate" : "measured at start");
         }
         print_shared_links(status);
+        print_host_links(status);
         /* Whether an acquire's swap-in overtakes the prefetches under way
          * (on when gpu-memd starts, unless [swap] preempt_step is 0; on
          * cuda it may turn itself off, and its log says why). */
@@ -592,6 +646,8 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
         json_uint(&w, "uptime_ms", status->uptime_ms);
         json_uint(&w, "restores", status->restores);
         json_uint(&w, "restored_ms", status->restored_ms);
+        json_uint(&w, "host_bytes_per_s_out", status->host_bytes_per_s_out);
+        json_uint(&w, "host_bytes_per_s_in", status->host_bytes_per_s_in);
         json_begin_object(&w, "totals");
         json_uint(&w, "capacity", status->total_capacity);
         json_uint(&w, "used", status->total_used);

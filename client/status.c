@@ -41,6 +41,8 @@ static int status_from_wire(const Gmd__StatusReply *reply,
         s->uptime_ms = reply->uptime_ms;
         s->restores = reply->restores;
         s->restored_ms = reply->restored_ms;
+        s->host_bytes_per_s_out = reply->host_bytes_per_s_out;
+        s->host_bytes_per_s_in = reply->host_bytes_per_s_in;
         s->total_capacity = reply->total_capacity;
         s->total_used = reply->total_used;
         s->total_clients = reply->total_clients;

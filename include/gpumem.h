@@ -756,6 +756,16 @@ typedef struct gmd_status {
          * still awaited). */
         uint32_t restores;
         uint64_t restored_ms;
+        /* The host's own limit across the GPUs' links: bytes per second
+         * each way (out: VRAM to host, in: host to VRAM) that every GPU
+         * copying at once moves, all of them together; the VRAM pools'
+         * link_bytes_per_s_* are each link alone, and where the host
+         * cannot feed them all at once this is below their sum (the
+         * daemon then schedules copies against it). Measured at start on
+         * cuda. 0: not known (not measured yet, skipped, fewer than two
+         * links, or an older daemon). */
+        uint64_t host_bytes_per_s_out;
+        uint64_t host_bytes_per_s_in;
 } gmd_status;
 
 typedef enum gmd_status_what {

@@ -214,6 +214,13 @@ int snapshot_take(const gmd_server *server, unsigned what,
                 }
         }
         take_processes(server, &s);
+        if (server->backend->ops->host_link_info) {
+                gmd_link_info host;
+
+                server->backend->ops->host_link_info(server->backend, &host);
+                s.host_link[GMD_COPY_OUT] = host.bytes_per_s[GMD_COPY_OUT];
+                s.host_link[GMD_COPY_IN] = host.bytes_per_s[GMD_COPY_IN];
+        }
         s.waiting_allocations = waitq_count(&server->waitq);
         s.host_pinned = backing_pinned(server);
         s.host_limit = server->host.pool.capacity;

@@ -110,6 +110,10 @@ typedef struct gmd_snapshot {
         uint64_t total_capacity, total_used;  /* over every pool */
         uint64_t total_buffers;         /* buffers of every client */
         unsigned waiting_allocations;   /* the wait queue's length */
+        /* The host's limit across the devices' links: bytes per second
+         * by gmd_copy_dir with every device copying at once, all of them
+         * together (backend host_link_info); 0: not known. */
+        uint64_t host_link[2];
         uint64_t host_pinned;           /* pinned host memory (backing.h) */
         uint64_t host_limit;            /* [pools] host_limit */
         gmd_stats stats;

@@ -246,6 +246,8 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
         reply.uptime_ms = snap.uptime_ms;
         reply.restores = snap.restores;
         reply.restored_ms = snap.restored_ms;
+        reply.host_bytes_per_s_out = snap.host_link[GMD_COPY_OUT];
+        reply.host_bytes_per_s_in = snap.host_link[GMD_COPY_IN];
         status_fit(&reply);
         r = session_send(s, GMD__MSG_TYPE__MSG_STATUS_REPLY, id, &reply.base,
                          NULL, 0);

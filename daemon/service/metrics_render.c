@@ -234,6 +234,19 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                                                 PRIu64 "\n", snap->pools[i].device,
                                                 direction_names[d],
                                                 snap->pools[i].link[d]);
+        /* The same: no sample while not known (one link, not measured
+         * yet, skipped). */
+        promtext_family(t, "gpumemd_host_link_bytes_per_second", "gauge",
+                        "What every device's link to host memory carries "
+                        "with all of them copying at once, all together, by "
+                        "direction: below the sum of the links alone where "
+                        "the host cannot feed them all (measured at start "
+                        "on cuda).");
+        for (unsigned d = 0; d < 2; d++)
+                if (snap->host_link[d])
+                        promtext_printf(t, "gpumemd_host_link_bytes_per_second{"
+                                        "direction=\"%s\"} %" PRIu64 "\n",
+                                        direction_names[d], snap->host_link[d]);
         promtext_family(t, "gpumemd_vram_kept_bytes", "gauge",
                         "VRAM that swap-outs left, kept for the same clients' "
                         "next swap-ins (counted in the pool's used bytes).");

@@ -5,7 +5,8 @@
  * prefetch on the sim backend its tables and JSON must show where the
  * bytes are (pools, copies, clients by tier, buffers' tier and state),
  * and while a throttled move runs, that it is queued and moving; a
- * client's reported memory plan in status and its JSON.
+ * client's reported memory plan in status and its JSON; the host's limit
+ * across links beside the links alone.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -555,6 +556,54 @@ static void test_ctl_status_plain(void **state)
         harness_stop(&f->h);
 }
 
+/*
+ * Two sim devices whose links (8 MiB/s each) the host feeds 12 MiB/s
+ * together (GMD_SIM_HOST_RATE): gpu-memctl status says both on one line
+ * within 80 columns and --json has the host's figures; the daemon's log
+ * says what the copy engine holds in flight across devices for it. One
+ * device: no line, zeros.
+ */
+static void test_ctl_host_links(void **state)
+{
+        fixture *f = *state;
+        char *out, *row, *line;
+
+        setenv("GMD_SIM_HOST_RATE", "12M", 1);
+        harness_start_small(&f->h, "[sim]\ndevices = 2\ncopy_rate = 8M\n");
+        unsetenv("GMD_SIM_HOST_RATE");
+        out = ctl_output(f, (const char *[]){ "status", NULL });
+        if (!strstr(out, "\nhost links: 12.6 MB/s out, 12.6 in together "
+                    "(alone: 16.8 out, 16.8 in)\n"))
+                fail_msg("status: no host links line:\n%s", out);
+        free(out);
+        out = ctl_output(f, (const char *[]){ "status", "--json", NULL });
+        assert_non_null(strstr(out, "\"host_bytes_per_s_out\": 12582912,"));
+        assert_non_null(strstr(out, "\"host_bytes_per_s_in\": 12582912,"));
+        row = json_row(out, "pools", "\"device\": 1,");
+        assert_row_uint(row, "link_bytes_per_s_in", 8 * MiB);
+        free(row);
+        free(out);
+        /* [swap] defaults: L is two 64 MiB chunks; 128 x 12 / (16 / 2). */
+        line = harness_wait_log(&f->h, "copies: the host carries", 1000);
+        if (!line || !strstr(line, "at most 192 MiB out and 192 MiB in"))
+                fail_msg("no host budget in the log: %s", line ? line : "");
+        free(line);
+        harness_stop(&f->h);
+        harness_cleanup(&f->h);
+
+        setenv("GMD_SIM_HOST_RATE", "12M", 1);
+        harness_start_small(&f->h, "[sim]\ncopy_rate = 8M\n");
+        unsetenv("GMD_SIM_HOST_RATE");
+        out = ctl_output(f, (const char *[]){ "status", NULL });
+        if (strstr(out, "host links"))
+                fail_msg("status: a host links line for one link:\n%s", out);
+        free(out);
+        out = ctl_output(f, (const char *[]){ "status", "--json", NULL });
+        assert_non_null(strstr(out, "\"host_bytes_per_s_out\": 0,"));
+        free(out);
+        harness_stop(&f->h);
+}
+
 #define GiB (1024 * MiB)
 
 /* gmd_status round trip on `c`: the daemon has read what it sent before. */
@@ -988,6 +1037,7 @@ int main(void)
                 HARNESS_TEST(test_ctl_after_pageout),
                 HARNESS_TEST(test_ctl_while_moving),
                 HARNESS_TEST(test_ctl_plan),
+                HARNESS_TEST(test_ctl_host_links),
                 HARNESS_TEST(test_ctl_no_daemon),
                 HARNESS_TEST(test_daemon_help_and_version),
                 HARNESS_TEST(test_daemon_bad_option),

@@ -342,6 +342,9 @@ class Status(DaemonTest):
         self.assertEqual([p.uuid for p in st.pools if p.tier == "host"],
                          [""])
         self.assertEqual(st.gpu_processes, [])
+        # One link: nothing measured together (the struct's last fields).
+        self.assertEqual((st.host_bytes_per_s_out, st.host_bytes_per_s_in),
+                         (0, 0))
         d = st.to_dict()
         self.assertEqual(d["pools"][0]["device"], 0)
         self.assertEqual(d["clients"][0]["name"], "pytest")
@@ -362,6 +365,22 @@ class Link(DaemonTest):
                          (12 * MiB, 12 * MiB))
         host = [p for p in pools if p.tier == "host"]
         self.assertEqual(host[0].link_bytes_per_s_in, 0)
+
+
+class HostLinks(DaemonTest):
+    """Two links the host feeds less than their sum (the sim's
+    GMD_SIM_HOST_RATE): Status has what they carry together."""
+    CONFIG = "[sim]\nvram = 64M\ndevices = 2\ncopy_rate = 12M\n"
+    ENV = {"GMD_SIM_HOST_RATE": "16M"}
+
+    def test_host_links_together(self):
+        st = self.client.status("pools")
+        self.assertEqual((st.host_bytes_per_s_out, st.host_bytes_per_s_in),
+                         (16 * MiB, 16 * MiB))
+        self.assertEqual(st.to_dict()["host_bytes_per_s_in"], 16 * MiB)
+        vram = [p for p in st.pools if p.tier == "vram"]
+        self.assertEqual([p.link_bytes_per_s_in for p in vram],
+                         [12 * MiB, 12 * MiB])
 
 
 class Devices(DaemonTest):

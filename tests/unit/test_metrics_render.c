@@ -2,7 +2,7 @@
  * test_metrics_render — daemon/service/metrics_render.c from a snapshot made by
  * hand, no daemon: every figure of the snapshot lands in its series
  * (pools, clients by tier, queues, kept VRAM, VRAM held outside gpu-memd,
- * each device's link, pinned host memory, the
+ * each device's link and the host's across them, pinned host memory, the
  * latency histogram, errors), client names are escaped, the host arena
  * family appears only where the backend has arenas, and each family is
  * declared once.
@@ -195,6 +195,22 @@ static void test_copies_and_host(void **state)
                     "direction=\"out\"} 55000000000");
         expect_line(page, "gpumemd_link_bytes_per_second{device=\"0\","
                     "direction=\"in\"} 54000000000");
+        /* The host's figure across links is not known in the example:
+         * declared, no sample. */
+        assert_int_equal(count(page, "gpumemd_host_link_bytes_per_second{"), 0);
+        assert_int_equal(count(page, "# TYPE gpumemd_host_link_bytes_per_second "
+                               "gauge\n"), 1);
+        free(page);
+
+        /* Known: one sample each way. */
+        s = example(false);
+        s.host_link[GMD_COPY_OUT] = 150000000000ull;
+        s.host_link[GMD_COPY_IN] = 160000000000ull;
+        page = render(&s);
+        expect_line(page, "gpumemd_host_link_bytes_per_second{direction=\"out\"} "
+                    "150000000000");
+        expect_line(page, "gpumemd_host_link_bytes_per_second{direction=\"in\"} "
+                    "160000000000");
         free(page);
 
         /* A link not known (yet) has no sample: a 0 would read as a dead

@@ -141,6 +141,8 @@ class Status(ctypes.Structure):
         ("gpu_processes", ctypes.POINTER(GpuProcessStatus)),
         ("restores", ctypes.c_uint32),
         ("restored_ms", ctypes.c_uint64),
+        ("host_bytes_per_s_out", ctypes.c_uint64),
+        ("host_bytes_per_s_in", ctypes.c_uint64),
     ]
 
 

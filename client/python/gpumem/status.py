@@ -111,6 +111,11 @@ class Status:
     gpu_processes: list   # who holds VRAM outside gpu-memd, where known
     restores: int = 0     # 1: this daemon took over an earlier one's state
     restored_ms: int = 0  # how long that took
+    # The host's own limit across the GPUs' links: bytes per second each
+    # way with every GPU copying at once, all together (the pools'
+    # link_bytes_per_s_* are each link alone); 0: not known, or one link
+    host_bytes_per_s_out: int = 0
+    host_bytes_per_s_in: int = 0
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -152,4 +157,6 @@ def status_from_c(s):
         gpu_processes=[_fields(GpuProcess, s.gpu_processes[i])
                        for i in range(s.n_gpu_processes)],
         restores=s.restores,
-        restored_ms=s.restored_ms)
+        restored_ms=s.restored_ms,
+        host_bytes_per_s_out=s.host_bytes_per_s_out,
+        host_bytes_per_s_in=s.host_bytes_per_s_in)
