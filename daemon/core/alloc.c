@@ -218,7 +218,9 @@ gmd_outcome alloc_self_bound(gmd_session *s, uint64_t size, unsigned device,
         list_for_each(pos, &server->sessions.all) {
                 const gmd_session *o = container_of(pos, gmd_session, link);
 
-                if (session_same_process(s, o)) {
+                /* Not one closing in steps: its VRAM is room on its
+                 * way, as a move out's. */
+                if (session_same_process(s, o) && !o->closing) {
                         mine += o->vram_on[device];
                         n += o->vram_n_on[device];
                 }

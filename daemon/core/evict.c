@@ -27,6 +27,14 @@
 #include "timeutil.h"
 #include "waitq.h"
 
+/* May `b` be moved out for room? Not the buffer of a session closing in
+ * steps: it is freed within a few loop iterations, room without a copy
+ * (counted by move_leaving_bytes). */
+static bool evict_may(const gmd_dbuffer *b)
+{
+        return placement_evictable(b) && !b->owner->closing;
+}
+
 uint64_t evict_idle_bytes(gmd_server *server, unsigned device)
 {
         uint64_t bytes = 0;
@@ -37,7 +45,7 @@ uint64_t evict_idle_bytes(gmd_server *server, unsigned device)
         list_for_each(pos, &server->buffers.vram_idle) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
 
-                if (b->device == device && placement_evictable(b))
+                if (b->device == device && evict_may(b))
                         bytes += b->size;
         }
         return bytes;
@@ -52,7 +60,7 @@ uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid)
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
 
                 if (b->device == device && b->loan && b->owner->pid == pid &&
-                    placement_evictable(b))
+                    evict_may(b))
                         bytes += b->size;
         }
         return bytes;
@@ -330,7 +338,7 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
         list_for_each(pos, &server->buffers.vram_idle) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
 
-                if (b->device == device && placement_evictable(b))
+                if (b->device == device && evict_may(b))
                         victims[n++] = b;
         }
         qsort(victims, n, sizeof(*victims), by_victim_order);

@@ -747,13 +747,15 @@ void move_free_buffer(gmd_server *server, gmd_dbuffer *b)
 
 uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
 {
-        uint64_t bytes = 0;
+        /* Sessions closing in steps free theirs within a few loop
+         * iterations, moving or not (counted there, not here). */
+        uint64_t bytes = sessions_closing_vram(&server->sessions, device);
         gmd_list *pos;
 
         list_for_each(pos, &server->buffers.moving) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, moving_link);
 
-                if (b->device == device && b->move &&
+                if (b->device == device && b->move && !b->owner->closing &&
                     b->move->copy.dir == GMD_COPY_OUT && !move_stopping(b->move))
                         bytes += b->size;
         }

@@ -194,7 +194,8 @@ gmd_outcome move_handle_ack(gmd_session *session, uint32_t request_id,
  * once it is over. */
 void move_free_buffer(gmd_server *server, gmd_dbuffer *buffer);
 
-/* VRAM bytes on `device` that moves under way will free. */
+/* VRAM bytes on `device` that moves under way will free, and sessions
+ * closing in steps (session.h). */
 uint64_t move_leaving_bytes(gmd_server *server, unsigned device);
 
 /* Is a move of a buffer of `device` under way, either way? (Reads the

@@ -38,6 +38,8 @@ typedef enum pending_work {
 
 typedef struct gmd_pending {
         unsigned work;              /* pending_work bits */
+        unsigned next;              /* for the next loop iteration's pass
+                                     * (pending_mark_next) */
         bool open;                  /* the handles below are initialised */
         uv_check_t check;           /* runs the pass */
         uv_idle_t idle;             /* keeps the poll from blocking */
@@ -60,6 +62,25 @@ static inline void pending_mark(gmd_pending *p, unsigned work)
                 uv_check_start(&p->check, p->run);
                 uv_idle_start(&p->idle, p->spin);
         }
+}
+
+/*
+ * Mark `work` for the pass of the next loop iteration, not this one's: a
+ * step that does a bounded part of a long job each pass (closing a
+ * session with many buffers, a batch at a time) lets the loop read every
+ * socket between two parts. The handles stay started, so the loop polls
+ * without blocking in between. A mark made outside the pass also runs
+ * this iteration's pass, which hands it on.
+ */
+static inline void pending_mark_next(gmd_pending *p, unsigned work)
+{
+        if (!p->open) {
+                p->work |= work;
+                return;
+        }
+        p->next |= work;
+        uv_check_start(&p->check, p->run);
+        uv_idle_start(&p->idle, p->spin);
 }
 
 static inline void pending_on_later(uv_timer_t *timer);

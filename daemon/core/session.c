@@ -2,11 +2,15 @@
  * session — see session.h. The record of one client as the core keeps it;
  * its socket is dispatch/session_io.c's, which embeds this record in its
  * own. Closing is marked here and done by the scheduling pass, so nothing
- * below the dispatch layer ever frees a session under its caller.
+ * below the dispatch layer ever frees a session under its caller. A close
+ * goes in two parts: what must go at once (the layer above's on_closed),
+ * then the buffers, by batches whose size the loop iteration allows
+ * (release_left), so one big close never holds the loop for long.
  */
 #include "session.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +33,27 @@ void sessions_init(gmd_sessions *sessions)
         memset(sessions, 0, sizeof(*sessions));
         list_init(&sessions->all);
         list_init(&sessions->close_pending);
+        list_init(&sessions->closing);
         list_init(&sessions->answers_due);
+        sessions->release_left = SESSION_CLOSE_BATCH;
+}
+
+void sessions_next_turn(gmd_sessions *sessions)
+{
+        sessions->release_left = SESSION_CLOSE_BATCH;
+}
+
+uint64_t sessions_closing_vram(const gmd_sessions *sessions, unsigned device)
+{
+        const gmd_list *pos;
+        uint64_t bytes = 0;
+
+        /* No walk while none closes (nor on a record never initialised). */
+        if (!sessions->n_closing || device >= GMD_MAX_DEVICES)
+                return 0;
+        list_for_each(pos, &sessions->closing)
+                bytes += container_of(pos, gmd_session, close_link)->vram_on[device];
+        return bytes;
 }
 
 int session_init(gmd_session *s, gmd_server *server, const gmd_peer *peer)
@@ -67,39 +91,86 @@ void session_fini(gmd_session *s)
         users_release(&s->server->users, s->user);
 }
 
-bool session_end(gmd_session *s, const char *reason)
+/* The part of a close that goes at once: from here on the session reads,
+ * sends and is owed nothing, and its waiters, waits, loans and records
+ * are gone (on_closed); its buffers stay for session_release_some. */
+static void session_close_begin(gmd_session *s, const char *reason)
 {
-        gmd_server *server = s->server;
-        uint64_t bytes = s->bytes, kept = s->reuse.kept_bytes;
-        unsigned n_buffers = s->n_buffers;
+        uint64_t kept = s->reuse.kept_bytes;
         char who[128];
 
-        if (s->closing)
-                return false;
         s->closing = true;
+        s->releasing = true;
         s->reuse.gone = true;
+        s->close_buffers = s->n_buffers;
+        s->close_bytes = s->bytes;
+        /* What its process holds outside gpu-memd is another session's
+         * to carry from the next refresh (outside.h), as if it were gone. */
+        memset(s->outside_on, 0, sizeof(s->outside_on));
         if (s->close_pending) {
                 s->close_pending = false;
                 list_remove(&s->close_link);
         }
-        session_describe(s, who, sizeof(who));
         if (reason)
-                log_warning("%s: %s — disconnecting", who, reason);
-
-        /* Its buffers, waiters, waits and kept VRAM: the layer above's.
-         * What it is owed goes after: freeing a buffer may fail an
-         * acquire waiting for it, an answer nobody will read. */
-        server->sessions.on_closed(s);
+                log_warning("%s: %s — disconnecting",
+                            session_describe(s, who, sizeof(who)), reason);
+        s->server->sessions.on_closed(s);
+        /* The VRAM kept for its swap-ins went back: serve who waits. */
+        if (kept > 0)
+                pending_mark(&s->server->pending, PENDING_ROOM);
+        /* What it was owed: nobody will read it. What its buffers' frees
+         * decide later (an acquire failing) is not queued: it is closing. */
         answers_drop(&s->answers);
+}
+
+/* Free what this loop iteration allows of its buffers (all of them when
+ * the server stops); true once everything it owned is released. */
+static bool session_release_some(gmd_session *s)
+{
+        gmd_sessions *sessions = &s->server->sessions;
+        unsigned all = UINT_MAX;
+
+        if (!sessions->release)
+                return true;
+        if (s->server->stopping)
+                return sessions->release(s, &all, UINT64_MAX);
+        return sessions->release(s, &sessions->release_left,
+                                 now_us() + SESSION_CLOSE_STEP_US);
+}
+
+bool session_end(gmd_session *s, const char *reason)
+{
+        gmd_server *server = s->server;
+        gmd_sessions *sessions = &server->sessions;
+        char who[128];
+
+        if (s->closing && !s->releasing)
+                return false;
+        if (!s->closing)
+                session_close_begin(s, reason);
+        if (!session_release_some(s)) {
+                /* Closing in steps: the pass frees the rest (scheduler.h). */
+                if (list_empty(&s->close_link)) {
+                        list_add_tail(&sessions->closing, &s->close_link);
+                        sessions->n_closing++;
+                }
+                pending_mark_next(&server->pending, PENDING_CLOSES);
+                return false;
+        }
+        if (!list_empty(&s->close_link)) {
+                list_remove(&s->close_link);
+                sessions->n_closing--;
+        }
+        s->releasing = false;
         list_remove(&s->link);
-        server->sessions.n--;
+        sessions->n--;
         s->user->n_sessions--;
         if (s->hello_done)
                 log_info("%s disconnected; freed %u buffers (%llu bytes)",
-                         who, n_buffers, (unsigned long long)bytes);
-
+                         session_describe(s, who, sizeof(who)), s->close_buffers,
+                         (unsigned long long)s->close_bytes);
         /* Memory came back: serve whoever waits for it. */
-        if (n_buffers > 0 || kept > 0)
+        if (s->close_buffers > 0)
                 pending_mark(&server->pending, PENDING_ROOM);
         return true;
 }

@@ -10,11 +10,20 @@
  * (session_close_later, session_close_after_answers) and the scheduling
  * pass closes it (session_close, dispatch/session_io.h). From the mark on,
  * nothing more is read from it or sent to it.
+ *
+ * A close frees the session's buffers, at most SESSION_CLOSE_BATCH of
+ * them a loop iteration: a client that left holding 10,000 buffers took
+ * 44-50 ms to free in one go, and nobody else was served meanwhile. One
+ * with more is *closing in steps*: it stays among the server's sessions,
+ * shown in status with what it still holds, reads and sends nothing, and
+ * the pass's closes step frees a batch each loop iteration until none is
+ * left; then it leaves them and its socket closes.
  */
 #ifndef GMD_SESSION_H
 #define GMD_SESSION_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <uv.h>
 
@@ -140,12 +149,26 @@ typedef struct gmd_session {
                                      * and packets held behind them
                                      * (answers.h) */
         bool closing;
+        /* Closing, its buffers not all freed yet: closing in steps (in
+         * server->sessions.closing) or about to be. Neither flag: open;
+         * both: closing; `closing` alone: closed. */
+        bool releasing;
         /* To be closed by the server's next check pass (session_close_later):
          * sends are dropped, nothing is read, nothing is freed yet. */
         bool close_pending;
         char close_reason[96];
-        gmd_list close_link;        /* in server->sessions.close_pending */
+        gmd_list close_link;        /* in server->sessions.close_pending,
+                                     * then in .closing while it closes in
+                                     * steps */
+        /* What it held when its close began, for the log line at its end. */
+        unsigned close_buffers;
+        uint64_t close_bytes;
 } gmd_session;
+
+/* Buffers the closes of one loop iteration free at most (256 took about
+ * 1 ms on sim), and how long one session's batch may run. */
+#define SESSION_CLOSE_BATCH 256
+#define SESSION_CLOSE_STEP_US 2000
 
 /* The server's connected clients (server->sessions). */
 typedef struct gmd_sessions {
@@ -154,17 +177,37 @@ typedef struct gmd_sessions {
         uint64_t next_id;           /* the last client id given */
         gmd_list close_pending;     /* to close in the pass
                                      * (session_close_later) */
+        gmd_list closing;           /* closing in steps, oldest first */
+        unsigned n_closing;
+        /* Buffers closes may still free this loop iteration
+         * (sessions_next_turn). */
+        unsigned release_left;
         gmd_list answers_due;       /* owed answers, for the pass to send
                                      * (answers.h) */
-        /* Set by lifecycle.c, the layer above: a session that closed
-         * (what it owned is to be released), and what the core tells a
-         * client outside any request. */
+        /* Set by lifecycle.c, the layer above: a session that began to
+         * close (what goes at once: its waiters, waits, loans, records),
+         * the freeing of its buffers — while `*left` (decremented for
+         * each) and the clock (until `until_us`) allow; true once none
+         * is left and the rest of what it owned is released too — and
+         * what the core tells a client outside any request. */
         void (*on_closed)(gmd_session *session);
+        bool (*release)(gmd_session *session, unsigned *left,
+                        uint64_t until_us);
         const gmd_session_ops *ops;
 } gmd_sessions;
 
-/* No sessions yet; `on_closed` and `ops` are the caller's to set. */
+/* No sessions yet; `on_closed`, `release` and `ops` are the caller's to
+ * set (without `release` a close frees nothing of the buffers). */
 void sessions_init(gmd_sessions *sessions);
+
+/* A new loop iteration: its closes may free SESSION_CLOSE_BATCH buffers
+ * again. */
+void sessions_next_turn(gmd_sessions *sessions);
+
+/* VRAM on `device` still held by sessions closing in steps: room on its
+ * way, freed within a few loop iterations without a copy (move.h,
+ * move_leaving_bytes). */
+uint64_t sessions_closing_vram(const gmd_sessions *sessions, unsigned device);
 
 /* Fill the record of a new client `peer` of `server` (zeroed by the
  * caller): its id, limits and empty lists. 0, or -ENOMEM (nothing to
@@ -182,9 +225,14 @@ void session_fini(gmd_session *session);
 /*
  * The core's half of closing the connection, logging `reason` (NULL for
  * an orderly close): what the session owned is released (the server's
- * on_session_closed), what it was owed dropped, and it leaves the
- * server's sessions. False if it was closing already: nothing done.
- * session_close (dispatch/session_io.h) calls it, then closes the socket.
+ * on_closed, then its buffers by release), what it was owed dropped, and
+ * it leaves the server's sessions. True once that is done; session_close
+ * (dispatch/session_io.h) calls it, then closes the socket. False when
+ * the close is not over: it was closed already, or it holds more buffers
+ * than this loop iteration may free and closes in steps — its socket
+ * stays open, neither read nor written, until the pass's closes step has
+ * freed the last of them and calls session_close again (scheduler.h).
+ * While the server stops, everything is freed at once.
  */
 bool session_end(gmd_session *session, const char *reason);
 

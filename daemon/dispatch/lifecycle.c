@@ -67,31 +67,52 @@ static bool reuse_coming_back(void *ctx, const void *tag)
         return b->move_waiter || b->acquirer;
 }
 
-/* A session closed: drop its waiters and waits without answering, give
- * what it lent of its process's other connections back to them, free its
- * buffers (settling their moves), release the VRAM kept for it; the
- * process's last one gives up its slices of memory. */
+/* A session began to close: out of the restart record and no longer a
+ * restore's claimer (once, here: a connection of its process may claim at
+ * once, and a restart from now on finds its buffers claimed by nobody);
+ * its waiters and waits dropped without answering; what it lent of its
+ * process's other connections given back to them; the VRAM kept for its
+ * swap-ins released. Its buffers follow, by batches
+ * (session_release_buffers). */
 static void session_release(gmd_session *s)
 {
         gmd_server *server = s->server;
-        gmd_list *pos, *tmp;
 
-        /* Out of the restart record, and no longer a restore's claimer. */
         persist_session_gone(server, s);
         restore_session_gone(s);
         waitq_cancel_session(&server->waitq, s);
         loan_session_closed(s);
         tiering_session_closed(s);
-        list_for_each_safe(pos, tmp, &s->buffers)
-                move_free_buffer(server, container_of(pos, gmd_dbuffer, owner_link));
         reuse_forget(&server->reuse, &s->reuse);
+}
+
+/* Free a closing session's buffers (settling their moves) while `*left`
+ * allows, decrementing it for each, and until `until_us`; once none is
+ * left, the process's last connection gives up its slices of memory, and
+ * the session is released: true. */
+static bool session_release_buffers(gmd_session *s, unsigned *left,
+                                    uint64_t until_us)
+{
+        gmd_server *server = s->server;
+        unsigned n = 0;
+        gmd_list *pos;
+
+        while (!list_empty(&s->buffers)) {
+                /* The clock every 16: a free takes a few µs. */
+                if (*left == 0 || (++n % 16 == 0 && now_us() >= until_us))
+                        return false;
+                move_free_buffer(server, container_of(s->buffers.next,
+                                                      gmd_dbuffer, owner_link));
+                (*left)--;
+        }
         list_for_each(pos, &server->sessions.all) {
                 gmd_session *o = container_of(pos, gmd_session, link);
 
                 if (o != s && session_same_process(o, s))
-                        return;
+                        return true;
         }
         slice_forget(&server->slices, s->pid);
+        return true;
 }
 
 /* The devices' free memory is read again: what other programs use now
@@ -155,6 +176,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         if (r < 0)
                 goto fail;
         server->sessions.on_closed = session_release;
+        server->sessions.release = session_release_buffers;
         server->sessions.ops = &request_session_ops;
         n_devices = backend->ops->device_count(backend);
         if (n_devices > GMD_MAX_DEVICES) {
@@ -244,12 +266,14 @@ static void server_on_maintain(uv_timer_t *timer)
         uv_timer_start(timer, server_on_maintain, left > 0 ? 10 : 250, 0);
 }
 
-/* Every loop iteration, before the loop polls: a new turn (users.h). */
+/* Every loop iteration, before the loop polls: a new turn (users.h), and
+ * a new batch of buffers closes may free (session.h). */
 static void server_on_turn(uv_prepare_t *prepare)
 {
         gmd_server *server = prepare->data;
 
         users_next_turn(&server->users);
+        sessions_next_turn(&server->sessions);
 }
 
 int server_listen(gmd_server *server, int fd)

@@ -180,15 +180,33 @@ static void pass_end_copies(gmd_server *server)
                 move_copy_ended(server, c);
 }
 
+/* Close the sessions marked, then free a batch of the buffers of those
+ * closing in steps (session.h): as many as this loop iteration may still
+ * free, oldest close first; one whose last buffer goes is closed. While
+ * any is left, the step is marked again for the next iteration's pass,
+ * so the loop reads every socket in between. */
 static void pass_close_sessions(gmd_server *server)
 {
-        while (!list_empty(&server->sessions.close_pending)) {
-                gmd_session *s = container_of(server->sessions.close_pending.next,
+        gmd_sessions *sessions = &server->sessions;
+
+        while (!list_empty(&sessions->close_pending)) {
+                gmd_session *s = container_of(sessions->close_pending.next,
                                               gmd_session, close_link);
 
                 /* An empty reason: the peer went, nothing to warn of. */
                 session_close(s, s->close_reason[0] ? s->close_reason : NULL);
         }
+        while (!list_empty(&sessions->closing) && sessions->release_left > 0) {
+                gmd_session *s = container_of(sessions->closing.next,
+                                              gmd_session, close_link);
+
+                session_close(s, NULL);
+                /* Still first: its batch's time ran out. */
+                if (sessions->closing.next == &s->close_link)
+                        break;
+        }
+        if (!list_empty(&sessions->closing))
+                pending_mark_next(&server->pending, PENDING_CLOSES);
 }
 
 static void pass_answer_waits(gmd_server *server)
@@ -254,8 +272,16 @@ static void scheduler_on_check(uv_check_t *check)
         gmd_pending *p = &server->pending;
 
         pass_run(server);
-        uv_check_stop(&p->check);
-        uv_idle_stop(&p->idle);
+        if (p->next) {
+                /* Marked for the next iteration (pending_mark_next): the
+                 * handles stay started, so the loop polls without
+                 * blocking and this runs again after its I/O. */
+                p->work |= p->next;
+                p->next = 0;
+        } else {
+                uv_check_stop(&p->check);
+                uv_idle_stop(&p->idle);
+        }
         if (server->stopping && !server->copyqs.wake_open && p->open) {
                 p->open = false;
                 uv_close((uv_handle_t *)&p->check, NULL);

@@ -18,7 +18,13 @@
  *               lists, move_copy_ended): remaps, rollbacks, finished and
  *               abandoned moves, orphans' memory released.
  *   2. closes   close the sessions marked with session_close_later (their
- *               buffers freed, their waiters and waits dropped).
+ *               waiters and waits dropped, their buffers freed), and free
+ *               a batch of those closing in steps (session.h: at most
+ *               SESSION_CLOSE_BATCH buffers a loop iteration), closing
+ *               each whose last buffer went. While one is left the step
+ *               marks itself for the next iteration's pass
+ *               (pending_mark_next), not this one's: the loop reads every
+ *               socket between two batches.
  *   3. room     serve the wait queue in rank order (waitq_serve): swap-ins
  *               an acquire waits for, allocations, prefetches. A waiter
  *               that does not fit marks eviction.
@@ -49,7 +55,9 @@
  *
  * Who marks what:
  *   copies  copyq: a copy's last chunk came back, or a submit was refused.
- *   closes  session_close_later (a client not reading its replies).
+ *   closes  session_close_later (a client not reading its replies);
+ *           a session closing in steps, for the next iteration
+ *           (session_end, and the step itself while one is left).
  *   room    buffer_free; a move finished, abandoned or orphaned and over;
  *           a session closed that held buffers or kept VRAM; a swap-in
  *           queued or moved up (waitq); a reload; a resting copy queue
