@@ -1114,17 +1114,24 @@ int main(int argc, char **argv)
                 args[n_args++] = "debug";
         }
         /* GMD_BENCH_DAEMON_CONFIG=FILE: the daemon's config. Else one that
-         * differs from the defaults in one key: the 4 GiB both-ways case
+         * differs from the defaults in two keys: the 4 GiB both-ways case
          * holds two 4 GiB host copies at once, more than the default arena
-         * (25% of host_limit, at most 8G) on a machine with < 128 GiB. */
+         * (25% of host_limit, at most 8G) on a machine with < 128 GiB, and
+         * host_stock is shared by the devices, 10G for device 0 each;
+         * and this is the host link's bench: no peer tier (peer_bench is
+         * the peer tier's). */
         args[n_args++] = "--config";
         if (getenv("GMD_BENCH_DAEMON_CONFIG")) {
                 args[n_args++] = getenv("GMD_BENCH_DAEMON_CONFIG");
         } else {
-                int fd = mkstemp(config_path);
-                static const char text[] = "[pools]\nhost_stock = 10G\n";
+                int fd = mkstemp(config_path), n_dev = 1, len;
+                char text[96];
 
-                if (fd < 0 || write(fd, text, sizeof(text) - 1) != sizeof(text) - 1) {
+                if (cu->cuDeviceGetCount(&n_dev) != CUDA_SUCCESS || n_dev < 1)
+                        n_dev = 1;
+                len = snprintf(text, sizeof(text), "[pools]\nhost_stock = %dG\n"
+                               "peer_tier = off\n", 10 * n_dev);
+                if (fd < 0 || write(fd, text, (size_t)len) != len) {
                         fprintf(stderr, "bench config: %s\n", strerror(errno));
                         return 1;
                 }

@@ -33,12 +33,14 @@
         X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)           \
         X(cuDeviceGetAttribute) X(cuDeviceTotalMem)                     \
         X(cuDeviceGetUuid) X(cuDeviceGetPCIBusId)                       \
+        X(cuDeviceCanAccessPeer)                                        \
         X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)        \
         X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent)       \
-        X(cuCtxPopCurrent) X(cuCtxSynchronize)                          \
+        X(cuCtxPopCurrent) X(cuCtxSynchronize) X(cuCtxEnablePeerAccess) \
         X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree)                      \
         X(cuMemsetD8Async) X(cuMemcpyDtoH) X(cuMemcpyHtoD)              \
         X(cuMemcpyAsync) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)      \
+        X(cuMemcpyPeerAsync)                                            \
         X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostGetDevicePointer) \
         X(cuMemCreate) X(cuMemRelease) X(cuMemGetAllocationGranularity) \
         X(cuMemExportToShareableHandle)                                 \

@@ -26,6 +26,11 @@
 #   map_bench.json / map_bench.txt       the driver calls of a client's
 #                                        remap per buffer (GMD_BENCH entry
 #                                        "map", not in the default list; ~2 s)
+#   peer_bench.json / peer_bench.txt     the peer tier: GPU 0's buffers to
+#                                        GPU 1's VRAM and back against
+#                                        cuMemcpyPeerAsync and host memory
+#                                        (GMD_BENCH entry "peer", not in the
+#                                        default list; two GPUs; ~1 min)
 #   notify_bench.json / notify_bench.txt how soon the host hears a copy is
 #                                        over, three ways (GMD_BENCH entry
 #                                        "notify", not in the default list)
@@ -252,6 +257,7 @@ notify_rc=null
 torch_rc=null
 offload_rc=null
 cotenancy_rc=null
+peer_rc=null
 # bench_py NAME LIMIT [ARGS...]: bench/torch/bench_NAME.py for at most LIMIT
 # seconds, its JSON, log and summary under $OUT as NAME_bench.*, the summary
 # into the suite's log too; its exit status in $py_rc.
@@ -299,6 +305,7 @@ for b in $benches; do
         release) release_rc=$rc ;;
         map) map_rc=$rc ;;
         notify) notify_rc=$rc ;;
+        peer) peer_rc=$rc ;;
         esac
 done
 
@@ -316,7 +323,7 @@ fi
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
         printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "map_bench_rc": %s,\n "notify_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s,\n "cotenancy_bench_rc": %s}\n' \
-                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$map_rc" "$notify_rc" "$torch_rc" "$offload_rc" "$cotenancy_rc"
+                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$map_rc" "$notify_rc" "$torch_rc" "$offload_rc" "$cotenancy_rc" "$peer_rc"
 } >"$json"
 cat "$json"
 exit $((failed > 0))

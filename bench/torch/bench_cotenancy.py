@@ -1155,6 +1155,12 @@ def main():
     ap.add_argument("--together-only", action="store_true",
                     help="cotenancy: skip the alone runs (a diagnosis run: "
                     "no makespan or p99 against alone)")
+    ap.add_argument("--peer-tier", choices=("auto", "on", "off"),
+                    help="the daemon's [pools] peer_tier (default: the "
+                    "daemon's own, auto), with peer_headroom = 256M: on a "
+                    "machine of several GPUs what leaves GPU 0 may go to "
+                    "another GPU's free VRAM; --vram-limit applies to every "
+                    "GPU, so a peer offers at most the budget less 256M")
     ap.add_argument("--memory-slice", type=int, default=5000, metavar="MS",
                     help="the daemon's [limits] memory_slice_ms (default "
                     "5000: the training jobs, which cannot fit together, "
@@ -1196,14 +1202,18 @@ def main():
         limits += f"priority_grace_ms = {opts.priority_grace}\n"
     if opts.memory_slice:
         limits += f"memory_slice_ms = {opts.memory_slice}\n"
+    daemon_config = f"[limits]\n{limits}" if limits else ""
+    if opts.peer_tier:
+        daemon_config += (f"[pools]\npeer_tier = {opts.peer_tier}\n"
+                          "peer_headroom = 256M\n")
     ctx = Ctx(os.path.abspath(opts.build), log,
-              parse_size(opts.per_process_margin), watch,
-              f"[limits]\n{limits}" if limits else "")
+              parse_size(opts.per_process_margin), watch, daemon_config)
     out = {"quick": opts.quick, "deadline": deadline,
            "nvml_source": watch.source,
            "per_process_margin": ctx.per_process,
            "priority_grace_ms": opts.priority_grace,
            "memory_slice_ms": opts.memory_slice,
+           "peer_tier": opts.peer_tier,
            "lend_wait": opts.lend_wait,
            "infer_idle_keep": opts.infer_idle_keep,
            "keep_cache": opts.keep_cache}

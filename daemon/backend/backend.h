@@ -42,6 +42,11 @@ typedef struct gmd_mem {
                             * kept there, so it is never handed out again */
         bool daemon_only;  /* a piece of the host arena (mem_create_private):
                             * no fd (-1), never sent to a client */
+        /* VRAM holding the swapped-out bytes of a buffer of device
+         * `peer_home` (the peer tier, core/peer.h): set by the core, which
+         * counts such memory per pair of devices. */
+        bool peer;
+        unsigned peer_home;
         /* Legacy IPC buffers only (mem_create_ipc): the CUipcMemHandle a
          * client opens with cudaIpcOpenMemHandle. */
         uint8_t ipc_handle[GMD_IPC_HANDLE_SIZE];
@@ -359,6 +364,22 @@ typedef struct gmd_backend_ops {
          * handler (every ~10 ms while it returns > 0 work left, else on a
          * slow timer). Returns how many chunks it still wants to make. */
         int (*maintain)(gmd_backend *backend);
+        /* ---- peers (optional: absent, no device reaches another) ------
+
+           Another device's free VRAM as a swap tier (core/peer.h): a
+           buffer leaving a full device may go to a peer's VRAM over
+           NVLink or PCIe peer-to-peer instead of host memory. */
+
+        /* Bytes per second of copies from `from`'s VRAM to `to`'s, 0 when
+         * `from` cannot reach `to` (cuda: cuDeviceCanAccessPeer, then
+         * timed copies at start, backend_cuda_peer.c; sim: [sim]
+         * peer_rate, or 0). Cheap. */
+        uint64_t (*peer_rate)(gmd_backend *backend, unsigned from,
+                              unsigned to);
+        /* Let copies on `device`'s queues read and write `mem`, VRAM of
+         * another device (cuda: cuMemSetAccess on the daemon's mapping;
+         * sim: nothing to do). 0 or a negative errno. */
+        int (*mem_grant)(gmd_backend *backend, gmd_mem *mem, unsigned device);
         /* Legacy CUDA IPC buffer (GMD_ALLOC_LEGACY_IPC): a cuMemAlloc'd,
          * zero-filled buffer of `size` (2 MiB multiple) with its handle in
          * mem->ipc_handle and mem->fd == -1. Freed with mem_destroy. It

@@ -118,6 +118,7 @@ static void cuda_ops_destroy(gmd_backend *backend)
                 b->cu->cuDevicePrimaryCtxRelease(d->dev);
         }
         b->cu->cuCtxSetCurrent(NULL);
+        cuda_peer_close(b);
         if (b->copy_lock_ready)
                 pthread_mutex_destroy(&b->copy_lock);
         free(b);
@@ -153,6 +154,8 @@ static const gmd_backend_ops cuda_ops = {
         .link_shared_with = cuda_ops_link_shared_with,
         .link_info = cuda_ops_link_info,
         .host_link_info = cuda_ops_host_link_info,
+        .peer_rate = cuda_ops_peer_rate,
+        .mem_grant = cuda_ops_mem_grant,
         .event_create = cuda_event_create,
         .event_open = cuda_event_open,
         .event_record = cuda_event_record,
@@ -327,6 +330,11 @@ int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
                         cuda_ops_destroy(&b->base);
                         return r == -ENOMEM ? r : -ENODEV;
                 }
+        }
+        r = cuda_peer_open(b, strcmp(config->peer_tier, "off") != 0);
+        if (r < 0) {
+                cuda_ops_destroy(&b->base);
+                return r;
         }
         r = cuda_host_open(b, config_host_stock_bytes(config),
                            config_host_limit_bytes(config));

@@ -26,6 +26,8 @@
  *                           from their parts
  *   backend_cuda_nvml.c     the processes holding a device's memory (NVML,
  *                           loaded at run time when present)
+ *   backend_cuda_peer.c     devices that reach each other's VRAM (the
+ *                           peer tier): which, how fast, access
  *   backend_cuda_link.c     the links between host memory and the
  *                           devices, measured once each way soon after
  *                           start, each alone and then all at once, on a
@@ -320,6 +322,10 @@ struct cuda_backend {
         cuda_watch watch;
         cuda_host host;
         cuda_links links;
+        /* [from * n_devices + to]: bytes/s of copies from one device's
+         * VRAM into another's, 0 where it cannot reach it
+         * (backend_cuda_peer.c). */
+        uint64_t *peer_rates;
         unsigned n_devices;
         cuda_device devices[];
 };
@@ -335,6 +341,15 @@ cuda_device *cuda_device_get(cuda_backend *b, unsigned device);
 /* Log a failed driver call ("what: CUDA_ERROR_... (text)") and return it
  * as a negative errno; 0 for CUDA_SUCCESS. */
 int cuda_check(cuda_backend *b, CUresult res, const char *what);
+
+/* ---- backend_cuda_peer.c ------------------------------------------------ */
+
+/* Which devices reach each other's VRAM, and how fast (timed copies,
+ * when `probe`: not when [pools] peer_tier is off); 0 or -ENOMEM. */
+int cuda_peer_open(cuda_backend *b, bool probe);
+void cuda_peer_close(cuda_backend *b);
+uint64_t cuda_ops_peer_rate(gmd_backend *backend, unsigned from, unsigned to);
+int cuda_ops_mem_grant(gmd_backend *backend, gmd_mem *mem, unsigned device);
 
 /* ---- backend_cuda_watch.c ----------------------------------------------- */
 

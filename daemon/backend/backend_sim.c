@@ -127,6 +127,7 @@ typedef struct sim_backend {
         sim_copier *copier;     /* queue 2 * device + direction (device 0's
                                  * for all with [sim] shared_link) */
         bool shared_link;       /* [sim] shared_link */
+        uint64_t peer_rate;     /* [sim] peer_rate: 0, no peers */
         uint64_t host_rate;     /* GMD_SIM_HOST_RATE, 0: none */
         char *fail_copies;      /* GMD_SIM_FAIL_COPIES, or NULL */
         char *vram_others;      /* GMD_SIM_VRAM_OTHERS, or NULL */
@@ -907,6 +908,25 @@ static int sim_mem_adopt_fd(gmd_backend *b, gmd_tier tier, unsigned device,
         return 0;
 }
 
+/* Every device reaches every other at [sim] peer_rate, when set. The
+ * copies themselves run on the device's queues like any other (at
+ * [sim] copy_rate): the rate is what the core chooses by. */
+static uint64_t sim_peer_rate(gmd_backend *b, unsigned from, unsigned to)
+{
+        sim_backend *sim = to_sim(b);
+
+        if (from == to || from >= sim->n_devices || to >= sim->n_devices)
+                return 0;
+        return sim->peer_rate;
+}
+
+/* A memfd mapping: every queue reaches it already. */
+static int sim_mem_grant(gmd_backend *b, gmd_mem *mem, unsigned device)
+{
+        (void)mem;
+        return device < to_sim(b)->n_devices ? 0 : -EINVAL;
+}
+
 static const gmd_backend_ops sim_ops = {
         .name = "sim",
         .shares_device = false,
@@ -929,6 +949,8 @@ static const gmd_backend_ops sim_ops = {
         .link_info = sim_link_info,
         .host_link_info = sim_host_link_info,
         .link_shared_with = sim_link_shared_with,
+        .peer_rate = sim_peer_rate,
+        .mem_grant = sim_mem_grant,
         .arena_pieces = sim_arena_pieces,
         .arena_adopt = sim_arena_adopt,
         .mem_span = sim_mem_span,
@@ -950,6 +972,7 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend)
         sim->vram = config->sim_vram;
         sim->granularity = config->sim_granularity;
         sim->shared_link = config->sim_shared_link;
+        sim->peer_rate = config->sim_peer_rate;
         if (sim->n_devices > SIM_MAX_DEVICES)
                 sim->n_devices = SIM_MAX_DEVICES;
         for (unsigned i = 0; i < SIM_MAX_DEVICES; i++) {

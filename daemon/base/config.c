@@ -79,6 +79,8 @@ static const config_key config_keys[] = {
         KEY("pools", "cuda_reserve_chunks", KEY_COUNT, cuda_reserve_chunks, 4096),
         KEY("pools", "host_stock", KEY_SIZE_SPEC, host_stock, 0),
         KEY("pools", "host_stock_grow", KEY_BOOL, host_stock_grow, 0),
+        KEY_ONE_OF("pools", "peer_tier", peer_tier, "auto|on|off"),
+        KEY("pools", "peer_headroom", KEY_SIZE, peer_headroom, 0),
         KEY_ONE_OF("restart", "keep", restart_keep, "auto|systemd|keeper|off"),
         KEY("restart", "hold_s", KEY_UINT, restart_hold_s, 86400),
         KEY("restart", "claim_timeout_s", KEY_UINT, restart_claim_timeout_s, 3600),
@@ -118,6 +120,7 @@ static const config_key config_keys[] = {
                 "a page at least"),
         KEY("sim", "copy_rate", KEY_SIZE, sim_copy_rate, 0),
         KEY("sim", "shared_link", KEY_BOOL, sim_shared_link, 0),
+        KEY("sim", "peer_rate", KEY_SIZE, sim_peer_rate, 0),
         KEY("metrics", "listen", KEY_LISTEN, metrics_listen, 0),
         KEY_ONE_OF("metrics", "clients", metrics_clients, "users|ids|names"),
 };
@@ -176,6 +179,8 @@ void config_init_defaults(gmd_config *config)
         config->swap_preempt_step = 4ull << 20;
         config->swap_keep_vram = true;
         config->host_stock_grow = true;
+        strcpy(config->peer_tier, "auto");
+        config->peer_headroom = 2ull << 30;
         config->sim_devices = 1;
         config->sim_vram = 1ull << 30;
         config->sim_granularity = 2ull << 20;

@@ -31,7 +31,7 @@ typedef enum gmd_log_level {
 } gmd_log_level;
 
 /* The keys config.c's table defines (checked there at compile time). */
-#define CONFIG_N_KEYS 45
+#define CONFIG_N_KEYS 48
 
 /* Where one key's value came from: a line of gmd_config.file, or the
  * `where` config_set was given (a command-line option), or neither (the
@@ -67,6 +67,13 @@ typedef struct gmd_config {
                                        * swap-outs: bytes, or % of host_limit */
         bool host_stock_grow;         /* the arena grows when swap-outs
                                        * find it full, within host_limit */
+        char peer_tier[8];            /* "auto": swap-outs go to a peer
+                                       * GPU's free VRAM where its link is
+                                       * faster than host memory's; "on":
+                                       * wherever a peer is reachable;
+                                       * "off" (core/peer.h) */
+        uint64_t peer_headroom;       /* free VRAM the peer tier leaves
+                                       * a peer's own clients */
 
         /* [limits] */
         unsigned max_clients;
@@ -133,6 +140,8 @@ typedef struct gmd_config {
         uint64_t sim_vram;            /* bytes each simulated device has */
         uint64_t sim_granularity;
         uint64_t sim_copy_rate;       /* bytes/s per copy queue; 0 = memcpy speed */
+        uint64_t sim_peer_rate;       /* bytes/s between sim devices; 0 =
+                                       * they cannot reach each other */
         bool sim_shared_link;         /* every device's copies share device
                                        * 0's queues (and copy_rate) */
 

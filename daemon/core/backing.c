@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "log.h"
+#include "peer.h"
 #include "server.h"
 #include "size.h"
 
@@ -59,6 +60,8 @@ void backing_destroy(gmd_server *server, gmd_mem *mem)
                 return;
         if (mem->tier == GMD_TIER_HOST && !mem->daemon_only)
                 server->host.pinned_own -= mem->size;
+        if (mem->peer)
+                peer_count(server, mem, mem->peer_home, -1);
         server->backend->ops->mem_destroy(server->backend, mem);
 }
 

@@ -14,6 +14,7 @@
 #include "buffer.h"
 #include "hostcopy.h"
 #include "log.h"
+#include "peer.h"
 #include "placement.h"
 #include "reuse.h"
 #include "server.h"
@@ -74,12 +75,21 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
 int destination_out(gmd_server *server, gmd_dbuffer *b, gmd_mem **ret_dst,
                     bool *ret_clean)
 {
-        int r;
-
         *ret_dst = hostcopy_take(server, b);
         *ret_clean = *ret_dst != NULL;
         if (*ret_dst)
                 return 0;
+        /* A peer's free VRAM, where one is worth it (peer.h). */
+        if (peer_destination(server, b, ret_dst) == 0)
+                return 0;
+        return destination_host(server, b, ret_dst);
+}
+
+int destination_host(gmd_server *server, const gmd_dbuffer *b,
+                     gmd_mem **ret_dst)
+{
+        int r;
+
         r = hostcopy_pool_take(server, b->size);
         if (r < 0)
                 return r;

@@ -15,11 +15,19 @@ typedef struct gmd_dbuffer gmd_dbuffer;
 typedef struct gmd_mem gmd_mem;
 
 /* A move out's destination: the host copy kept since the swap-in
- * (*ret_clean: nothing to copy, already paid for), else new host memory,
+ * (*ret_clean: nothing to copy, already paid for), else a peer's free
+ * VRAM (peer.h, paid for in the peer's pool), else new host memory,
  * paid for in the host pool, kept copies given up first where there is no
  * room. 0 or a negative errno (-ENOSPC: the host pool is full). */
 int destination_out(gmd_server *server, gmd_dbuffer *buffer,
                     gmd_mem **ret_dst, bool *ret_clean);
+
+/* New host memory for a copy of `b`, paid for in the host pool (kept
+ * copies given up first where there is no room): what destination_out
+ * falls back to, and where a peer's buffers go when the peer needs its
+ * room (move_relocate_start). 0 or a negative errno (-ENOSPC). */
+int destination_host(gmd_server *server, const gmd_dbuffer *b,
+                     gmd_mem **ret_dst);
 
 /* A destination destination_out gave that no move took: a kept host copy
  * is kept again, new memory released. */

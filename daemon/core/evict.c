@@ -17,6 +17,7 @@
 #include "log.h"
 #include "move.h"
 #include "parking.h"
+#include "peer.h"
 #include "pending.h"
 #include "placement.h"
 #include "reuse.h"
@@ -37,7 +38,9 @@ static bool evict_may(const gmd_dbuffer *b)
 
 uint64_t evict_idle_bytes(gmd_server *server, unsigned device)
 {
-        uint64_t bytes = 0;
+        /* What the peer tier holds here goes first (peer.h). */
+        uint64_t bytes = device < GMD_MAX_DEVICES ?
+                         server->peers.held_on[device] : 0;
         gmd_list *pos;
 
         if (!server_can_move(server))
@@ -577,6 +580,10 @@ bool evict_balance(gmd_server *server)
                                            PENDING_ROOM | PENDING_EVICT,
                                            server->config.reclaim_timeout_ms);
                 }
+                /* Other devices' buffers resting here (the peer tier)
+                 * are the first to go: this device's clients come first. */
+                if (room < demand && server_can_move(server))
+                        room += peer_make_room(server, d, demand - room);
                 if (room < demand && server_can_move(server)) {
                         uint64_t urgent = demand_now(server, d, WAITQ_PREFETCH,
                                                      now);

@@ -312,14 +312,18 @@ int ledger_open(gmd_keep *keep, int state_fd, int buffers_fd,
                 ledger_close(l);
                 return -EPROTO;
         }
-        if (h->version != ledger_version() || h->head_size != HEAD_SIZE ||
+        /* Version 1 is version 2 without the peer tier's host kind
+         * (LEDGER_HOST_PEER): the same layout, read as it is. */
+        if ((h->version != ledger_version() &&
+             !(h->version == 1 && ledger_version() == 2)) ||
+            h->head_size != HEAD_SIZE ||
             h->session_slot_size != sizeof(session_slot) ||
             h->buffer_slot_size != sizeof(buffer_slot) ||
             h->piece_size != sizeof(ledger_piece) ||
             h->max_pieces != MAX_PIECES ||
             (size_t)st.st_size != sessions_file_len()) {
                 snprintf(why, why_len, "the state record is version %u "
-                         "(this gpu-memd reads version %u only): downgrade to "
+                         "(this gpu-memd reads versions 1 to %u): downgrade to "
                          "the gpu-memd that wrote it, or stop every client "
                          "and start afresh", h->version, ledger_version());
                 ledger_close(l);

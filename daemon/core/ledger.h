@@ -26,7 +26,8 @@
  * daemon) is kept by name ("h<id>", "m<id>") for exactly as long.
  *
  * Versioned: LEDGER_VERSION names the layout; a daemon reads the versions
- * it knows (today: 1) and refuses others with a sentence, losing nothing:
+ * it knows (today: 2, and 1, which lacks only LEDGER_HOST_PEER) and
+ * refuses others with a sentence, losing nothing:
  * the fds stay kept.
  */
 #ifndef GMD_LEDGER_H
@@ -40,7 +41,7 @@
 #include "keep.h"
 
 #define LEDGER_MAGIC "GMDSTATE"
-#define LEDGER_VERSION 1
+#define LEDGER_VERSION 2
 #define LEDGER_TOKEN_SIZE 16
 #define LEDGER_MAX_PARTS GMD_ARENA_MAX_PARTS
 
@@ -56,6 +57,8 @@ typedef enum ledger_host {
         LEDGER_HOST_MAPPED = 3,   /* the host backing its owner maps (a
                                    * SPILLABLE buffer on HOST): the owner
                                    * offers it back */
+        LEDGER_HOST_PEER = 4,     /* VRAM of device host_device (the peer
+                                   * tier, peer.h), kept as "h<id>" */
 } ledger_host;
 
 /* One buffer as recorded. */
@@ -72,7 +75,8 @@ typedef struct ledger_buffer {
         uint8_t vram_mapped;      /* its owner maps VRAM of this identity */
         uint8_t vram_kept;        /* that VRAM is kept as "m<id>" too: its
                                    * owner was told to unmap it early */
-        uint8_t pad[2];
+        uint8_t host_device;      /* LEDGER_HOST_PEER: the device */
+        uint8_t pad;
         uint64_t vram_dev, vram_ino;
         uint64_t host_dev, host_ino;
         gmd_extent parts[LEDGER_MAX_PARTS];

@@ -232,6 +232,41 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
         return 0;
 }
 
+int move_relocate_start(gmd_server *server, gmd_dbuffer *b)
+{
+        unsigned holder = b->mem->device;
+        gmd_mem *dst;
+        gmd_move *m;
+        int r;
+
+        if (!b->mem->peer || b->move || b->move_waiter)
+                return -EINVAL;
+        if (!copyq_usable(&server->copyqs, holder, GMD_COPY_OUT))
+                return -EIO;
+        r = destination_host(server, b, &dst);
+        if (r < 0)
+                return r;
+        m = move_new(b, GMD_COPY_OUT, MOVE_EVICT, dst);
+        if (!m) {
+                backing_release(server, dst);
+                return -ENOMEM;
+        }
+        /* The bytes leave the peer: its queue copies them. Nothing of
+         * the owner's touches either side (it maps neither). */
+        m->relocate = true;
+        m->copy.device = holder;
+        m->src_tier = GMD_TIER_HOST;
+        m->dst_tier = GMD_TIER_HOST;
+        b->move_error = 0;
+        b->move = m;
+        buffer_index(b);
+        persist_buffer(server, b);
+        log_debug("buffer %llu: moves from device %u's VRAM to host memory",
+                  (unsigned long long)b->id, holder);
+        copyq_push(&server->copyqs, &m->copy);
+        return 0;
+}
+
 /* ---- moving in --------------------------------------------------------- */
 
 int move_in_request(gmd_server *server, gmd_dbuffer *b, waitq_rank rank)
@@ -519,8 +554,9 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                                       "cannot queue its swap-in");
         }
         /* The host copy a swap-in came from is kept while the buffer is
-         * only read (hostcopy.h): its next move out copies nothing. */
-        if (old && !hostcopy_keep(server, b, old))
+         * only read (hostcopy.h): its next move out copies nothing. A
+         * peer's VRAM is the peer's clients' room: never kept. */
+        if (old && (old->peer || !hostcopy_keep(server, b, old)))
                 backing_release(server, old);
         if (m->clean) {
                 server->stats.clean_outs++;
@@ -571,6 +607,11 @@ static void move_copy_over(gmd_server *server, gmd_move *m)
         switch (m->state) {
         case MOVE_COPYING:
                 move_change_state(m, MOVE_AWAITING_ACK);
+                /* From a peer to host memory: nobody to tell. */
+                if (m->relocate) {
+                        move_finish(server, b, m);
+                        return;
+                }
                 /* A copy out is whole now: recorded before the owner is
                  * told to leave its VRAM. */
                 persist_buffer(server, b);
@@ -755,7 +796,11 @@ uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
         list_for_each(pos, &server->buffers.moving) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, moving_link);
 
-                if (b->device == device && b->move && !b->owner->closing &&
+                /* A relocation's bytes leave the peer (peer.h). */
+                unsigned from = b->move && b->move->relocate ?
+                                b->move->copy.device : b->device;
+
+                if (from == device && b->move && !b->owner->closing &&
                     b->move->copy.dir == GMD_COPY_OUT && !move_stopping(b->move))
                         bytes += b->size;
         }

@@ -117,6 +117,9 @@ typedef struct gmd_move {
         move_dst_from dst_from;
         gmd_copy copy;              /* device, dir, class, src, dst, bytes */
         gmd_tier src_tier, dst_tier;
+        bool relocate;              /* out of a peer's VRAM to host memory
+                                     * (peer.h): the buffer stays out, its
+                                     * owner is told nothing, no remap */
         bool clean;                 /* out to the host copy kept since the
                                      * swap-in: an empty copy (hostcopy.h) */
         bool keep_mapping;          /* the owner's mapping of the VRAM side
@@ -129,6 +132,12 @@ typedef struct gmd_move {
         uint64_t start_us;          /* queued */
         uint64_t copied_us;         /* copies over */
 } gmd_move;
+
+/* Move `b`, out on a peer's VRAM (peer.h), on to host memory: a copy on
+ * the peer's queue, class eviction; its owner sees nothing (no remap).
+ * An acquire meanwhile stops it and brings the buffer back from the peer.
+ * 0, or a negative errno with nothing started (-ENOSPC: no host room). */
+int move_relocate_start(gmd_server *server, gmd_dbuffer *b);
 
 /* Change a move's state: logged at debug level; a change the table above
  * does not allow is refused (false) and logged as an error. */

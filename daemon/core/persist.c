@@ -80,7 +80,10 @@ static void record_host(gmd_server *server, gmd_dbuffer *b, ledger_buffer *rec,
                 return;
         }
         if (identity_of(mem, &rec->host_dev, &rec->host_ino)) {
-                rec->host = LEDGER_HOST_KEPT;
+                /* A peer's VRAM (peer.h) is kept by name as a host
+                 * allocation is; the record says which device holds it. */
+                rec->host = mem->peer ? LEDGER_HOST_PEER : LEDGER_HOST_KEPT;
+                rec->host_device = (uint8_t)mem->device;
                 *keep_h = (gmd_mem *)mem;
         }
         (void)b;
@@ -110,6 +113,11 @@ void persist_buffer(gmd_server *server, gmd_dbuffer *b)
                 /* Given back by a restore, not mapped by its owner yet. */
                 if (b->restore_seq && b->tier == GMD_TIER_VRAM)
                         keep_m = b->mem;
+        } else if (m->relocate) {
+                /* From a peer to host memory: the peer holds the bytes
+                 * until it is over. */
+                rec.tier = GMD_TIER_HOST;
+                host = m->copy.src;
         } else if (m->copy.dir == GMD_COPY_OUT) {
                 rec.tier = GMD_TIER_VRAM;
                 vram = m->copy.src;

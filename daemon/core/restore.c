@@ -17,6 +17,7 @@
 #include "buffer.h"
 #include "log.h"
 #include "move.h"
+#include "peer.h"
 #include "persist.h"
 #include "server.h"
 #include "session.h"
@@ -79,6 +80,13 @@ static void kept_close_rest(gmd_keep *keep)
                         keep->restored[i].fd = -1;
                 }
         }
+}
+
+/* The pool a buffer's host copy is counted in: the host pool, or the
+ * VRAM pool of the peer that holds it (peer.h). */
+static gmd_pool *host_pool_of(gmd_server *server, const gmd_mem *copy)
+{
+        return server_pool(server, copy->tier, copy->device);
 }
 
 static uint64_t count_of(gmd_pool *pool, uint64_t bytes, int sign)
@@ -150,15 +158,31 @@ static void adopt_buffer(gmd_server *server, gmd_keep *keep, restored_buffer *rb
         if (rec->host == LEDGER_HOST_ARENA && ops->mem_adopt_private) {
                 r = ops->mem_adopt_private(server->backend, rec->device, rec->size,
                                            rec->parts, rec->n_parts, &rb->host);
-        } else if (rec->host == LEDGER_HOST_KEPT && ops->mem_adopt_fd) {
+        } else if ((rec->host == LEDGER_HOST_KEPT ||
+                    rec->host == LEDGER_HOST_PEER) && ops->mem_adopt_fd) {
+                /* A peer's VRAM (peer.h) is adopted on that device, and
+                 * the buffer's own device may copy from it. */
+                bool peer = rec->host == LEDGER_HOST_PEER;
+                unsigned at = peer ? rec->host_device : rec->device;
+
                 ledger_name(name, sizeof(name), 'h', rec->id, 0);
-                fd = keep_take(keep, name);
+                fd = peer && (at >= server->devices.n || !ops->mem_grant) ?
+                     -1 : keep_take(keep, name);
                 if (fd >= 0) {
-                        r = ops->mem_adopt_fd(server->backend, GMD_TIER_HOST,
-                                              rec->device, rec->size, fd, &rb->host);
+                        r = ops->mem_adopt_fd(server->backend,
+                                              peer ? GMD_TIER_VRAM : GMD_TIER_HOST,
+                                              at, rec->size, fd, &rb->host);
                         if (r < 0)
                                 close(fd);
-                        else if (keep->ops->put(keep, name, rb->host->fd) < 0)
+                        if (r == 0 && peer) {
+                                r = ops->mem_grant(server->backend, rb->host,
+                                                   rec->device);
+                                if (r < 0) {
+                                        ops->mem_destroy(server->backend, rb->host);
+                                        rb->host = NULL;
+                                }
+                        }
+                        if (r == 0 && keep->ops->put(keep, name, rb->host->fd) < 0)
                                 log_warning("restore: cannot keep %s again", name);
                 }
         }
@@ -186,7 +210,7 @@ static void adopt_buffer(gmd_server *server, gmd_keep *keep, restored_buffer *rb
         if (rec->tier == GMD_TIER_VRAM)
                 count_of(server_vram_pool(server, rec->device), rec->size, 1);
         if (rb->host)
-                count_of(&server->host.pool, rec->size, 1);
+                count_of(host_pool_of(server, rb->host), rec->size, 1);
         server->restore.bytes_found[rec->tier] += rec->size;
 }
 
@@ -248,7 +272,7 @@ static void give_up(gmd_server *server, restored_buffer *rb)
         if (rec->tier == GMD_TIER_VRAM)
                 count_of(server_vram_pool(server, rec->device), rec->size, -1);
         if (rb->host) {
-                count_of(&server->host.pool, rec->size, -1);
+                count_of(host_pool_of(server, rb->host), rec->size, -1);
                 server->backend->ops->mem_destroy(server->backend, rb->host);
                 rb->host = NULL;
         }
@@ -506,7 +530,7 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
                 return;
         }
         if (rb->host) {         /* a host copy not needed: VRAM is whole */
-                count_of(&server->host.pool, rec->size, -1);
+                count_of(host_pool_of(server, rb->host), rec->size, -1);
                 ops->mem_destroy(server->backend, rb->host);
                 rb->host = NULL;
         }
@@ -531,8 +555,12 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
         rb->slot = 0;
         /* Kept under its name still: persist_buffer forgets the "m" one
          * (no move now) and keeps the "h" one while it holds the bytes. */
-        if (rec->host == LEDGER_HOST_KEPT && tier == GMD_TIER_HOST)
+        if ((rec->host == LEDGER_HOST_KEPT || rec->host == LEDGER_HOST_PEER) &&
+            tier == GMD_TIER_HOST)
                 b->kept_h = mem;
+        /* On a peer: counted there as the peer tier's (peer.h). */
+        if (tier == GMD_TIER_HOST && mem->tier == GMD_TIER_VRAM)
+                peer_count(server, mem, rec->device, 1);
         if (from_kept_vram || rec->vram_kept)
                 b->kept_m = mem;
         /* VRAM only the daemon holds until its owner maps it again: kept

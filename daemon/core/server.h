@@ -23,6 +23,7 @@
 #include "copyq.h"
 #include "devices.h"
 #include "host_tier.h"
+#include "peer.h"
 #include "buffer.h"
 #include "list.h"
 #include "pending.h"
@@ -51,6 +52,8 @@ typedef struct gmd_server {
                                        * say of them (devices.h) */
         gmd_host_tier host;           /* host memory: its pool, pinned
                                        * bytes, kept copies (host_tier.h) */
+        gmd_peers peers;              /* other GPUs' VRAM as a swap tier:
+                                       * links, bytes held (peer.h) */
 
         /* The socket clients connect to, accepting, and the scratch
          * their packets are read into: the dispatch layer's

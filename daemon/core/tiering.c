@@ -114,6 +114,10 @@ static bool can_move(gmd_session *s, gmd_result *ret)
 
 static int pageout_one(gmd_server *server, gmd_dbuffer *b, move_class cls)
 {
+        /* Out on a peer and on its way to host memory (peer.h): out it
+         * is, and going further. */
+        if (b->move && b->move->relocate)
+                return 0;
         if (b->tier == GMD_TIER_HOST) {
                 move_cancel(server, b);   /* a pageout overrides a prefetch */
                 return 0;
@@ -251,6 +255,10 @@ static int prefetch_one(gmd_server *server, gmd_dbuffer *b)
 {
         if (b->acquired || b->acquirer)
                 return 0;       /* in use where it is, or on its way */
+        /* Leaving a peer that needs the room (peer.h): it comes back from
+         * host memory when acquired; a prefetch does not hold it there. */
+        if (b->move && b->move->relocate)
+                return 0;
         /* Still in VRAM: keep it there, as about to be used (evict.h). */
         if (b->move && b->move->copy.dir == GMD_COPY_OUT && move_copying(b->move)) {
                 move_cancel(server, b);

@@ -29,6 +29,7 @@
 #include "loan.h"
 #include "log.h"
 #include "metrics.h"
+#include "peer.h"
 #include "persist.h"
 #include "restore.h"
 #include "move.h"
@@ -213,6 +214,7 @@ int server_new(uv_loop_t *loop, const gmd_config *config, gmd_backend *backend,
         }
         host_tier_init(&server->host, config_host_limit_bytes(config),
                        HOST_GRANULARITY);
+        peer_init(server);
         *ret_server = server;
         return 0;
 
@@ -433,6 +435,8 @@ void server_reload(gmd_server *server, const gmd_config *config)
                    old->host_stock.percent != config->host_stock.percent);
         warn_fixed("[pools] cuda_reserve_chunks",
                    old->cuda_reserve_chunks != config->cuda_reserve_chunks);
+        warn_fixed("[pools] peer_tier", strcmp(old->peer_tier, config->peer_tier) != 0);
+        warn_fixed("[sim] peer_rate", old->sim_peer_rate != config->sim_peer_rate);
 
         waitq_set_hold_after(&server->waitq, config->wait_hold_ms);
         server->slices.length_ms = config->memory_slice_ms;
@@ -446,6 +450,8 @@ void server_reload(gmd_server *server, const gmd_config *config)
         next.sim_copy_rate = old->sim_copy_rate;
         next.cuda_reserve_chunks = old->cuda_reserve_chunks;
         next.host_stock = old->host_stock;
+        strcpy(next.peer_tier, old->peer_tier);
+        next.sim_peer_rate = old->sim_peer_rate;
         /* Also retried when it could not start before (a port in use). */
         bool metrics_changed = strcmp(old->metrics_listen, next.metrics_listen) != 0 ||
                                (!server->metrics &&

@@ -50,11 +50,11 @@ static void kill_daemon(harness *h)
         h->pid = 0;
 }
 
-static void test_kills(void **state)
+/* `kills` kills under the three clients, with `extra` config after the
+ * test's own; *ret_peer: device 1's VRAM used at the end. */
+static void run_kills(harness_fixture *f, unsigned kills, const char *extra,
+                      uint64_t *ret_peer)
 {
-        harness_fixture *f = *state;
-        const char *env = getenv("GMD_RESTART_KILLS");
-        unsigned kills = env ? (unsigned)strtoul(env, NULL, 10) : 100;
         harness_proc *clients[N_CLIENTS];
         uint64_t want_buffers = 0, want_bytes = 0, t0;
         unsigned seed = (unsigned)getpid();
@@ -69,6 +69,8 @@ static void test_kills(void **state)
                                    "[sim]\ncopy_rate = 2G\n"
                                    "[restart]\nkeep = keeper\nhold_s = 30\n"
                                    "claim_timeout_s = 30\n");
+        if (extra)
+                harness_append_config(&f->h, extra);
         harness_start(&f->h, NULL);
         print_message("test_restart: in %s\n", f->h.dir);
         for (unsigned i = 0; i < N_CLIENTS; i++) {
@@ -131,6 +133,10 @@ static void test_kills(void **state)
                         held += st->clients[i].bytes;
                 assert_int_equal(held, want_bytes);
         }
+        *ret_peer = 0;
+        for (size_t i = 0; i < st->n_pools; i++)
+                if (st->pools[i].tier == GMD_TIER_VRAM && st->pools[i].device == 1)
+                        *ret_peer = st->pools[i].used;
         gmd_status_free(st);
         gmd_disconnect(probe);
         for (unsigned i = 0; i < N_CLIENTS; i++) {
@@ -139,6 +145,36 @@ static void test_kills(void **state)
                                                                      20000)), 0);
         }
         stop_for_good(&f->h);
+}
+
+static unsigned kills_wanted(unsigned fallback)
+{
+        const char *env = getenv("GMD_RESTART_KILLS");
+
+        return env ? (unsigned)strtoul(env, NULL, 10) : fallback;
+}
+
+static void test_kills(void **state)
+{
+        uint64_t peer;
+
+        run_kills(*state, kills_wanted(100), NULL, &peer);
+}
+
+/* The same on two devices that reach each other, device 1 idle: what
+ * leaves device 0 goes to device 1's VRAM (the peer tier) while it has
+ * room, host memory after; the record names those buffers as held by
+ * device 1, and every restart takes them back with their bytes. */
+static void test_kills_peer(void **state)
+{
+        uint64_t peer;
+
+        run_kills(*state, kills_wanted(30),
+                  "[sim]\ndevices = 2\npeer_rate = 10G\n"
+                  "[pools]\npeer_headroom = 0\n", &peer);
+        print_message("test_restart: %llu MiB on device 1 at the end\n",
+                      (unsigned long long)(peer >> 20));
+        assert_true(peer > 0);
 }
 
 /* A daemon that finds a record it cannot read (another layout version:
@@ -159,24 +195,24 @@ static void test_other_version(void **state)
         harness_init_small(&f->h, "[pools]\nhost_limit = 256M\n"
                                   "[restart]\nkeep = keeper\nhold_s = 30\n"
                                   "claim_timeout_s = 30\n");
-        setenv("GMD_TEST_LEDGER_VERSION", "2", 1);
+        setenv("GMD_TEST_LEDGER_VERSION", "99", 1);
         harness_start(&f->h, NULL);
         client = harness_track_ready(f, argv, "READY", "allocate its buffers");
         harness_sleep_ms(100);
         kill_daemon(&f->h);
 
-        /* This daemon reads version 1 only. */
+        /* This daemon reads versions 1 and 2 only. */
         unsetenv("GMD_TEST_LEDGER_VERSION");
         status = harness_run(&f->h, NULL, daemon, &out, &err, 10000);
         assert_int_not_equal(harness_exit_code(status), 0);
         assert_non_null(strstr(err, "cannot be read"));
-        assert_non_null(strstr(err, "version 2"));
+        assert_non_null(strstr(err, "version 99"));
         assert_non_null(strstr(err, "Nothing was dropped"));
         free(out);
         free(err);
 
         /* The one that reads it takes everything back. */
-        setenv("GMD_TEST_LEDGER_VERSION", "2", 1);
+        setenv("GMD_TEST_LEDGER_VERSION", "99", 1);
         harness_start(&f->h, NULL);
         unsetenv("GMD_TEST_LEDGER_VERSION");
         line = harness_wait_log(&f->h, "4 of 4 buffer(s) taken back", 20000);
@@ -198,6 +234,8 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_kills, harness_setup,
+                                                harness_teardown),
+                cmocka_unit_test_setup_teardown(test_kills_peer, harness_setup,
                                                 harness_teardown),
                 cmocka_unit_test_setup_teardown(test_other_version,
                                                 harness_setup,

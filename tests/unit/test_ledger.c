@@ -233,7 +233,7 @@ static void test_refuses_other_versions(void **state)
 {
         mem_keep m = { .base = { .ops = &mk_ops } };
         gmd_ledger *l = NULL, *back = NULL;
-        char why[256] = "";
+        char why[256] = "", want[32];
         uint32_t *version;
         uint8_t *map;
 
@@ -243,11 +243,19 @@ static void test_refuses_other_versions(void **state)
                    ledger_fd_state(l), 0);
         assert_true(map != MAP_FAILED);
         version = (uint32_t *)(map + 8);
+        /* Version 1 lacks only the peer tier's kind of host copy: read. */
+        *version = 1;
+        assert_int_equal(ledger_open(&m.base, kept(&m, "state"),
+                                     kept(&m, "state.buffers"), &back, why,
+                                     sizeof(why)), 0);
+        ledger_close(back);
+        back = NULL;
         *version = LEDGER_VERSION + 1;
         assert_int_equal(ledger_open(&m.base, kept(&m, "state"),
                                      kept(&m, "state.buffers"), &back, why,
                                      sizeof(why)), -EPROTO);
-        assert_non_null(strstr(why, "version 2"));
+        snprintf(want, sizeof(want), "version %u", LEDGER_VERSION + 1);
+        assert_non_null(strstr(why, want));
         memset(map, 0, 8);          /* no magic */
         assert_int_equal(ledger_open(&m.base, kept(&m, "state"),
                                      kept(&m, "state.buffers"), &back, why,

@@ -1,0 +1,192 @@
+/*
+ * peer — see peer.h.
+ */
+#include "peer.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "backing.h"
+#include "buffer.h"
+#include "log.h"
+#include "move.h"
+#include "placement.h"
+#include "server.h"
+#include "session.h"
+#include "size.h"
+#include "vram.h"
+#include "waitq.h"
+
+void peer_init(gmd_server *server)
+{
+        const gmd_backend_ops *ops = server->backend->ops;
+        gmd_peers *peers = &server->peers;
+        const char *mode = server->config.peer_tier;
+        unsigned n = server->devices.n;
+
+        memset(peers->rate, 0, sizeof(peers->rate));
+        peers->on = false;
+        if (!ops->peer_rate || !ops->mem_grant || strcmp(mode, "off") == 0 ||
+            n < 2 || !server_can_move(server))
+                return;
+        for (unsigned a = 0; a < n && a < GMD_MAX_DEVICES; a++) {
+                for (unsigned b = 0; b < n && b < GMD_MAX_DEVICES; b++) {
+                        uint64_t rate = a == b ? 0 :
+                                        ops->peer_rate(server->backend, a, b);
+                        char r[32];
+
+                        if (!rate)
+                                continue;
+                        peers->rate[a][b] = rate;
+                        peers->on = true;
+                        size_format(rate, r, sizeof(r));
+                        log_info("peer tier: device %u reaches device %u at "
+                                 "%s/s", a, b, r);
+                }
+        }
+        if (!peers->on)
+                log_info("peer tier: no device reaches another; swap-outs go "
+                         "to host memory");
+}
+
+/* Is `to` worth it for a swap-out of `home`'s: under "auto", a peer link
+ * at least as fast as the home device's link to host memory (measured
+ * soon after start; before that, any peer). */
+static bool peer_worth(gmd_server *server, unsigned home, unsigned to)
+{
+        const gmd_backend_ops *ops = server->backend->ops;
+        gmd_link_info host = { { 0, 0 } };
+
+        if (strcmp(server->config.peer_tier, "on") == 0)
+                return true;
+        if (ops->link_info)
+                ops->link_info(server->backend, home, &host);
+        return !host.bytes_per_s[GMD_COPY_OUT] ||
+               server->peers.rate[home][to] >= host.bytes_per_s[GMD_COPY_OUT];
+}
+
+bool peer_holds(const gmd_dbuffer *b)
+{
+        return b->tier == GMD_TIER_HOST && b->mem && b->mem->peer;
+}
+
+void peer_count(gmd_server *server, gmd_mem *mem, unsigned home, int sign)
+{
+        gmd_peers *peers = &server->peers;
+        unsigned holder = mem->device;
+
+        if (holder >= GMD_MAX_DEVICES || home >= GMD_MAX_DEVICES)
+                return;
+        mem->peer = sign > 0;
+        mem->peer_home = home;
+        if (sign > 0) {
+                peers->held[holder][home] += mem->size;
+                peers->held_on[holder] += mem->size;
+        } else {
+                peers->held[holder][home] -= mem->size;
+                peers->held_on[holder] -= mem->size;
+        }
+}
+
+int peer_destination(gmd_server *server, const gmd_dbuffer *b,
+                     gmd_mem **ret_mem)
+{
+        const gmd_backend_ops *ops = server->backend->ops;
+        unsigned home = b->device, best = GMD_MAX_DEVICES;
+        uint64_t best_free = 0;
+        gmd_result why;
+        gmd_pool *pool;
+        gmd_mem *mem;
+        int r;
+
+        if (!server->peers.on || home >= GMD_MAX_DEVICES ||
+            !placement_host_copy_private(b))
+                return -ENOSPC;
+        for (unsigned p = 0; p < server->devices.n && p < GMD_MAX_DEVICES; p++) {
+                uint64_t free_now;
+
+                if (!server->peers.rate[home][p] || !peer_worth(server, home, p))
+                        continue;
+                /* Its own clients first: not while anything waits there,
+                 * and never its last peer_headroom bytes. */
+                if (waitq_oldest(&server->waitq, p))
+                        continue;
+                free_now = pool_free(server_vram_pool(server, p));
+                if (free_now < b->size + server->config.peer_headroom ||
+                    free_now <= best_free)
+                        continue;
+                best = p;
+                best_free = free_now;
+        }
+        if (best == GMD_MAX_DEVICES)
+                return -ENOSPC;
+        pool = server_vram_pool(server, best);
+        if (pool_take(pool, b->size) < 0)
+                return -ENOSPC;
+        /* The pool has room; the GPU may not (memory held outside). */
+        result_ok(&why);
+        r = vram_check(server, best, b->size, &why);
+        if (r == 0)
+                r = backing_create(server, GMD_TIER_VRAM, best, b->size, true,
+                                   &mem);
+        else
+                r = -ENOSPC;
+        if (r < 0) {
+                pool_give(pool, b->size);
+                return -ENOSPC;
+        }
+        r = ops->mem_grant(server->backend, mem, home);
+        if (r < 0) {
+                log_warning("peer tier: device %u cannot reach the VRAM of "
+                            "device %u (%s): not using it", home, best,
+                            strerror(-r));
+                server->peers.rate[home][best] = 0;
+                backing_release(server, mem);
+                return -ENOSPC;
+        }
+        peer_count(server, mem, home, 1);
+        server->peers.placed++;
+        *ret_mem = mem;
+        return 0;
+}
+
+uint64_t peer_make_room(gmd_server *server, unsigned device, uint64_t need)
+{
+        uint64_t started = 0;
+        gmd_list *pos, *next;
+
+        if (device >= GMD_MAX_DEVICES || !server->peers.held_on[device])
+                return 0;
+        /* Oldest buffers first; only what rests there: not one on its way
+         * back (its swap-in reads it) or asked for. */
+        list_for_each_safe(pos, next, &server->buffers.all) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
+                int r;
+
+                if (started >= need)
+                        break;
+                if (!peer_holds(b) || b->mem->device != device || b->move ||
+                    b->move_waiter || b->acquirer || b->owner->closing)
+                        continue;
+                r = move_relocate_start(server, b);
+                if (r < 0) {
+                        log_info("peer tier: cannot move buffer %llu off "
+                                 "device %u to host memory: %s",
+                                 (unsigned long long)b->id, device,
+                                 r == -ENOSPC ? "host memory is full "
+                                 "([pools] host_limit)" : strerror(-r));
+                        break;
+                }
+                started += b->size;
+                server->peers.relocated++;
+        }
+        if (started) {
+                char s[32];
+
+                size_format(started, s, sizeof(s));
+                log_info("peer tier: device %u needs room: moving %s of "
+                         "other devices' buffers on to host memory", device,
+                         s);
+        }
+        return started;
+}

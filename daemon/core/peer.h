@@ -1,0 +1,77 @@
+/*
+ * peer — other GPUs' free VRAM as the first swap tier.
+ *
+ * On a machine whose GPUs reach each other (NVLink, PCIe peer-to-peer:
+ * the backend's peer_rate), a SWAPPABLE buffer leaving a full device may
+ * go to the free VRAM of a peer instead of host memory, and comes back
+ * from there: a device-to-device copy, several times the host link's rate
+ * over NVLink. Its owner sees nothing of it: a SWAPPABLE buffer that is
+ * out is unmapped wherever its bytes are, and the buffer's tier stays
+ * GMD_TIER_HOST ("out of its device"); its backing is VRAM of the peer
+ * (mem->peer, mem->peer_home), paid for in the peer's pool.
+ *
+ * The peer's own clients come first:
+ *  - a swap-out goes to a peer only while nothing waits there and its
+ *    pool keeps [pools] peer_headroom free beside the buffer;
+ *  - when the peer needs room, what the peer tier holds there is the
+ *    first thing evicted, to host memory (peer_make_room: a relocation,
+ *    a move its owner never hears of, move_relocate_start);
+ *  - those bytes are nobody's on the peer: its users' quotas and
+ *    per-client counts never see them (the owner's count them as out).
+ *
+ * [pools] peer_tier: "auto" (the default) uses a peer whose measured link
+ * is at least as fast as the home device's link to host memory (or where
+ * that is not measured yet), "on" any reachable peer, "off" none. Only
+ * SWAPPABLE buffers go to a peer: a SPILLABLE one is mapped by its owner
+ * where it rests, and a peer's VRAM is not offered to clients.
+ */
+#ifndef GMD_PEER_H
+#define GMD_PEER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server_limits.h"
+
+typedef struct gmd_server gmd_server;
+typedef struct gmd_dbuffer gmd_dbuffer;
+typedef struct gmd_mem gmd_mem;
+
+typedef struct gmd_peers {
+        bool on;                     /* some pair may be used */
+        /* [from][to]: bytes/s of copies between the two devices' VRAM,
+         * 0 where `from` cannot reach `to` or the tier is off. */
+        uint64_t rate[GMD_MAX_DEVICES][GMD_MAX_DEVICES];
+        /* [holder][home]: bytes of `home`'s buffers held in `holder`'s
+         * VRAM now. */
+        uint64_t held[GMD_MAX_DEVICES][GMD_MAX_DEVICES];
+        uint64_t held_on[GMD_MAX_DEVICES];   /* the sums per holder */
+        uint64_t placed;             /* swap-outs that went to a peer */
+        uint64_t relocated;          /* relocations to host started */
+} gmd_peers;
+
+/* Read the backend's peer links under [pools] peer_tier; logs the pairs
+ * it will use. Called once the devices are known. */
+void peer_init(gmd_server *server);
+
+/* A swap-out destination for `b` on a peer's VRAM, paid for in the peer's
+ * pool and counted as held there: 0, or -ENOSPC when no peer is usable
+ * for it now (the caller goes to host memory). */
+int peer_destination(gmd_server *server, const gmd_dbuffer *b,
+                     gmd_mem **ret_mem);
+
+/* Count `mem` (VRAM of a peer holding a buffer of device `home`) as held
+ * (sign > 0: a restore took it over) or no longer (sign < 0: destroyed,
+ * backing.c). */
+void peer_count(gmd_server *server, gmd_mem *mem, unsigned home, int sign);
+
+/* `device` needs `need` bytes of room: start moving what the peer tier
+ * holds there to host memory, the least recently placed first, until
+ * `need` bytes are on their way (relocations under way count). Returns
+ * the bytes on their way. */
+uint64_t peer_make_room(gmd_server *server, unsigned device, uint64_t need);
+
+/* Is `b`'s backing VRAM of a peer? */
+bool peer_holds(const gmd_dbuffer *b);
+
+#endif
