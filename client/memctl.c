@@ -306,6 +306,31 @@ static void print_host_links(const gmd_status *status)
                (double)alone[0] / div, (double)alone[1] / div);
 }
 
+/* The peer tier, one line per pair that may be used ("peer tier: gpu0 ->
+ * gpu1 at 384.0 GB/s: 1.5 GiB held there"), and per device the VRAM kept
+ * there for other devices' swap-outs; nothing where no GPU reaches
+ * another. */
+static void print_peers(const gmd_status *status)
+{
+        for (size_t i = 0; i < status->n_peers; i++) {
+                const gmd_peer_status *p = &status->peers[i];
+                char held[32];
+
+                printf("peer tier: gpu%u -> gpu%u at %.1f GB/s: %s held there\n",
+                       p->home, p->holder, (double)p->bytes_per_s / 1e9,
+                       ctl_size_text(p->held, held, sizeof(held)));
+        }
+        for (size_t i = 0; i < status->n_pools && status->n_peers; i++) {
+                const gmd_pool_status *p = &status->pools[i];
+                char spare[32];
+
+                if (p->tier == GMD_TIER_VRAM && p->peer_spare)
+                        printf("peer tier: gpu%u keeps %s for other GPUs' "
+                               "swap-outs\n", p->device,
+                               ctl_size_text(p->peer_spare, spare, sizeof(spare)));
+        }
+}
+
 const char *ctl_slice_text(const gmd_status *status, const gmd_pool_status *p,
                            char *buf, size_t len)
 {
@@ -379,6 +404,7 @@ static void print_copies(const gmd_status *status)
         }
         print_shared_links(status);
         print_host_links(status);
+        print_peers(status);
         /* Whether an acquire's swap-in overtakes the prefetches under way
          * (on when gpu-memd starts, unless [swap] preempt_step is 0; on
          * cuda it may turn itself off, and its log says why). */
@@ -687,7 +713,22 @@ void ctl_print_json(const gmd_status *status, gmd_status_what what)
                         json_uint(&w, "preempt_step", p->preempt_step);
                         json_string(&w, "uuid", p->uuid);
                         json_string(&w, "pci_bus_id", p->pci_bus_id);
+                        json_uint(&w, "peer_held", p->peer_held);
+                        json_uint(&w, "peer_spare", p->peer_spare);
                 }
+                json_end_object(&w);
+        }
+        json_end_array(&w);
+
+        json_begin_array(&w, "peers");
+        for (size_t i = 0; i < status->n_peers; i++) {
+                const gmd_peer_status *p = &status->peers[i];
+
+                json_begin_object(&w, NULL);
+                json_uint(&w, "home", p->home);
+                json_uint(&w, "holder", p->holder);
+                json_uint(&w, "bytes_per_s", p->bytes_per_s);
+                json_uint(&w, "held", p->held);
                 json_end_object(&w);
         }
         json_end_array(&w);

@@ -54,7 +54,8 @@ static int status_from_wire(const Gmd__StatusReply *reply,
             array_new(reply->n_buffers, sizeof(*s->buffers),
                       (void **)&s->buffers) < 0 ||
             array_new(reply->n_gpu_processes, sizeof(*s->gpu_processes),
-                      (void **)&s->gpu_processes) < 0) {
+                      (void **)&s->gpu_processes) < 0 ||
+            array_new(reply->n_peers, sizeof(*s->peers), (void **)&s->peers) < 0) {
                 gmd_status_free(s);
                 return -ENOMEM;
         }
@@ -90,6 +91,15 @@ static int status_from_wire(const Gmd__StatusReply *reply,
                 snprintf(p->uuid, sizeof(p->uuid), "%s", w->uuid ? w->uuid : "");
                 snprintf(p->pci_bus_id, sizeof(p->pci_bus_id), "%s",
                          w->pci_bus_id ? w->pci_bus_id : "");
+                p->peer_held = w->peer_held_bytes;
+                p->peer_spare = w->peer_spare_bytes;
+        }
+        s->n_peers = reply->n_peers;
+        for (size_t i = 0; i < reply->n_peers; i++) {
+                s->peers[i].home = reply->peers[i]->home;
+                s->peers[i].holder = reply->peers[i]->holder;
+                s->peers[i].bytes_per_s = reply->peers[i]->bytes_per_s;
+                s->peers[i].held = reply->peers[i]->held_bytes;
         }
         s->n_clients = reply->n_clients;
         for (size_t i = 0; i < reply->n_clients; i++) {
@@ -195,6 +205,7 @@ gmd_status *gmd_status_free(gmd_status *status)
         free(status->clients);
         free(status->buffers);
         free(status->gpu_processes);
+        free(status->peers);
         free(status);
         return NULL;
 }

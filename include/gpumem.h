@@ -667,7 +667,25 @@ typedef struct gmd_pool_status {
          * daemon older than these fields. */
         char uuid[GMD_UUID_SIZE];
         char pci_bus_id[GMD_PCI_BUS_ID_SIZE];
+        /* VRAM pools, the peer tier ([pools] peer_tier in gpu-memd.conf:
+         * other GPUs' free VRAM as a swap tier): of `used`, bytes of other
+         * devices' buffers this device's VRAM holds (counted against their
+         * owners, not this device's users), and VRAM kept here for their
+         * next swap-outs; both are the first room this device's own
+         * clients get back. 0 from an older daemon. */
+        uint64_t peer_held;
+        uint64_t peer_spare;
 } gmd_pool_status;
+
+/* One pair of devices the peer tier may use: `home`'s buffers may rest in
+ * `holder`'s free VRAM. */
+typedef struct gmd_peer_status {
+        unsigned home;
+        unsigned holder;
+        uint64_t bytes_per_s;   /* home's copies into holder's VRAM, as
+                                 * measured at start (cuda) */
+        uint64_t held;          /* home's buffers held there now */
+} gmd_peer_status;
 
 typedef struct gmd_client_status {
         uint64_t client_id;
@@ -766,6 +784,10 @@ typedef struct gmd_status {
          * links, or an older daemon). */
         uint64_t host_bytes_per_s_out;
         uint64_t host_bytes_per_s_in;
+        /* The peer tier's pairs of devices: none where no GPU reaches
+         * another, the tier is off, or the daemon is older. */
+        size_t n_peers;
+        gmd_peer_status *peers;
 } gmd_status;
 
 typedef enum gmd_status_what {

@@ -51,6 +51,8 @@ int backing_create(gmd_server *server, gmd_tier tier, unsigned device,
                 r = ops->mem_create(server->backend, tier, device, size, ret_mem);
         if (r == 0 && tier == GMD_TIER_HOST)
                 server->host.pinned_own += size;
+        if (r == 0)
+                (*ret_mem)->peer = false;   /* the peer tier says so itself */
         return r;
 }
 

@@ -40,7 +40,8 @@ uint64_t evict_idle_bytes(gmd_server *server, unsigned device)
 {
         /* What the peer tier holds here goes first (peer.h). */
         uint64_t bytes = device < GMD_MAX_DEVICES ?
-                         server->peers.held_on[device] : 0;
+                         server->peers.held_on[device] +
+                         server->peers.spare_on[device] : 0;
         gmd_list *pos;
 
         if (!server_can_move(server))

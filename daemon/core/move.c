@@ -19,6 +19,7 @@
 #include "destination.h"
 #include "hostcopy.h"
 #include "log.h"
+#include "peer.h"
 #include "pending.h"
 #include "placement.h"
 #include "reuse.h"
@@ -555,9 +556,14 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         }
         /* The host copy a swap-in came from is kept while the buffer is
          * only read (hostcopy.h): its next move out copies nothing. A
-         * peer's VRAM is the peer's clients' room: never kept. */
-        if (old && (old->peer || !hostcopy_keep(server, b, old)))
+         * peer's VRAM is kept for the next swap-out of its size (peer.h),
+         * but not when the peer asked for its room back (a relocation). */
+        if (old && old->peer) {
+                if (m->relocate || !peer_keep(server, old))
+                        backing_release(server, old);
+        } else if (old && !hostcopy_keep(server, b, old)) {
                 backing_release(server, old);
+        }
         if (m->clean) {
                 server->stats.clean_outs++;
                 server->stats.clean_bytes += b->size;

@@ -10,6 +10,7 @@
 #include "buffer.h"
 #include "log.h"
 #include "move.h"
+#include "pending.h"
 #include "placement.h"
 #include "server.h"
 #include "session.h"
@@ -88,6 +89,73 @@ void peer_count(gmd_server *server, gmd_mem *mem, unsigned home, int sign)
         }
 }
 
+bool peer_keep(gmd_server *server, gmd_mem *mem)
+{
+        gmd_peers *peers = &server->peers;
+        unsigned holder = mem->device;
+        gmd_pool *pool = server_vram_pool(server, holder);
+        int slot = -1;
+
+        if (!mem->peer || holder >= GMD_MAX_DEVICES || !pool ||
+            waitq_oldest(&server->waitq, holder) ||
+            peers->spare_on[holder] + mem->size > pool->capacity / 4)
+                return false;
+        for (int i = 0; i < PEER_SPARES && slot < 0; i++)
+                if (!peers->spare[holder][i])
+                        slot = i;
+        if (slot < 0)
+                return false;
+        /* No buffer's any more: out of the pair's count (peer_home stays:
+         * the device it was last granted to). */
+        peer_count(server, mem, mem->peer_home, -1);
+        peers->spare[holder][slot] = mem;
+        peers->spare_on[holder] += mem->size;
+        return true;
+}
+
+/* Release `holder`'s spares; the bytes given back. */
+static uint64_t drop_spares(gmd_server *server, unsigned holder)
+{
+        gmd_peers *peers = &server->peers;
+        uint64_t bytes = 0;
+
+        for (int i = 0; i < PEER_SPARES; i++) {
+                gmd_mem *mem = peers->spare[holder][i];
+
+                if (!mem)
+                        continue;
+                peers->spare[holder][i] = NULL;
+                peers->spare_on[holder] -= mem->size;
+                bytes += mem->size;
+                backing_release(server, mem);
+        }
+        /* Room now: the wait queue is served again. */
+        if (bytes)
+                pending_mark(&server->pending, PENDING_ROOM);
+        return bytes;
+}
+
+void peer_drop_spares(gmd_server *server)
+{
+        for (unsigned d = 0; d < server->devices.n && d < GMD_MAX_DEVICES; d++)
+                drop_spares(server, d);
+}
+
+/* A spare of `size` on `holder`, taken out of the spares; else NULL. */
+static gmd_mem *take_spare(gmd_peers *peers, unsigned holder, uint64_t size)
+{
+        for (int i = 0; i < PEER_SPARES; i++) {
+                gmd_mem *mem = peers->spare[holder][i];
+
+                if (mem && mem->size == size) {
+                        peers->spare[holder][i] = NULL;
+                        peers->spare_on[holder] -= size;
+                        return mem;
+                }
+        }
+        return NULL;
+}
+
 int peer_destination(gmd_server *server, const gmd_dbuffer *b,
                      gmd_mem **ret_mem)
 {
@@ -111,6 +179,12 @@ int peer_destination(gmd_server *server, const gmd_dbuffer *b,
                  * and never its last peer_headroom bytes. */
                 if (waitq_oldest(&server->waitq, p))
                         continue;
+                /* VRAM kept there for this size: paid for, mapped. */
+                mem = take_spare(&server->peers, p, b->size);
+                if (mem) {
+                        best = p;
+                        goto granted;
+                }
                 free_now = pool_free(server_vram_pool(server, p));
                 if (free_now < b->size + server->config.peer_headroom ||
                     free_now <= best_free)
@@ -135,7 +209,10 @@ int peer_destination(gmd_server *server, const gmd_dbuffer *b,
                 pool_give(pool, b->size);
                 return -ENOSPC;
         }
-        r = ops->mem_grant(server->backend, mem, home);
+        mem->peer_home = best;      /* granted to none but its own */
+granted:
+        r = mem->peer_home == home ? 0 :
+            ops->mem_grant(server->backend, mem, home);
         if (r < 0) {
                 log_warning("peer tier: device %u cannot reach the VRAM of "
                             "device %u (%s): not using it", home, best,
@@ -155,8 +232,12 @@ uint64_t peer_make_room(gmd_server *server, unsigned device, uint64_t need)
         uint64_t started = 0;
         gmd_list *pos, *next;
 
-        if (device >= GMD_MAX_DEVICES || !server->peers.held_on[device])
+        if (device >= GMD_MAX_DEVICES)
                 return 0;
+        /* Spares first: room at once, nothing to copy. */
+        started = drop_spares(server, device);
+        if (started >= need || !server->peers.held_on[device])
+                return started;
         /* Oldest buffers first; only what rests there: not one on its way
          * back (its swap-in reads it) or asked for. */
         list_for_each_safe(pos, next, &server->buffers.all) {

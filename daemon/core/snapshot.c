@@ -43,6 +43,10 @@ static void take_pool(const gmd_server *server, unsigned i,
                 ret->busy_us[d] = server->copyqs.q[i].busy_us[d];
         }
         ret->kept = reuse_bytes(&server->reuse, i);
+        if (i < GMD_MAX_DEVICES) {
+                ret->peer_held = server->peers.held_on[i];
+                ret->peer_spare = server->peers.spare_on[i];
+        }
         ret->link_group = server->copyqs.q[i].link;
         if (server->copyqs.lanes && server->backend->ops->copy_preempt_step)
                 ret->preempt_step = server->backend->ops->copy_preempt_step(
@@ -163,6 +167,37 @@ static bool filter_match(const gmd_buffer_filter *f, const gmd_dbuffer *b)
                       (f->all_users || b->owner->uid == f->uid));
 }
 
+/* The pairs of devices the peer tier may use, and what each holds. */
+static void take_peers(const gmd_server *server, gmd_snapshot *s)
+{
+        const gmd_peers *peers = &server->peers;
+        unsigned n = server->devices.n < GMD_MAX_DEVICES ?
+                     server->devices.n : GMD_MAX_DEVICES;
+        size_t count = 0;
+
+        if (!peers->on)
+                return;
+        for (unsigned a = 0; a < n; a++)
+                for (unsigned b = 0; b < n; b++)
+                        count += peers->rate[a][b] != 0;
+        s->peers = calloc(count ? count : 1, sizeof(*s->peers));
+        if (!s->peers)
+                return;         /* status without them */
+        for (unsigned a = 0; a < n; a++) {
+                for (unsigned b = 0; b < n; b++) {
+                        gmd_peer_snapshot *p;
+
+                        if (!peers->rate[a][b])
+                                continue;
+                        p = &s->peers[s->n_peers++];
+                        p->home = a;
+                        p->holder = b;
+                        p->bytes_per_s = peers->rate[a][b];
+                        p->held = peers->held[b][a];
+                }
+        }
+}
+
 int snapshot_take(const gmd_server *server, unsigned what,
                   const gmd_buffer_filter *filter, gmd_snapshot *ret)
 {
@@ -214,6 +249,7 @@ int snapshot_take(const gmd_server *server, unsigned what,
                 }
         }
         take_processes(server, &s);
+        take_peers(server, &s);
         if (server->backend->ops->host_link_info) {
                 gmd_link_info host;
 
@@ -242,5 +278,6 @@ void snapshot_clear(gmd_snapshot *snapshot)
         free(snapshot->clients);
         free(snapshot->buffers);
         free(snapshot->processes);
+        free(snapshot->peers);
         *snapshot = (gmd_snapshot){ 0 };
 }

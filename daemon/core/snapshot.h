@@ -47,7 +47,17 @@ typedef struct gmd_pool_snapshot {
         uint64_t preempt_step;       /* copies in pause for an urgent one at
                                       * this step; 0: they do not */
         uint64_t slice_left_ms;      /* ... and for how long still */
+        /* The peer tier (peer.h), of `used`: other devices' buffers this
+         * VRAM holds, and VRAM kept here for their next swap-outs. */
+        uint64_t peer_held, peer_spare;
 } gmd_pool_snapshot;
+
+/* One pair of devices of the peer tier: `home` reaches `holder`. */
+typedef struct gmd_peer_snapshot {
+        unsigned home, holder;
+        uint64_t bytes_per_s;        /* home's copies into holder's VRAM */
+        uint64_t held;               /* home's buffers held there now */
+} gmd_peer_snapshot;
 
 /* One client, after its hello. */
 typedef struct gmd_client_snapshot {
@@ -114,6 +124,8 @@ typedef struct gmd_snapshot {
          * by gmd_copy_dir with every device copying at once, all of them
          * together (backend host_link_info); 0: not known. */
         uint64_t host_link[2];
+        size_t n_peers;                 /* pairs the peer tier may use */
+        gmd_peer_snapshot *peers;
         uint64_t host_pinned;           /* pinned host memory (backing.h) */
         uint64_t host_limit;            /* [pools] host_limit */
         gmd_stats stats;

@@ -370,6 +370,7 @@ void server_stop(gmd_server *server)
                                      &note.base, NULL, 0);
                 session_close(s, NULL);
         }
+        peer_drop_spares(server);
         /* Copies still running finish on their own; their orphaned moves
          * free the memory when reaped (server_on_copies). */
         if (server->copyqs.wake_open && !copies_in_flight(server)) {

@@ -62,6 +62,8 @@ static void render_pool(const gmd_pool_snapshot *p, Gmd__PoolInfo *ret)
         ret->slice_pid = p->slice_pid > 0 ? (uint32_t)p->slice_pid : 0;
         ret->slice_left_ms = ret->slice_pid ? p->slice_left_ms : 0;
         ret->preempt_step = p->preempt_step;
+        ret->peer_held_bytes = p->peer_held;
+        ret->peer_spare_bytes = p->peer_spare;
 }
 
 static void render_client(const gmd_session *viewer,
@@ -135,6 +137,7 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
         Gmd__ClientInfo *clients = NULL, **client_ptrs = NULL;
         Gmd__BufferInfo *buffers = NULL, **buffer_ptrs = NULL;
         Gmd__GpuProcess *procs = NULL, **proc_ptrs = NULL;
+        Gmd__PeerLink *peers = NULL, **peer_ptrs = NULL;
         bool want_buffers = req->what == GMD__STATUS_WHAT__STATUS_BUFFERS;
         /* A row packs to at most ~60 bytes. */
         size_t max_buffers = STATUS_BUFFER_BUDGET / 64, budget = 0, n = 0;
@@ -241,6 +244,23 @@ gmd_outcome status_reply(gmd_session *s, uint32_t id,
                 reply.gpu_processes = proc_ptrs;
         }
 
+        if (snap.n_peers) {
+                peers = calloc(snap.n_peers, sizeof(*peers));
+                peer_ptrs = calloc(snap.n_peers, sizeof(*peer_ptrs));
+                if (!peers || !peer_ptrs)
+                        goto out;
+                for (size_t i = 0; i < snap.n_peers; i++) {
+                        gmd__peer_link__init(&peers[i]);
+                        peers[i].home = snap.peers[i].home;
+                        peers[i].holder = snap.peers[i].holder;
+                        peers[i].bytes_per_s = snap.peers[i].bytes_per_s;
+                        peers[i].held_bytes = snap.peers[i].held;
+                        peer_ptrs[i] = &peers[i];
+                }
+                reply.n_peers = snap.n_peers;
+                reply.peers = peer_ptrs;
+        }
+
         reply.daemon_version = (char *)snap.version;
         reply.backend = (char *)snap.backend;
         reply.uptime_ms = snap.uptime_ms;
@@ -265,6 +285,8 @@ out:
         free(pool_ptrs);
         free(procs);
         free(proc_ptrs);
+        free(peers);
+        free(peer_ptrs);
         free(clients);
         free(client_ptrs);
         free(buffers);

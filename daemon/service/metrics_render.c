@@ -247,6 +247,33 @@ static void render_copyqs(promtext *t, const gmd_snapshot *snap)
                         promtext_printf(t, "gpumemd_host_link_bytes_per_second{"
                                         "direction=\"%s\"} %" PRIu64 "\n",
                                         direction_names[d], snap->host_link[d]);
+        /* The peer tier: one sample per pair that may be used. */
+        promtext_family(t, "gpumemd_peer_link_bytes_per_second", "gauge",
+                        "Copies from one device's VRAM into another's (the "
+                        "peer tier: NVLink, PCIe peer-to-peer), measured at "
+                        "start on cuda; only the pairs the tier may use.");
+        for (size_t i = 0; i < snap->n_peers; i++)
+                promtext_printf(t, "gpumemd_peer_link_bytes_per_second{"
+                                "home=\"%u\",holder=\"%u\"} %" PRIu64 "\n",
+                                snap->peers[i].home, snap->peers[i].holder,
+                                snap->peers[i].bytes_per_s);
+        promtext_family(t, "gpumemd_peer_held_bytes", "gauge",
+                        "Bytes of a device's (home's) buffers held in another "
+                        "device's (holder's) free VRAM: the peer tier.");
+        for (size_t i = 0; i < snap->n_peers; i++)
+                promtext_printf(t, "gpumemd_peer_held_bytes{home=\"%u\","
+                                "holder=\"%u\"} %" PRIu64 "\n",
+                                snap->peers[i].home, snap->peers[i].holder,
+                                snap->peers[i].held);
+        promtext_family(t, "gpumemd_peer_spare_bytes", "gauge",
+                        "VRAM kept on a device for other devices' next "
+                        "swap-outs to it (the peer tier; counted in the "
+                        "pool's used bytes).");
+        for (unsigned i = 0; i < n_devices; i++)
+                if (snap->pools[i].peer_spare)
+                        promtext_printf(t, "gpumemd_peer_spare_bytes{device="
+                                        "\"%u\"} %" PRIu64 "\n", i,
+                                        snap->pools[i].peer_spare);
         promtext_family(t, "gpumemd_vram_kept_bytes", "gauge",
                         "VRAM that swap-outs left, kept for the same clients' "
                         "next swap-ins (counted in the pool's used bytes).");

@@ -82,6 +82,7 @@ const ProtobufCMessageDescriptor *const fuzz_wire_messages[] = {
         &gmd__client_info__descriptor,
         &gmd__buffer_info__descriptor,
         &gmd__gpu_process__descriptor,
+        &gmd__peer_link__descriptor,
         &gmd__status_reply__descriptor,
         &gmd__buffer_claim__descriptor,
         &gmd__resume_request__descriptor,

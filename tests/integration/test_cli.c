@@ -604,6 +604,55 @@ static void test_ctl_host_links(void **state)
         harness_stop(&f->h);
 }
 
+/*
+ * The peer tier in gpu-memctl status: two sim devices that reach each
+ * other ([sim] peer_rate), a buffer of device 0 paged out to device 1's
+ * VRAM: one line per pair with its rate and what it holds, and --json has
+ * the pairs and the pool's peer_held. Without peers: no such line.
+ */
+static void test_ctl_peers(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b = NULL;
+        char *out, *row;
+
+        harness_start_small(&f->h, "[sim]\ndevices = 2\npeer_rate = 100G\n"
+                                   "[pools]\nhost_limit = 64M\n"
+                                   "peer_headroom = 0\n");
+        f->client = harness_client(&f->h, "peer");
+        OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &b));
+        OK(gmd_release(f->client, b));
+        OK(gmd_pageout(f->client, b));
+        OK(gmd_wait(f->client, b, 5000));
+        out = ctl_output(f, (const char *[]){ "status", NULL });
+        if (!strstr(out, "\npeer tier: gpu0 -> gpu1 at 107.4 GB/s: 8 MiB held "
+                    "there\n") ||
+            !strstr(out, "\npeer tier: gpu1 -> gpu0 at 107.4 GB/s: 0 B held "
+                    "there\n"))
+                fail_msg("status: no peer tier lines:\n%s", out);
+        free(out);
+        out = ctl_output(f, (const char *[]){ "status", "--json", NULL });
+        row = json_row(out, "pools", "\"device\": 1,");
+        assert_non_null(strstr(row, "\"peer_held\": 8388608,"));
+        free(row);
+        row = json_row(out, "peers", "\"home\": 0,");
+        assert_non_null(strstr(row, "\"holder\": 1,"));
+        assert_non_null(strstr(row, "\"bytes_per_s\": 107374182400,"));
+        assert_non_null(strstr(row, "\"held\": 8388608"));
+        free(row);
+        free(out);
+        OK(gmd_free(f->client, b));
+        f->client = gmd_disconnect(f->client);
+        harness_stop(&f->h);
+
+        harness_start_small(&f->h, "[sim]\ndevices = 2\n");
+        out = ctl_output(f, (const char *[]){ "status", NULL });
+        if (strstr(out, "peer tier"))
+                fail_msg("status: a peer tier line without peers:\n%s", out);
+        free(out);
+        harness_stop(&f->h);
+}
+
 #define GiB (1024 * MiB)
 
 /* gmd_status round trip on `c`: the daemon has read what it sent before. */
@@ -1038,6 +1087,7 @@ int main(void)
                 HARNESS_TEST(test_ctl_while_moving),
                 HARNESS_TEST(test_ctl_plan),
                 HARNESS_TEST(test_ctl_host_links),
+                HARNESS_TEST(test_ctl_peers),
                 HARNESS_TEST(test_ctl_no_daemon),
                 HARNESS_TEST(test_daemon_help_and_version),
                 HARNESS_TEST(test_daemon_bad_option),

@@ -9,9 +9,11 @@
  * with [pools] peer_tier = off, nor for SPILLABLE buffers; and every
  * pool's count is back to 0 when the buffers are freed.
  *
- * Where the bytes are is read from the pools in status (device 1's VRAM
- * used, the host pool's used); what a buffer holds, from patterns written
- * before a move and checked word by word after it.
+ * Where the bytes are is read from status (device 1's pool: peer_held,
+ * peer_spare; the pair's held bytes; the host pool's used); what a buffer
+ * holds, from patterns written before a move and checked word by word
+ * after it. VRAM a buffer came back from stays on device 1 as a spare for
+ * the next swap-out, until device 1's own clients want the room.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,28 +49,54 @@ static void start(fixture *f, const char *extra)
         f->client = harness_client(&f->h, "home");
 }
 
-/* Poll (2 s at most) until device 1's VRAM and the host pool hold these. */
+/* Poll (2 s at most) until device 1's VRAM holds `peer` bytes of device
+ * 0's buffers (its pool's peer_held, the pair's held bytes in status, and
+ * its used less what is kept there for swap-outs all agree) and the host
+ * pool `host`. */
 static void expect_where(fixture *f, uint64_t peer, uint64_t host,
                          const char *when)
 {
         uint64_t deadline = harness_now_ms() + 2000;
-        gmd_pool_status p, h;
 
         for (;;) {
-                p = harness_vram_pool(f->client, 1);
-                h = harness_host_pool(f->client);
-                if (p.used == peer && h.used == host)
+                gmd_status *st = harness_status(f->client);
+                uint64_t held = UINT64_MAX, pair = 0, rest = 0, h = 0;
+
+                for (size_t i = 0; i < st->n_pools; i++) {
+                        const gmd_pool_status *p = &st->pools[i];
+
+                        if (p->tier == GMD_TIER_HOST)
+                                h = p->used;
+                        else if (p->device == 1) {
+                                held = p->peer_held;
+                                rest = p->used - p->peer_spare;
+                        }
+                }
+                for (size_t i = 0; i < st->n_peers; i++)
+                        if (st->peers[i].home == 0 && st->peers[i].holder == 1)
+                                pair = st->peers[i].held;
+                gmd_status_free(st);
+                if (held == peer && pair == peer && rest >= peer && h == host)
                         return;
                 if (harness_now_ms() >= deadline)
-                        fail_msg("%s: device 1 VRAM used %llu MiB, host %llu "
-                                 "MiB; want %llu and %llu; log:\n%s", when,
-                                 (unsigned long long)(p.used / MiB),
-                                 (unsigned long long)(h.used / MiB),
+                        fail_msg("%s: device 1 holds %llu MiB of device 0's "
+                                 "buffers (pair: %llu, used less spares: %llu), "
+                                 "host %llu MiB; want %llu and %llu; log:\n%s",
+                                 when, (unsigned long long)(held / MiB),
+                                 (unsigned long long)(pair / MiB),
+                                 (unsigned long long)(rest / MiB),
+                                 (unsigned long long)(h / MiB),
                                  (unsigned long long)(peer / MiB),
                                  (unsigned long long)(host / MiB),
                                  harness_read_log(&f->h));
                 harness_sleep_ms(5);
         }
+}
+
+/* Device 1's VRAM kept for device 0's next swap-outs. */
+static uint64_t spare_on_1(fixture *f)
+{
+        return harness_vram_pool(f->client, 1).peer_spare;
 }
 
 /* Paged out of a full device 0: to device 1, and back from there. */
@@ -83,24 +111,48 @@ static void test_out_to_peer_and_back(void **state)
         harness_page_out(f->client, b[0]);
         harness_page_out(f->client, b[1]);
         expect_where(f, 16 * MiB, 0, "two pageouts");
+        {
+                gmd_status *st = harness_status(f->client);
+
+                /* Both pairs, each with the rate of [sim] peer_rate. */
+                assert_int_equal(st->n_peers, 2);
+                assert_int_equal(st->peers[0].bytes_per_s, 100ull << 30);
+                gmd_status_free(st);
+        }
         assert_non_null(harness_wait_log(&f->h, "peer tier: device 0 reaches "
                                          "device 1", 1000));
 
         harness_bring_back(f->client, b[0], 100, "back from the peer");
         OK(gmd_release(f->client, b[0]));
         expect_where(f, 8 * MiB, 0, "one back");
+        /* What it came back from is kept for the next swap-out. */
+        assert_int_equal(spare_on_1(f), 8 * MiB);
         harness_bring_back(f->client, b[1], 101, "the second back");
         OK(gmd_release(f->client, b[1]));
         expect_where(f, 0, 0, "both back");
+        assert_int_equal(spare_on_1(f), 16 * MiB);
 
-        /* And out again, to be freed there: nothing left anywhere. */
+        /* And out again, into a spare, to be freed there. */
         harness_page_out(f->client, b[2]);
         expect_where(f, 8 * MiB, 0, "out again");
+        assert_int_equal(spare_on_1(f), 8 * MiB);
         for (unsigned i = 0; i < 3; i++)
                 OK(gmd_free(f->client, b[i]));
         expect_where(f, 0, 0, "all freed");
         assert_int_equal(harness_vram_pool(f->client, 0).used -
                          harness_vram_pool(f->client, 0).kept, 0);
+        /* The spare is the first room device 1's own clients get. */
+        {
+                gmd_client *owner = harness_client(&f->h, "owner");
+                gmd_buffer *all = NULL;
+                gmd_pool_status p = harness_vram_pool(owner, 1);
+
+                f->other = owner;
+                OK(gmd_alloc(owner, p.capacity, 1, GMD_ALLOC_SWAPPABLE, 5000,
+                             &all));
+                assert_int_equal(spare_on_1(f), 0);
+                OK(gmd_free(owner, all));
+        }
 }
 
 /* Device 1's own client needs its memory: it gets it, and the peer
@@ -125,7 +177,8 @@ static void test_owner_comes_first(void **state)
         p = harness_vram_pool(owner, 1);
         OK(gmd_alloc(owner, p.capacity, 1, GMD_ALLOC_SWAPPABLE, 5000, &big));
         pattern_fill(big, 7);
-        expect_where(f, p.capacity, 24 * MiB, "device 1 taken by its owner");
+        expect_where(f, 0, 24 * MiB, "device 1 taken by its owner");
+        assert_int_equal(harness_vram_pool(owner, 1).used, p.capacity);
         assert_non_null(harness_wait_log(&f->h, "needs room: moving", 1000));
 
         for (unsigned i = 0; i < 3; i++) {
@@ -153,7 +206,7 @@ static void test_headroom(void **state)
         OK(gmd_alloc(owner, 50 * MiB, 1, GMD_ALLOC_SWAPPABLE, 5000, &held));
         b = harness_released_buffer(f->client, 8 * MiB, 300);
         harness_page_out(f->client, b);
-        expect_where(f, 50 * MiB, 8 * MiB, "a pageout beside a busy peer");
+        expect_where(f, 0, 8 * MiB, "a pageout beside a busy peer");
         harness_bring_back(f->client, b, 300, "back from host");
         OK(gmd_free(f->client, b));
         OK(gmd_free(owner, held));

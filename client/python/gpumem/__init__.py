@@ -41,12 +41,13 @@ from .errors import (Busy, ConnectFailed, CopyFailed, Disconnected,
                      NotSupported,
                      OutOfMemory, ProtocolError, QuotaExceeded, Revoked,
                      TimedOut, TooLarge, strerror)
-from .status import BufferInfo, ClientInfo, Pool, Status
+from .status import BufferInfo, ClientInfo, PeerLink, Pool, Status
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Device", "Buffer", "Status", "Pool", "ClientInfo", "BufferInfo",
+    "PeerLink",
     "default_client", "current_client", "use_client", "alloc", "status",
     "parse_size", "format_size", "strerror",
     "SWAPPABLE", "PIN_VRAM", "SPILLABLE", "LEGACY_IPC", "NO_SELF_WAIT",

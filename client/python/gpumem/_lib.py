@@ -70,6 +70,8 @@ class PoolStatus(ctypes.Structure):
         ("preempt_step", ctypes.c_uint64),
         ("uuid", ctypes.c_char * 48),           # GMD_UUID_SIZE
         ("pci_bus_id", ctypes.c_char * 32),     # GMD_PCI_BUS_ID_SIZE
+        ("peer_held", ctypes.c_uint64),
+        ("peer_spare", ctypes.c_uint64),
     ]
 
 
@@ -122,6 +124,15 @@ class GpuProcessStatus(ctypes.Structure):
     ]
 
 
+class PeerStatus(ctypes.Structure):
+    _fields_ = [
+        ("home", ctypes.c_uint),
+        ("holder", ctypes.c_uint),
+        ("bytes_per_s", ctypes.c_uint64),
+        ("held", ctypes.c_uint64),
+    ]
+
+
 class Status(ctypes.Structure):
     _fields_ = [
         ("daemon_version", ctypes.c_char * 32),
@@ -143,6 +154,8 @@ class Status(ctypes.Structure):
         ("restored_ms", ctypes.c_uint64),
         ("host_bytes_per_s_out", ctypes.c_uint64),
         ("host_bytes_per_s_in", ctypes.c_uint64),
+        ("n_peers", ctypes.c_size_t),
+        ("peers", ctypes.POINTER(PeerStatus)),
     ]
 
 

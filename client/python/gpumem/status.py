@@ -46,6 +46,11 @@ class Pool:
     # id; "" on host pools and from an older daemon
     uuid: str
     pci_bus_id: str
+    # VRAM pools, the peer tier: of `used`, other GPUs' buffers this GPU's
+    # VRAM holds, and VRAM kept here for their next swap-outs (0 from an
+    # older daemon)
+    peer_held: int = 0
+    peer_spare: int = 0
 
 
 @dataclasses.dataclass
@@ -89,6 +94,14 @@ class BufferInfo:
 
 
 @dataclasses.dataclass
+class PeerLink:
+    home: int             # this GPU's buffers ...
+    holder: int           # ... may rest in this GPU's free VRAM
+    bytes_per_s: int      # home's copies into holder's VRAM
+    held: int             # home's buffers held there now
+
+
+@dataclasses.dataclass
 class GpuProcess:
     device: int
     pid: int
@@ -116,6 +129,9 @@ class Status:
     # link_bytes_per_s_* are each link alone); 0: not known, or one link
     host_bytes_per_s_out: int = 0
     host_bytes_per_s_in: int = 0
+    # The peer tier's pairs of GPUs ([pools] peer_tier); [] where no GPU
+    # reaches another
+    peers: list = dataclasses.field(default_factory=list)
 
     def to_dict(self):
         return dataclasses.asdict(self)
@@ -159,4 +175,5 @@ def status_from_c(s):
         restores=s.restores,
         restored_ms=s.restored_ms,
         host_bytes_per_s_out=s.host_bytes_per_s_out,
-        host_bytes_per_s_in=s.host_bytes_per_s_in)
+        host_bytes_per_s_in=s.host_bytes_per_s_in,
+        peers=[_fields(PeerLink, s.peers[i]) for i in range(s.n_peers)])
