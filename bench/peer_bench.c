@@ -11,7 +11,9 @@
  *             1's VRAM: checked in status) and gmd_prefetch + gmd_wait
  *   host      the same with peer_tier = off (host memory, the arena)
  * per size (64 MiB .. 1 GiB), median of --reps (5) after one cold round
- * trip; every buffer's pattern is checked by a kernel after its moves.
+ * trip, and a batch of 16 x 64 MiB moved with one gmd_pageout(NULL) and
+ * one gmd_prefetch(NULL) (against the 1 GiB baseline); every buffer's
+ * pattern is checked by a kernel after its moves.
  * Ratios are ours / baseline.
  *
  * Usage: peer_bench [--json FILE] [--reps N]. Exits 77 without two GPUs
@@ -50,6 +52,15 @@ typedef struct row {
 } row;
 
 static row rows[N_SIZES];
+
+/* A batch: BATCH_N buffers of 64 MiB all paged out with one
+ * gmd_pageout(NULL) and back with one gmd_prefetch(NULL), so the per-move
+ * costs (the remap round trip, a destination) overlap other moves'
+ * copies: the tier's throughput, against the 1 GiB baseline. */
+#define BATCH_N 16
+#define BATCH_SIZE (64 * MiB)
+static samples batch_peer_out, batch_peer_in, batch_host_out, batch_host_in;
+static bool batch_on_peer, batch_ok = true;
 static const gmd_cuda_driver *cu;
 static int failures;
 
@@ -208,6 +219,61 @@ out:
         gmd_free(c, b);
 }
 
+static void run_batch(gmd_client *c, bool peer, int reps)
+{
+        samples *out = peer ? &batch_peer_out : &batch_host_out;
+        samples *in = peer ? &batch_peer_in : &batch_host_in;
+        gmd_buffer *b[BATCH_N] = { 0 };
+        uint64_t total = (uint64_t)BATCH_N * BATCH_SIZE, before;
+
+        for (int i = 0; i < BATCH_N; i++) {
+                if (gmd_alloc(c, BATCH_SIZE, 0, GMD_ALLOC_SWAPPABLE, 10000,
+                              &b[i]) < 0 ||
+                    gpu_fill(gmd_buffer_ptr(b[i]), BATCH_SIZE, 0,
+                             8000 + (uint32_t)i) < 0) {
+                        fprintf(stderr, "batch: %s\n", gmd_last_error());
+                        failures++;
+                        goto out;
+                }
+                gmd_release(c, b[i]);
+        }
+        before = used_on(c, 1);
+        for (int r = 0; r <= reps; r++) {
+                double t0 = gpu_now_us(), t1;
+
+                if (gmd_pageout(c, NULL) < 0 || wait_ok(c, NULL, "batch out") < 0)
+                        goto out;
+                t1 = gpu_now_us();
+                if (r == 0 && peer)
+                        batch_on_peer = used_on(c, 1) >= before + total;
+                if (gmd_prefetch(c, NULL) < 0 || wait_ok(c, NULL, "batch in") < 0)
+                        goto out;
+                if (r == 0)
+                        continue;
+                add(out, total, t1 - t0);
+                add(in, total, gpu_now_us() - t1);
+        }
+        for (int i = 0; i < BATCH_N; i++) {
+                long long bad;
+
+                if (gmd_acquire(c, b[i], GMD_WAIT_FOREVER) < 0) {
+                        failures++;
+                        goto out;
+                }
+                bad = gpu_check(gmd_buffer_ptr(b[i]), BATCH_SIZE, 0,
+                                8000 + (uint32_t)i);
+                gmd_release(c, b[i]);
+                if (bad) {
+                        batch_ok = false;
+                        failures++;
+                }
+        }
+out:
+        for (int i = 0; i < BATCH_N; i++)
+                if (b[i])
+                        gmd_free(c, b[i]);
+}
+
 static int run_daemon(bool peer, int reps)
 {
         char path[] = "/tmp/peer-bench-XXXXXX";
@@ -239,6 +305,7 @@ static int run_daemon(bool peer, int reps)
                 sleep(peer ? 0 : 3);
                 for (int k = 0; k < N_SIZES; k++)
                         run_size(c, &rows[k], peer, reps);
+                run_batch(c, peer, reps);
                 gmd_disconnect(c);
         }
         if (gpu_daemon_stop(&d, failures ? stderr : NULL) != 0) {
@@ -276,6 +343,15 @@ static void print(FILE *f, const char *gpu, bool json)
                                 ratio(&r->peer_in, &r->base_in),
                                 r->on_peer ? "" : "  (not on the peer!)");
                 }
+                fprintf(f, "%5dx64 %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f "
+                        "%7.2f %7.2f%s  (batch)\n", BATCH_N,
+                        median(&rows[N_SIZES - 1].base_out),
+                        median(&rows[N_SIZES - 1].base_in),
+                        median(&batch_peer_out), median(&batch_peer_in),
+                        median(&batch_host_out), median(&batch_host_in),
+                        ratio(&batch_peer_out, &rows[N_SIZES - 1].base_out),
+                        ratio(&batch_peer_in, &rows[N_SIZES - 1].base_in),
+                        batch_on_peer ? "" : "  (not on the peer!)");
                 return;
         }
         fprintf(f, "{\"gpu\": \"%s\", \"unit\": \"GB/s, median\", \"sizes\": [\n",
@@ -298,7 +374,16 @@ static void print(FILE *f, const char *gpu, bool json)
                         r->checked_ok ? "true" : "false",
                         k + 1 < N_SIZES ? "," : "");
         }
-        fprintf(f, "], \"failures\": %d}\n", failures);
+        fprintf(f, "], \"batch\": {\"buffers\": %d, \"mib\": 64, "
+                "\"peer_out\": %.2f, \"peer_in\": %.2f, \"host_out\": %.2f, "
+                "\"host_in\": %.2f, \"ratio_out\": %.3f, \"ratio_in\": %.3f, "
+                "\"on_peer\": %s, \"checked_ok\": %s},\n \"failures\": %d}\n",
+                BATCH_N, median(&batch_peer_out), median(&batch_peer_in),
+                median(&batch_host_out), median(&batch_host_in),
+                ratio(&batch_peer_out, &rows[N_SIZES - 1].base_out),
+                ratio(&batch_peer_in, &rows[N_SIZES - 1].base_in),
+                batch_on_peer ? "true" : "false", batch_ok ? "true" : "false",
+                failures);
 }
 
 int main(int argc, char **argv)
@@ -343,6 +428,10 @@ int main(int argc, char **argv)
         printf("gpu-memd, peer tier off (host memory) ...\n");
         if (run_daemon(false, reps) < 0)
                 failures++;
+        if (!batch_on_peer) {
+                fprintf(stderr, "batch: the pageouts did not go to GPU 1's VRAM\n");
+                failures++;
+        }
         for (int k = 0; k < N_SIZES; k++)
                 if (!rows[k].on_peer) {
                         fprintf(stderr, "%llu MiB: the pageout did not go to "
