@@ -150,7 +150,8 @@ static int wait_ok(gmd_client *c, gmd_buffer *b, const char *what)
         return 0;
 }
 
-/* VRAM used on daemon device `device`. */
+/* Bytes of other devices' buffers daemon device `device` holds (the peer
+ * tier: its pool's peer_held). */
 static uint64_t used_on(gmd_client *c, unsigned device)
 {
         gmd_status *st = NULL;
@@ -161,7 +162,7 @@ static uint64_t used_on(gmd_client *c, unsigned device)
         for (size_t i = 0; i < st->n_pools; i++)
                 if (st->pools[i].tier == GMD_TIER_VRAM &&
                     st->pools[i].device == device)
-                        used = st->pools[i].used;
+                        used = st->pools[i].peer_held;
         gmd_status_free(st);
         return used;
 }

@@ -167,8 +167,12 @@ int peer_destination(gmd_server *server, const gmd_dbuffer *b,
         gmd_mem *mem;
         int r;
 
+        /* A buffer only read since its swap-in goes to host memory: a
+         * swap-in from there keeps the host copy, and its later pageouts
+         * copy nothing at all (hostcopy.h), where each to a peer would
+         * copy it again (streamed weights, GPU suite test_offload.py). */
         if (!server->peers.on || home >= GMD_MAX_DEVICES ||
-            !placement_host_copy_private(b))
+            !placement_host_copy_private(b) || b->lease_ro)
                 return -ENOSPC;
         for (unsigned p = 0; p < server->devices.n && p < GMD_MAX_DEVICES; p++) {
                 uint64_t free_now;
