@@ -9,6 +9,10 @@ keeper) is killed with SIGKILL and started again at once. Measured:
 
   ready_ms     kill to the new daemon's "ready:" line (start, CUDA, the
                host arena's pieces mapped again, the record read)
+  record_ms    the daemon's "took over the state ... in N ms": the record
+               read and every kept allocation adopted (pieces_ms: the
+               host arenas' pieces mapped again; buffers_memory_ms: the
+               buffers' host copies and kept VRAM)
   restore_ms   the daemon's own "restore done in N ms" (start to the last
                claim in)
   working_ms   kill to the client's first acquire that returns afterwards:
@@ -150,11 +154,14 @@ def main():
     text = open(logpath).read()
     m = re.search(r"restore done in (\d+) ms: (\d+) of (\d+) buffer", text)
     took = re.search(r"took over the state .* in (\d+) ms", text)
+    parts = re.search(r"host arena pieces (\d+) ms, buffers' memory (\d+) ms", text)
     result = {
         "backend": args.backend, "buffers": args.buffers, "buffer_bytes": size,
         "host_bytes": out_n * size, "vram_bytes": (args.buffers - out_n) * size,
         "ready_ms": round((t_ready - t_kill) * 1000, 1),
         "record_ms": int(took.group(1)) if took else None,
+        "pieces_ms": int(parts.group(1)) if parts else None,
+        "buffers_memory_ms": int(parts.group(2)) if parts else None,
         "restore_ms": int(m.group(1)) if m else None,
         "buffers_back": int(m.group(2)) if m else None,
         "working_ms": round((working - t_kill) * 1000, 1) if working else None,

@@ -295,6 +295,7 @@ static int load(gmd_server *server, gmd_ledger *ledger, gmd_keep *keep)
         unsigned n_sessions = 0;
         uint64_t max_buffer = ledger_next_buffer_id(ledger);
         uint64_t max_client = ledger_next_client_id(ledger);
+        uint64_t t0;
 
         for (unsigned s = 1; s <= ledger_n_sessions(ledger); s++) {
                 ledger_session rec;
@@ -324,7 +325,10 @@ static int load(gmd_server *server, gmd_ledger *ledger, gmd_keep *keep)
                         max_client = rec.id;
         }
         merge_resumed(rs);
+        t0 = now_us();
         adopt_pieces(server, ledger, keep);
+        rs->pieces_us = now_us() - t0;
+        t0 = now_us();
         for (unsigned s = 1; s <= ledger_n_buffers(ledger); s++) {
                 ledger_buffer rec;
                 restored_session *owner;
@@ -362,6 +366,7 @@ static int load(gmd_server *server, gmd_ledger *ledger, gmd_keep *keep)
                 adopt_buffer(server, keep, rb);
                 rs->buffers_found++;
         }
+        rs->buffers_us = now_us() - t0;
         server->buffers.next_id = max_buffer;
         server->sessions.next_id = max_client;
         return 0;
@@ -413,11 +418,14 @@ int restore_begin(gmd_server *server, gmd_keep *keep)
         rs->deadline_ms = now_ms() + claim_timeout_s(server) * 1000ull;
         log_info("restart: took over the state of the gpu-memd before: %u "
                  "client(s), %u buffer(s) (%llu MiB in VRAM, %llu MiB on "
-                 "host) in %llu ms; waiting up to %u s for the clients to "
+                 "host) in %llu ms (host arena pieces %llu ms, buffers' "
+                 "memory %llu ms); waiting up to %u s for the clients to "
                  "claim them", rs->n_left, rs->buffers_found,
                  (unsigned long long)(rs->bytes_found[GMD_TIER_VRAM] >> 20),
                  (unsigned long long)(rs->bytes_found[GMD_TIER_HOST] >> 20),
                  (unsigned long long)((now_us() - rs->started_us) / 1000),
+                 (unsigned long long)(rs->pieces_us / 1000),
+                 (unsigned long long)(rs->buffers_us / 1000),
                  claim_timeout_s(server));
         restore_tick(server);      /* nobody to wait for: done now */
         return 0;

@@ -37,6 +37,8 @@ typedef struct gmd_restore {
         unsigned n_sessions;
         unsigned n_left;            /* sessions whose claims are not in */
         uint64_t started_us;        /* when this daemon started restoring */
+        uint64_t pieces_us;         /* of it, adopting the arenas' pieces */
+        uint64_t buffers_us;        /* ... and the buffers' memory */
         uint64_t deadline_ms;       /* claims end then, claimed or not */
         bool active;
         unsigned restores;          /* restores since this daemon started
