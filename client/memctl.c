@@ -310,15 +310,23 @@ static void print_host_links(const gmd_status *status)
  * gpu1 at 384.0 GB/s: 1.5 GiB held there"), and per device the VRAM kept
  * there for other devices' swap-outs; nothing where no GPU reaches
  * another. */
+const char *ctl_peer_text(const gmd_peer_status *p, char *buf, size_t len)
+{
+        char held[32];
+
+        snprintf(buf, len, "peer tier: gpu%u -> gpu%u at %.1f GB/s: %s held there",
+                 p->home, p->holder, (double)p->bytes_per_s / 1e9,
+                 ctl_size_text(p->held, held, sizeof(held)));
+        return buf;
+}
+
 static void print_peers(const gmd_status *status)
 {
         for (size_t i = 0; i < status->n_peers; i++) {
-                const gmd_peer_status *p = &status->peers[i];
-                char held[32];
+                char line[96];
 
-                printf("peer tier: gpu%u -> gpu%u at %.1f GB/s: %s held there\n",
-                       p->home, p->holder, (double)p->bytes_per_s / 1e9,
-                       ctl_size_text(p->held, held, sizeof(held)));
+                printf("%s\n", ctl_peer_text(&status->peers[i], line,
+                                             sizeof(line)));
         }
         for (size_t i = 0; i < status->n_pools && status->n_peers; i++) {
                 const gmd_pool_status *p = &status->pools[i];

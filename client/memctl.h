@@ -43,6 +43,10 @@ const char *ctl_uptime_text(uint64_t ms, char *buf, size_t len);
  * it (every client of this process) from the list and the total. */
 void ctl_drop_self(gmd_status *status);
 
+/* "peer tier: gpu0 -> gpu1 at 384.1 GB/s: 1.5 GiB held there" (the peer
+ * tier's pair `p`) into `buf`; returns buf. */
+const char *ctl_peer_text(const gmd_peer_status *p, char *buf, size_t len);
+
 /* "gpu0 memory slice: pid 1234 (train_a), 3120 ms left at most" for a
  * VRAM pool whose memory slice runs ([limits] memory_slice_ms), the
  * holder named after its first client that status shows; NULL when no

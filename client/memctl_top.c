@@ -205,6 +205,17 @@ static void top_slices(top_view *v, const gmd_status *s)
                         top_line(v, "%s", line);
 }
 
+/* The peer tier's pairs that hold something now. */
+static void top_peers(top_view *v, const gmd_status *s)
+{
+        char line[96];
+
+        for (size_t i = 0; i < s->n_peers; i++)
+                if (s->peers[i].held)
+                        top_line(v, "%s", ctl_peer_text(&s->peers[i], line,
+                                                         sizeof(line)));
+}
+
 /* Remember this frame's counters for the next frame's rates. */
 static void top_remember(top_view *v, const gmd_status *s)
 {
@@ -309,6 +320,7 @@ static void top_frame(top_view *v, gmd_status *s)
         top_line(v, "%s", "");
         top_copies(v, s);
         top_slices(v, s);
+        top_peers(v, s);
         top_remember(v, s);
         top_line(v, "%s", "");
         top_line(v, "%s", ctl_tiers_text(s, tiers, sizeof(tiers)));

@@ -10,6 +10,7 @@ admin calls (as root), and that `import gpumem` needs neither torch nor
 the library.
 """
 import os
+import time
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ class Connect(DaemonTest):
         other.close()
         self.assertTrue(other.closed)
         self.assertTrue(buf.freed)
+        self.wait_gone("other")
         self.assertEqual(self.mine()[0].name, "pytest")
         self.assertEqual(len(self.mine()), 1)
         self.assertEqual(self.client.status().total_used, 0)
@@ -47,7 +49,17 @@ class Connect(DaemonTest):
             c.alloc(2 * MiB)
             self.assertIn("scoped", [x.name for x in self.mine()])
         self.assertTrue(c.closed)
-        self.assertNotIn("scoped", [x.name for x in self.mine()])
+        self.wait_gone("scoped")
+
+    def wait_gone(self, name):
+        """The daemon learns of a close when it reads the hang-up and
+        lists a leaving client until it is released (a few loop
+        iterations): wait up to 2 s for `name` to leave the list."""
+        deadline = time.monotonic() + 2
+        while name in [x.name for x in self.mine()]:
+            self.assertLess(time.monotonic(), deadline,
+                            f"{name} still listed 2 s after its close")
+            time.sleep(0.005)
 
 
 class Alloc(DaemonTest):
