@@ -602,6 +602,7 @@ static void move_copy_over(gmd_server *server, gmd_move *m)
         m->copied_us = now_us();
         if (m->state == MOVE_ORPHANED) {
                 move_change_state(m, MOVE_DROPPED);
+                peer_orphan(server, m->copy.src, m->copy.dst, -1);
                 backing_release(server, m->copy.dst);
                 backing_release(server, m->copy.src);
                 free(m);
@@ -779,6 +780,8 @@ static void move_buffer_freed(gmd_server *server, gmd_dbuffer *b)
         m->buffer = NULL;
         b->mem = NULL;
         move_change_state(m, MOVE_ORPHANED);
+        /* Peer VRAM it frees once over is room on its way there. */
+        peer_orphan(server, m->copy.src, m->copy.dst, 1);
         if (copyq_stop(&server->copyqs, &m->copy))
                 move_copy_over(server, m);
 }
@@ -798,6 +801,11 @@ uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
          * iterations, moving or not (counted there, not here). */
         uint64_t bytes = sessions_closing_vram(&server->sessions, device);
         gmd_list *pos;
+
+        /* Peer VRAM that orphaned moves release at their copy's end: no
+         * buffer's any more, so not among the moving ones (peer.h). */
+        if (device < GMD_MAX_DEVICES)
+                bytes += server->peers.orphaned_on[device];
 
         list_for_each(pos, &server->buffers.moving) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, moving_link);

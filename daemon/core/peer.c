@@ -89,6 +89,23 @@ void peer_count(gmd_server *server, gmd_mem *mem, unsigned home, int sign)
         }
 }
 
+void peer_orphan(gmd_server *server, const gmd_mem *src, const gmd_mem *dst,
+                 int sign)
+{
+        const gmd_mem *mems[2] = { src, dst };
+
+        for (int i = 0; i < 2; i++) {
+                const gmd_mem *mem = mems[i];
+
+                if (!mem || !mem->peer || mem->device >= GMD_MAX_DEVICES)
+                        continue;
+                if (sign > 0)
+                        server->peers.orphaned_on[mem->device] += mem->size;
+                else
+                        server->peers.orphaned_on[mem->device] -= mem->size;
+        }
+}
+
 bool peer_keep(gmd_server *server, gmd_mem *mem)
 {
         gmd_peers *peers = &server->peers;

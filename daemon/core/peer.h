@@ -57,6 +57,11 @@ typedef struct gmd_peers {
          * first room its clients get back (peer_make_room). */
         gmd_mem *spare[GMD_MAX_DEVICES][PEER_SPARES];
         uint64_t spare_on[GMD_MAX_DEVICES];
+        /* Per holder: peer VRAM of moves whose buffer was freed while
+         * their copy ran (orphans), released when the copy is over: room
+         * on its way (move_leaving_bytes), or the holder would move
+         * another buffer on to host memory for room already coming. */
+        uint64_t orphaned_on[GMD_MAX_DEVICES];
         uint64_t placed;             /* swap-outs that went to a peer */
         uint64_t relocated;          /* relocations to host started */
 } gmd_peers;
@@ -87,6 +92,12 @@ uint64_t peer_make_room(gmd_server *server, unsigned device, uint64_t need);
  * has waiters, or keeps enough: a quarter of its pool, PEER_SPARES) and
  * the caller releases it. */
 bool peer_keep(gmd_server *server, gmd_mem *mem);
+
+/* The move of `src` to `dst`, one of them possibly VRAM of a peer, lost
+ * its buffer while its copy runs (sign > 0), or its copy is over and
+ * both are released (sign < 0): counted in peers.orphaned_on. */
+void peer_orphan(gmd_server *server, const gmd_mem *src, const gmd_mem *dst,
+                 int sign);
 
 /* Release every kept spare (the daemon stops). */
 void peer_drop_spares(gmd_server *server);

@@ -9,13 +9,22 @@
  * with [pools] peer_tier = off, nor for SPILLABLE buffers; and every
  * pool's count is back to 0 when the buffers are freed.
  *
+ * With slow copies ([sim] copy_rate), moves of the peer tier that meet
+ * something half-way: an acquire, a free, the client's close and a
+ * SIGKILL of the daemon while device 1 moves a buffer on to host memory
+ * (a relocation), and swap-outs to and swap-ins from device 1 stopped
+ * half-way; each ends with the bytes whole and every byte of every pool
+ * given back once (device 1's spares as room its own client gets).
+ *
  * Where the bytes are is read from status (device 1's pool: peer_held,
  * peer_spare; the pair's held bytes; the host pool's used); what a buffer
  * holds, from patterns written before a move and checked word by word
  * after it. VRAM a buffer came back from stays on device 1 as a spare for
  * the next swap-out, until device 1's own clients want the room.
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -23,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -93,6 +103,17 @@ static void expect_where(fixture *f, uint64_t peer, uint64_t host,
         }
 }
 
+/* harness_wait_log, the line found freed: fails the test when none. */
+static void expect_log(fixture *f, const char *needle, int timeout_ms)
+{
+        char *line = harness_wait_log(&f->h, needle, timeout_ms);
+
+        if (!line)
+                fail_msg("no \"%s\" in the log:\n%s", needle,
+                         harness_read_log(&f->h));
+        free(line);
+}
+
 /* Device 1's VRAM kept for device 0's next swap-outs. */
 static uint64_t spare_on_1(fixture *f)
 {
@@ -119,8 +140,7 @@ static void test_out_to_peer_and_back(void **state)
                 assert_int_equal(st->peers[0].bytes_per_s, 100ull << 30);
                 gmd_status_free(st);
         }
-        assert_non_null(harness_wait_log(&f->h, "peer tier: device 0 reaches "
-                                         "device 1", 1000));
+        expect_log(f, "peer tier: device 0 reaches device 1", 1000);
 
         harness_bring_back(f->client, b[0], 100, "back from the peer");
         OK(gmd_release(f->client, b[0]));
@@ -179,7 +199,7 @@ static void test_owner_comes_first(void **state)
         pattern_fill(big, 7);
         expect_where(f, 0, 24 * MiB, "device 1 taken by its owner");
         assert_int_equal(harness_vram_pool(owner, 1).used, p.capacity);
-        assert_non_null(harness_wait_log(&f->h, "needs room: moving", 1000));
+        expect_log(f, "needs room: moving", 1000);
 
         for (unsigned i = 0; i < 3; i++) {
                 harness_bring_back(f->client, b[i], 200 + i, "back from host");
@@ -241,6 +261,269 @@ static void test_off_and_spillable(void **state)
         OK(gmd_free(f->client, s));
 }
 
+
+/* ---- moves that meet: slow copies ([sim] copy_rate) --------------------- */
+
+/* 16 MB/s: an 8 MiB copy takes half a second, long enough to act in. */
+#define SLOW "[sim]\ncopy_rate = 16M\n"
+
+/* An allocation of device 1's own client, made on a thread of its own
+ * (it waits while the peer tier's bytes move on). */
+typedef struct owner_alloc {
+        gmd_client *client;
+        uint64_t size;
+        gmd_buffer *buffer;
+        int r;
+        pthread_t thread;
+} owner_alloc;
+
+static void *owner_alloc_run(void *arg)
+{
+        owner_alloc *a = arg;
+
+        a->r = gmd_alloc(a->client, a->size, 1, GMD_ALLOC_SWAPPABLE, 10000,
+                         &a->buffer);
+        return NULL;
+}
+
+static void owner_alloc_start(owner_alloc *a, gmd_client *client,
+                              uint64_t size)
+{
+        a->client = client;
+        a->size = size;
+        a->buffer = NULL;
+        a->r = -1;
+        assert_int_equal(pthread_create(&a->thread, NULL, owner_alloc_run, a),
+                         0);
+}
+
+static void owner_alloc_join(fixture *f, owner_alloc *a)
+{
+        pthread_join(a->thread, NULL);
+        if (a->r != 0)
+                fail_msg("device 1's own allocation failed: %d (%s); log:\n%s",
+                         a->r, gmd_last_error(), harness_read_log(&f->h));
+}
+
+/* Wait until a relocation (a move from device 1 on to host memory) runs,
+ * its host copy taken: host pool used `host`. */
+static void expect_relocating(fixture *f, uint64_t host)
+{
+        uint64_t deadline = harness_now_ms() + 2000;
+
+        expect_log(f, "needs room: moving", 2000);
+        while (harness_host_pool(f->client).used != host) {
+                if (harness_now_ms() >= deadline)
+                        fail_msg("no relocation under way; log:\n%s",
+                                 harness_read_log(&f->h));
+                harness_sleep_ms(2);
+        }
+}
+
+/* Everything freed: no byte of the peer tier's anywhere, device 0's VRAM
+ * only what is kept for its client's swap-ins, the host pool empty; and
+ * device 1's spares are room its own client gets whole, after which its
+ * pool is empty too. */
+static void expect_empty(fixture *f, const char *when)
+{
+        gmd_client *c = harness_client(&f->h, "last");
+        gmd_buffer *all = NULL;
+        gmd_pool_status p;
+        uint64_t deadline = harness_now_ms() + 3000;
+
+        expect_where(f, 0, 0, when);
+        for (;;) {
+                gmd_pool_status d0 = harness_vram_pool(c, 0);
+
+                p = harness_vram_pool(c, 1);
+                if (d0.used == d0.kept && p.used == p.peer_spare &&
+                    p.peer_held == 0)
+                        break;
+                if (harness_now_ms() >= deadline)
+                        fail_msg("%s: device 0 used %llu kept %llu, device 1 "
+                                 "used %llu held %llu spare %llu; log:\n%s",
+                                 when, (unsigned long long)d0.used,
+                                 (unsigned long long)d0.kept,
+                                 (unsigned long long)p.used,
+                                 (unsigned long long)p.peer_held,
+                                 (unsigned long long)p.peer_spare,
+                                 harness_read_log(&f->h));
+                harness_sleep_ms(5);
+        }
+        OK(gmd_alloc(c, p.capacity, 1, GMD_ALLOC_SWAPPABLE, 5000, &all));
+        OK(gmd_free(c, all));
+        p = harness_vram_pool(c, 1);
+        assert_int_equal(p.used, 0);
+        assert_int_equal(p.peer_spare, 0);
+        assert_int_equal(harness_host_pool(c).used, 0);
+        gmd_disconnect(c);
+}
+
+/* An acquire while device 1 moves a buffer of device 0's on to host
+ * memory stops that move and brings the buffer back from device 1, whole;
+ * device 1's own allocation is served with the room it leaves. */
+static void test_acquire_mid_relocation(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b[2];
+        owner_alloc a;
+
+        start(f, SLOW);
+        f->other = harness_client(&f->h, "owner");
+        for (unsigned i = 0; i < 2; i++) {
+                b[i] = harness_released_buffer(f->client, 8 * MiB, 500 + i);
+                harness_page_out(f->client, b[i]);
+        }
+        expect_where(f, 16 * MiB, 0, "two pageouts");
+        /* 56 of 64 MiB: 8 MiB to move on, one buffer. */
+        owner_alloc_start(&a, f->other, 56 * MiB);
+        expect_relocating(f, 8 * MiB);
+        OK(gmd_acquire(f->client, b[0], 5000));
+        assert_int_equal(gmd_buffer_tier(b[0]), GMD_TIER_VRAM);
+        pattern_check(b[0], 500, "acquired mid-relocation");
+        owner_alloc_join(f, &a);
+        pattern_fill(a.buffer, 9);
+        /* The other one still comes back whole, from wherever it is. */
+        OK(gmd_acquire(f->client, b[1], 5000));
+        pattern_check(b[1], 501, "the other buffer");
+        pattern_check(a.buffer, 9, "the owner's buffer");
+        OK(gmd_free(f->other, a.buffer));
+        for (unsigned i = 0; i < 2; i++)
+                OK(gmd_free(f->client, b[i]));
+        expect_empty(f, "all freed");
+}
+
+/* A buffer freed while device 1 moves it on to host memory: the move's
+ * memory on both sides goes once its copy is over, and device 1's own
+ * allocation gets the room. */
+static void test_free_mid_relocation(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b[2];
+        owner_alloc a;
+
+        start(f, SLOW);
+        f->other = harness_client(&f->h, "owner");
+        for (unsigned i = 0; i < 2; i++) {
+                b[i] = harness_released_buffer(f->client, 8 * MiB, 600 + i);
+                harness_page_out(f->client, b[i]);
+        }
+        expect_where(f, 16 * MiB, 0, "two pageouts");
+        owner_alloc_start(&a, f->other, 56 * MiB);
+        expect_relocating(f, 8 * MiB);
+        OK(gmd_free(f->client, b[0]));
+        owner_alloc_join(f, &a);
+        harness_bring_back(f->client, b[1], 601, "the other buffer");
+        OK(gmd_free(f->other, a.buffer));
+        OK(gmd_free(f->client, b[1]));
+        expect_empty(f, "all freed");
+}
+
+/* A client that leaves with buffers on device 1, one moving on to host
+ * memory and one on its way back from device 1: everything is given
+ * back, to device 1 and to the host, once. */
+static void test_close_mid_relocation(void **state)
+{
+        fixture *f = *state;
+        gmd_client *leaver;
+        gmd_buffer *b[3];
+        owner_alloc a;
+
+        start(f, SLOW);
+        f->other = harness_client(&f->h, "owner");
+        leaver = harness_client(&f->h, "leaver");
+        for (unsigned i = 0; i < 3; i++) {
+                b[i] = harness_released_buffer(leaver, 8 * MiB, 700 + i);
+                harness_page_out(leaver, b[i]);
+        }
+        expect_where(f, 24 * MiB, 0, "three pageouts");
+        owner_alloc_start(&a, f->other, 48 * MiB);
+        expect_relocating(f, 8 * MiB);
+        OK(gmd_prefetch_nowait(leaver, b[2]));
+        harness_sleep_ms(50);
+        gmd_disconnect(leaver);
+        owner_alloc_join(f, &a);
+        OK(gmd_free(f->other, a.buffer));
+        expect_empty(f, "the client gone");
+}
+
+/* Moves to and from device 1 stopped half-way: a swap-out to it that an
+ * acquire stops, a swap-in from it that a pageout stops. Nothing of
+ * either stays counted, and the bytes are whole. */
+static void test_peer_moves_stopped(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b;
+
+        start(f, SLOW);
+        b = harness_released_buffer(f->client, 8 * MiB, 800);
+        OK(gmd_pageout_nowait(f->client, b));
+        harness_sleep_ms(100);
+        OK(gmd_acquire(f->client, b, 5000));
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
+        pattern_check(b, 800, "a swap-out to the peer stopped");
+        expect_where(f, 0, 0, "the swap-out stopped");
+        OK(gmd_release(f->client, b));
+
+        harness_page_out(f->client, b);
+        expect_where(f, 8 * MiB, 0, "out to the peer");
+        OK(gmd_prefetch_nowait(f->client, b));
+        harness_sleep_ms(100);
+        harness_page_out(f->client, b);
+        expect_where(f, 8 * MiB, 0, "a swap-in from the peer stopped");
+        harness_bring_back(f->client, b, 800, "back after all");
+        OK(gmd_free(f->client, b));
+        expect_empty(f, "freed");
+}
+
+/* gpu-memd killed (SIGKILL) while device 1 holds device 0's buffers, one
+ * of them moving on to host memory for device 1's own allocation and one
+ * on its way back from device 1: the next daemon takes them back from
+ * device 1's VRAM (kept by the keeper, [restart] keep = keeper) with
+ * their bytes, the allocation asked again is served, and every count is
+ * back to nothing once all is freed. */
+static void test_killed_mid_relocation(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b[3];
+        owner_alloc a;
+        int status;
+
+        start(f, SLOW "[restart]\nkeep = keeper\nhold_s = 30\n"
+                 "claim_timeout_s = 30\n");
+        f->other = harness_client(&f->h, "owner");
+        for (unsigned i = 0; i < 3; i++) {
+                b[i] = harness_released_buffer(f->client, 8 * MiB, 900 + i);
+                harness_page_out(f->client, b[i]);
+        }
+        expect_where(f, 24 * MiB, 0, "three pageouts");
+        owner_alloc_start(&a, f->other, 48 * MiB);
+        expect_relocating(f, 8 * MiB);
+        OK(gmd_prefetch_nowait(f->client, b[2]));
+        harness_sleep_ms(100);
+        kill(f->h.pid, SIGKILL);
+        waitpid(f->h.pid, NULL, 0);
+        f->h.pid = 0;
+        harness_start(&f->h, NULL);
+        expect_log(f, "3 of 3 buffer(s) taken back", 10000);
+        for (unsigned i = 0; i < 3; i++) {
+                OK(gmd_acquire(f->client, b[i], 5000));
+                pattern_check(b[i], 900 + i, "after the restart");
+                OK(gmd_release(f->client, b[i]));
+        }
+        owner_alloc_join(f, &a);
+        OK(gmd_free(f->other, a.buffer));
+        for (unsigned i = 0; i < 3; i++)
+                OK(gmd_free(f->client, b[i]));
+        expect_empty(f, "all freed after the restart");
+        /* SIGINT stops for good: the keeper lets go of what it held. */
+        f->client = gmd_disconnect(f->client);
+        f->other = gmd_disconnect(f->other);
+        kill(f->h.pid, SIGINT);
+        waitpid(f->h.pid, &status, 0);
+        f->h.pid = 0;
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -248,6 +531,11 @@ int main(void)
                 HARNESS_TEST(test_owner_comes_first),
                 HARNESS_TEST(test_headroom),
                 HARNESS_TEST(test_off_and_spillable),
+                HARNESS_TEST(test_acquire_mid_relocation),
+                HARNESS_TEST(test_free_mid_relocation),
+                HARNESS_TEST(test_close_mid_relocation),
+                HARNESS_TEST(test_peer_moves_stopped),
+                HARNESS_TEST(test_killed_mid_relocation),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
