@@ -73,10 +73,15 @@ uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid)
 uint64_t evict_evictable(gmd_server *server, unsigned device)
 {
         uint64_t bytes = evict_idle_bytes(server, device);
+        /* VRAM kept for other devices' swap-outs (peer.h) is released
+         * without a copy: no host room needed for it. */
+        uint64_t spare = device < GMD_MAX_DEVICES && bytes ?
+                         server->peers.spare_on[device] : 0;
         /* Kept host copies give their room to a swap-out (hostcopy.h). */
         uint64_t host = pool_free(&server->host.pool) + server->host.copy_bytes;
 
-        return bytes < host ? bytes : host;
+        bytes -= spare;
+        return (bytes < host ? bytes : host) + spare;
 }
 
 /* ---- parked buffers ---------------------------------------------------- */
