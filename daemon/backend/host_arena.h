@@ -52,9 +52,12 @@ void host_arena_init(gmd_host_arena *a, uint64_t unit, uint64_t target,
                      uint64_t limit);
 
 /* Let the arena grow: its target rises by `bytes` (a unit multiple), the
- * backend then builds the new piece as it built the first ones. Returns
- * the bytes added: 0 while pieces are still being built (a growth is under
- * way: one at a time) or when `bytes` would pass the limit. */
+ * backend then builds the new pieces as it built the first ones. Also
+ * while pieces are still being built: the target moves on and the
+ * builder keeps going, so growths asked ahead of demand chain without a
+ * gap (the caller counts target - built as room on its way, so it does
+ * not ask twice for the same need). Returns the bytes added: 0 when
+ * `bytes` is not a unit multiple or would pass the limit. */
 uint64_t host_arena_raise(gmd_host_arena *a, uint64_t bytes);
 
 /* The bytes a growth asked for `want` should add: `want` rounded up to

@@ -79,6 +79,7 @@ static const config_key config_keys[] = {
         KEY("pools", "cuda_reserve_chunks", KEY_COUNT, cuda_reserve_chunks, 4096),
         KEY("pools", "host_stock", KEY_SIZE_SPEC, host_stock, 0),
         KEY("pools", "host_stock_grow", KEY_BOOL, host_stock_grow, 0),
+        KEY("pools", "host_stock_vram", KEY_SIZE_SPEC, host_stock_vram, 0),
         KEY_ONE_OF("pools", "peer_tier", peer_tier, "auto|on|off"),
         KEY("pools", "peer_headroom", KEY_SIZE, peer_headroom, 0),
         KEY_ONE_OF("restart", "keep", restart_keep, "auto|systemd|keeper|off"),
@@ -179,6 +180,9 @@ void config_init_defaults(gmd_config *config)
         config->swap_preempt_step = 4ull << 20;
         config->swap_keep_vram = true;
         config->host_stock_grow = true;
+        /* A device's whole pool swapped out once: jobs that do not fit
+         * together take turns (ARCHITECTURE.md, decision 6). */
+        config->host_stock_vram = (gmd_size_spec){ 0, 100.0 };
         strcpy(config->peer_tier, "auto");
         config->peer_headroom = 2ull << 30;
         config->sim_devices = 1;

@@ -31,7 +31,7 @@ typedef enum gmd_log_level {
 } gmd_log_level;
 
 /* The keys config.c's table defines (checked there at compile time). */
-#define CONFIG_N_KEYS 48
+#define CONFIG_N_KEYS 49
 
 /* Where one key's value came from: a line of gmd_config.file, or the
  * `where` config_set was given (a command-line option), or neither (the
@@ -65,8 +65,11 @@ typedef struct gmd_config {
         unsigned cuda_reserve_chunks; /* ready chunks per device (cuda) */
         gmd_size_spec host_stock;     /* the host arena, pinned ahead of
                                        * swap-outs: bytes, or % of host_limit */
-        bool host_stock_grow;         /* the arena grows when swap-outs
-                                       * find it full, within host_limit */
+        bool host_stock_grow;         /* the arena grows ahead of
+                                       * swap-outs, within host_limit */
+        gmd_size_spec host_stock_vram; /* what a device's arena grows to
+                                        * once its VRAM pool fills up:
+                                        * bytes, or % of that pool */
         char peer_tier[8];            /* "auto": swap-outs go to a peer
                                        * GPU's free VRAM where its link is
                                        * faster than host memory's; "on":

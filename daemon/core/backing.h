@@ -3,8 +3,9 @@
  * bound on pinned host memory.
  *
  * Host memory is pinned in two ways: the host arenas, pinned whole at start
- * ([pools] host_stock, backend_cuda_host.c) and grown by whole pieces when
- * swap-outs find them full ([pools] host_stock_grow), and allocations of their own
+ * ([pools] host_stock, backend_cuda_host.c) and grown by whole pieces ahead
+ * of demand, before swap-outs find them full ([pools] host_stock_grow,
+ * host_stock_vram: backing_arena_grow), and allocations of their own
  * made on the spot — SPILLABLE buffers on the host tier (their owners map
  * them) and swap-outs that find the arena full. [pools] host_limit bounds
  * the two together: an allocation of its own is refused (-ENOSPC) when it
@@ -48,12 +49,36 @@ void backing_release(gmd_server *server, gmd_mem *mem);
  * allocation of its own. */
 uint64_t backing_pinned(const gmd_server *server);
 
-/* A swap-out of `size` bytes found `device`'s arena full: have the backend
- * grow it by about a piece (or `size`, when larger), pinned off the request
- * path, when [pools] host_stock_grow allows, no growth is under way and
- * host_limit keeps room beside it for this swap-out's own allocation.
- * Logs the growth; returns whether one started. */
-bool backing_arena_grow(gmd_server *server, unsigned device, uint64_t size);
+/* Why the arena grows (backing_arena_grow's log line says it). */
+typedef enum backing_growth {
+        BACKING_GROWTH_FULL,    /* a swap-out found it full */
+        BACKING_GROWTH_LOW,     /* its free part fell below the low-water
+                                 * mark: ahead of demand */
+        BACKING_GROWTH_POOL,    /* the device's VRAM pool fills up and the
+                                 * arena is smaller than [pools]
+                                 * host_stock_vram of it: ahead of demand */
+} backing_growth;
+
+/* A growth for want of room adds at most this much at a time. */
+#define BACKING_ARENA_STEP_MAX (8ull << 30)
+
+/* Grow `device`'s arena, pinned off the request path, when [pools]
+ * host_stock_grow allows and host_limit has room:
+ *   - `full`: a swap-out of `size` bytes found it full (it pins its own
+ *     copy, whose room host_limit keeps beside the growth);
+ *   - else, after a swap-out of `size` took its copy from the arena, or
+ *     (`size` 0) after VRAM was allocated on `device`: ahead of demand,
+ *     when what is free or on its way falls below the larger of a
+ *     quarter of the arena and `size`, plus the VRAM bytes waited for on
+ *     the device (swap-outs will make that room), or while the device's VRAM pool is
+ *     three quarters used and the arena is smaller than [pools]
+ *     host_stock_vram of it (then within three quarters of host_limit).
+ * A growth for want of room doubles the arena, at most
+ * BACKING_ARENA_STEP_MAX at a time; what a growth under way will add
+ * counts as room, so growths chain without overshooting. Logs the
+ * growth and why; returns whether one started. */
+bool backing_arena_grow(gmd_server *server, unsigned device, uint64_t size,
+                        bool full);
 
 /* "; host memory has no room either (...)" for the error of a SPILLABLE
  * allocation that found neither VRAM nor host memory. */

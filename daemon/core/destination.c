@@ -24,11 +24,12 @@
 
 /* A swap-out's host copy. One only the daemon holds (the owner of a
  * SWAPPABLE buffer unmaps it; a SPILLABLE one maps its host copy) comes
- * from the backend's host arena, pinned ahead of time; when the arena has
- * no room the copy gets an allocation of its own, which pins on the
- * request path, and the arena grows in the background for the next ones
- * ([pools] host_stock_grow); where it cannot, that is said once a minute,
- * with what to change. */
+ * from the backend's host arena, pinned ahead of time, which then grows
+ * in the background when what is left of it runs low, before it is full
+ * ([pools] host_stock_grow, backing_arena_grow). When the arena has no
+ * room all the same, the copy gets an allocation of its own, which pins
+ * on the request path, and the arena grows for the next ones; where it
+ * cannot, that is said once a minute, with what to change. */
 static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
                             gmd_mem **ret_mem)
 {
@@ -45,9 +46,11 @@ static int host_copy_create(gmd_server *server, const gmd_dbuffer *b,
         if (r == -ENOSPC && hostcopy_reclaim(server, b->size))
                 r = ops->mem_create_private(server->backend, b->device, b->size,
                                             ret_mem);
+        if (r == 0)
+                (void)backing_arena_grow(server, b->device, b->size, false);
         if (r != -ENOSPC)
                 return r;
-        if (backing_arena_grow(server, b->device, b->size))
+        if (backing_arena_grow(server, b->device, b->size, true))
                 return backing_create(server, GMD_TIER_HOST, b->device, b->size,
                                       true, ret_mem);
         now = now_ms();

@@ -4,8 +4,10 @@
  * ahead of time ([pools] host_stock), split in pieces a copy never
  * crosses; what does not fit gets an allocation of its own, with a
  * warning at most once a minute where the arena cannot grow; where it can
- * ([pools] host_stock_grow, the default) it grows by whole pieces, once,
- * and the next swap-outs fit, within host_limit. SPILLABLE buffers, which their owner
+ * ([pools] host_stock_grow, the default) it grows ahead of demand, when
+ * what is free falls below a low-water mark or the VRAM pool fills up
+ * ([pools] host_stock_vram), by doubling steps, so a workload swapping
+ * out more than host_stock never finds it full, and stops at host_limit. SPILLABLE buffers, which their owner
  * maps on host, never use it. [pools] host_limit bounds the arena and what
  * is pinned beside it together. Status and gpu-memctl show its size.
  *
@@ -39,6 +41,9 @@
                      "host_stock_grow = no\n[swap]\nchunk_size = 2M\n"
 #define GROWS "the host arena grows by"
 #define NO_ROOM "the host arena has no room"
+#define AHEAD "pinned in the background, ahead of demand"
+#define FOUND_FULL "swap-outs found it full"
+#define POOL_FILLS "the device's VRAM pool is filling up"
 
 typedef harness_fixture fixture;
 
@@ -402,7 +407,7 @@ static void test_arena_off(void **state)
         harness_stop(&f->h);
 }
 
-/* ---- 5. it grows when swap-outs find it full --------------------------------- */
+/* ---- 5. it grows before swap-outs find it full --------------------------------- */
 
 /* Three released 12 MiB buffers holding `seed` + i, paged out in order:
  * two fit a 32 MiB arena of 8 MiB pieces, the third finds it full. */
@@ -430,11 +435,25 @@ static void three_back(fixture *f, gmd_buffer **b, uint64_t seed,
         }
 }
 
-/* The third swap-out pins its own copy and the arena grows by 16 MiB (12
- * rounded up to whole 8 MiB pieces); the next round fits it whole, with
- * no warning and no second growth. With host_limit leaving no room for a
- * piece beside that copy (32 + 12 + 12 > 52), it does not grow and the
- * warning says so, as with the growth off. */
+/* Whether every byte out is in the arena: the host pool's bytes are
+ * what the arena hands out, none pinned on the spot. */
+static void expect_all_in_arena(fixture *f, const char *when)
+{
+        uint64_t size = 0, free_ = 0, used = host_used(f->client);
+
+        arena(f->client, &size, &free_);
+        if (used != size - free_)
+                fail_msg("%s: %llu MiB on host, %llu MiB of the arena in use: a "
+                         "swap-out pinned its own copy; log:\n%s", when,
+                         (unsigned long long)(used / MiB),
+                         (unsigned long long)((size - free_) / MiB),
+                         harness_read_log(&f->h));
+}
+
+/* The second swap-out leaves 8 MiB free, less than the 12 it served: the
+ * arena doubles to 64 MiB before anything finds it full, and the third
+ * fits; the next round fits whole, with no second growth. With host_limit
+ * 52M the growth is cut to what the limit leaves. */
 static void test_arena_grows(void **state)
 {
         fixture *f = *state;
@@ -443,15 +462,18 @@ static void test_arena_grows(void **state)
         harness_start_small(&f->h, ARENA_CONFIG);
         f->client = harness_client(&f->h, "grows");
         three_out(f, b, 300);
-        free(harness_wait_log(&f->h, GROWS " 16 MiB to 48 MiB", 2000));
-        expect_arena(f, 48 * MiB, 24 * MiB, "grown");
+        free(harness_wait_log(&f->h, GROWS " 32 MiB to 64 MiB", 2000));
+        expect_arena(f, 64 * MiB, 28 * MiB, "grown");
         assert_int_equal(host_used(f->client), 36 * MiB);
+        expect_all_in_arena(f, "grown");
+        assert_int_equal(harness_log_count(&f->h, AHEAD), 1);
+        assert_int_equal(harness_log_count(&f->h, FOUND_FULL), 0);
         expect_no_room_lines(f, 0, "grown");
         three_back(f, b, 300, "back after the growth");
-        expect_arena(f, 48 * MiB, 48 * MiB, "all back");
+        expect_arena(f, 64 * MiB, 64 * MiB, "all back");
 
         three_out(f, b, 400);
-        expect_arena(f, 48 * MiB, 12 * MiB, "all three in the grown arena");
+        expect_arena(f, 64 * MiB, 28 * MiB, "all three in the grown arena");
         assert_int_equal(harness_log_count(&f->h, GROWS), 1);
         expect_no_room_lines(f, 0, "all three in the grown arena");
         three_back(f, b, 400, "back from the grown arena");
@@ -462,17 +484,153 @@ static void test_arena_grows(void **state)
         harness_stop(&f->h);
         harness_cleanup(&f->h);
 
+        /* host_limit 52M: the growth is cut to the 20 MiB it leaves. */
         harness_start_small(&f->h, "[pools]\nhost_limit = 52M\nhost_stock = 32M\n"
                                    "[swap]\nchunk_size = 2M\n");
         f->client = harness_client(&f->h, "limited");
         memset(b, 0, sizeof(b));
         three_out(f, b, 500);
-        free(harness_wait_log(&f->h, NO_ROOM, 2000));
-        expect_arena(f, 32 * MiB, 8 * MiB, "no room to grow");
-        assert_int_equal(harness_log_count(&f->h, GROWS), 0);
-        three_back(f, b, 500, "back, not grown");
+        free(harness_wait_log(&f->h, GROWS " 20 MiB to 52 MiB", 2000));
+        expect_arena(f, 52 * MiB, 16 * MiB, "grown to host_limit");
+        expect_all_in_arena(f, "grown to host_limit");
+        expect_no_room_lines(f, 0, "grown to host_limit");
+        three_back(f, b, 500, "back from the arena at host_limit");
         for (int i = 0; i < 3; i++)
                 OK(gmd_free(f->client, b[i]));
+        harness_stop(&f->h);
+}
+
+/* ---- 6. growth keeps ahead of a workload larger than host_stock ------------- */
+
+#define N_OUT 14
+
+/* N_OUT released 4 MiB buffers paged out one by one: 56 MiB out of a 16
+ * MiB arena (pieces of 4 MiB). After each, every byte out is in the
+ * arena (none pinned on the spot, no warning) and the arena never passes
+ * host_limit; it grows ahead of demand, by doubling: 16, 32, 64, 128 MiB
+ * (the last when 12 of 64 MiB were left, under a quarter). */
+static void test_arena_keeps_ahead(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b[N_OUT] = { NULL };
+        uint64_t size = 0, free_ = 0;
+        char when[64];
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 256M\nhost_stock = 16M\n"
+                                   "host_stock_vram = 0\n[swap]\nchunk_size = 2M\n");
+        f->client = harness_client(&f->h, "ahead");
+        for (int i = 0; i < N_OUT; i++)
+                b[i] = harness_released_buffer(f->client, 4 * MiB, 600 + (uint64_t)i);
+        for (int i = 0; i < N_OUT; i++) {
+                snprintf(when, sizeof(when), "pageout %d", i);
+                harness_page_out(f->client, b[i]);
+                expect_all_in_arena(f, when);
+                arena(f->client, &size, &free_);
+                assert_true(size <= 256 * MiB);
+        }
+        expect_arena(f, 128 * MiB, 72 * MiB, "56 MiB out");
+        assert_int_equal(harness_log_count(&f->h, GROWS " 16 MiB to 32 MiB"), 1);
+        assert_int_equal(harness_log_count(&f->h, GROWS " 32 MiB to 64 MiB"), 1);
+        assert_int_equal(harness_log_count(&f->h, GROWS " 64 MiB to 128 MiB"), 1);
+        assert_int_equal(harness_log_count(&f->h, GROWS), 3);
+        assert_int_equal(harness_log_count(&f->h, AHEAD), 3);
+        assert_int_equal(harness_log_count(&f->h, FOUND_FULL), 0);
+        expect_no_room_lines(f, 0, "56 MiB out");
+        for (int i = 0; i < N_OUT; i++) {
+                snprintf(when, sizeof(when), "acquire %d", i);
+                OK(gmd_acquire(f->client, b[i], 5000));
+                pattern_check(b[i], 600 + (uint64_t)i, when);
+                OK(gmd_free(f->client, b[i]));
+        }
+        expect_arena(f, 128 * MiB, 128 * MiB, "all freed");
+        harness_stop(&f->h);
+}
+
+/* The same with host_limit 40M: the arena grows 16 -> 32 -> 40 MiB (the
+ * last step cut to what the limit leaves) and stops there; ten buffers
+ * fill it, the eleventh finds no room anywhere and is refused with an
+ * error naming host_limit; the arena never passed it. */
+static void test_arena_stops_at_limit(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b[11] = { NULL };
+        uint64_t size = 0, free_ = 0;
+        char when[64];
+        int r;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 40M\nhost_stock = 16M\n"
+                                   "host_stock_vram = 0\n[swap]\nchunk_size = 2M\n");
+        f->client = harness_client(&f->h, "limit");
+        for (int i = 0; i < 11; i++)
+                b[i] = harness_released_buffer(f->client, 4 * MiB, 700 + (uint64_t)i);
+        for (int i = 0; i < 10; i++) {
+                snprintf(when, sizeof(when), "pageout %d", i);
+                harness_page_out(f->client, b[i]);
+                expect_all_in_arena(f, when);
+                arena(f->client, &size, &free_);
+                assert_true(size <= 40 * MiB);
+        }
+        expect_arena(f, 40 * MiB, 0, "full at host_limit");
+        assert_int_equal(harness_log_count(&f->h, GROWS " 16 MiB to 32 MiB"), 1);
+        assert_int_equal(harness_log_count(&f->h, GROWS " 8 MiB to 40 MiB"), 1);
+        assert_int_equal(harness_log_count(&f->h, GROWS), 2);
+        r = gmd_pageout(f->client, b[10]);
+        if (r != GMD_ENOMEM || !strstr(gmd_last_error(), "host_limit"))
+                fail_msg("a swap-out past host_limit: gmd_pageout = %d (%s), want "
+                         "GMD_ENOMEM naming host_limit", r, gmd_last_error());
+        OK(gmd_wait(f->client, b[10], 5000));
+        assert_int_equal(gmd_buffer_tier(b[10]), GMD_TIER_VRAM);
+        expect_arena(f, 40 * MiB, 0, "after the refusal");
+        assert_int_equal(harness_log_count(&f->h, GROWS), 2);
+        for (int i = 0; i < 11; i++) {
+                snprintf(when, sizeof(when), "acquire %d", i);
+                OK(gmd_acquire(f->client, b[i], 5000));
+                pattern_check(b[i], 700 + (uint64_t)i, when);
+                OK(gmd_free(f->client, b[i]));
+        }
+        harness_stop(&f->h);
+}
+
+/* [pools] host_stock_vram (100% of the pool by default): once the VRAM
+ * pool is three quarters used, the arena grows to the pool's size before
+ * any swap-out, within three quarters of host_limit. */
+static void test_arena_sized_from_pool(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *pin = NULL;
+        gmd_pool_status vram;
+        uint64_t want;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 256M\nhost_stock = 16M\n"
+                                   "[swap]\nchunk_size = 2M\n");
+        f->client = harness_client(&f->h, "pool");
+        vram = harness_vram_pool(f->client, 0);
+        want = (vram.capacity + 4 * MiB - 1) / (4 * MiB) * (4 * MiB);
+        OK(gmd_alloc(f->client, vram.capacity / 2, 0, GMD_ALLOC_PIN_VRAM,
+                     GMD_NO_WAIT, &pin));
+        expect_arena(f, 16 * MiB, 16 * MiB, "half the pool used");
+        OK(gmd_free(f->client, pin));
+        OK(gmd_alloc(f->client, vram.capacity / 8 * 7, 0, GMD_ALLOC_PIN_VRAM,
+                     GMD_NO_WAIT, &pin));
+        free(harness_wait_log(&f->h, POOL_FILLS, 2000));
+        expect_arena(f, want, want, "seven eighths of the pool used");
+        assert_int_equal(harness_log_count(&f->h, GROWS), 1);
+        OK(gmd_free(f->client, pin));
+        gmd_disconnect(f->client);
+        f->client = NULL;
+        harness_stop(&f->h);
+        harness_cleanup(&f->h);
+
+        /* Within three quarters of host_limit: 36 of 48M. */
+        harness_start_small(&f->h, "[pools]\nhost_limit = 48M\nhost_stock = 16M\n"
+                                   "[swap]\nchunk_size = 2M\n");
+        f->client = harness_client(&f->h, "capped");
+        vram = harness_vram_pool(f->client, 0);
+        OK(gmd_alloc(f->client, vram.capacity / 8 * 7, 0, GMD_ALLOC_PIN_VRAM,
+                     GMD_NO_WAIT, &pin));
+        free(harness_wait_log(&f->h, POOL_FILLS, 2000));
+        expect_arena(f, 36 * MiB, 36 * MiB, "capped by host_limit");
+        OK(gmd_free(f->client, pin));
         harness_stop(&f->h);
 }
 
@@ -484,6 +642,9 @@ int main(void)
                 HARNESS_TEST(test_host_limit_bounds_pinned),
                 HARNESS_TEST(test_arena_off),
                 HARNESS_TEST(test_arena_grows),
+                HARNESS_TEST(test_arena_keeps_ahead),
+                HARNESS_TEST(test_arena_stops_at_limit),
+                HARNESS_TEST(test_arena_sized_from_pool),
         };
 
         /* Freed buffers must go back at once for the figures checked here,

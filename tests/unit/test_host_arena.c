@@ -64,23 +64,28 @@ static void test_raise(void **state)
         host_arena_init(&a, U, 8 * U, 20 * U);
         host_arena_info(&a, &info);
         assert_int_equal(info.limit, 20 * U);
-        /* Not while the first pieces are still being built. */
+        /* Also while the first pieces are still being built: the target
+         * moves on and the builder keeps going. */
         assert_int_equal(host_arena_add(&a, 0, 4 * U), 0);
-        assert_int_equal(host_arena_raise(&a, 4 * U), 0);
+        assert_int_equal(host_arena_raise(&a, 4 * U), 4 * U);
         assert_int_equal(host_arena_add(&a, 4 * U, 4 * U), 0);
+        host_arena_info(&a, &info);
+        assert_int_equal(info.target, 12 * U);
+        assert_int_equal(info.built, 8 * U);
         /* Off the unit, or past the limit: nothing. */
         assert_int_equal(host_arena_raise(&a, U / 2), 0);
-        assert_int_equal(host_arena_raise(&a, 13 * U), 0);
+        assert_int_equal(host_arena_raise(&a, 9 * U), 0);
         assert_int_equal(host_arena_raise(&a, 0), 0);
-        assert_int_equal(host_arena_raise(&a, 8 * U), 8 * U);
-        host_arena_info(&a, &info);
-        assert_int_equal(info.target, 16 * U);
-        assert_int_equal(info.built, 8 * U);
-        /* One growth at a time: the next waits for this one's piece. */
-        assert_int_equal(host_arena_raise(&a, 4 * U), 0);
-        assert_int_equal(host_arena_add(&a, 8 * U, 8 * U), 0);
+        /* Growths chain: two asked before either is built. */
         assert_int_equal(host_arena_raise(&a, 4 * U), 4 * U);
-        assert_int_equal(host_arena_add(&a, 16 * U, 4 * U), 0);
+        assert_int_equal(host_arena_raise(&a, 2 * U), 2 * U);
+        host_arena_info(&a, &info);
+        assert_int_equal(info.target, 18 * U);
+        assert_int_equal(info.built, 8 * U);
+        assert_int_equal(host_arena_add(&a, 8 * U, 8 * U), 0);
+        assert_int_equal(host_arena_add(&a, 16 * U, 2 * U), 0);
+        assert_int_equal(host_arena_raise(&a, 2 * U), 2 * U);
+        assert_int_equal(host_arena_add(&a, 18 * U, 2 * U), 0);
         /* At the limit. */
         assert_int_equal(host_arena_raise(&a, U), 0);
         /* A growth's size: whole pieces, cut to `most` in whole units,
