@@ -254,11 +254,43 @@ static int socket_create(const gmd_config *config, int *ret_fd)
         return 0;
 }
 
+/*
+ * Grow the daemon's fd table now to what it may use (its open-file
+ * limit, at most FD_TABLE_PRESIZE), once, before any client. The kernel
+ * grows a process's table by doubling, and in a process with threads
+ * (the sim copier's, the cuda backend's) each growth waits for an RCU
+ * grace period (expand_fdtable: synchronize_rcu) on the loop thread: a
+ * client whose buffers took the daemon past 512, 1024, ... 16384 fds
+ * stopped the loop 6-13 ms each time, with ~30 us of CPU (the load
+ * test's fd flood, sim, 2 CPUs; BENCHMARKS.md). A table never shrinks:
+ * after one growth here, none is met below the bound. Best effort.
+ */
+#define FD_TABLE_PRESIZE 65536
+
+static void listener_grow_fd_table(void)
+{
+        struct rlimit rl;
+        rlim_t top = FD_TABLE_PRESIZE;
+        int fd, high;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < top)
+                top = rl.rlim_cur;
+        fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        /* The lowest free fd from top - 1 up: the table grows to hold it. */
+        high = top > 1 ? fcntl(fd, F_DUPFD_CLOEXEC, (int)(top - 1)) : -1;
+        if (high >= 0)
+                close(high);
+        close(fd);
+}
+
 int listener_start(gmd_listener *l, int fd)
 {
         gmd_server *server = l->server;
         int r;
 
+        listener_grow_fd_table();
         if (fd >= 0) {
                 l->fd = fd;
                 l->fd_owned = false;
