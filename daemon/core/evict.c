@@ -23,6 +23,7 @@
 #include "reuse.h"
 #include "server.h"
 #include "session.h"
+#include "size.h"
 #include "slice.h"
 #include "stuck.h"
 #include "timeutil.h"
@@ -417,6 +418,50 @@ static void slice_pass(gmd_server *server, unsigned device, uint64_t now)
                  session_describe(cur->pid == first->pid ? first : other, who,
                                   sizeof(who)),
                  cur->priority);
+}
+
+/* `device` needs `need` bytes of room: what the peer tier holds there goes
+ * first (peer.h): its spares released, then other devices' buffers moved
+ * on to host memory, the oldest first, until `need` bytes are on their
+ * way. Returns the bytes freed or on their way. */
+static uint64_t peer_make_room(gmd_server *server, unsigned device,
+                               uint64_t need)
+{
+        uint64_t started = peer_drop_spares_on(server, device);
+        gmd_list *pos, *next;
+
+        if (started >= need || device >= GMD_MAX_DEVICES ||
+            !server->peers.held_on[device])
+                return started;
+        list_for_each_safe(pos, next, &server->buffers.all) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
+                int r;
+
+                if (started >= need)
+                        break;
+                if (!peer_relocatable(b, device))
+                        continue;
+                r = move_relocate_start(server, b);
+                if (r < 0) {
+                        log_info("peer tier: cannot move buffer %llu off "
+                                 "device %u to host memory: %s",
+                                 (unsigned long long)b->id, device,
+                                 r == -ENOSPC ? "host memory is full "
+                                 "([pools] host_limit)" : strerror(-r));
+                        break;
+                }
+                started += b->size;
+                server->peers.relocated++;
+        }
+        if (started) {
+                char s[32];
+
+                size_format(started, s, sizeof(s));
+                log_info("peer tier: device %u needs room: moving %s of "
+                         "other devices' buffers on to host memory", device,
+                         s);
+        }
+        return started;
 }
 
 static void evict_device(gmd_server *server, unsigned device, uint64_t need,

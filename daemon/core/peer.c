@@ -9,7 +9,6 @@
 #include "backing.h"
 #include "buffer.h"
 #include "log.h"
-#include "move.h"
 #include "pending.h"
 #include "placement.h"
 #include "server.h"
@@ -248,47 +247,15 @@ granted:
         return 0;
 }
 
-uint64_t peer_make_room(gmd_server *server, unsigned device, uint64_t need)
+uint64_t peer_drop_spares_on(gmd_server *server, unsigned device)
 {
-        uint64_t started = 0;
-        gmd_list *pos, *next;
+        return device < GMD_MAX_DEVICES ? drop_spares(server, device) : 0;
+}
 
-        if (device >= GMD_MAX_DEVICES)
-                return 0;
-        /* Spares first: room at once, nothing to copy. */
-        started = drop_spares(server, device);
-        if (started >= need || !server->peers.held_on[device])
-                return started;
-        /* Oldest buffers first; only what rests there: not one on its way
-         * back (its swap-in reads it) or asked for. */
-        list_for_each_safe(pos, next, &server->buffers.all) {
-                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
-                int r;
-
-                if (started >= need)
-                        break;
-                if (!peer_holds(b) || b->mem->device != device || b->move ||
-                    b->move_waiter || b->acquirer || b->owner->closing)
-                        continue;
-                r = move_relocate_start(server, b);
-                if (r < 0) {
-                        log_info("peer tier: cannot move buffer %llu off "
-                                 "device %u to host memory: %s",
-                                 (unsigned long long)b->id, device,
-                                 r == -ENOSPC ? "host memory is full "
-                                 "([pools] host_limit)" : strerror(-r));
-                        break;
-                }
-                started += b->size;
-                server->peers.relocated++;
-        }
-        if (started) {
-                char s[32];
-
-                size_format(started, s, sizeof(s));
-                log_info("peer tier: device %u needs room: moving %s of "
-                         "other devices' buffers on to host memory", device,
-                         s);
-        }
-        return started;
+bool peer_relocatable(const gmd_dbuffer *b, unsigned device)
+{
+        /* Only what rests there: not one on its way back (its swap-in
+         * reads it) or asked for, nor a leaving client's. */
+        return peer_holds(b) && b->mem->device == device && !b->move &&
+               !b->move_waiter && !b->acquirer && !b->owner->closing;
 }

@@ -15,7 +15,7 @@
  *    pool keeps [pools] peer_headroom free beside the buffer;
  *  - when the peer needs room, what the peer tier holds there is the
  *    first thing evicted: its spares released, then its buffers moved on
- *    to host memory (peer_make_room: a relocation, a move its owner
+ *    to host memory (evict.c's peer_make_room: a relocation, a move its owner
  *    never hears of, move_relocate_start);
  *  - those bytes are nobody's on the peer: its users' quotas and
  *    per-client counts never see them (the owner's count them as out).
@@ -54,7 +54,7 @@ typedef struct gmd_peers {
          * of that size (peer_keep): creating, exporting, mapping it and
          * granting access costs ~1.4 ms for 64 MiB on an H100, eight
          * times the copy over NVLink. Paid for in the holder's pool, the
-         * first room its clients get back (peer_make_room). */
+         * first room its clients get back (evict.c's peer_make_room). */
         gmd_mem *spare[GMD_MAX_DEVICES][PEER_SPARES];
         uint64_t spare_on[GMD_MAX_DEVICES];
         /* Per holder: peer VRAM of moves whose buffer was freed while
@@ -81,11 +81,15 @@ int peer_destination(gmd_server *server, const gmd_dbuffer *b,
  * backing.c). */
 void peer_count(gmd_server *server, gmd_mem *mem, unsigned home, int sign);
 
-/* `device` needs `need` bytes of room: start moving what the peer tier
- * holds there to host memory, the least recently placed first, until
- * `need` bytes are on their way (relocations under way count). Returns
- * the bytes on their way. */
-uint64_t peer_make_room(gmd_server *server, unsigned device, uint64_t need);
+/* Release `device`'s spares: the bytes given back (room at once, the
+ * wait queue marked to be served). The first step of making room there
+ * (evict.c); the next moves what the tier holds there on to host memory,
+ * buffer by buffer, those peer_relocatable says may go. */
+uint64_t peer_drop_spares_on(gmd_server *server, unsigned device);
+
+/* May `b`, held in `device`'s VRAM by the peer tier, be moved on to host
+ * memory now (move_relocate_start)? */
+bool peer_relocatable(const gmd_dbuffer *b, unsigned device);
 
 /* `mem`, the peer VRAM a buffer just came back from, kept for the next
  * swap-out of its size: true, or false when it is not wanted (the holder
