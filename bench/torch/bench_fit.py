@@ -18,11 +18,13 @@ OutOfMemoryError past it):
   fit-recompute gpumem.torch.fit(model, optimizer, budget=...,
                 offload=False): keep or recompute, planned per part of
                 each layer (attention, MLP, norms), no daemon
-  fit           gpumem.torch.fit(model, optimizer, budget=...) over a
-                gpu-memd (cuda backend) that holds its offloaded
-                activations: its VRAM pool (--fit-daemon-share of the
-                budget, 0.25 by default) is taken off fit's PyTorch cap, so fit's PyTorch
-                and the daemon together hold the budget
+  fit           gpumem.torch.fit(model, optimizer, budget=...) with a
+                gpu-memd (cuda backend, a VRAM pool of --fit-daemon-vram,
+                256 MiB) whose host pool takes the offloaded activations
+                (SPILLABLE buffers on the host tier)
+  fit-peer      the same with offload="peer": the activations go to the
+                other GPU's VRAM (two GPUs or more; over NVLink where they
+                have it)
 
 Every method's losses (float hex) are compared with the plain run's:
 bit-identical under torch.use_deterministic_algorithms(True).
@@ -49,7 +51,7 @@ from common import (Daemon, child_env, run_for_result,  # noqa: E402
 
 GiB = 1 << 30
 METHODS = ("plain", "checkpoint", "ckpt+cpu", "save_on_cpu", "fit-recompute",
-           "fit")
+           "fit", "fit-peer")
 
 
 def model_config(name, quick):
@@ -91,11 +93,12 @@ def child(args):
     if method in ("ckpt+cpu", "save_on_cpu"):
         def scope():
             return torch.autograd.graph.save_on_cpu(pin_memory=True)
-    if method == "fit":
+    if method in ("fit", "fit-peer"):
         import gpumem
         import gpumem.torch as gt
         client = gpumem.Client(name="bench_fit")
-        fitter = gt.fit(model, opt, budget=cap, client=client)
+        fitter = gt.fit(model, opt, budget=cap, client=client,
+                        offload="peer" if method == "fit-peer" else True)
     elif method == "fit-recompute":
         import gpumem.torch as gt
         fitter = gt.fit(model, opt, budget=cap, offload=False)
@@ -131,8 +134,9 @@ def child(args):
         result["plans"] = [p.summary() for p in fitter.history]
         result["plan"] = fitter.plan.to_dict() if fitter.plan else None
         result["profiles"] = [vars(p) for p in fitter.profiles()]
-        if fitter.offloader is not None:
-            result["offload_stats"] = dict(fitter.offloader.stats)
+        if fitter.stash is not None:
+            result["stash_stats"] = dict(fitter.stash.stats)
+            result["link"] = list(fitter._link())
     return result
 
 
@@ -180,9 +184,10 @@ def main():
     ap.add_argument("--shares", default="0.5,0.25",
                     help="budgets as shares of the plain run's peak")
     ap.add_argument("--methods", default=",".join(METHODS[1:]))
-    ap.add_argument("--fit-daemon-share", type=float, default=0.25,
-                    help="share of the budget fit's gpu-memd holds (where "
-                    "offloaded activations come back into)")
+    ap.add_argument("--fit-daemon-vram", default="256M",
+                    help="fit's gpu-memd VRAM pool (its slabs rest on the "
+                    "host pool; this is what the daemon may hold on the "
+                    "GPU besides)")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--quick", action="store_true")
@@ -210,9 +215,9 @@ def main():
                 for method in opts.methods.split(","):
                     args = dict(base, method=method, cap=budget)
                     vram = None
-                    if method == "fit":
-                        vram = int(opts.fit_daemon_share * budget)
-                        args["cap"] = budget - vram
+                    if method.startswith("fit") and method != \
+                            "fit-recompute":
+                        vram = opts.fit_daemon_vram
                     r = runs[method] = run(opts.build, log, args, vram)
                     print(f"  {share} ({budget / GiB:.2f} GiB) "
                           f"{method:12s} {describe(r, plain)}", flush=True)

@@ -1,11 +1,17 @@
 """test_fit — gpumem.torch.fit and its planner.
   Planner   (no torch, no daemon) everything that fits is kept; a plan
             frees what the room needs; offloads go to the early blocks
-            when the link hides them and not when it does not, nor when
-            a block is larger than the daemon's room for it; never
+            when the link hides them and not when it does not; never
             predicted dearer than checkpointing, over random profiles;
             recompute only when offload is off; a room too short says so;
-            the link simulation's waits on hand-checked cases
+            the link simulation's waits on hand-checked cases (the
+            stash's order: one block ahead, after its own copy out)
+  Stash     (torch, CPU) saved tensors into slabs and back, byte for byte;
+            small, non-contiguous and other-device tensors left as they
+            are; a second pass reuses the first pass's slabs; a tensor
+            larger than a slab gets one of its own; host slabs from the
+            daemon's pool (SPILLABLE buffers on the host tier) and, with
+            no daemon, of the process's own
   Fit       training with dropout and AdamW under fit on the sim backend
             (CPU tensors over sim buffers): losses and every parameter
             bit-identical to plain training for every mode forced on every
@@ -17,7 +23,8 @@
             planner name is refused before it is sent;
             by default a layer is planned by its parts (attention, MLP),
             in the order the forward pass runs them, and a planned mix of
-            them trains bit-identically
+            them trains bit-identically; offload=False plans keep and
+            recompute only; a bad offload= is refused with what to pass
 Skips the Fit cases with one SKIP: line where torch is missing.
 """
 import os
@@ -52,9 +59,8 @@ class Planner(unittest.TestCase):
         bs = blocks(8)
         for room in (700 * MiB, 400 * MiB, 100 * MiB):
             plan = planner.make_plan(bs, room, 5e9, 5e9)
-            held = sum(b.saved_bytes if m == KEEP else
-                       b.input_bytes if m == RECOMPUTE else 0
-                       for b, m in zip(bs, plan.modes))
+            held = planner.held_bytes(bs, plan.modes, 5e9)
+            self.assertEqual(held, plan.held_bytes)
             self.assertLessEqual(held, room, plan.summary())
 
     def test_fast_link_offloads_early_blocks(self):
@@ -69,21 +75,46 @@ class Planner(unittest.TestCase):
         self.assertLess(plan.cost_s, 0.001)
 
     def test_slow_link_recomputes(self):
-        # 100 MiB at 1 GB/s: 105 ms a block against 10 ms of recompute
-        plan = planner.make_plan(blocks(8), 500 * MiB, 1e9, 1e9)
+        # 100 MiB at 0.3 GB/s: 350 ms a block each way against 10 ms of
+        # recompute and 240 ms of step
+        plan = planner.make_plan(blocks(8), 500 * MiB, 0.3e9, 0.3e9)
         self.assertEqual(plan.count(RECOMPUTE), 4, plan.summary())
         self.assertEqual(plan.count(OFFLOAD), 0, plan.summary())
         self.assertAlmostEqual(plan.cost_s, 0.04)
+        # at 1 GB/s (105 ms) the first block's copies hide behind the
+        # other seven's forward and backward passes (70 + 140 ms); the
+        # second's would not
+        plan = planner.make_plan(blocks(8), 500 * MiB, 1e9, 1e9)
+        self.assertEqual(plan.modes[0], OFFLOAD, plan.summary())
+        self.assertEqual(plan.count(OFFLOAD), 1, plan.summary())
+        self.assertEqual(plan.count(RECOMPUTE), 3, plan.summary())
+        self.assertAlmostEqual(plan.cost_s, 0.03)
 
-    def test_offload_most(self):
-        # blocks larger than the daemon's room for one coming back are
-        # recomputed instead
-        plan = planner.make_plan(blocks(8), 500 * MiB, 50e9, 50e9,
-                                 offload_most=50 * MiB)
-        self.assertEqual(plan.count(OFFLOAD), 0)
-        plan = planner.make_plan(blocks(8), 500 * MiB, 50e9, 50e9,
-                                 offload_most=100 * MiB)
-        self.assertGreater(plan.count(OFFLOAD), 0)
+    def test_copies_out_not_over_are_held(self):
+        # 100 MiB a block at 5 GB/s: 21 ms a copy against 10 ms of forward;
+        # when the forward pass ends the copies of the later offloaded
+        # blocks are still going and their bytes still in VRAM
+        bs = blocks(4, inputs=0)
+        everything = planner.held_bytes(bs, [OFFLOAD] * 4, 5e9)
+        self.assertGreater(everything, 200 * MiB)
+        self.assertLess(everything, 400 * MiB)
+        # however fast the link, the last block's copy starts as the
+        # forward pass ends: its bytes are there at the peak all the same
+        fast = planner.held_bytes(bs, [OFFLOAD] * 3 + [KEEP], 1e15)
+        self.assertEqual(fast, 100 * MiB)
+        self.assertAlmostEqual(planner.held_bytes(bs, [OFFLOAD] * 4, 1e15),
+                               100 * MiB, delta=1)
+        for room in (0, 100 * MiB, 200 * MiB):
+            plan = planner.make_plan(bs, room, 5e9, 5e9)
+            self.assertLessEqual(plan.held_bytes, room, plan.summary())
+            self.assertEqual(plan.held_bytes,
+                             planner.held_bytes(bs, plan.modes, 5e9))
+        self.assertIn(RECOMPUTE, planner.make_plan(bs, 0, 5e9, 5e9).modes)
+
+    def test_timing_plan(self):
+        plan = planner.timing_plan(blocks(3), 0)
+        self.assertEqual(plan.modes, [RECOMPUTE] * 3)
+        self.assertIn("timing", plan.reason)
 
     def test_offload_off(self):
         plan = planner.make_plan(blocks(8), 500 * MiB, 50e9, 50e9,
@@ -126,6 +157,17 @@ class Planner(unittest.TestCase):
         # at 250 B/s block 0 takes 4 s each way: 3 s past the forward,
         # 2 s past block 1's backward
         self.assertEqual(planner.simulate_link(bs, {0}, 250, 250), 5.0)
+        # three blocks, the first two offloaded at 1000 B/s: block 1 comes
+        # back from the forward's end (out over at 3 s, in at 4 s) while
+        # block 2's backward runs (3-5 s); block 0's copy back starts when
+        # block 1's backward does (5 s) and is in at 6 s, before block 1's
+        # backward ends (7 s): nothing waits
+        bs = blocks(3, saved=1000, forward_s=1.0)
+        self.assertEqual(planner.simulate_link(bs, {0, 1}, 1000, 1000), 0.0)
+        # at 500 B/s: block 0 out 1-3 s, block 1 out 3-5 s; block 1 back
+        # 5-7 s: block 1 waits 2 s after block 2's backward (3-5); block
+        # 0 back 7-9 s, block 1's backward 7-9 s: no more waiting
+        self.assertEqual(planner.simulate_link(bs, {0, 1}, 500, 500), 2.0)
 
     def test_summary_and_dict(self):
         plan = planner.make_plan(blocks(4), 200 * MiB, 50e9, 50e9)
@@ -232,6 +274,70 @@ def train(model, steps=4, fitter_modes=None, fitter=None):
 
 
 @unittest.skipIf(torch is None, "torch not installed")
+class Stash(DaemonTest):
+    CONFIG = CONFIG
+
+    def make(self, client, slab_bytes=4 * MiB):
+        from gpumem import stash
+        cpu = torch.device("cpu")
+        return stash.Stash(cpu, stash.HostSlabs(cpu, client),
+                           min_bytes=64 << 10, slab_bytes=slab_bytes)
+
+    def round_trip(self, st, tensors):
+        st.begin_pass()
+        packed = [st.pack(t, b) for b, t in enumerate(tensors)]
+        st.end_forward()
+        back = [st.unpack(p) for p in reversed(packed)][::-1]
+        return packed, back
+
+    def check(self, client):
+        st = self.make(client)
+        g = torch.Generator().manual_seed(3)
+        tensors = [torch.randn(256, 256, generator=g),          # 256 KiB
+                   torch.randint(0, 9, (1 << 20,), dtype=torch.uint8,
+                                 generator=g),                   # 1 MiB
+                   torch.randn(3 << 20, generator=g).to(torch.bfloat16),
+                   torch.randn(2, 3, generator=g),               # small
+                   torch.randn(512, 512, generator=g).t(),       # strided
+                   torch.randn(5 << 20, generator=g)]            # > slab
+        packed, back = self.round_trip(st, tensors)
+        for i, (t, p, b) in enumerate(zip(tensors, packed, back)):
+            stashed = i not in (3, 4)
+            self.assertEqual(p is not t, stashed, i)
+            self.assertTrue(torch.equal(t, b), i)
+            self.assertEqual((t.dtype, t.shape), (b.dtype, b.shape))
+            if stashed:     # a copy, not the tensor kept
+                self.assertNotEqual(b.data_ptr(), t.data_ptr())
+        self.assertEqual(st.stats["tensors"], 4)
+        slabs = st.stats["slabs"]
+        self.assertGreaterEqual(slabs, 2)       # the 20 MiB one its own
+        # a second pass, other values, same shapes: no new slab
+        tensors = [t.clone().fill_(7) if t.is_floating_point() else t
+                   for t in tensors]
+        _, back = self.round_trip(st, tensors)
+        for t, b in zip(tensors, back):
+            self.assertTrue(torch.equal(t, b))
+        self.assertEqual(st.stats["slabs"], slabs)
+        out, into = st.measure(1 << 20)
+        self.assertGreater(out, 0)
+        self.assertGreater(into, 0)
+        return st
+
+    def test_daemon_host_slabs(self):
+        st = self.check(self.client)
+        tiers = {b.tier for b in st.slabs.buffers}
+        self.assertEqual(tiers, {"host"}, "slabs rest on host memory")
+        mine = [b for b in self.client.status("buffers").buffers
+                if b.tier == "host"]
+        self.assertGreaterEqual(len(mine), len(st.slabs.buffers))
+        st.close()
+        self.assertEqual(st.slabs.buffers, [])
+
+    def test_own_slabs(self):
+        self.check(None).close()
+
+
+@unittest.skipIf(torch is None, "torch not installed")
 class Fit(DaemonTest):
     CONFIG = CONFIG
 
@@ -255,7 +361,10 @@ class Fit(DaemonTest):
                                    fitter=fitter)
             self.check_same(losses, params, mode)
             if mode == OFFLOAD:
-                self.assertGreater(fitter.offloader.stats["offloaded"], 0)
+                self.assertGreater(fitter.stash.stats["tensors"], 0)
+                self.assertEqual(fitter.stash.stats["on_demand"] +
+                                 fitter.stash.stats["prefetched"],
+                                 fitter.stash.stats["tensors"])
             fitter.remove()
 
     def test_profile_and_planned_mix(self):
@@ -362,11 +471,17 @@ class Fit(DaemonTest):
             self.assertTrue(torch.equal(a, b), fitter.plan.summary())
         fitter.remove()
 
-    def test_no_daemon_means_no_offload(self):
+    def test_offload_off(self):
         model = Net()
         fitter = gt.fit(model, client=self.client, offload=False)
-        self.assertIsNone(fitter.offloader)
+        self.assertIsNone(fitter.stash)
         fitter.remove()
+
+    def test_bad_offload(self):
+        for bad in ("peer", "cpu", "disk"):
+            with self.assertRaises(ValueError) as e:
+                gt.fit(Net(), client=self.client, offload=bad)
+            self.assertIn("offload=", str(e.exception))
 
     def test_bad_budget(self):
         with self.assertRaises(ValueError):

@@ -8,9 +8,10 @@
 fit() finds the model's blocks (the parts of each layer of its largest
 nn.ModuleList, units_of; or `blocks`) and decides, for each, what happens to the activations autograd saves in
 it between the forward and the backward pass: kept in VRAM, recomputed in
-the backward pass (checkpointing) or offloaded to gpu-memd buffers that
-are paged out to host memory and prefetched back (planner.py says how it
-chooses). The results are those of plain training: recomputing runs the
+the backward pass (checkpointing) or offloaded: copied on a stream of its
+own into pinned host memory of gpu-memd's pool (or another GPU's VRAM,
+offload="peer") and brought back one block ahead of the backward pass
+(stash.py; planner.py says how it chooses). The results are those of plain training: recomputing runs the
 same kernels on the same inputs with the random state restored
 (torch.utils.checkpoint), offloading copies bytes; under
 torch.use_deterministic_algorithms(True) losses and gradients are
@@ -19,9 +20,12 @@ bit-identical.
 Measured, not guessed. The first forward pass after fit() is a profiling
 pass: every block's saved tensors go to host memory as they are saved
 (the pass fits any budget that holds the weights and one block's working
-memory) and are counted; the step's peak VRAM (torch.cuda) then tells the
-memory the step needs besides the activations. Each later step times its
-blocks' forward passes (CUDA events, no host synchronization: read at the
+memory) and are counted; the link the offloads cross is timed once with
+a 64 MiB copy each way; the step's peak VRAM (torch.cuda) then tells the
+memory the step needs besides the activations. The second step
+recomputes every block (planner.timing_plan), which times each block's
+forward pass alone (the profiling pass's times include its copies). Each
+later step times its blocks' forward passes (CUDA events, no host synchronization: read at the
 next step) and re-plans when the times or the budget moved by more than
 REPLAN_CHANGE; the budget is read each step (torch.cuda.mem_get_info, which
 under gpumem.torch.enable() reports the daemon's pool, plus what PyTorch
@@ -30,7 +34,7 @@ the plan follows at the next step. `fitter.plan` is the plan in force,
 `fitter.plan.summary()` says it in a line, `fitter.history` every plan.
 
 Where no gpu-memd is reachable (or its backend does not serve the model's
-tensors), nothing is offloaded: the plan keeps and recomputes only.
+tensors), host offloads go to pinned memory of the process's own.
 """
 import contextlib
 import math
@@ -44,9 +48,7 @@ PLANNER_NAME = "fit"     # the planner's name in gpu-memctl status
 REPLAN_CHANGE = 0.1      # a plan is redone when room or times move by this
 MARGIN = 0.05            # of the budget, left for fragmentation
 OFFLOAD_MIN_BYTES = 1 << 20
-# An offloaded block's saved tensors come back together into the daemon's
-# VRAM pool, beside the prefetch of the next: each at most this share of it
-STAGING_SHARE = 3
+LINK_PROBE_BYTES = 64 << 20  # the copy each way that times the link
 
 
 def _tensors(value):
@@ -87,16 +89,11 @@ class Fitter:
                       for m in self.blocks]
         self.device = self._device(model)
         self.cuda = self.device.type == "cuda"
-        # with an offloader: the daemon's number of the model's device, and
-        # the most bytes one offloaded block may bring back (also the
-        # lead): a share of that device's VRAM pool (None: no bound)
-        self._daemon_device = 0
-        self._unit_most = None
-        self.offloader = self._offloader(client) if offload else None
-        # where each plan is reported for gpu-memctl status: the client
-        # given, else the offloader's (none is made just to report)
-        self._report_to = client or (self.offloader.client
-                                     if self.offloader is not None else None)
+        self.client = self._client(client)
+        self.stash = self._stash(offload) if offload else None
+        self._link_rates = None     # (out, in) bytes/s, timed once
+        # where each plan is reported for gpu-memctl status
+        self._report_to = self.client
         self.plan = None
         self.history = []
         self.modes = [None] * len(self.blocks)   # None: profiling
@@ -130,31 +127,58 @@ class Fitter:
             return p.device
         return torch.device("cpu")
 
-    def _offloader(self, client):
-        """An Offloader on the daemon, or None where none can serve the
-        model's tensors (no daemon, a cuda model on the sim backend)."""
+    def _client(self, client):
+        """The gpu-memd client offloads and reports go to, or None where
+        none serves the model's tensors (no daemon, a cuda model on the
+        sim backend, a CPU model on cuda)."""
         from . import current_client
         from .errors import GpumemError
-        from .offload import Offloader
         try:
             client = client or current_client()
         except GpumemError:
             return None
-        cuda_backend = client.backend != "sim"
-        if cuda_backend != (self.device.type == "cuda"):
+        if (client.backend != "sim") != (self.device.type == "cuda"):
             return None
-        # the daemon's VRAM pool is where offloaded tensors come back
-        # into: a block's worth and the prefetch of the next must fit it
-        from . import lead as _lead
-        index = self.device.index or 0
-        if self.cuda:       # this process's ordinal: the daemon's device
-            from ._torchdev import daemon_device
-            index = daemon_device(client, index)
-        self._daemon_device = index
-        staging = _lead.vram_capacity(client, index)
-        self._unit_most = staging // STAGING_SHARE if staging else None
-        return Offloader(client, min_bytes=OFFLOAD_MIN_BYTES,
-                         lead=self._unit_most)
+        return client
+
+    def _stash(self, offload):
+        """Where offloaded activations go: offload=True or "host": host
+        memory (gpu-memd's pool, else pinned memory of this process);
+        "peer" or a torch.device: another GPU's VRAM."""
+        from . import stash as _st
+        torch = self._torch
+        if offload is True or offload == "host":
+            daemon_device = 0
+            if self.client is not None and self.cuda:
+                from ._torchdev import daemon_device as _dd
+                daemon_device = _dd(self.client, self.device.index or 0)
+            slabs = _st.HostSlabs(self.device, self.client, daemon_device)
+        else:
+            peer = self._peer(offload)
+            slabs = _st.PeerSlabs(peer)
+        return _st.Stash(self.device, slabs, min_bytes=OFFLOAD_MIN_BYTES)
+
+    def _peer(self, offload):
+        torch = self._torch
+        if offload == "peer":
+            if not self.cuda:
+                raise ValueError("offload='peer': the model is not on a GPU")
+            mine = self.device.index or 0
+            for i in range(torch.cuda.device_count()):
+                if i != mine and torch.cuda.can_device_access_peer(mine, i):
+                    return torch.device("cuda", i)
+            raise ValueError(
+                f"offload='peer': no other GPU that cuda:{mine} reaches "
+                f"directly among the {torch.cuda.device_count()} this "
+                "process sees (CUDA_VISIBLE_DEVICES); use offload='host'")
+        try:
+            peer = torch.device(offload)
+        except (RuntimeError, TypeError):
+            peer = None
+        if peer is None or peer.type != "cuda" or peer == self.device:
+            raise ValueError(f"offload={offload!r}: True, False, 'host', "
+                             "'peer' or another GPU (e.g. 'cuda:1')")
+        return peer
 
     # ---- the blocks' forward ----------------------------------------------
 
@@ -173,7 +197,8 @@ class Fitter:
                     forward, *args, use_reentrant=False, **kwargs)
             elif mode == OFFLOAD:
                 hooks = self._torch.autograd.graph.saved_tensors_hooks(
-                    self.offloader.pack, self.offloader.unpack)
+                    lambda t: t if t.data_ptr() in self._params
+                    else self.stash.pack(t, i), self.stash.unpack)
                 with hooks:
                     out = forward(*args, **kwargs)
             else:
@@ -225,13 +250,14 @@ class Fitter:
             return
         self._read_times()
         self._replan()
+        if self.stash is not None and OFFLOAD in self.modes:
+            self.stash.begin_pass()
 
     def _step_end(self, module, inputs, output):
         if not self._torch.is_grad_enabled():
             return
-        if self.offloader is not None and OFFLOAD in self.modes:
-            self.offloader.end_pass()
-            self.offloader.flush()
+        if self.stash is not None and OFFLOAD in self.modes:
+            self.stash.end_forward()
         self._profiling = False
 
     def _read_times(self):
@@ -246,10 +272,9 @@ class Fitter:
             else:
                 seconds = end - start
             # a recomputed block's forward saves nothing: its time is the
-            # recompute's; a profiled one waited for its copies to host
+            # recompute's; a profiled one waited for its copies to host,
+            # so its time is not the block's (timing_plan measures it)
             if self.modes[i] is not None:
-                self._times[i] = seconds
-            elif not self._times[i]:
                 self._times[i] = seconds
             self._marks[i] = None
         if not self._profile_read:
@@ -280,13 +305,12 @@ class Fitter:
         return have if self.budget is None else min(self.budget, have)
 
     def _link(self):
-        if self.offloader is None:
+        """The offload link's bytes per second (out, in), timed once."""
+        if self.stash is None:
             return 0, 0
-        from . import lead as _lead
-        pool = _lead._vram_pool(self.offloader.client, self._daemon_device)
-        if pool is None:
-            return 0, 0
-        return pool.link_bytes_per_s_out, pool.link_bytes_per_s_in
+        if self._link_rates is None:
+            self._link_rates = self.stash.measure(LINK_PROBE_BYTES)
+        return self._link_rates
 
     def profiles(self):
         """The measurements the plan rests on, one BlockProfile a block,
@@ -313,10 +337,11 @@ class Fitter:
         if self.plan is not None and not self._moved(room, profiles):
             return
         link_out, link_in = self._link()
-        plan = _planner.make_plan(profiles, room, link_out, link_in,
-                                  lead=self._unit_most,
-                                  offload=self.offloader is not None,
-                                  offload_most=self._unit_most)
+        if not all(p.forward_s for p in profiles):
+            plan = _planner.timing_plan(profiles, room, link_out, link_in)
+        else:
+            plan = _planner.make_plan(profiles, room, link_out, link_in,
+                                      offload=self.stash is not None)
         with self._lock:
             self.plan = plan
             by_name = dict(zip(plan.names, plan.modes))
@@ -366,8 +391,8 @@ class Fitter:
         self._handles = []
         if self.plan is not None:
             self._report(None)
-        if self.offloader is not None:
-            self.offloader.finish()
+        if self.stash is not None:
+            self.stash.close()
 
 
 def units_of(model):
@@ -394,10 +419,13 @@ def fit(model, optimizer=None, budget=None, blocks=None, client=None,
     offloading each block's activations (see the module comment).
     `optimizer`: counted in the memory the step needs; `blocks`: the
     modules to plan (None: units_of(model), the parts of each layer of
-    its largest nn.ModuleList); `client`:
-    the gpumem.Client offloads go to (None: the process's default);
-    `offload`: False to plan with keep and recompute only. Returns the
-    Fitter: `plan`, `history`, `profiles()`, `remove()`."""
+    its largest nn.ModuleList); `client`: the gpumem.Client whose host
+    pool takes the offloads and which reports the plan (None: the
+    process's default, if a daemon is there); `offload`: True or "host"
+    (host memory), "peer" (another GPU this one reaches directly, its
+    VRAM: over NVLink where there is one) or a torch device, False to plan
+    with keep and recompute only. Returns the Fitter: `plan`, `history`,
+    `profiles()`, `stash`, `remove()`."""
     return Fitter(model, optimizer, budget, blocks, client, offload)
 
 

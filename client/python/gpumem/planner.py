@@ -25,9 +25,8 @@ the link next to the compute (simulate_link): copies out start when their
 block's forward ends and run one after another at link_out; the backward
 pass runs the blocks in reverse, each taking BACKWARD_RATIO times its
 forward, and a block whose bytes are not back yet waits for them; the
-copies back run one after another at link_in, each starting once the one
-before it is in and the room for it is there (at most `lead` bytes on
-their way at once). What is left after the forward pass ends counts too.
+copies back run one after another at link_in, one block ahead of the
+backward pass, as stash.py brings them.
 
 make_plan picks, greedily, the block and mode that frees the most bytes
 per second of added cost until the activations fit the room, then keeps
@@ -74,6 +73,7 @@ class Plan:
     offloaded_bytes: int = 0
     recomputed_bytes: int = 0
     room_bytes: int = 0
+    held_bytes: int = 0
     cost_s: float = 0.0
     checkpoint_s: float = 0.0
     reason: str = ""
@@ -88,6 +88,7 @@ class Plan:
                 "offloaded_bytes": self.offloaded_bytes,
                 "recomputed_bytes": self.recomputed_bytes,
                 "room_bytes": self.room_bytes,
+                "held_bytes": self.held_bytes,
                 "cost_s": self.cost_s, "checkpoint_s": self.checkpoint_s,
                 "reason": self.reason}
 
@@ -98,85 +99,107 @@ class Plan:
                 f"{self.count(OFFLOAD)} offloaded "
                 f"({self.offloaded_bytes // mib} MiB), "
                 f"{self.count(RECOMPUTE)} recomputed "
-                f"({self.recomputed_bytes // mib} MiB) for "
+                f"({self.recomputed_bytes // mib} MiB), holding "
+                f"{self.held_bytes // mib} MiB at the peak in "
                 f"{self.room_bytes // mib} MiB of room; predicted "
                 f"+{self.cost_s * 1e3:.1f} ms a step "
                 f"(checkpointing +{self.checkpoint_s * 1e3:.1f}): "
                 f"{self.reason}")
 
 
-def simulate_link(blocks, offloaded, link_out, link_in, lead=None):
+def simulate_link(blocks, offloaded, link_out, link_in):
     """Seconds a step waits for offload copies the compute does not hide,
-    for the blocks whose indices are in `offloaded` (see the module
-    comment). link_out/link_in: bytes per second (0: unknown, every copy
-    exposed as if at 1 GB/s); lead: bytes that may be on their way back at
-    once (None: no bound)."""
+    for the blocks whose indices are in `offloaded`, as stash.py runs
+    them. link_out/link_in: bytes per second each way (0: unknown, every
+    copy as if at 1 GB/s).
+
+    Forward: a block's copy out starts when its forward ends (its tensors
+    go as they are saved: a little earlier in truth) and the copies out run
+    one after another; they hold VRAM, not the compute. Backward: the
+    blocks run in reverse, each taking BACKWARD_RATIO times its forward;
+    the last offloaded block's copy back starts when the forward pass ends,
+    and each other's when the backward pass reaches the offloaded block
+    after it (one block ahead), never before its own copy out is over;
+    the copies back run one after another, and a block whose bytes are not
+    back when its backward starts waits for them."""
     if not offloaded:
         return 0.0
     out = link_out or 1e9
     back = link_in or 1e9
-    # forward: copies out after their block, one at a time
     t = 0.0
     link_free = 0.0
+    out_done = {}
     for i, b in enumerate(blocks):
         t += b.forward_s
         if i in offloaded:
             link_free = max(link_free, t) + b.saved_bytes / out
-    waited = max(0.0, link_free - t)
-    # backward: blocks in reverse; copies back in the same order, each
-    # started once the one before is in and the lead has room
-    order = [i for i in range(len(blocks) - 1, -1, -1) if i in offloaded]
+            out_done[i] = link_free
     arrival = {}
-    link_free = 0.0
-    for i in order:
-        arrival[i] = link_free = link_free + blocks[i].saved_bytes / back
-    if lead is not None:
-        arrival = _with_lead(blocks, order, arrival, back, lead)
-    t = 0.0
+    in_free = [0.0]
+
+    def start(i, now):
+        begin = max(now, in_free[0], out_done[i])
+        in_free[0] = arrival[i] = begin + blocks[i].saved_bytes / back
+
+    order = sorted(offloaded)
+    start(order[-1], t)
+    waited = 0.0
     for i in range(len(blocks) - 1, -1, -1):
-        if i in arrival and arrival[i] > t:
-            waited += arrival[i] - t
-            t = arrival[i]
+        if i in offloaded:
+            if i not in arrival:
+                start(i, t)
+            if arrival[i] > t:
+                waited += arrival[i] - t
+                t = arrival[i]
+            k = order.index(i)
+            if k > 0 and order[k - 1] not in arrival:
+                start(order[k - 1], t)
         t += BACKWARD_RATIO * blocks[i].forward_s
     return waited
 
 
-def _with_lead(blocks, order, arrival, back, lead):
-    """Arrival times when at most `lead` bytes are on their way at once:
-    a copy back starts no earlier than the arrival of the copy that
-    brought the bytes on the way down to `lead` (a rough bound: the
-    copies' own order already serialises them)."""
-    out = {}
-    on_way = []             # (arrival, bytes) of copies not yet consumed
+def out_backlog(blocks, offloaded, link_out):
+    """Bytes of the offloaded blocks still in VRAM when the forward pass
+    ends: their copies out, one after another at link_out from the end of
+    each block's forward, are not over (0: unknown, as if at 1 GB/s).
+    They are held at the step's peak (the loss, the start of the backward
+    pass) as much as kept activations are."""
+    out = link_out or 1e9
+    t = 0.0
     link_free = 0.0
-    for i in order:
-        nbytes = blocks[i].saved_bytes
-        start = link_free
-        while on_way and sum(n for _, n in on_way) + nbytes > lead:
-            start = max(start, on_way.pop(0)[0])
-        link_free = start + nbytes / back
-        out[i] = link_free
-        on_way.append((link_free, nbytes))
-    return out
+    done = []
+    for i, b in enumerate(blocks):
+        t += b.forward_s
+        if i in offloaded:
+            link_free = max(link_free, t) + b.saved_bytes / out
+            done.append((link_free, b.saved_bytes))
+    return int(sum(min(n, max(0.0, end - t) * out) for end, n in done))
 
 
-def _cost(blocks, modes, link_out, link_in, lead):
+def held_bytes(blocks, modes, link_out=0):
+    """What the activations hold at the step's peak under `modes`: kept
+    blocks' saved bytes, recomputed blocks' inputs, and what of the
+    offloaded blocks' bytes has not left yet (out_backlog)."""
+    held = 0
+    for b, m in zip(blocks, modes):
+        if m == KEEP:
+            held += b.saved_bytes
+        elif m == RECOMPUTE:
+            held += b.saved_bytes - b.recompute_frees
+    offloaded = {i for i, m in enumerate(modes) if m == OFFLOAD}
+    if offloaded:
+        held += out_backlog(blocks, offloaded, link_out)
+    return held
+
+
+def _cost(blocks, modes, link_out, link_in):
     recompute = sum(b.forward_s for b, m in zip(blocks, modes)
                     if m == RECOMPUTE)
     offloaded = {i for i, m in enumerate(modes) if m == OFFLOAD}
-    return recompute + simulate_link(blocks, offloaded, link_out, link_in,
-                                     lead)
+    return recompute + simulate_link(blocks, offloaded, link_out, link_in)
 
 
-def _freed(block, mode):
-    if mode == RECOMPUTE:
-        return block.recompute_frees
-    if mode == OFFLOAD:
-        return block.saved_bytes
-    return 0
-
-
-def _finish(blocks, modes, room, link_out, link_in, lead, reason):
+def _finish(blocks, modes, room, link_out, link_in, reason):
     plan = Plan(modes=list(modes), room_bytes=max(0, int(room)),
                 names=[b.name for b in blocks], reason=reason)
     for b, m in zip(blocks, modes):
@@ -186,46 +209,52 @@ def _finish(blocks, modes, room, link_out, link_in, lead, reason):
             plan.offloaded_bytes += b.saved_bytes
         else:
             plan.recomputed_bytes += b.saved_bytes
-    plan.cost_s = _cost(blocks, modes, link_out, link_in, lead)
+    plan.held_bytes = held_bytes(blocks, modes, link_out)
+    plan.cost_s = _cost(blocks, modes, link_out, link_in)
     plan.checkpoint_s = sum(b.forward_s for b in blocks)
     return plan
 
 
-def make_plan(blocks, room_bytes, link_out=0, link_in=0, lead=None,
-              offload=True, offload_most=None):
+def timing_plan(blocks, room_bytes, link_out=0, link_in=0):
+    """The plan of the step that times the blocks when their forward times
+    are not known yet (the profiling pass's include its copies to host):
+    every block recomputed, which holds least but for offloading, and
+    runs each block's forward pass without saving anything."""
+    return _finish(blocks, [RECOMPUTE] * len(blocks), room_bytes, link_out,
+                   link_in, "timing the blocks' forward passes")
+
+
+def make_plan(blocks, room_bytes, link_out=0, link_in=0, offload=True):
     """The plan for `blocks` (BlockProfile, forward order) whose saved
     activations must fit `room_bytes` (what the budget leaves once the
     weights, gradients, optimizer state and working memory are counted).
-    link_out/link_in: the link's bytes per second each way (0: unknown);
-    lead: bytes that may be prefetched at once; offload: False where
-    nothing can be offloaded (no daemon, a backend that does not serve the
-    tensors); offload_most: the most bytes one offloaded block may save
-    (its saved tensors come back together in the backward pass, into the
-    daemon's VRAM: a block larger than the room for them there would
-    wait for ever; None: no bound). Always returns a plan: where even recomputing every block
+    link_out/link_in: the bytes per second each way of the link offloaded
+    activations cross (0: unknown); offload: False where nothing can be
+    offloaded. Always returns a plan: where even recomputing every block
     does not fit, the plan recomputes every block (and offloads where that
     frees more) and its reason says the room is short."""
     n = len(blocks)
     modes = [KEEP] * n
-    need = sum(b.saved_bytes for b in blocks) - room_bytes
+    total = sum(b.saved_bytes for b in blocks)
+    need = total - room_bytes
     if need <= 0:
-        return _finish(blocks, modes, room_bytes, link_out, link_in, lead,
+        return _finish(blocks, modes, room_bytes, link_out, link_in,
                        "everything fits")
     allowed = (RECOMPUTE, OFFLOAD) if offload else (RECOMPUTE,)
     cost = 0.0
     freed = 0
     while freed < need:
+        held = total - freed
         best = None
         for i, b in enumerate(blocks):
             for mode in allowed:
-                if (mode == OFFLOAD and offload_most is not None
-                        and b.saved_bytes > offload_most):
-                    continue
-                gain = _freed(b, mode) - _freed(b, modes[i])
-                if gain <= 0:
+                if mode == modes[i]:
                     continue
                 trial = modes[:i] + [mode] + modes[i + 1:]
-                added = _cost(blocks, trial, link_out, link_in, lead) - cost
+                gain = held - held_bytes(blocks, trial, link_out)
+                if gain <= 0:
+                    continue
+                added = _cost(blocks, trial, link_out, link_in) - cost
                 # the cheapest second per byte; among free ones the most
                 # bytes
                 key = (max(added, 0.0) / gain, -gain)
@@ -239,13 +268,13 @@ def make_plan(blocks, room_bytes, link_out=0, link_in=0, lead=None,
         cost += added
     fits = freed >= need
     checkpoint = [RECOMPUTE] * n
-    ckpt_freed = sum(b.recompute_frees for b in blocks)
-    ckpt_cost = _cost(blocks, checkpoint, link_out, link_in, lead)
+    ckpt_freed = total - held_bytes(blocks, checkpoint)
+    ckpt_cost = _cost(blocks, checkpoint, link_out, link_in)
     if ckpt_freed >= need and (not fits or ckpt_cost <= cost):
         return _finish(blocks, checkpoint, room_bytes, link_out, link_in,
-                       lead, "recomputing every block costs least")
+                       "recomputing every block costs least")
     if not fits:
-        return _finish(blocks, modes, room_bytes, link_out, link_in, lead,
+        return _finish(blocks, modes, room_bytes, link_out, link_in,
                        f"short of room by {(need - freed) >> 20} MiB even "
                        "with every block recomputed or offloaded")
     if OFFLOAD in modes and RECOMPUTE in modes:
@@ -254,4 +283,4 @@ def make_plan(blocks, room_bytes, link_out=0, link_in=0, lead=None,
         what = "offload the earliest blocks, behind compute"
     else:
         what = "recompute the blocks cheapest per byte"
-    return _finish(blocks, modes, room_bytes, link_out, link_in, lead, what)
+    return _finish(blocks, modes, room_bytes, link_out, link_in, what)
