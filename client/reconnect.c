@@ -8,7 +8,12 @@
  * keeps every mapping (pointers to resident buffers go on working with no
  * daemon: the memory lives while a process maps it), drops what only the
  * old daemon knew of (the cache of idle mappings), and connects again to
- * the same path, backing off from 10 ms to 1 s with jitter. On a new
+ * the same path, backing off from 10 ms to 1 s with jitter, and at once
+ * whenever an entry of the socket's folder is created or changed (inotify:
+ * a restarted daemon binding its socket anew). At its largest the backoff
+ * alone would have cost up to a second after the daemon was ready
+ * (restart_bench on an H200: ready at 1.29 s, the client back at 2.64 s).
+ * On a new
  * connection it says hello as before, then claims every live buffer with
  * the old session's id and token (proto/gpumem.proto, "restart
  * recovery"): what it maps, with the fds kept for it (buffer.h), and
@@ -36,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -98,14 +104,48 @@ static void go_away(gmd_client *client)
         gmd__mapcache_destroy_list(client, &dropped);
 }
 
-/* Sleep `ms`, or until gmd_disconnect wakes the thread (false). */
-static bool backoff_sleep(gmd_client *client, unsigned ms)
+/* An inotify fd watching the folder of `path` for entries made or
+ * changed, or -1 (no inotify, no folder): the backoff alone then. */
+static int watch_socket_dir(const char *path)
 {
-        struct pollfd p = { .fd = client->wake_fd, .events = POLLIN };
+        char dir[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
+        const char *slash = strrchr(path, '/');
+        size_t len = slash ? (size_t)(slash - path) : 0;
+        int fd;
 
-        while (poll(&p, 1, (int)ms) < 0 && errno == EINTR)
+        if (!slash || len >= sizeof(dir))
+                return -1;
+        memcpy(dir, path, len);
+        dir[len] = '\0';
+        if (len == 0)
+                strcpy(dir, "/");
+        fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        if (inotify_add_watch(fd, dir, IN_CREATE | IN_MOVED_TO |
+                              IN_ATTRIB) < 0) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+/* Sleep `ms`, or until the socket's folder changes (`watch_fd`, -1:
+ * none), or until gmd_disconnect wakes the thread (false). */
+static bool backoff_sleep(gmd_client *client, int watch_fd, unsigned ms)
+{
+        struct pollfd p[2] = {
+                { .fd = client->wake_fd, .events = POLLIN },
+                { .fd = watch_fd, .events = POLLIN },
+        };
+        char events[4096];
+
+        while (poll(p, watch_fd >= 0 ? 2 : 1, (int)ms) < 0 && errno == EINTR)
                 ;
-        return !p.revents;
+        if (p[1].revents)
+                while (read(watch_fd, events, sizeof(events)) > 0)
+                        ;
+        return !p[0].revents;
 }
 
 /* A new connection to the daemon's socket, or -1 with `why` saying what
@@ -708,6 +748,7 @@ int gmd__client_reconnect(gmd_client *client)
         unsigned seed = (unsigned)(now_ns() ^ (uint64_t)getpid());
         char why[256] = "", reason[400];
         unsigned eofs = 0;
+        int watch_fd;
         uint8_t *buf;
 
         buf = malloc(GMD_WIRE_MAX_PACKET);
@@ -717,6 +758,7 @@ int gmd__client_reconnect(gmd_client *client)
                 return -1;
         }
         go_away(client);
+        watch_fd = watch_socket_dir(client->socket_path);
         deadline = client->away_since_ms + client->reconnect_ms;
         for (;;) {
                 uint64_t now = now_ms();
@@ -730,7 +772,7 @@ int gmd__client_reconnect(gmd_client *client)
                         break;
                 if (sleep > deadline - now)
                         sleep = deadline - now;
-                if (!backoff_sleep(client, (unsigned)sleep))
+                if (!backoff_sleep(client, watch_fd, (unsigned)sleep))
                         goto stop;
                 delay = delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2;
                 sock = connect_again(client->socket_path, why, sizeof(why));
@@ -739,6 +781,8 @@ int gmd__client_reconnect(gmd_client *client)
                 r = try_connection(client, sock, buf, deadline, &eofs, why,
                                    sizeof(why));
                 if (r == TRY_RESUMED) {
+                        if (watch_fd >= 0)
+                                close(watch_fd);
                         free(buf);
                         return 0;
                 }
@@ -750,6 +794,8 @@ int gmd__client_reconnect(gmd_client *client)
                  why[0] ? " (last try: " : "", why, why[0] ? ")" : "");
         gmd__client_fail(client, GMD_ECONN, reason);
 stop:
+        if (watch_fd >= 0)
+                close(watch_fd);
         free(buf);
         return -1;
 }
