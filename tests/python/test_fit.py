@@ -318,6 +318,11 @@ class Stash(DaemonTest):
         for t, b in zip(tensors, back):
             self.assertTrue(torch.equal(t, b))
         self.assertEqual(st.stats["slabs"], slabs)
+        st.reserve(20 * MiB)
+        self.assertGreaterEqual(st.stats["slab_bytes"], 20 * MiB)
+        made = st.stats["slabs"]
+        st.reserve(20 * MiB)
+        self.assertEqual(st.stats["slabs"], made)
         out, into = st.measure(1 << 20)
         self.assertGreater(out, 0)
         self.assertGreater(into, 0)
@@ -469,6 +474,31 @@ class Fit(DaemonTest):
                             fitter.plan.summary())
         for a, b in zip(losses + params, ref_losses + ref_params):
             self.assertTrue(torch.equal(a, b), fitter.plan.summary())
+        fitter.remove()
+
+    def test_gives_up_offloading_slower_than_recomputing(self):
+        model = Net()
+        fitter = gt.fit(model, client=self.client, blocks=list(model.layers))
+        train(model, steps=3, fitter=fitter)
+        fitter.stash.measure = lambda n: (1e15, 1e15)   # offloads look free
+        fitter._link_rates = None
+        total = sum(p.saved_bytes for p in fitter.profiles())
+        fitter.budget = total // 2
+        fitter._base = 0
+        fitter.plan = None
+        fitter._replan()
+        self.assertGreater(fitter.plan.count(OFFLOAD), 0,
+                           fitter.plan.summary())
+        # its steps measured twice as long as recomputing every block
+        fitter._recompute_s = 0.1
+        for _ in range(3):
+            fitter._step_over(0.2)
+        self.assertIsNone(fitter.plan)
+        fitter._replan()
+        self.assertEqual(fitter.plan.count(OFFLOAD), 0, fitter.plan.summary())
+        self.assertIn("offloading measured 200.0 ms", fitter.plan.reason)
+        losses, params = train(model, steps=2, fitter=fitter)
+        self.assertEqual(fitter.plan.count(OFFLOAD), 0)
         fitter.remove()
 
     def test_offload_off(self):

@@ -39,6 +39,7 @@ tensors), host offloads go to pinned memory of the process's own.
 import contextlib
 import math
 import threading
+import time
 
 from . import planner as _planner
 from .planner import OFFLOAD, RECOMPUTE
@@ -47,6 +48,9 @@ UNBOUNDED = 10 ** 18     # room where no budget applies (the CPU)
 PLANNER_NAME = "fit"     # the planner's name in gpu-memctl status
 REPLAN_CHANGE = 0.1      # a plan is redone when room or times move by this
 MARGIN = 0.05            # of the budget, left for fragmentation
+# A plan that offloads is given up when its steps take longer than this
+# times the step that recomputed every block
+GIVE_UP_RATIO = 1.02
 OFFLOAD_MIN_BYTES = 1 << 20
 LINK_PROBE_BYTES = 64 << 20  # the copy each way that times the link
 
@@ -106,6 +110,12 @@ class Fitter:
         self._order = []            # block indices in first-call order
         self._base = None           # VRAM the step needs besides activations
         self._room = None
+        self._started = None        # perf_counter when the step began
+        self._steps = []            # seconds of each step of the plan
+        self._recompute_s = None    # the timing step's (every block
+                                    # recomputed)
+        self._offload_off_room = None   # offloading lost at this room
+        self._given_up = None       # (its step, recomputing's) seconds
         self._lock = threading.Lock()
         self._params = {p.data_ptr() for p in model.parameters()}
         self._originals = []
@@ -248,10 +258,42 @@ class Fitter:
             if self.cuda:
                 self._torch.cuda.reset_peak_memory_stats(self.device)
             return
-        self._read_times()
+        self._read_times()          # synchronizes: the last step is over
+        if self._started is not None:
+            self._step_over(time.perf_counter() - self._started)
         self._replan()
         if self.stash is not None and OFFLOAD in self.modes:
             self.stash.begin_pass()
+        if self.cuda:
+            self._torch.cuda.reset_peak_memory_stats(self.device)
+        self._started = time.perf_counter()
+
+    def _step_over(self, seconds):
+        """The step under self.plan took `seconds`: the timing step gives
+        the time of recomputing every block and, from its peak, what the
+        step holds besides the activations (fragmentation included); a
+        plan that offloads and measures slower than that is given up."""
+        plan = self.plan
+        self._steps.append(seconds)
+        if plan is None:
+            return
+        if plan.reason == _planner.TIMING_REASON:
+            self._recompute_s = seconds
+            if self.cuda:
+                peak = self._torch.cuda.max_memory_reserved(self.device)
+                largest = max(self._saved, default=0)
+                measured = peak - plan.held_bytes - largest
+                if measured > (self._base or 0):
+                    self._base = measured
+            return
+        if (plan.count(OFFLOAD) and self._recompute_s is not None
+                and len(self._steps) >= 3):
+            # the plan's first step may have made its slabs
+            typical = sorted(self._steps[1:])[(len(self._steps) - 1) // 2]
+            if typical > GIVE_UP_RATIO * self._recompute_s:
+                self._offload_off_room = self._room
+                self._given_up = (typical, self._recompute_s)
+                self.plan = None          # plan again, without offloads
 
     def _step_end(self, module, inputs, output):
         if not self._torch.is_grad_enabled():
@@ -337,11 +379,28 @@ class Fitter:
         if self.plan is not None and not self._moved(room, profiles):
             return
         link_out, link_in = self._link()
+        offload = self.stash is not None
+        if self._offload_off_room is not None:
+            if abs(room - self._offload_off_room) <= \
+                    REPLAN_CHANGE * max(self._offload_off_room, 1):
+                offload = False
+            else:
+                self._offload_off_room = None
         if not all(p.forward_s for p in profiles):
             plan = _planner.timing_plan(profiles, room, link_out, link_in)
         else:
             plan = _planner.make_plan(profiles, room, link_out, link_in,
-                                      offload=self.stash is not None)
+                                      offload=offload)
+            if not offload and self.stash is not None and \
+                    self._given_up is not None:
+                slow, ckpt = self._given_up
+                plan.reason += (f" (offloading measured {slow * 1e3:.1f} ms a "
+                                f"step against {ckpt * 1e3:.1f} recomputing "
+                                "every block)")
+        if plan.count(OFFLOAD):
+            # the slabs, made now rather than in the forward pass
+            self.stash.reserve(plan.offloaded_bytes)
+        self._steps = []
         with self._lock:
             self.plan = plan
             by_name = dict(zip(plan.names, plan.modes))

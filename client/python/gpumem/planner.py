@@ -43,6 +43,7 @@ MODES = (KEEP, RECOMPUTE, OFFLOAD)
 # The backward pass of a block takes about twice its forward pass (two
 # matrix products for one); measured on a GPT-2 block on an H100: 1.9-2.1.
 BACKWARD_RATIO = 2.0
+TIMING_REASON = "timing the blocks' forward passes"
 
 
 @dataclass
@@ -221,7 +222,7 @@ def timing_plan(blocks, room_bytes, link_out=0, link_in=0):
     every block recomputed, which holds least but for offloading, and
     runs each block's forward pass without saving anything."""
     return _finish(blocks, [RECOMPUTE] * len(blocks), room_bytes, link_out,
-                   link_in, "timing the blocks' forward passes")
+                   link_in, TIMING_REASON)
 
 
 def make_plan(blocks, room_bytes, link_out=0, link_in=0, offload=True):

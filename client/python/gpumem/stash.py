@@ -222,6 +222,21 @@ class Stash:
         if self._order:
             self._prefetch(self._order[-1])
 
+    def reserve(self, nbytes):
+        """Make slabs until they hold `nbytes` and some spare (the ends a
+        slab cannot fill, alignment): before a pass that will stash that
+        much, so that making them (host memory pinned by the daemon,
+        ~0.2 s a GiB where its arena must grow) is not timed as the pass."""
+        have = sum(slab.numel() for slab in self._regions)
+        want = nbytes + nbytes // 16 + self.slab_bytes
+        while have < want:
+            size = self.slab_bytes
+            slab = self.slabs.make(size)
+            self._regions.append(slab)
+            self.stats["slabs"] += 1
+            self.stats["slab_bytes"] += size
+            have += size
+
     def measure(self, nbytes):
         """Bytes per second (out, in) of one `nbytes` copy each way between
         the device and the first slab (made here if there is none yet),
