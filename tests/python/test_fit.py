@@ -21,9 +21,9 @@
             each plan is reported to the daemon (status shows its sums
             and the planner "fit"; remove() takes it back), and a bad
             planner name is refused before it is sent;
-            by default a layer is planned by its parts (attention, MLP),
-            in the order the forward pass runs them, and a planned mix of
-            them trains bit-identically; offload=False plans keep and
+            by default a layer is one block; units_of(parts=True) plans
+            its parts (attention, MLP) in the order the forward pass runs
+            them, and a planned mix of them trains bit-identically; offload=False plans keep and
             recompute only; a bad offload= is refused with what to pass
 Skips the Fit cases with one SKIP: line where torch is missing.
 """
@@ -301,6 +301,9 @@ class Stash(DaemonTest):
                    torch.randn(512, 512, generator=g).t(),       # strided
                    torch.randn(5 << 20, generator=g)]            # > slab
         packed, back = self.round_trip(st, tensors)
+        # what came back is autograd's alone: the stash keeps no copy
+        self.assertTrue(all(p.tensor is None for p in packed
+                            if p is not None and hasattr(p, "taken")))
         for i, (t, p, b) in enumerate(zip(tensors, packed, back)):
             stashed = i not in (3, 4)
             self.assertEqual(p is not t, stashed, i)
@@ -451,24 +454,32 @@ class Fit(DaemonTest):
         # is planned child by child, in the order the forward pass runs
         # them (Reversed registers its MLP before its attention)
         model = Net(Reversed)
-        fitter = gt.fit(model, client=self.client)
+        self.assertEqual(len(gt.fit(Net(Reversed), client=self.client)
+                             .blocks), 6)      # whole layers by default
+        fitter = gt.fit(model, client=self.client,
+                        blocks=units_of(model, parts=True))
         self.assertEqual(len(fitter.blocks), 12)
         train(model, steps=3, fitter=fitter)
         names = [p.name for p in fitter.profiles()]
         self.assertEqual(names[:2], ["layers.0.attn", "layers.0.mlp"])
         self.assertEqual(len(fitter.plan.modes), 12)
         fitter.remove()
-        self.assertEqual(len(gt.fit(Net(), client=self.client).blocks), 12)
+        net = Net()
+        self.assertEqual(len(gt.fit(net, client=self.client,
+                                    blocks=units_of(net, parts=True))
+                             .blocks), 12)
 
     def test_units_planned_bit_identical(self):
         ref_losses, ref_params = train(Net(Reversed))
         model = Net(Reversed)
-        probe = gt.fit(model, client=self.client)
+        probe = gt.fit(model, client=self.client,
+                       blocks=units_of(model, parts=True))
         train(model, steps=2, fitter=probe)
         total = sum(p.saved_bytes for p in probe.profiles())
         probe.remove()
         model = Net(Reversed)
-        fitter = gt.fit(model, client=self.client, budget=total // 3)
+        fitter = gt.fit(model, client=self.client, budget=total // 3,
+                        blocks=units_of(model, parts=True))
         losses, params = train(model, fitter=fitter)
         self.assertNotEqual(fitter.plan.count(KEEP), 12,
                             fitter.plan.summary())
@@ -520,6 +531,7 @@ class Fit(DaemonTest):
 
 if torch is not None:
     import gpumem.torch as gt
+    from gpumem.fit import units_of
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ class PeerSlabs:
 class _Stashed:
     """One saved tensor in a slab."""
     __slots__ = ("stash", "block", "region", "dtype", "shape", "out_event",
-                 "tensor", "in_event")
+                 "tensor", "in_event", "taken")
 
     def __init__(self, stash, block, region, dtype, shape):
         self.stash = stash
@@ -124,6 +124,7 @@ class _Stashed:
         self.out_event = None
         self.tensor = None        # the copy back, once started
         self.in_event = None
+        self.taken = False        # handed to autograd
 
 
 class Stash:
@@ -295,7 +296,7 @@ class Stash:
         torch = self._torch
         with self._lock:
             todo = [s for s in self._blocks.get(block, ())
-                    if s.tensor is None]
+                    if s.tensor is None and not s.taken]
         if not todo:
             return
         if not self.cuda:
@@ -330,13 +331,18 @@ class Stash:
         if s.tensor is None:
             self.stats["on_demand"] += 1
             self._start_in(s, current)
-            return s.tensor
-        if self.cuda and s.in_event is not None:
+        elif self.cuda and s.in_event is not None:
             current.wait_event(s.in_event)
             # allocated on the prefetch stream, used on this one
             s.tensor.record_stream(current)
             s.in_event = None
-        return s.tensor
+        # The stash lets go of the copy: autograd frees it once the node
+        # that wanted it has run. Kept here (the pass's list holds every
+        # _Stashed until the next pass), every offloaded byte came back
+        # and stayed for the rest of the backward pass (GPT-2 124M on an
+        # H200: 13 GiB back, out of memory).
+        t, s.tensor, s.taken = s.tensor, None, True
+        return t
 
     def close(self):
         if self.cuda:
