@@ -75,20 +75,13 @@ class Planner(unittest.TestCase):
         self.assertLess(plan.cost_s, 0.001)
 
     def test_slow_link_recomputes(self):
-        # 100 MiB at 0.3 GB/s: 350 ms a block each way against 10 ms of
-        # recompute and 240 ms of step
-        plan = planner.make_plan(blocks(8), 500 * MiB, 0.3e9, 0.3e9)
+        # 100 MiB at 1 GB/s: 105 ms a block each way against 10 ms of
+        # recompute; a copy back asked for one block ahead (20 ms of
+        # backward) is not hidden
+        plan = planner.make_plan(blocks(8), 500 * MiB, 1e9, 1e9)
         self.assertEqual(plan.count(RECOMPUTE), 4, plan.summary())
         self.assertEqual(plan.count(OFFLOAD), 0, plan.summary())
         self.assertAlmostEqual(plan.cost_s, 0.04)
-        # at 1 GB/s (105 ms) the first block's copies hide behind the
-        # other seven's forward and backward passes (70 + 140 ms); the
-        # second's would not
-        plan = planner.make_plan(blocks(8), 500 * MiB, 1e9, 1e9)
-        self.assertEqual(plan.modes[0], OFFLOAD, plan.summary())
-        self.assertEqual(plan.count(OFFLOAD), 1, plan.summary())
-        self.assertEqual(plan.count(RECOMPUTE), 3, plan.summary())
-        self.assertAlmostEqual(plan.cost_s, 0.03)
 
     def test_copies_out_not_over_are_held(self):
         # 100 MiB a block at 5 GB/s: 21 ms a copy against 10 ms of forward;
@@ -157,16 +150,17 @@ class Planner(unittest.TestCase):
         # at 250 B/s block 0 takes 4 s each way: 3 s past the forward,
         # 2 s past block 1's backward
         self.assertEqual(planner.simulate_link(bs, {0}, 250, 250), 5.0)
-        # three blocks, the first two offloaded at 1000 B/s: block 1 comes
-        # back from the forward's end (out over at 3 s, in at 4 s) while
-        # block 2's backward runs (3-5 s); block 0's copy back starts when
-        # block 1's backward does (5 s) and is in at 6 s, before block 1's
-        # backward ends (7 s): nothing waits
+        # three blocks, the first two offloaded at 1000 B/s: block 1 is
+        # asked for as block 2's backward starts (3 s; its copy out is
+        # over at 3 s) and is in at 4 s, within block 2's backward (3-5 s);
+        # block 0 is asked for as block 1's starts (5 s), in at 6 s,
+        # within block 1's (5-7 s): nothing waits
         bs = blocks(3, saved=1000, forward_s=1.0)
         self.assertEqual(planner.simulate_link(bs, {0, 1}, 1000, 1000), 0.0)
         # at 500 B/s: block 0 out 1-3 s, block 1 out 3-5 s; block 1 back
         # 5-7 s: block 1 waits 2 s after block 2's backward (3-5); block
-        # 0 back 7-9 s, block 1's backward 7-9 s: no more waiting
+        # 0, asked for at 5 s, back 7-9 s, block 1's backward 7-9 s: no
+        # more waiting
         self.assertEqual(planner.simulate_link(bs, {0, 1}, 500, 500), 2.0)
 
     def test_summary_and_dict(self):
@@ -286,7 +280,7 @@ class Stash(DaemonTest):
     def round_trip(self, st, tensors):
         st.begin_pass()
         packed = [st.pack(t, b) for b, t in enumerate(tensors)]
-        st.end_forward()
+        st.prefetch(len(tensors) - 1)
         back = [st.unpack(p) for p in reversed(packed)][::-1]
         return packed, back
 

@@ -214,8 +214,29 @@ class Fitter:
             else:
                 out = forward(*args, **kwargs)
             self._marks[i] = (start, self._mark())
+            if self.stash is not None and OFFLOAD in self.modes:
+                self._hook_entry(i, out)
             return out
         return run
+
+    def _hook_entry(self, i, out):
+        """Ask for the offloaded bytes of block i and of the block before
+        it when the backward pass reaches block i (the gradient of its
+        output arrives): one block ahead, as planner.simulate_link counts,
+        and not while the loss's logits are held."""
+        for t in _tensors(out):
+            if t.requires_grad:
+                t.register_hook(lambda grad, i=i: self._entering(i))
+                return
+
+    def _entering(self, i):
+        self.stash.prefetch(i)
+        try:
+            k = self._order.index(i)
+        except ValueError:
+            return
+        if k > 0:
+            self.stash.prefetch(self._order[k - 1])
 
     def _mark(self):
         if self.cuda:
@@ -298,8 +319,6 @@ class Fitter:
     def _step_end(self, module, inputs, output):
         if not self._torch.is_grad_enabled():
             return
-        if self.stash is not None and OFFLOAD in self.modes:
-            self.stash.end_forward()
         self._profiling = False
 
     def _read_times(self):

@@ -25,8 +25,8 @@ the link next to the compute (simulate_link): copies out start when their
 block's forward ends and run one after another at link_out; the backward
 pass runs the blocks in reverse, each taking BACKWARD_RATIO times its
 forward, and a block whose bytes are not back yet waits for them; the
-copies back run one after another at link_in, one block ahead of the
-backward pass, as stash.py brings them.
+copies back run one after another at link_in, each asked for when the
+backward pass reaches the block after it, as fit.py asks stash.py.
 
 make_plan picks, greedily, the block and mode that frees the most bytes
 per second of added cost until the activations fit the room, then keeps
@@ -118,9 +118,9 @@ def simulate_link(blocks, offloaded, link_out, link_in):
     go as they are saved: a little earlier in truth) and the copies out run
     one after another; they hold VRAM, not the compute. Backward: the
     blocks run in reverse, each taking BACKWARD_RATIO times its forward;
-    the last offloaded block's copy back starts when the forward pass ends,
-    and each other's when the backward pass reaches the offloaded block
-    after it (one block ahead), never before its own copy out is over;
+    an offloaded block's copy back starts when the backward pass reaches
+    the block after it (one block ahead; the last block's as the backward
+    pass starts), never before its own copy out is over;
     the copies back run one after another, and a block whose bytes are not
     back when its backward starts waits for them."""
     if not offloaded:
@@ -142,19 +142,17 @@ def simulate_link(blocks, offloaded, link_out, link_in):
         begin = max(now, in_free[0], out_done[i])
         in_free[0] = arrival[i] = begin + blocks[i].saved_bytes / back
 
-    order = sorted(offloaded)
-    start(order[-1], t)
     waited = 0.0
     for i in range(len(blocks) - 1, -1, -1):
-        if i in offloaded:
-            if i not in arrival:
-                start(i, t)
-            if arrival[i] > t:
-                waited += arrival[i] - t
-                t = arrival[i]
-            k = order.index(i)
-            if k > 0 and order[k - 1] not in arrival:
-                start(order[k - 1], t)
+        # the backward pass reaches block i: its bytes were asked for at
+        # the block after it, the block before it is asked for now
+        if i in offloaded and i not in arrival:
+            start(i, t)
+        if i - 1 in offloaded:
+            start(i - 1, t)
+        if i in offloaded and arrival[i] > t:
+            waited += arrival[i] - t
+            t = arrival[i]
         t += BACKWARD_RATIO * blocks[i].forward_s
     return waited
 

@@ -11,13 +11,15 @@ into a slab, a large byte region reused every step, on a stream of its own
 that first waits for the work that made the tensor; `record_stream` keeps
 PyTorch's allocator from reusing the tensor's memory before that copy is
 done, so the VRAM goes back while the forward pass goes on, with no host
-synchronization. In the backward pass the first unpack of a block starts
-the copies back of the block the backward pass runs next (prefetch; the
-forward pass's end starts that of the last), on a second stream, into
-tensors allocated there; an unpack waits for its own copy with an event.
-So at most two offloaded blocks' activations are in VRAM at once in the
-backward pass: the one being differentiated and the one coming back
-(fit's room keeps the largest block's bytes free for it).
+synchronization. In the backward pass the copies back run on a second
+stream, into tensors allocated there; an unpack waits for its own copy with an event.
+The caller asks for a block's bytes ahead (prefetch: fit asks when the
+backward pass reaches the block after it, with a hook on that block's
+output, so nothing comes back while the loss holds its logits); the
+first unpack of a block also asks for the block before it. So at most two
+offloaded blocks' activations are in VRAM at once in the backward pass:
+the one being differentiated and the one coming back (fit's room keeps
+the largest block's bytes free for it).
 
 Slabs, not gpu-memd's moves: the offloader (offload.py) copies each tensor
 into a gpu-memd VRAM buffer that the daemon then pages out and back, two
@@ -217,11 +219,6 @@ class Stash:
         self.stats["bytes"] += nbytes
         return s
 
-    def end_forward(self):
-        """The forward pass is over: start bringing back the block the
-        backward pass needs first."""
-        if self._order:
-            self._prefetch(self._order[-1])
 
     def reserve(self, nbytes):
         """Make slabs until they hold `nbytes` and some spare (the ends a
@@ -292,7 +289,9 @@ class Stash:
         s.in_event.record(stream)
         s.tensor = t
 
-    def _prefetch(self, block):
+    def prefetch(self, block):
+        """Start bringing back what `block` stashed this pass (nothing if
+        it stashed nothing or it is on its way already)."""
         torch = self._torch
         with self._lock:
             todo = [s for s in self._blocks.get(block, ())
@@ -325,7 +324,7 @@ class Stash:
             self._entered.add(s.block)
             after = self._next_back(s.block)
             if after is not None:
-                self._prefetch(after)
+                self.prefetch(after)
         current = torch.cuda.current_stream(self.device) if self.cuda \
             else None
         if s.tensor is None:
