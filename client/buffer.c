@@ -650,6 +650,14 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
                 gmd__buffer_destroy(client, buffer);
                 return 0;
         }
+        /* The fds kept for a restart go before the daemon frees the
+         * memory: it looks for processes still holding them once it has
+         * (daemon/core/keptfd.h), and ours would be charged until its
+         * next look. A free that fails leaves a buffer a restarted daemon
+         * is not offered (buffer_kept_set). */
+        pthread_mutex_lock(&client->buffers_lock);
+        buffer_kept_close(buffer);
+        pthread_mutex_unlock(&client->buffers_lock);
         msg.buffer_id = buffer->id;
         req.buffer_id = buffer->id;
         r = gmd__client_call(client, &req, GMD__MSG_TYPE__MSG_FREE, &msg.base);

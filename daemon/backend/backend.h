@@ -421,11 +421,15 @@ gmd_backend *backend_close(gmd_backend *backend);
  * The daemon keeps one fd per allocation and sends clients duplicates of
  * it (SCM_RIGHTS duplicates the open file), so a client's fd of a buffer
  * and the daemon's have the same identity; restart recovery matches a
- * client's claim to a kept fd by it. Checked for sim memfds
- * (tests/unit/test_backend_adopt.c). An assumption for cuda, to check on
- * a GPU: an exported VMM fd is a file of its own whose dups, sent or not,
- * report one (st_dev, st_ino), and two exports of one allocation differ
- * (so only the daemon's own export matches).
+ * client's claim to a kept fd by it. Exact for sim memfds, each an inode
+ * of its own (tests/unit/test_backend_adopt.c). Not for cuda: measured on
+ * an H200 (driver 580), every cuMemExportToShareableHandle fd is an open
+ * of /dev/nvidiactl, and all of them — two exports of one allocation,
+ * exports of different ones — report the same (st_dev, st_ino) (6, 142
+ * there); so on cuda this identifies nothing, and restore.c's match
+ * accepts any export fd of the claiming client (what that allows is said
+ * there). Each export is an open file of its own, shared by its dups and
+ * SCM_RIGHTS copies: kcmp(KCMP_FILE) tells exports apart (core/keptfd.h).
  */
 int mem_identity(int fd, uint64_t *ret_dev, uint64_t *ret_ino);
 

@@ -100,7 +100,8 @@ unsigned admission_buffers_per_user(const gmd_server *server)
 bool admission_allow_buffer(gmd_session *s, gmd_result *ret)
 {
         unsigned limit = admission_buffers_per_user(s->server);
-        unsigned n = 0, parked = 0;
+        unsigned n = 0, parked = 0, kept;
+        char held[96] = "";
         gmd_list *pos;
 
         list_for_each(pos, &s->server->sessions.all) {
@@ -111,6 +112,10 @@ bool admission_allow_buffer(gmd_session *s, gmd_result *ret)
                         parked += o->parking.n;
                 }
         }
+        /* Fds of freed buffers its processes keep hold a witness each
+         * (keptfd.h): the daemon's fds as much as buffers. */
+        kept = keptfd_user_count(&s->server->keptfd, s->uid);
+        n += kept;
         if (n < limit)
                 return true;
         /* Over only by what the user's mapping caches hold: they are asked
@@ -122,10 +127,13 @@ bool admission_allow_buffer(gmd_session *s, gmd_result *ret)
                 return true;
         }
         n -= parked;
+        if (kept)
+                snprintf(held, sizeof(held), " (%u of them fds of freed "
+                         "buffers its processes keep: close them)", kept);
         result_error(ret, GMD_ERR_LIMIT,
-                     "uid %u holds %u buffers, the most [limits] "
+                     "uid %u holds %u buffers%s, the most [limits] "
                      "max_buffers_per_user allows%s; free some first",
-                     (unsigned)s->uid, n,
+                     (unsigned)s->uid, n, held,
                      s->server->config.max_buffers_per_user ? "" :
                      " (half of gpu-memd's open-file limit)");
         return false;

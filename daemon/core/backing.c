@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "keptfd.h"
 #include "log.h"
 #include "peer.h"
 #include "server.h"
@@ -81,6 +82,7 @@ void backing_destroy(gmd_server *server, gmd_mem *mem)
                 server->host.pinned_own -= mem->size;
         if (mem->peer)
                 peer_count(server, mem, mem->peer_home, -1);
+        keptfd_forget(server, mem);     /* where its fd went (keptfd.h) */
         server->backend->ops->mem_destroy(server->backend, mem);
 }
 

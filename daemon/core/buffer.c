@@ -221,6 +221,8 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         if (b->acquired)
                 buffer_account_acquired(b, -1);
         hostcopy_drop(server, b);
+        /* Its owner may keep the fd it was sent: looked for (keptfd.h). */
+        keptfd_freeing(server, b->mem);
         if (b->mem)
                 backing_release(server, b->mem);
         /* One buffer fewer that could come back into kept VRAM; what its

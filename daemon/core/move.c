@@ -464,6 +464,7 @@ static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
                 note.fd = mem->fd;
                 note.size = mem->size;
                 mem->shared = true;
+                keptfd_sent(server, mem, m->buffer->owner);
         }
         session_notify_remap(m->buffer->owner, &note);
 }

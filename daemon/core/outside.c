@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "keptfd.h"
 #include "log.h"
 #include "pending.h"
 #include "reuse.h"
@@ -164,4 +165,51 @@ void outside_refresh(gmd_server *server, unsigned device,
                 pending_mark(&server->pending, PENDING_ROOM);
         if (strcmp(c->outside_vram, "disconnect") == 0)
                 outside_enforce(server, device);
+}
+
+static void kept_pool(gmd_server *server, gmd_pool *pool, bool charges,
+                      bool *room)
+{
+        uint64_t before = pool->kept_fds;
+        char was[32], now[32], name[32];
+
+        pool->kept_fds = charges ? keptfd_charged(&server->keptfd, pool->tier,
+                                            pool->device) : 0;
+        if (pool->kept_fds == before)
+                return;
+        *room |= pool->kept_fds < before;
+        log_info("%s: held through kept fds of freed buffers, charged: %s "
+                 "(was %s)", pool_describe(pool, name, sizeof(name)),
+                 size_format(pool->kept_fds, now, sizeof(now)),
+                 size_format(before, was, sizeof(was)));
+}
+
+void outside_kept_refresh(gmd_server *server)
+{
+        bool charges = outside_charges(&server->config), room = false;
+        gmd_list *pos;
+
+        keptfd_attribute(server);
+        for (unsigned d = 0; d < server->devices.n; d++)
+                kept_pool(server, &server->devices.pools[d], charges, &room);
+        kept_pool(server, &server->host.pool, charges, &room);
+        /* Room came back: waiters may fit now. */
+        if (room)
+                pending_mark(&server->pending, PENDING_ROOM);
+        if (strcmp(server->config.outside_vram, "disconnect") != 0)
+                return;
+        list_for_each(pos, &server->sessions.all) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+                uint64_t out = s->kept_outside;
+                gmd_usage u;
+
+                if (!out || !s->limits.vram_quota || s->closing ||
+                    s->close_pending || s->answers.close_after)
+                        continue;
+                session_user_usage(&server->sessions.all, s->uid, &u);
+                for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
+                        out += s->outside_on[d];
+                if (u.bytes[GMD_TIER_VRAM] + u.outside > s->limits.vram_quota)
+                        outside_disconnect(server, s, out, &u);
+        }
 }

@@ -21,6 +21,7 @@ void pool_init(gmd_pool *pool, unsigned device, gmd_tier tier,
         pool->capacity = capacity - capacity % granularity;
         pool->used = 0;
         pool->outside = 0;
+        pool->kept_fds = 0;
 }
 
 void pool_resize(gmd_pool *pool, uint64_t capacity)

@@ -20,6 +20,10 @@ typedef struct gmd_pool {
          * pool so it does not offer that room (core/outside.h): set at
          * each refresh, not taken or given. */
         uint64_t outside;
+        /* Memory a process still holds through a kept fd of a freed
+         * buffer, charged the same way (core/keptfd.h); NVML counts it to
+         * no process, so it is not in `outside`. */
+        uint64_t kept_fds;
         uint64_t granularity;
 } gmd_pool;
 
@@ -44,10 +48,10 @@ void pool_give(gmd_pool *pool, uint64_t bytes);
 void pool_charge(gmd_pool *pool, uint64_t bytes);
 
 /* What it may still hand out: the capacity less what buffers hold and
- * what is charged for memory held outside. */
+ * what is charged for memory held outside (kept fds included). */
 static inline uint64_t pool_free(const gmd_pool *pool)
 {
-        uint64_t held = pool->used + pool->outside;
+        uint64_t held = pool->used + pool->outside + pool->kept_fds;
 
         return held < pool->capacity ? pool->capacity - held : 0;
 }

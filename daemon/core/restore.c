@@ -441,6 +441,22 @@ static void verdict(gmd_verdict *v, int code, const char *fmt, uint64_t id,
                  (unsigned long long)id, detail ? detail : "");
 }
 
+/*
+ * Is the claim's fd the memory the record names (mem_identity's st_dev,
+ * st_ino)? Exact on sim: each memfd is an inode of its own. Not on cuda:
+ * every export is an open of /dev/nvidiactl with one (st_dev, st_ino) for
+ * all of them (measured: H200, driver 580), so there it accepts any
+ * export fd the client sends. What that lets through is bounded by what
+ * follows: mem_adopt_fd imports the fd (an fd that is no export is
+ * refused there and the buffer's bytes are lost to it, not mixed up) and
+ * maps the record's size, which cuMemMap refuses past the allocation's
+ * end; so a client can only have another allocation its own process
+ * already holds, at least as large, taken back as this buffer: its own
+ * memory, never another user's (a client holds only fds it was sent).
+ * kcmp(KCMP_FILE), which tells exports apart (keptfd.h), needs the
+ * daemon's own open file to compare with, which a restarted daemon no
+ * longer has.
+ */
 static bool same_memory(int fd, uint64_t dev, uint64_t ino)
 {
         struct stat st;
@@ -578,6 +594,10 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
                 b->restore_seq = rb->remap_seq;
         }
         rb->done = true;
+        /* Its owner holds the fd it sent: looked for if it keeps it
+         * after freeing the buffer (keptfd.h). */
+        if (c->fd >= 0 && !from_kept_vram && !rb->remap)
+                keptfd_sent(server, mem, s);
         persist_buffer(server, b);
         /* Held by its owner but on host memory (lent while its process
          * waited, GMD_ALLOC_YIELD): brought back at once, ahead of other

@@ -23,6 +23,7 @@
 #include "copyq.h"
 #include "devices.h"
 #include "host_tier.h"
+#include "keptfd.h"
 #include "peer.h"
 #include "buffer.h"
 #include "list.h"
@@ -72,6 +73,8 @@ typedef struct gmd_server {
 
         gmd_waitq waitq;              /* VRAM requests waiting (waitq.h) */
         gmd_reuse reuse;              /* VRAM kept for swap-ins (reuse.h) */
+        gmd_keptfd keptfd;            /* fds of freed buffers processes
+                                       * keep: witnesses (keptfd.h) */
         gmd_slices slices;            /* whose slice of each device's
                                        * memory runs (slice.h) */
 

@@ -107,6 +107,7 @@ static void session_close_begin(gmd_session *s, const char *reason)
         /* What its process holds outside gpu-memd is another session's
          * to carry from the next refresh (outside.h), as if it were gone. */
         memset(s->outside_on, 0, sizeof(s->outside_on));
+        s->kept_outside = 0;
         if (s->close_pending) {
                 s->close_pending = false;
                 list_remove(&s->close_link);
@@ -241,6 +242,7 @@ int session_notify_reclaim(gmd_session *s, unsigned device, uint64_t bytes)
 void session_user_usage(const gmd_list *sessions, uid_t uid, gmd_usage *ret_usage)
 {
         gmd_usage u = { { 0, 0 }, 0, 0, 0, 0 };
+        const gmd_session *any = NULL;
         const gmd_list *pos;
 
         list_for_each(pos, sessions) {
@@ -248,6 +250,7 @@ void session_user_usage(const gmd_list *sessions, uid_t uid, gmd_usage *ret_usag
 
                 if (s->uid != uid)
                         continue;
+                any = s;
                 u.bytes[GMD_TIER_VRAM] += s->tier_bytes[GMD_TIER_VRAM];
                 u.bytes[GMD_TIER_HOST] += s->tier_bytes[GMD_TIER_HOST];
                 /* Only VRAM-resident buffers are ever parked (parking.c). */
@@ -257,5 +260,9 @@ void session_user_usage(const gmd_list *sessions, uid_t uid, gmd_usage *ret_usag
                 for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
                         u.outside += s->outside_on[d];
         }
+        /* VRAM its processes keep through fds of freed buffers, by uid:
+         * a process holding them may have no session left (keptfd.h). */
+        if (any)
+                u.outside += keptfd_user_vram(&any->server->keptfd, uid);
         *ret_usage = u;
 }

@@ -130,6 +130,10 @@ typedef struct gmd_session {
          * accounts to it, as last refreshed (outside.h); on the oldest
          * session of its process only, 0 on the others. */
         uint64_t outside_on[GMD_MAX_DEVICES];
+        /* Bytes its process holds through kept fds of freed buffers,
+         * charged (keptfd.h), for status; on the oldest live session of the
+         * process only. Its user's quota counts them by uid. */
+        uint64_t kept_outside;
         /* Its buffers of a device acquired now, on either tier, and when
          * that last fell to none (server_idle). */
         unsigned acquired_on[GMD_MAX_DEVICES];

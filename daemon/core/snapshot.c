@@ -32,8 +32,8 @@ static void take_pool(const gmd_server *server, unsigned i,
         ret->capacity = p->capacity;
         /* What is charged for memory clients hold outside gpu-memd is in
          * use as far as the pool is concerned (outside.h). */
-        ret->used = p->used + p->outside;
-        ret->outside = p->outside;
+        ret->used = p->used + p->outside + p->kept_fds;
+        ret->outside = p->outside + p->kept_fds;
         ret->free = pool_free(p);
         if (i >= server->devices.n)
                 return;
@@ -125,6 +125,7 @@ static void take_client(const gmd_session *s, bool may_lend,
         ret->plan_streamed = s->plan.streamed;
         for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
                 ret->outside_bytes += s->outside_on[d];
+        ret->outside_bytes += s->kept_outside;      /* keptfd.h */
         if (!may_lend)
                 return;
         list_for_each(pos, &s->buffers) {

@@ -160,6 +160,12 @@ int vram_check(gmd_server *server, unsigned device, uint64_t size,
                 return 0;
         if (vram_fits(&server->devices.vram[device], size))
                 return 0;
+        /* Buffers just freed whose fds no process was found holding yet:
+         * their witnesses hold the memory, which their closing frees at
+         * once (keptfd.h). */
+        if (keptfd_give_back(server, device) && vram_refresh(server, device) == 0 &&
+            vram_fits(&server->devices.vram[device], size))
+                return 0;
         vram_sentence(server, device, size, ret);
         server->stats.vram_refused++;
         log_info("device %u: refused %llu bytes the pool has room for: %s",

@@ -312,6 +312,10 @@ int server_listen(gmd_server *server, int fd)
                 pending_mark_after(&server->pending, PENDING_ROOM,
                                    server->config.restart_claim_timeout_s * 1000ull + 1);
         persist_upkeep(server);
+        /* Fds of freed buffers clients keep are looked for (keptfd.h). */
+        r = keptfd_start(server);
+        if (r < 0)
+                return r;
         /* Memory held outside gpu-memd comes and goes unannounced: read
          * the driver now and then, so status, metrics and the log know. */
         vram_refresh_all(server);
@@ -354,6 +358,7 @@ void server_stop(gmd_server *server)
                 server->devices.vram_timer_open = false;
                 uv_close((uv_handle_t *)&server->devices.vram_timer, NULL);
         }
+        keptfd_stop(server);
         server->metrics = metrics_stop(server->metrics);
         waitq_fail_all(&server->waitq, GMD__ERROR_CODE__ERR_SHUTTING_DOWN,
                        "gpu-memd is stopping");
@@ -507,6 +512,7 @@ gmd_server *server_free(gmd_server *server)
         restore_clear(server);
         server->ledger = ledger_close(server->ledger);
         buffers_clear(&server->buffers);
+        keptfd_free(&server->keptfd);
         devices_free(&server->devices);
         free(server->copyqs.q);
         backend_close(server->backend);

@@ -169,6 +169,7 @@ static void answer_alloc(gmd_session *s, uint32_t id, const gmd_result *r)
                 reply.n_segments = 1;
                 reply.segments = segments;
                 b->mem->shared = true;
+                keptfd_sent(server, b->mem, s);
                 session_send(s, GMD__MSG_TYPE__MSG_ALLOC_REPLY, id, &reply.base,
                              &b->mem->fd, 1);
         }
