@@ -16,20 +16,27 @@
  *               - [limits] outside_vram_allowance (its CUDA context)
  *
  * never below 0. The driver's figure is the backend's device_processes
- * (NVML on cuda; on sim a test hook). What NVML can see is what can be
- * charged: measured on an H100 (driver 580), it counts a VMM allocation
- * to the process that created it (gpu-memd) and memory held only through
- * a kept fd to no process at all, so on cuda the charge catches what a
- * client's process allocated itself, not yet fds it kept (those stay
- * "unaccounted" per device, vram.h).
+ * (NVML on cuda; on sim a test hook). Measured on an H100 and an H200
+ * (driver 580), NVML counts a VMM allocation to the process that created
+ * it (gpu-memd) and memory held only through a kept fd to no process at
+ * all, so from NVML the charge catches what a client's process allocated
+ * itself. Kept fds of freed buffers are found by the daemon itself
+ * (keptfd.h: kcmp of its own dup of the freed buffer's export against the
+ * fds of the owner's uid's processes, on a worker thread) and charged
+ * here the same way (outside_kept_refresh: the user's usage by uid,
+ * pool.kept_fds, the session's kept_outside for status). NVML counts
+ * those bytes to no process, so adding them counts nothing twice. What
+ * kcmp may not look into (the daemon not root, a client of another uid)
+ * stays uncharged, "unaccounted" per device (vram.h).
  *
- * [limits] outside_vram: "charge" (default) counts it against the user's
+ * [limits] outside_vram: "charge" counts it against the user's
  * vram_quota (its next allocation is refused with GMD_ERR_QUOTA and a
  * sentence saying so, quota.h) and in the device's pool (pool.outside:
  * the room is not offered to others); "disconnect" also ends the sessions
  * of a process whose user it puts over vram_quota, with a notice; "ignore"
- * only shows it. Refreshed with the per-process figures (vram.h: every
- * 5 s and for status), never per allocation: NVML asks the kernel driver.
+ * only shows it (the default). Refreshed with the per-process figures
+ * (vram.h: every 5 s and for status), never per allocation: NVML asks
+ * the kernel driver; kept fds when their looks end (keptfd.h).
  */
 #ifndef GMD_OUTSIDE_H
 #define GMD_OUTSIDE_H
