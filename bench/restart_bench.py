@@ -167,6 +167,9 @@ def main():
         "working_ms": round((working - t_kill) * 1000, 1) if working else None,
         "back_ms": round(back * 1000, 1) if back is not None else None,
         "client_rc": child.returncode,
+        # the backend's own line on the pieces (threads, map and access)
+        "pieces_line": (re.search(r"adopted \d+ host arena pieces[^\n]*",
+                                  text) or [None])[0],
     }
     result["ok"] = bool(m and int(m.group(2)) == int(m.group(3)) == args.buffers and
                         working and child.returncode == 0)
