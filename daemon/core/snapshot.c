@@ -54,9 +54,21 @@ static void take_pool(const gmd_server *server, unsigned i,
         ret->slice_pid = slice_holder(&server->slices, i, now_ms(),
                                       &ret->slice_left_ms);
         if (server->devices.vram[i].known) {
+                const gmd_vram_view *v = &server->devices.vram[i];
+                uint64_t can = v->free + v->spare;
+
                 ret->has_driver_view = true;
-                ret->device_free = server->devices.vram[i].free;
-                ret->unaccounted = server->devices.vram[i].unaccounted;
+                ret->device_free = v->free;
+                ret->unaccounted = v->unaccounted;
+                /* Free is what an allocation would get: not more than the
+                 * driver can hold (vram_fits), in whole granules. Memory
+                 * held outside gpu-memd and not charged (other processes'
+                 * CUDA contexts, within outside_vram_allowance) had made
+                 * the pool say 130.3 GiB free where the GPU had 130.2. */
+                if (p->granularity)
+                        can -= can % p->granularity;
+                if (ret->free > can)
+                        ret->free = can;
         }
         if (server->backend->ops->link_info) {
                 gmd_link_info link;
