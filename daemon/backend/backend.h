@@ -95,6 +95,11 @@ typedef struct gmd_device_info {
          * (an exported handle keeps its memory alive after the daemon
          * releases its own). */
         uint64_t own;
+        /* Of `free`, what the driver may take for itself as memory is
+         * mapped and contexts start (page tables): status does not offer
+         * it. cuda: 64 MiB (an allocation of all the free memory read a
+         * moment before was refused, two H200s, driver 580); sim: 0. */
+        uint64_t slack;
 } gmd_device_info;
 
 /* The link between host memory and one device, each way, for planning

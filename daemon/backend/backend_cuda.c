@@ -78,6 +78,7 @@ static int cuda_ops_device_info(gmd_backend *backend, unsigned device,
         ret_info->granularity = d->granularity;
         ret_info->reserved = cuda_reserve_bytes(d);
         ret_info->own = d->vram_own;
+        ret_info->slack = 64ull << 20;
         return 0;
 }
 

@@ -21,12 +21,6 @@
 #include "session.h"
 #include "timeutil.h"
 
-/* Of the driver's free VRAM, what status does not offer: the driver takes
- * some for itself as memory is mapped (page tables) and contexts start; an
- * allocation of all the driver's free bytes read a moment before was
- * refused (two H200s, driver 580: short by less than 50 MiB). */
-#define STATUS_VRAM_MARGIN (64ull << 20)
-
 static void take_pool(const gmd_server *server, unsigned i,
                       gmd_pool_snapshot *ret)
 {
@@ -63,13 +57,13 @@ static void take_pool(const gmd_server *server, unsigned i,
                 const gmd_vram_view *v = &server->devices.vram[i];
                 uint64_t can = v->free + v->spare;
 
-                can = can > STATUS_VRAM_MARGIN ? can - STATUS_VRAM_MARGIN : 0;
+                can = can > v->slack ? can - v->slack : 0;
 
                 ret->has_driver_view = true;
                 ret->device_free = v->free;
                 ret->unaccounted = v->unaccounted;
                 /* Free is what an allocation would get: not more than the
-                 * driver can hold (vram_fits) less STATUS_VRAM_MARGIN,
+                 * driver can hold (vram_fits) less its slack (backend.h),
                  * in whole granules. Memory held outside gpu-memd and not
                  * charged (other processes' CUDA contexts, within
                  * outside_vram_allowance) had made the pool say 130.3 GiB

@@ -52,6 +52,7 @@ int vram_refresh(gmd_server *server, unsigned device)
         v->free = info.free;
         v->own = info.own;
         v->spare = info.reserved;
+        v->slack = info.slack;
         v->unaccounted = vram_unaccounted(info.total, info.free, info.own);
         v->read_us = now_us();
         return 0;

@@ -45,6 +45,7 @@ typedef struct gmd_vram_view {
         uint64_t spare;         /* of own, what it can give back at once
                                  * (the cuda reserve of ready chunks) */
         uint64_t unaccounted;   /* used on the device, not by gpu-memd */
+        uint64_t slack;         /* of free, what status does not offer */
         uint64_t read_us;       /* when (now_us) */
         uint64_t warned;        /* unaccounted at the last warning */
         /* Who holds the device's memory, other than this daemon, as the
