@@ -170,7 +170,8 @@ typedef enum gmd_buffer_state {
  * restarted or upgraded), the client rides through: every mapping stays
  * (pointers to buffers in VRAM or host memory keep working without a
  * daemon), and the I/O thread connects again to the same socket, backing
- * off from 10 ms to 1 s, for up to $GPU_MEMD_RECONNECT_S seconds (a
+ * off from 10 ms to 1 s (and at once when the socket's folder changes:
+ * inotify), for up to $GPU_MEMD_RECONNECT_S seconds (a
  * number, fractions allowed; default GMD_RECONNECT_DEFAULT_S, 120; 0:
  * fail at once with GMD_ECONN, as before). There it says hello and claims
  * its buffers back (the old session's token, the fds of what it maps).
