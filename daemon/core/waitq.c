@@ -25,6 +25,8 @@ void waitq_init(gmd_waitq *q, uv_loop_t *loop, gmd_pending *pending,
         q->hold_after_us = 0;
         q->held = 0;
         q->held_lenders = 0;
+        q->changes = 0;
+        q->pass = 0;
         for (unsigned d = 0; d < 64; d++) {
                 q->held_priority[d] = 0;
                 q->holder[d] = NULL;
@@ -49,6 +51,7 @@ void waitq_drop(gmd_waiter *w)
                 return;
         w->dropped = true;
         list_remove(&w->link);
+        w->q->changes++;
         /* A waiter that held its device back does no longer: serve again. */
         if ((w->q->held >> (w->device % 64)) & 1) {
                 w->q->held &= ~(1ull << (w->device % 64));
@@ -111,6 +114,7 @@ static void waitq_insert(gmd_waitq *q, gmd_waiter *w)
 {
         gmd_list *pos;
 
+        q->changes++;
         w->turn = waitq_turn(q, w);
         for (pos = q->waiters.prev; pos != &q->waiters; pos = pos->prev) {
                 gmd_waiter *o = container_of(pos, gmd_waiter, link);
@@ -282,36 +286,122 @@ static bool waitq_held_back(const gmd_waitq *q, const gmd_waiter *w)
                w != q->holder[w->device % 64];
 }
 
+/* The device `dev` was held (by `holder` at `priority`, for lenders only
+ * or not) and a waiter there was just served: find its holder again, as
+ * waitq_find_holders would. The holder stays while it still may hold and
+ * no waiter there found no room in this pass (`fresh`: one of those could
+ * come before it in the order); else the first in order that may. Returns
+ * whether the hold loosened, so that waiters it held back — ahead of the
+ * walk too — may be served now. */
+static bool waitq_rehold(gmd_waitq *q, unsigned dev, gmd_waiter *holder,
+                         int priority, bool lenders, bool fresh,
+                         uint64_t before)
+{
+        uint64_t bit = 1ull << dev, now = now_us();
+        gmd_list *pos;
+
+        q->held &= ~bit;
+        q->held_lenders &= ~bit;
+        q->holder[dev] = NULL;
+        if (holder && !holder->dropped && !fresh)
+                waitq_try_hold(q, holder, before, now);
+        list_for_each(pos, &q->waiters) {
+                gmd_waiter *o = container_of(pos, gmd_waiter, link);
+
+                if (q->held & bit)
+                        break;
+                if (o->device % 64 == dev)
+                        waitq_try_hold(q, o, before, now);
+        }
+        if (!(q->held & bit))
+                return true;
+        return q->held_priority[dev] < priority ||
+               (((q->held_lenders >> dev) & 1) && !lenders);
+}
+
+/* The devices in `resting` (a waiter's copy queue rests after a refused
+ * copy) hold back every waiter there. */
+static void waitq_hold_resting(gmd_waitq *q, uint64_t resting)
+{
+        for (unsigned dev = 0; dev < 64; dev++) {
+                if (!((resting >> dev) & 1))
+                        continue;
+                q->held |= 1ull << dev;
+                q->held_lenders &= ~(1ull << dev);
+                q->held_priority[dev] = INT_MAX;
+                q->holder[dev] = NULL;
+        }
+}
+
+/*
+ * One walk in the queue's order. A waiter asked in this pass and left
+ * waiting (no room, a resting copy queue, its quota) is not asked again
+ * in it: serving others only takes room. What does send the walk back to
+ * the head is a hold that loosened (its holder served, or left without
+ * room to be made for it by what was served) — the waiters it held back
+ * ahead of the walk go then, in their order, as the holder's own serve
+ * would have let them — or serving one that changed the queue (its
+ * session closed, a loan brought buffers back): holders are found again
+ * and what was not asked yet is served in order. Before, the walk went
+ * back to the head after every waiter served and asked again every one
+ * that had not fit: k served among n waiting cost k * n asks.
+ */
 bool waitq_serve(gmd_waitq *q)
 {
-        gmd_list *pos, *tmp;
-        uint64_t before = q->held;
+        gmd_list *pos;
+        uint64_t before = q->held, fresh = 0, resting = 0;
         bool waiting = false;   /* some did not fit */
         int r;
 
+        q->pass++;
         waitq_find_holders(q, before);
-        list_for_each_safe(pos, tmp, &q->waiters) {
+        before |= q->held;
+        pos = q->waiters.next;
+        while (pos != &q->waiters) {
                 gmd_waiter *w = container_of(pos, gmd_waiter, link);
                 unsigned dev = w->device % 64;
-                uint64_t bit = 1ull << dev;
+                uint64_t bit = 1ull << dev, changes;
+                gmd_waiter *holder = q->holder[dev];
+                int priority = q->held_priority[dev];
+                bool held = (q->held >> dev) & 1;
+                bool lenders = (q->held_lenders >> dev) & 1;
 
-                if (waitq_held_back(q, w))
+                if (w->tried == q->pass || waitq_held_back(q, w)) {
+                        pos = pos->next;
                         continue;
+                }
+                changes = q->changes;
                 r = q->ops->serve(q->ctx, w);
                 w->no_room = r == -ENOSPC;
+                if (r != 0)
+                        w->tried = q->pass;
+                if (r == -EAGAIN)
+                        resting |= bit;
+                if (q->changes != changes) {
+                        /* The queue changed under the walk: the waiter
+                         * served leaves, the rest goes again from the
+                         * head with the holders found again. */
+                        if (r == 0)
+                                waitq_drop(w);
+                        waitq_find_holders(q, before);
+                        waitq_hold_resting(q, resting);
+                        before |= q->held;
+                        pos = q->waiters.next;
+                        continue;
+                }
+                pos = pos->next;
                 if (r == -EAGAIN) {
                         /* Its copy queue rests: every waiter behind it
                          * there waits too. */
-                        q->held |= bit;
-                        q->held_lenders &= ~bit;
-                        q->held_priority[dev] = INT_MAX;
-                        q->holder[dev] = NULL;
+                        waitq_hold_resting(q, resting);
                         continue;
                 }
                 if (r == -ENOSPC) {
                         uint64_t waited = now_us() - w->since_us;
 
                         waiting = true;
+                        if (held)
+                                fresh |= bit;
                         if (waited < q->hold_after_us)
                                 /* Serve again when it may start to hold. */
                                 pending_mark_after(q->pending, PENDING_ROOM,
@@ -319,29 +409,31 @@ bool waitq_serve(gmd_waitq *q)
                         /* Starved: it holds those behind it from now on,
                          * those ahead from the next pass. */
                         waitq_try_hold(q, w, before, now_us());
+                        before |= q->held;
                         continue;
                 }
                 if (r == -EINPROGRESS) {
                         /* A holder that waits for its own parked buffers
-                         * holds back nobody: find the holders again and
-                         * serve from the head those it held. */
-                        if (w == q->holder[dev] && ((q->held >> dev) & 1)) {
-                                tmp = q->waiters.next;
-                                waitq_find_holders(q, before | q->held);
-                        }
+                         * holds back nobody: the holder is found again,
+                         * and those it held go in this pass. */
+                        if (w == holder && held &&
+                            waitq_rehold(q, dev, NULL, priority, lenders,
+                                         true, before))
+                                pos = q->waiters.next;
+                        before |= q->held;
                         continue;
                 }
                 log_debug("%s of %llu bytes served after %llu ms",
                           w->rank == WAITQ_ALLOC ? "allocation" : "swap-in",
                           (unsigned long long)w->size,
                           (unsigned long long)((now_us() - w->since_us) / 1000));
-                /* Serving may close a session and drop waiters behind this
-                 * one: drop this one and restart from the head, with the
-                 * holders found again (room changed). */
                 waitq_drop(w);
-                tmp = q->waiters.next;
-                waiting = false;
-                waitq_find_holders(q, before | q->held);
+                /* Served on a held device: the room it took may leave the
+                 * holder with none to be made (or it was the holder). */
+                if (held && waitq_rehold(q, dev, holder, priority, lenders,
+                                         (fresh & bit) != 0, before))
+                        pos = q->waiters.next;
+                before |= q->held;
         }
         return waiting || q->held != 0;
 }

@@ -104,8 +104,11 @@ typedef struct gmd_waitq {
                                      * (WAITQ_REACH_LENT) */
         int held_priority[64];      /* its priority: only waiters of that
                                      * priority or lower are held back */
-        const gmd_waiter *holder[64]; /* the starved waiter (NULL: a copy
-                                       * queue that rests) */
+        gmd_waiter *holder[64];     /* the starved waiter (NULL: a copy
+                                     * queue that rests) */
+        uint64_t changes;           /* waiters added, moved or dropped: a
+                                     * pass sees what serving one changed */
+        uint64_t pass;              /* the serving pass under way (tried) */
 } gmd_waitq;
 
 /* A session's side: its allocations waiting. */
@@ -126,6 +129,8 @@ struct gmd_waiter {
         unsigned device;
         uint64_t since_us;          /* when the request came */
         bool no_room;               /* its last serve found no room */
+        uint64_t tried;             /* the pass that last served it and
+                                     * left it waiting (q->pass) */
         uint64_t lent_hold_us;      /* since when it holds for lenders only
                                      * (WAITQ_REACH_LENT); 0: it does not */
         bool dropped;               /* left the queue; freed on timer close */
@@ -182,7 +187,8 @@ void waitq_drop(gmd_waiter *waiter);
 void waitq_set_hold_after(gmd_waitq *q, uint64_t ms);
 
 /* Serve every waiter that fits now, in order (the scheduling pass, after
- * PENDING_ROOM). Returns whether some still wait for room: the pass then
+ * PENDING_ROOM), in one walk of the queue: each waiter is asked at most
+ * once a pass. Returns whether some still wait for room: the pass then
  * asks the evictor. */
 bool waitq_serve(gmd_waitq *q);
 
