@@ -71,6 +71,26 @@ uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid)
         return bytes;
 }
 
+/* Of what the peer tier holds on `device`, the bytes already on their way
+ * to host memory: relocations under way (move_relocate_start), which
+ * move_leaving_bytes counts as a move out of `device` — the same test. */
+static uint64_t peer_relocating_bytes(gmd_server *server, unsigned device)
+{
+        uint64_t bytes = 0;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->buffers.moving) {
+                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, moving_link);
+                const gmd_move *m = b->move;
+
+                if (m && m->relocate && m->copy.device == device &&
+                    !b->owner->closing && m->copy.dir == GMD_COPY_OUT &&
+                    !move_stopping(m))
+                        bytes += b->size;
+        }
+        return bytes;
+}
+
 uint64_t evict_evictable(gmd_server *server, unsigned device)
 {
         uint64_t bytes = evict_idle_bytes(server, device);
@@ -80,8 +100,15 @@ uint64_t evict_evictable(gmd_server *server, unsigned device)
                          server->peers.spare_on[device] : 0;
         /* Kept host copies give their room to a swap-out (hostcopy.h). */
         uint64_t host = pool_free(&server->host.pool) + server->host.copy_bytes;
+        /* Peer bytes being moved on are still held there until their copy
+         * ends, but they are room on its way already (move_leaving_bytes,
+         * which every caller adds): counted there only. Counted here too,
+         * a waiter there was taken for one room could be made for, held
+         * its device, and what did fit waited for the relocation's end. */
+        uint64_t leaving = peer_relocating_bytes(server, device);
 
         bytes -= spare;
+        bytes = bytes > leaving ? bytes - leaving : 0;
         return (bytes < host ? bytes : host) + spare;
 }
 

@@ -14,7 +14,8 @@
  * SIGKILL of the daemon while device 1 moves a buffer on to host memory
  * (a relocation), and swap-outs to and swap-ins from device 1 stopped
  * half-way; each ends with the bytes whole and every byte of every pool
- * given back once (device 1's spares as room its own client gets).
+ * given back once (device 1's spares as room its own client gets). Bytes
+ * being moved off device 1 count once as room there.
  *
  * Where the bytes are is read from status (device 1's pool: peer_held,
  * peer_spare; the pair's held bytes; the host pool's used); what a buffer
@@ -524,6 +525,61 @@ static void test_killed_mid_relocation(void **state)
         f->h.pid = 0;
 }
 
+/* Bytes on their way off device 1 count once as room there: as a move
+ * under way, not also as peer bytes that could be moved. Device 1 holds
+ * 16 MiB of device 0's and its owner 24 MiB in use; a request for 48 MiB
+ * there starts both relocations, and once they run room can be made for
+ * at most 24 free + 16 leaving = 40 MiB: it must not hold the device
+ * ([limits] wait_hold_ms = 0) for room counted twice (24 + 16 + 16), so a
+ * 4 MiB allocation that fits is served at once, not after the
+ * relocations. */
+static void test_relocation_counted_once(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b[2], *held = NULL, *poke = NULL, *small = NULL;
+        owner_alloc a;
+        uint64_t t0, took, peer_held;
+
+        start(f, SLOW "[limits]\nwait_hold_ms = 0\n");
+        f->other = harness_client(&f->h, "owner");
+        for (unsigned i = 0; i < 2; i++) {
+                b[i] = harness_released_buffer(f->client, 8 * MiB, 1000 + i);
+                harness_page_out(f->client, b[i]);
+        }
+        expect_where(f, 16 * MiB, 0, "two pageouts");
+        OK(gmd_alloc(f->other, 24 * MiB, 1, GMD_ALLOC_SWAPPABLE, 0, &held));
+        owner_alloc_start(&a, f->other, 48 * MiB);
+        expect_relocating(f, 16 * MiB);
+        /* The queue is served again while both relocations run: a request
+         * nothing can make room for comes and goes. */
+        assert_int_not_equal(gmd_alloc(f->other, 60 * MiB, 1,
+                                       GMD_ALLOC_SWAPPABLE, 50, &poke), 0);
+        t0 = harness_now_ms();
+        OK(gmd_alloc(f->other, 4 * MiB, 1, GMD_ALLOC_SWAPPABLE, 5000, &small));
+        took = harness_now_ms() - t0;
+        peer_held = harness_vram_pool(f->other, 1).peer_held;
+        if (peer_held != 16 * MiB)
+                fail_msg("4 MiB that fit on device 1 took %llu ms, served "
+                         "with %llu MiB of device 0's left there: not while "
+                         "the relocations ran (~1 s); log:\n%s",
+                         (unsigned long long)took,
+                         (unsigned long long)(peer_held / MiB),
+                         harness_read_log(&f->h));
+        if (harness_log_count(&f->h, "holding back smaller"))
+                fail_msg("a request held device 1 for room counted twice; "
+                         "log:\n%s", harness_read_log(&f->h));
+        /* The large one is served once the owner's own buffer goes. */
+        OK(gmd_free(f->other, held));
+        owner_alloc_join(f, &a);
+        OK(gmd_free(f->other, a.buffer));
+        OK(gmd_free(f->other, small));
+        for (unsigned i = 0; i < 2; i++) {
+                harness_bring_back(f->client, b[i], 1000 + i, "back from host");
+                OK(gmd_free(f->client, b[i]));
+        }
+        expect_empty(f, "all freed");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -536,6 +592,7 @@ int main(void)
                 HARNESS_TEST(test_close_mid_relocation),
                 HARNESS_TEST(test_peer_moves_stopped),
                 HARNESS_TEST(test_killed_mid_relocation),
+                HARNESS_TEST(test_relocation_counted_once),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
