@@ -449,36 +449,43 @@ static void slice_pass(gmd_server *server, unsigned device, uint64_t now)
 
 /* `device` needs `need` bytes of room: what the peer tier holds there goes
  * first (peer.h): its spares released, then other devices' buffers moved
- * on to host memory, the oldest first, until `need` bytes are on their
- * way. Returns the bytes freed or on their way. */
+ * on to host memory, the oldest first — those whose swap-in waits for
+ * room at home after the others, since they may be wanted back soonest —
+ * until `need` bytes are on their way. Returns the bytes freed or on
+ * their way. */
 static uint64_t peer_make_room(gmd_server *server, unsigned device,
                                uint64_t need)
 {
         uint64_t started = peer_drop_spares_on(server, device);
         gmd_list *pos, *next;
+        int r = 0;
 
         if (started >= need || device >= GMD_MAX_DEVICES ||
             !server->peers.held_on[device])
                 return started;
-        list_for_each_safe(pos, next, &server->buffers.all) {
-                gmd_dbuffer *b = container_of(pos, gmd_dbuffer, server_link);
-                int r;
+        for (int waited = 0; waited < 2 && r == 0; waited++) {
+                list_for_each_safe(pos, next, &server->buffers.all) {
+                        gmd_dbuffer *b = container_of(pos, gmd_dbuffer,
+                                                      server_link);
 
-                if (started >= need)
-                        break;
-                if (!peer_relocatable(b, device))
-                        continue;
-                r = move_relocate_start(server, b);
-                if (r < 0) {
-                        log_info("peer tier: cannot move buffer %llu off "
-                                 "device %u to host memory: %s",
-                                 (unsigned long long)b->id, device,
-                                 r == -ENOSPC ? "host memory is full "
-                                 "([pools] host_limit)" : strerror(-r));
-                        break;
+                        if (started >= need)
+                                break;
+                        if (!peer_relocatable(b, device) ||
+                            (b->move_waiter != NULL) != waited)
+                                continue;
+                        r = move_relocate_start(server, b);
+                        if (r < 0) {
+                                log_info("peer tier: cannot move buffer %llu "
+                                         "off device %u to host memory: %s",
+                                         (unsigned long long)b->id, device,
+                                         r == -ENOSPC ? "host memory is full "
+                                         "([pools] host_limit)" :
+                                         strerror(-r));
+                                break;
+                        }
+                        started += b->size;
+                        server->peers.relocated++;
                 }
-                started += b->size;
-                server->peers.relocated++;
         }
         if (started) {
                 char s[32];

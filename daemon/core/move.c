@@ -240,7 +240,9 @@ int move_relocate_start(gmd_server *server, gmd_dbuffer *b)
         gmd_move *m;
         int r;
 
-        if (!b->mem->peer || b->move || b->move_waiter)
+        /* A swap-in may wait for it (peer_relocatable): it then starts
+         * once this move ends, from host memory (move_in_begin). */
+        if (!b->mem->peer || b->move)
                 return -EINVAL;
         if (!copyq_usable(&server->copyqs, holder, GMD_COPY_OUT))
                 return -EIO;
@@ -325,8 +327,15 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         bool kept, mapped;
         int r;
 
-        if (!b->move_waiter || b->move)
+        if (!b->move_waiter)
                 return 0;       /* served already: the waitq drops it */
+        /* On its way from a peer to host memory (peer.h): it comes from
+         * there once that move ends, which serves the queue again. It
+         * holds nobody back meanwhile (waitq.h). */
+        if (b->move && b->move->relocate)
+                return -EINPROGRESS;
+        if (b->move)
+                return 0;
         cls = b->move_waiter->rank == WAITQ_SWAP_IN ? MOVE_URGENT : MOVE_BULK;
         if (!copyq_usable(&server->copyqs, b->device, GMD_COPY_IN))
                 return -EAGAIN; /* a copy just failed: wait, do not spin */
@@ -490,9 +499,11 @@ static void move_abandon(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
                 destination_out_undo(server, b, m->copy.dst, m->clean);
         b->move = NULL;
         buffer_index(b);
-        b->state = GMD_STATE_RESIDENT;
+        /* A relocation off a peer of a buffer whose swap-in waits: that
+         * swap-in is still queued, and answers its acquire. */
+        b->state = b->move_waiter ? GMD_STATE_MOVING_IN : GMD_STATE_RESIDENT;
         persist_buffer(server, b);
-        if (b->acquirer) {
+        if (b->acquirer && !b->move_waiter) {
                 /* A move out that failed leaves the buffer where the
                  * acquire wants it. */
                 if (b->tier == GMD_TIER_VRAM)
@@ -517,7 +528,9 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
 
         move_change_state(m, MOVE_FINISHED);
         b->mem = m->copy.dst;
-        b->state = GMD_STATE_RESIDENT;
+        /* Relocated off a peer while its swap-in waits: still queued, it
+         * starts from host memory now (move_in_begin). */
+        b->state = b->move_waiter ? GMD_STATE_MOVING_IN : GMD_STATE_RESIDENT;
         b->move = NULL;
         buffer_set_tier(b, m->dst_tier);     /* indexes it too */
         /* The record follows before the old backing can go. */
@@ -548,7 +561,7 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         if (m->copy.dir == GMD_COPY_IN && b->tier == GMD_TIER_VRAM &&
             !b->acquirer && !b->acquired)
                 b->prefetched_us = now_us();
-        if (b->acquirer) {
+        if (b->acquirer && !b->move_waiter) {
                 if (b->tier == GMD_TIER_VRAM)
                         acquirer_grant(b->acquirer);
                 else if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
@@ -851,7 +864,13 @@ static bool evicted_for_slice(gmd_server *server, const gmd_dbuffer *b)
 static void acquire_start(gmd_server *server, gmd_dbuffer *b, gmd_acquirer *a)
 {
         b->acquirer = a;
-        if (b->move && b->move->copy.dir == GMD_COPY_OUT && move_copying(b->move)) {
+        if (b->move_waiter) {
+                /* Its swap-in is queued: ahead now. If it is being moved
+                 * from a peer to host memory meanwhile (peer.h), that move
+                 * goes on and the swap-in follows it, from there. */
+                waitq_set_rank(b->move_waiter, WAITQ_SWAP_IN);
+        } else if (b->move && b->move->copy.dir == GMD_COPY_OUT &&
+                   move_copying(b->move)) {
                 /* Still copying out: stop, it never left — unless another
                  * process's slice needs the room; then it comes back once
                  * out (move_finish). */
@@ -860,8 +879,6 @@ static void acquire_start(gmd_server *server, gmd_dbuffer *b, gmd_acquirer *a)
         } else if (b->move && b->move->copy.dir == GMD_COPY_IN) {
                 if (move_copying(b->move))
                         copyq_reclass(&server->copyqs, &b->move->copy, MOVE_URGENT);
-        } else if (b->move_waiter) {
-                waitq_set_rank(b->move_waiter, WAITQ_SWAP_IN);
         } else if (!b->move && b->tier == GMD_TIER_HOST) {
                 if (move_in_request(server, b, WAITQ_SWAP_IN) < 0)
                         acquirer_fail(a, GMD_ERR_INTERNAL,

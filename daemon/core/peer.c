@@ -254,8 +254,21 @@ uint64_t peer_drop_spares_on(gmd_server *server, unsigned device)
 
 bool peer_relocatable(const gmd_dbuffer *b, unsigned device)
 {
-        /* Only what rests there: not one on its way back (its swap-in
-         * reads it) or asked for, nor a leaving client's. */
+        /* What rests there, its swap-in queued or not: not one on its way
+         * back (that copy reads it; its end frees the peer), nor a leaving
+         * client's (freed within a few loop iterations).
+         *
+         * A queued swap-in is not about to free the peer: it waits for
+         * room on its home device, which may not come for as long as that
+         * device's clients hold their memory. Kept on the peer for it, the
+         * buffer made the peer's own clients wait on the other device
+         * (test_peer's test_relocated_while_its_swap_in_waits: nothing was
+         * moved off for device 1's allocation while the acquire waited
+         * for a full device 0) — for ever where that room was held by a
+         * process that itself waited on the peer with no deadline. Moved
+         * on, the swap-in waits for that move's end and copies from host
+         * memory (move_in_begin); evict.c moves such buffers after those
+         * nobody waits for. */
         return peer_holds(b) && b->mem->device == device && !b->move &&
-               !b->move_waiter && !b->acquirer && !b->owner->closing;
+               (!b->acquirer || b->move_waiter) && !b->owner->closing;
 }

@@ -88,7 +88,9 @@ void peer_count(gmd_server *server, gmd_mem *mem, unsigned home, int sign);
 uint64_t peer_drop_spares_on(gmd_server *server, unsigned device);
 
 /* May `b`, held in `device`'s VRAM by the peer tier, be moved on to host
- * memory now (move_relocate_start)? */
+ * memory now (move_relocate_start)? Also while its swap-in waits in the
+ * queue for room at home (peer.c says why); not while that swap-in
+ * copies. */
 bool peer_relocatable(const gmd_dbuffer *b, unsigned device);
 
 /* `mem`, the peer VRAM a buffer just came back from, kept for the next

@@ -74,8 +74,10 @@ typedef enum waitq_reach {
 typedef struct gmd_waitq_ops {
         /* Serve it now: 0 served (or answered: it leaves the queue),
          * -ENOSPC no room yet, -EAGAIN its device's copy queue rests after
-         * a refused copy (holds back its device), -EINPROGRESS its user's
-         * quota waits for parked buffers to come back (holds back nobody). */
+         * a refused copy (holds back its device), -EINPROGRESS it waits
+         * for something else than room — its user's quota for parked
+         * buffers to come back, a swap-in for its buffer's move off a
+         * peer to end (peer.h) — and holds back nobody. */
         int (*serve)(void *ctx, gmd_waiter *waiter);
         /* Can room be made for it on its device (waitq_reach)? Only such
          * a waiter holds the others back once it waited hold_after_ms;

@@ -15,7 +15,8 @@
  * (a relocation), and swap-outs to and swap-ins from device 1 stopped
  * half-way; each ends with the bytes whole and every byte of every pool
  * given back once (device 1's spares as room its own client gets). Bytes
- * being moved off device 1 count once as room there.
+ * being moved off device 1 count once as room there, and a buffer whose
+ * swap-in waits for a full device 0 is moved off device 1 all the same.
  *
  * Where the bytes are is read from status (device 1's pool: peer_held,
  * peer_spare; the pair's held bytes; the host pool's used); what a buffer
@@ -580,6 +581,72 @@ static void test_relocation_counted_once(void **state)
         expect_empty(f, "all freed");
 }
 
+/* An acquire made on a thread of its own (it waits for room at home). */
+typedef struct home_acquire {
+        gmd_client *client;
+        gmd_buffer *buffer;
+        int r;
+        pthread_t thread;
+} home_acquire;
+
+static void *home_acquire_run(void *arg)
+{
+        home_acquire *a = arg;
+
+        a->r = gmd_acquire(a->client, a->buffer, 10000);
+        return NULL;
+}
+
+/* A buffer on device 1 whose swap-in waits for room on device 0 (its
+ * owner acquires it while device 0 is full of buffers in use) is moved on
+ * to host memory when device 1's own client needs the room: that swap-in
+ * is not about to free device 1, it waits for device 0, and device 1's
+ * client waited out its 10 s for it (or for ever, were device 0's room
+ * held by a process waiting on device 1). Device 0's room comes while the
+ * buffer is on its way to host memory: its swap-in starts once it is
+ * there, from there, and the acquire gets the bytes whole. */
+static void test_relocated_while_its_swap_in_waits(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b, *full = NULL;
+        gmd_pool_status p0;
+        home_acquire acq;
+        owner_alloc a;
+
+        start(f, SLOW);
+        f->other = harness_client(&f->h, "owner");
+        b = harness_released_buffer(f->client, 8 * MiB, 1100);
+        harness_page_out(f->client, b);
+        expect_where(f, 8 * MiB, 0, "a pageout");
+        /* Device 0 full of a buffer in use: the swap-in must wait. */
+        p0 = harness_vram_pool(f->client, 0);
+        OK(gmd_alloc(f->client, p0.capacity, 0, GMD_ALLOC_SWAPPABLE, 5000,
+                     &full));
+        acq.client = f->client;
+        acq.buffer = b;
+        acq.r = -1;
+        assert_int_equal(pthread_create(&acq.thread, NULL, home_acquire_run,
+                                        &acq), 0);
+        harness_sleep_ms(100);
+        /* Device 1's client wants all of device 1. */
+        owner_alloc_start(&a, f->other, 64 * MiB);
+        expect_relocating(f, 8 * MiB);
+        /* Room at home while it moves on: the swap-in waits for that move
+         * and comes from host memory. */
+        OK(gmd_free(f->client, full));
+        owner_alloc_join(f, &a);
+        pthread_join(acq.thread, NULL);
+        if (acq.r != 0)
+                fail_msg("the acquire failed: %d (%s); log:\n%s", acq.r,
+                         gmd_last_error(), harness_read_log(&f->h));
+        assert_int_equal(gmd_buffer_tier(b), GMD_TIER_VRAM);
+        pattern_check(b, 1100, "back after its relocation");
+        OK(gmd_release(f->client, b));
+        OK(gmd_free(f->other, a.buffer));
+        OK(gmd_free(f->client, b));
+        expect_empty(f, "all freed");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -593,6 +660,7 @@ int main(void)
                 HARNESS_TEST(test_peer_moves_stopped),
                 HARNESS_TEST(test_killed_mid_relocation),
                 HARNESS_TEST(test_relocation_counted_once),
+                HARNESS_TEST(test_relocated_while_its_swap_in_waits),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
