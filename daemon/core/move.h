@@ -173,7 +173,9 @@ int move_in_request(gmd_server *server, gmd_dbuffer *buffer, waitq_rank rank);
 
 /* The waitq found VRAM for a swap-in: take it and start the copy. 0, or
  * -ENOSPC when the room is not there yet or the copy queue rests after a
- * refused copy. */
+ * refused copy, or -EINPROGRESS when the buffer is being moved off a peer
+ * (the swap-in holds no one back and copies from host memory once that
+ * move is over). */
 int move_in_begin(gmd_server *server, gmd_dbuffer *buffer);
 
 /* The waitq dropped a buffer's swap-in without serving it. */
