@@ -161,7 +161,6 @@ class Fitter:
         memory (gpu-memd's pool, else pinned memory of this process);
         "peer" or a torch.device: another GPU's VRAM."""
         from . import stash as _st
-        torch = self._torch
         if offload is True or offload == "host":
             daemon_device = 0
             if self.client is not None and self.cuda:

@@ -181,12 +181,17 @@ class Stash:
                 return region
             self._slab += 1
             self._offset = 0
-        slab = self.slabs.make(max(self.slab_bytes, size))
+        slab = self._new_slab(max(self.slab_bytes, size))
+        self._offset = size
+        return slab[:nbytes]
+
+    def _new_slab(self, nbytes):
+        """A slab of `nbytes` after the others, counted."""
+        slab = self.slabs.make(nbytes)
         self._regions.append(slab)
         self.stats["slabs"] += 1
         self.stats["slab_bytes"] += slab.numel()
-        self._offset = size
-        return slab[:nbytes]
+        return slab
 
     def wants(self, t):
         return (t.device == self.device and t.is_contiguous()
@@ -228,12 +233,7 @@ class Stash:
         have = sum(slab.numel() for slab in self._regions)
         want = nbytes + nbytes // 16 + self.slab_bytes
         while have < want:
-            size = self.slab_bytes
-            slab = self.slabs.make(size)
-            self._regions.append(slab)
-            self.stats["slabs"] += 1
-            self.stats["slab_bytes"] += size
-            have += size
+            have += self._new_slab(self.slab_bytes).numel()
 
     def measure(self, nbytes):
         """Bytes per second (out, in) of one `nbytes` copy each way between
@@ -242,10 +242,7 @@ class Stash:
         import time
         torch = self._torch
         if not self._regions:
-            slab = self.slabs.make(max(self.slab_bytes, nbytes))
-            self._regions.append(slab)
-            self.stats["slabs"] += 1
-            self.stats["slab_bytes"] += slab.numel()
+            self._new_slab(max(self.slab_bytes, nbytes))
         region = self._regions[0][:nbytes]
         local = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
         rates = (0.0, 0.0)
