@@ -189,7 +189,9 @@ static int run(daemon_state *d, const gmd_config *config)
                 log_error("cannot start the event loop: %s", uv_strerror(r));
                 return 1;
         }
-        r = backend_open(config, &backend);
+        /* A restore adopts the previous run's arena: none pinned meanwhile. */
+        r = backend_open(config, d->keep && d->keep->n_restored ?
+                         GMD_BACKEND_ARENA_HELD : 0, &backend);
         if (r < 0) {
                 log_error("cannot open the %s backend: %s", config->backend,
                           strerror(-r));
@@ -204,6 +206,10 @@ static int run(daemon_state *d, const gmd_config *config)
                 d->server->instance = (uint64_t)getpid() << 32 | (uint64_t)time(NULL);
         if (d->keep) {
                 r = restore_begin(d->server, d->keep);
+                /* Arenas the restore did not adopt build from here. */
+                for (unsigned i = 0; backend->ops->arena_adopt &&
+                                     i < backend->ops->device_count(backend); i++)
+                        (void)backend->ops->arena_adopt(backend, i, NULL, 0);
                 if (r < 0) {
                         d->server = server_free(d->server);
                         goto close_loop;

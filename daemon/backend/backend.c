@@ -13,15 +13,18 @@
 #include "config.h"
 #include "log.h"
 
-int backend_open(const gmd_config *config, gmd_backend **ret_backend)
+int backend_open(const gmd_config *config, unsigned flags,
+                 gmd_backend **ret_backend)
 {
         int r;
+
+        (void)flags;    /* sim's arena costs nothing to build: no hold */
 
         if (strcmp(config->backend, "sim") == 0)
                 return backend_sim_open(config, ret_backend);
 
 #ifdef GMD_HAVE_CUDA
-        r = backend_cuda_open(config, ret_backend);
+        r = backend_cuda_open_flags(config, flags, ret_backend);
         if (r == 0)
                 return 0;
         if (strcmp(config->backend, "cuda") == 0) {

@@ -296,12 +296,16 @@ typedef struct gmd_backend_ops {
          * the fds (cuda keeps each as the piece's export, sim maps and
          * keeps them for punching freed parts out) and closes them at
          * destroy; on failure they are untouched and the arena is as
-         * before (pieces it had built are built again). cuda: what the
-         * worker pinned since open is released first (unused: no host
-         * copy was taken), waiting for a piece being pinned, up to
-         * ~0.25 s per GiB; each piece is imported, mapped and given
-         * device access as a new one is (a piece smaller than its size:
-         * -EINVAL). -EBUSY when a host copy was taken already. */
+         * before (pieces it had built are built again). n = 0: nothing
+         * to adopt; an arena held at open (GMD_BACKEND_ARENA_HELD) starts
+         * building. cuda: what the worker pinned since open, if it was
+         * not held, is released first (unused: no host copy was taken),
+         * waiting for a piece being pinned, up to ~0.25 s per GiB; each
+         * piece is imported and mapped as a new one is (a piece smaller
+         * than its size: -EINVAL), and given device access afterwards,
+         * in the background or by the first copy that needs it
+         * (backend_cuda_reach.c). -EBUSY when a host copy was taken
+         * already. */
         int (*arena_adopt)(gmd_backend *backend, unsigned device,
                            const gmd_arena_piece *pieces, unsigned n);
         /* Where a host copy from the arena (mem_create_private,
@@ -411,12 +415,19 @@ struct gmd_backend {
         const gmd_backend_ops *ops;
 };
 
+/* backend_open's flags. ARENA_HELD: a restore will offer the previous
+ * run's host arena pieces (arena_adopt): the backend pins no arena of its
+ * own until arena_adopt was called for the device, with those pieces or
+ * with none (n = 0), instead of pinning one to release it again. */
+#define GMD_BACKEND_ARENA_HELD 1u
+
 /*
  * Open the backend named by the config ("auto", "cuda", "sim"). "auto"
  * picks cuda when a GPU is usable, else sim and logs one notice saying so.
  * On failure returns a negative errno and logs why.
  */
-int backend_open(const gmd_config *config, gmd_backend **ret_backend);
+int backend_open(const gmd_config *config, unsigned flags,
+                 gmd_backend **ret_backend);
 
 /* Close a backend; accepts NULL, returns NULL. */
 gmd_backend *backend_close(gmd_backend *backend);
@@ -443,6 +454,9 @@ int backend_sim_open(const gmd_config *config, gmd_backend **ret_backend);
 /* -ENODEV when no GPU is usable (no driver, no device); then
  * backend_cuda_unusable_reason() says why, in words. */
 int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend);
+/* The same with backend_open's flags. */
+int backend_cuda_open_flags(const gmd_config *config, unsigned flags,
+                            gmd_backend **ret_backend);
 const char *backend_cuda_unusable_reason(void);
 #endif
 

@@ -291,6 +291,12 @@ const char *backend_cuda_unusable_reason(void)
 
 int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
 {
+        return backend_cuda_open_flags(config, 0, ret_backend);
+}
+
+int backend_cuda_open_flags(const gmd_config *config, unsigned flags,
+                            gmd_backend **ret_backend)
+{
         const gmd_cuda_driver *cu;
         const char *reason;
         cuda_backend *b;
@@ -338,7 +344,8 @@ int backend_cuda_open(const gmd_config *config, gmd_backend **ret_backend)
                 return r;
         }
         r = cuda_host_open(b, config_host_stock_bytes(config),
-                           config_host_limit_bytes(config));
+                           config_host_limit_bytes(config),
+                           flags & GMD_BACKEND_ARENA_HELD);
         if (r < 0) {
                 cuda_ops_destroy(&b->base);
                 return r;

@@ -43,6 +43,7 @@
 #define GMD_BACKEND_CUDA_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -205,7 +206,21 @@ typedef struct cuda_arena {
         bool adopting;           /* arena_adopt is replacing its pieces:
                                   * the worker leaves it alone */
         bool adopted;            /* its first pieces are a previous run's */
+        bool held;               /* opened with GMD_BACKEND_ARENA_HELD: the
+                                  * worker builds nothing until
+                                  * arena_adopt */
+        /* The adopted pieces, pieces[0, n_reach), get their device access
+         * after adoption (backend_cuda_reach.c): reach[k] is pieces[k]'s
+         * CUDA_REACH_*; `unreached` counts those not yet DONE. Written
+         * under no lock: n_reach once, before `unreached` is published. */
+        unsigned n_reach;
+        _Atomic unsigned char reach[CUDA_ARENA_MAX_PIECES];
+        atomic_uint unreached;
+        uint64_t reach_start_us;
 } cuda_arena;
+
+enum { CUDA_REACH_NONE = 0, CUDA_REACH_SETTING, CUDA_REACH_DONE,
+       CUDA_REACH_FAILED };
 
 /* Where the measurement of a device's link, or of them all, stands
  * (backend_cuda_link.c, whose top comment has the changes allowed). */
@@ -526,8 +541,10 @@ void cuda_gate_heard(cuda_copy *c);
 
 /* Reserve each device's arena (`total` bytes split evenly; 0: none), in a
  * range of `limit` bytes split evenly, what it may grow to, and start the
- * worker that pins it. 0 or -errno. */
-int cuda_host_open(cuda_backend *b, uint64_t total, uint64_t limit);
+ * worker that pins it; `held`: it pins nothing for an arena until
+ * arena_adopt was called for its device. 0 or -errno. */
+int cuda_host_open(cuda_backend *b, uint64_t total, uint64_t limit,
+                   bool held);
 /* Whether the worker is pinning a piece of some arena now or will (a
  * build or a growth under way). Call with cuda_host.lock held. */
 bool cuda_host_pinning(cuda_backend *b);
@@ -541,6 +558,21 @@ int cuda_arena_map(cuda_backend *b, cuda_device *d, CUdeviceptr at,
 int cuda_arena_export(cuda_backend *b, CUmemGenericAllocationHandle h);
 /* Stop the worker after it released what it was given; free the arenas. */
 void cuda_host_close(cuda_backend *b);
+
+/* ---- backend_cuda_reach.c ----------------------------------------------- */
+
+/* Give `d` access to the adopted arena pieces under [at, at + len) of its
+ * arena that lack it, waiting for another thread already giving it; any
+ * thread (it makes `d`'s context current). 0 at once when every adopted
+ * piece has it; else 0 or -errno (logged). */
+int cuda_arena_reach(cuda_backend *b, cuda_device *d, uint64_t at,
+                     uint64_t len);
+/* The host worker's share: give access to one adopted piece of some
+ * arena that has not had it tried (CUDA_REACH_NONE). true when there was
+ * one (given access or not). */
+bool cuda_arena_reach_next(cuda_backend *b);
+/* Whether some arena has adopted pieces without access. */
+bool cuda_arena_unreached(const cuda_backend *b);
 /* mem_create(HOST): a whole allocation of its own, made here (it pins);
  * zeroed unless `filled` (a copy overwrites it whole). */
 int cuda_host_create(cuda_backend *b, cuda_device *d, unsigned device,

@@ -16,11 +16,13 @@
  * tests/gpu/test_vmm_survives.c), so an adopted piece keeps the fd it came
  * from as its export, and the next restart hands that on.
  *
- * Adoption comes at start, before any host copy is taken, but the worker
- * starts pinning at open: the pieces it pinned meanwhile hold nothing, so
- * they are released, after any piece being pinned is done (the worker
- * leaves an arena marked `adopting` alone), and the worker then builds on
- * after the adopted ones.
+ * Adoption comes at start, before any host copy is taken. A daemon that
+ * knows it will adopt opens its backend with GMD_BACKEND_ARENA_HELD, and
+ * the worker pins nothing until then; otherwise the worker starts pinning
+ * at open, and the pieces it pinned meanwhile hold nothing, so they are
+ * released, after any piece being pinned is done (the worker leaves an
+ * arena marked `adopting` alone: up to ~0.25 s a GiB, plus the release),
+ * and the worker then builds on after the adopted ones.
  *
  * The pieces are adopted in parallel (adopt_map_some): importing and
  * mapping a GiB of pinned host memory costs the driver ~15 ms, which for
@@ -29,17 +31,9 @@
  * thread one of them, each with the device's primary context current,
  * take the next piece from an atomic counter, import its fd and map it at
  * its offset; the first error any of them meets is kept and stops the
- * others taking more. Then the device is given access over the pieces in
- * a few calls, not one per piece (adopt_access_some): the pieces are
- * contiguous from the range's start (host_arena_check_pieces refuses a
- * gap), so each thread sets it once over a run of whole neighbouring
- * pieces, at most one run a thread. One call over everything would do
- * (cuMemSetAccess takes any fully mapped range of whole allocations, and
- * one call over 200 VRAM chunks cost about one call over one,
- * mapper_cuda.c), but if giving a GPU access to host memory costs by the
- * byte, as pinning does, one call would put it back on one thread; a run
- * a thread keeps the calls few and the bytes shared. The log line says
- * how long each half took.
+ * others taking more. Giving the device access to the pieces is not done
+ * here: it cost ~10 ms a GiB on any number of threads (532 ms for 51 GiB,
+ * H200), so it follows after the daemon is ready (backend_cuda_reach.c).
  *
  * What the parallelism rests on: the driver API is thread-safe and a
  * context may be current on several threads at once (CUDA 4.0 on; the
@@ -178,7 +172,7 @@ typedef struct adopt_job {
         unsigned n;
         cuda_arena_piece *made;       /* [n]: the piece as mapped */
         bool *mapped;                 /* [n]: made[k] is mapped */
-        unsigned threads;             /* how many run; the access runs */
+        unsigned threads;             /* how many run */
         atomic_uint next;             /* the next piece (or run) to take */
         atomic_int error;             /* the first -errno met; 0: none */
 } adopt_job;
@@ -193,7 +187,7 @@ static void adopt_fail(adopt_job *job, int r)
 }
 
 /* Import piece `p` and map it at its offset (the device gets access
- * later, adopt_access_some); 0 or -errno (logged). */
+ * later, backend_cuda_reach.c); 0 or -errno (logged). */
 static int arena_piece_adopt(cuda_backend *b, cuda_device *d, unsigned device,
                              const gmd_arena_piece *p, cuda_arena_piece *ret)
 {
@@ -245,42 +239,6 @@ static void adopt_map_some(adopt_job *job)
                         return;
                 }
                 job->mapped[k] = true;
-        }
-}
-
-/* Take runs of whole neighbouring pieces (all mapped), one cuMemSetAccess
- * each: run i is pieces [i * n / threads, (i + 1) * n / threads). */
-static void adopt_access_some(adopt_job *job)
-{
-        const gmd_cuda_driver *cu = job->b->cu;
-        CUmemAccessDesc access = { 0 };
-
-        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        access.location.id = job->d->dev;
-        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        for (;;) {
-                unsigned i, from, to;
-                uint64_t at, bytes;
-                int r;
-
-                if (atomic_load(&job->error))
-                        return;
-                i = atomic_fetch_add(&job->next, 1);
-                if (i >= job->threads)
-                        return;
-                from = (unsigned)((uint64_t)i * job->n / job->threads);
-                to = (unsigned)((uint64_t)(i + 1) * job->n / job->threads);
-                if (from == to)
-                        continue;
-                at = job->made[from].offset;
-                bytes = job->made[to - 1].offset + job->made[to - 1].size - at;
-                r = cuda_check(job->b, cu->cuMemSetAccess(job->d->arena.base + at,
-                                                          bytes, &access, 1),
-                               "cuMemSetAccess (host arena)");
-                if (r < 0) {
-                        adopt_fail(job, r);
-                        return;
-                }
         }
 }
 
@@ -349,16 +307,26 @@ int cuda_ops_arena_adopt(gmd_backend *backend, unsigned device,
         bool mapped[CUDA_ARENA_MAX_PIECES] = { false };
         adopt_job job;
         const char *why = NULL;
-        uint64_t end = 0, t0 = 0, t_map = 0, t_access = 0;
+        uint64_t end = 0, t0 = 0, t_map = 0;
         unsigned ran = 0;
         cuda_arena *a;
         int r = 0;
 
         if (!d)
                 return -EINVAL;
-        if (n == 0)
-                return 0;
         a = &d->arena;
+        if (n == 0) {
+                if (!b->host.started)
+                        return 0;
+                pthread_mutex_lock(&b->host.lock);
+                if (a->held) {
+                        a->held = false;
+                        b->host.build_start_us = now_us();
+                        pthread_cond_signal(&b->host.cond);
+                }
+                pthread_mutex_unlock(&b->host.lock);
+                return 0;
+        }
         if (!b->host.started || !a->base)
                 why = "the device has no host arena ([pools] host_stock, or "
                       "no HOST tier)";
@@ -389,8 +357,7 @@ int cuda_ops_arena_adopt(gmd_backend *backend, unsigned device,
         arena_drop_built(b, d);
 
         /* The pieces are contiguous from the range's start (checked
-         * above), so made[] in index order is too: adopt_access_some's
-         * runs are whole neighbouring pieces. */
+         * above), so made[] in index order is too, as pieces[] must be. */
         job.b = b;
         job.d = d;
         job.device = device;
@@ -404,9 +371,6 @@ int cuda_ops_arena_adopt(gmd_backend *backend, unsigned device,
         t0 = now_us();
         ran = adopt_run(&job, adopt_map_some);
         t_map = now_us();
-        if (atomic_load(&job.error) == 0)
-                (void)adopt_run(&job, adopt_access_some);
-        t_access = now_us();
         r = atomic_load(&job.error);
 
         pthread_mutex_lock(&b->host.lock);
@@ -419,6 +383,13 @@ int cuda_ops_arena_adopt(gmd_backend *backend, unsigned device,
                         a->ranges.target = end;
                 a->adopted = true;
                 a->failed = false;
+                /* No copy can have touched them: device access comes in
+                 * the background, or from the first copy that needs it. */
+                a->n_reach = n;
+                for (unsigned i = 0; i < n; i++)
+                        atomic_store(&a->reach[i], CUDA_REACH_NONE);
+                a->reach_start_us = now_us();
+                atomic_store_explicit(&a->unreached, n, memory_order_release);
         } else {
                 /* As before adoption: nothing built, the worker starts
                  * again from the range's start. */
@@ -439,16 +410,15 @@ int cuda_ops_arena_adopt(gmd_backend *backend, unsigned device,
                 }
         } else {
                 log_info("cuda: device %u: adopted %u host arena pieces, %llu "
-                         "MiB, on %u threads in %.1f ms (import and map "
-                         "%.1f ms, access %.1f ms)", device, n,
+                         "MiB, on %u threads: imported and mapped in %.1f "
+                         "ms, device access to follow", device, n,
                          (unsigned long long)(end >> 20), ran,
-                         (double)(t_access - t0) / 1e3,
-                         (double)(t_map - t0) / 1e3,
-                         (double)(t_access - t_map) / 1e3);
+                         (double)(t_map - t0) / 1e3);
         }
 done:
         pthread_mutex_lock(&b->host.lock);
         a->adopting = false;
+        a->held = false;
         if (a->ranges.built < a->ranges.target) {
                 b->host.build_start_us = now_us();
                 b->host.build_from = 0;

@@ -133,7 +133,7 @@ static cuda_device *arena_next(cuda_backend *b)
         for (unsigned i = 0; i < b->n_devices; i++) {
                 cuda_arena *a = &b->devices[i].arena;
 
-                if (a->base && !a->failed && !a->adopting &&
+                if (a->base && !a->failed && !a->adopting && !a->held &&
                     a->ranges.built < a->ranges.target)
                         return &b->devices[i];
         }
@@ -275,6 +275,17 @@ static void *host_worker(void *arg)
                 }
                 if (h->stopping)
                         break;
+                /* A restart's adopted pieces first: copies may wait for
+                 * them (backend_cuda_reach.c). */
+                if (cuda_arena_unreached(b)) {
+                        bool did;
+
+                        pthread_mutex_unlock(&h->lock);
+                        did = cuda_arena_reach_next(b);
+                        pthread_mutex_lock(&h->lock);
+                        if (did)
+                                continue;
+                }
                 d = arena_next(b);
                 if (d)
                         arena_build_piece(b, d);
@@ -317,16 +328,22 @@ static void arena_reserve(cuda_backend *b, cuda_device *d, uint64_t target,
         host_arena_init(&a->ranges, gran, target, limit);
 }
 
-int cuda_host_open(cuda_backend *b, uint64_t total, uint64_t limit)
+int cuda_host_open(cuda_backend *b, uint64_t total, uint64_t limit,
+                   bool held)
 {
         cuda_host *h = &b->host;
         uint64_t share = b->n_devices ? total / b->n_devices : 0;
         uint64_t room = b->n_devices ? limit / b->n_devices : 0;
         int r;
 
-        for (unsigned i = 0; i < b->n_devices; i++)
+        for (unsigned i = 0; i < b->n_devices; i++) {
                 arena_reserve(b, &b->devices[i], share, room);
-        if (arena_next(b))
+                b->devices[i].arena.held = held;
+        }
+        if (held)
+                log_info("cuda: host arenas wait for the previous run's "
+                         "pieces before pinning");
+        else if (arena_next(b))
                 log_info("cuda: pinning a host arena of %llu MiB per device for "
                          "swap-outs ([pools] host_stock), in the background",
                          (unsigned long long)(b->devices[0].arena.ranges.target >> 20));
@@ -501,6 +518,7 @@ int64_t cuda_ops_arena_grow(gmd_backend *backend, unsigned device,
 CUdeviceptr cuda_mem_at(cuda_backend *b, const cuda_mem *m, uint64_t off,
                         uint64_t *ret_run)
 {
+        cuda_device *d;
         uint64_t at;
 
         *ret_run = 0;
@@ -514,7 +532,13 @@ CUdeviceptr cuda_mem_at(cuda_backend *b, const cuda_mem *m, uint64_t off,
         }
         if (host_arena_locate(&m->span, off, &at, ret_run) < 0)
                 return 0;
-        return b->devices[m->mem.device].arena.base + at;
+        d = &b->devices[m->mem.device];
+        /* A restart's adopted pieces may not have device access yet. */
+        if (cuda_arena_reach(b, d, at, *ret_run) < 0) {
+                *ret_run = 0;
+                return 0;
+        }
+        return d->arena.base + at;
 }
 
 void cuda_ops_arena_info(gmd_backend *backend, unsigned device,
