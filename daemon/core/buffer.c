@@ -13,6 +13,7 @@
 #include "hostcopy.h"
 #include "log.h"
 #include "parking.h"
+#include "peer.h"
 #include "pending.h"
 #include "reuse.h"
 #include "server.h"
@@ -215,6 +216,7 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         list_remove(&b->server_link);
         list_remove(&b->moving_link);
         list_remove(&b->idle_link);
+        peer_index(server, b, true);
         b->owner->n_buffers--;
         b->owner->bytes -= b->size;
         buffer_account(b, -1);
@@ -252,6 +254,8 @@ void buffer_index(gmd_dbuffer *b)
                 if (idle)
                         list_add_tail(&server->buffers.vram_idle, &b->idle_link);
         }
+        /* A SPILLABLE buffer held on a peer is no room there. */
+        peer_index(server, b, false);
 }
 
 void buffer_set_tier(gmd_dbuffer *b, gmd_tier tier)

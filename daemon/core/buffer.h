@@ -57,6 +57,8 @@ typedef struct gmd_dbuffer {
                                      * while its owner waits (loan.h):
                                      * it may move like a released one */
         bool parked;                /* idle in the client's mapping cache */
+        unsigned peer_busy;         /* the device + 1 whose peers.busy_on
+                                     * counts it (peer_index), else 0 */
         uint64_t released_ms;       /* when the lease was last released */
         uint64_t unmap_seq;         /* remap asking its owner to unmap kept
                                      * VRAM, awaiting its ack (reuse.h) */

@@ -39,12 +39,16 @@ static bool evict_may(const gmd_dbuffer *b)
 
 uint64_t evict_idle_bytes(gmd_server *server, unsigned device)
 {
-        /* What the peer tier holds here goes first (peer.h). */
-        uint64_t bytes = device < GMD_MAX_DEVICES ?
-                         server->peers.held_on[device] +
-                         server->peers.spare_on[device] : 0;
+        /* What the peer tier holds here goes first (peer.h), but for
+         * SPILLABLE buffers their owners hold there. */
+        const gmd_peers *peers = &server->peers;
+        uint64_t bytes = device < GMD_MAX_DEVICES &&
+                         peers->held_on[device] > peers->busy_on[device] ?
+                         peers->held_on[device] - peers->busy_on[device] : 0;
         gmd_list *pos;
 
+        if (device < GMD_MAX_DEVICES)
+                bytes += peers->spare_on[device];
         if (!server_can_move(server))
                 return 0;
         list_for_each(pos, &server->buffers.vram_idle) {
@@ -72,8 +76,9 @@ uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid)
 }
 
 /* Of what the peer tier holds on `device`, the bytes already on their way
- * to host memory: relocations under way (move_relocate_start), which
- * move_leaving_bytes counts as a move out of `device` — the same test. */
+ * to host memory: relocations under way (move_relocate_start; the source
+ * is on `device`, whichever queue copies), which move_leaving_bytes
+ * counts as a move out of `device` — the same test. */
 static uint64_t peer_relocating_bytes(gmd_server *server, unsigned device)
 {
         uint64_t bytes = 0;
@@ -83,7 +88,7 @@ static uint64_t peer_relocating_bytes(gmd_server *server, unsigned device)
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, moving_link);
                 const gmd_move *m = b->move;
 
-                if (m && m->relocate && m->copy.device == device &&
+                if (m && m->relocate && m->copy.src->device == device &&
                     !b->owner->closing && m->copy.dir == GMD_COPY_OUT &&
                     !move_stopping(m))
                         bytes += b->size;

@@ -236,6 +236,9 @@ int move_out_start(gmd_server *server, gmd_dbuffer *b, move_class cls)
 int move_relocate_start(gmd_server *server, gmd_dbuffer *b)
 {
         unsigned holder = b->mem->device;
+        /* A SPILLABLE buffer's owner maps it on the peer (peer.h). */
+        bool mapped = placement_usable_on_host(b);
+        unsigned queue = mapped ? b->device : holder;
         gmd_mem *dst;
         gmd_move *m;
         int r;
@@ -244,7 +247,10 @@ int move_relocate_start(gmd_server *server, gmd_dbuffer *b)
          * once this move ends, from host memory (move_in_begin). */
         if (!b->mem->peer || b->move)
                 return -EINVAL;
-        if (!copyq_usable(&server->copyqs, holder, GMD_COPY_OUT))
+        /* One its owner uses there moves only once released. */
+        if (mapped && !placement_may_move(b))
+                return -EBUSY;
+        if (!copyq_usable(&server->copyqs, queue, GMD_COPY_OUT))
                 return -EIO;
         r = destination_host(server, b, &dst);
         if (r < 0)
@@ -254,12 +260,24 @@ int move_relocate_start(gmd_server *server, gmd_dbuffer *b)
                 backing_release(server, dst);
                 return -ENOMEM;
         }
-        /* The bytes leave the peer: its queue copies them. Nothing of
-         * the owner's touches either side (it maps neither). */
+        /* The bytes leave the peer. A SWAPPABLE buffer's: the peer's
+         * queue copies them, and nothing of the owner's touches either
+         * side (it maps neither). A SPILLABLE buffer's: its owner may have
+         * used it there up to its release, so the home device's queue
+         * copies them, after the owner's last use (its event is the home
+         * device's, and both sides are accessible from there: the peer's
+         * VRAM was granted to it, the host memory is made for it); its
+         * owner is remapped to the host memory at the copy's end. */
         m->relocate = true;
-        m->copy.device = holder;
+        m->copy.device = queue;
         m->src_tier = GMD_TIER_HOST;
         m->dst_tier = GMD_TIER_HOST;
+        r = mapped ? wait_last_use(server, b, m) : 0;
+        if (r < 0) {
+                free(m);
+                backing_release(server, dst);
+                return r;
+        }
         b->move_error = 0;
         b->move = m;
         buffer_index(b);
@@ -571,9 +589,11 @@ static void move_finish(gmd_server *server, gmd_dbuffer *b, gmd_move *m)
         /* The host copy a swap-in came from is kept while the buffer is
          * only read (hostcopy.h): its next move out copies nothing. A
          * peer's VRAM is kept for the next swap-out of its size (peer.h),
-         * but not when the peer asked for its room back (a relocation). */
+         * but not when the peer asked for its room back (a relocation),
+         * nor memory a SPILLABLE buffer's owner mapped. */
         if (old && old->peer) {
-                if (m->relocate || !peer_keep(server, old))
+                if (m->relocate || placement_usable_on_host(b) ||
+                    !peer_keep(server, old))
                         backing_release(server, old);
         } else if (old && !hostcopy_keep(server, b, old)) {
                 backing_release(server, old);
@@ -628,8 +648,10 @@ static void move_copy_over(gmd_server *server, gmd_move *m)
         switch (m->state) {
         case MOVE_COPYING:
                 move_change_state(m, MOVE_AWAITING_ACK);
-                /* From a peer to host memory: nobody to tell. */
-                if (m->relocate) {
+                /* From a peer to host memory: nobody to tell, but the
+                 * owner of a SPILLABLE buffer, which maps it there: it
+                 * is remapped like any move out (move_relocate_start). */
+                if (m->relocate && !placement_usable_on_host(b)) {
                         move_finish(server, b, m);
                         return;
                 }
@@ -824,9 +846,10 @@ uint64_t move_leaving_bytes(gmd_server *server, unsigned device)
         list_for_each(pos, &server->buffers.moving) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, moving_link);
 
-                /* A relocation's bytes leave the peer (peer.h). */
+                /* A relocation's bytes leave the peer (peer.h), whichever
+                 * queue copies them. */
                 unsigned from = b->move && b->move->relocate ?
-                                b->move->copy.device : b->device;
+                                b->move->copy.src->device : b->device;
 
                 if (from == device && b->move && !b->owner->closing &&
                     b->move->copy.dir == GMD_COPY_OUT && !move_stopping(b->move))

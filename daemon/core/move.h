@@ -118,8 +118,9 @@ typedef struct gmd_move {
         gmd_copy copy;              /* device, dir, class, src, dst, bytes */
         gmd_tier src_tier, dst_tier;
         bool relocate;              /* out of a peer's VRAM to host memory
-                                     * (peer.h): the buffer stays out, its
-                                     * owner is told nothing, no remap */
+                                     * (peer.h): the buffer stays out; its
+                                     * owner is told nothing (SWAPPABLE)
+                                     * or remapped (SPILLABLE) */
         bool clean;                 /* out to the host copy kept since the
                                      * swap-in: an empty copy (hostcopy.h) */
         bool keep_mapping;          /* the owner's mapping of the VRAM side
@@ -133,10 +134,14 @@ typedef struct gmd_move {
         uint64_t copied_us;         /* copies over */
 } gmd_move;
 
-/* Move `b`, out on a peer's VRAM (peer.h), on to host memory: a copy on
- * the peer's queue, class eviction; its owner sees nothing (no remap).
- * An acquire meanwhile stops it and brings the buffer back from the peer.
- * 0, or a negative errno with nothing started (-ENOSPC: no host room). */
+/* Move `b`, out on a peer's VRAM (peer.h), on to host memory, class
+ * eviction: a SWAPPABLE buffer's copy on the peer's queue, its owner
+ * sees nothing (no remap); a SPILLABLE buffer's, released, on its home
+ * device's queue after its last use, its owner remapped to the host
+ * memory at the copy's end (COPYING -> AWAITING_ACK -> FINISHED on the
+ * ack, as any move out). An acquire meanwhile stops it and brings the
+ * buffer back from the peer. 0, or a negative errno with nothing started
+ * (-ENOSPC: no host room; -EBUSY: a SPILLABLE buffer its owner holds). */
 int move_relocate_start(gmd_server *server, gmd_dbuffer *b);
 
 /* Change a move's state: logged at debug level; a change the table above

@@ -112,7 +112,9 @@ bool peer_keep(gmd_server *server, gmd_mem *mem)
         gmd_pool *pool = server_vram_pool(server, holder);
         int slot = -1;
 
-        if (!mem->peer || holder >= GMD_MAX_DEVICES || !pool ||
+        /* Memory whose fd went to a client (a SPILLABLE buffer's owner
+         * mapped it) is never handed to another buffer (backend.h). */
+        if (!mem->peer || mem->shared || holder >= GMD_MAX_DEVICES || !pool ||
             waitq_oldest(&server->waitq, holder) ||
             peers->spare_on[holder] + mem->size > pool->capacity / 4)
                 return false;
@@ -183,12 +185,14 @@ int peer_destination(gmd_server *server, const gmd_dbuffer *b,
         gmd_mem *mem;
         int r;
 
-        /* A buffer only read since its swap-in goes to host memory: a
-         * swap-in from there keeps the host copy, and its later pageouts
-         * copy nothing at all (hostcopy.h), where each to a peer would
-         * copy it again (streamed weights, GPU suite test_offload.py). */
+        /* A SWAPPABLE buffer only read since its swap-in goes to host
+         * memory: a swap-in from there keeps the host copy, and its later
+         * pageouts copy nothing at all (hostcopy.h), where each to a peer
+         * would copy it again (streamed weights, GPU suite
+         * test_offload.py). A SPILLABLE one keeps no host copy: its owner
+         * maps it wherever it rests, a peer's VRAM too. */
         if (!server->peers.on || home >= GMD_MAX_DEVICES ||
-            !placement_host_copy_private(b) || b->lease_ro)
+            (placement_host_copy_private(b) && b->lease_ro))
                 return -ENOSPC;
         for (unsigned p = 0; p < server->devices.n && p < GMD_MAX_DEVICES; p++) {
                 uint64_t free_now;
@@ -241,7 +245,14 @@ granted:
                 backing_release(server, mem);
                 return -ENOSPC;
         }
+        /* Its owner will map it: it needs an fd to be sent. */
+        if (placement_usable_on_host(b) && (mem->fd < 0 || mem->daemon_only)) {
+                backing_release(server, mem);
+                return -ENOSPC;
+        }
         peer_count(server, mem, home, 1);
+        if (placement_usable_on_host(b))
+                server->peers.spilled++;
         server->peers.placed++;
         *ret_mem = mem;
         return 0;
@@ -269,6 +280,30 @@ bool peer_relocatable(const gmd_dbuffer *b, unsigned device)
          * on, the swap-in waits for that move's end and copies from host
          * memory (move_in_begin); evict.c moves such buffers after those
          * nobody waits for. */
+        /* A SPILLABLE buffer's owner maps it there and may use it: moved
+         * only while released, like any buffer (placement.h); counted
+         * meanwhile in peers.busy_on, so not as room there. */
         return peer_holds(b) && b->mem->device == device && !b->move &&
-               (!b->acquirer || b->move_waiter) && !b->owner->closing;
+               (!b->acquirer || b->move_waiter) && !b->owner->closing &&
+               placement_may_move(b);
+}
+
+void peer_index(gmd_server *server, gmd_dbuffer *b, bool gone)
+{
+        uint64_t *busy = server->peers.busy_on;
+        unsigned want = 0;
+
+        /* On a peer (a restore counts the pair only after it adopted the
+         * buffer, so the memory's tier says it, not mem->peer). */
+        if (!gone && b->tier == GMD_TIER_HOST && b->mem &&
+            b->mem->tier == GMD_TIER_VRAM && b->mem->device < GMD_MAX_DEVICES &&
+            !placement_may_move(b))
+                want = b->mem->device + 1;
+        if (want == b->peer_busy)
+                return;
+        if (b->peer_busy)
+                busy[b->peer_busy - 1] -= b->size;
+        if (want)
+                busy[want - 1] += b->size;
+        b->peer_busy = want;
 }

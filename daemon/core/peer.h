@@ -2,29 +2,40 @@
  * peer — other GPUs' free VRAM as the first swap tier.
  *
  * On a machine whose GPUs reach each other (NVLink, PCIe peer-to-peer:
- * the backend's peer_rate), a SWAPPABLE buffer leaving a full device may
- * go to the free VRAM of a peer instead of host memory, and comes back
- * from there: a device-to-device copy, several times the host link's rate
- * over NVLink. Its owner sees nothing of it: a SWAPPABLE buffer that is
- * out is unmapped wherever its bytes are, and the buffer's tier stays
- * GMD_TIER_HOST ("out of its device"); its backing is VRAM of the peer
- * (mem->peer, mem->peer_home), paid for in the peer's pool.
+ * the backend's peer_rate), a buffer leaving a full device may go to the
+ * free VRAM of a peer instead of host memory, and comes back from there:
+ * a device-to-device copy, several times the host link's rate over
+ * NVLink. The buffer's tier is GMD_TIER_HOST ("out of its device"); its
+ * backing is VRAM of the peer (mem->peer, mem->peer_home), paid for in
+ * the peer's pool.
+ *  - SWAPPABLE: its owner sees nothing of it: a SWAPPABLE buffer that is
+ *    out is unmapped wherever its bytes are.
+ *  - SPILLABLE: its owner is remapped to the peer's memory, as it is to
+ *    its host memory when it spills there (the remap carries the fd; its
+ *    mapping of the buffer's address then points at the peer's VRAM,
+ *    with access for the owner's device), and uses it there directly:
+ *    over NVLink its kernels read the peer's VRAM. Such memory is never
+ *    kept as a spare once the buffer leaves it (its fd went out).
  *
  * The peer's own clients come first:
  *  - a swap-out goes to a peer only while nothing waits there and its
  *    pool keeps [pools] peer_headroom free beside the buffer;
  *  - when the peer needs room, what the peer tier holds there is the
  *    first thing evicted: its spares released, then its buffers moved on
- *    to host memory (evict.c's peer_make_room: a relocation, a move its owner
- *    never hears of, move_relocate_start);
+ *    to host memory (evict.c's peer_make_room: a relocation,
+ *    move_relocate_start; a SWAPPABLE buffer's owner never hears of it, a
+ *    SPILLABLE one's is remapped to the host memory);
+ *  - a SPILLABLE buffer its owner holds (acquired) does not move, on a
+ *    peer as anywhere: until released its bytes are no room there
+ *    (peers.busy_on), and the peer's clients wait for them as for their
+ *    own buffers in use;
  *  - those bytes are nobody's on the peer: its users' quotas and
  *    per-client counts never see them (the owner's count them as out).
  *
  * [pools] peer_tier: "auto" (the default) uses a peer whose measured link
  * is at least as fast as the home device's link to host memory (or where
- * that is not measured yet), "on" any reachable peer, "off" none. Only
- * SWAPPABLE buffers go to a peer: a SPILLABLE one is mapped by its owner
- * where it rests, and a peer's VRAM is not offered to clients.
+ * that is not measured yet), "on" any reachable peer, "off" none. A peer's
+ * VRAM is not offered to clients for allocations.
  */
 #ifndef GMD_PEER_H
 #define GMD_PEER_H
@@ -50,6 +61,9 @@ typedef struct gmd_peers {
          * VRAM now. */
         uint64_t held[GMD_MAX_DEVICES][GMD_MAX_DEVICES];
         uint64_t held_on[GMD_MAX_DEVICES];   /* the sums per holder */
+        /* Of held_on: SPILLABLE buffers their owners hold (acquired)
+         * there, which may not move (peer_index). */
+        uint64_t busy_on[GMD_MAX_DEVICES];
         /* Peer VRAM a buffer came back from, kept for the next swap-out
          * of that size (peer_keep): creating, exporting, mapping it and
          * granting access costs ~1.4 ms for 64 MiB on an H100, eight
@@ -63,6 +77,7 @@ typedef struct gmd_peers {
          * another buffer on to host memory for room already coming. */
         uint64_t orphaned_on[GMD_MAX_DEVICES];
         uint64_t placed;             /* swap-outs that went to a peer */
+        uint64_t spilled;            /* of those, SPILLABLE buffers */
         uint64_t relocated;          /* relocations to host started */
 } gmd_peers;
 
@@ -107,6 +122,12 @@ void peer_orphan(gmd_server *server, const gmd_mem *src, const gmd_mem *dst,
 
 /* Release every kept spare (the daemon stops). */
 void peer_drop_spares(gmd_server *server);
+
+/* Count `b` in peers.busy_on while it rests on a peer and may not move
+ * (a SPILLABLE buffer its owner holds), or no longer (`gone`: it is
+ * freed). buffer_index calls it after every change of the buffer's
+ * lease, move or tier. */
+void peer_index(gmd_server *server, gmd_dbuffer *b, bool gone);
 
 /* Is `b`'s backing VRAM of a peer? */
 bool peer_holds(const gmd_dbuffer *b);

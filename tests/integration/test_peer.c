@@ -234,9 +234,9 @@ static void test_headroom(void **state)
         OK(gmd_free(owner, held));
 }
 
-/* [pools] peer_tier = off: host memory, as on one device. SPILLABLE
- * buffers never go to a peer: their owners map them where they rest. */
-static void test_off_and_spillable(void **state)
+/* [pools] peer_tier = off: host memory, as on one device, SPILLABLE
+ * buffers too. */
+static void test_off(void **state)
 {
         fixture *f = *state;
         gmd_buffer *b, *s = NULL;
@@ -247,22 +247,16 @@ static void test_off_and_spillable(void **state)
         expect_where(f, 0, 8 * MiB, "peer tier off");
         assert_int_equal(harness_log_count(&f->h, "peer tier: device 0 reaches"), 0);
         OK(gmd_free(f->client, b));
-        f->client = gmd_disconnect(f->client);
-        harness_stop(&f->h);
-        harness_cleanup(&f->h);
-
-        start(f, NULL);
         OK(gmd_alloc(f->client, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &s));
         pattern_fill(s, 401);
         OK(gmd_release(f->client, s));
         OK(gmd_pageout(f->client, s));
         OK(gmd_wait(f->client, s, 5000));
-        expect_where(f, 0, 8 * MiB, "a SPILLABLE buffer");
+        expect_where(f, 0, 8 * MiB, "a SPILLABLE buffer, peer tier off");
         OK(gmd_acquire(f->client, s, 0));
         pattern_check(s, 401, "the SPILLABLE buffer on host");
         OK(gmd_free(f->client, s));
 }
-
 
 /* ---- moves that meet: slow copies ([sim] copy_rate) --------------------- */
 
@@ -647,13 +641,132 @@ static void test_relocated_while_its_swap_in_waits(void **state)
         expect_empty(f, "all freed");
 }
 
+/* ---- SPILLABLE buffers on a peer ---------------------------------------- */
+
+/* A SPILLABLE buffer of `size` on device 0 holding pattern `seed`,
+ * released. */
+static gmd_buffer *spillable(gmd_client *c, uint64_t size, uint64_t seed)
+{
+        gmd_buffer *s = NULL;
+
+        OK(gmd_alloc(c, size, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &s));
+        pattern_fill(s, seed);
+        OK(gmd_release(c, s));
+        return s;
+}
+
+/* Acquired where it rests (a SPILLABLE buffer is usable on either tier):
+ * out of device 0, it holds `seed`; then it holds `next`, written there
+ * through the same address, and is released. */
+static void use_where_it_rests(gmd_client *c, gmd_buffer *s, uint64_t seed,
+                               uint64_t next, const char *when)
+{
+        OK(gmd_acquire(c, s, 0));
+        assert_int_equal(gmd_buffer_tier(s), GMD_TIER_HOST);
+        pattern_check(s, seed, when);
+        pattern_fill(s, next);
+        pattern_check(s, next, when);
+        OK(gmd_release(c, s));
+}
+
+/* A SPILLABLE buffer evicted from a full device 0 goes to device 1's
+ * VRAM, its owner remapped there: read and written at the same address,
+ * every byte whole. Device 1's own client needs the room: the buffer is
+ * moved on to host memory, its owner remapped again, the bytes whole.
+ * Room at home again, an acquire with a deadline brings it back, as from
+ * host memory; paged out again it goes to device 1 and comes back from
+ * there, and the memory its owner mapped is not kept as a spare. */
+static void test_spillable_on_peer(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *s, *fill = NULL, *big = NULL;
+        gmd_client *filler;
+        gmd_pool_status p;
+
+        start(f, NULL);
+        s = spillable(f->client, 8 * MiB, 1200);
+        filler = harness_client(&f->h, "filler");
+        f->other = harness_client(&f->h, "owner");
+        /* 60 of device 0's 64 MiB: the SPILLABLE buffer must go. */
+        OK(gmd_alloc(filler, 60 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &fill));
+        expect_where(f, 8 * MiB, 0, "a SPILLABLE buffer evicted");
+        assert_int_equal(harness_vram_pool(f->client, 1).peer_held, 8 * MiB);
+        use_where_it_rests(f->client, s, 1200, 1201, "on device 1");
+
+        /* Device 1's own client takes all of device 1. */
+        p = harness_vram_pool(f->other, 1);
+        OK(gmd_alloc(f->other, p.capacity, 1, GMD_ALLOC_SWAPPABLE, 5000, &big));
+        pattern_fill(big, 7);
+        expect_where(f, 0, 8 * MiB, "device 1 taken by its owner");
+        expect_log(f, "needs room: moving", 1000);
+        use_where_it_rests(f->client, s, 1201, 1202, "moved on to host memory");
+        pattern_check(big, 7, "device 1's own buffer");
+        OK(gmd_free(f->other, big));
+        OK(gmd_free(filler, fill));
+        gmd_disconnect(filler);
+
+        /* Room at home: back with an acquire that may wait. */
+        OK(gmd_acquire(f->client, s, 5000));
+        assert_int_equal(gmd_buffer_tier(s), GMD_TIER_VRAM);
+        pattern_check(s, 1202, "back in VRAM");
+        OK(gmd_release(f->client, s));
+
+        /* Out to device 1 and back from there. */
+        OK(gmd_pageout(f->client, s));
+        OK(gmd_wait(f->client, s, 5000));
+        expect_where(f, 8 * MiB, 0, "paged out to device 1");
+        use_where_it_rests(f->client, s, 1202, 1203, "paged out to device 1");
+        OK(gmd_acquire(f->client, s, 5000));
+        assert_int_equal(gmd_buffer_tier(s), GMD_TIER_VRAM);
+        pattern_check(s, 1203, "back from device 1");
+        expect_where(f, 0, 0, "back from device 1");
+        assert_int_equal(spare_on_1(f), 0);
+        OK(gmd_free(f->client, s));
+        expect_empty(f, "freed");
+}
+
+/* Held (acquired) on device 1, a SPILLABLE buffer does not move: device
+ * 1's own allocation waits for it, and gets the room once it is
+ * released; the bytes are whole on host memory. */
+static void test_spillable_held_on_peer(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *s, *big = NULL;
+        owner_alloc a;
+
+        start(f, NULL);
+        f->other = harness_client(&f->h, "owner");
+        s = spillable(f->client, 8 * MiB, 1300);
+        OK(gmd_pageout(f->client, s));
+        OK(gmd_wait(f->client, s, 5000));
+        expect_where(f, 8 * MiB, 0, "paged out to device 1");
+        OK(gmd_acquire(f->client, s, 0));
+        pattern_check(s, 1300, "held on device 1");
+        /* 56 of device 1's 64 MiB fit beside it; 8 more only with its. */
+        OK(gmd_alloc(f->other, 56 * MiB, 1, GMD_ALLOC_SWAPPABLE, 5000, &big));
+        owner_alloc_start(&a, f->other, 8 * MiB);
+        harness_sleep_ms(300);
+        expect_where(f, 8 * MiB, 0, "held there while device 1 waits");
+        pattern_fill(s, 1301);
+        OK(gmd_release(f->client, s));
+        owner_alloc_join(f, &a);
+        expect_where(f, 0, 8 * MiB, "released: moved on");
+        use_where_it_rests(f->client, s, 1301, 1302, "on host memory");
+        OK(gmd_free(f->other, a.buffer));
+        OK(gmd_free(f->other, big));
+        OK(gmd_free(f->client, s));
+        expect_empty(f, "freed");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 HARNESS_TEST(test_out_to_peer_and_back),
                 HARNESS_TEST(test_owner_comes_first),
                 HARNESS_TEST(test_headroom),
-                HARNESS_TEST(test_off_and_spillable),
+                HARNESS_TEST(test_off),
+                HARNESS_TEST(test_spillable_on_peer),
+                HARNESS_TEST(test_spillable_held_on_peer),
                 HARNESS_TEST(test_acquire_mid_relocation),
                 HARNESS_TEST(test_free_mid_relocation),
                 HARNESS_TEST(test_close_mid_relocation),
