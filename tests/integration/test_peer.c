@@ -34,7 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -758,6 +760,153 @@ static void test_spillable_held_on_peer(void **state)
         expect_empty(f, "freed");
 }
 
+/* How a SPILLABLE buffer's owner goes while device 1 moves the buffer
+ * on to host memory (its owner's remap not sent yet). */
+typedef enum spill_gone {
+        GONE_FREED,             /* gmd_free */
+        GONE_CLOSED,            /* gmd_disconnect */
+        GONE_KILLED,            /* its process SIGKILLed */
+} spill_gone;
+
+/* The owner's process for GONE_KILLED, forked before this process has
+ * threads: puts a SPILLABLE buffer on device 1 (a pageout), says so on
+ * `fd` and waits to be killed. */
+static void spill_child(const char *socket, int fd)
+{
+        gmd_client *c = NULL;
+        gmd_buffer *s = NULL;
+        char ok = 'r';
+
+        if (gmd_connect(socket, "spiller", &c) != 0 ||
+            gmd_alloc(c, 8 * MiB, 0, GMD_ALLOC_SPILLABLE, GMD_NO_WAIT, &s) != 0)
+                _exit(2);
+        pattern_fill(s, 1500);
+        if (gmd_release(c, s) != 0 || gmd_pageout(c, s) != 0 ||
+            gmd_wait(c, s, 5000) != 0 ||
+            write(fd, &ok, 1) != 1)
+                _exit(3);
+        for (;;)
+                pause();
+}
+
+static void spill_gone_mid_relocation(fixture *f, spill_gone how)
+{
+        gmd_client *owner = NULL;
+        gmd_buffer *s = NULL;
+        harness_proc *child = NULL;
+        owner_alloc a;
+        int sv[2];
+        char ok;
+
+        if (how == GONE_KILLED) {
+                harness_init_small(&f->h, PEER_CONFIG SLOW);
+                harness_start(&f->h, NULL);
+                assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET |
+                                            SOCK_CLOEXEC, 0, sv), 0);
+                child = harness_track(f);
+                child->pid = fork();
+                assert_true(child->pid >= 0);
+                if (child->pid == 0) {
+                        close(sv[0]);
+                        spill_child(f->h.socket_path, sv[1]);
+                }
+                close(sv[1]);
+                child->out_fd = sv[0];
+                if (read(child->out_fd, &ok, 1) != 1)
+                        fail_msg("the spiller did not start; log:\n%s",
+                                 harness_read_log(&f->h));
+                f->client = harness_client(&f->h, "home");
+        } else {
+                start(f, SLOW);
+                owner = harness_client(&f->h, "spiller");
+                s = spillable(owner, 8 * MiB, 1500);
+                OK(gmd_pageout(owner, s));
+                OK(gmd_wait(owner, s, 5000));
+        }
+        f->other = harness_client(&f->h, "owner");
+        expect_where(f, 8 * MiB, 0, "a SPILLABLE buffer on device 1");
+        /* All of device 1's 64 MiB. */
+        owner_alloc_start(&a, f->other, 64 * MiB);
+        expect_relocating(f, 8 * MiB);
+        if (how == GONE_FREED) {
+                OK(gmd_free(owner, s));
+                gmd_disconnect(owner);
+        } else if (how == GONE_CLOSED) {
+                gmd_disconnect(owner);
+        } else {
+                kill(child->pid, SIGKILL);
+                waitpid(child->pid, NULL, 0);
+                child->pid = -1;
+        }
+        owner_alloc_join(f, &a);
+        pattern_fill(a.buffer, 11);
+        pattern_check(a.buffer, 11, "device 1's own buffer");
+        OK(gmd_free(f->other, a.buffer));
+        expect_empty(f, "the SPILLABLE buffer's owner gone");
+}
+
+/* A SPILLABLE buffer's owner frees it, closes or is killed while device 1
+ * moves it on to host memory: device 1's own allocation gets the room,
+ * and every byte of every pool is given back once. */
+static void test_spillable_freed_mid_relocation(void **state)
+{
+        spill_gone_mid_relocation(*state, GONE_FREED);
+}
+
+static void test_spillable_closed_mid_relocation(void **state)
+{
+        spill_gone_mid_relocation(*state, GONE_CLOSED);
+}
+
+static void test_spillable_killed_mid_relocation(void **state)
+{
+        spill_gone_mid_relocation(*state, GONE_KILLED);
+}
+
+/* gpu-memd killed (SIGKILL) while a SPILLABLE buffer rests on device 1,
+ * its owner mapping it there: the next daemon takes it back from device
+ * 1's VRAM (kept by the keeper), counted there as device 0's, and its
+ * owner uses it at the same address; device 1's own client then moves it
+ * on to host memory, its bytes whole. */
+static void test_spillable_restart(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *s, *big = NULL;
+        gmd_pool_status p;
+        int status;
+
+        start(f, "[restart]\nkeep = keeper\nhold_s = 30\n"
+                 "claim_timeout_s = 30\n");
+        f->other = harness_client(&f->h, "owner");
+        s = spillable(f->client, 8 * MiB, 1600);
+        OK(gmd_pageout(f->client, s));
+        OK(gmd_wait(f->client, s, 5000));
+        expect_where(f, 8 * MiB, 0, "paged out to device 1");
+        use_where_it_rests(f->client, s, 1600, 1601, "on device 1");
+        kill(f->h.pid, SIGKILL);
+        waitpid(f->h.pid, NULL, 0);
+        f->h.pid = 0;
+        harness_start(&f->h, NULL);
+        expect_log(f, "1 of 1 buffer(s) taken back", 10000);
+        expect_where(f, 8 * MiB, 0, "after the restart");
+        use_where_it_rests(f->client, s, 1601, 1602,
+                           "on device 1 after the restart");
+        p = harness_vram_pool(f->other, 1);
+        OK(gmd_alloc(f->other, p.capacity, 1, GMD_ALLOC_SWAPPABLE, 5000,
+                     &big));
+        expect_where(f, 0, 8 * MiB, "moved on after the restart");
+        use_where_it_rests(f->client, s, 1602, 1603,
+                           "on host memory after the restart");
+        OK(gmd_free(f->other, big));
+        OK(gmd_free(f->client, s));
+        expect_empty(f, "freed after the restart");
+        f->client = gmd_disconnect(f->client);
+        f->other = gmd_disconnect(f->other);
+        kill(f->h.pid, SIGINT);
+        waitpid(f->h.pid, &status, 0);
+        f->h.pid = 0;
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -774,6 +923,10 @@ int main(void)
                 HARNESS_TEST(test_killed_mid_relocation),
                 HARNESS_TEST(test_relocation_counted_once),
                 HARNESS_TEST(test_relocated_while_its_swap_in_waits),
+                HARNESS_TEST(test_spillable_freed_mid_relocation),
+                HARNESS_TEST(test_spillable_closed_mid_relocation),
+                HARNESS_TEST(test_spillable_killed_mid_relocation),
+                HARNESS_TEST(test_spillable_restart),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
