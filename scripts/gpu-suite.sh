@@ -73,6 +73,14 @@
 # appends its tokens/s lines to $OUT/spill.jsonl. tests/gpu/test_ddp.py
 # (two GPUs or more; skipped on one) trains with DistributedDataParallel
 # on two GPUs, plain and under gpumem-run (each run cut at 120 s).
+# tests/gpu/test_restart_kills is tests/integration/test_restart's kill loop
+# on the cuda backend: 100 SIGKILLs of gpu-memd under three clients that
+# check their buffers with CUDA copies at every acquire (1-2 min expected;
+# GMD_RESTART_KILLS=N for another number; its "test_restart: PASS" line
+# says kills, time and what was checked). It starts BUILD's gpu-memd and
+# client by the absolute paths compiled into it (BUILD must be at the path
+# it was built at), needs the cmocka `prepare` copies, and does not go
+# through GMD_DAEMON (nor GMD_SANDBOX's wrapper).
 #   nvidia-smi.txt   the machine (nvidia-smi, and `nvidia-smi topo -m`: how
 #                    its GPUs are linked)
 #
