@@ -23,6 +23,18 @@
  * Thread-safe: the driver calls are; the lazily retained contexts and the
  * event cache are guarded by one mutex.
  *
+ * Another device's memory: a SPILLABLE buffer may rest in a peer GPU's
+ * VRAM (the daemon's peer tier, daemon/core/peer.h), its remap carrying
+ * an fd of an allocation located on that device. It maps like any
+ * other: the import and the map do not depend on where the memory is,
+ * and the one access call grants the buffer's own device (the owner's,
+ * whose kernels use it), which then reads and writes the peer's VRAM over
+ * NVLink or PCIe peer-to-peer; VMM memory needs no cuCtxEnablePeerAccess.
+ * The driver refuses the access where the two devices have no peer
+ * access, and the import where this process cannot see the holding
+ * device ($CUDA_VISIBLE_DEVICES): the remap then fails (-errno) and the
+ * buffer is given up, as after any failed remap.
+ *
  * unmap does not synchronize the device (cudaFree would): the library's
  * caller must not have work in flight on a buffer it frees, and the daemon
  * only moves buffers that are released.
@@ -176,6 +188,8 @@ static int cuda_map(gmd_mapper *mapper, void *addr, unsigned device,
                         hi = s->offset + s->size;
         }
         if (n_segments > 0) {
+                /* The owner's device, wherever the memory is: its own
+                 * VRAM, host memory, or a peer's VRAM (top of file). */
                 access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
                 /* this process's ordinal of it (cuda_enter checked
                  * there is one), not the daemon's number */

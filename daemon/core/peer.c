@@ -251,8 +251,6 @@ granted:
                 return -ENOSPC;
         }
         peer_count(server, mem, home, 1);
-        if (placement_usable_on_host(b))
-                server->peers.spilled++;
         server->peers.placed++;
         *ret_mem = mem;
         return 0;

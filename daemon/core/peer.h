@@ -77,7 +77,6 @@ typedef struct gmd_peers {
          * another buffer on to host memory for room already coming. */
         uint64_t orphaned_on[GMD_MAX_DEVICES];
         uint64_t placed;             /* swap-outs that went to a peer */
-        uint64_t spilled;            /* of those, SPILLABLE buffers */
         uint64_t relocated;          /* relocations to host started */
 } gmd_peers;
 

@@ -8,7 +8,8 @@
  *   SPILLABLE     VRAM first, then host: an allocation that finds no VRAM
  *                 in time is placed on the host tier, where the GPU still
  *                 reads it through its mapping; its owner maps its host
- *                 copy, so it is usable wherever it rests.
+ *                 copy (or, moved out of a full device, the peer VRAM it
+ *                 rests in: peer.h), so it is usable wherever it rests.
  *   (none)        SWAPPABLE: VRAM, moved to host memory only while
  *                 released; its owner maps nothing of its host copy
  *                 while it is out (at most the VRAM it left, kept for

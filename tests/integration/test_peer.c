@@ -6,8 +6,15 @@
  * clients come first — an allocation there that needs the room gets it,
  * the peer tier's bytes moving on to host memory, and still come back
  * whole; never into a peer's last [pools] peer_headroom; nothing of it
- * with [pools] peer_tier = off, nor for SPILLABLE buffers; and every
- * pool's count is back to 0 when the buffers are freed.
+ * with [pools] peer_tier = off; and every pool's count is back to 0 when
+ * the buffers are freed.
+ *
+ * SPILLABLE buffers go there too, their owners remapped to device 1's
+ * VRAM and using it at the same address (read, written, every byte
+ * checked); moved on to host memory for device 1's own client (owner
+ * remapped again), only once released; back home as from host memory;
+ * their owner freeing, closing or killed mid-relocation; a restart with
+ * one on device 1.
  *
  * With slow copies ([sim] copy_rate), moves of the peer tier that meet
  * something half-way: an acquire, a free, the client's close and a

@@ -3,7 +3,8 @@
  * daemon: what is written reads back from the kept fds in a "new daemon"
  * (ledger_open), a change cut off before its flip reads as the state
  * before it, the buffer file grows past its first slots, freed slots are
- * reused, ids and arena pieces survive, and a record of another version
+ * reused, ids and arena pieces survive, a SPILLABLE buffer on a peer's
+ * VRAM is described by version 2 as it is, and a record of another version
  * or with no header is refused with a sentence, losing nothing.
  */
 #include <errno.h>
@@ -191,6 +192,40 @@ static void test_round_trip(void **state)
         keep_free(&m);
 }
 
+/* A SPILLABLE buffer resting in a peer's VRAM, its owner mapping it
+ * there: version 2 says it all (tier HOST, a host copy of kind
+ * LEDGER_HOST_PEER on device 1, kept as "h<id>", the identity its owner
+ * maps, the flags saying it maps it); it reads back whole. */
+static void test_spillable_on_peer(void **state)
+{
+        mem_keep m = { .base = { .ops = &mk_ops } };
+        gmd_ledger *l = NULL, *back;
+        ledger_buffer r, got;
+        uint32_t slot = 0;
+
+        (void)state;
+        assert_int_equal(ledger_new(&m.base, &l), 0);
+        memset(&r, 0, sizeof(r));
+        r.id = 9;
+        r.session_id = 3;
+        r.size = 8u << 20;
+        r.device = 0;
+        r.flags = GMD_ALLOC_SPILLABLE;
+        r.tier = GMD_TIER_HOST;
+        r.host = LEDGER_HOST_PEER;
+        r.host_device = 1;
+        r.host_dev = 11;
+        r.host_ino = 12;
+        assert_int_equal(ledger_put_buffer(l, &slot, &r), 0);
+        back = reopen(&m);
+        ledger_buffer_get(back, slot, &got);
+        r.used = 1;
+        assert_memory_equal(&got, &r, sizeof(r));
+        ledger_close(back);
+        ledger_close(l);
+        keep_free(&m);
+}
+
 /* A daemon killed between writing a record and flipping to it left the
  * state before: the reader never sees half of each. */
 static void test_cut_off_change(void **state)
@@ -274,6 +309,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_round_trip),
+                cmocka_unit_test(test_spillable_on_peer),
                 cmocka_unit_test(test_cut_off_change),
                 cmocka_unit_test(test_refuses_other_versions),
         };
