@@ -330,7 +330,7 @@ fi
         printf '{"gpu": "%s",\n "gpus": %d,\n "sandbox": %s, "sandbox_starts": %s,\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" "$gpus" "$sandbox" "$sandbox_starts"
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
-        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "map_bench_rc": %s,\n "notify_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s,\n "cotenancy_bench_rc": %s}\n' \
+        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "map_bench_rc": %s,\n "notify_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s,\n "cotenancy_bench_rc": %s,\n "peer_bench_rc": %s}\n' \
                 "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$map_rc" "$notify_rc" "$torch_rc" "$offload_rc" "$cotenancy_rc" "$peer_rc"
 } >"$json"
 cat "$json"
