@@ -103,8 +103,6 @@ typedef struct gmd_server {
         struct gmd_metrics *metrics;  /* the metrics endpoint, or NULL */
 
         bool stopping;
-        bool stop_quiet;              /* stopping for a restart: clients
-                                       * are not told (lifecycle.h) */
 } gmd_server;
 
 

@@ -366,13 +366,10 @@ void server_stop(gmd_server *server)
         list_for_each_safe(pos, tmp, &server->sessions.all) {
                 gmd_session *s = container_of(pos, gmd_session, link);
 
-                /* What it is owed first: told on the spot as before.
-                 * Stopping for a restart, nobody is told: its clients
-                 * reconnect and claim their buffers back. */
+                /* What it is owed first: told on the spot as before. */
                 request_send_answers(s);
-                if (!server->stop_quiet)
-                        session_send(s, GMD__MSG_TYPE__MSG_SHUTDOWN, 0,
-                                     &note.base, NULL, 0);
+                session_send(s, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &note.base,
+                             NULL, 0);
                 session_close(s, NULL);
         }
         peer_drop_spares(server);
@@ -385,19 +382,6 @@ void server_stop(gmd_server *server)
         /* One more pass: it ends what stopped and closes its handles once
          * no copy is in flight (scheduler.c). */
         pending_mark(&server->pending, PENDING_COPIES);
-}
-
-void server_stop_for_restart(gmd_server *server)
-{
-        /* The record stays as it is now: what the next daemon finds.
-         * Nothing that follows (sessions closing, buffers freed, moves
-         * dropped) may write to it. */
-        if (server->ledger)
-                log_info("restart: the state record is left for the next "
-                         "gpu-memd; clients are not told to stop");
-        server->ledger = ledger_close(server->ledger);
-        server->stop_quiet = true;
-        server_stop(server);
 }
 
 void server_summary(const gmd_server *server, char *buf, size_t len)

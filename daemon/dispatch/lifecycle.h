@@ -38,9 +38,4 @@ void server_stop(gmd_server *server);
 /* Free what is left after the loop ended. Accepts NULL, returns NULL. */
 gmd_server *server_free(gmd_server *server);
 
-/* Stop, leaving the state record and the kept memory as they are for the
- * next gpu-memd (restore.h): clients are not sent ShutdownNotify, so they
- * keep their mappings and reconnect. Then as server_stop. */
-void server_stop_for_restart(gmd_server *server);
-
 #endif

@@ -12,6 +12,9 @@
  * every acquire and once more at the end) and the daemon's accounting
  * equals the clients' view (buffers and bytes).
  *
+ * test_terms does the same with SIGTERM, which `systemctl restart` sends:
+ * the daemon leaves everything as a SIGKILL would (main.c).
+ *
  * GMD_RESTART_KILLS sets the number of kills (default 100; the longer
  * variant: GMD_RESTART_KILLS=1000 ctest -R test_restart).
  *
@@ -59,6 +62,7 @@ typedef struct kill_setup {
                                  * others 2 and 3 times that) */
         int pause_ms;           /* a daemon lives 5 ms and up to this long
                                  * after its "ready:" line */
+        int signal;             /* what kills it; 0: SIGKILL */
 } kill_setup;
 
 static void stop_for_good(harness *h)
@@ -71,9 +75,9 @@ static void stop_for_good(harness *h)
         h->pid = 0;
 }
 
-static void kill_daemon(harness *h)
+static void kill_daemon(harness *h, int sig)
 {
-        kill(h->pid, SIGKILL);
+        kill(h->pid, sig ? sig : SIGKILL);
         waitpid(h->pid, NULL, 0);
         h->pid = 0;
 }
@@ -149,7 +153,7 @@ static void run_kills(harness_fixture *f, unsigned kills,
                 uint64_t t;
 
                 harness_sleep_ms(5 + (int)(rand_r(&seed) % setup->pause_ms));
-                kill_daemon(&f->h);
+                kill_daemon(&f->h, setup->signal);
                 t = harness_now_ms();
                 harness_start(&f->h, daemon_args);
                 starts_ms += harness_now_ms() - t;
@@ -258,6 +262,17 @@ static void test_kills(void **state)
         run_kills(*state, kills_wanted(100), &sim_setup, &peer);
 }
 
+/* The same with SIGTERM (systemctl restart), which once refused the
+ * allocations that waited and zeroed the host copies the record named. */
+static void test_terms(void **state)
+{
+        kill_setup setup = sim_setup;
+        uint64_t peer;
+
+        setup.signal = SIGTERM;
+        run_kills(*state, kills_wanted(20), &setup, &peer);
+}
+
 /* The same on two devices that reach each other, device 1 idle: what
  * leaves device 0 goes to device 1's VRAM (the peer tier) while it has
  * room, host memory after; the record names those buffers as held by
@@ -297,7 +312,7 @@ static void test_other_version(void **state)
         harness_start(&f->h, NULL);
         client = harness_track_ready(f, argv, "READY", "allocate its buffers");
         harness_sleep_ms(100);
-        kill_daemon(&f->h);
+        kill_daemon(&f->h, SIGKILL);
 
         /* This daemon reads versions 1 and 2 only. */
         unsetenv("GMD_TEST_LEDGER_VERSION");
@@ -332,6 +347,8 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_kills, harness_setup,
+                                                harness_teardown),
+                cmocka_unit_test_setup_teardown(test_terms, harness_setup,
                                                 harness_teardown),
                 cmocka_unit_test_setup_teardown(test_kills_peer, harness_setup,
                                                 harness_teardown),
