@@ -75,7 +75,7 @@ def start_daemon(build, sock, conf, log):
     t0 = time.monotonic()
     while time.monotonic() - t0 < 30:
         with open(log.name) as f:
-            if f.read().count("ready: ") > start_daemon.readies:
+            if f.read().count("ready: serving") > start_daemon.readies:
                 start_daemon.readies += 1
                 return d
         if d.poll() is not None:

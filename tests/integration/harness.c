@@ -293,8 +293,12 @@ static int wait_exit(pid_t pid, int timeout_ms, int *ret_status)
         }
 }
 
+#define HARNESS_READY "ready: serving"
+
 /*
- * Ready is when the daemon logs "ready: " (it listens by then). Not a
+ * Ready is when the daemon logs "ready: serving" (it listens by then;
+ * "ready: " alone also matches the cuda backend's "host arena ready: ",
+ * logged before). Not a
  * connection to the socket: the daemon accepts and closes such a probe
  * when its loop gets to it, and on a loaded machine that can be after the
  * test has taken the daemon's fd count as its idle baseline, which then
@@ -320,7 +324,7 @@ void harness_start(harness *h, const char *const *extra_args)
         argv[n] = NULL;
 
         /* A daemon started again appends to the same log. */
-        readies = harness_log_count(h, "ready: ");
+        readies = harness_log_count(h, HARNESS_READY);
         log_fd = open(h->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                       0644);
         assert_true(log_fd >= 0);
@@ -332,7 +336,7 @@ void harness_start(harness *h, const char *const *extra_args)
 
         deadline = harness_now_ms() + 10000;
         for (;;) {
-                if (harness_log_count(h, "ready: ") > readies)
+                if (harness_log_count(h, HARNESS_READY) > readies)
                         return;
                 if (waitpid(h->pid, &status, WNOHANG) == h->pid) {
                         char *log = harness_read_log(h);

@@ -57,7 +57,7 @@ void harness_append_config(const harness *h, const char *more_config);
 void harness_write_file(const char *path, const char *text);
 
 /* Start gpu-memd with --backend sim --socket --config and `extra_args`
- * (NULL-terminated, may be NULL); wait up to 10 s until it logs "ready: "
+ * (NULL-terminated, may be NULL); wait up to 10 s until it logs "ready: serving"
  * (it listens by then; the config must not raise log_level above info).
  * The daemon gets this process's environment as it is now (with
  * GPU_MEMD_SOCKET set): a test may setenv first. */
