@@ -75,6 +75,9 @@ boot() {
                 mount -o remount,bind,ro "$m" 2>/dev/null ||
                         echo "test_systemd: cannot make $m read-only here" >&2
         done
+        # Nothing is booted over a writable host root.
+        findmnt -n -o OPTIONS / | grep -qE '(^|,)ro(,|$)' ||
+                { echo "test_systemd: / is still writable here: not booting" >&2; exit 1; }
         # /proc/sys as systemd-nspawn leaves it: read-only.
         mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys
         [ ! -e /proc/sysrq-trigger ] ||
