@@ -146,19 +146,21 @@ static void nofile_raise(void)
         log_info("open-file limit %llu", (unsigned long long)rl.rlim_cur);
 }
 
-/* The fds that outlive this run ([restart] keep): systemd's fd store under
- * systemd, else a keeper process beside the socket. Opened before the
+/* The fds that outlive this run ([restart] keep): systemd's fd store
+ * (systemd, or auto under systemd), a keeper process beside the socket
+ * (keeper), or none (off, or auto outside systemd). Opened before the
  * backend: a keeper is forked before CUDA is initialised. */
 static int restart_keep_open(const gmd_config *config, gmd_keep **ret_keep)
 {
         const char *mode = config->restart_keep;
+        bool automatic = strcmp(mode, "auto") == 0;
         bool systemd = strcmp(mode, "systemd") == 0 ||
-                       (strcmp(mode, "auto") == 0 && getenv("NOTIFY_SOCKET"));
+                       (automatic && getenv("NOTIFY_SOCKET"));
         char path[sizeof(config->socket_path) + 8];
         int r;
 
         *ret_keep = NULL;
-        if (strcmp(mode, "off") == 0)
+        if (strcmp(mode, "off") == 0 || (automatic && !systemd))
                 return 0;
         if (systemd) {
                 r = systemd_keep_open(ret_keep);

@@ -170,7 +170,7 @@ void config_init_defaults(gmd_config *config)
          * and some room for modules loaded later. */
         config->outside_vram_allowance = 640ull << 20;
         config->reclaim_timeout_ms = 2000;
-        strcpy(config->restart_keep, "off");
+        strcpy(config->restart_keep, "auto");
         config->restart_hold_s = 300;
         config->restart_claim_timeout_s = 60;
         config->user_turn_us = 100;

@@ -104,7 +104,7 @@ typedef struct gmd_config {
         char outside_vram[16];
         uint64_t outside_vram_allowance;
         /* [restart]: what outlives the daemon (restore.h): "auto"
-         * (systemd's fd store under systemd, else a keeper process),
+         * (systemd's fd store under systemd, else nothing),
          * "systemd", "keeper", "off"; how long a keeper holds what a dead
          * daemon left; how long a restored daemon waits for its clients
          * to claim their buffers. */
