@@ -563,7 +563,7 @@ void cuda_host_close(cuda_backend *b);
 
 /* Give `d` access to the adopted arena pieces under [at, at + len) of its
  * arena that lack it, waiting for another thread already giving it; any
- * thread (it makes `d`'s context current). 0 at once when every adopted
+ * thread (the caller's context stays current). 0 at once when every adopted
  * piece has it; else 0 or -errno (logged). */
 int cuda_arena_reach(cuda_backend *b, cuda_device *d, uint64_t at,
                      uint64_t len);

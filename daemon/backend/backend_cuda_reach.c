@@ -57,11 +57,17 @@ static int reach_piece(cuda_backend *b, cuda_device *d, unsigned k)
         access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         access.location.id = d->dev;
         access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        r = cuda_device_enter(b, d);
-        if (r == 0)
+        /* In `d`'s context, the caller's own current again after: a copy
+         * may be queued on another device's stream. */
+        r = cuda_check(b, b->cu->cuCtxPushCurrent(d->ctx), "cuCtxPushCurrent");
+        if (r == 0) {
+                CUcontext was;
+
                 r = cuda_check(b, b->cu->cuMemSetAccess(a->base + p->offset,
                                                         p->size, &access, 1),
                                "cuMemSetAccess (adopted host arena)");
+                (void)b->cu->cuCtxPopCurrent(&was);
+        }
         if (r < 0) {
                 atomic_store(&a->reach[k], CUDA_REACH_FAILED);
                 return r;
