@@ -88,8 +88,12 @@ up for a longer lead: the formula asks for more than 1 only when a block
 copies slower than it computes, and then each resident block saves a
 whole copy per pass where a longer lead saves only the gaps between
 copies. Until then, and when the link is not known (sim copies
-unthrottled, not measured yet), the lead is 1. `plan` says what was
-measured, wanted and decided.
+unthrottled, not measured yet), the lead is 1. A link not known at the
+second pass (a daemon started a moment before the script pins its host
+arena first, then measures) is asked for again at the start of later
+passes, at most every lead.UNKNOWN_RETRY_S, and the lead is planned from
+the first pass's times once it is known. `plan` says what was measured,
+wanted and decided.
 
 Training: a block's forward hook puts a hook on its output's gradient,
 which acquires the block again (and prefetches the blocks before it, in
@@ -237,6 +241,7 @@ class Streamer:
         # what the planning measured and decided (lead.py), once it ran
         self.plan = None
         self._plan_pending = self.lead_planned
+        self._replan = False        # planned, but the link was not known
         self.pageout = pageout
         self.timeout = timeout
         self.device = device
@@ -475,9 +480,26 @@ class Streamer:
         streamed = [b.nbytes + (b.state.nbytes if b.state else 0)
                     for b in self.blocks if not b.resident and b.buf]
         compute = statistics.median(times) if times else 0.0
+        self._decide_lead(max(streamed, default=self.max_size), compute)
+        # The link not known yet (a daemon started a moment ago pins its
+        # host arena, then measures): planned again at a later pass's
+        # start, from these times, once the daemon has measured it
+        # (lead.link_in asks it at most every UNKNOWN_RETRY_S).
+        self._replan = not self.plan["planned"] and compute > 0
+
+    def _replan_lead(self):
+        """At a pass's start while the link was not known: plan once it
+        is, from the first pass's times kept in the plan."""
         rate = _lead.link_in(self.client,
                              self.ops.daemon_device(self.device_index))
-        nbytes = max(streamed, default=self.max_size)
+        if rate:
+            self._replan = False
+            self._decide_lead(self.plan["block_bytes"],
+                              self.plan["compute_s"])
+
+    def _decide_lead(self, nbytes, compute):
+        rate = _lead.link_in(self.client,
+                             self.ops.daemon_device(self.device_index))
         wanted = _lead.units_ahead(nbytes, rate, compute)
         ahead = wanted
         if wanted is not None and self.budget is not None and self.max_size:
@@ -509,6 +531,8 @@ class Streamer:
                 self._flush()
                 for b in self.blocks:
                     b.prefetched = False
+                if self._replan:
+                    self._replan_lead()
             if self._plan_pending and block.marks is None:
                 block.marks = (self.ops.mark(self.torch_device), None)
             if block.resident:
