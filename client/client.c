@@ -224,7 +224,9 @@ static void send_lost(gmd_client *client, int r)
  * on the pending list and, with the connection up, send `buf`; while it
  * is away it waits there for the I/O thread to send it (client.h). Under
  * send_lock throughout, so a new connection cannot come in between.
- * Returns 0 or the error the request was answered with at once. */
+ * Returns 0 (queued), 1 (queued, but its send failed: the connection was
+ * lost as it went out) or the error it was refused with at once (not
+ * queued). */
 static int request_queue(gmd_client *client, gmd_request *req,
                          const uint8_t *buf, size_t len)
 {
@@ -255,8 +257,10 @@ static int request_queue(gmd_client *client, gmd_request *req,
         if (now) {
                 r = send_packed_locked(client, type, id, buf, len);
                 pthread_mutex_unlock(&client->send_lock);
-                if (r < 0)
+                if (r < 0) {
                         send_lost(client, r);
+                        return 1;
+                }
                 return 0;
         }
         pthread_mutex_unlock(&client->send_lock);
@@ -432,8 +436,14 @@ int gmd__client_send_nowait(gmd_client *client, uint16_t type,
                 free(req);
                 return r;
         }
-        r = gmd__client_dead_error(client);
-        return r < 0 ? r : 0;
+        /* Only a send that failed is this call's to report. Once sent,
+         * what the request meets (a reply that kills the connection
+         * included, which may come before this line) is gmd_flush's. */
+        if (r > 0) {
+                r = gmd__client_dead_error(client);
+                return r < 0 ? r : 0;
+        }
+        return 0;
 }
 
 void gmd__nowait_done_locked(gmd_client *client, gmd_request *req, int error,
