@@ -20,6 +20,7 @@
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
+#include "vram.h"
 
 static void take_pool(const gmd_server *server, unsigned i,
                       gmd_pool_snapshot *ret)
@@ -55,21 +56,17 @@ static void take_pool(const gmd_server *server, unsigned i,
                                       &ret->slice_left_ms);
         if (server->devices.vram[i].known) {
                 const gmd_vram_view *v = &server->devices.vram[i];
-                uint64_t can = v->free + v->spare;
-
-                can = can > v->slack ? can - v->slack : 0;
+                /* Free is what an allocation would get: not more than the
+                 * driver offers (vram_room: less its slack, in whole
+                 * granules). Memory held outside gpu-memd and not charged
+                 * (other processes' CUDA contexts, within
+                 * outside_vram_allowance) had made the pool say 130.3 GiB
+                 * free where the GPU had 130.2. */
+                uint64_t can = vram_room(v, true, p->granularity);
 
                 ret->has_driver_view = true;
                 ret->device_free = v->free;
                 ret->unaccounted = v->unaccounted;
-                /* Free is what an allocation would get: not more than the
-                 * driver can hold (vram_fits) less its slack (backend.h),
-                 * in whole granules. Memory held outside gpu-memd and not
-                 * charged (other processes' CUDA contexts, within
-                 * outside_vram_allowance) had made the pool say 130.3 GiB
-                 * free where the GPU had 130.2. */
-                if (p->granularity)
-                        can -= can % p->granularity;
                 if (ret->free > can)
                         ret->free = can;
         }

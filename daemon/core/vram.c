@@ -30,9 +30,24 @@ uint64_t vram_unaccounted(uint64_t total, uint64_t free, uint64_t own)
         return used > own ? used - own : 0;
 }
 
+uint64_t vram_room(const gmd_vram_view *view, bool offer,
+                   uint64_t granularity)
+{
+        uint64_t room;
+
+        if (!view->known)
+                return UINT64_MAX;
+        room = view->free + view->spare;
+        if (offer)
+                room = room > view->slack ? room - view->slack : 0;
+        if (granularity)
+                room -= room % granularity;
+        return room;
+}
+
 bool vram_fits(const gmd_vram_view *view, uint64_t size)
 {
-        return !view->known || view->free + view->spare >= size;
+        return vram_room(view, false, 0) >= size;
 }
 
 int vram_refresh(gmd_server *server, unsigned device)

@@ -60,8 +60,24 @@ typedef struct gmd_vram_view {
  * backend's are read a moment apart). Pure. */
 uint64_t vram_unaccounted(uint64_t total, uint64_t free, uint64_t own);
 
-/* Can the driver hold `size` new bytes beside what it holds now? Its free
- * memory and what the backend gives back on demand (`spare`) count. Pure. */
+/*
+ * The bytes a new allocation on the device could get, as last read: the
+ * driver's free memory and what the backend gives back on demand
+ * (`spare`), less the backend's `slack` when `offer`, rounded down to
+ * whole `granularity` (0: bytes); UINT64_MAX while the device was never
+ * read. Admission (vram_fits) and status's free (snapshot.c) are both
+ * this, so the two cannot drift apart. They differ in the slack on
+ * purpose: an allocation is tried whenever the driver's free memory holds
+ * it (had the driver taken the slack meanwhile, the backend's refusal
+ * speaks: vram_explain), while status offers only what an allocation of
+ * all of it would get (one of all the free memory read a moment before
+ * was refused: backend.h), in the pool's granules. Pure.
+ */
+uint64_t vram_room(const gmd_vram_view *view, bool offer,
+                   uint64_t granularity);
+
+/* Can the driver hold `size` new bytes beside what it holds now
+ * (vram_room, the slack counted: `size` is in whole granules)? Pure. */
 bool vram_fits(const gmd_vram_view *view, uint64_t size);
 
 /* Read `device` from the driver into server->devices.vram[device].

@@ -1,8 +1,9 @@
 /*
  * test_vram_check — daemon/core/vram.c: the daemon's VRAM against the driver's
- * free memory. The arithmetic (what is unaccounted, what fits) and the
- * check an allocation passes, against a fake backend whose device_info
- * says what a driver would: an allocation the pool has room for but the
+ * free memory. The arithmetic (what is unaccounted, what an allocation
+ * could get, which status shows as free, what fits) and the check an
+ * allocation passes, against a fake backend whose device_info says what a
+ * driver would: an allocation the pool has room for but the
  * GPU has not is refused with ERR_NO_MEMORY and the sentence; one that
  * fits beside the outside use, or fits with the backend's spare chunks,
  * passes; a driver that cannot be read lets it through (the backend's own
@@ -83,6 +84,24 @@ static void test_fits(void **state)
         assert_true(vram_fits(&v, 100 * GiB));
 }
 
+/* What status offers (less the slack, in granules) and what admission
+ * lets through (the slack counted) are one figure, vram_room. */
+static void test_room(void **state)
+{
+        gmd_vram_view v = { .known = true, .free = 4 * GiB + 3 * MiB,
+                            .spare = 64 * MiB, .slack = 64 * MiB };
+
+        (void)state;
+        assert_int_equal(vram_room(&v, false, 0), 4 * GiB + 67 * MiB);
+        assert_int_equal(vram_room(&v, true, 0), 4 * GiB + 3 * MiB);
+        assert_int_equal(vram_room(&v, true, 2 * MiB), 4 * GiB + 2 * MiB);
+        v.slack = 8 * GiB;      /* more slack than free: nothing offered */
+        assert_int_equal(vram_room(&v, true, 2 * MiB), 0);
+        assert_true(vram_fits(&v, 4 * GiB + 67 * MiB));
+        v.known = false;
+        assert_int_equal(vram_room(&v, true, 2 * MiB), UINT64_MAX);
+}
+
 /* The reported case: the pool is empty (64 GiB free) but 49 GiB of an
  * 80 GiB card is held by fds of freed buffers. */
 static void test_check_refuses_with_sentence(void **state)
@@ -144,6 +163,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_unaccounted),
                 cmocka_unit_test(test_fits),
+                cmocka_unit_test(test_room),
                 cmocka_unit_test_setup(test_check_refuses_with_sentence, setup),
                 cmocka_unit_test_setup(test_check_counts_own_and_spare, setup),
                 cmocka_unit_test_setup(test_unreadable_driver_lets_through, setup),
