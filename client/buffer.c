@@ -449,7 +449,14 @@ int gmd__buffer_remap(gmd_client *client, const Gmd__RemapNotify *notify,
         }
         segments = NULL;
 mapped:
-        if (r < 0) {
+        if (r < 0 && notify->falls_back) {
+                /* Another GPU's VRAM this process cannot map after all:
+                 * the daemon keeps the buffer and maps it back where it
+                 * was, whose bytes are whole (proto/gpumem.proto). Nothing
+                 * stays mapped meanwhile; it is released, so nobody
+                 * touches it. */
+                gmd__buffer_unmap_locked(client, buffer);
+        } else if (r < 0) {
                 /* The daemon frees the buffer when it reads our failed ack,
                  * so nothing of the old backing may stay mapped here (it
                  * could go to another client); and later calls say why

@@ -972,7 +972,9 @@ out:
         return r;
 }
 
-static int hello(gmd_client *client, const char *client_name)
+/* The hello at connect; *ret_asks_reach: its reply asks for MSG_REACH. */
+static int hello(gmd_client *client, const char *client_name,
+                 bool *ret_asks_reach)
 {
         Gmd__HelloReply *reply = NULL;
         int r;
@@ -985,8 +987,75 @@ static int hello(gmd_client *client, const char *client_name)
         if (r < 0)
                 return r;
         r = hello_accept(client, reply);
+        *ret_asks_reach = reply->asks_reach;
         gmd__hello_reply__free_unpacked(reply, NULL);
         return r;
+}
+
+/* What this process can map, from the mapper the hello chose. */
+static int reach_take(gmd_client *client)
+{
+        client->reach = calloc(client->n_devices ? client->n_devices : 1,
+                               sizeof(*client->reach));
+        if (!client->reach) {
+                gmd__error_set("out of memory");
+                return -ENOMEM;
+        }
+        gmd__client_reach(client, client->reach);
+        return 0;
+}
+
+int gmd__send_reach(gmd_client *client, int sock, bool asked)
+{
+        Gmd__ReachReport msg = GMD__REACH_REPORT__INIT;
+        Gmd__DeviceReach *entries, **ptrs;
+        uint32_t *maps, id;
+        unsigned n = 0, m = 0;
+        int r;
+
+        if (!asked)
+                return 0;
+        entries = calloc(client->n_devices ? client->n_devices : 1,
+                         sizeof(*entries));
+        ptrs = calloc(client->n_devices ? client->n_devices : 1,
+                      sizeof(*ptrs));
+        maps = calloc(client->n_devices ? (size_t)client->n_devices *
+                      client->n_devices : 1, sizeof(*maps));
+        if (!entries || !ptrs || !maps) {
+                free(entries);
+                free(ptrs);
+                free(maps);
+                gmd__error_set("out of memory");
+                return -ENOMEM;
+        }
+        /* Each device this process sees, with the others it maps there. */
+        for (unsigned d = 0; d < client->n_devices && d < 64; d++) {
+                Gmd__DeviceReach *e = &entries[n];
+
+                if (!client->reach[d])
+                        continue;
+                gmd__device_reach__init(e);
+                e->device = d;
+                e->maps = &maps[m];
+                for (unsigned o = 0; o < client->n_devices && o < 64; o++)
+                        if (o != d && (client->reach[d] >> o) & 1)
+                                maps[m + e->n_maps++] = o;
+                m += (unsigned)e->n_maps;
+                ptrs[n++] = e;
+        }
+        msg.n_devices = n;
+        msg.devices = ptrs;
+        pthread_mutex_lock(&client->lock);
+        id = next_request_id_locked(client);
+        pthread_mutex_unlock(&client->lock);
+        r = send_on(sock, GMD__MSG_TYPE__MSG_REACH, id, &msg.base);
+        if (r < 0)
+                gmd__error_set("cannot tell gpu-memd which GPUs' memory this "
+                               "process maps: %s", strerror(-r));
+        free(entries);
+        free(ptrs);
+        free(maps);
+        return r < 0 ? GMD_ECONN : 0;
 }
 
 static int mapper_choose(gmd_client *client)
@@ -1099,6 +1168,7 @@ static int connect_fd_path(int fd, const char *path, const char *client_name,
 {
         pthread_condattr_t cattr;
         gmd_client *client;
+        bool asks_reach = false;
         int r;
 
         client = calloc(1, sizeof(*client));
@@ -1140,10 +1210,15 @@ static int connect_fd_path(int fd, const char *path, const char *client_name,
                 }
                 client->keep_fd_base = keep_fd_base_choose();
         }
-        r = hello(client, client_name);
+        r = hello(client, client_name, &asks_reach);
         if (r < 0)
                 goto fail;
         r = mapper_choose(client);
+        if (r < 0)
+                goto fail;
+        r = reach_take(client);
+        if (r == 0)
+                r = gmd__send_reach(client, client->sock, asks_reach);
         if (r < 0)
                 goto fail;
         r = io_start(client);
@@ -1240,6 +1315,7 @@ gmd_client *gmd_disconnect(gmd_client *client)
                 client->mapper->ops->destroy(client->mapper);
         free(client->granularity);
         free(client->ids);
+        free(client->reach);
         free(client->backend);
         free(client->daemon_version);
         free(client->socket_path);

@@ -82,6 +82,10 @@ struct gmd_client {
         unsigned n_devices;
         uint64_t *granularity;          /* per device, from the hello */
         gmd__device_id *ids;            /* per device, from the hello */
+        /* Per device, the daemon's devices whose memory this process can
+         * map for use there (gmd__client_reach, once the mapper is made);
+         * sent as MSG_REACH to a daemon whose hello reply asks for it. */
+        uint64_t *reach;
         uint64_t client_id;
         /* Restart recovery (reconnect.c): where to connect again and for
          * how long ($GPU_MEMD_RECONNECT_S; 0, or no path: never), and the
@@ -278,6 +282,12 @@ int gmd__io_handle_packet(gmd_client *client, gmd_wire_packet *packet);
  * Returns 0 with the reply, or the error gmd_last_error() explains. */
 int gmd__hello(gmd_client *client, int sock, uint64_t deadline_ms,
                int wake_fd, Gmd__HelloReply **ret_reply);
+
+/* MSG_REACH on `sock` (client->sock at connect, a new connection's
+ * later) when the hello's reply `asked` for it (HelloReply.asks_reach),
+ * before anything else is sent there; nothing otherwise. 0, or the
+ * send's error. */
+int gmd__send_reach(gmd_client *client, int sock, bool asked);
 
 /* A restarted daemon's hello reply (reconnect.c): refuse one this client's
  * mappings cannot go on with (another backend, other devices), else take

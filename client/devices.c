@@ -270,3 +270,30 @@ int gmd_device_pci_bus_id(const gmd_client *client, unsigned device,
 
         return device_text(client, device, t, buf, len);
 }
+
+void gmd__client_reach(const gmd_client *client, uint64_t *maps)
+{
+        const gmd_mapper *mapper = client->mapper;
+        unsigned list[64], n;
+        uint64_t seen = 0;
+
+        for (unsigned d = 0; d < client->n_devices; d++)
+                maps[d] = 0;
+        if (strcmp(client->backend, "sim") != 0) {
+                for (unsigned d = 0; d < client->n_devices && d < 64; d++)
+                        maps[d] = mapper && mapper->ops->reach ?
+                                  mapper->ops->reach((gmd_mapper *)mapper, d) :
+                                  1ull << d;
+                return;
+        }
+        /* sim: no driver says it, and sim memory maps anywhere; what this
+         * process would see on GPUs, each of them reaching the others. */
+        n = gmd__visible_devices(getenv("CUDA_VISIBLE_DEVICES"), client->ids,
+                                 client->n_devices, list, 64);
+        for (unsigned i = 0; i < n; i++)
+                if (list[i] < 64)
+                        seen |= 1ull << list[i];
+        for (unsigned i = 0; i < n; i++)
+                if (list[i] < 64)
+                        maps[list[i]] = seen;
+}

@@ -29,4 +29,15 @@ typedef struct gmd__device_id {
 unsigned gmd__visible_devices(const char *visible, const gmd__device_id *ids,
                               unsigned n, unsigned *ret, unsigned max);
 
+/*
+ * For each of the daemon's devices (`maps`, client->n_devices of them), the
+ * bits of the daemon's devices whose memory this process can map at a
+ * buffer's address for use on it: itself and, on cuda, each other device
+ * this process sees that cuDeviceCanAccessPeer says it reaches (the
+ * mapper asks its driver); on sim, every device the emulated
+ * CUDA_VISIBLE_DEVICES rule shows. 0 for a device this process does not
+ * see. Bits above 63 are never set (the daemon serves 64 at most).
+ */
+void gmd__client_reach(const gmd_client *client, uint64_t *maps);
+
 #endif

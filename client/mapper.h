@@ -54,6 +54,13 @@ typedef struct gmd_mapper_ops {
 
         /* ---- optional, cuda only (NULL in sim) ---------------------- */
 
+        /* The daemon's devices (a bit each) whose memory this process can
+         * map for use on the daemon's `device`: itself and those its
+         * driver says `device` reaches (peer access), among the GPUs this
+         * process sees; 0 when it does not see `device`. Sim's answer is
+         * devices.c's (gmd__client_reach). */
+        uint64_t (*reach)(gmd_mapper *mapper, unsigned device);
+
         /* Legacy IPC buffer (GMD_ALLOC_LEGACY_IPC): open the daemon's
          * 64-byte CUipcMemHandle on `device`. The address is chosen by the
          * driver (no stable reservation) and is only valid while the daemon

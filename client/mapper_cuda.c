@@ -32,8 +32,12 @@
  * NVLink or PCIe peer-to-peer; VMM memory needs no cuCtxEnablePeerAccess.
  * The driver refuses the access where the two devices have no peer
  * access, and the import where this process cannot see the holding
- * device ($CUDA_VISIBLE_DEVICES): the remap then fails (-errno) and the
- * buffer is given up, as after any failed remap.
+ * device ($CUDA_VISIBLE_DEVICES). So the daemon is told first which
+ * devices' memory this process can map from each of its devices
+ * (cuda_reach: seen here, and cuDeviceCanAccessPeer; sent as MSG_REACH)
+ * and puts a SPILLABLE buffer on no other peer. Should the remap fail
+ * all the same (-errno), its notice said falls_back: the buffer is kept,
+ * unmapped, and the daemon maps it back where it was (buffer.c).
  *
  * unmap does not synchronize the device (cudaFree would): the library's
  * caller must not have work in flight on a buffer it frees, and the daemon
@@ -335,6 +339,32 @@ static void cuda_event_destroy(gmd_mapper *mapper, unsigned device, void *event)
         cuda_leave(m);
 }
 
+static uint64_t cuda_reach(gmd_mapper *mapper, unsigned device)
+{
+        cuda_mapper *m = cuda_mapper_of(mapper);
+        const gmd_cuda_driver *cu = m->cu;
+        CUdevice dev, peer;
+        uint64_t maps;
+
+        if (device >= m->n_devices || device >= 64 || m->ordinal[device] < 0 ||
+            cu->cuDeviceGet(&dev, m->ordinal[device]) != CUDA_SUCCESS)
+                return 0;
+        maps = 1ull << device;
+        for (unsigned e = 0; e < m->n_devices && e < 64; e++) {
+                int can = 0;
+
+                /* Another GPU this process sees, whose memory `device`'s
+                 * kernels can use: what cuMemSetAccess will be asked. */
+                if (e == device || m->ordinal[e] < 0 ||
+                    cu->cuDeviceGet(&peer, m->ordinal[e]) != CUDA_SUCCESS)
+                        continue;
+                if (cu->cuDeviceCanAccessPeer(&can, dev, peer) ==
+                            CUDA_SUCCESS && can)
+                        maps |= 1ull << e;
+        }
+        return maps;
+}
+
 static void cuda_destroy(gmd_mapper *mapper)
 {
         cuda_mapper *m = cuda_mapper_of(mapper);
@@ -370,6 +400,7 @@ static const gmd_mapper_ops cuda_mapper_ops = {
         .unmap = cuda_unmap,
         .remap = NULL,   /* VMM cannot map over a live mapping */
         .destroy = cuda_destroy,
+        .reach = cuda_reach,
         .ipc_open = cuda_ipc_open,
         .ipc_close = cuda_ipc_close,
         .event_open = cuda_event_open,

@@ -9,9 +9,20 @@
  * fds over the old ones: MAP_FIXED swaps each page atomically, so a thread
  * reading the buffer meanwhile sees the old or the new backing (the daemon
  * made both hold the same bytes) and never a hole.
+ *
+ * Sim memory maps anywhere; what a process could not map on GPUs (another
+ * GPU's VRAM it cannot see or reach) is only said (devices.c,
+ * gmd__client_reach). A test hook stands for a driver that refuses it all
+ * the same: with $GMD_SIM_REFUSE_PEER set (not "" or "0") when the mapper
+ * is made, mapping another device's VRAM (a memfd the sim backend named
+ * "gmd-vramN", N not the buffer's device) fails with -ENODEV, as the CUDA
+ * import of a GPU this process does not see does.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,7 +31,37 @@
 
 typedef struct mapper_sim {
         gmd_mapper base;
+        bool refuse_peer;       /* $GMD_SIM_REFUSE_PEER (top of file) */
 } mapper_sim;
+
+/* Is `fd` the sim backend's VRAM of a device other than `device`? Its
+ * memfd's name says ("/memfd:gmd-vram1 (deleted)"). */
+static bool other_vram(int fd, unsigned device)
+{
+        char path[32], target[128];
+        unsigned holder;
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        n = readlink(path, target, sizeof(target) - 1);
+        if (n <= 0)
+                return false;
+        target[n] = '\0';
+        return sscanf(target, "/memfd:gmd-vram%u", &holder) == 1 &&
+               holder != device;
+}
+
+/* The test hook's refusal, for any segment of another device's VRAM. */
+static int refused(const gmd_mapper *mapper, unsigned device,
+                   const gmd_map_segment *segments, unsigned n)
+{
+        if (!((const mapper_sim *)mapper)->refuse_peer)
+                return 0;
+        for (unsigned i = 0; i < n; i++)
+                if (other_vram(segments[i].fd, device))
+                        return -ENODEV;
+        return 0;
+}
 
 static int sim_reserve(gmd_mapper *mapper, uint64_t size, void **ret_addr)
 {
@@ -92,14 +133,19 @@ static int map_over(void *addr, const gmd_map_segment *segments, unsigned n)
 static int sim_map(gmd_mapper *mapper, void *addr, unsigned device,
                    const gmd_map_segment *segments, unsigned n_segments)
 {
-        return map_over(addr, segments, n_segments);
+        int r = refused(mapper, device, segments, n_segments);
+
+        return r < 0 ? r : map_over(addr, segments, n_segments);
 }
 
 static int sim_remap(gmd_mapper *mapper, void *addr, uint64_t size,
                      unsigned device, const gmd_map_segment *segments,
                      unsigned n_segments)
 {
-        int r = map_over(addr, segments, n_segments);
+        int r = refused(mapper, device, segments, n_segments);
+
+        if (r == 0)
+                r = map_over(addr, segments, n_segments);
 
         if (r < 0)
                 sim_unmap(mapper, addr, size);
@@ -125,10 +171,12 @@ static const gmd_mapper_ops sim_ops = {
 int gmd__mapper_sim_new(gmd_mapper **ret_mapper)
 {
         mapper_sim *m = calloc(1, sizeof(*m));
+        const char *refuse = getenv("GMD_SIM_REFUSE_PEER");
 
         if (!m)
                 return -ENOMEM;
         m->base.ops = &sim_ops;
+        m->refuse_peer = refuse && *refuse && strcmp(refuse, "0") != 0;
         *ret_mapper = &m->base;
         return 0;
 }

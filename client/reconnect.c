@@ -686,6 +686,14 @@ static int try_connection(gmd_client *client, int sock, uint8_t *buf,
         }
         if (r == 0)
                 r = gmd__hello_again(client, reply);
+        /* What this process maps, before the claims: where the daemon may
+         * put them next. */
+        if (r == 0 && gmd__send_reach(client, sock, reply->asks_reach) < 0) {
+                snprintf(why, why_len, "%s", gmd_last_error());
+                gmd__hello_reply__free_unpacked(reply, NULL);
+                close(sock);
+                return TRY_AGAIN;
+        }
         if (r < 0) {
                 snprintf(sentence, sizeof(sentence), "gpu-memd came back but "
                          "this client cannot go on with it: %s",

@@ -54,7 +54,8 @@ static const unsigned legal_next[] = {
                                TO(MOVE_ORPHANED) | TO(MOVE_DROPPED),
         [MOVE_CANCELLING] = TO(MOVE_ROLLING_BACK) | TO(MOVE_ABANDONED) |
                             TO(MOVE_ORPHANED) | TO(MOVE_DROPPED),
-        [MOVE_AWAITING_ACK] = TO(MOVE_FINISHED) | TO(MOVE_DROPPED),
+        [MOVE_AWAITING_ACK] = TO(MOVE_FINISHED) | TO(MOVE_ROLLING_BACK) |
+                              TO(MOVE_DROPPED),
         [MOVE_ROLLING_BACK] = TO(MOVE_ABANDONED) | TO(MOVE_DROPPED),
         [MOVE_ORPHANED] = TO(MOVE_DROPPED),
         [MOVE_FINISHED] = 0,
@@ -472,8 +473,20 @@ void move_cancel(gmd_server *server, gmd_dbuffer *b)
 
 /* ---- end of the copy, the remap, the ack ------------------------------- */
 
+/* A move out of a SPILLABLE buffer to a peer's VRAM, its remap late: its
+ * owner may fail to map that memory (its process cannot see or reach the
+ * peer) and keep the buffer, which then goes back to the VRAM it left,
+ * still whole (peer.h). */
+static bool move_falls_back(const gmd_move *m)
+{
+        return m->copy.dir == GMD_COPY_OUT && !m->relocate &&
+               m->remap == MOVE_REMAP_LATE && m->copy.dst && m->copy.dst->peer &&
+               m->buffer && placement_usable_on_host(m->buffer);
+}
+
 /* Tell the owner to put `mem` (on `tier`) behind the buffer's address:
- * the move's destination, or its source again after an early remap. */
+ * the move's destination, or its source again after an early remap or a
+ * destination its owner could not map (move_fall_back). */
 static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
                             gmd_tier tier)
 {
@@ -487,6 +500,7 @@ static void move_send_remap(gmd_server *server, gmd_move *m, gmd_mem *mem,
         note.tier = tier;
         /* Either way, the owner's mapping of the VRAM side stays. */
         note.keep_mapping = m->keep_mapping;
+        note.falls_back = mem == m->copy.dst && move_falls_back(m);
         if (maps) {
                 note.fd = mem->fd;
                 note.size = mem->size;
@@ -715,6 +729,28 @@ static void ack_failed(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
         move_free_buffer(server, b);
 }
 
+/* The owner of a SPILLABLE buffer could not map the peer VRAM it was
+ * moved to (move_falls_back): it kept the buffer, unmapped. Back to the
+ * VRAM it left, which still holds every byte (released, nobody wrote it):
+ * a remap there, whose ack abandons the move and releases the peer's VRAM;
+ * the owner's next move out of that device goes to host memory. */
+static void move_fall_back(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
+                           gmd_move *m, const gmd_remap_ack *ack)
+{
+        unsigned holder = m->copy.dst->device;
+        char who[128];
+
+        log_warning("%s could not map buffer %llu in device %u's VRAM (%s): "
+                    "it stays on device %u, and this client's SPILLABLE "
+                    "buffers of device %u go to host memory from now on",
+                    session_describe(s, who, sizeof(who)),
+                    (unsigned long long)b->id, holder, strerror(-ack->result),
+                    b->device, b->device);
+        peer_owner_cannot_map(s, b->device, holder);
+        move_change_state(m, MOVE_ROLLING_BACK);
+        move_send_remap(server, m, m->copy.src, m->src_tier);
+}
+
 /* The owner unmapped the kept VRAM it was asked back (or could not, and
  * gave the buffer up, as after a failed move). */
 static void unmap_acked(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
@@ -751,6 +787,13 @@ static void move_ack(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
         /* The owner maps the VRAM a restore gave back: it holds it now. */
         if (b && b->restore_seq && b->restore_seq == ack->sequence) {
                 b->restore_seq = 0;
+                /* It gave the buffer up (its library marks it revoked,
+                 * naming it): so do we, saying why. */
+                if (ack->result < 0) {
+                        ack_failed(server, s, b, ack, "take up the restored "
+                                   "memory of");
+                        return;
+                }
                 persist_buffer(server, b);
                 return;
         }
@@ -762,6 +805,11 @@ static void move_ack(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
                 log_debug("client %llu: stale remap ack for buffer %llu ignored",
                           (unsigned long long)s->id,
                           (unsigned long long)ack->buffer_id);
+                return;
+        }
+        if (ack->result < 0 && m->state == MOVE_AWAITING_ACK &&
+            move_falls_back(m)) {
+                move_fall_back(server, s, b, m, ack);
                 return;
         }
         if (ack->result < 0) {

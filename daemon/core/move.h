@@ -37,8 +37,9 @@
  *                 flight finishes, nothing more is issued.
  *   AWAITING_ACK  every byte copied; the remap to the destination is out
  *                 (sent now, or early and not acked yet).
- *   ROLLING_BACK  an early move stopped short: a remap back to the source
- *                 is out.
+ *   ROLLING_BACK  an early move stopped short, or its owner could not map
+ *                 a peer's VRAM (peer.h): a remap back to the source is
+ *                 out.
  *   ORPHANED      its buffer was freed while chunks were in flight: both
  *                 backings are released once they are back.
  *   FINISHED      (final) the buffer lives on the destination.
@@ -52,7 +53,9 @@
  *   COPYING_ACKED -> FINISHED (copy over) | CANCELLING | ORPHANED | DROPPED
  *   CANCELLING    -> ROLLING_BACK (copy over, early) | ABANDONED (copy
  *                    over, late) | ORPHANED | DROPPED
- *   AWAITING_ACK  -> FINISHED (ack) | DROPPED (freed, or a failed ack)
+ *   AWAITING_ACK  -> FINISHED (ack) | ROLLING_BACK (a failed ack of a
+ *                    SPILLABLE buffer's remap to a peer's VRAM, which said
+ *                    falls_back) | DROPPED (freed, or any other failed ack)
  *   ROLLING_BACK  -> ABANDONED (ack) | DROPPED
  *   ORPHANED      -> DROPPED (copy over)
  */

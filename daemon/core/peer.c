@@ -199,6 +199,11 @@ int peer_destination(gmd_server *server, const gmd_dbuffer *b,
 
                 if (!server->peers.rate[home][p] || !peer_worth(server, home, p))
                         continue;
+                /* A SPILLABLE buffer's owner maps it there: only where its
+                 * process said it can (MSG_REACH); else host memory. */
+                if (placement_usable_on_host(b) &&
+                    !peer_owner_maps(b->owner, home, p))
+                        continue;
                 /* Its own clients first: not while anything waits there,
                  * and never its last peer_headroom bytes. */
                 if (waitq_oldest(&server->waitq, p))
@@ -304,4 +309,27 @@ void peer_index(gmd_server *server, gmd_dbuffer *b, bool gone)
         if (want)
                 busy[want - 1] += b->size;
         b->peer_busy = want;
+}
+
+void peer_owner_reach(gmd_session *s, const uint64_t maps[GMD_MAX_DEVICES])
+{
+        unsigned n = s->server->devices.n;
+        uint64_t known = n >= 64 ? ~0ull : (1ull << n) - 1;
+
+        for (unsigned d = 0; d < GMD_MAX_DEVICES; d++)
+                s->maps[d] = d < n ? maps[d] & known & ~(1ull << d) : 0;
+}
+
+bool peer_owner_maps(const gmd_session *s, unsigned home, unsigned holder)
+{
+        if (home == holder)
+                return true;
+        return home < GMD_MAX_DEVICES && holder < GMD_MAX_DEVICES &&
+               (s->maps[home] >> holder) & 1;
+}
+
+void peer_owner_cannot_map(gmd_session *s, unsigned home, unsigned holder)
+{
+        if (home < GMD_MAX_DEVICES && holder < GMD_MAX_DEVICES)
+                s->maps[home] &= ~(1ull << holder);
 }

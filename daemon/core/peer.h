@@ -15,7 +15,14 @@
  *    mapping of the buffer's address then points at the peer's VRAM,
  *    with access for the owner's device), and uses it there directly:
  *    over NVLink its kernels read the peer's VRAM. Such memory is never
- *    kept as a spare once the buffer leaves it (its fd went out).
+ *    kept as a spare once the buffer leaves it (its fd went out). Only a
+ *    peer its owner said it can map from the buffer's device (MSG_REACH,
+ *    session->maps: its process sees that GPU and reaches it); a client
+ *    that said nothing maps no other device's memory. Should its remap
+ *    fail all the same, the notice said it may (falls_back): the owner
+ *    keeps the buffer, the move rolls back to the VRAM it left, whose
+ *    bytes are whole, and that peer is struck from what the owner maps
+ *    (peer_owner_cannot_map), so the next move out goes to host memory.
  *
  * The peer's own clients come first:
  *  - a swap-out goes to a peer only while nothing waits there and its
@@ -48,6 +55,7 @@
 typedef struct gmd_server gmd_server;
 typedef struct gmd_dbuffer gmd_dbuffer;
 typedef struct gmd_mem gmd_mem;
+typedef struct gmd_session gmd_session;
 
 /* Peer VRAM kept for the next swap-out of its size, per device at most. */
 #define PEER_SPARES 16
@@ -130,5 +138,18 @@ void peer_index(gmd_server *server, gmd_dbuffer *b, bool gone);
 
 /* Is `b`'s backing VRAM of a peer? */
 bool peer_holds(const gmd_dbuffer *b);
+
+/* What `s`'s process said it can map (MSG_REACH, decoded by request.c):
+ * `maps[d]`, a bit per other device whose VRAM it maps for use on device
+ * d, for each of the daemon's devices; replaces what it said before. */
+void peer_owner_reach(gmd_session *s, const uint64_t maps[GMD_MAX_DEVICES]);
+
+/* Can `s`'s process use `holder`'s VRAM at a buffer's address on `home`?
+ * Always its own device; another only as its last MSG_REACH said. */
+bool peer_owner_maps(const gmd_session *s, unsigned home, unsigned holder);
+
+/* `s`'s process failed to map `holder`'s VRAM for a buffer of `home`
+ * (a remap's failed ack): it no longer counts as able to. */
+void peer_owner_cannot_map(gmd_session *s, unsigned home, unsigned holder);
 
 #endif

@@ -49,6 +49,8 @@ typedef struct gmd_remap_notice {
         uint64_t sequence;          /* the owner's ack names it */
         gmd_tier tier;
         bool keep_mapping;          /* the VRAM side stays mapped */
+        bool falls_back;            /* to a peer's VRAM: a failed ack is
+                                     * answered with a remap back (peer.h) */
         int fd;                     /* the backing to map, or -1: none */
         uint64_t size;              /* its bytes, where fd >= 0 */
 } gmd_remap_notice;
@@ -113,6 +115,10 @@ typedef struct gmd_session {
         bool lends;                 /* it made a wait that lends (loan.h):
                                      * its process lends when it waits */
         gmd_plan plan;              /* its last MSG_PLAN, zeros if none */
+        /* Per device it uses, the other devices whose VRAM its process
+         * can map there, a bit each (its last MSG_REACH; none without
+         * one): where its SPILLABLE buffers may rest (peer.h). */
+        uint64_t maps[GMD_MAX_DEVICES];
 
         gmd_list buffers;           /* owned buffers */
         unsigned n_buffers;

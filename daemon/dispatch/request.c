@@ -31,6 +31,7 @@
 #include "log.h"
 #include "move.h"
 #include "parking.h"
+#include "peer.h"
 #include "persist.h"
 #include "restore.h"
 #include "server.h"
@@ -134,6 +135,8 @@ static gmd_outcome handle_hello(gmd_session *s, uint32_t id, const Gmd__Hello *m
         reply.n_devices = n;
         reply.devices = ptrs;
         reply.instance = server->instance;
+        /* Which devices' memory its process maps (handle_reach). */
+        reply.asks_reach = true;
         if (server->ledger) {
                 reply.resume_token.data = s->token;
                 reply.resume_token.len = sizeof(s->token);
@@ -550,6 +553,7 @@ static int notify_remap(gmd_session *s, const gmd_remap_notice *n)
         note.sequence = n->sequence;
         note.tier = (Gmd__Tier)n->tier;
         note.keep_mapping = n->keep_mapping;
+        note.falls_back = n->falls_back;
         if (n->fd >= 0) {
                 segment.fd_index = 0;
                 segment.offset = 0;
@@ -711,6 +715,60 @@ static gmd_outcome handle_plan(gmd_session *s, uint32_t id,
         return OUTCOME_NONE;
 }
 
+/* ---- which devices' memory the client's process maps --------------------
+ *
+ * What the daemon acts on (peer.h: where a SPILLABLE buffer may rest), so
+ * every number is checked: a device the daemon does not have, one listed
+ * twice or more entries than devices is a client's bug and closes the
+ * session; nothing of a refused report is kept. */
+static gmd_outcome handle_reach(gmd_session *s, uint32_t id,
+                                const Gmd__ReachReport *msg, gmd_result *ret)
+{
+        unsigned n = s->server->devices.n < GMD_MAX_DEVICES ?
+                     s->server->devices.n : GMD_MAX_DEVICES;
+        uint64_t maps[GMD_MAX_DEVICES] = { 0 }, listed = 0;
+        const char *bad = NULL;
+
+        (void)id;
+        (void)ret;
+        if (msg->n_devices > n)
+                bad = "reach report lists more devices than gpu-memd has";
+        for (size_t i = 0; !bad && i < msg->n_devices; i++) {
+                const Gmd__DeviceReach *d = msg->devices[i];
+
+                if (d->device >= n || d->n_maps > n) {
+                        bad = "reach report names a device gpu-memd does "
+                              "not have";
+                        break;
+                }
+                if (listed & (1ull << d->device)) {
+                        bad = "reach report lists a device twice";
+                        break;
+                }
+                listed |= 1ull << d->device;
+                for (size_t j = 0; j < d->n_maps; j++) {
+                        if (d->maps[j] >= n) {
+                                bad = "reach report names a device gpu-memd "
+                                      "does not have";
+                                break;
+                        }
+                        maps[d->device] |= 1ull << d->maps[j];
+                }
+        }
+        if (bad) {
+                session_protocol_error(s, bad, GMD__MSG_TYPE__MSG_REACH);
+                return OUTCOME_NONE;
+        }
+        peer_owner_reach(s, maps);
+        for (unsigned d = 0; d < n; d++)
+                if (s->maps[d])
+                        log_debug("client %llu: from device %u it maps the "
+                                  "VRAM of devices 0x%llx",
+                                  (unsigned long long)s->id, d,
+                                  (unsigned long long)s->maps[d]);
+        return OUTCOME_NONE;
+}
+
 #define ROW(t, desc, fn, hello, reply) \
         { GMD__MSG_TYPE__##t, &desc, (handler_fn)(fn), hello, reply }
 
@@ -730,6 +788,7 @@ static const request_type request_types[] = {
         ROW(MSG_UNPARK, gmd__buffer_list__descriptor, handle_unpark, true, false),
         ROW(MSG_RETURN, gmd__buffer_list__descriptor, handle_return, true, false),
         ROW(MSG_PLAN, gmd__plan_report__descriptor, handle_plan, true, false),
+        ROW(MSG_REACH, gmd__reach_report__descriptor, handle_reach, true, false),
 };
 
 /* MSG_RESUME is the one request that carries fds: handled apart. */

@@ -89,6 +89,8 @@ const ProtobufCMessageDescriptor *const fuzz_wire_messages[] = {
         &gmd__buffer_verdict__descriptor,
         &gmd__resume_reply__descriptor,
         &gmd__plan_report__descriptor,
+        &gmd__device_reach__descriptor,
+        &gmd__reach_report__descriptor,
 };
 const size_t fuzz_wire_n_messages =
         sizeof(fuzz_wire_messages) / sizeof(fuzz_wire_messages[0]);

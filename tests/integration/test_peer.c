@@ -14,7 +14,14 @@
  * checked); moved on to host memory for device 1's own client (owner
  * remapped again), only once released; back home as from host memory;
  * their owner freeing, closing or killed mid-relocation; a restart with
- * one on device 1.
+ * one on device 1. Only where their owner's process can map device 1's
+ * memory, as it said after its hello (MSG_REACH; sim emulates
+ * CUDA_VISIBLE_DEVICES for it): a client that sees device 0 alone, or
+ * that said nothing (an older client, the raw protocol here), has its
+ * SPILLABLE buffers moved to host memory, its SWAPPABLE ones still to
+ * device 1; one whose remap to device 1 fails all the same (the sim
+ * mapper's GMD_SIM_REFUSE_PEER hook) keeps the buffer, which goes back
+ * to device 0 whole and then to host memory.
  *
  * With slow copies ([sim] copy_rate), moves of the peer tier that meet
  * something half-way: an acquire, a free, the client's close and a
@@ -48,8 +55,10 @@
 #include <cmocka.h>
 
 #include "gpumem.h"
+#include "gpumem.pb-c.h"
 #include "harness.h"
 #include "pattern.h"
+#include "raw_client.h"
 
 
 /* Two devices of 64 MiB that reach each other; 8 MiB of headroom. */
@@ -914,6 +923,150 @@ static void test_spillable_restart(void **state)
         f->h.pid = 0;
 }
 
+/* ---- what the owner's process can map ------------------------------------ */
+
+#define UUID1 "GPU-5140dd00-0000-4000-8000-000000000001"
+
+/* A client connected as `name` under CUDA_VISIBLE_DEVICES=`visible`, as
+ * a batch system starts a job: what it says it maps follows (sim applies
+ * CUDA's rule to the daemon's devices). */
+static gmd_client *client_seeing(fixture *f, const char *name,
+                                 const char *visible)
+{
+        gmd_client *c;
+
+        setenv("CUDA_VISIBLE_DEVICES", visible, 1);
+        c = harness_client(&f->h, name);
+        unsetenv("CUDA_VISIBLE_DEVICES");
+        return c;
+}
+
+/* Device 0 fills up: of two SPILLABLE buffers evicted, the one whose
+ * owner sees only device 0 goes to host memory, the one whose owner sees
+ * both (by UUID, in another order) to device 1; each is used where it
+ * rests. The first owner's SWAPPABLE buffer, which it maps nowhere while
+ * it is out, still goes to device 1. */
+static void test_spillable_unseen_peer(void **state)
+{
+        fixture *f = *state;
+        gmd_client *only0, *both, *filler;
+        gmd_buffer *a, *b, *w = NULL, *fill = NULL;
+
+        start(f, NULL);
+        only0 = client_seeing(f, "sees-0", "0");
+        both = client_seeing(f, "sees-both", UUID1 ",0");
+        a = spillable(only0, 8 * MiB, 1700);
+        b = spillable(both, 8 * MiB, 1710);
+        filler = harness_client(&f->h, "filler");
+        /* 60 of device 0's 64 MiB: both must go. */
+        OK(gmd_alloc(filler, 60 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &fill));
+        expect_where(f, 8 * MiB, 8 * MiB, "device 0 filled");
+        assert_int_equal(gmd_buffer_tier(a), GMD_TIER_HOST);
+        use_where_it_rests(only0, a, 1700, 1701, "on host memory");
+        use_where_it_rests(both, b, 1710, 1711, "on device 1");
+        OK(gmd_free(filler, fill));
+        gmd_disconnect(filler);
+
+        OK(gmd_alloc(only0, 8 * MiB, 0, GMD_ALLOC_SWAPPABLE, GMD_NO_WAIT, &w));
+        pattern_fill(w, 1720);
+        OK(gmd_release(only0, w));
+        OK(gmd_pageout(only0, w));
+        OK(gmd_wait(only0, w, 5000));
+        expect_where(f, 16 * MiB, 8 * MiB, "its SWAPPABLE buffer paged out");
+        OK(gmd_acquire(only0, w, 5000));
+        pattern_check(w, 1720, "its SWAPPABLE buffer back from device 1");
+        OK(gmd_free(only0, w));
+
+        /* Paged out again, each goes where it went before. */
+        OK(gmd_acquire(only0, a, 5000));
+        OK(gmd_release(only0, a));
+        OK(gmd_pageout(only0, a));
+        OK(gmd_wait(only0, a, 5000));
+        use_where_it_rests(only0, a, 1701, 1702, "paged out to host memory");
+        expect_where(f, 8 * MiB, 8 * MiB, "paged out again");
+        OK(gmd_free(only0, a));
+        OK(gmd_free(both, b));
+        gmd_disconnect(only0);
+        gmd_disconnect(both);
+        expect_empty(f, "freed");
+}
+
+/* A client that says nothing of what it maps (an older libgpumem: its
+ * hello, no MSG_REACH after it) maps no other device's memory: its
+ * SPILLABLE buffer paged out goes to host memory, where it is remapped,
+ * every byte whole. */
+static void test_spillable_said_nothing(void **state)
+{
+        fixture *f = *state;
+        Gmd__AllocRequest alloc = GMD__ALLOC_REQUEST__INIT;
+        Gmd__BufferRequest rel = GMD__BUFFER_REQUEST__INIT;
+        uint32_t next = 2;
+        uint64_t id, seq;
+        raw_client c;
+        raw_msg m;
+
+        start(f, NULL);
+        raw_init(&c);
+        raw_hello(&c, &f->h, "old");
+        alloc.size = 8 * MiB;
+        alloc.flags = GMD_ALLOC_SPILLABLE;
+        raw_send(&c, GMD__MSG_TYPE__MSG_ALLOC, next, &alloc.base);
+        m = raw_expect(&c, GMD__MSG_TYPE__MSG_ALLOC_REPLY, next++);
+        id = ((Gmd__AllocReply *)m.msg)->buffer_id;
+        assert_true(m.fd >= 0);
+        pattern_fill_mem(raw_map(&c, m.fd, 8 * MiB), 8 * MiB, 1800);
+        raw_msg_clear(&m);
+        rel.buffer_id = id;
+        raw_send(&c, GMD__MSG_TYPE__MSG_RELEASE, next, &rel.base);
+        m = raw_expect(&c, GMD__MSG_TYPE__MSG_OK_REPLY, next++);
+        raw_msg_clear(&m);
+        /* The remap names host memory holding the bytes (checked). */
+        seq = raw_pageout(&c, &next, id, 8 * MiB, 1800);
+        raw_ack(&c, id, seq);
+        expect_where(f, 0, 8 * MiB, "paged out by a client that said nothing");
+        raw_close(&c);
+        expect_empty(f, "its client gone");
+}
+
+/* The owner said it maps device 1, but its remap there fails (the sim
+ * mapper's hook stands for a driver that refuses): the buffer is not
+ * lost. Device 0 fills up; the buffer goes to device 1, the owner cannot
+ * map it and says so; it goes back to device 0, whole, and the eviction
+ * moves it on to host memory, where its owner uses it. Device 1 holds
+ * none of it; its later pageouts go to host memory too. */
+static void test_spillable_peer_refused(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *s, *fill = NULL;
+        gmd_client *filler;
+
+        start(f, NULL);
+        setenv("GMD_SIM_REFUSE_PEER", "1", 1);
+        f->other = harness_client(&f->h, "refused");
+        unsetenv("GMD_SIM_REFUSE_PEER");
+        s = spillable(f->other, 8 * MiB, 1900);
+        filler = harness_client(&f->h, "filler");
+        OK(gmd_alloc(filler, 60 * MiB, 0, GMD_ALLOC_SWAPPABLE, 5000, &fill));
+        expect_log(f, "could not map buffer", 2000);
+        expect_where(f, 0, 8 * MiB, "device 1 refused: on host memory");
+        assert_int_equal(spare_on_1(f), 0);
+        use_where_it_rests(f->other, s, 1900, 1901, "on host memory");
+        OK(gmd_free(filler, fill));
+        gmd_disconnect(filler);
+
+        OK(gmd_acquire(f->other, s, 5000));
+        assert_int_equal(gmd_buffer_tier(s), GMD_TIER_VRAM);
+        pattern_check(s, 1901, "back in VRAM");
+        OK(gmd_release(f->other, s));
+        OK(gmd_pageout(f->other, s));
+        OK(gmd_wait(f->other, s, 5000));
+        expect_where(f, 0, 8 * MiB, "paged out after the refusal");
+        use_where_it_rests(f->other, s, 1901, 1902, "paged out to host memory");
+        assert_int_equal(harness_log_count(&f->h, "could not map buffer"), 1);
+        OK(gmd_free(f->other, s));
+        expect_empty(f, "freed");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -934,7 +1087,13 @@ int main(void)
                 HARNESS_TEST(test_spillable_closed_mid_relocation),
                 HARNESS_TEST(test_spillable_killed_mid_relocation),
                 HARNESS_TEST(test_spillable_restart),
+                HARNESS_TEST(test_spillable_unseen_peer),
+                HARNESS_TEST(test_spillable_said_nothing),
+                HARNESS_TEST(test_spillable_peer_refused),
         };
+
+        /* What each client sees is the test's to say (client_seeing). */
+        unsetenv("CUDA_VISIBLE_DEVICES");
 
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,9 @@
  * "not reading" for a flood) and the reason, and be unchanged afterwards:
  * same fd count, one client fewer, and the good client's bytes intact and
  * its next allocation working. Among the bad inputs: a PlanReport whose
- * planner name is too long or not printable.
+ * planner name is too long or not printable; a ReachReport naming a
+ * device the daemon does not have, listing one twice, or more devices
+ * than it has (after the hello's reply asked for one).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -148,6 +150,7 @@ static int raw_connect_hello(fixture *f)
         assert_non_null(reply);
         assert_int_equal(reply->version, 1);
         assert_string_equal(reply->backend, "sim");
+        assert_true(reply->asks_reach);
         gmd__hello_reply__free_unpacked(reply, NULL);
         free(buf);
         return fd;
@@ -444,6 +447,70 @@ static void test_plan_name_not_printable(void **state)
 
 /* Requests without ever reading a reply: once more replies wait than
  * max_send_queue (16 here), the daemon drops the client. */
+/* A ReachReport of `n` entries: entry i for device devices[i], mapping
+ * device maps[i] (none where maps[i] < 0). */
+static void send_reach(int fd, unsigned n, const uint32_t *devices,
+                       const int *maps)
+{
+        Gmd__ReachReport report = GMD__REACH_REPORT__INIT;
+        Gmd__DeviceReach entries[4], *ptrs[4];
+        uint32_t mapped[4];
+        uint8_t out[128];
+
+        assert_true(n <= 4);
+        for (unsigned i = 0; i < n; i++) {
+                gmd__device_reach__init(&entries[i]);
+                entries[i].device = devices[i];
+                if (maps[i] >= 0) {
+                        mapped[i] = (uint32_t)maps[i];
+                        entries[i].maps = &mapped[i];
+                        entries[i].n_maps = 1;
+                }
+                ptrs[i] = &entries[i];
+        }
+        report.devices = ptrs;
+        report.n_devices = n;
+        assert_true(gmd__reach_report__get_packed_size(&report) <= sizeof(out));
+        raw_send(fd, GMD__MSG_TYPE__MSG_REACH, out,
+                 gmd__reach_report__pack(&report, out));
+}
+
+/* What a client maps is acted on: a report naming a device the daemon
+ * does not have (as the device, or among those it maps) closes that
+ * connection; one naming only its device is fine, and may come again. */
+static void test_reach_unknown_device(void **state)
+{
+        fixture *f = *state;
+        int fd = raw_connect_hello(f);
+
+        send_reach(fd, 1, (const uint32_t[]){ 0 }, (const int[]){ -1 });
+        send_reach(fd, 1, (const uint32_t[]){ 0 }, (const int[]){ 0 });
+        send_reach(fd, 1, (const uint32_t[]){ 0 }, (const int[]){ 7 });
+        expect_only_bad_client_gone(f, "protocol error",
+                                    REASONS("device gpu-memd does not have"));
+}
+
+static void test_reach_device_unknown_as_device(void **state)
+{
+        fixture *f = *state;
+        int fd = raw_connect_hello(f);
+
+        send_reach(fd, 1, (const uint32_t[]){ 3 }, (const int[]){ -1 });
+        expect_only_bad_client_gone(f, "protocol error",
+                                    REASONS("device gpu-memd does not have"));
+}
+
+/* More entries than the daemon has devices (it has one). */
+static void test_reach_too_many(void **state)
+{
+        fixture *f = *state;
+        int fd = raw_connect_hello(f);
+
+        send_reach(fd, 2, (const uint32_t[]){ 0, 0 }, (const int[]){ -1, -1 });
+        expect_only_bad_client_gone(f, "protocol error",
+                                    REASONS("more devices than gpu-memd has"));
+}
+
 static void test_flood_without_reading(void **state)
 {
         fixture *f = *state;
@@ -526,6 +593,9 @@ int main(void)
                 T(test_not_hello_first),
                 T(test_plan_name_too_long),
                 T(test_plan_name_not_printable),
+                T(test_reach_unknown_device),
+                T(test_reach_device_unknown_as_device),
+                T(test_reach_too_many),
                 T(test_flood_without_reading),
                 T(test_many_bad_clients),
         };

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -246,6 +247,76 @@ static void test_round_trip_protobuf(void **state)
         assert_int_equal(back->flags, 2);
         assert_int_equal(back->timeout_ms, -1);
         gmd__alloc_request__free_unpacked(back, NULL);
+}
+
+/* A ReachReport (MSG_REACH) and the fields that go with it: what a
+ * client maps crosses whole; a RemapNotify's falls_back and a
+ * HelloReply's asks_reach are read as sent, and as false where an older
+ * peer leaves them out. */
+static void test_round_trip_reach(void **state)
+{
+        fixture *f = *state;
+        Gmd__ReachReport report = GMD__REACH_REPORT__INIT;
+        Gmd__DeviceReach entries[2], *ptrs[2] = { &entries[0], &entries[1] };
+        uint32_t maps0[] = { 1, 2 };
+        Gmd__RemapNotify note = GMD__REMAP_NOTIFY__INIT, *nb;
+        Gmd__HelloReply hello = GMD__HELLO_REPLY__INIT, *hb;
+        Gmd__ReachReport *back;
+        gmd_wire_packet packet;
+        const char *reason;
+        uint8_t out[128];
+        size_t len;
+
+        gmd__device_reach__init(&entries[0]);
+        gmd__device_reach__init(&entries[1]);
+        entries[0].device = 0;
+        entries[0].maps = maps0;
+        entries[0].n_maps = 2;
+        entries[1].device = 3;          /* sees device 3, maps no other */
+        report.devices = ptrs;
+        report.n_devices = 2;
+        len = gmd__reach_report__pack(&report, out);
+        assert_int_equal(gmd_wire_send(f->sv[0], GMD__MSG_TYPE__MSG_REACH, 5,
+                                       out, (uint32_t)len, NULL, 0), 0);
+        assert_int_equal(gmd_wire_recv(f->sv[1], f->buf, &packet, &reason), 1);
+        assert_int_equal(packet.header.type, GMD__MSG_TYPE__MSG_REACH);
+        back = gmd__reach_report__unpack(NULL, packet.header.length,
+                                         packet.payload);
+        assert_non_null(back);
+        assert_int_equal(back->n_devices, 2);
+        assert_int_equal(back->devices[0]->device, 0);
+        assert_int_equal(back->devices[0]->n_maps, 2);
+        assert_int_equal(back->devices[0]->maps[1], 2);
+        assert_int_equal(back->devices[1]->device, 3);
+        assert_int_equal(back->devices[1]->n_maps, 0);
+        gmd__reach_report__free_unpacked(back, NULL);
+
+        note.buffer_id = 7;
+        note.falls_back = true;
+        len = gmd__remap_notify__pack(&note, out);
+        nb = gmd__remap_notify__unpack(NULL, len, out);
+        assert_non_null(nb);
+        assert_true(nb->falls_back);
+        gmd__remap_notify__free_unpacked(nb, NULL);
+        note.falls_back = false;
+        len = gmd__remap_notify__pack(&note, out);
+        nb = gmd__remap_notify__unpack(NULL, len, out);
+        assert_non_null(nb);
+        assert_false(nb->falls_back);
+        gmd__remap_notify__free_unpacked(nb, NULL);
+
+        hello.version = 1;
+        len = gmd__hello_reply__pack(&hello, out);
+        hb = gmd__hello_reply__unpack(NULL, len, out);
+        assert_non_null(hb);
+        assert_false(hb->asks_reach);
+        gmd__hello_reply__free_unpacked(hb, NULL);
+        hello.asks_reach = true;
+        len = gmd__hello_reply__pack(&hello, out);
+        hb = gmd__hello_reply__unpack(NULL, len, out);
+        assert_non_null(hb);
+        assert_true(hb->asks_reach);
+        gmd__hello_reply__free_unpacked(hb, NULL);
 }
 
 /* The largest payload the protocol allows arrives whole, also on a socket
@@ -607,6 +678,8 @@ static void test_type_names(void **state)
                             "MSG_HELLO");
         assert_string_equal(gmd_wire_type_name(GMD__MSG_TYPE__MSG_REVOKE),
                             "MSG_REVOKE");
+        assert_string_equal(gmd_wire_type_name(GMD__MSG_TYPE__MSG_REACH),
+                            "MSG_REACH");
         assert_string_equal(gmd_wire_type_name(999), "unknown");
         assert_string_equal(gmd_wire_type_name(0xffff), "unknown");
 }
@@ -633,6 +706,7 @@ int main(void)
                 T(test_round_trip_payload_and_fds),
                 T(test_round_trip_empty_payload),
                 T(test_round_trip_protobuf),
+                T(test_round_trip_reach),
                 T(test_round_trip_max_payload),
                 T(test_max_payload_default_sndbuf),
                 T(test_max_fds_accepted),
