@@ -273,8 +273,14 @@ static int by_victim_order(const void *x, const void *y)
         return (a->released_ms > b->released_ms) - (a->released_ms < b->released_ms);
 }
 
-/* Does an acquire or allocation of another process than `b`'s owner wait
- * for VRAM on its device? */
+/* Does an acquire or allocation of another process than `b`'s owner, of
+ * its owner's priority or above, wait for VRAM on its device? What a
+ * process lent goes for those only: a lower priority's request that took
+ * it made the lender wait for its return. Measured on the H200
+ * (bench_cotenancy --quick, 2026-11-28, a77fe9f): the priority-10
+ * inference job's weights, lent while its request waited, went out for a
+ * training job's step. Of processes that all wait lending, the one of the
+ * highest priority still proceeds: what the others lent goes for it. */
 static bool waited_for_by_other(gmd_server *server, const gmd_dbuffer *b)
 {
         const gmd_session *owner = b->owner;
@@ -283,7 +289,8 @@ static bool waited_for_by_other(gmd_server *server, const gmd_dbuffer *b)
         list_for_each(pos, &server->waitq.waiters) {
                 const gmd_waiter *w = container_of(pos, gmd_waiter, link);
 
-                if (w->device != b->device || w->rank == WAITQ_PREFETCH)
+                if (w->device != b->device || w->rank == WAITQ_PREFETCH ||
+                    w->priority < owner->priority)
                         continue;
                 if (!session_same_process(owner, w->session))
                         return true;
@@ -610,6 +617,42 @@ static void slice_end_idle(gmd_server *server, unsigned device, uint64_t now)
                  (unsigned long long)idle_ms);
 }
 
+/* The slice of `device` stops its clock while its holder waits and a
+ * process above the slice's priority uses the device (slice.h,
+ * SLICE_PAUSE_LENGTHS): on the H200 (bench_cotenancy --quick,
+ * 2026-11-28) a training job's 5 s slice ran out while the priority-10
+ * inference job held the memory, passed to the other training job, and
+ * the first one's step waited 16.5 s. */
+static void slice_pause_check(gmd_server *server, unsigned device, uint64_t now)
+{
+        gmd_slices *slices = &server->slices;
+        uint64_t again_ms = UINT64_MAX;
+        pid_t holder = slice_holder(slices, device, now, NULL);
+        bool blocked;
+
+        if (!holder) {
+                slice_pause(slices, device, false, now);
+                return;
+        }
+        blocked = server_waits(server, device, holder) &&
+                  server_busy_above(server, device, holder,
+                                    slices->on[device].priority, now,
+                                    &again_ms);
+        /* Look again when a grace that keeps it paused ends. */
+        if (blocked && again_ms != UINT64_MAX)
+                pending_mark_after(&server->pending,
+                                   PENDING_ROOM | PENDING_EVICT, again_ms + 1);
+        if (!slice_pause(slices, device, blocked, now))
+                return;
+        if (blocked)
+                log_info("device %u: the slice of pid %d stops while a process "
+                         "of a higher priority uses the device and pid %d "
+                         "waits", device, (int)holder, (int)holder);
+        else
+                log_info("device %u: the slice of pid %d goes on", device,
+                         (int)holder);
+}
+
 /* Kept VRAM on `device` its owners were asked to unmap, and may still:
  * counted on for [limits] reclaim_timeout_ms, as parked memory asked back
  * is, and looked at again when that ends. */
@@ -636,6 +679,7 @@ bool evict_balance(gmd_server *server)
                 gmd_pool *pool = server_vram_pool(server, d);
 
                 slice_end_idle(server, d, now);
+                slice_pause_check(server, d, now);
                 demand = demand_now(server, d, WAITQ_RANKS, now);
                 if (!demand)
                         continue;

@@ -22,8 +22,7 @@ gmd_pool *server_pool(gmd_server *server, gmd_tier tier, unsigned device)
                server_vram_pool(server, device);
 }
 
-/* Does process `pid` wait for room on `device` (a prefetch too)? */
-static bool process_waits(gmd_server *server, unsigned device, pid_t pid)
+bool server_waits(gmd_server *server, unsigned device, pid_t pid)
 {
         gmd_list *pos;
 
@@ -52,7 +51,7 @@ bool server_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
                 return false;
         if (ret_left_ms)
                 *ret_left_ms = left_ms;
-        if (process_waits(server, device, holder))
+        if (server_waits(server, device, holder))
                 return true;
         list_for_each(pos, &server->sessions.all) {
                 const gmd_session *s = container_of(pos, gmd_session, link);
@@ -72,7 +71,7 @@ bool server_idle(gmd_server *server, unsigned device, pid_t pid, uint64_t now,
         uint64_t since = 0;
         gmd_list *pos;
 
-        if (device >= GMD_MAX_DEVICES || process_waits(server, device, pid))
+        if (device >= GMD_MAX_DEVICES || server_waits(server, device, pid))
                 return false;
         list_for_each(pos, &server->sessions.all) {
                 const gmd_session *s = container_of(pos, gmd_session, link);
@@ -86,4 +85,39 @@ bool server_idle(gmd_server *server, unsigned device, pid_t pid, uint64_t now,
         }
         *ret_ms = now > since ? now - since : 0;
         return true;
+}
+
+bool server_busy_above(gmd_server *server, unsigned device, pid_t pid,
+                       int priority, uint64_t now, uint64_t *ret_again_ms)
+{
+        uint64_t grace = server->config.priority_grace_ms;
+        bool busy = false;
+        gmd_list *pos;
+
+        if (device >= GMD_MAX_DEVICES)
+                return false;
+        list_for_each(pos, &server->waitq.waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->device == device && w->priority > priority &&
+                    w->session->pid != pid)
+                        return true;
+        }
+        list_for_each(pos, &server->sessions.all) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+                uint64_t since;
+
+                if (s->pid == pid || s->priority <= priority || s->closing)
+                        continue;
+                if (s->acquired_on[device])
+                        return true;
+                since = now > s->unused_since_ms[device] ?
+                        now - s->unused_since_ms[device] : 0;
+                if (grace && s->vram_on[device] && since < grace) {
+                        if (grace - since < *ret_again_ms)
+                                *ret_again_ms = grace - since;
+                        busy = true;
+                }
+        }
+        return busy;
 }

@@ -130,6 +130,18 @@ gmd_pool *server_pool(gmd_server *server, gmd_tier tier, unsigned device);
 bool server_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
                         int priority, uint64_t need, uint64_t *ret_left_ms);
 
+/* Does process `pid` wait for room on `device` (a prefetch too)? */
+bool server_waits(gmd_server *server, unsigned device, pid_t pid);
+
+/* Does a process other than `pid`, of a priority above `priority`, use
+ * `device` at `now`: wait for room there (a prefetch too), hold a buffer
+ * there acquired, or hold VRAM there it used less than [limits]
+ * priority_grace_ms ago (which no lower priority may take meanwhile)?
+ * For the last, *ret_again_ms is when that grace ends (untouched
+ * otherwise). A memory slice's clock stops meanwhile (slice.h). */
+bool server_busy_above(gmd_server *server, unsigned device, pid_t pid,
+                       int priority, uint64_t now, uint64_t *ret_again_ms);
+
 /* How long process `pid` has had none of its buffers of `device`
  * acquired and nothing waiting there, in *ret_ms; false while it has. */
 bool server_idle(gmd_server *server, unsigned device, pid_t pid, uint64_t now,

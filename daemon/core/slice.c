@@ -11,6 +11,21 @@ void slices_init(gmd_slices *t, uint64_t length_ms)
         t->length_ms = length_ms;
 }
 
+/* `now` on the clock of slice `s`: its pauses left out (at most
+ * SLICE_PAUSE_LENGTHS lengths of them). Never goes back. */
+static uint64_t slice_clock(const gmd_slices *t, const gmd_slice *s,
+                            uint64_t now)
+{
+        uint64_t paused = s->paused_ms;
+        uint64_t cap = SLICE_PAUSE_LENGTHS * t->length_ms;
+
+        if (s->paused_since_ms && now > s->paused_since_ms)
+                paused += now - s->paused_since_ms;
+        if (paused > cap)
+                paused = cap;
+        return now > paused ? now - paused : 0;
+}
+
 pid_t slice_holder(const gmd_slices *t, unsigned device, uint64_t now,
                    uint64_t *ret_left_ms)
 {
@@ -22,6 +37,9 @@ pid_t slice_holder(const gmd_slices *t, unsigned device, uint64_t now,
         s = &t->on[device];
         if (s->pid <= 0)
                 return 0;
+        /* Both times are on the slice's clock: since_ms was given with no
+         * pause yet, served_ms is stored so (slice_served). */
+        now = slice_clock(t, s, now);
         if (s->served_ms) {
                 age = now > s->served_ms ? now - s->served_ms : 0;
                 length = t->length_ms;
@@ -53,6 +71,8 @@ static void slice_give(gmd_slices *t, gmd_slice *s, pid_t pid, int priority,
         s->priority = priority;
         s->since_ms = now;
         s->served_ms = 0;
+        s->paused_since_ms = 0;
+        s->paused_ms = 0;
         t->passed++;
 }
 
@@ -84,8 +104,38 @@ void slice_served(gmd_slices *t, unsigned device, pid_t pid, uint64_t now)
         if (device >= GMD_MAX_DEVICES || pid <= 0)
                 return;
         s = &t->on[device];
-        if (s->pid == pid && !s->served_ms)
+        if (s->pid == pid && !s->served_ms) {
+                now = slice_clock(t, s, now);
                 s->served_ms = now ? now : 1;
+        }
+}
+
+bool slice_pause(gmd_slices *t, unsigned device, bool blocked, uint64_t now)
+{
+        gmd_slice *s;
+
+        if (device >= GMD_MAX_DEVICES || !t->length_ms)
+                return false;
+        s = &t->on[device];
+        if (s->pid <= 0)
+                return false;
+        if (blocked && !s->paused_since_ms) {
+                s->paused_since_ms = now ? now : 1;
+                return true;
+        }
+        if (!blocked && s->paused_since_ms) {
+                if (now > s->paused_since_ms)
+                        s->paused_ms += now - s->paused_since_ms;
+                s->paused_since_ms = 0;
+                return true;
+        }
+        return false;
+}
+
+bool slice_paused(const gmd_slices *t, unsigned device)
+{
+        return device < GMD_MAX_DEVICES && t->on[device].pid > 0 &&
+               t->on[device].paused_since_ms != 0;
 }
 
 void slice_end(gmd_slices *t, unsigned device)

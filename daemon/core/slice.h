@@ -68,7 +68,11 @@ typedef struct gmd_slice {
         int priority;           /* the holder's, when given */
         uint64_t since_ms;      /* when it was given */
         uint64_t served_ms;     /* when a request of the holder was first
-                                 * served in it; 0: not yet */
+                                 * served in it, on the slice's clock
+                                 * (slice_served); 0: not yet */
+        uint64_t paused_since_ms; /* the holder waits behind a higher
+                                 * priority since (slice_pause); 0: not */
+        uint64_t paused_ms;     /* the pauses before, summed */
 } gmd_slice;
 
 /* A slice runs for its length from the holder's first request served in
@@ -83,6 +87,16 @@ typedef struct gmd_slice {
  * steps a training job that releases everything (gpumem.torch.idle) uses
  * nothing for well under a millisecond to a few. */
 #define SLICE_IDLE_MS 250
+
+/* A slice's clock stops while its holder waits and a process above the
+ * slice's priority uses the device (slice_pause): the holder cannot run
+ * then, and it is not its turn that is spent. Measured on the H200
+ * (bench_cotenancy --quick, 2026-11-28, a77fe9f): a training job's 5 s
+ * slice ran out while the priority-10 inference job had the memory, the
+ * slice passed to the other training job, and the first job's step
+ * waited 16.5 s. A process above that never stops would hold the slice
+ * still for ever: a slice pauses for at most this many lengths in all. */
+#define SLICE_PAUSE_LENGTHS 4
 
 typedef struct gmd_slices {
         gmd_slice on[GMD_MAX_DEVICES];
@@ -116,6 +130,15 @@ bool slice_update(gmd_slices *t, unsigned device, pid_t first, int first_priorit
 /* A request of `pid` was served at `now`: the first in its slice of
  * `device` starts the slice's clock. */
 void slice_served(gmd_slices *t, unsigned device, pid_t pid, uint64_t now);
+
+/* The holder of the slice of `device` is `blocked` at `now` (it waits,
+ * and a process of a priority above the slice's uses the device: evict.c
+ * decides): the slice's clock stops until it is not, SLICE_PAUSE_LENGTHS
+ * lengths at most in all. True when the pause began or ended. */
+bool slice_pause(gmd_slices *t, unsigned device, bool blocked, uint64_t now);
+
+/* Is the slice of `device` paused (slice_pause)? */
+bool slice_paused(const gmd_slices *t, unsigned device);
 
 /* The slice of `device` ends now (its holder left it idle, evict.c). */
 void slice_end(gmd_slices *t, unsigned device);
