@@ -145,6 +145,50 @@ static void test_end(void **state)
         slice_end(&t, GMD_MAX_DEVICES);         /* out of range: nothing */
 }
 
+/* The clock stops while the holder waits behind a higher priority
+ * (slice_pause), SLICE_PAUSE_LENGTHS lengths at most in all. */
+static void test_pause(void **state)
+{
+        gmd_slices t;
+        uint64_t left = 0;
+
+        (void)state;
+        slices_init(&t, L);
+        assert_false(slice_pause(&t, 0, true, 5000));  /* nobody's */
+        assert_true(slice_update(&t, 0, 11, 0, 11, 0, 5000));
+        slice_served(&t, 0, 11, 5000);
+        assert_true(slice_pause(&t, 0, true, 6000));
+        assert_false(slice_pause(&t, 0, true, 6500));  /* paused already */
+        assert_true(slice_paused(&t, 0));
+        /* 1 s ran; 9 s later it still has the rest. */
+        assert_int_equal(slice_holder(&t, 0, 15000, &left), 11);
+        assert_int_equal(left, L - 1000);
+        assert_true(slice_pause(&t, 0, false, 15000));
+        assert_false(slice_paused(&t, 0));
+        assert_int_equal(slice_holder(&t, 0, 15000 + L - 1001, NULL), 11);
+        assert_int_equal(slice_holder(&t, 0, 15000 + L - 1000, NULL), 0);
+        /* Served during a pause: the clock starts from the pause. */
+        assert_true(slice_update(&t, 0, 12, 0, 12, 0, 30000));
+        assert_true(slice_pause(&t, 0, true, 30000));
+        slice_served(&t, 0, 12, 31000);
+        assert_int_equal(slice_holder(&t, 0, 33000, &left), 12);
+        assert_int_equal(left, L);
+        assert_true(slice_pause(&t, 0, false, 33000));
+        assert_int_equal(slice_holder(&t, 0, 33000 + L - 1, NULL), 12);
+        assert_int_equal(slice_holder(&t, 0, 33000 + L, NULL), 0);
+        /* Paused for good: it ends after SLICE_PAUSE_LENGTHS more. */
+        assert_true(slice_update(&t, 0, 11, 0, 11, 0, 50000));
+        slice_served(&t, 0, 11, 50000);
+        assert_true(slice_pause(&t, 0, true, 50000));
+        assert_int_equal(slice_holder(&t, 0, 50000 + SLICE_PAUSE_LENGTHS * L +
+                                      L - 1, NULL), 11);
+        assert_int_equal(slice_holder(&t, 0, 50000 + SLICE_PAUSE_LENGTHS * L +
+                                      L, NULL), 0);
+        /* A slice given anew starts unpaused. */
+        assert_true(slice_update(&t, 0, 12, 0, 12, 0, 200000));
+        assert_false(slice_paused(&t, 0));
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -155,6 +199,7 @@ int main(void)
                 cmocka_unit_test(test_who_gives_way),
                 cmocka_unit_test(test_off_and_forget),
                 cmocka_unit_test(test_end),
+                cmocka_unit_test(test_pause),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
