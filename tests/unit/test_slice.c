@@ -150,40 +150,40 @@ static void test_end(void **state)
 static void test_pause(void **state)
 {
         gmd_slices t;
-        uint64_t left = 0;
+        uint64_t left = 0, at;
 
         (void)state;
         slices_init(&t, L);
         assert_false(slice_pause(&t, 0, true, 5000));  /* nobody's */
         assert_true(slice_update(&t, 0, 11, 0, 11, 0, 5000));
         slice_served(&t, 0, 11, 5000);
-        assert_true(slice_pause(&t, 0, true, 6000));
-        assert_false(slice_pause(&t, 0, true, 6500));  /* paused already */
+        assert_true(slice_pause(&t, 0, true, 5000 + L / 2));
+        assert_false(slice_pause(&t, 0, true, 5000 + L));  /* already */
         assert_true(slice_paused(&t, 0));
-        /* 1 s ran; 9 s later it still has the rest. */
-        assert_int_equal(slice_holder(&t, 0, 15000, &left), 11);
-        assert_int_equal(left, L - 1000);
-        assert_true(slice_pause(&t, 0, false, 15000));
+        /* Half ran; three lengths later it still has the other half. */
+        at = 5000 + L / 2 + 3 * L;
+        assert_int_equal(slice_holder(&t, 0, at, &left), 11);
+        assert_int_equal(left, L / 2);
+        assert_true(slice_pause(&t, 0, false, at));
         assert_false(slice_paused(&t, 0));
-        assert_int_equal(slice_holder(&t, 0, 15000 + L - 1001, NULL), 11);
-        assert_int_equal(slice_holder(&t, 0, 15000 + L - 1000, NULL), 0);
-        /* Served during a pause: the clock starts from the pause. */
+        assert_int_equal(slice_holder(&t, 0, at + L / 2 - 1, NULL), 11);
+        assert_int_equal(slice_holder(&t, 0, at + L / 2, NULL), 0);
+        /* Served during a pause: its clock starts when the pause ends. */
         assert_true(slice_update(&t, 0, 12, 0, 12, 0, 30000));
         assert_true(slice_pause(&t, 0, true, 30000));
-        slice_served(&t, 0, 12, 31000);
-        assert_int_equal(slice_holder(&t, 0, 33000, &left), 12);
+        slice_served(&t, 0, 12, 30000 + L);
+        assert_int_equal(slice_holder(&t, 0, 30000 + 2 * L, &left), 12);
         assert_int_equal(left, L);
-        assert_true(slice_pause(&t, 0, false, 33000));
-        assert_int_equal(slice_holder(&t, 0, 33000 + L - 1, NULL), 12);
-        assert_int_equal(slice_holder(&t, 0, 33000 + L, NULL), 0);
-        /* Paused for good: it ends after SLICE_PAUSE_LENGTHS more. */
+        assert_true(slice_pause(&t, 0, false, 30000 + 2 * L));
+        assert_int_equal(slice_holder(&t, 0, 30000 + 3 * L - 1, NULL), 12);
+        assert_int_equal(slice_holder(&t, 0, 30000 + 3 * L, NULL), 0);
+        /* Paused for good: it ends SLICE_PAUSE_LENGTHS lengths late. */
         assert_true(slice_update(&t, 0, 11, 0, 11, 0, 50000));
         slice_served(&t, 0, 11, 50000);
         assert_true(slice_pause(&t, 0, true, 50000));
-        assert_int_equal(slice_holder(&t, 0, 50000 + SLICE_PAUSE_LENGTHS * L +
-                                      L - 1, NULL), 11);
-        assert_int_equal(slice_holder(&t, 0, 50000 + SLICE_PAUSE_LENGTHS * L +
-                                      L, NULL), 0);
+        at = 50000 + SLICE_PAUSE_LENGTHS * L + L;
+        assert_int_equal(slice_holder(&t, 0, at - 1, NULL), 11);
+        assert_int_equal(slice_holder(&t, 0, at, NULL), 0);
         /* A slice given anew starts unpaused. */
         assert_true(slice_update(&t, 0, 12, 0, 12, 0, 200000));
         assert_false(slice_paused(&t, 0));
