@@ -9,11 +9,11 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "log.h"
 #include "evict.h"
+#include "kepttally.h"
 #include "server.h"
 #include "session.h"
 #include "timeutil.h"
@@ -84,22 +84,9 @@ int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
         return 0;
 }
 
-unsigned admission_buffers_per_user(const gmd_server *server)
-{
-        struct rlimit rl;
-        rlim_t half;
-
-        if (server->config.max_buffers_per_user)
-                return server->config.max_buffers_per_user;
-        if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
-                return 1u << 24;
-        half = rl.rlim_cur / 2;
-        return half > (1u << 24) ? 1u << 24 : (unsigned)half;
-}
-
 bool admission_allow_buffer(gmd_session *s, gmd_result *ret)
 {
-        unsigned limit = admission_buffers_per_user(s->server);
+        unsigned limit = kepttally_bound(&s->server->config);
         unsigned n = 0, parked = 0, kept;
         char held[96] = "";
         gmd_list *pos;
@@ -114,7 +101,7 @@ bool admission_allow_buffer(gmd_session *s, gmd_result *ret)
         }
         /* Fds of freed buffers its processes keep hold a witness each
          * (keptfd.h): the daemon's fds as much as buffers. */
-        kept = keptfd_user_count(&s->server->keptfd, s->uid);
+        kept = kepttally_found_count(&s->server->keptfd.tally, s->uid);
         n += kept;
         if (n < limit)
                 return true;

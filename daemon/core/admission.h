@@ -10,7 +10,9 @@
  *     when the rest are taken), max_clients_per_user for everyone else;
  *   - a connection must say hello within hello_timeout_ms;
  *   - buffers: max_buffers_per_user across a user's clients (by default
- *     half the daemon's open-file limit: each buffer keeps an fd open);
+ *     half the daemon's open-file limit: each buffer keeps an fd open;
+ *     kepttally_bound, which bounds the fds kept for its freed buffers
+ *     too);
  *   - replies queued to a client that does not read them:
  *     max_send_queue_bytes per connection, max_user_send_queue_bytes per
  *     user (session.c counts them and disconnects the connection that
@@ -45,10 +47,6 @@ int admission_check_connect(gmd_server *server, int fd, uid_t *ret_uid,
  * saying why (ERR_LIMIT). Over only by what the user's mapping caches
  * hold, it asks for those back and allows it. */
 bool admission_allow_buffer(gmd_session *s, gmd_result *ret);
-
-/* max_buffers_per_user in effect: the config's, or half the open-file
- * limit when it is 0. */
-unsigned admission_buffers_per_user(const gmd_server *server);
 
 /* Close (later) every session that has not said hello within
  * hello_timeout_ms, after a notice that says why (an ErrorReply with

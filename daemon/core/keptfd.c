@@ -15,7 +15,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "admission.h"
 #include "backend.h"
 #include "fdholder.h"
 #include "log.h"
@@ -51,59 +50,6 @@ static void owner_unpack(const void *v, uid_t *ret_uid, pid_t *ret_pid)
         *ret_pid = (pid_t)(x & 0x7fffffffu);
 }
 
-static keptfd_user *user_of(gmd_keptfd *k, uid_t uid, bool add)
-{
-        for (unsigned i = 0; i < k->n_users; i++)
-                if (k->users[i].uid == uid)
-                        return &k->users[i];
-        if (!add)
-                return NULL;
-        if (k->n_users == k->cap_users) {
-                unsigned cap = k->cap_users ? 2 * k->cap_users : 8;
-                keptfd_user *u = realloc(k->users, cap * sizeof(*u));
-
-                if (!u)
-                        return NULL;
-                k->users = u;
-                k->cap_users = cap;
-        }
-        k->users[k->n_users] = (keptfd_user){ .uid = uid };
-        return &k->users[k->n_users++];
-}
-
-uint64_t keptfd_user_vram(const gmd_keptfd *k, uid_t uid)
-{
-        for (unsigned i = 0; i < k->n_users; i++)
-                if (k->users[i].uid == uid)
-                        return k->users[i].vram;
-        return 0;
-}
-
-unsigned keptfd_user_count(const gmd_keptfd *k, uid_t uid)
-{
-        for (unsigned i = 0; i < k->n_users; i++)
-                if (k->users[i].uid == uid)
-                        return k->users[i].found;
-        return 0;
-}
-
-uint64_t keptfd_charged(const gmd_keptfd *k, gmd_tier tier, unsigned device)
-{
-        uint64_t bytes = 0;
-        const gmd_list *pos;
-
-        if (!k->started)
-                return 0;
-        list_for_each(pos, &k->witnesses) {
-                const gmd_witness *w = container_of(pos, gmd_witness, link);
-
-                if (w->state == KEPTFD_CHARGED && w->tier == tier &&
-                    (tier == GMD_TIER_HOST || w->device == device))
-                        bytes += w->size;
-        }
-        return bytes;
-}
-
 static const char *witness_what(const gmd_witness *w, char *buf, size_t len)
 {
         char size[32];
@@ -120,7 +66,6 @@ static const char *witness_what(const gmd_witness *w, char *buf, size_t len)
  * Returns whether a charge ended. */
 static bool witness_close(gmd_keptfd *k, gmd_witness *w, const char *why)
 {
-        keptfd_user *u = user_of(k, w->uid, false);
         bool charged = w->state == KEPTFD_CHARGED;
         char what[64];
 
@@ -130,16 +75,9 @@ static bool witness_close(gmd_keptfd *k, gmd_witness *w, const char *why)
                          (unsigned)w->uid, witness_what(w, what, sizeof(what)),
                          (int)w->holder, why);
         if (charged)
-                k->n_charged--;
-        if (u) {
-                u->count--;
-                if (w->state != KEPTFD_NEW)
-                        u->found--;
-                if (charged && w->tier == GMD_TIER_VRAM)
-                        u->vram -= w->size;
-                if (u->count == 0)
-                        *u = k->users[--k->n_users];
-        }
+                kepttally_charge(&k->tally, w->uid, w->tier, w->device,
+                                 w->size, false);
+        kepttally_drop(&k->tally, w->uid, w->state != KEPTFD_NEW);
         list_remove(&w->link);
         k->n--;
         if (w->fd >= 0)
@@ -153,7 +91,6 @@ static bool witness_seen(gmd_server *server, gmd_witness *w, pid_t pid,
                          uint64_t now)
 {
         gmd_keptfd *k = &server->keptfd;
-        keptfd_user *u = user_of(k, w->uid, false);
         pid_t was = w->holder;
         char what[64];
 
@@ -161,16 +98,14 @@ static bool witness_seen(gmd_server *server, gmd_witness *w, pid_t pid,
         switch (w->state) {
         case KEPTFD_NEW:
                 w->state = KEPTFD_SEEN;
-                if (u)
-                        u->found++;
+                kepttally_found(&k->tally, w->uid);
                 w->due_ms = now + KEPTFD_CONFIRM_MS;
                 return false;
         case KEPTFD_SEEN:
                 w->state = KEPTFD_CHARGED;
                 w->due_ms = now + KEPTFD_RECHECK_MS;
-                k->n_charged++;
-                if (u && w->tier == GMD_TIER_VRAM)
-                        u->vram += w->size;
+                kepttally_charge(&k->tally, w->uid, w->tier, w->device,
+                                 w->size, true);
                 log_info("kept fds: uid %u: pid %d keeps an fd of a freed "
                          "buffer (sent to pid %d), so %s stays allocated "
                          "outside gpu-memd: %s as memory held outside "
@@ -219,6 +154,46 @@ static void arm_next(gmd_server *server)
         }
         if (next != UINT64_MAX)
                 arm(server, next);
+}
+
+/* Each charged witness's bytes onto the oldest live session of the
+ * process found holding it (session kept_outside), for status. */
+static void attribute(gmd_server *server)
+{
+        gmd_keptfd *k = &server->keptfd;
+        gmd_idmap by_pid;
+        gmd_list *pos;
+
+        idmap_init(&by_pid);
+        list_for_each(pos, &server->sessions.all) {
+                gmd_session *s = container_of(pos, gmd_session, link);
+                uint64_t key = (uint64_t)(uint32_t)s->pid + 1;
+
+                s->kept_outside = 0;
+                /* The oldest live session of the process carries it. */
+                if (s->pid > 0 && !s->closing && !s->close_pending &&
+                    !idmap_get(&by_pid, key))
+                        (void)idmap_put(&by_pid, key, s);
+        }
+        if (k->started)
+                list_for_each(pos, &k->witnesses) {
+                        gmd_witness *w = container_of(pos, gmd_witness, link);
+                        gmd_session *s;
+
+                        if (w->state != KEPTFD_CHARGED)
+                                continue;
+                        s = idmap_get(&by_pid, (uint64_t)(uint32_t)w->holder + 1);
+                        if (s)
+                                s->kept_outside += w->size;
+                }
+        idmap_clear(&by_pid);
+}
+
+/* The charges changed: where they lie, then what they cost (outside.h). */
+static void charges_changed(gmd_server *server)
+{
+        attribute(server);
+        outside_kept_refresh(server);
 }
 
 static void job_run(uv_work_t *work)
@@ -292,8 +267,8 @@ static void job_done(uv_work_t *work, int status)
         free(job->items);
         free(job->w);
         free(job);
-        if (changed || k->n_charged)
-                outside_kept_refresh(server);
+        if (changed || k->tally.n_charged)
+                charges_changed(server);
         arm_next(server);
 }
 
@@ -368,7 +343,7 @@ void keptfd_stop(gmd_server *server)
 {
         gmd_keptfd *k = &server->keptfd;
         gmd_list *pos, *tmp;
-        bool charged = k->n_charged > 0;
+        bool charged = k->tally.n_charged > 0;
 
         if (!k->started || k->stopping)
                 return;
@@ -381,7 +356,7 @@ void keptfd_stop(gmd_server *server)
                         witness_close(k, w, NULL);
         }
         if (charged)
-                outside_kept_refresh(server);
+                charges_changed(server);
 }
 
 void keptfd_free(gmd_keptfd *k)
@@ -393,9 +368,7 @@ void keptfd_free(gmd_keptfd *k)
                         witness_close(k, container_of(pos, gmd_witness, link),
                                       NULL);
         idmap_clear(&k->sent);
-        free(k->users);
-        k->users = NULL;
-        k->n_users = k->cap_users = 0;
+        kepttally_free(&k->tally);
 }
 
 void keptfd_sent(gmd_server *server, gmd_mem *mem, const gmd_session *s)
@@ -448,8 +421,8 @@ uint64_t keptfd_give_back(gmd_server *server, unsigned device)
 void keptfd_freeing(gmd_server *server, gmd_mem *mem)
 {
         gmd_keptfd *k = &server->keptfd;
+        unsigned count;
         void *owner;
-        keptfd_user *u;
         gmd_witness *w;
         uid_t uid;
         pid_t pid;
@@ -462,16 +435,16 @@ void keptfd_freeing(gmd_server *server, gmd_mem *mem)
             k->stopping || k->off)
                 return;
         owner_unpack(owner, &uid, &pid);
-        u = user_of(k, uid, true);
-        if (!u || u->count >= admission_buffers_per_user(server)) {
-                if (u && !k->warned_bound)
+        count = kepttally_count(&k->tally, uid);
+        if (count >= kepttally_bound(&server->config)) {
+                if (!k->warned_bound)
                         log_warning("kept fds: uid %u has %u freed buffers "
                                     "looked for in its processes, the most "
                                     "[limits] max_buffers_per_user allows: "
                                     "more are not looked for (its further "
                                     "allocations are refused meanwhile)",
-                                    (unsigned)uid, u->count);
-                k->warned_bound |= u != NULL;
+                                    (unsigned)uid, count);
+                k->warned_bound = true;
                 return;
         }
         w = calloc(1, sizeof(*w));
@@ -484,8 +457,12 @@ void keptfd_freeing(gmd_server *server, gmd_mem *mem)
                                     w ? strerror(errno) : "no memory");
                 k->warned_fds = true;
                 free(w);
-                if (u->count == 0)
-                        *u = k->users[--k->n_users];
+                return;
+        }
+        /* No room to count it: its kept fds go unseen, as before. */
+        if (kepttally_add(&k->tally, uid) < 0) {
+                close(fd);
+                free(w);
                 return;
         }
         *w = (gmd_witness){ .fd = fd, .uid = uid, .owner = pid,
@@ -494,37 +471,5 @@ void keptfd_freeing(gmd_server *server, gmd_mem *mem)
                             .due_ms = now_ms() };
         list_add_tail(&k->witnesses, &w->link);
         k->n++;
-        u->count++;
         arm(server, w->due_ms);
-}
-
-void keptfd_attribute(gmd_server *server)
-{
-        gmd_keptfd *k = &server->keptfd;
-        gmd_idmap by_pid;
-        gmd_list *pos;
-
-        idmap_init(&by_pid);
-        list_for_each(pos, &server->sessions.all) {
-                gmd_session *s = container_of(pos, gmd_session, link);
-                uint64_t key = (uint64_t)(uint32_t)s->pid + 1;
-
-                s->kept_outside = 0;
-                /* The oldest live session of the process carries it. */
-                if (s->pid > 0 && !s->closing && !s->close_pending &&
-                    !idmap_get(&by_pid, key))
-                        (void)idmap_put(&by_pid, key, s);
-        }
-        if (k->started)
-                list_for_each(pos, &k->witnesses) {
-                        gmd_witness *w = container_of(pos, gmd_witness, link);
-                        gmd_session *s;
-
-                        if (w->state != KEPTFD_CHARGED)
-                                continue;
-                        s = idmap_get(&by_pid, (uint64_t)(uint32_t)w->holder + 1);
-                        if (s)
-                                s->kept_outside += w->size;
-                }
-        idmap_clear(&by_pid);
 }

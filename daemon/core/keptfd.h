@@ -29,7 +29,8 @@
  * one start per KEPTFD_MIN_GAP_MS), with one kcmp binary search per fd on
  * the device of a witness. The loop thread copies the witnesses into the
  * job and applies its answer, nothing more. Witnesses of a uid are
- * bounded by max_buffers_per_user and count as its buffers (admission.h):
+ * bounded by max_buffers_per_user and count as its buffers (admission.h,
+ * kepttally.h: the figures per uid):
  * past that, further allocations of the user are refused rather than
  * the daemon holding unbounded fds. A witness holds its memory until the
  * first look (a few ms): an allocation that finds the GPU short meanwhile
@@ -50,6 +51,7 @@
 
 #include "gpumem.h"
 #include "idmap.h"
+#include "kepttally.h"
 #include "list.h"
 
 typedef struct gmd_server gmd_server;
@@ -82,25 +84,15 @@ typedef struct gmd_witness {
         bool scanning;          /* in the job in flight: closed after it */
 } gmd_witness;
 
-/* Per uid with witnesses: how many, and the VRAM bytes charged. */
-typedef struct keptfd_user {
-        uid_t uid;
-        unsigned count;         /* witnesses */
-        unsigned found;         /* of those, found held (not KEPTFD_NEW) */
-        uint64_t vram;
-} keptfd_user;
-
 typedef struct gmd_keptfd {
         gmd_idmap sent;         /* gmd_mem address -> its owner (packed) */
         gmd_list witnesses;
         unsigned n;
-        keptfd_user *users;
-        unsigned n_users, cap_users;
+        gmd_kepttally tally;    /* per uid and device (kepttally.h) */
         uv_timer_t timer;
         uint64_t timer_due_ms;  /* 0: not armed */
         struct keptfd_job *job;   /* the look in flight, or NULL */
         uint64_t last_start_ms;
-        unsigned n_charged;     /* witnesses in KEPTFD_CHARGED */
         bool started;           /* keptfd_start ran: witnesses are made */
         bool stopping;
         bool off;               /* no kcmp: today's behaviour */
@@ -136,18 +128,5 @@ void keptfd_forget(gmd_server *server, gmd_mem *mem);
  * at once what only they hold — and return their bytes. Those buffers'
  * fds go unlooked for, as without this. */
 uint64_t keptfd_give_back(gmd_server *server, unsigned device);
-
-/* VRAM bytes charged to `uid` for kept fds, and its witnesses found
- * held (those not looked for yet are the fds of buffers just freed, as
- * many as it had). */
-uint64_t keptfd_user_vram(const gmd_keptfd *kept, uid_t uid);
-unsigned keptfd_user_count(const gmd_keptfd *kept, uid_t uid);
-
-/* Bytes charged on `tier` of `device` (the host tier: any device). */
-uint64_t keptfd_charged(const gmd_keptfd *kept, gmd_tier tier, unsigned device);
-
-/* Each charged witness's bytes onto the oldest live session of the
- * process found holding it (session kept_outside), for status. */
-void keptfd_attribute(gmd_server *server);
 
 #endif

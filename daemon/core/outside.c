@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "config.h"
-#include "keptfd.h"
+#include "kepttally.h"
 #include "log.h"
 #include "pending.h"
 #include "reuse.h"
@@ -173,8 +173,9 @@ static void kept_pool(gmd_server *server, gmd_pool *pool, bool charges,
         uint64_t before = pool->kept_fds;
         char was[32], now[32], name[32];
 
-        pool->kept_fds = charges ? keptfd_charged(&server->keptfd, pool->tier,
-                                            pool->device) : 0;
+        pool->kept_fds = charges ? kepttally_charged(&server->keptfd.tally,
+                                                     pool->tier,
+                                                     pool->device) : 0;
         if (pool->kept_fds == before)
                 return;
         *room |= pool->kept_fds < before;
@@ -189,7 +190,6 @@ void outside_kept_refresh(gmd_server *server)
         bool charges = outside_charges(&server->config), room = false;
         gmd_list *pos;
 
-        keptfd_attribute(server);
         for (unsigned d = 0; d < server->devices.n; d++)
                 kept_pool(server, &server->devices.pools[d], charges, &room);
         kept_pool(server, &server->host.pool, charges, &room);

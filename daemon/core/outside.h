@@ -71,11 +71,12 @@ void outside_refresh(gmd_server *server, unsigned device,
                      const gmd_gpu_process *procs, unsigned n);
 
 /*
- * The charges for kept fds of freed buffers changed (keptfd.h): set each
- * pool's `kept` (0 with outside_vram = ignore) and each session's
- * kept_outside, mark the wait queue when room came back, and with
- * outside_vram = disconnect close the sessions of a process holding such
- * memory whose user it puts over vram_quota.
+ * The charges for kept fds of freed buffers changed (keptfd.h, which set
+ * each session's kept_outside first): set each pool's `kept` from their
+ * tallies (kepttally.h; 0 with outside_vram = ignore), mark the wait
+ * queue when room came back, and with outside_vram = disconnect close
+ * the sessions of a process holding such memory whose user it puts over
+ * vram_quota.
  */
 void outside_kept_refresh(gmd_server *server);
 

@@ -263,6 +263,6 @@ void session_user_usage(const gmd_list *sessions, uid_t uid, gmd_usage *ret_usag
         /* VRAM its processes keep through fds of freed buffers, by uid:
          * a process holding them may have no session left (keptfd.h). */
         if (any)
-                u.outside += keptfd_user_vram(&any->server->keptfd, uid);
+                u.outside += kepttally_vram(&any->server->keptfd.tally, uid);
         *ret_usage = u;
 }
