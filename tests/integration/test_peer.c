@@ -923,6 +923,40 @@ static void test_spillable_restart(void **state)
         f->h.pid = 0;
 }
 
+/* What the owner maps is told again to the daemon it reconnects to
+ * (MSG_REACH on the new connection, before its claims): a new daemon
+ * knows nothing of the old session's report. gpu-memd killed with a
+ * SPILLABLE buffer in device 0's VRAM; the next daemon takes it back
+ * there, and paged out it goes to device 1, as before the restart, not
+ * to host memory as for a client that said nothing. */
+static void test_spillable_restart_reach(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *s;
+        int status;
+
+        start(f, "[restart]\nkeep = keeper\nhold_s = 30\n"
+                 "claim_timeout_s = 30\n");
+        s = spillable(f->client, 8 * MiB, 1650);
+        kill(f->h.pid, SIGKILL);
+        waitpid(f->h.pid, NULL, 0);
+        f->h.pid = 0;
+        harness_start(&f->h, NULL);
+        expect_log(f, "1 of 1 buffer(s) taken back", 10000);
+        expect_where(f, 0, 0, "after the restart, in device 0's VRAM");
+        OK(gmd_pageout(f->client, s));
+        OK(gmd_wait(f->client, s, 5000));
+        expect_where(f, 8 * MiB, 0, "paged out after the restart");
+        use_where_it_rests(f->client, s, 1650, 1651,
+                           "on device 1 after the restart");
+        OK(gmd_free(f->client, s));
+        expect_empty(f, "freed after the restart");
+        f->client = gmd_disconnect(f->client);
+        kill(f->h.pid, SIGINT);
+        waitpid(f->h.pid, &status, 0);
+        f->h.pid = 0;
+}
+
 /* ---- what the owner's process can map ------------------------------------ */
 
 #define UUID1 "GPU-5140dd00-0000-4000-8000-000000000001"
@@ -1087,6 +1121,7 @@ int main(void)
                 HARNESS_TEST(test_spillable_closed_mid_relocation),
                 HARNESS_TEST(test_spillable_killed_mid_relocation),
                 HARNESS_TEST(test_spillable_restart),
+                HARNESS_TEST(test_spillable_restart_reach),
                 HARNESS_TEST(test_spillable_unseen_peer),
                 HARNESS_TEST(test_spillable_said_nothing),
                 HARNESS_TEST(test_spillable_peer_refused),
