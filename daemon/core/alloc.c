@@ -211,7 +211,8 @@ gmd_outcome alloc_self_bound(gmd_session *s, uint64_t size, unsigned device,
             evict_reclaimable(&server->sessions.all, device,
                               server->config.reclaim_timeout_ms) +
             evict_idle_bytes(server, device) -
-            evict_lent_bytes(server, device, s->pid) >= size ||
+            evict_lent_bytes(server, device, s->pid,
+                             s->priority) >= size ||
             move_any_on(server, device))
                 return OUTCOME_LATER;
         /* Per-session counts, one step per connection, not per buffer. */

@@ -60,15 +60,19 @@ uint64_t evict_idle_bytes(gmd_server *server, unsigned device)
         return bytes;
 }
 
-uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid)
+uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid,
+                          int priority)
 {
         uint64_t bytes = 0;
         gmd_list *pos;
 
+        /* What waited_for_by_other lets go for such a request: not its
+         * own process's loans, nor those of a priority above it. */
         list_for_each(pos, &server->buffers.vram_idle) {
                 gmd_dbuffer *b = container_of(pos, gmd_dbuffer, idle_link);
 
-                if (b->device == device && b->loan && b->owner->pid == pid &&
+                if (b->device == device && b->loan &&
+                    (b->owner->pid == pid || b->owner->priority > priority) &&
                     evict_may(b))
                         bytes += b->size;
         }

@@ -78,8 +78,14 @@ uint64_t evict_evictable(gmd_server *server, unsigned device);
  * pool's free bytes, which another client may give back). */
 uint64_t evict_idle_bytes(gmd_server *server, unsigned device);
 
-/* Of those, the bytes process `pid` lent while it waits (loan.h): no room
- * for that process's own requests. */
-uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid);
+/* Of those, the bytes lent by waiting processes (loan.h) that are no room
+ * for a request of process `pid` at `priority`: its own process's (they
+ * would have to come back before its answer), and those of processes
+ * above `priority` (what a process lends goes out only for requests of
+ * its priority or above). Counted as room, a lower priority's request
+ * that only such loans could serve was taken for one room can be made
+ * for, and held its device (waitq.h) for as long as it waited. */
+uint64_t evict_lent_bytes(gmd_server *server, unsigned device, pid_t pid,
+                          int priority);
 
 #endif

@@ -115,9 +115,11 @@ static waitq_reach waiter_reachable(void *ctx, const gmd_waiter *w)
 {
         gmd_server *server = ctx;
         /* Its own process's lent buffers count as evictable VRAM, but are
-         * no room for it: evicted, they are more to bring back. */
+         * no room for it: evicted, they are more to bring back; nor are
+         * those of a priority above its own (evict.h). */
         uint64_t need = w->size + waiter_more(ctx, w) +
-                        evict_lent_bytes(server, w->device, w->session->pid);
+                        evict_lent_bytes(server, w->device, w->session->pid,
+                                         w->priority);
         uint64_t lend;
 
         /* Another process's slice of the device runs: its memory is not

@@ -235,6 +235,46 @@ static void test_acquire_lends(void **state)
         OK(gmd_free(f->client, out));
 }
 
+/* (6) What a process of a higher priority lends is no room for a lower
+ * priority's request (evict.c: it goes out only for requests of the
+ * lender's priority or above), so a lower priority's allocation that only
+ * such a loan could serve does not hold its device (waitq.h) once it has
+ * waited wait_hold_ms: an allocation of its priority that fits beside it
+ * is served. Before, that loan counted as room that could be made, the
+ * waiting allocation held the device, and the one that fit timed out. */
+static void test_higher_loan_no_room_for_lower(void **state)
+{
+        fixture *f = *state;
+        const char *hold[] = { "hold", "20M", NULL };
+        const char *lender[] = { "yield", "40M", "16M", "5000", NULL };
+        const char *waiter[] = { "alloc", "24M", "5000", NULL };
+        gmd_buffer *small = NULL;
+        harness_proc *w;
+        char *line;
+        int r;
+
+        harness_start_small(&f->h, "[users]\nmax_priority = 100\n"
+                                   "[limits]\nwait_hold_ms = 200\n");
+        f->client = harness_client(&f->h, "yield");
+        spawn_ready(f, hold);                   /* 4 MiB left free */
+        /* Priority 10: holds 40 MiB in use, waits for 16 lending them. */
+        setenv(GMD_PRIORITY_ENV, "10", 1);
+        spawn_ready(f, lender);
+        unsetenv(GMD_PRIORITY_ENV);
+        harness_sleep_ms(100);                  /* its wait, its loan */
+        /* Priority 0: waits for 24 MiB, which only the loan could make. */
+        w = harness_track_client(f, waiter);
+        line = harness_read_line(w, "connected", 5000);
+        free(line);
+        harness_sleep_ms(500);                  /* past wait_hold_ms */
+        r = gmd_alloc(f->client, 2 * MiB, 0, 0, 1500, &small);
+        if (r != 0)
+                fail_msg("2 MiB beside 4 free: %s; daemon log:\n%s",
+                         gmd_last_error(), harness_read_log(&f->h));
+        assert_int_equal(harness_log_count(&f->h, "evicting buffer"), 0);
+        OK(gmd_free(f->client, small));
+}
+
 #define TEST(name) cmocka_unit_test_setup_teardown(name, setup, harness_teardown)
 
 int main(void)
@@ -245,6 +285,7 @@ int main(void)
                 TEST(test_lent_evicted_for_other_and_back),
                 TEST(test_own_lent_not_evicted_for_itself),
                 TEST(test_acquire_lends),
+                TEST(test_higher_loan_no_room_for_lower),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
