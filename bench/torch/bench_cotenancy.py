@@ -924,6 +924,7 @@ def case_cotenancy(ctx, opts, left):
         if env.error:
             rounds.append({"kind": "cold", "together_error": env.error})
             continue
+        mine = len(rounds)
         try:
             for kind in (("cold", "warm") if opts.rounds else ("cold",)):
                 share = per / 2 if opts.rounds else per
@@ -936,7 +937,11 @@ def case_cotenancy(ctx, opts, left):
         finally:
             nvml = env.report()
             env.stop()
-        rounds[-1]["nvml_together"] = nvml
+        # The watch spans this daemon's life: its peak is the cold
+        # round's and the warm one's together, and both say it (the
+        # first round's is the case's own verdict, under budget or not).
+        for r in rounds[mine:]:
+            r["nvml_together"] = nvml
     # The first round is the case's own figures, as with one round.
     first = rounds[0] if rounds else {}
     for key in ("together", "go_t", "makespan_wall_s", "moved_together",

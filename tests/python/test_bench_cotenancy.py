@@ -1,8 +1,9 @@
 """The parts of bench/torch/bench_cotenancy.py, holder.py and nvml_watch.py
 that need no GPU: the holder's arithmetic, NVML through a fake library,
 nvidia-smi's lines, the peaks and verdicts, the model sizing, and the
-summaries (makespan, p99, ratios, targets) on canned results. No torch,
-no daemon."""
+summaries (makespan, p99, ratios, targets) on canned results, and the
+rounds of case_cotenancy --rounds over fake daemons. No torch, no
+daemon."""
 import ctypes
 import io
 import json
@@ -462,6 +463,52 @@ class Summaries(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("training at twice the budget", p.stdout)
         self.assertIn("makespan 80.0 s together", p.stdout)
+
+
+class Rounds(unittest.TestCase):
+    """case_cotenancy --rounds over fake daemons (Env) and rounds."""
+
+    def test_every_round_has_its_daemons_nvml_peak(self):
+        from types import SimpleNamespace
+        from unittest import mock
+        envs = []
+
+        class FakeEnv:
+            def __init__(self, ctx, budget, processes, daemon):
+                self.error = None
+                self.n = len(envs) + 1
+                envs.append(self)
+
+            def report(self):
+                return {"nvml_peak_bytes": self.n * GiB, "margin": GiB,
+                        "under_budget": self.n == 1}
+
+            def stop(self):
+                pass
+
+        def fake_round(ctx, env, jobs, left_now):
+            return {"together": cot_case([10.0] * 100, 80.0)["together"],
+                    "makespan_wall_s": 92.0, "go_t": 0.0, "late": []}
+
+        opts = SimpleNamespace(quick=True, cot_budget=None, stream_frac=0.15,
+                               no_idle=False, train_steps=0,
+                               infer_idle_keep=False, lend_wait=None,
+                               keep_cache=False, together_only=True,
+                               rounds=2)
+        with mock.patch.object(bc, "Env", FakeEnv), \
+                mock.patch.object(bc, "together_round", fake_round), \
+                mock.patch("sys.stdout", io.StringIO()):
+            out = bc.case_cotenancy(None, opts, 10000)
+        self.assertEqual(len(envs), 2)
+        self.assertEqual([r["kind"] for r in out["rounds"]],
+                         ["cold", "warm", "cold", "warm"])
+        # each daemon's watch covers both its rounds
+        self.assertEqual([r["nvml_together"]["nvml_peak_bytes"]
+                          for r in out["rounds"]],
+                         [GiB, GiB, 2 * GiB, 2 * GiB])
+        # the first round's is the case's own verdict
+        self.assertEqual(out["nvml_together"]["nvml_peak_bytes"], GiB)
+        self.assertTrue(out["summary"]["under_budget"])
 
 
 if __name__ == "__main__":
