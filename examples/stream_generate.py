@@ -73,16 +73,35 @@ def place(model, method, budget):
     raise ValueError(method)
 
 
+def stream_pool(s):
+    """The streamer's VRAM pool in its daemon's status."""
+    device = s.ops.daemon_device(s.device_index)
+    return next(p for p in s.client.status("pools").pools
+                if p.tier == "vram" and p.device == device)
+
+
+def mark_copies(placed):
+    """Before the first generate(): the daemon's copy counters of the
+    streamer's pool, which count since the daemon started (other
+    processes' copies too), so that details() says this process's."""
+    s = placed.get("streamer")
+    if s is not None:
+        pool = stream_pool(s)
+        placed["copies_before"] = (pool.bytes_in, pool.copy_us_in,
+                                   pool.bytes_out)
+
+
 def details(model, method, placed):
     """Figures that explain a speed: the streamer's plan and counters and
-    what the daemon copied; where accelerate put the layers."""
+    what the daemon copied for this process's generate() calls (from
+    mark_copies on); where accelerate put the layers."""
     out = {}
     s = placed.get("streamer")
     if s is not None:
         from gpumem import lead
         device = s.ops.daemon_device(s.device_index)
-        pool = next(p for p in s.client.status("pools").pools
-                    if p.tier == "vram" and p.device == device)
+        pool = stream_pool(s)
+        bytes_in, us_in, bytes_out = placed.get("copies_before", (0, 0, 0))
         out.update(
             blocks=len(s.blocks),
             resident_blocks=sum(b.resident for b in s.blocks),
@@ -93,8 +112,10 @@ def details(model, method, placed):
             lead=s.lead, plan=s.plan, stats=dict(s.stats),
             link_bytes_per_s_in=lead.link_in(s.client, device),
             daemon_device=device, pool_capacity=pool.capacity,
-            pool_bytes_in=pool.bytes_in, pool_copy_us_in=pool.copy_us_in,
-            pool_bytes_out=pool.bytes_out, arena_size=pool.arena_size)
+            pool_bytes_in=pool.bytes_in - bytes_in,
+            pool_copy_us_in=pool.copy_us_in - us_in,
+            pool_bytes_out=pool.bytes_out - bytes_out,
+            arena_size=pool.arena_size)
     if "device_map" in placed:
         m = placed["device_map"]
         out["device_map"] = {str(k): str(v) for k, v in m.items()}
@@ -134,6 +155,7 @@ def main():
     g = torch.Generator().manual_seed(7)
     prompt = torch.randint(0, 32000, (args.batch, args.prompt), generator=g)
     prompt = prompt.to("cuda:0")
+    mark_copies(placed)
     kwargs = dict(max_new_tokens=args.new_tokens,
                   min_new_tokens=args.new_tokens, do_sample=False,
                   pad_token_id=0)

@@ -12,7 +12,9 @@ no GPU:
             pass, the batch), the summary over canned process results
             (medians, tokens compared, stream's ratio to min(vram, bound)
             and to the peers, the target at batch 16 and above), the
-            budget's parsing, and both scripts' --help without torch
+            budget's parsing, the example's copy figures (this
+            process's, not the daemon's since it started), and both
+            scripts' --help without torch
 The torch part skips without torch; the rest needs neither torch nor a
 daemon.
 """
@@ -26,6 +28,8 @@ from unittest import mock
 from gmd_daemon import DaemonTest, MiB
 from gmd_torch import CONFIG, gt, layers_with_expected, stream_every_block, \
     torch
+
+GiB = 1 << 30
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(
     __file__)), "..", ".."))
@@ -162,6 +166,33 @@ class BenchPlain(unittest.TestCase):
         self.assertEqual(slow[1]["lower_bound_tokens_per_s"], 80)
         self.assertTrue(slow[1]["target_met"])
         bench.print_summary(bench.summarize(runs, 50e9, budget), 50e9, 1.0)
+
+    def test_copies_are_this_process_s(self):
+        # The daemon's counters count since it started: the example
+        # reports what moved from its first generate() on, not what the
+        # processes before it on the same daemon moved.
+        from types import SimpleNamespace as NS
+        counters = {"bytes_in": 30 * GiB, "copy_us_in": 600_000,
+                    "bytes_out": 2 * GiB}
+
+        class Client:
+            def status(self, what):
+                return NS(pools=[NS(tier="host", device=0, **counters),
+                                 NS(tier="vram", device=0, capacity=GiB,
+                                    arena_size=GiB,
+                                    link_bytes_per_s_in=50 * GiB,
+                                    **counters)])
+        s = NS(ops=NS(daemon_device=lambda i: 0), device_index=0,
+               client=Client(), blocks=[], rest=NS(nbytes=0), lead=1,
+               plan=None, stats={})
+        placed = {"streamer": s}
+        stream_generate.mark_copies(placed)
+        counters.update(bytes_in=40 * GiB, copy_us_in=800_000,
+                        bytes_out=2 * GiB)
+        d = stream_generate.details(None, "stream", placed)
+        self.assertEqual(d["pool_bytes_in"], 10 * GiB)
+        self.assertEqual(d["pool_copy_us_in"], 200_000)
+        self.assertEqual(d["pool_bytes_out"], 0)
 
     def test_budget(self):
         self.assertEqual(stream_generate.parse_budget("0.95G"),
