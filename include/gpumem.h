@@ -496,7 +496,12 @@ int gmd_release_after(gmd_client *client, gmd_buffer *buffer, void *stream);
  * there its address stays reserved but is NOT mapped: touching it faults.
  * Acquire it first; the acquire brings it back. A SPILLABLE buffer on host
  * memory stays mapped there and usable by kernels; acquired there (see
- * gmd_acquire), it stays there until released. With `buffer` NULL,
+ * gmd_acquire), it stays there until released. With the daemon's peer
+ * tier, "host memory" may be another GPU's free VRAM instead, for either
+ * kind; a SPILLABLE buffer goes there only where this process sees that
+ * GPU and reaches it (libgpumem tells the daemon when it connects), is
+ * mapped there and used the same way, and gmd_buffer_tier says
+ * GMD_TIER_HOST (out of its own GPU). With `buffer` NULL,
  * gmd_pageout and gmd_prefetch skip the buffers that are acquired.
  *
  * gmd_pageout: move released buffers to host memory, asynchronously: it
