@@ -77,7 +77,7 @@ uint64_t vram_room(const gmd_vram_view *view, bool offer,
                    uint64_t granularity);
 
 /* Can the driver hold `size` new bytes beside what it holds now
- * (vram_room, the slack counted: `size` is in whole granules)? Pure. */
+ * (vram_room in bytes, the slack not taken off: see there)? Pure. */
 bool vram_fits(const gmd_vram_view *view, uint64_t size);
 
 /* Read `device` from the driver into server->devices.vram[device].

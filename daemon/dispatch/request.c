@@ -616,7 +616,8 @@ static gmd_outcome handle_resume(gmd_session *s, uint32_t id,
         if (!s->server->ledger)
                 return result_error(ret, GMD_ERR_UNSUPPORTED,
                                     "this gpu-memd keeps nothing across "
-                                    "restarts ([restart] keep = off)");
+                                    "restarts ([restart] keep = off, or "
+                                    "auto outside systemd)");
         /* A packet's payload bounds it already (a claim is ~30 bytes);
          * this bounds the daemon's scratch per request. */
         if (n > RESUME_MAX_CLAIMS)
