@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "buffer.h"
+#include "loan.h"
 #include "log.h"
 #include "move.h"
 #include "parking.h"
@@ -277,29 +279,156 @@ static int by_victim_order(const void *x, const void *y)
         return (a->released_ms > b->released_ms) - (a->released_ms < b->released_ms);
 }
 
+/* How long a lower priority's request waits before a loan it inherits
+ * (lent_inherits) may go for it: [limits] priority_grace_ms, else
+ * INHERIT_MIN_MS, never more than INHERIT_MAX_MS, so a lock-up lasts at
+ * most that long whatever the grace. */
+#define INHERIT_MIN_MS 1000
+#define INHERIT_MAX_MS 5000
+
+static uint64_t inherit_after_ms(const gmd_server *server)
+{
+        uint64_t grace = server->config.priority_grace_ms;
+
+        if (grace < INHERIT_MIN_MS)
+                return INHERIT_MIN_MS;
+        return grace < INHERIT_MAX_MS ? grace : INHERIT_MAX_MS;
+}
+
+/* Does `w`'s process hold VRAM in use on `w`'s device while it waits
+ * without lending it (no GMD_ALLOC_YIELD: no connection of it lends)? */
+static bool holds_unlent(gmd_server *server, const gmd_waiter *w)
+{
+        bool holds = false;
+        gmd_list *pos;
+
+        if (w->loan)
+                return false;
+        list_for_each(pos, &server->sessions.all) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (!session_same_process(s, w->session) || s->closing)
+                        continue;
+                if (s->loan)
+                        return false;
+                if (s->acquired_on[w->device])
+                        holds = true;
+        }
+        return holds;
+}
+
+/* Can the request that made `loan` not be served from free, kept, parked
+ * and released VRAM, its own loan left out (what scheduler.c's
+ * waiter_reachable calls reachable now)? Then it waits for memory some
+ * process holds in use. */
+static bool lender_blocked(gmd_server *server, const gmd_loan *loan,
+                           unsigned device)
+{
+        const gmd_session *s = loan->session;
+        gmd_list *pos;
+
+        if (!s)
+                return false;
+        list_for_each(pos, &server->waitq.waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (w->loan != loan)
+                        continue;
+                return !alloc_room_reachable(server, device,
+                        w->size + loan_out_bytes(loan, device) +
+                        evict_lent_bytes(server, device, s->pid, s->priority));
+        }
+        return false;
+}
+
+/* May `b`, lent by a process of a priority above `w`'s, go for `w` (its
+ * request of a lower priority)? Only to break a lock-up: `w`'s process
+ * holds VRAM in use there and does not lend it; the lender's own request
+ * cannot be served without memory held in use (`w`'s, which comes free
+ * only once `w` is served, or another's); only such loans could serve
+ * `w`; and `w` waited inherit_after_ms. Else *ret_wait_ms is when `w`
+ * will have waited so long. */
+static bool lent_inherits(gmd_server *server, const gmd_dbuffer *b,
+                          const gmd_waiter *w, uint64_t now,
+                          int *blocked, uint64_t *ret_wait_ms)
+{
+        uint64_t after_ms = inherit_after_ms(server);
+        uint64_t waited_ms = now > w->since_us ?
+                             (now - w->since_us) / 1000 : 0;
+
+        if (!holds_unlent(server, w))
+                return false;
+        /* Looked up once per buffer: `blocked` is 0 unknown, else 1 + it. */
+        if (!*blocked)
+                *blocked = 1 + lender_blocked(server, b->loan, b->device);
+        if (*blocked != 2 ||
+            !alloc_room_reachable(server, w->device, w->size) ||
+            alloc_room_reachable(server, w->device, w->size +
+                                 evict_lent_bytes(server, w->device,
+                                                  w->session->pid,
+                                                  w->priority)))
+                return false;
+        if (waited_ms < after_ms) {
+                if (after_ms - waited_ms < *ret_wait_ms)
+                        *ret_wait_ms = after_ms - waited_ms;
+                return false;
+        }
+        return true;
+}
+
+/* `b`, lent by a higher priority, goes out for `w` (lent_inherits). */
+static void inherit_log(gmd_server *server, const gmd_dbuffer *b,
+                        const gmd_waiter *w)
+{
+        char lender[128], to[128];
+
+        log_info("device %u: buffer %llu lent by %s, priority %d, goes for "
+                 "%s, priority %d, which waited %llu ms holding memory in use "
+                 "that the lender's request waits for (a loan goes to a lower "
+                 "priority only so, after %llu ms)", b->device,
+                 (unsigned long long)b->id,
+                 session_describe(b->owner, lender, sizeof(lender)),
+                 b->owner->priority,
+                 session_describe(w->session, to, sizeof(to)), w->priority,
+                 (unsigned long long)((now_us() - w->since_us) / 1000),
+                 (unsigned long long)inherit_after_ms(server));
+}
+
 /* Does an acquire or allocation of another process than `b`'s owner, of
  * its owner's priority or above, wait for VRAM on its device? What a
  * process lent goes for those only: a lower priority's request that took
  * it made the lender wait for its return. Measured on the H200
  * (bench_cotenancy --quick, 2026-11-28, a77fe9f): the priority-10
  * inference job's weights, lent while its request waited, went out for a
- * training job's step. Of processes that all wait lending, the one of the
- * highest priority still proceeds: what the others lent goes for it. */
-static bool waited_for_by_other(gmd_server *server, const gmd_dbuffer *b)
+ * training job's step. But a lower priority's request inherits the loan
+ * where the two would otherwise wait for each other (lent_inherits): it
+ * holds memory in use it does not lend, which the lender's own request
+ * needs, and only the loan could serve it; both waited until the lower
+ * one's request timed out. Returns the waiter the loan goes for, NULL
+ * when none; *ret_wait_ms is when a lower one may inherit it. */
+static const gmd_waiter *waited_for_by_other(gmd_server *server,
+                                             const gmd_dbuffer *b,
+                                             uint64_t *ret_wait_ms)
 {
         const gmd_session *owner = b->owner;
+        const gmd_waiter *lower = NULL;
+        uint64_t now = now_us();
+        int blocked = 0;
         gmd_list *pos;
 
         list_for_each(pos, &server->waitq.waiters) {
                 const gmd_waiter *w = container_of(pos, gmd_waiter, link);
 
                 if (w->device != b->device || w->rank == WAITQ_PREFETCH ||
-                    w->priority < owner->priority)
+                    session_same_process(owner, w->session))
                         continue;
-                if (!session_same_process(owner, w->session))
-                        return true;
+                if (w->priority >= owner->priority)
+                        return w;
+                if (!lower && lent_inherits(server, b, w, now, &blocked,
+                                            ret_wait_ms))
+                        lower = w;
         }
-        return false;
+        return lower;
 }
 
 /* [limits] priority_grace_ms: is `b`, of a client above every waiter,
@@ -405,8 +534,19 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
                 /* What a process lent goes for another's acquire or
                  * allocation only: its own would have to wait for it to
                  * come back, and a prefetch can wait. */
-                if (b->loan && (!urgent || !waited_for_by_other(server, b)))
-                        continue;
+                if (b->loan) {
+                        uint64_t inherit_ms = UINT64_MAX;
+                        const gmd_waiter *w = urgent ?
+                                waited_for_by_other(server, b, &inherit_ms) :
+                                NULL;
+
+                        if (inherit_ms < wait_ms)
+                                wait_ms = inherit_ms;
+                        if (!w)
+                                continue;
+                        if (w->priority < b->owner->priority)
+                                inherit_log(server, b, w);
+                }
                 /* A higher-priority client's memory waits out its grace. */
                 if (in_grace(server, b, top, now, &wait_ms))
                         continue;

@@ -12,10 +12,15 @@
  * the device first). The daemon may then move those buffers out like
  * released ones — last of all victims, and only for another process's
  * acquire or allocation — and brings every one back into VRAM, at the
- * same address, before it answers the call. Of processes that all wait
- * this way, one is always served: its allocation is served only once the
- * pool has room for it and for everything it lent that is out, taken in
- * one pass.
+ * same address, before it answers the call. What a process lends goes
+ * out only for requests of its priority or above (evict.c). Of processes
+ * that all wait this way, one is always served: its allocation is served
+ * only once the pool has room for it and for everything it lent that is
+ * out, taken in one pass. A lower priority's request that waits without
+ * lending, holding VRAM in use, while the lender's own request cannot be
+ * served without such memory, inherits the loan once it has waited
+ * [limits] priority_grace_ms (1 s at least, 5 s at most; evict.c,
+ * lent_inherits): the two never wait for each other until a timeout.
  *
  * A loan belongs to the waiting allocation that made it; it lends the
  * buffers of every connection of the process (the same pid; the waiting

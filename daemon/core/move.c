@@ -742,10 +742,11 @@ static void move_fall_back(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
 
         log_warning("%s could not map buffer %llu in device %u's VRAM (%s): "
                     "it stays on device %u, and this client's SPILLABLE "
-                    "buffers of device %u go to host memory from now on",
+                    "buffers of device %u no longer go to device %u's VRAM "
+                    "(to host memory or another peer it maps)",
                     session_describe(s, who, sizeof(who)),
                     (unsigned long long)b->id, holder, strerror(-ack->result),
-                    b->device, b->device);
+                    b->device, b->device, holder);
         peer_owner_cannot_map(s, b->device, holder);
         move_change_state(m, MOVE_ROLLING_BACK);
         move_send_remap(server, m, m->copy.src, m->src_tier);

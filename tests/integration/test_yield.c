@@ -6,7 +6,9 @@
  * what a waiting process lent is evicted for another process's plain
  * allocation and is back, bytes intact, when its own call times out; and
  * it is never evicted for the lender's own request; an acquire that waits
- * with GMD_ACQUIRE_YIELD lends the same way.
+ * with GMD_ACQUIRE_YIELD lends the same way. A higher priority's loan goes
+ * to a lower priority's request only when the two would otherwise wait
+ * for each other, after a bound.
  *
  * The mapping cache is off, so a free gives memory straight back and the
  * pool's bytes are exactly what the test holds.
@@ -275,6 +277,52 @@ static void test_higher_loan_no_room_for_lower(void **state)
         OK(gmd_free(f->client, small));
 }
 
+/* (7) The lock-up (6) could make: this process (priority 0) holds 20 MiB
+ * in use and waits, without lending, for 24 MiB that only the loan of a
+ * priority-10 process could make, and that process waits, lending its 40
+ * MiB, for 16 MiB that only this process's 20 could make. Each waited for
+ * the other until this one timed out. Now this one inherits the loan once
+ * it has waited a bound (1 s: evict.c, lent_inherits), is served well
+ * before its timeout, and the other is served once this one is done, its
+ * bytes intact. Before the bound the loan stays. */
+static void test_lower_holder_inherits_loan(void **state)
+{
+        fixture *f = *state;
+        const char *lender[] = { "yield", "40M", "16M", "20000", NULL };
+        gmd_buffer *held = NULL, *more = NULL;
+        harness_proc *p;
+        uint64_t t0, took;
+        int r;
+
+        harness_start_small(&f->h, "[users]\nmax_priority = 100\n");
+        f->client = harness_client(&f->h, "yield");
+        OK(gmd_alloc(f->client, 20 * MiB, 0, 0, GMD_NO_WAIT, &held));
+        pattern_fill(held, 41);
+        setenv(GMD_PRIORITY_ENV, "10", 1);
+        p = spawn_ready(f, lender);
+        unsetenv(GMD_PRIORITY_ENV);
+        harness_sleep_ms(100);                  /* its wait, its loan */
+        /* Within the bound the loan stays: a short wait times out. */
+        r = gmd_alloc(f->client, 24 * MiB, 0, 0, 500, &more);
+        assert_int_equal(r, GMD_ETIMEDOUT);
+        assert_int_equal(harness_log_count(&f->h, "evicting buffer"), 0);
+        t0 = harness_now_ms();
+        r = gmd_alloc(f->client, 24 * MiB, 0, 0, 10000, &more);
+        took = harness_now_ms() - t0;
+        if (r != 0)
+                fail_msg("24 MiB: %s; daemon log:\n%s", gmd_last_error(),
+                         harness_read_log(&f->h));
+        if (took < 900 || took > 3000)
+                fail_msg("served after %llu ms, not about the 1 s bound; "
+                         "daemon log:\n%s", (unsigned long long)took,
+                         harness_read_log(&f->h));
+        assert_int_equal(harness_log_count(&f->h, "which waited"), 1);
+        pattern_check(held, 41, "the buffer this process held");
+        OK(gmd_free(f->client, more));
+        OK(gmd_free(f->client, held));  /* the lender is served now */
+        expect_child_ok(f, p);
+}
+
 #define TEST(name) cmocka_unit_test_setup_teardown(name, setup, harness_teardown)
 
 int main(void)
@@ -286,6 +334,7 @@ int main(void)
                 TEST(test_own_lent_not_evicted_for_itself),
                 TEST(test_acquire_lends),
                 TEST(test_higher_loan_no_room_for_lower),
+                TEST(test_lower_holder_inherits_loan),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,7 +13,9 @@ SlicePause: the slice's clock stops while its holder waits behind a
 process of a higher priority, so the holder goes on once that one is done
 (before: it waited for the other process's whole slice too).
 LentKeepsPriority: what a priority-10 process lends while it waits does
-not go out for a priority-0 process's request.
+not go out for a priority-0 process's request — but for one that holds the
+memory the lender waits for and does not lend it, after a bound (evict.c,
+lent_inherits): the two no longer wait for each other until a timeout.
 """
 import os
 import time
@@ -150,7 +152,10 @@ class LentKeepsPriority(DaemonTest):
     then waits for room only W's eviction would make. W stays in VRAM:
     lent memory goes out for requests of the lender's priority or above.
     Before, W went to host memory for Q, and P's own request, once room
-    came, waited for W to come back as well."""
+    came, waited for W to come back as well. But Q holds H in use, which
+    P's request needs, and does not lend it: the two would wait for each
+    other until Q's request timed out. Once Q waited 1 s (priority_grace_ms
+    unset), W goes for Q; Q is served, and P once Q is done."""
     CONFIG = ("[users]\nmax_priority = 100\n"
               "[sim]\nvram = 64M\ngranularity = 64K\n")
 
@@ -159,22 +164,32 @@ class LentKeepsPriority(DaemonTest):
         q = Stepper(self, "low")
         self.assertEqual(q.do("alloc h 20 5")[0], "ok")    # in use
         self.assertEqual(p.do("alloc w 40 5")[0], "ok")    # in use
-        p.send("lend v 16 10")
+        p.send("lend v 16 20")
         wait_until(lambda: client_of(self.client, p.pid).lent_bytes ==
                    40 * MiB, what="P lending W")
-        q.send("alloc z 24 1.5")
+        q.send("alloc z 24 10")
         wait_until(lambda: waits(self.client, q.pid), what="Q waiting")
         time.sleep(0.5)
         info = client_of(self.client, p.pid)
         self.assertEqual(info.vram_bytes, 40 * MiB,
-                         "P's lent W went out for a lower priority")
+                         "P's lent W went out for a lower priority within "
+                         "the bound")
+        self.assertNotIn("evicting buffer", self.daemon.log())
+        # past the bound, W goes for Q instead of both waiting for Q's
+        # timeout (10 s)
         answer = q.answer()
-        self.assertEqual(answer[0], "error", answer)       # timed out
-        # Q gives its memory up: P is served, W never left
+        self.assertEqual(answer[0], "ok", answer)
+        self.assertGreater(float(answer[1]), 0.9, answer)
+        self.assertLess(float(answer[1]), 3.0, answer)
+        self.assertIn("which waited", self.daemon.log())
+        self.assertTrue(waits(self.client, p.pid), "P was served beside Q")
+        # Q is done: P is served, W back in VRAM
+        self.assertEqual(q.do("free z")[0], "ok")
         self.assertEqual(q.do("free h")[0], "ok")
         answer = p.answer()
         self.assertEqual(answer[0], "ok", answer)
-        self.assertNotIn("evicting buffer", self.daemon.log())
+        self.assertEqual(client_of(self.client, p.pid).vram_bytes,
+                         56 * MiB)
 
 
 if __name__ == "__main__":
