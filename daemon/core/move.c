@@ -733,7 +733,8 @@ static void ack_failed(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
  * moved to (move_falls_back): it kept the buffer, unmapped. Back to the
  * VRAM it left, which still holds every byte (released, nobody wrote it):
  * a remap there, whose ack abandons the move and releases the peer's VRAM;
- * the owner's next move out of that device goes to host memory. */
+ * that peer is struck from what the owner maps, so its next move out of
+ * that device goes to host memory or another peer it maps. */
 static void move_fall_back(gmd_server *server, gmd_session *s, gmd_dbuffer *b,
                            gmd_move *m, const gmd_remap_ack *ack)
 {
