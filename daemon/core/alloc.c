@@ -178,16 +178,6 @@ int alloc_now_on(gmd_session *s, uint64_t size, unsigned device, unsigned flags,
         return 0;
 }
 
-bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size)
-{
-        return pool_free(server_vram_pool(server, device)) +
-               move_leaving_bytes(server, device) +
-               reuse_reachable_bytes(&server->reuse, device) +
-               evict_reclaimable(&server->sessions.all, device,
-                                 server->config.reclaim_timeout_ms) +
-               evict_evictable(server, device) >= size;
-}
-
 gmd_outcome alloc_self_bound(gmd_session *s, uint64_t size, unsigned device,
                              unsigned flags, uint64_t since_us, gmd_result *ret)
 {
@@ -506,7 +496,7 @@ gmd_outcome alloc_handle(gmd_session *s, uint32_t id, const gmd_alloc_ask *m,
          * even a no-wait request waits for that, briefly. */
         if (timeout_ms == 0 &&
             (verdict == QUOTA_PARKED ||
-             alloc_room_reachable(server, m->device,
+             evict_room_reachable(server, m->device,
                                   size + waitq_demand(&server->waitq, m->device))))
                 timeout_ms = GMD_RECLAIM_GRACE_MS;
         if (timeout_ms == 0) {

@@ -60,11 +60,6 @@ static inline bool alloc_must_wait(int r)
         return r == -ENOSPC || r == -EAGAIN || r == -EINPROGRESS;
 }
 
-/* Can room for `size` bytes be made on `device`: do free, leaving (moves
- * out under way), kept, parked (asked back in time) and evictable VRAM
- * together cover it? */
-bool alloc_room_reachable(gmd_server *server, unsigned device, uint64_t size);
-
 /*
  * GMD_ALLOC_NO_SELF_WAIT (gpumem.h): an allocation of `size` on `device`
  * that found no room (at request time, or when the scheduling pass serves

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
 #include "buffer.h"
 #include "loan.h"
 #include "log.h"
@@ -138,6 +137,16 @@ uint64_t evict_reclaimable(const gmd_list *sessions, unsigned device,
                         bytes += s->parking.on[device];
         }
         return bytes;
+}
+
+bool evict_room_reachable(gmd_server *server, unsigned device, uint64_t size)
+{
+        return pool_free(server_vram_pool(server, device)) +
+               move_leaving_bytes(server, device) +
+               reuse_reachable_bytes(&server->reuse, device) +
+               evict_reclaimable(&server->sessions.all, device,
+                                 server->config.reclaim_timeout_ms) +
+               evict_evictable(server, device) >= size;
 }
 
 bool evict_user_reclaim_overdue(const gmd_list *sessions, unsigned n_devices,
@@ -334,7 +343,7 @@ static bool lender_blocked(gmd_server *server, const gmd_loan *loan,
 
                 if (w->loan != loan)
                         continue;
-                return !alloc_room_reachable(server, device,
+                return !evict_room_reachable(server, device,
                         w->size + loan_out_bytes(loan, device) +
                         evict_lent_bytes(server, device, s->pid, s->priority));
         }
@@ -362,8 +371,8 @@ static bool lent_inherits(gmd_server *server, const gmd_dbuffer *b,
         if (!*blocked)
                 *blocked = 1 + lender_blocked(server, b->loan, b->device);
         if (*blocked != 2 ||
-            !alloc_room_reachable(server, w->device, w->size) ||
-            alloc_room_reachable(server, w->device, w->size +
+            !evict_room_reachable(server, w->device, w->size) ||
+            evict_room_reachable(server, w->device, w->size +
                                  evict_lent_bytes(server, w->device,
                                                   w->session->pid,
                                                   w->priority)))

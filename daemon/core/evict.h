@@ -73,6 +73,11 @@ unsigned evict_choose(gmd_server *server, unsigned device, uint64_t need,
 /* Bytes of VRAM on `device` that eviction could free now. */
 uint64_t evict_evictable(gmd_server *server, unsigned device);
 
+/* Can room for `size` bytes be made on `device`: do free, leaving (moves
+ * out under way), kept, parked (asked back in time) and evictable VRAM
+ * together cover it? */
+bool evict_room_reachable(gmd_server *server, unsigned device, uint64_t size);
+
 /* Bytes of VRAM on `device` that eviction could free if the host pool had
  * room for them all (evict_evictable before it is capped by the host
  * pool's free bytes, which another client may give back). */

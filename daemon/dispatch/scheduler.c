@@ -128,13 +128,13 @@ static waitq_reach waiter_reachable(void *ctx, const gmd_waiter *w)
         if (slice_over(&server->slices, w->device, w->session->pid,
                        w->priority, now_ms(), NULL))
                 return WAITQ_REACH_NO;
-        if (alloc_room_reachable(ctx, w->device, need))
+        if (evict_room_reachable(ctx, w->device, need))
                 return WAITQ_REACH_NOW;
         /* VRAM in use by processes that lend when they wait: room once
          * they are held back and wait (waitq.h). Not that of a process
          * that never lent: holding it back could lock it out for good. */
         lend = loan_would_lend(server, w->device, w->session, w->priority);
-        if (lend && alloc_room_reachable(ctx, w->device,
+        if (lend && evict_room_reachable(ctx, w->device,
                                          need > lend ? need - lend : 0))
                 return WAITQ_REACH_LENT;
         return WAITQ_REACH_NO;
