@@ -50,7 +50,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,18 +73,7 @@ class PlainDaemon(Daemon):
         self.dir = tempfile.mkdtemp(prefix=prefix)
         self.socket = os.path.join(self.dir, "sock")
         self.build = build
-        self.proc = subprocess.Popen(
-            [os.environ.get("GMD_DAEMON",
-                            os.path.join(build, "daemon", "gpu-memd")),
-             "--socket", self.socket], stdout=log, stderr=subprocess.STDOUT)
-        for _ in range(3000):
-            if os.path.exists(self.socket) or self.proc.poll() is not None:
-                break
-            time.sleep(0.01)
-        time.sleep(0.2)
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"gpu-memd exited {self.proc.returncode} at "
-                               "start (see the log)")
+        self._start(log, "--socket", self.socket)
 
 
 # ---- the daemon's figures ----------------------------------------------------

@@ -90,13 +90,17 @@ class Daemon:
         with open(path, "w") as f:
             f.write(f"[users]\nmax_priority = {max_priority}\n{config}")
         self.build = build
+        self._start(log, "--backend", "cuda", "--socket", self.socket,
+                    "--vram-limit", vram_limit, "--host-limit", host_limit,
+                    "--config", path, *extra)
+
+    def _start(self, log, *args):
+        """Start BUILD's (or $GMD_DAEMON's) gpu-memd with `args` and wait
+        for its socket."""
         self.proc = subprocess.Popen(
             [os.environ.get("GMD_DAEMON",
-                            os.path.join(build, "daemon", "gpu-memd")),
-             "--backend", "cuda", "--socket", self.socket,
-             "--vram-limit", vram_limit, "--host-limit", host_limit,
-             "--config", path, *extra],
-            stdout=log, stderr=subprocess.STDOUT)
+                            os.path.join(self.build, "daemon", "gpu-memd")),
+             *args], stdout=log, stderr=subprocess.STDOUT)
         for _ in range(3000):
             if os.path.exists(self.socket) or self.proc.poll() is not None:
                 break
