@@ -112,14 +112,46 @@ class Daemon:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def spawn_python(daemon, code, *args):
+def spawn_python(daemon, code, *args, env=None):
     """A child Python process running `code` against `daemon`, stdout
-    piped (one line per step it reports), stdin piped (to hold it)."""
-    env = dict(os.environ, GPU_MEMD_SOCKET=daemon.socket)
+    piped (one line per step it reports), stdin piped (to hold it);
+    `env` adds variables to this process's environment."""
+    env = dict(os.environ, **(env or {}), GPU_MEMD_SOCKET=daemon.socket)
     return subprocess.Popen(
         with_pdeathsig([sys.executable, "-c", code] + list(args)),
         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
+
+
+class Stepper:
+    """A child process of `test` running `code` (with `args`, `env`) that
+    prints "ready", then answers each line it is sent with one line (the
+    tests' steppers: "ok SECONDS" or "error SECONDS WHY")."""
+
+    def __init__(self, test, code, *args, env=None):
+        self.proc = spawn_python(test.daemon, code, *args, env=env)
+        test.addCleanup(reap, self.proc)
+        test.assertEqual(self.proc.stdout.readline().strip(), "ready",
+                         self.proc.stderr.read()
+                         if self.proc.poll() is not None else "")
+        self.pid = self.proc.pid
+
+    def send(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self):
+        return self.proc.stdout.readline().split(None, 2)
+
+    def do(self, line):
+        self.send(line)
+        return self.answer()
+
+
+def waits(client, pid):
+    """Whether process `pid` has a request waiting, as status says."""
+    return any(c.pid == pid and c.waiting
+               for c in client.status("clients").clients)
 
 
 def reap(proc):

@@ -17,11 +17,10 @@ not go out for a priority-0 process's request — but for one that holds the
 memory the lender waits for and does not lend it, after a bound (evict.c,
 lent_inherits): the two no longer wait for each other until a timeout.
 """
-import os
 import time
 import unittest
 
-from gmd_daemon import DaemonTest, reap, spawn_python, wait_until
+from gmd_daemon import DaemonTest, Stepper, wait_until, waits
 
 MiB = 1 << 20
 
@@ -52,44 +51,14 @@ for line in sys.stdin:
 """
 
 
-class Stepper:
+def stepper(test, name, priority=0):
     """A child process that does one buffer operation per line (alloc NAME
     MIB TIMEOUT_S, lend NAME MIB TIMEOUT_S: an allocation with
     GMD_ALLOC_YIELD, acquire NAME TIMEOUT_S, release NAME, free NAME) and
     says "ok SECONDS" or "error SECONDS WHY"; at `priority`
     (GPU_MEMD_PRIORITY)."""
-
-    def __init__(self, test, name, priority=0):
-        saved = os.environ.get("GPU_MEMD_PRIORITY")
-        os.environ["GPU_MEMD_PRIORITY"] = str(priority)
-        try:
-            self.proc = spawn_python(test.daemon, STEPPER, name)
-        finally:
-            if saved is None:
-                del os.environ["GPU_MEMD_PRIORITY"]
-            else:
-                os.environ["GPU_MEMD_PRIORITY"] = saved
-        test.addCleanup(reap, self.proc)
-        test.assertEqual(self.proc.stdout.readline().strip(), "ready",
-                         self.proc.stderr.read()
-                         if self.proc.poll() is not None else "")
-        self.pid = self.proc.pid
-
-    def send(self, line):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def answer(self):
-        return self.proc.stdout.readline().split(None, 2)
-
-    def do(self, line):
-        self.send(line)
-        return self.answer()
-
-
-def waits(client, pid):
-    return any(c.pid == pid and c.waiting
-               for c in client.status("clients").clients)
+    return Stepper(test, STEPPER, name,
+                   env={"GPU_MEMD_PRIORITY": str(priority)})
 
 
 def client_of(client, pid):
@@ -107,9 +76,9 @@ class SlicePause(DaemonTest):
               "[limits]\nmemory_slice_ms = 3000\n")
 
     def test_slice_stops_while_a_higher_priority_runs(self):
-        o = Stepper(self, "other")
-        h = Stepper(self, "holder")
-        p = Stepper(self, "priority", priority=10)
+        o = stepper(self, "other")
+        h = stepper(self, "holder")
+        p = stepper(self, "priority", priority=10)
         self.assertEqual(o.do("alloc x 40 5")[0], "ok")
         self.assertEqual(o.do("release x")[0], "ok")
         # H holds K throughout (never idle); it waits for room O's
@@ -160,8 +129,8 @@ class LentKeepsPriority(DaemonTest):
               "[sim]\nvram = 64M\ngranularity = 64K\n")
 
     def test_lent_memory_stays_for_a_lower_priority(self):
-        p = Stepper(self, "priority", priority=10)
-        q = Stepper(self, "low")
+        p = stepper(self, "priority", priority=10)
+        q = stepper(self, "low")
         self.assertEqual(q.do("alloc h 20 5")[0], "ok")    # in use
         self.assertEqual(p.do("alloc w 40 5")[0], "ok")    # in use
         p.send("lend v 16 20")

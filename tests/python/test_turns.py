@@ -26,7 +26,8 @@ what holds a device's VRAM when a request cannot be served).
 import json
 import unittest
 
-from gmd_daemon import DaemonTest, reap, spawn_python, wait_until
+from gmd_daemon import (DaemonTest, Stepper, reap, spawn_python,
+                        wait_until, waits)
 
 STEPS = 60
 
@@ -203,36 +204,12 @@ for line in sys.stdin:
 """
 
 
-class Stepper:
+def stepper(test, name, cache=True):
     """A child process that does one buffer operation per line it is sent
     (alloc NAME MIB TIMEOUT_S, acquire NAME TIMEOUT_S, release NAME, free
     NAME) and says "ok SECONDS" or "error SECONDS WHY". With `cache`
     False its frees go to the daemon at once (no mapping cache)."""
-
-    def __init__(self, test, name, cache=True):
-        self.proc = spawn_python(test.daemon, STEPPER, name,
-                                 "cache" if cache else "nocache")
-        test.addCleanup(reap, self.proc)
-        test.assertEqual(self.proc.stdout.readline().strip(), "ready",
-                         self.proc.stderr.read()
-                         if self.proc.poll() is not None else "")
-        self.pid = self.proc.pid
-
-    def send(self, line):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def answer(self):
-        return self.proc.stdout.readline().split(None, 2)
-
-    def do(self, line):
-        self.send(line)
-        return self.answer()
-
-
-def waits(client, pid):
-    return any(c.pid == pid and c.waiting
-               for c in client.status("clients").clients)
+    return Stepper(test, STEPPER, name, "cache" if cache else "nocache")
 
 
 def memctl(daemon, *args):
@@ -260,8 +237,8 @@ class SliceKeepsPeak(DaemonTest):
               "[limits]\nmemory_slice_ms = 3000\n")
 
     def test_free_room_of_the_holders_peak_stays_its(self):
-        o = Stepper(self, "other")
-        h = Stepper(self, "holder", cache=False)
+        o = stepper(self, "other")
+        h = stepper(self, "holder", cache=False)
         self.assertEqual(o.do("alloc x 40 5")[0], "ok")
         self.assertEqual(o.do("release x")[0], "ok")
         # H holds K throughout: never idle (SliceEndsIdle); it waits for
@@ -309,7 +286,7 @@ class SliceEndsIdle(DaemonTest):
     def test_idle_holder_lets_the_other_in(self):
         import time
         MiB = 1 << 20
-        o = Stepper(self, "other")
+        o = stepper(self, "other")
         self.assertEqual(o.do("alloc x 40 5")[0], "ok")
         self.assertEqual(o.do("release x")[0], "ok")
         y = self.client.alloc(48 * MiB, timeout=10)
