@@ -664,6 +664,7 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
          * is not offered (buffer_kept_set). */
         pthread_mutex_lock(&client->buffers_lock);
         buffer_kept_close(buffer);
+        buffer->freeing = true;
         pthread_mutex_unlock(&client->buffers_lock);
         msg.buffer_id = buffer->id;
         req.buffer_id = buffer->id;
@@ -676,6 +677,10 @@ int gmd_free(gmd_client *client, gmd_buffer *buffer)
         if (r == 0 || r == GMD_ENOENT || r == GMD_ECONN || r == GMD_EPROTO) {
                 gmd__buffer_unlink(client, buffer);
                 gmd__buffer_destroy(client, buffer);
+        } else {
+                pthread_mutex_lock(&client->buffers_lock);
+                buffer->freeing = false;
+                pthread_mutex_unlock(&client->buffers_lock);
         }
         return r;
 }

@@ -56,6 +56,10 @@ struct gmd_buffer {
         bool kept_vram;                 /* out on host memory, but a remap
                                          * with keep_mapping left its VRAM
                                          * mapped here (buffers_lock) */
+        bool freeing;                   /* gmd_free closed its kept fds and
+                                         * is telling the daemon: a restart
+                                         * meanwhile frees it, not loses it
+                                         * (buffers_lock) */
         bool lost;                      /* revoked because a restarted
                                          * daemon did not keep it: its id
                                          * may name another buffer there,

@@ -349,6 +349,10 @@ static size_t claims_pack_locked(gmd_client *client, resume_state *rs,
                         c->acquired = atomic_load(&b->leased) ||
                                 pending_about_locked(client,
                                         GMD__MSG_TYPE__MSG_RELEASE, b->id);
+                        /* Its fds went before its free, which the old
+                         * daemon may not have read: the new one frees it
+                         * rather than count its bytes lost. */
+                        c->freeing = b->freeing;
                         if (offer) {
                                 c->segments = &seg_ptrs[n_segs];
                                 for (unsigned i = 0; i < b->n_kept; i++) {
@@ -552,7 +556,8 @@ static void verdicts_apply(gmd_client *client, resume_state *rs)
                            rs->codes[i] == GMD__ERROR_CODE__ERR_NONE))
                         continue;
                 pthread_mutex_lock(&client->lock);
-                freeing = pending_about_locked(client, GMD__MSG_TYPE__MSG_FREE,
+                freeing = b->freeing ||
+                          pending_about_locked(client, GMD__MSG_TYPE__MSG_FREE,
                                                b->id);
                 pthread_mutex_unlock(&client->lock);
                 if (i >= rs->answered)

@@ -617,7 +617,13 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
                 rb->rec.tier = (uint8_t)tier;   /* what to tell the owner */
 }
 
-static void session_done(gmd_server *server, restored_session *r)
+/* The session's claims are over: what nobody claimed goes. Its owner
+ * claimed every buffer it knows (`claimed`), so those it did not are
+ * allocations it never heard of (resent: it gets another) and frees it
+ * had finished: freed, not lost. A session whose owner did not come back
+ * loses what it had. */
+static void session_done(gmd_server *server, restored_session *r,
+                         bool claimed)
 {
         gmd_restore *rs = &server->restore;
 
@@ -626,7 +632,10 @@ static void session_done(gmd_server *server, restored_session *r)
         for (unsigned i = 0; i < r->n; i++)
                 if (!r->buffers[i].done) {
                         give_up(server, &r->buffers[i]);
-                        rs->buffers_lost++;
+                        if (claimed)
+                                rs->buffers_freed++;
+                        else
+                                rs->buffers_lost++;
                 }
         r->done = true;
         for (unsigned m = 0; m < r->n_members; m++)
@@ -689,13 +698,22 @@ void restore_resume(gmd_session *s, const gmd_resume_ask *ask,
                                 "answered)", c->buffer_id, NULL);
                         continue;
                 }
+                if (c->freeing) {
+                        /* Its free may never have been read: done now. */
+                        give_up(server, rb);
+                        rs->buffers_freed++;
+                        verdict(&verdicts[i], GMD_ERR_NOT_FOUND, "buffer "
+                                "%llu: freed, as its owner asked%s",
+                                c->buffer_id, NULL);
+                        continue;
+                }
                 claim_one(s, rb, c, &verdicts[i]);
         }
         if (ask->last) {
                 log_info("restart: client %llu (pid %d) took back session "
                          "%llu's buffers", (unsigned long long)s->id,
                          (int)s->pid, (unsigned long long)r->rec.id);
-                session_done(server, r);
+                session_done(server, r, true);
                 restore_tick(server);
         }
 }
@@ -761,17 +779,17 @@ void restore_tick(gmd_server *server)
                          "within [restart] claim_timeout_s: its buffers are "
                          "freed", (unsigned long long)rs->sessions[i].rec.id,
                          rs->sessions[i].rec.pid);
-                session_done(server, &rs->sessions[i]);
+                session_done(server, &rs->sessions[i], false);
         }
         rs->active = false;
         rs->restored_ms = (now_us() - rs->started_us) / 1000;
         log_info("restart: restore done in %llu ms: %u of %u buffer(s) taken "
-                 "back (%llu MiB in VRAM, %llu MiB on host), %u lost",
-                 (unsigned long long)rs->restored_ms, rs->buffers_back,
-                 rs->buffers_found,
+                 "back (%llu MiB in VRAM, %llu MiB on host), %u freed (being "
+                 "freed or never answered), %u lost", (unsigned long long)rs->restored_ms,
+                 rs->buffers_back, rs->buffers_found,
                  (unsigned long long)(rs->bytes_back[GMD_TIER_VRAM] >> 20),
                  (unsigned long long)(rs->bytes_back[GMD_TIER_HOST] >> 20),
-                 rs->buffers_lost);
+                 rs->buffers_freed, rs->buffers_lost);
         pending_mark(&server->pending, PENDING_ROOM);
 }
 

@@ -45,7 +45,7 @@ typedef struct gmd_restore {
                                      * (the record counts them across runs) */
         uint64_t restored_ms;       /* start to the last claim, of the last */
         /* What was found, and what came back, for the log. */
-        unsigned buffers_found, buffers_back, buffers_lost;
+        unsigned buffers_found, buffers_back, buffers_lost, buffers_freed;
         uint64_t bytes_found[2], bytes_back[2];
 } gmd_restore;
 
@@ -58,6 +58,7 @@ typedef struct gmd_claim {
         gmd_tier tier;              /* of what the client maps */
         int fd;                     /* what it maps (the packet owns it), or -1 */
         bool acquired;
+        bool freeing;               /* its owner was freeing it */
 } gmd_claim;
 
 typedef struct gmd_resume_ask {

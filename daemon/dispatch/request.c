@@ -645,6 +645,7 @@ static gmd_outcome handle_resume(gmd_session *s, uint32_t id,
                 claims[i].tier = c->tier == GMD__TIER__TIER_HOST ?
                                  GMD_TIER_HOST : GMD_TIER_VRAM;
                 claims[i].acquired = c->acquired;
+                claims[i].freeing = c->freeing;
                 claims[i].fd = -1;
                 /* One segment per buffer (AllocReply sends one). */
                 if (c->n_segments >= 1 &&
