@@ -25,6 +25,7 @@
 
 #include "errors.h"
 #include "mapcache.h"
+#include "peer_access.h"
 #include "timeutil.h"
 
 gmd_buffer *gmd__buffer_find_locked(gmd_client *client, uint64_t id)
@@ -245,6 +246,7 @@ int gmd__buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
                const char **ret_reason, gmd_buffer **ret_buffer)
 {
         gmd_buffer *buffer;
+        unsigned peer_gen;
         bool known;
         int r;
 
@@ -268,6 +270,7 @@ int gmd__buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
         buffer = calloc(1, sizeof(*buffer));
         if (!buffer)
                 return -ENOMEM;
+        peer_gen = atomic_load(&client->peer_gen);
         if (reply->ipc_handle.len > 0)
                 r = buffer_open_ipc(client, reply, buffer, device, ret_reason);
         else
@@ -287,6 +290,8 @@ int gmd__buffer_new(gmd_client *client, const Gmd__AllocReply *reply,
 
         pthread_mutex_lock(&client->buffers_lock);
         list_add_tail(&client->buffers, &buffer->node);
+        /* Mapped before gmd_peer_access could see it in the table. */
+        gmd__peer_access_catch_up_locked(client, buffer, peer_gen);
         pthread_mutex_unlock(&client->buffers_lock);
         atomic_store(&buffer->leased, true);   /* an alloc hands it out acquired */
         *ret_buffer = buffer;

@@ -997,7 +997,9 @@ static int reach_take(gmd_client *client)
 {
         client->reach = calloc(client->n_devices ? client->n_devices : 1,
                                sizeof(*client->reach));
-        if (!client->reach) {
+        client->peer_access = calloc(client->n_devices ? client->n_devices : 1,
+                                     sizeof(*client->peer_access));
+        if (!client->reach || !client->peer_access) {
                 gmd__error_set("out of memory");
                 return -ENOMEM;
         }
@@ -1316,6 +1318,7 @@ gmd_client *gmd_disconnect(gmd_client *client)
         free(client->granularity);
         free(client->ids);
         free(client->reach);
+        free(client->peer_access);
         free(client->backend);
         free(client->daemon_version);
         free(client->socket_path);

@@ -42,6 +42,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -86,6 +87,12 @@ struct gmd_client {
          * map for use there (gmd__client_reach, once the mapper is made);
          * sent as MSG_REACH to a daemon whose hello reply asks for it. */
         uint64_t *reach;
+        /* Per device, the devices the application gave access to its
+         * buffers (gmd_peer_access; buffers_lock), and a count of the
+         * changes, which a buffer mapped outside buffers_lock compares
+         * (peer_access.c). */
+        uint64_t *peer_access;
+        _Atomic unsigned peer_gen;
         uint64_t client_id;
         /* Restart recovery (reconnect.c): where to connect again and for
          * how long ($GPU_MEMD_RECONNECT_S; 0, or no path: never), and the

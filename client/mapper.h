@@ -60,6 +60,18 @@ typedef struct gmd_mapper_ops {
          * process sees; 0 when it does not see `device`. Sim's answer is
          * devices.c's (gmd__client_reach). */
         uint64_t (*reach)(gmd_mapper *mapper, unsigned device);
+        /* Peer access (gmd_peer_access): the daemon's devices (a bit
+         * each) given access too, beside `device` itself, to what is
+         * mapped for use on `device` from now on. A map whose extra
+         * access the driver refuses gives `device` its own all the same:
+         * peers then copy the slower way, nothing fails. */
+        void (*set_peers)(gmd_mapper *mapper, unsigned device,
+                          uint64_t peers);
+        /* Give the daemon's devices in `peers` access to the mapped
+         * range [addr, addr + size) of a buffer of `device` as well.
+         * 0 or -errno. */
+        int (*grant)(gmd_mapper *mapper, void *addr, uint64_t size,
+                     unsigned device, uint64_t peers);
 
         /* Legacy IPC buffer (GMD_ALLOC_LEGACY_IPC): open the daemon's
          * 64-byte CUipcMemHandle on `device`. The address is chosen by the

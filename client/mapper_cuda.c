@@ -39,12 +39,25 @@
  * all the same (-errno), its notice said falls_back: the buffer is kept,
  * unmapped, and the daemon maps it back where it was (buffer.c).
  *
+ * Peer access: cudaDeviceEnablePeerAccess gives one GPU access to another's
+ * cudaMalloc memory, never to VMM memory, whose access is per mapping
+ * (cuMemSetAccess). A copy between two GPUs' gpu-memd buffers queued on
+ * a GPU without access to the other's buffer is not refused: the driver
+ * carries it some other way than a direct peer copy. So when the
+ * application enables peer access (gmd_peer_access; the PyTorch shim
+ * calls it from its cudaDeviceEnablePeerAccess), the peers it names are
+ * put in the same access call as the buffer's own device for every
+ * buffer mapped for use on that device from then on (set_peers), and the
+ * buffers already mapped get theirs (grant). Should the driver refuse the
+ * longer list, the buffer's own device gets its access alone, as before.
+ *
  * unmap does not synchronize the device (cudaFree would): the library's
  * caller must not have work in flight on a buffer it frees, and the daemon
  * only moves buffers that are released.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -72,6 +85,8 @@ typedef struct cuda_mapper {
         CUcontext *ctx;              /* per device, retained on first use */
         int *ordinal;                /* per device: this process's CUDA
                                       * ordinal of it, -1 where unseen */
+        _Atomic uint64_t *peers;     /* per device: the devices also given
+                                      * access to its mappings */
         cuda_cached_event *events;
 } cuda_mapper;
 
@@ -154,6 +169,61 @@ static void cuda_unreserve(gmd_mapper *mapper, void *addr, uint64_t size)
         (void)m->cu->cuMemAddressFree((CUdeviceptr)(uintptr_t)addr, size);
 }
 
+/* At most this many devices in one access call: the owner and its
+ * peers. */
+#define CUDA_MAX_ACCESS 64
+
+/* The access list of a mapping for use on `device`: `device` first
+ * (this process's ordinal of it, not the daemon's number; cuda_enter
+ * checked there is one), then each device of `peers` this process sees.
+ * Returns the entries filled. */
+static unsigned access_list(const cuda_mapper *m, unsigned device,
+                            uint64_t peers, CUmemAccessDesc *list)
+{
+        unsigned n = 0;
+
+        list[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        list[n].location.id = m->ordinal[device];
+        list[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        for (unsigned e = 0; e < m->n_devices && e < 64 &&
+                             n < CUDA_MAX_ACCESS; e++) {
+                if (e == device || !((peers >> e) & 1) || m->ordinal[e] < 0)
+                        continue;
+                list[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+                list[n].location.id = m->ordinal[e];
+                list[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        }
+        return n;
+}
+
+static void cuda_set_peers(gmd_mapper *mapper, unsigned device, uint64_t peers)
+{
+        cuda_mapper *m = cuda_mapper_of(mapper);
+
+        if (device < m->n_devices)
+                atomic_store(&m->peers[device], peers);
+}
+
+static int cuda_grant(gmd_mapper *mapper, void *addr, uint64_t size,
+                      unsigned device, uint64_t peers)
+{
+        cuda_mapper *m = cuda_mapper_of(mapper);
+        CUmemAccessDesc list[CUDA_MAX_ACCESS];
+        unsigned n;
+        int r;
+
+        r = cuda_enter(m, device);
+        if (r < 0)
+                return r;
+        /* The owner's own access again with them: setting it is
+         * idempotent, and one list says the whole of it. */
+        n = access_list(m, device, peers, list);
+        r = n > 1 ? cuda_driver_errno(m->cu->cuMemSetAccess(
+                                (CUdeviceptr)(uintptr_t)addr, size, list, n)) : 0;
+        cuda_leave(m);
+        return r;
+}
+
 static int cuda_map(gmd_mapper *mapper, void *addr, unsigned device,
                     const gmd_map_segment *segments, unsigned n_segments)
 {
@@ -161,7 +231,6 @@ static int cuda_map(gmd_mapper *mapper, void *addr, unsigned device,
         const gmd_cuda_driver *cu = m->cu;
         CUdeviceptr base = (CUdeviceptr)(uintptr_t)addr;
         uint64_t lo = UINT64_MAX, hi = 0;
-        CUmemAccessDesc access = { 0 };
         unsigned i, mapped = 0;
         int r;
 
@@ -193,14 +262,18 @@ static int cuda_map(gmd_mapper *mapper, void *addr, unsigned device,
         }
         if (n_segments > 0) {
                 /* The owner's device, wherever the memory is: its own
-                 * VRAM, host memory, or a peer's VRAM (top of file). */
-                access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-                /* this process's ordinal of it (cuda_enter checked
-                 * there is one), not the daemon's number */
-                access.location.id = m->ordinal[device];
-                access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+                 * VRAM, host memory, or a peer's VRAM (top of file);
+                 * with the peers the application enabled, in one call. */
+                CUmemAccessDesc list[CUDA_MAX_ACCESS];
+                unsigned n = access_list(m, device,
+                                         atomic_load(&m->peers[device]), list);
+
                 r = cuda_driver_errno(cu->cuMemSetAccess(base + lo, hi - lo,
-                                                         &access, 1));
+                                                         list, n));
+                if (r < 0 && n > 1)
+                        r = cuda_driver_errno(cu->cuMemSetAccess(base + lo,
+                                                                 hi - lo,
+                                                                 list, 1));
                 if (r < 0)
                         goto fail;
         }
@@ -389,6 +462,7 @@ static void cuda_destroy(gmd_mapper *mapper)
         pthread_mutex_destroy(&m->lock);
         free(m->ctx);
         free(m->ordinal);
+        free((void *)m->peers);
         free(m);
 }
 
@@ -401,6 +475,8 @@ static const gmd_mapper_ops cuda_mapper_ops = {
         .remap = NULL,   /* VMM cannot map over a live mapping */
         .destroy = cuda_destroy,
         .reach = cuda_reach,
+        .set_peers = cuda_set_peers,
+        .grant = cuda_grant,
         .ipc_open = cuda_ipc_open,
         .ipc_close = cuda_ipc_close,
         .event_open = cuda_event_open,
@@ -459,9 +535,11 @@ int gmd__mapper_cuda_new(const gmd__device_id *ids, unsigned n_ids,
                 return -ENOMEM;
         m->ctx = calloc(n_ids ? n_ids : 1, sizeof(*m->ctx));
         m->ordinal = calloc(n_ids ? n_ids : 1, sizeof(*m->ordinal));
-        if (!m->ctx || !m->ordinal) {
+        m->peers = calloc(n_ids ? n_ids : 1, sizeof(*m->peers));
+        if (!m->ctx || !m->ordinal || !m->peers) {
                 free(m->ctx);
                 free(m->ordinal);
+                free((void *)m->peers);
                 free(m);
                 return -ENOMEM;
         }

@@ -46,7 +46,7 @@
         X(cuMemExportToShareableHandle)                                 \
         X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle) \
         X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap)          \
-        X(cuMemUnmap) X(cuMemSetAccess)                                 \
+        X(cuMemUnmap) X(cuMemSetAccess) X(cuMemGetAccess)               \
         X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)     \
         X(cuStreamWaitEvent) X(cuStreamQuery) X(cuLaunchHostFunc)       \
         X(cuStreamWaitValue32)                                          \

@@ -284,6 +284,30 @@ GMD_EXPORT
 int gmd_device_pci_bus_id(const gmd_client *client, unsigned device,
                           char *buf, size_t len);
 
+/*
+ * Let the daemon's `device` reach the memory of this client's buffers on
+ * its `peer` — what cudaDeviceEnablePeerAccess(peer), called on `device`,
+ * does for cudaMalloc memory, and does not do for gpu-memd's buffers
+ * (VMM memory, whose access is given per mapping): kernels and copies
+ * queued on `device` then read and write them directly, over NVLink or
+ * PCIe peer-to-peer. It holds for the buffers mapped now and for every
+ * one mapped later, after a move or a daemon restart too, until
+ * gmd_disconnect. The PyTorch shim calls it from its own
+ * cudaDeviceEnablePeerAccess, which PyTorch calls before the first copy
+ * between two GPUs. Both are the daemon's device numbers
+ * (gmd_device_from_cuda). On the sim backend every device reaches all
+ * memory and this only checks its arguments.
+ *
+ * 0; -EINVAL unless both are devices of the daemon and differ;
+ * GMD_ENOTSUP when this process cannot map `peer`'s memory for `device`
+ * (no peer access between the GPUs, or it does not see both); a driver
+ * error (-errno) when a buffer could not be given the access: the first
+ * such buffer is named in gmd_last_error(), and it, like every other
+ * buffer, still works on its own device.
+ */
+GMD_EXPORT
+int gmd_peer_access(gmd_client *client, unsigned device, unsigned peer);
+
 /* ---- buffers ------------------------------------------------------------ */
 
 /*

@@ -26,6 +26,11 @@
  *   - cudaMemGetInfo reports the daemon's pool of the current device
  *     (torch.cuda.mem_get_info, the figures of PyTorch's out-of-memory
  *     message).
+ *   - cudaDeviceEnablePeerAccess, which PyTorch calls before its first
+ *     copy between two GPUs, enables it for cudaMalloc memory (the real
+ *     one) and for the daemon's buffers (gmd_peer_access: VMM memory's
+ *     access is per mapping, which the real one does not give), so such
+ *     copies go directly over NVLink or PCIe peer-to-peer.
  * Error codes are the runtime's numbers, declared here so the shim builds
  * without the CUDA toolkit (the CI tests run it against a fake libcudart).
  */
@@ -46,6 +51,8 @@ typedef int cuda_error;
 #define CUDA_ERROR_INVALID_VALUE  1
 #define CUDA_ERROR_MEMORY_ALLOC   2
 #define CUDA_ERROR_NOT_FOUND      500   /* cudaErrorSymbolNotFound-like */
+#define CUDA_ERROR_NOT_SUPPORTED  801
+#define CUDA_ERROR_PEER_ENABLED   704   /* cudaErrorPeerAccessAlreadyEnabled */
 #define MAX_DEVICES               64
 
 typedef struct cudart {
@@ -54,6 +61,7 @@ typedef struct cudart {
         cuda_error (*device_synchronize)(void);
         cuda_error (*free)(void *);
         cuda_error (*mem_get_info)(size_t *, size_t *);
+        cuda_error (*enable_peer_access)(int, unsigned int);   /* or NULL */
 } cudart;
 
 static cudart real;
@@ -106,6 +114,8 @@ static int real_get(void)
                         real.device_synchronize = dlsym(h, "cudaDeviceSynchronize");
                         real.free = dlsym(h, "cudaFree");
                         real.mem_get_info = dlsym(h, "cudaMemGetInfo");
+                        real.enable_peer_access =
+                                dlsym(h, "cudaDeviceEnablePeerAccess");
                 }
                 if (h && real.get_device && real.set_device &&
                     real.device_synchronize && real.free && real.mem_get_info)
@@ -214,4 +224,22 @@ GMD_TORCH_EXPORT cuda_error cudaMemGetInfo(size_t *ret_free, size_t *ret_total)
                 return CUDA_SUCCESS;
         }
         return real.mem_get_info(ret_free, ret_total);
+}
+
+GMD_TORCH_EXPORT cuda_error cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
+{
+        cuda_error e;
+        int dev;
+
+        if (real_get() < 0 || !real.enable_peer_access)
+                return CUDA_ERROR_NOT_SUPPORTED;
+        e = real.enable_peer_access(peer, flags);
+        /* Enabled before (or now) for cudaMalloc memory: for ours too. A
+         * failure here is the shim's error, not the call's: the buffers
+         * still work, their copies between GPUs go the slower way. */
+        dev = current_device();
+        if ((e == CUDA_SUCCESS || e == CUDA_ERROR_PEER_ENABLED) && dev >= 0 &&
+            peer >= 0)
+                (void)shim_peer_access((unsigned)dev, (unsigned)peer);
+        return e;
 }

@@ -337,6 +337,25 @@ int shim_pool_info(unsigned cuda_device, size_t *ret_free, size_t *ret_total)
         return r;
 }
 
+int shim_peer_access(unsigned cuda_device, unsigned cuda_peer)
+{
+        gmd_client *c = client_get(NULL, NULL, NULL);
+        unsigned device, peer;
+        int r;
+
+        if (!c)
+                return -ENOTCONN;
+        if (devmap_to_daemon(c, cuda_device, &device) < 0 ||
+            devmap_to_daemon(c, cuda_peer, &peer) < 0) {
+                shim_set_error("%s", gmd_last_error());
+                return -ENODEV;
+        }
+        r = gmd_peer_access(c, device, peer);
+        if (r < 0)
+                shim_set_error("%s", gmd_last_error());
+        return r;
+}
+
 void shim_count_foreign_free(void)
 {
         count(GMD_TORCH_FOREIGN_FREES, 1);

@@ -36,6 +36,10 @@ int shim_free(void *ptr);
  * free and capacity bytes. 0 or a negative error. */
 int shim_pool_info(unsigned cuda_device, size_t *ret_free, size_t *ret_total);
 
+/* Let CUDA device `cuda_device` reach the buffers on `cuda_peer` (both
+ * this process's ordinals): gmd_peer_access. 0, or a negative error with
+ * the sentence in shim_last_error(). */
+int shim_peer_access(unsigned cuda_device, unsigned cuda_peer);
 /* Count a cudaFree passed on to libcudart. */
 void shim_count_foreign_free(void);
 

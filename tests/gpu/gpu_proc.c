@@ -280,3 +280,23 @@ void gpu_say_device(const gmd_cuda_driver *cu, int ordinal, const char *what)
         printf("device: CUDA device %d of %d (%s, PCI %s): %s\n", ordinal,
                cuda_driver_device_count(cu), name, bus, what);
 }
+
+int gpu_need_peers(const gmd_cuda_driver *cu)
+{
+        int n = cuda_driver_device_count(cu), a = 0, b = 0;
+        CUdevice d0, d1;
+
+        if (n < 2) {
+                printf("SKIP: needs 2 GPUs, this process sees %d\n", n);
+                return 0;
+        }
+        if (cu->cuDeviceGet(&d0, 0) != CUDA_SUCCESS ||
+            cu->cuDeviceGet(&d1, 1) != CUDA_SUCCESS ||
+            cu->cuDeviceCanAccessPeer(&a, d0, d1) != CUDA_SUCCESS ||
+            cu->cuDeviceCanAccessPeer(&b, d1, d0) != CUDA_SUCCESS || !a || !b) {
+                printf("SKIP: GPUs 0 and 1 have no peer access to each "
+                       "other (cuDeviceCanAccessPeer)\n");
+                return 0;
+        }
+        return 1;
+}

@@ -98,6 +98,14 @@ const gmd_cuda_driver *gpu_usable(void);
  */
 void gpu_say_device(const gmd_cuda_driver *cu, int ordinal, const char *what);
 
+/*
+ * For a test about two GPUs that reach each other: 1 when this process
+ * sees two or more GPUs and its devices 0 and 1 have peer access both
+ * ways (cuDeviceCanAccessPeer); else 0 after printing the one line
+ * "SKIP: ..." saying which is missing (the caller exits GPU_TEST_SKIP).
+ */
+int gpu_need_peers(const gmd_cuda_driver *cu);
+
 /* Failures counted by CHECK; a program exits non-zero when any. */
 extern int gpu_failures;
 

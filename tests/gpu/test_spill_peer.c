@@ -301,20 +301,6 @@ static where wait_where(gmd_client *me, uint64_t on_1, uint64_t host,
         return w;
 }
 
-/* Which GPUs' memory the process maps, as the owner sees it. */
-static int peers_reach(const gmd_cuda_driver *cu)
-{
-        CUdevice d0, d1;
-        int a = 0, b = 0;
-
-        if (cu->cuDeviceGet(&d0, 0) != CUDA_SUCCESS ||
-            cu->cuDeviceGet(&d1, 1) != CUDA_SUCCESS ||
-            cu->cuDeviceCanAccessPeer(&a, d0, d1) != CUDA_SUCCESS ||
-            cu->cuDeviceCanAccessPeer(&b, d1, d0) != CUDA_SUCCESS)
-                return 0;
-        return a && b;
-}
-
 /* Spawn a worker under CUDA_VISIBLE_DEVICES=`visible` (NULL: this
  * process's own setting). */
 static int spawn_seeing(const char *name, const char *visible, gpu_proc *w)
@@ -440,7 +426,7 @@ int main(int argc, char **argv)
         const gmd_cuda_driver *cu;
         gmd_client *me = NULL;
         gpu_daemon d;
-        int sock, n, fd, r;
+        int sock, fd, r;
 
         setvbuf(stdout, NULL, _IOLBF, 0);
         sock = gpu_proc_worker_sock(argc, argv);
@@ -449,16 +435,8 @@ int main(int argc, char **argv)
         cu = gpu_usable();
         if (!cu)
                 return GPU_TEST_SKIP;
-        n = cuda_driver_device_count(cu);
-        if (n < 2) {
-                printf("SKIP: needs 2 GPUs, this process sees %d\n", n);
+        if (!gpu_need_peers(cu))
                 return GPU_TEST_SKIP;
-        }
-        if (!peers_reach(cu)) {
-                printf("SKIP: GPUs 0 and 1 have no peer access to each "
-                       "other (cuDeviceCanAccessPeer)\n");
-                return GPU_TEST_SKIP;
-        }
         gpu_say_device(cu, 0, "the owners' GPU, its pool 1 GiB");
         gpu_say_device(cu, 1, "the peer, its pool 1 GiB");
 

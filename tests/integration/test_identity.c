@@ -5,7 +5,8 @@
  * gmd_device_from_cuda and allocates there — the buffer is on the daemon's
  * device 1, in status and in gpu-memctl. gpu-memctl status names each
  * device's UUID and PCI bus id (and its JSON); a CUDA device the daemon
- * does not have is refused in words.
+ * does not have is refused in words. gmd_peer_access takes two devices
+ * the process sees and refuses any other pair in words.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -134,11 +135,37 @@ static void test_device_the_daemon_lacks(void **state)
         assert_int_equal(harness_vram_used(f->client, 1), 0);
 }
 
+/* On sim every device reaches all memory: gmd_peer_access checks the
+ * pair. A process that sees one GPU cannot reach the other's memory. */
+static void test_peer_access_pairs(void **state)
+{
+        fixture *f = *state;
+        gmd_client *one = NULL;
+
+        unsetenv("CUDA_VISIBLE_DEVICES");
+        start_two(f);
+        assert_int_equal(gmd_peer_access(f->client, 0, 1), 0);
+        assert_int_equal(gmd_peer_access(f->client, 0, 1), 0);
+        assert_int_equal(gmd_peer_access(f->client, 1, 0), 0);
+        assert_int_equal(gmd_peer_access(f->client, 0, 0), -EINVAL);
+        assert_int_equal(gmd_peer_access(f->client, 0, 2), -EINVAL);
+        assert_non_null(strstr(gmd_last_error(), "it has 2"));
+        assert_int_equal(gmd_peer_access(NULL, 0, 1), -EINVAL);
+
+        setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+        assert_int_equal(gmd_connect(f->h.socket_path, "sees-one", &one), 0);
+        unsetenv("CUDA_VISIBLE_DEVICES");
+        assert_int_equal(gmd_peer_access(one, 0, 1), GMD_ENOTSUP);
+        assert_non_null(strstr(gmd_last_error(), "CUDA_VISIBLE_DEVICES"));
+        gmd_disconnect(one);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 HARNESS_TEST(test_visible_second_device),
                 HARNESS_TEST(test_device_the_daemon_lacks),
+                HARNESS_TEST(test_peer_access_pairs),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

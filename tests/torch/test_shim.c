@@ -35,12 +35,13 @@
 int cudaMalloc(void **ptr, size_t size);
 int cudaFree(void *ptr);
 int cudaMemGetInfo(size_t *ret_free, size_t *ret_total);
+int cudaDeviceEnablePeerAccess(int peer, unsigned int flags);
 int fake_cudart_count(int which);
 void *fake_cudart_last_free(void);
 void fake_cudart_set_device(int device);
 
 #define CUDA_ERROR_MEMORY_ALLOC 2
-enum { SYNCS = 0, FREES = 1, SET_DEVICES = 2, MALLOCS = 3 };
+enum { SYNCS = 0, FREES = 1, SET_DEVICES = 2, MALLOCS = 3, PEER_ENABLES = 4 };
 
 static harness h;
 static gmd_client *probe;     /* the test's own view of the daemon */
@@ -173,6 +174,26 @@ static void test_device_n(void **state)
         sets = fake_cudart_count(SET_DEVICES);
         assert_int_equal(cudaFree(p), 0);
         assert_int_equal(fake_cudart_count(SET_DEVICES), sets + 2);
+}
+
+/* cudaDeviceEnablePeerAccess reaches the real runtime (its answer is the
+ * call's, 704 the second time, as CUDA's) and gives the daemon's buffers
+ * the access too: on sim that only checks the pair, so a pair the daemon
+ * lacks is the shim's error, never the call's. */
+static void test_peer_access(void **state)
+{
+        int calls = fake_cudart_count(PEER_ENABLES);
+        void *p;
+
+        fake_cudart_set_device(1);
+        assert_int_equal(cudaMalloc(&p, 4 * MiB), 0);
+        fake_cudart_set_device(0);
+        assert_int_equal(cudaDeviceEnablePeerAccess(1, 0), 0);
+        assert_int_equal(fake_cudart_count(PEER_ENABLES), calls + 1);
+        assert_int_equal(cudaDeviceEnablePeerAccess(1, 0), 704);
+        assert_int_equal(cudaDeviceEnablePeerAccess(5, 0), 0);
+        assert_non_null(strstr(gmd_torch_last_error(), "no CUDA device 5"));
+        assert_int_equal(cudaFree(p), 0);
 }
 
 /* The current device is the process's CUDA ordinal: under
@@ -474,6 +495,7 @@ int main(void)
                 cmocka_unit_test(test_zero_null_and_foreign),
                 cmocka_unit_test(test_mem_get_info_is_the_pool),
                 cmocka_unit_test(test_device_n),
+                cmocka_unit_test(test_peer_access),
                 cmocka_unit_test(test_visible_devices),
                 cmocka_unit_test(test_deadline),
                 cmocka_unit_test(test_repeat_waits_for_room),
