@@ -39,9 +39,19 @@ does); training steps save the same tensors each time, so after the first
 step no slab is made. Before a pass writes into the slabs again its copies
 wait for the last pass's copies back (begin_pass).
 
+Copies to and from another GPU's slabs: PyTorch runs a copy between two
+GPUs on the current stream of the source GPU and fences it both ways
+with the current stream of the other. Left alone, every copy back from
+the peer would run on the peer's default stream, in one line with
+whatever else runs there, and each copy out would fence it too. So the
+stash makes its own stream on the peer current beside its own on this
+GPU for each copy (one out, one in): its copies wait only for each other
+and for the work that made or will use their tensors.
+
 On the CPU (the sim backend's tensors) every copy is an ordinary
 synchronous copy: the same code path, what the tests run without a GPU.
 """
+import contextlib
 import threading
 
 ALIGN = 512
@@ -150,9 +160,14 @@ class Stash:
         self._order = []           # blocks in the order they stashed
         self._entered = set()      # blocks the backward pass reached
         self._lock = threading.Lock()
+        self._peer_out = self._peer_in = None
         if self.cuda:
             self._out = torch.cuda.Stream(torch_device)
             self._in = torch.cuda.Stream(torch_device)
+            peer = getattr(slabs, "peer", None)
+            if peer is not None and torch.device(peer) != torch_device:
+                self._peer_out = torch.cuda.Stream(torch.device(peer))
+                self._peer_in = torch.cuda.Stream(torch.device(peer))
         self.stats = {"tensors": 0, "bytes": 0, "prefetched": 0,
                       "on_demand": 0, "slabs": 0, "slab_bytes": 0}
 
@@ -169,6 +184,16 @@ class Stash:
             self._entered = set()
         if self.cuda:
             self._out.wait_stream(self._in)
+
+    def _streams(self, mine, peer):
+        """Make `mine` (a stream of this GPU) current, and `peer` (the
+        slabs' GPU's, or None) current there: the streams a copy between
+        the two runs on and fences (see the module comment)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self._torch.cuda.stream(mine))
+        if peer is not None:
+            stack.enter_context(self._torch.cuda.stream(peer))
+        return stack
 
     def _region(self, nbytes):
         """The next slab region of `nbytes` (see the module comment)."""
@@ -213,7 +238,7 @@ class Stash:
             self._blocks[block].append(s)
         if self.cuda:
             self._out.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(self._out):
+            with self._streams(self._out, self._peer_out):
                 region.copy_(_flat_bytes(t), non_blocking=True)
                 s.out_event = torch.cuda.Event()
                 s.out_event.record(self._out)
@@ -251,12 +276,12 @@ class Stash:
                 torch.cuda.synchronize(self.device)
                 marks = [torch.cuda.Event(enable_timing=True)
                          for _ in range(3)]
-                with torch.cuda.stream(self._out):
-                    marks[0].record()
+                with self._streams(self._out, self._peer_out):
+                    marks[0].record(self._out)
                     region.copy_(local, non_blocking=True)
-                    marks[1].record()
+                    marks[1].record(self._out)
                     local.copy_(region, non_blocking=True)
-                    marks[2].record()
+                    marks[2].record(self._out)
                 marks[2].synchronize()
                 spans = (marks[0].elapsed_time(marks[1]) / 1e3,
                          marks[1].elapsed_time(marks[2]) / 1e3)
@@ -281,7 +306,8 @@ class Stash:
             s.tensor = t
             return
         stream.wait_event(s.out_event)
-        _flat_bytes(t).copy_(s.region, non_blocking=True)
+        with self._streams(stream, self._peer_in):
+            _flat_bytes(t).copy_(s.region, non_blocking=True)
         s.in_event = torch.cuda.Event()
         s.in_event.record(stream)
         s.tensor = t
