@@ -34,6 +34,11 @@
 #   notify_bench.json / notify_bench.txt how soon the host hears a copy is
 #                                        over, three ways (GMD_BENCH entry
 #                                        "notify", not in the default list)
+#   pin_bench.json / pin_bench.txt       pinning the host arena's pieces by
+#                                        1, 2, 4 and 8 threads against
+#                                        cuMemHostAlloc (GMD_BENCH entry
+#                                        "pin", not in the default list;
+#                                        pins 8 GiB at a time; ~30 s)
 #   torch_bench.json / torch_bench.txt   PyTorch on gpu-memd against the
 #                                        default allocator (bench/torch/,
 #                                        GMD_BENCH entry "torch", ~3 min),
@@ -262,6 +267,7 @@ swap_rc=null
 release_rc=null
 map_rc=null
 notify_rc=null
+pin_rc=null
 torch_rc=null
 offload_rc=null
 cotenancy_rc=null
@@ -313,6 +319,7 @@ for b in $benches; do
         release) release_rc=$rc ;;
         map) map_rc=$rc ;;
         notify) notify_rc=$rc ;;
+        pin) pin_rc=$rc ;;
         peer) peer_rc=$rc ;;
         esac
 done
@@ -330,8 +337,8 @@ fi
         printf '{"gpu": "%s",\n "gpus": %d,\n "sandbox": %s, "sandbox_starts": %s,\n "tests": [' "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)" "$gpus" "$sandbox" "$sandbox_starts"
         sep=""
         for e in "${entries[@]}"; do printf '%s\n  %s' "$sep" "$e"; sep=","; done
-        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "map_bench_rc": %s,\n "notify_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s,\n "cotenancy_bench_rc": %s,\n "peer_bench_rc": %s}\n' \
-                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$map_rc" "$notify_rc" "$torch_rc" "$offload_rc" "$cotenancy_rc" "$peer_rc"
+        printf '],\n "failed": %d,\n "alloc_bench_rc": %s,\n "swap_bench_rc": %s,\n "release_bench_rc": %s,\n "map_bench_rc": %s,\n "notify_bench_rc": %s,\n "pin_bench_rc": %s,\n "torch_bench_rc": %s,\n "offload_bench_rc": %s,\n "cotenancy_bench_rc": %s,\n "peer_bench_rc": %s}\n' \
+                "$failed" "$bench_rc" "$swap_rc" "$release_rc" "$map_rc" "$notify_rc" "$pin_rc" "$torch_rc" "$offload_rc" "$cotenancy_rc" "$peer_rc"
 } >"$json"
 cat "$json"
 exit $((failed > 0))
