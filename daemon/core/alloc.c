@@ -298,15 +298,17 @@ static unsigned alloc_waiting_holders(gmd_server *server, unsigned device,
         return n;
 }
 
-/* Why an allocation of `size` on `device` by a client at `priority`,
- * asked at `since_us`, is still waiting: what holds the pool, and what it
- * was behind. `lends`: it lent while it waited, or did not wait. */
-static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
-                             int priority, bool lends, uint64_t since_us,
+/* Why `w`, an allocation of `size` on `device` still waiting, waited: what
+ * holds the pool, and the request it was held behind, if one was: its
+ * device's holder (waitq.h), which is neither always the oldest waiter
+ * there nor older than `w` (a higher priority holds too). Before, this
+ * named the oldest waiter, which may have held nothing back. */
+static void alloc_why_waited(gmd_server *server, const gmd_waiter *w,
                              char *buf, size_t len)
 {
+        unsigned device = w->device;
         gmd_pool *pool = server_vram_pool(server, device);
-        const gmd_waiter *oldest = waitq_oldest(&server->waitq, device);
+        const gmd_waiter *holder = NULL;
         uint64_t movable = move_leaving_bytes(server, device) +
                            reuse_reachable_bytes(&server->reuse, device) +
                            evict_reclaimable(&server->sessions.all, device,
@@ -314,7 +316,8 @@ static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
                            evict_evictable(server, device);
         uint64_t used = pool->capacity - pool_free(pool);
         uint64_t stuck = used > movable ? used - movable : 0;
-        char stuck_b[32], movable_b[32], other[32];
+        char stuck_b[32], movable_b[32], other[32], who[128];
+        bool held;
         int n;
 
         size_format(stuck, stuck_b, sizeof(stuck_b));
@@ -324,23 +327,32 @@ static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
                      "in time", stuck_b, movable_b);
         if (n < 0 || (size_t)n >= len)
                 return;
-        if (oldest && oldest->since_us < since_us &&
-            waitq_holds(&server->waitq, device, priority, lends)) {
-                size_format(oldest->size, other, sizeof(other));
-                snprintf(buf + n, len - (size_t)n, "; it was held behind an older "
-                         "request for %s, waiting %llu ms, for which room is "
-                         "being made ([limits] wait_hold_ms)", other,
-                         (unsigned long long)((now_us() - oldest->since_us) / 1000));
-        } else if (stuck + size > pool->capacity) {
+        held = waitq_held_by(&server->waitq, w, &holder);
+        if (held && holder) {
+                size_format(holder->size, other, sizeof(other));
+                snprintf(buf + n, len - (size_t)n, "; it was held behind %s "
+                         "request for %s of %s, priority %d, waiting %llu ms, "
+                         "for which room is being made ([limits] "
+                         "wait_hold_ms)",
+                         holder->since_us < w->since_us ? "an older" : "a",
+                         other, session_describe(holder->session, who,
+                                                 sizeof(who)),
+                         holder->priority,
+                         (unsigned long long)((now_us() - holder->since_us) /
+                                              1000));
+        } else if (held) {
+                snprintf(buf + n, len - (size_t)n, "; it was held behind the "
+                         "device's copy queue, resting after a refused copy");
+        } else if (stuck + w->size > pool->capacity) {
                 pid_t pids[4];
-                unsigned w = alloc_waiting_holders(server, device, pids, 4);
+                unsigned k = alloc_waiting_holders(server, device, pids, 4);
                 char list[64] = "";
                 size_t l = 0;
 
-                for (unsigned i = 0; i < w && i < 4; i++)
+                for (unsigned i = 0; i < k && i < 4; i++)
                         l += (size_t)snprintf(list + l, sizeof(list) - l, "%s%d",
                                               i ? ", " : "", (int)pids[i]);
-                if (w < 2)
+                if (k < 2)
                         snprintf(buf + n, len - (size_t)n, "; it cannot fit "
                                  "until buffers in use are released or freed");
                 else
@@ -349,40 +361,36 @@ static void alloc_why_waited(gmd_server *server, unsigned device, uint64_t size,
                                  "%s%s): they wait for each other "
                                  "(GMD_ALLOC_YIELD lets what a waiting "
                                  "process holds move)", list,
-                                 w > 4 ? ", ..." : "");
+                                 k > 4 ? ", ..." : "");
         }
 }
 
-gmd_outcome alloc_expired(gmd_session *s, uint64_t size, unsigned device,
-                          unsigned flags, int64_t timeout_ms, uint64_t since_us,
-                          gmd_result *ret)
+gmd_outcome alloc_expired(gmd_session *s, const gmd_waiter *w, gmd_result *ret)
 {
         gmd_server *server = s->server;
-        gmd_pool *pool = server_vram_pool(server, device);
+        gmd_pool *pool = server_vram_pool(server, w->device);
         char asked[32], free_b[32], cap[32], name[32], host[160] = "";
-        char why[448];
+        char why[640];
         int r;
 
         /* VRAM first, then host: a SPILLABLE allocation that got no VRAM
          * in time lives on the host tier, where the GPU still reads it. */
-        if (placement_host_fallback(flags)) {
-                r = alloc_now_on(s, size, device, flags, GMD_TIER_HOST, since_us,
-                                 ret);
+        if (placement_host_fallback(w->flags)) {
+                r = alloc_now_on(s, w->size, w->device, w->flags,
+                                 GMD_TIER_HOST, w->since_us, ret);
                 if (!alloc_must_wait(r))
                         return r == 0 ? OUTCOME_ALLOCATED : OUTCOME_ERROR;
         }
-        if (placement_host_fallback(flags))
+        if (placement_host_fallback(w->flags))
                 backing_no_host_room(server, host, sizeof(host));
-        alloc_why_waited(server, device, size, s->priority,
-                         (flags & GMD_ALLOC_YIELD) || timeout_ms == 0, since_us,
-                         why, sizeof(why));
-        size_format(size, asked, sizeof(asked));
+        alloc_why_waited(server, w, why, sizeof(why));
+        size_format(w->size, asked, sizeof(asked));
         size_format(pool_free(pool), free_b, sizeof(free_b));
         size_format(pool->capacity, cap, sizeof(cap));
         return result_error(ret, GMD_ERR_TIMED_OUT,
                             "waited %lld ms for %s on %s; it has %s free of %s%s%s "
                             "(see gpu-memctl status)",
-                            (long long)timeout_ms, asked,
+                            (long long)w->timeout_ms, asked,
                             pool_describe(pool, name, sizeof(name)), free_b, cap,
                             why, host);
 }

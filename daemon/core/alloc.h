@@ -16,6 +16,7 @@
 
 typedef struct gmd_session gmd_session;
 typedef struct gmd_server gmd_server;
+typedef struct gmd_waiter gmd_waiter;
 
 /* An allocation asked for (MSG_ALLOC's fields, decoded by request.c). */
 typedef struct gmd_alloc_ask {
@@ -46,11 +47,11 @@ int alloc_now_on(gmd_session *session, uint64_t size, unsigned device,
                  unsigned flags, gmd_tier tier, uint64_t since_us,
                  gmd_result *ret);
 
-/* A waiting allocation's deadline passed: a SPILLABLE one is placed on
- * the host tier if it has room (OUTCOME_ALLOCATED); any other gets a
- * timeout that says what the pool holds (OUTCOME_ERROR). */
-gmd_outcome alloc_expired(gmd_session *session, uint64_t size, unsigned device,
-                          unsigned flags, int64_t timeout_ms, uint64_t since_us,
+/* The deadline of `waiter`, an allocation of `session` still in the
+ * wait queue, passed: a SPILLABLE one is placed on the host tier if it
+ * has room (OUTCOME_ALLOCATED); any other gets a timeout that says what
+ * the pool holds and what held it back (OUTCOME_ERROR). */
+gmd_outcome alloc_expired(gmd_session *session, const gmd_waiter *waiter,
                           gmd_result *ret);
 
 /* alloc_now_on's -ENOSPC and -EINPROGRESS (and move_in_begin's -EAGAIN):

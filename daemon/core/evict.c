@@ -724,8 +724,8 @@ static bool held_by_slice(void *ctx, const gmd_waiter *w)
 {
         held_back *h = ctx;
 
-        if (!slice_over(&h->server->slices, w->device, w->session->pid,
-                        w->priority, h->now, &h->left_ms))
+        if (!server_slice_over(h->server, w->device, w->session->pid,
+                               w->priority, h->now, &h->left_ms))
                 return false;
         h->any = true;
         return true;
@@ -806,6 +806,46 @@ static void slice_pause_check(gmd_server *server, unsigned device, uint64_t now)
                          (int)holder);
 }
 
+/* Is the holder of the slice of `device` stalled (slice.h, slice_stall):
+ * does a request of it there wait for room that free, leaving, kept,
+ * parked and evictable VRAM cannot make (scheduler.c's waiter_reachable:
+ * what it lent, and loans above its priority, no room for it)? Then it
+ * waits for memory held in use, and the processes holding some are not
+ * held back: the one it waits for may be among them. When that changes
+ * to stalled, what the slice held back is served again. */
+static void slice_stall_check(gmd_server *server, unsigned device, uint64_t now)
+{
+        pid_t holder = slice_holder(&server->slices, device, now, NULL);
+        bool stalled = false;
+        gmd_list *pos;
+
+        list_for_each(pos, &server->waitq.waiters) {
+                const gmd_waiter *w = container_of(pos, gmd_waiter, link);
+
+                if (!holder || w->device != device ||
+                    w->rank == WAITQ_PREFETCH || w->session->pid != holder)
+                        continue;
+                if (!evict_room_reachable(server, device, w->size +
+                                loan_out_bytes(w->loan, device) +
+                                evict_lent_bytes(server, device, holder,
+                                                 w->priority))) {
+                        stalled = true;
+                        break;
+                }
+        }
+        if (!slice_stall(&server->slices, device, stalled))
+                return;
+        if (stalled) {
+                log_info("device %u: the slice of pid %d waits for memory "
+                         "in use: it holds back no process holding memory "
+                         "in use there meanwhile", device, (int)holder);
+                pending_mark(&server->pending, PENDING_ROOM);
+        } else {
+                log_debug("device %u: the slice's holder waits for nothing "
+                          "held in use any more", device);
+        }
+}
+
 /* Kept VRAM on `device` its owners were asked to unmap, and may still:
  * counted on for [limits] reclaim_timeout_ms, as parked memory asked back
  * is, and looked at again when that ends. */
@@ -833,6 +873,7 @@ bool evict_balance(gmd_server *server)
 
                 slice_end_idle(server, d, now);
                 slice_pause_check(server, d, now);
+                slice_stall_check(server, d, now);
                 demand = demand_now(server, d, WAITQ_RANKS, now);
                 if (!demand)
                         continue;

@@ -35,6 +35,36 @@ bool server_waits(gmd_server *server, unsigned device, pid_t pid)
         return false;
 }
 
+/* Does process `pid` hold a buffer on `device` acquired? */
+static bool process_holds_in_use(gmd_server *server, unsigned device,
+                                 pid_t pid)
+{
+        gmd_list *pos;
+
+        list_for_each(pos, &server->sessions.all) {
+                const gmd_session *s = container_of(pos, gmd_session, link);
+
+                if (s->pid == pid && !s->closing && s->acquired_on[device])
+                        return true;
+        }
+        return false;
+}
+
+pid_t server_slice_over(gmd_server *server, unsigned device, pid_t pid,
+                        int priority, uint64_t now, uint64_t *ret_left_ms)
+{
+        pid_t holder = slice_over(&server->slices, device, pid, priority, now,
+                                  ret_left_ms);
+
+        /* Its holder waits for memory in use, maybe this process's, which
+         * it cannot let go of while held back: the two would wait for
+         * each other until the slice passed (slice.h, slice_stall). */
+        if (holder && slice_stalled(&server->slices, device) &&
+            process_holds_in_use(server, device, pid))
+                return 0;
+        return holder;
+}
+
 bool server_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
                         int priority, uint64_t need, uint64_t *ret_left_ms)
 {
@@ -45,8 +75,8 @@ bool server_slice_keeps(gmd_server *server, unsigned device, pid_t pid,
 
         if (!pool)
                 return false;
-        holder = slice_over(&server->slices, device, pid, priority, now_ms(),
-                            &left_ms);
+        holder = server_slice_over(server, device, pid, priority, now_ms(),
+                                   &left_ms);
         if (!holder)
                 return false;
         if (ret_left_ms)

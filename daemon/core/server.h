@@ -118,6 +118,13 @@ gmd_pool *server_vram_pool(gmd_server *server, unsigned device);
 /* The pool a tier of `device` draws from (the host pool for any device). */
 gmd_pool *server_pool(gmd_server *server, gmd_tier tier, unsigned device);
 
+/* slice_over for the requests of process `pid` at `priority` on
+ * `device`: the holder of the slice that holds them back, 0 when none;
+ * but a slice whose holder is stalled (slice.h, slice_stall) does not
+ * hold back a process that holds VRAM there in use. */
+pid_t server_slice_over(gmd_server *server, unsigned device, pid_t pid,
+                        int priority, uint64_t now, uint64_t *ret_left_ms);
+
 /* Does a slice of `device`'s memory that another process holds (slice.h)
  * keep `need` bytes from process `pid` at `priority` now? It does while
  * the holder waits there (a prefetch too), and otherwise unless the room

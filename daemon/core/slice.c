@@ -73,6 +73,7 @@ static void slice_give(gmd_slices *t, gmd_slice *s, pid_t pid, int priority,
         s->served_ms = 0;
         s->paused_since_ms = 0;
         s->paused_ms = 0;
+        s->stalled = false;
         t->passed++;
 }
 
@@ -136,6 +137,25 @@ bool slice_paused(const gmd_slices *t, unsigned device)
 {
         return device < GMD_MAX_DEVICES && t->on[device].pid > 0 &&
                t->on[device].paused_since_ms != 0;
+}
+
+bool slice_stall(gmd_slices *t, unsigned device, bool stalled)
+{
+        gmd_slice *s;
+
+        if (device >= GMD_MAX_DEVICES)
+                return false;
+        s = &t->on[device];
+        if (s->pid <= 0 || s->stalled == stalled)
+                return false;
+        s->stalled = stalled;
+        return true;
+}
+
+bool slice_stalled(const gmd_slices *t, unsigned device)
+{
+        return device < GMD_MAX_DEVICES && t->on[device].pid > 0 &&
+               t->on[device].stalled;
 }
 
 void slice_end(gmd_slices *t, unsigned device)

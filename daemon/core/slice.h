@@ -73,6 +73,8 @@ typedef struct gmd_slice {
         uint64_t paused_since_ms; /* the holder waits behind a higher
                                  * priority since (slice_pause); 0: not */
         uint64_t paused_ms;     /* the pauses before, summed */
+        bool stalled;           /* the holder waits for room only memory
+                                 * held in use could make (slice_stall) */
 } gmd_slice;
 
 /* A slice runs for its length from the holder's first request served in
@@ -139,6 +141,20 @@ bool slice_pause(gmd_slices *t, unsigned device, bool blocked, uint64_t now);
 
 /* Is the slice of `device` paused (slice_pause)? */
 bool slice_paused(const gmd_slices *t, unsigned device);
+
+/* The holder of the slice of `device` waits for room that only memory
+ * held in use could make (`stalled`: evict.c decides). Meanwhile the
+ * slice does not hold back a process that holds VRAM there in use
+ * (server.c, server_slice_over): that memory may be what the holder
+ * waits for, and its owner cannot let go of it while its own request
+ * waits. Held back, it waited with the holder until the slice passed
+ * (four lengths when the holder was never served) and its request, with
+ * the room it asked for free, timed out (test_sched_review). True when
+ * the state changed. */
+bool slice_stall(gmd_slices *t, unsigned device, bool stalled);
+
+/* Is the holder of the slice of `device` stalled (slice_stall)? */
+bool slice_stalled(const gmd_slices *t, unsigned device);
 
 /* The slice of `device` ends now (its holder left it idle, evict.c). */
 void slice_end(gmd_slices *t, unsigned device);

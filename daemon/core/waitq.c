@@ -438,6 +438,15 @@ bool waitq_serve(gmd_waitq *q)
         return waiting || q->held != 0;
 }
 
+bool waitq_held_by(const gmd_waitq *q, const gmd_waiter *w,
+                   const gmd_waiter **ret_holder)
+{
+        if (!waitq_held_back(q, w))
+                return false;
+        *ret_holder = q->holder[w->device % 64];
+        return true;
+}
+
 const gmd_waiter *waitq_oldest(const gmd_waitq *q, unsigned device)
 {
         const gmd_waiter *oldest = NULL;

@@ -207,6 +207,12 @@ static inline bool waitq_holds(const gmd_waitq *q, unsigned device,
                (lends || !((q->held_lenders >> d) & 1));
 }
 
+/* Is `w` held back on its device (waitq_holds, as the last pass found
+ * the holders)? *ret_holder is the starved waiter that holds it back,
+ * NULL when a resting copy queue does. */
+bool waitq_held_by(const gmd_waitq *q, const gmd_waiter *w,
+                   const gmd_waiter **ret_holder);
+
 /* The waiter that has waited longest for room on `device`, or NULL. */
 const gmd_waiter *waitq_oldest(const gmd_waitq *q, unsigned device);
 

@@ -125,8 +125,8 @@ static waitq_reach waiter_reachable(void *ctx, const gmd_waiter *w)
         /* Another process's slice of the device runs: its memory is not
          * room for this one until it ends, so holding back would only
          * stall the holder. */
-        if (slice_over(&server->slices, w->device, w->session->pid,
-                       w->priority, now_ms(), NULL))
+        if (server_slice_over(server, w->device, w->session->pid,
+                              w->priority, now_ms(), NULL))
                 return WAITQ_REACH_NO;
         if (evict_room_reachable(ctx, w->device, need))
                 return WAITQ_REACH_NOW;
@@ -146,9 +146,7 @@ static void waiter_expire(void *ctx, gmd_waiter *w)
 
         (void)ctx;
         result_ok(&res);
-        waiter_answer(w, alloc_expired(w->session, w->size, w->device, w->flags,
-                                       w->timeout_ms, w->since_us, &res),
-                      &res);
+        waiter_answer(w, alloc_expired(w->session, w, &res), &res);
 }
 
 static void waiter_cancel(void *ctx, gmd_waiter *w, int code, const char *message)
