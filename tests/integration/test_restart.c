@@ -415,8 +415,16 @@ static void test_free_at_kill(void **state)
         assert_int_equal(gmd_alloc(client, 4 << 20, 0, 0, -1, &gone), 0);
         memset(gmd_buffer_ptr(keep), 0x5a, 4 << 20);
 
-        /* The daemon stopped, the free goes out and is never read. */
-        kill(f->h.pid, SIGSTOP);
+        /* The daemon stopped (every thread of it, before the free goes
+         * out), the free is never read. */
+        {
+                int status;
+
+                kill(f->h.pid, SIGSTOP);
+                assert_int_equal(waitpid(f->h.pid, &status, WUNTRACED),
+                                 f->h.pid);
+                assert_true(WIFSTOPPED(status));
+        }
         call = (free_call){ .client = client, .buffer = gone, .result = 1 };
         assert_int_equal(pthread_create(&thread, NULL, free_thread, &call), 0);
         harness_sleep_ms(200);
