@@ -65,13 +65,19 @@ int backing_create(gmd_server *server, gmd_tier tier, unsigned device,
                 server->host.pinned_own += size;
         if (r == 0)
                 (*ret_mem)->peer = false;   /* the peer tier says so itself */
-        /* A device whose VRAM fills up is about to swap: its arena grows
-         * toward [pools] host_stock_vram now, not when swap-outs come. */
-        if (r == 0 && tier == GMD_TIER_VRAM &&
-            pool_free(server_vram_pool(server, device)) <
-                    server_vram_pool(server, device)->capacity / 4)
-                (void)backing_arena_grow(server, device, 0, false);
+        if (r == 0 && tier == GMD_TIER_VRAM)
+                backing_vram_taken(server, device);
         return r;
+}
+
+void backing_vram_taken(gmd_server *server, unsigned device)
+{
+        const gmd_pool *pool = server_vram_pool(server, device);
+
+        /* A device whose VRAM fills up is about to swap: its arena grows
+         * toward its size for the pool now, not when swap-outs come. */
+        if (pool && pool_free(pool) < pool->capacity / 4)
+                (void)backing_arena_grow(server, device, 0, false);
 }
 
 void backing_destroy(gmd_server *server, gmd_mem *mem)
@@ -108,7 +114,16 @@ static uint64_t arena_coming(const gmd_arena_info *a)
  *     the larger of a quarter of its size and the swap-out just served,
  *     plus the VRAM bytes waited for on the device (waitq_demand);
  *   - GROW_POOL: the device's VRAM pool is three quarters used and the
- *     arena is smaller than [pools] host_stock_vram of it.
+ *     arena is smaller than [pools] host_stock_vram of it, or than what
+ *     the device's buffers that may go out to it hold (arena_bound, when
+ *     host_stock_vram is not 0): jobs that do not fit together allocate
+ *     their working sets before their first swap-out, and each byte of
+ *     them may end up out, or kept out as a clean copy (hostcopy.h), at
+ *     once. Pinned then, the arena is built while they start; sized from
+ *     the pool alone, it grew by the low-water rule while they swapped
+ *     (co-tenancy rounds right after start pinned 8-16 GiB more while
+ *     swapping in at 28-30 GB/s, against 43-47 once built: H200,
+ *     BENCHMARKS.md).
  * A growth for want of room doubles the arena (at most
  * BACKING_ARENA_STEP_MAX a time), so one that keeps being needed takes a
  * few steps, not one per piece; the backend rounds it up to its pieces. */
@@ -120,6 +135,10 @@ static uint64_t arena_wanted(gmd_server *server, unsigned device,
         uint64_t coming = arena_coming(a), low, step, want = 0;
         uint64_t sized = size_spec_resolve(&server->config.host_stock_vram,
                                            pool->capacity);
+
+        if (sized && device < GMD_MAX_DEVICES &&
+            server->devices.arena_bound[device] > sized)
+                sized = server->devices.arena_bound[device];
 
         /* What waits for VRAM on the device will be made room for by
          * swap-outs into the arena: it is wanted too. */
@@ -148,7 +167,8 @@ static const char *const growth_why[] = {
         [BACKING_GROWTH_LOW] = "ahead of demand: its free part fell below "
                                "a quarter",
         [BACKING_GROWTH_POOL] = "ahead of demand: the device's VRAM pool is "
-                                "filling up ([pools] host_stock_vram)",
+                                "filling up ([pools] host_stock_vram, or what "
+                                "its buffers could put out)",
 };
 
 bool backing_arena_grow(gmd_server *server, unsigned device, uint64_t size,

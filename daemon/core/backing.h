@@ -72,13 +72,19 @@ typedef enum backing_growth {
  *     quarter of the arena and `size`, plus the VRAM bytes waited for on
  *     the device (swap-outs will make that room), or while the device's VRAM pool is
  *     three quarters used and the arena is smaller than [pools]
- *     host_stock_vram of it (then within three quarters of host_limit).
+ *     host_stock_vram of it, or than what the device's buffers that may
+ *     go out to it hold (then within three quarters of host_limit).
  * A growth for want of room doubles the arena, at most
  * BACKING_ARENA_STEP_MAX at a time; what a growth under way will add
  * counts as room, so growths chain without overshooting. Logs the
  * growth and why; returns whether one started. */
 bool backing_arena_grow(gmd_server *server, unsigned device, uint64_t size,
                         bool full);
+
+/* VRAM was just allocated on `device`, made or taken from what was kept
+ * (reuse.h): if its pool is three quarters used, the arena may grow ahead
+ * of the swap-outs (backing_arena_grow with `size` 0). */
+void backing_vram_taken(gmd_server *server, unsigned device);
 
 /* "; host memory has no room either (...)" for the error of a SPILLABLE
  * allocation that found neither VRAM nor host memory. */

@@ -15,6 +15,7 @@
 #include "parking.h"
 #include "peer.h"
 #include "pending.h"
+#include "placement.h"
 #include "reuse.h"
 #include "server.h"
 #include "session.h"
@@ -42,6 +43,20 @@ static void buffer_account(gmd_dbuffer *b, int sign)
                 owner->vram_on[b->device] -= b->size;
                 owner->vram_n_on[b->device]--;
         }
+}
+
+/* Count `b` in (sign 1) or out of (-1) the bytes its device's host arena
+ * would hold were all such buffers out (devices.h, arena_bound). */
+static void buffer_account_arena(gmd_server *server, const gmd_dbuffer *b,
+                                 int sign)
+{
+        if (b->device >= GMD_MAX_DEVICES || placement_pinned(b) ||
+            placement_usable_on_host(b))
+                return;
+        if (sign > 0)
+                server->devices.arena_bound[b->device] += b->size;
+        else
+                server->devices.arena_bound[b->device] -= b->size;
 }
 
 /* Count `b` in (sign 1) or out of (-1) its owner's acquired buffers on
@@ -94,6 +109,7 @@ static void buffer_join(gmd_server *server, gmd_session *owner, gmd_dbuffer *b,
         owner->n_buffers++;
         owner->bytes += size;
         buffer_account(b, 1);
+        buffer_account_arena(server, b, 1);
         if (acquired)
                 buffer_account_acquired(b, 1);
 }
@@ -148,6 +164,10 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                 goto fail_mem;
 
         buffer_join(server, owner, b, device, tier, size, flags, true);
+        /* Counted in the arena's bound now; made VRAM asked backing.c
+         * already, before it was. */
+        if (tier == GMD_TIER_VRAM)
+                backing_vram_taken(server, device);
         *ret_buffer = b;
         return 0;
 
@@ -220,6 +240,7 @@ void buffer_free(gmd_server *server, gmd_dbuffer *b)
         b->owner->n_buffers--;
         b->owner->bytes -= b->size;
         buffer_account(b, -1);
+        buffer_account_arena(server, b, -1);
         if (b->acquired)
                 buffer_account_acquired(b, -1);
         hostcopy_drop(server, b);

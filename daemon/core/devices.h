@@ -21,6 +21,11 @@ typedef struct gmd_devices {
         gmd_pool *pools;              /* the VRAM pool of each */
         gmd_device_info *info;        /* what the backend reported */
         gmd_vram_view vram[GMD_MAX_DEVICES];  /* the driver's view */
+        /* Per device, the bytes of its buffers the host arena would hold
+         * were they all out: neither pinned in VRAM nor SPILLABLE (those
+         * pin their own host memory), on whatever tier they are now
+         * (buffer.c keeps it; backing.c sizes the arena from it). */
+        uint64_t arena_bound[GMD_MAX_DEVICES];
         uv_timer_t vram_timer;        /* reads it periodically */
         bool vram_timer_open;
 } gmd_devices;

@@ -634,6 +634,73 @@ static void test_arena_sized_from_pool(void **state)
         harness_stop(&f->h);
 }
 
+/* And larger than the pool: to what the device's buffers that may go out
+ * hold, as jobs that do not fit together allocate them, before their
+ * swap-outs need it. Twelve released 8 MiB-ish buffers, one and a half
+ * pools: the arena ends at least their size, grown for the pool's sake
+ * (none "found it full"), every byte out in it, every byte back whole.
+ * Pinned buffers do not count: they never go out. */
+static void test_arena_sized_from_buffers(void **state)
+{
+        fixture *f = *state;
+        gmd_buffer *b[12] = { NULL }, *pin = NULL;
+        uint64_t each, want, deadline, size = 0, free_ = 0;
+        gmd_pool_status vram;
+
+        harness_start_small(&f->h, "[pools]\nhost_limit = 512M\nhost_stock = 16M\n"
+                                   "[swap]\nchunk_size = 2M\n");
+        f->client = harness_client(&f->h, "buffers");
+        vram = harness_vram_pool(f->client, 0);
+        each = vram.capacity / 8;
+        want = (12 * each + 4 * MiB - 1) / (4 * MiB) * (4 * MiB);
+        for (int i = 0; i < 12; i++) {
+                OK(gmd_alloc(f->client, each, 0, GMD_ALLOC_SWAPPABLE, 5000,
+                             &b[i]));
+                pattern_fill(b[i], 700 + (uint64_t)i);
+                OK(gmd_release(f->client, b[i]));
+        }
+        deadline = harness_now_ms() + 2000;
+        do {
+                arena(f->client, &size, &free_);
+                if (size >= want)
+                        break;
+                harness_sleep_ms(5);
+        } while (harness_now_ms() < deadline);
+        if (size < want)
+                fail_msg("arena %llu MiB, want at least %llu; log:\n%s",
+                         (unsigned long long)(size / MiB),
+                         (unsigned long long)(want / MiB),
+                         harness_read_log(&f->h));
+        assert_int_equal(harness_log_count(&f->h, "swap-outs found it full"), 0);
+        assert_true(harness_log_count(&f->h, POOL_FILLS) >= 1);
+        expect_all_in_arena(f, "one and a half pools allocated");
+        for (int i = 0; i < 12; i++) {
+                OK(gmd_acquire(f->client, b[i], 5000));
+                pattern_check(b[i], 700 + (uint64_t)i, "back from the arena");
+                OK(gmd_release(f->client, b[i]));
+        }
+        for (int i = 0; i < 12; i++)
+                OK(gmd_free(f->client, b[i]));
+        gmd_disconnect(f->client);
+        f->client = NULL;
+        harness_stop(&f->h);
+        harness_cleanup(&f->h);
+
+        /* Pinned in VRAM, seven eighths of the pool: the pool's worth
+         * (host_stock_vram), no more. */
+        harness_start_small(&f->h, "[pools]\nhost_limit = 512M\nhost_stock = 16M\n"
+                                   "[swap]\nchunk_size = 2M\n");
+        f->client = harness_client(&f->h, "pinned");
+        vram = harness_vram_pool(f->client, 0);
+        OK(gmd_alloc(f->client, vram.capacity / 8 * 7, 0, GMD_ALLOC_PIN_VRAM,
+                     GMD_NO_WAIT, &pin));
+        free(harness_wait_log(&f->h, POOL_FILLS, 2000));
+        want = (vram.capacity + 4 * MiB - 1) / (4 * MiB) * (4 * MiB);
+        expect_arena(f, want, want, "seven eighths pinned");
+        OK(gmd_free(f->client, pin));
+        harness_stop(&f->h);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -645,6 +712,7 @@ int main(void)
                 HARNESS_TEST(test_arena_keeps_ahead),
                 HARNESS_TEST(test_arena_stops_at_limit),
                 HARNESS_TEST(test_arena_sized_from_pool),
+                HARNESS_TEST(test_arena_sized_from_buffers),
         };
 
         /* Freed buffers must go back at once for the figures checked here,
