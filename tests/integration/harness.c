@@ -1033,3 +1033,54 @@ int harness_exec_program(int fd, const char *const *argv, char *const *envp)
         /* execveat(fd, "", ..., AT_EMPTY_PATH) underneath: no path walk. */
         return fexecve(fd, (char *const *)argv, envp);
 }
+
+static void *waiter_run(void *arg)
+{
+        harness_waiter *w = arg;
+
+        w->r = gmd_alloc(w->client, w->size, 0, 0, w->timeout_ms, &w->buffer);
+        if (w->r < 0)
+                snprintf(w->error, sizeof(w->error), "%s", gmd_last_error());
+        __atomic_store_n(&w->done, true, __ATOMIC_RELEASE);
+        return NULL;
+}
+
+void harness_waiter_start(harness_waiter *w, gmd_client *client,
+                          uint64_t size, int64_t timeout_ms)
+{
+        memset(w, 0, sizeof(*w));
+        w->client = client;
+        w->size = size;
+        w->timeout_ms = timeout_ms;
+        assert_int_equal(pthread_create(&w->thread, NULL, waiter_run, w), 0);
+}
+
+void harness_waiter_join(harness_waiter *w)
+{
+        assert_int_equal(pthread_join(w->thread, NULL), 0);
+}
+
+unsigned harness_waiting_of(gmd_client *observer, const char *name)
+{
+        gmd_status *st = harness_status(observer);
+        unsigned n = 0;
+
+        for (size_t i = 0; i < st->n_clients; i++)
+                if (strcmp(st->clients[i].name, name) == 0)
+                        n += st->clients[i].waiting;
+        gmd_status_free(st);
+        return n;
+}
+
+void harness_wait_waiting(const harness *h, gmd_client *observer,
+                          const char *name, unsigned want)
+{
+        uint64_t deadline = harness_now_ms() + 20000;
+
+        while (harness_waiting_of(observer, name) != want) {
+                if (harness_now_ms() > deadline)
+                        fail_msg("%s never had %u allocations waiting; log:\n%s",
+                                 name, want, harness_read_log(h));
+                harness_sleep_ms(10);
+        }
+}

@@ -14,6 +14,8 @@
 #ifndef GMD_TEST_HARNESS_H
 #define GMD_TEST_HARNESS_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -284,5 +286,31 @@ unsigned harness_wait_clients(gmd_client *client, unsigned want,
 
 /* Poll until the daemon's fd count equals `want`; returns the last count. */
 int harness_wait_fds(pid_t pid, int want, int timeout_ms);
+
+/* One gmd_alloc (no flags, device 0) on a thread of its own: its result,
+ * words and buffer once `done`. */
+typedef struct harness_waiter {
+        gmd_client *client;
+        uint64_t size;
+        int64_t timeout_ms;
+        pthread_t thread;
+        int r;
+        char error[512];
+        gmd_buffer *buffer;
+        bool done;                      /* __atomic: the call returned */
+} harness_waiter;
+
+void harness_waiter_start(harness_waiter *w, gmd_client *client,
+                          uint64_t size, int64_t timeout_ms);
+void harness_waiter_join(harness_waiter *w);
+
+/* Allocations the client named `name` has waiting, by the daemon's
+ * status. */
+unsigned harness_waiting_of(gmd_client *observer, const char *name);
+
+/* Poll until `name` has `want` allocations waiting (20 s at most, then
+ * fail with the daemon's log). */
+void harness_wait_waiting(const harness *h, gmd_client *observer,
+                          const char *name, unsigned want);
 
 #endif

@@ -25,70 +25,6 @@
 
 #define MIB (1ull << 20)
 
-/* One gmd_alloc on a thread of its own. */
-typedef struct waiter {
-        gmd_client *client;
-        uint64_t size;
-        int64_t timeout_ms;
-        pthread_t thread;
-        int r;
-        char error[256];
-        gmd_buffer *buffer;
-        bool done;
-} waiter;
-
-static void *waiter_run(void *arg)
-{
-        waiter *w = arg;
-
-        w->r = gmd_alloc(w->client, w->size, 0, 0, w->timeout_ms, &w->buffer);
-        if (w->r < 0)
-                snprintf(w->error, sizeof(w->error), "%s", gmd_last_error());
-        __atomic_store_n(&w->done, true, __ATOMIC_RELEASE);
-        return NULL;
-}
-
-static void waiter_start(waiter *w, gmd_client *client, uint64_t size,
-                         int64_t timeout_ms)
-{
-        memset(w, 0, sizeof(*w));
-        w->client = client;
-        w->size = size;
-        w->timeout_ms = timeout_ms;
-        assert_int_equal(pthread_create(&w->thread, NULL, waiter_run, w), 0);
-}
-
-static void waiter_join(waiter *w)
-{
-        assert_int_equal(pthread_join(w->thread, NULL), 0);
-}
-
-/* Allocations the client named `name` has waiting, by the daemon's status. */
-static unsigned waiting_of(gmd_client *observer, const char *name)
-{
-        gmd_status *st = harness_status(observer);
-        unsigned n = 0;
-
-        for (size_t i = 0; i < st->n_clients; i++)
-                if (strcmp(st->clients[i].name, name) == 0)
-                        n += st->clients[i].waiting;
-        gmd_status_free(st);
-        return n;
-}
-
-static void wait_waiting(const harness *h, gmd_client *observer,
-                         const char *name, unsigned want)
-{
-        uint64_t deadline = harness_now_ms() + 20000;
-
-        while (waiting_of(observer, name) != want) {
-                if (harness_now_ms() > deadline)
-                        fail_msg("%s never had %u allocations waiting; log:\n%s",
-                                 name, want, harness_read_log(h));
-                harness_sleep_ms(10);
-        }
-}
-
 static gmd_client *client_with_priority(const harness *h, const char *name,
                                         const char *priority)
 {
@@ -110,7 +46,7 @@ static void test_big_waiter_does_not_block_small(void **state)
         harness_fixture *f = *state;
         gmd_client *holder, *big, *small;
         gmd_buffer *held, *b = NULL;
-        waiter w;
+        harness_waiter w;
 
         harness_start_small(&f->h, "[limits]\nwait_hold_ms = 0\n");
         holder = harness_client(&f->h, "holder");
@@ -118,15 +54,15 @@ static void test_big_waiter_does_not_block_small(void **state)
         small = harness_client(&f->h, "small");
         OK(gmd_alloc(holder, 32 * MIB, 0, 0, GMD_NO_WAIT, &held));  /* in use */
 
-        waiter_start(&w, big, 64 * MIB, 4000);
-        wait_waiting(&f->h, holder, "big", 1);
+        harness_waiter_start(&w, big, 64 * MIB, 4000);
+        harness_wait_waiting(&f->h, holder, "big", 1);
         for (int i = 0; i < 4; i++) {
                 OK(gmd_alloc(small, 2 * MIB, 0, 0, GMD_NO_WAIT, &b));
                 OK(gmd_free(small, b));
         }
         OK(gmd_alloc(small, 2 * MIB, 0, 0, 1000, &b));
         OK(gmd_free(small, b));
-        waiter_join(&w);
+        harness_waiter_join(&w);
         assert_int_equal(w.r, GMD_ETIMEDOUT);
         /* Its error says what it waited behind. */
         assert_non_null(strstr(w.error, "in use"));
@@ -144,7 +80,7 @@ static void test_priority_goes_first(void **state)
         harness_fixture *f = *state;
         gmd_client *holder, *low, *high;
         gmd_buffer *h1, *h2;
-        waiter wl, wh;
+        harness_waiter wl, wh;
 
         harness_start_small(&f->h, "[users]\nmax_priority = 50\n");
         holder = harness_client(&f->h, "holder");
@@ -153,20 +89,20 @@ static void test_priority_goes_first(void **state)
         OK(gmd_alloc(holder, 32 * MIB, 0, 0, GMD_NO_WAIT, &h1));
         OK(gmd_alloc(holder, 32 * MIB, 0, 0, GMD_NO_WAIT, &h2));
 
-        waiter_start(&wl, low, 32 * MIB, 30000);
-        wait_waiting(&f->h, holder, "low", 1);
-        waiter_start(&wh, high, 32 * MIB, 30000);
-        wait_waiting(&f->h, holder, "high", 1);
+        harness_waiter_start(&wl, low, 32 * MIB, 30000);
+        harness_wait_waiting(&f->h, holder, "low", 1);
+        harness_waiter_start(&wh, high, 32 * MIB, 30000);
+        harness_wait_waiting(&f->h, holder, "high", 1);
 
         OK(gmd_free(holder, h1));
-        waiter_join(&wh);
+        harness_waiter_join(&wh);
         if (wh.r != 0)
                 fail_msg("the high priority's allocation: %d %s", wh.r, wh.error);
         assert_false(__atomic_load_n(&wl.done, __ATOMIC_ACQUIRE));
-        assert_int_equal(waiting_of(holder, "low"), 1);
+        assert_int_equal(harness_waiting_of(holder, "low"), 1);
 
         OK(gmd_free(holder, h2));
-        waiter_join(&wl);
+        harness_waiter_join(&wl);
         if (wl.r != 0)
                 fail_msg("the low priority's allocation: %d %s", wl.r, wl.error);
         OK(gmd_free(high, wh.buffer));
@@ -182,7 +118,7 @@ static void test_waiting_per_user(void **state)
         harness_fixture *f = *state;
         gmd_client *holder, *a, *b;
         gmd_buffer *held, *none = NULL;
-        waiter wa;
+        harness_waiter wa;
         int r;
 
         harness_start_small(&f->h, "[limits]\nmax_waiting_per_user = 1\n");
@@ -190,13 +126,13 @@ static void test_waiting_per_user(void **state)
         a = harness_client(&f->h, "a");
         b = harness_client(&f->h, "b");
         OK(gmd_alloc(holder, 64 * MIB, 0, 0, GMD_NO_WAIT, &held));
-        waiter_start(&wa, a, 2 * MIB, 30000);
-        wait_waiting(&f->h, holder, "a", 1);
+        harness_waiter_start(&wa, a, 2 * MIB, 30000);
+        harness_wait_waiting(&f->h, holder, "a", 1);
         r = gmd_alloc(b, 2 * MIB, 0, 0, 30000, &none);
         assert_int_equal(r, GMD_ELIMIT);
         assert_non_null(strstr(gmd_last_error(), "max_waiting_per_user"));
         OK(gmd_free(holder, held));
-        waiter_join(&wa);
+        harness_waiter_join(&wa);
         assert_int_equal(wa.r, 0);
         OK(gmd_free(a, wa.buffer));
         gmd_disconnect(holder);
@@ -213,7 +149,7 @@ static void test_held_behind_says_why(void **state)
         harness_fixture *f = *state;
         gmd_client *holder, *big, *small;
         gmd_buffer *idle, *b = NULL;
-        waiter w;
+        harness_waiter w;
         int r;
 
         harness_start_small(&f->h, "[limits]\nwait_hold_ms = 0\n"
@@ -224,14 +160,14 @@ static void test_held_behind_says_why(void **state)
         OK(gmd_alloc(holder, 32 * MIB, 0, 0, GMD_NO_WAIT, &idle));
         OK(gmd_release(holder, idle));                  /* evictable */
 
-        waiter_start(&w, big, 64 * MIB, 20000);
-        wait_waiting(&f->h, holder, "big", 1);
+        harness_waiter_start(&w, big, 64 * MIB, 20000);
+        harness_wait_waiting(&f->h, holder, "big", 1);
         r = gmd_alloc(small, 2 * MIB, 0, 0, 1000, &b);
         assert_int_equal(r, GMD_ETIMEDOUT);
         if (!strstr(gmd_last_error(), "held behind an older request for 64 MiB"))
                 fail_msg("the timeout does not say what it waited behind: %s",
                          gmd_last_error());
-        waiter_join(&w);
+        harness_waiter_join(&w);
         if (w.r != 0)
                 fail_msg("the large request: %d %s", w.r, w.error);
         OK(gmd_free(big, w.buffer));

@@ -55,63 +55,6 @@ static int setup(void **state)
         return harness_setup(state);
 }
 
-/* One gmd_alloc on a thread of its own. */
-typedef struct waiter {
-        gmd_client *client;
-        uint64_t size;
-        int64_t timeout_ms;
-        pthread_t thread;
-        int r;
-        char error[512];
-        gmd_buffer *buffer;
-} waiter;
-
-static void *waiter_run(void *arg)
-{
-        waiter *w = arg;
-
-        w->r = gmd_alloc(w->client, w->size, 0, 0, w->timeout_ms, &w->buffer);
-        if (w->r < 0)
-                snprintf(w->error, sizeof(w->error), "%s", gmd_last_error());
-        return NULL;
-}
-
-static void waiter_start(waiter *w, gmd_client *client, uint64_t size,
-                         int64_t timeout_ms)
-{
-        memset(w, 0, sizeof(*w));
-        w->client = client;
-        w->size = size;
-        w->timeout_ms = timeout_ms;
-        assert_int_equal(pthread_create(&w->thread, NULL, waiter_run, w), 0);
-}
-
-/* Allocations the client named `name` has waiting, by the daemon's status. */
-static unsigned waiting_of(gmd_client *observer, const char *name)
-{
-        gmd_status *st = harness_status(observer);
-        unsigned n = 0;
-
-        for (size_t i = 0; i < st->n_clients; i++)
-                if (strcmp(st->clients[i].name, name) == 0)
-                        n += st->clients[i].waiting;
-        gmd_status_free(st);
-        return n;
-}
-
-static void wait_waiting(const harness *h, gmd_client *observer,
-                         const char *name, unsigned want)
-{
-        uint64_t deadline = harness_now_ms() + 20000;
-
-        while (waiting_of(observer, name) != want) {
-                if (harness_now_ms() > deadline)
-                        fail_msg("%s never had %u allocations waiting; log:\n%s",
-                                 name, want, harness_read_log(h));
-                harness_sleep_ms(10);
-        }
-}
-
 /* ---- another process, forked before this one connects ----------------- */
 
 /* The other process: connects, holds 24 MiB in use (filled), says 'h';
@@ -200,7 +143,7 @@ static void test_slice_holder_waiting_on_held_back(void **state)
         fixture *f = *state;
         gmd_buffer *used = NULL, *idle = NULL;
         other o;
-        waiter w;
+        harness_waiter w;
         char h;
         int r, code;
 
@@ -212,7 +155,7 @@ static void test_slice_holder_waiting_on_held_back(void **state)
         pattern_fill(used, 72);
         OK(gmd_alloc(f->client, 16 * MiB, 0, 0, GMD_NO_WAIT, &idle));
         OK(gmd_release(f->client, idle));       /* the pool is full */
-        waiter_start(&w, f->client, 24 * MiB, 20000);
+        harness_waiter_start(&w, f->client, 24 * MiB, 20000);
         free(harness_wait_log(&f->h, "slice of its memory to", 5000));
         /* Its own idle 16 MiB went out for it: 16 free. */
         if (harness_wait_vram_used(f->client, 0, 48 * MiB, 5000) != 48 * MiB)
@@ -246,7 +189,7 @@ static void test_timeout_names_holder(void **state)
         fixture *f = *state;
         gmd_client *inuse, *old, *big, *small;
         gmd_buffer *held = NULL, *idle = NULL, *b = NULL;
-        waiter wo, wb;
+        harness_waiter wo, wb;
         int r;
 
         harness_start_small(&f->h, "[limits]\nwait_hold_ms = 0\n"
@@ -258,10 +201,10 @@ static void test_timeout_names_holder(void **state)
         OK(gmd_alloc(inuse, 24 * MiB, 0, 0, GMD_NO_WAIT, &held));
         OK(gmd_alloc(inuse, 32 * MiB, 0, 0, GMD_NO_WAIT, &idle));
         OK(gmd_release(inuse, idle));           /* evictable; 8 MiB free */
-        waiter_start(&wo, old, 48 * MiB, 8000);
-        wait_waiting(&f->h, inuse, "old", 1);
-        waiter_start(&wb, big, 40 * MiB, 20000);
-        wait_waiting(&f->h, inuse, "big", 1);
+        harness_waiter_start(&wo, old, 48 * MiB, 8000);
+        harness_wait_waiting(&f->h, inuse, "old", 1);
+        harness_waiter_start(&wb, big, 40 * MiB, 20000);
+        harness_wait_waiting(&f->h, inuse, "big", 1);
         r = gmd_alloc(small, 2 * MiB, 0, 0, 1000, &b);
         assert_int_equal(r, GMD_ETIMEDOUT);
         if (!strstr(gmd_last_error(), "held behind") ||
