@@ -14,7 +14,10 @@
  *     same copy, timed again, is right;
  *  3. C, allocated on device 1 after, has the access from its first map;
  *  4. C paged out to host memory and brought back (a new mapping) has it
- *     again.
+ *     again. The client keeps no mapping across a swap-out
+ *     (GPU_MEMD_KEEP_MAPPINGS=0): by default the daemon would keep C's
+ *     VRAM mapped while it is out, with an idle pool, and bring it back
+ *     with no new map, so step 4 would check the mapping of step 3 again.
  *
  * The two copy rates are printed ("copy 0 -> 1: ... GB/s without access,
  * ... with"): what the access is worth on this machine, the figure for
@@ -180,5 +183,6 @@ int main(int argc, char **argv)
         if (!gpu_need_peers(cu))
                 return GPU_TEST_SKIP;
         gpu_say_device(cu, 1, "the peer whose buffers device 0 is given");
+        setenv(GMD_KEEP_MAPPINGS_ENV, "0", 1);    /* step 4 maps anew */
         return gpu_client_test("peer-access-test", run);
 }
