@@ -370,6 +370,12 @@ class Stash:
         if self.cuda:
             self._out.synchronize()
             self._in.synchronize()
+            # A copy back from a peer's slab runs on _peer_in, which the
+            # slab's allocator stream never waits for: freed below, the
+            # slab could be handed out on the peer while it still reads.
+            for peer in (self._peer_out, self._peer_in):
+                if peer is not None:
+                    peer.synchronize()
         self._regions = []
         self._blocks = {}
         self.slabs.close()
