@@ -127,28 +127,23 @@ static const gmd_pool_status *vram_pool(const gmd_status *s)
         return NULL;
 }
 
-/* (1) While a client with 10,000 buffers closes, another asks for status
- * and allocates and frees a buffer, over and over: every call is
- * answered; status shows the memory coming back part by part, the
- * closing client's row holding what is left and the pool's bytes equal
- * to the clients' bytes at every step; at the end everything is back. */
-static void test_big_close_serves_others(void **state)
+/* What one close of a big client looked like from another client. */
+typedef struct close_seen {
+        unsigned answers, partial, rows;
+        uint64_t worst_status, worst_alloc;
+        double over_ms;                 /* < 0: not over in 10 s */
+} close_seen;
+
+/* Make a client with 10,000 buffers, close it, and while it closes ask
+ * for status and allocate and free a buffer, over and over, checking the
+ * accounting at every answer, until everything is back. */
+static close_seen close_big(fixture *f, uint64_t used0)
 {
-        fixture *f = *state;
-        uint64_t used0, host0, full, t_close, t_end = 0, worst_status = 0,
-                 worst_alloc = 0;
-        unsigned buffers0, answers = 0, partial = 0, rows = 0;
+        close_seen seen = { .over_ms = -1 };
+        uint64_t full, t_close;
         gmd_buffer *warm = NULL;
         gmd_status *st;
-        char *line;
         raw_client big;
-
-        start(f, NULL);
-        st = harness_status(f->client);
-        used0 = vram_pool(st)->used;
-        host0 = harness_host_pool(f->client).used;
-        buffers0 = st->total_buffers;
-        gmd_status_free(st);
 
         raw_init(&big);
         raw_hello(&big, &f->h, "big");
@@ -170,9 +165,9 @@ static void test_big_close_serves_others(void **state)
 
                 OK(gmd_query_status(f->client, GMD_STATUS_CLIENTS, 0, &st));
                 t1 = now_us();
-                if (t1 - t0 > worst_status)
-                        worst_status = t1 - t0;
-                answers++;
+                if (t1 - t0 > seen.worst_status)
+                        seen.worst_status = t1 - t0;
+                seen.answers++;
                 pool = vram_pool(st);
                 row = find_client(st, "big");
                 for (size_t i = 0; i < st->n_clients; i++)
@@ -184,12 +179,12 @@ static void test_big_close_serves_others(void **state)
                                  (unsigned long long)sum,
                                  (unsigned long long)pool->used);
                 if (pool->used > used0 && pool->used < full)
-                        partial++;
+                        seen.partial++;
                 if (row && row->bytes < (uint64_t)N_BIG * GRANULE)
-                        rows++;
+                        seen.rows++;
                 if (pool->used == used0 && !row && st->total_clients == 1) {
                         gmd_status_free(st);
-                        t_end = now_us();
+                        seen.over_ms = (now_us() - t_close) / 1000.0;
                         break;
                 }
                 gmd_status_free(st);
@@ -198,26 +193,58 @@ static void test_big_close_serves_others(void **state)
                 OK(gmd_alloc(f->client, GRANULE, 0, 0, 5000, &b));
                 OK(gmd_free(f->client, b));
                 t1 = now_us();
-                if (t1 - t0 > worst_alloc)
-                        worst_alloc = t1 - t0;
+                if (t1 - t0 > seen.worst_alloc)
+                        seen.worst_alloc = t1 - t0;
         }
         print_message("close of %d buffers: over in %.1f ms; %u status answers "
                       "meanwhile (%u showing it part done, %u with its row "
                       "part freed); slowest status %.2f ms, slowest alloc+free "
-                      "%.2f ms\n", N_BIG,
-                      t_end ? (t_end - t_close) / 1000.0 : -1.0, answers, partial,
-                      rows, worst_status / 1000.0, worst_alloc / 1000.0);
-        if (!t_end)
+                      "%.2f ms\n", N_BIG, seen.over_ms, seen.answers,
+                      seen.partial, seen.rows, seen.worst_status / 1000.0,
+                      seen.worst_alloc / 1000.0);
+        if (seen.over_ms < 0)
                 fail_msg("the client's memory did not come back in 10 s; log:\n%s",
                          harness_read_log(&f->h));
-        /* Generous: before the close went by batches, one call could wait
-         * the whole close (44-50 ms for 10,000 buffers). */
-        assert_true(worst_status < 1000000);
-        assert_true(worst_alloc < 1000000);
+        return seen;
+}
+
+/* (1) While a client with 10,000 buffers closes, another asks for status
+ * and allocates and frees a buffer, over and over: every call is
+ * answered; status shows the memory coming back part by part, the
+ * closing client's row holding what is left and the pool's bytes equal
+ * to the clients' bytes at every step; at the end everything is back.
+ * Whether an answer lands while the close is part done is the machine's
+ * scheduling too (a close takes 40-70 ms; on a busy machine the test's
+ * own process may get two answers in it): up to three closes, one of
+ * which must show it. */
+static void test_big_close_serves_others(void **state)
+{
+        fixture *f = *state;
+        uint64_t used0, host0;
+        unsigned buffers0, tries = 0;
+        close_seen seen;
+        gmd_status *st;
+        char *line;
+
+        start(f, NULL);
+        st = harness_status(f->client);
+        used0 = vram_pool(st)->used;
+        host0 = harness_host_pool(f->client).used;
+        buffers0 = st->total_buffers;
+        gmd_status_free(st);
+
+        do {
+                seen = close_big(f, used0);
+                /* Generous: before the close went by batches, one call
+                 * could wait the whole close (44-50 ms for 10,000
+                 * buffers). */
+                assert_true(seen.worst_status < 1000000);
+                assert_true(seen.worst_alloc < 1000000);
+        } while (++tries < 3 && (seen.partial == 0 || seen.rows == 0));
         /* Seen part done: the close went by steps, with status answered
          * between them. */
-        assert_true(partial >= 1);
-        assert_true(rows >= 1);
+        assert_true(seen.partial >= 1);
+        assert_true(seen.rows >= 1);
 
         st = harness_status(f->client);
         assert_int_equal(vram_pool(st)->used, used0);
