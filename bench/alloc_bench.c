@@ -36,6 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_cli.h"
 #include "cuda_driver.h"
 #include "gpu_kernels.h"
 #include "gpu_proc.h"
@@ -57,20 +58,13 @@ typedef struct bench {
         series rt, alloc, free;
 } bench;
 
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-
-        return x < y ? -1 : x > y;
-}
-
 static double pct(series *s, double p)
 {
         int i;
 
         if (s->n == 0)
                 return 0;
-        qsort(s->us, (size_t)s->n, sizeof(double), cmp_double);
+        qsort(s->us, (size_t)s->n, sizeof(double), bench_cmp_double);
         i = (int)(p / 100.0 * (s->n - 1) + 0.5);
         return s->us[i];
 }

@@ -40,6 +40,24 @@ static inline int bench_parse_args(int argc, char **argv, const char **json,
         return 0;
 }
 
+/* qsort's order of doubles, ascending. */
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+
+        return x < y ? -1 : x > y;
+}
+
+/* The median of v[0, n): the middle value, or the mean of the two middle
+ * ones; 0 when n is 0. Sorts `v` in place. */
+static inline double bench_median(double *v, int n)
+{
+        if (n <= 0)
+                return 0;
+        qsort(v, (size_t)n, sizeof(*v), bench_cmp_double);
+        return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* `path` opened for writing, or NULL (said on stderr). */
 static inline FILE *bench_json_open(const char *path)
 {

@@ -71,16 +71,9 @@ static void CUDA_CB on_copied(void *data)
         sem_post(&s->done);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-
-        return x < y ? -1 : x > y;
-}
-
 static double median(double *v, int n)
 {
-        qsort(v, (size_t)n, sizeof(*v), cmp_double);
+        qsort(v, (size_t)n, sizeof(*v), bench_cmp_double);
         return n ? v[n / 2] : 0;
 }
 

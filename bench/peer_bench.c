@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_cli.h"
 #include "cuda_driver.h"
 #include "gpu_kernels.h"
 #include "gpu_proc.h"
@@ -64,22 +65,13 @@ static bool batch_on_peer, batch_ok = true;
 static const gmd_cuda_driver *cu;
 static int failures;
 
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-
-        return x < y ? -1 : x > y;
-}
-
+/* The samples stay in the order taken. */
 static double median(const samples *s)
 {
         double v[MAX_REPS];
 
-        if (!s->n)
-                return 0;
         memcpy(v, s->v, sizeof(double) * (size_t)s->n);
-        qsort(v, (size_t)s->n, sizeof(double), cmp_double);
-        return s->n % 2 ? v[s->n / 2] : (v[s->n / 2 - 1] + v[s->n / 2]) / 2;
+        return bench_median(v, s->n);
 }
 
 static void add(samples *s, uint64_t bytes, double us)

@@ -147,18 +147,6 @@ static int host_alloc_once(double *ret_gbs)
         return 0;
 }
 
-static double median(double *v, int n)
-{
-        for (int i = 1; i < n; i++)
-                for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-                        double t = v[j];
-
-                        v[j] = v[j - 1];
-                        v[j - 1] = t;
-                }
-        return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static int setup(char *name, size_t len)
 {
         int host = 0;
@@ -211,13 +199,13 @@ int main(int argc, char **argv)
                                 return 1;
                         }
         }
-        bmed = median(base, reps);
+        bmed = bench_median(base, reps);
         printf("pin_bench on %s: %d GiB pinned in 1 GiB pieces, host NUMA "
                "node %d, medians of %d (GB/s)\n", name, N_PIECES, numa_id,
                reps);
         printf("  cuMemHostAlloc, 1 thread    %6.2f\n", bmed);
         for (int c = 0; c < N_COUNTS; c++) {
-                med[c] = median(gbs[c], reps);
+                med[c] = bench_median(gbs[c], reps);
                 printf("  arena pieces, %d thread(s)  %6.2f  x%.2f one "
                        "thread\n", thread_counts[c], med[c], med[c] / med[0]);
         }

@@ -100,13 +100,6 @@ static bool skipped[COUNT(released_mib)];
 static split_result split;
 
 
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-
-        return x < y ? -1 : x > y;
-}
-
 static void add(samples *s, double v)
 {
         if (s->n < MAX_SAMPLES)
@@ -116,10 +109,7 @@ static void add(samples *s, double v)
 /* Sorts the samples in place. */
 static double median(samples *s)
 {
-        if (s->n == 0)
-                return 0;
-        qsort(s->v, (size_t)s->n, sizeof(double), cmp_double);
-        return s->n % 2 ? s->v[s->n / 2] : (s->v[s->n / 2 - 1] + s->v[s->n / 2]) / 2;
+        return bench_median(s->v, s->n);
 }
 
 static double ratio(double gbs, enum dir d)

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "backend_cuda.h"
+#include "bench_cli.h"
 #include "config.h"
 #include "cu_check.h"
 #include "cuda_driver.h"
@@ -61,22 +62,13 @@ typedef struct samples {
         double v[MAX_REPS];
 } samples;
 
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-
-        return x < y ? -1 : x > y;
-}
-
+/* The samples stay in the order taken. */
 static double median(const samples *s)
 {
         double tmp[MAX_REPS];
 
-        if (s->n == 0)
-                return 0;
         memcpy(tmp, s->v, sizeof(double) * (size_t)s->n);
-        qsort(tmp, (size_t)s->n, sizeof(double), cmp_double);
-        return s->n % 2 ? tmp[s->n / 2] : (tmp[s->n / 2 - 1] + tmp[s->n / 2]) / 2;
+        return bench_median(tmp, s->n);
 }
 
 static double min_of(const samples *s)
