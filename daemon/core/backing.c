@@ -65,8 +65,6 @@ int backing_create(gmd_server *server, gmd_tier tier, unsigned device,
                 server->host.pinned_own += size;
         if (r == 0)
                 (*ret_mem)->peer = false;   /* the peer tier says so itself */
-        if (r == 0 && tier == GMD_TIER_VRAM)
-                backing_vram_taken(server, device);
         return r;
 }
 

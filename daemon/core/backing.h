@@ -81,9 +81,11 @@ typedef enum backing_growth {
 bool backing_arena_grow(gmd_server *server, unsigned device, uint64_t size,
                         bool full);
 
-/* VRAM was just allocated on `device`, made or taken from what was kept
- * (reuse.h): if its pool is three quarters used, the arena may grow ahead
- * of the swap-outs (backing_arena_grow with `size` 0). */
+/* VRAM was just taken on `device` for a buffer (its own, one coming back,
+ * or the peer tier's), made or taken from what was kept (reuse.h): if
+ * the pool is three quarters used, the arena may grow ahead of the
+ * swap-outs (backing_arena_grow with `size` 0). The callers say it, after
+ * counting the buffer: backing_create only makes memory. */
 void backing_vram_taken(gmd_server *server, unsigned device);
 
 /* "; host memory has no room either (...)" for the error of a SPILLABLE

@@ -164,8 +164,7 @@ int buffer_new(gmd_server *server, gmd_session *owner, unsigned device,
                 goto fail_mem;
 
         buffer_join(server, owner, b, device, tier, size, flags, true);
-        /* Counted in the arena's bound now; made VRAM asked backing.c
-         * already, before it was. */
+        /* Counted in the arena's bound now, however its VRAM came. */
         if (tier == GMD_TIER_VRAM)
                 backing_vram_taken(server, device);
         *ret_buffer = b;

@@ -389,6 +389,8 @@ int move_in_begin(gmd_server *server, gmd_dbuffer *b)
         }
         r = dst ? 0 : backing_create(server, GMD_TIER_VRAM, b->device, b->size,
                                      true, &dst);
+        if (r == 0 && !kept)
+                backing_vram_taken(server, b->device);
         b->move_error = 0;
         m = r < 0 ? NULL : move_new(b, GMD_COPY_IN, cls, dst);
         if (!m) {

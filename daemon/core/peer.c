@@ -229,10 +229,12 @@ int peer_destination(gmd_server *server, const gmd_dbuffer *b,
         /* The pool has room; the GPU may not (memory held outside). */
         result_ok(&why);
         r = vram_check(server, best, b->size, &why);
-        if (r == 0)
+        if (r == 0) {
                 r = backing_create(server, GMD_TIER_VRAM, best, b->size, true,
                                    &mem);
-        else
+                if (r == 0)
+                        backing_vram_taken(server, best);
+        } else
                 r = -ENOSPC;
         if (r < 0) {
                 pool_give(pool, b->size);
