@@ -1084,3 +1084,19 @@ void harness_wait_waiting(const harness *h, gmd_client *observer,
                 harness_sleep_ms(10);
         }
 }
+
+void harness_kill(harness *h, int sig)
+{
+        kill(h->pid, sig);
+        waitpid(h->pid, NULL, 0);
+        h->pid = 0;
+}
+
+void harness_suspend(pid_t pid)
+{
+        int status;
+
+        kill(pid, SIGSTOP);
+        if (waitpid(pid, &status, WUNTRACED) != pid || !WIFSTOPPED(status))
+                fail_msg("process %d did not stop", (int)pid);
+}

@@ -287,6 +287,16 @@ unsigned harness_wait_clients(gmd_client *client, unsigned want,
 /* Poll until the daemon's fd count equals `want`; returns the last count. */
 int harness_wait_fds(pid_t pid, int want, int timeout_ms);
 
+/* Send the daemon `sig` (SIGKILL: a crash; SIGINT: stop for good, the
+ * keeper dropping what it held) and wait until it has exited, with no
+ * check of how; the harness then has no daemon (start one again with
+ * harness_start). */
+void harness_kill(harness *h, int sig);
+
+/* Stop `pid`, a child of the test, with SIGSTOP and wait until it has
+ * stopped, every thread of it, before what follows can race it. */
+void harness_suspend(pid_t pid);
+
 /* One gmd_alloc (no flags, device 0) on a thread of its own: its result,
  * words and buffer once `done`. */
 typedef struct harness_waiter {

@@ -314,9 +314,7 @@ static void test_killed_while_closing(void **state)
         raw_close(&big);
         /* Its close takes tens of ms: kill the daemon a few into it. */
         harness_sleep_ms(10);
-        kill(f->h.pid, SIGKILL);
-        waitpid(f->h.pid, NULL, 0);
-        f->h.pid = 0;
+        harness_kill(&f->h, SIGKILL);
         harness_start(&f->h, NULL);
         dropped = harness_log_count(&f->h, "names no recorded session");
         print_message("killed %s (%d buffer records dropped "

@@ -515,9 +515,7 @@ static void test_killed_mid_relocation(void **state)
         expect_relocating(f, 8 * MiB);
         OK(gmd_prefetch_nowait(f->client, b[2]));
         harness_sleep_ms(100);
-        kill(f->h.pid, SIGKILL);
-        waitpid(f->h.pid, NULL, 0);
-        f->h.pid = 0;
+        harness_kill(&f->h, SIGKILL);
         harness_start(&f->h, NULL);
         expect_log(f, "3 of 3 buffer(s) taken back", 10000);
         for (unsigned i = 0; i < 3; i++) {
@@ -899,9 +897,7 @@ static void test_spillable_restart(void **state)
         OK(gmd_wait(f->client, s, 5000));
         expect_where(f, 8 * MiB, 0, "paged out to device 1");
         use_where_it_rests(f->client, s, 1600, 1601, "on device 1");
-        kill(f->h.pid, SIGKILL);
-        waitpid(f->h.pid, NULL, 0);
-        f->h.pid = 0;
+        harness_kill(&f->h, SIGKILL);
         harness_start(&f->h, NULL);
         expect_log(f, "1 of 1 buffer(s) taken back", 10000);
         expect_where(f, 8 * MiB, 0, "after the restart");
@@ -938,9 +934,7 @@ static void test_spillable_restart_reach(void **state)
         start(f, "[restart]\nkeep = keeper\nhold_s = 30\n"
                  "claim_timeout_s = 30\n");
         s = spillable(f->client, 8 * MiB, 1650);
-        kill(f->h.pid, SIGKILL);
-        waitpid(f->h.pid, NULL, 0);
-        f->h.pid = 0;
+        harness_kill(&f->h, SIGKILL);
         harness_start(&f->h, NULL);
         expect_log(f, "1 of 1 buffer(s) taken back", 10000);
         expect_where(f, 0, 0, "after the restart, in device 0's VRAM");

@@ -67,23 +67,6 @@ typedef struct kill_setup {
         int signal;             /* what kills it; 0: SIGKILL */
 } kill_setup;
 
-static void stop_for_good(harness *h)
-{
-        int status;
-
-        /* SIGINT stops for good: the keeper drops what it held and goes. */
-        kill(h->pid, SIGINT);
-        waitpid(h->pid, &status, 0);
-        h->pid = 0;
-}
-
-static void kill_daemon(harness *h, int sig)
-{
-        kill(h->pid, sig ? sig : SIGKILL);
-        waitpid(h->pid, NULL, 0);
-        h->pid = 0;
-}
-
 /* The last `lines` lines of `text` ("" for NULL). */
 static const char *tail_of(const char *text, int lines)
 {
@@ -155,7 +138,7 @@ static void run_kills(harness_fixture *f, unsigned kills,
                 uint64_t t;
 
                 harness_sleep_ms(5 + (int)(rand_r(&seed) % setup->pause_ms));
-                kill_daemon(&f->h, setup->signal);
+                harness_kill(&f->h, setup->signal ? setup->signal : SIGKILL);
                 t = harness_now_ms();
                 harness_start(&f->h, daemon_args);
                 starts_ms += harness_now_ms() - t;
@@ -240,7 +223,7 @@ static void run_kills(harness_fixture *f, unsigned kills,
                 assert_int_equal(harness_exit_code(harness_wait_proc(clients[i],
                                                                      20000)), 0);
         }
-        stop_for_good(&f->h);
+        harness_kill(&f->h, SIGINT);
         print_message("test_restart: PASS on %s: %u kills in %.1f s, %llu "
                       "buffer checks (%llu MiB, through %s), every byte as "
                       "written; the daemon's accounting equals the clients' "
@@ -340,7 +323,7 @@ static void test_other_version(void **state)
         harness_start(&f->h, NULL);
         client = harness_track_ready(f, argv, "READY", "allocate its buffers");
         harness_sleep_ms(100);
-        kill_daemon(&f->h, SIGKILL);
+        harness_kill(&f->h, SIGKILL);
 
         /* This daemon reads versions 1 and 2 only. */
         unsetenv("GMD_TEST_LEDGER_VERSION");
@@ -373,7 +356,7 @@ static void test_other_version(void **state)
         free(line);
         kill(client->pid, SIGUSR1);
         assert_int_equal(harness_exit_code(harness_wait_proc(client, 20000)), 0);
-        stop_for_good(&f->h);
+        harness_kill(&f->h, SIGINT);
 }
 
 typedef struct free_call {
@@ -417,18 +400,11 @@ static void test_free_at_kill(void **state)
 
         /* The daemon stopped (every thread of it, before the free goes
          * out), the free is never read. */
-        {
-                int status;
-
-                kill(f->h.pid, SIGSTOP);
-                assert_int_equal(waitpid(f->h.pid, &status, WUNTRACED),
-                                 f->h.pid);
-                assert_true(WIFSTOPPED(status));
-        }
+        harness_suspend(f->h.pid);
         call = (free_call){ .client = client, .buffer = gone, .result = 1 };
         assert_int_equal(pthread_create(&thread, NULL, free_thread, &call), 0);
         harness_sleep_ms(200);
-        kill_daemon(&f->h, SIGKILL);
+        harness_kill(&f->h, SIGKILL);
         harness_start(&f->h, NULL);
         assert_int_equal(pthread_join(thread, NULL), 0);
         assert_int_equal(call.result, 0);
@@ -450,7 +426,7 @@ static void test_free_at_kill(void **state)
         gmd_status_free(st);
         assert_int_equal(gmd_free(client, keep), 0);
         gmd_disconnect(client);
-        stop_for_good(&f->h);
+        harness_kill(&f->h, SIGINT);
 }
 
 int main(void)

@@ -36,34 +36,6 @@
 #define RESTART_CONFIG "[restart]\nkeep = keeper\nhold_s = 30\n" \
                        "claim_timeout_s = 30\n"
 
-static void stop_for_good(harness *h)
-{
-        int status;
-
-        /* SIGINT stops for good: the keeper drops what it held and goes. */
-        kill(h->pid, SIGINT);
-        waitpid(h->pid, &status, 0);
-        h->pid = 0;
-}
-
-/* Stop `pid`, a child of the test, and wait until it has stopped: every
- * thread of it, before what follows can race it. */
-static void stop_proc(pid_t pid)
-{
-        int status;
-
-        kill(pid, SIGSTOP);
-        if (waitpid(pid, &status, WUNTRACED) != pid || !WIFSTOPPED(status))
-                fail_msg("process %d did not stop", (int)pid);
-}
-
-static void kill_daemon(harness *h)
-{
-        kill(h->pid, SIGKILL);
-        waitpid(h->pid, NULL, 0);
-        h->pid = 0;
-}
-
 /* A daemon that keeps its state through a keeper, and a client of it
  * without a mapping cache (gmd_free frees). `extra`: more config. */
 static gmd_client *start(harness_fixture *f, const char *extra)
@@ -193,11 +165,11 @@ static void call_at_kill(harness_fixture *f, call *c)
 {
         pthread_t thread;
 
-        stop_proc(f->h.pid);
+        harness_suspend(f->h.pid);
         c->result = 1;
         assert_int_equal(pthread_create(&thread, NULL, call_thread, c), 0);
         harness_sleep_ms(200);
-        kill_daemon(&f->h);
+        harness_kill(&f->h, SIGKILL);
         harness_start(&f->h, NULL);
         assert_int_equal(pthread_join(thread, NULL), 0);
 }
@@ -241,7 +213,7 @@ static void expect_accounting(const harness *h, gmd_client *client,
 static void finish(harness_fixture *f, gmd_client *client)
 {
         gmd_disconnect(client);
-        stop_for_good(&f->h);
+        harness_kill(&f->h, SIGINT);
 }
 
 /* An allocation whose request the daemon never read is sent again: the
@@ -502,7 +474,7 @@ static void test_pageout_copy_at_kill(void **state)
 
         OK(gmd_pageout(client, b));
         harness_sleep_ms(300);          /* of about 2 s of copy */
-        kill_daemon(&f->h);
+        harness_kill(&f->h, SIGKILL);
         harness_start(&f->h, NULL);
         expect_restore(&f->h, 1, 1, 0);
         OK(gmd_wait(client, b, 5000));
@@ -526,7 +498,7 @@ static void test_prefetch_copy_at_kill(void **state)
         assert_int_equal(gmd_buffer_tier(b), GMD_TIER_HOST);
         OK(gmd_prefetch(client, b));
         harness_sleep_ms(300);
-        kill_daemon(&f->h);
+        harness_kill(&f->h, SIGKILL);
         harness_start(&f->h, NULL);
         expect_restore(&f->h, 1, 1, 0);
         OK(gmd_acquire(client, b, 10000));
@@ -652,14 +624,14 @@ static void run_child(harness_fixture *f, int what, const char *extra)
         close(down[0]);
         wait_byte(up[0], 'r');
         /* The request goes out to a stopped daemon; the child stops. */
-        stop_proc(f->h.pid);
+        harness_suspend(f->h.pid);
         child_say(down[1], "g");
         wait_byte(up[0], 's');
-        stop_proc(child);
+        harness_suspend(child);
         /* The daemon reads it and acts: answers, or moves and tells. */
         kill(f->h.pid, SIGCONT);
         harness_sleep_ms(400);
-        kill_daemon(&f->h);
+        harness_kill(&f->h, SIGKILL);
         harness_start(&f->h, NULL);
         kill(child, SIGCONT);
         child_say(down[1], "c");
@@ -673,7 +645,7 @@ static void run_child(harness_fixture *f, int what, const char *extra)
                 fail_msg("the child failed: status 0x%x (its checks: "
                          "child_main)", status);
         }
-        stop_for_good(&f->h);
+        harness_kill(&f->h, SIGINT);
 }
 
 /* An allocation answered but not read before the daemon died: the owner
