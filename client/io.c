@@ -295,9 +295,15 @@ enum {
         IO_LOST = -2,           /* ended; maybe ridden through */
 };
 
-/* Read every packet waiting. */
+/* Read every packet waiting. A daemon that closed the connection with
+ * packets of ours unread resets it, and a SOCK_SEQPACKET socket reports
+ * the reset once, before the packets the daemon sent last (a datagram
+ * receive checks the socket's error first): read on to the end, where a
+ * shutdown notice says whether to ride through. */
 static int read_packets(gmd_client *client, uint8_t *buf)
 {
+        bool reset = false;
+
         for (;;) {
                 gmd_wire_packet packet = { .n_fds = 0 };
                 const char *reason = NULL;
@@ -305,8 +311,12 @@ static int read_packets(gmd_client *client, uint8_t *buf)
                 int r;
 
                 r = gmd_wire_recv(client->sock, buf, &packet, &reason);
+                if (r == -ECONNRESET && !reset) {
+                        reset = true;
+                        continue;
+                }
                 if (r == -EAGAIN)
-                        return IO_GOES_ON;
+                        return reset ? IO_LOST : IO_GOES_ON;
                 if (r == 0 || r == -ECONNRESET || r == -EPIPE ||
                     r == -ENOTCONN)
                         return IO_LOST;

@@ -573,16 +573,22 @@ static void *fake_main(void *arg)
                 struct pollfd pfd = { .fd = f->fd, .events = POLLIN };
                 gmd_wire_packet packet;
                 const char *reason;
-                bool stop, paused;
+                bool stop, paused, deaf;
                 int r;
 
                 pthread_mutex_lock(&f->lock);
                 stop = f->stop;
                 paused = f->accept_paused;
+                deaf = f->deaf;
+                f->deaf_seen = deaf;
                 pfd.fd = f->fd;
                 pthread_mutex_unlock(&f->lock);
                 if (stop)
                         break;
+                if (deaf && pfd.fd >= 0) {
+                        poll(NULL, 0, 10);
+                        continue;
+                }
                 if (pfd.fd < 0) {
                         /* Listening: take the next connection. */
                         struct pollfd l = { .fd = f->listen_fd, .events = POLLIN };
@@ -716,6 +722,21 @@ int fake_shutdown(fake_daemon *f, const char *message)
         r = send_msg(f, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &n.base, NULL, 0);
         if (f->fd >= 0)
                 shutdown(f->fd, SHUT_RDWR);
+        pthread_mutex_unlock(&f->lock);
+        return r;
+}
+
+int fake_shutdown_close(fake_daemon *f, const char *message)
+{
+        Gmd__ShutdownNotify n = GMD__SHUTDOWN_NOTIFY__INIT;
+        int r;
+
+        n.message = (char *)message;
+        pthread_mutex_lock(&f->lock);
+        r = send_msg(f, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &n.base, NULL, 0);
+        if (f->fd >= 0)
+                close(f->fd);
+        f->fd = -1;
         pthread_mutex_unlock(&f->lock);
         return r;
 }

@@ -105,6 +105,8 @@ typedef struct fake_daemon {
         int listen_fd;                  /* -1: the socketpair */
         char path[108];
         bool accept_paused;             /* leave new connections waiting */
+        bool deaf;                      /* read nothing from the client */
+        bool deaf_seen;                 /* ... and the thread has seen it */
         bool recovery;                  /* hello sends a resume token */
         bool resume_unsupported;        /* MSG_RESUME -> ERR_UNSUPPORTED */
         bool fresh;                     /* the next hello forgets every
@@ -141,6 +143,11 @@ void fake_drop(fake_daemon *f);
 
 /* Send ShutdownNotify{message}, then end the connection. */
 int fake_shutdown(fake_daemon *f, const char *message);
+
+/* As fake_shutdown, but close the connection as a stopping daemon does:
+ * with whatever the client sent last still unread (set `deaf` first), so
+ * the kernel resets the connection. */
+int fake_shutdown_close(fake_daemon *f, const char *message);
 
 /* Set a field of the restart behaviour under the lock. */
 #define fake_set(f, field, value) do {                  \

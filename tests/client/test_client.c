@@ -1090,6 +1090,38 @@ static void test_shutdown_is_final(void **ctx)
         assert_int_equal(gmd_free(st->client, b), GMD_ECONN);
 }
 
+/* A daemon that stops with packets of the client's unread resets the
+ * connection; its notice, sent before, still says it stops for good. */
+static void test_shutdown_with_unread(void **ctx)
+{
+        state *st = *ctx;
+        gmd_status *status = NULL;
+        gmd_buffer *b = NULL;
+
+        connect_path(st);
+        assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &b), 0);
+        fake_set(&st->fake, deaf, true);
+        for (bool seen = false; !seen; usleep(1000)) {
+                pthread_mutex_lock(&st->fake.lock);
+                seen = st->fake.deaf_seen;
+                pthread_mutex_unlock(&st->fake.lock);
+        }
+        assert_int_equal(gmd_pageout_nowait(st->client, b), 0);
+        assert_int_equal(fake_shutdown_close(&st->fake, "told to stop"), 0);
+        fake_set(&st->fake, deaf, false);
+        /* The I/O thread, not a send of ours, meets the reset first. */
+        for (gmd_conn_state s = GMD_CONN_UP; s == GMD_CONN_UP; usleep(1000)) {
+                pthread_mutex_lock(&st->client->lock);
+                s = st->client->state;
+                pthread_mutex_unlock(&st->client->lock);
+        }
+        assert_int_equal(gmd_query_status(st->client, GMD_STATUS_POOLS, 0,
+                                          &status), GMD_ECONN);
+        assert_string_equal(gmd_last_error(), "gpu-memd is stopping: told to stop");
+        usleep(100000);
+        assert_int_equal(fake_count(&st->fake, GMD__MSG_TYPE__MSG_HELLO), 1);
+}
+
 /* $GPU_MEMD_RECONNECT_S=0: a lost connection fails at once, as before. */
 static void test_reconnect_off(void **ctx)
 {
@@ -1179,6 +1211,7 @@ int main(void)
                 T_LISTEN(test_restart_fresh_numbers),
                 T_LISTEN(test_restart_free_in_flight),
                 T_LISTEN(test_shutdown_is_final),
+                T_LISTEN(test_shutdown_with_unread),
                 T_LISTEN(test_reconnect_off),
                 T_LISTEN(test_reconnect_window),
         };
