@@ -188,6 +188,18 @@ static int restart_keep_open(const gmd_config *config, gmd_keep **ret_keep)
         return 0;
 }
 
+/* A start that fails after taking over an earlier run's state leaves it
+ * as it found it, for the next gpu-memd: a teardown would free the
+ * buffers the clients are about to claim (their host copies go back to
+ * the arena, which the sim backend punches out). As a SIGKILL leaves it:
+ * no teardown. */
+static _Noreturn void leave_state(void)
+{
+        log_error("restart: gpu-memd did not start; the state an earlier "
+                  "gpu-memd left is left untouched for the next one");
+        _exit(1);
+}
+
 /* Every way out closes the event loop: a start that fails after
  * uv_loop_init leaves nothing behind either (LeakSanitizer checks it). */
 static int run(daemon_state *d, const gmd_config *config)
@@ -195,6 +207,7 @@ static int run(daemon_state *d, const gmd_config *config)
         gmd_backend *backend = NULL;
         uv_loop_t loop;
         char ready[400];
+        const char *step;
         int fd, r, status = 1;
 
         r = uv_loop_init(&loop);
@@ -223,18 +236,23 @@ static int run(daemon_state *d, const gmd_config *config)
                 for (unsigned i = 0; backend->ops->arena_adopt &&
                                      i < backend->ops->device_count(backend); i++)
                         (void)backend->ops->arena_adopt(backend, i, NULL, 0);
-                if (r < 0) {
-                        d->server = server_free(d->server);
-                        goto close_loop;
-                }
+                if (r < 0)
+                        leave_state();
         }
+        step = "start the scheduler";
         r = scheduler_start(d->server);
-        if (r >= 0)
+        if (r >= 0) {
+                step = "take the socket systemd passed";
                 r = systemd_listen_fd(&fd);
-        if (r >= 0)
+        }
+        if (r >= 0) {
+                step = "listen";
                 r = server_listen(d->server, fd);
+        }
         if (r < 0) {
-                log_error("cannot listen: %s", strerror(-r));
+                log_error("cannot %s: %s", step, strerror(-r));
+                if (d->server->restore.restores)
+                        leave_state();
                 server_stop(d->server);
         } else {
                 handles_start(d, &loop);

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -429,6 +430,65 @@ static void test_free_at_kill(void **state)
         harness_kill(&f->h, SIGINT);
 }
 
+/* A daemon that takes over a run's state and then cannot start (here:
+ * its socket path is taken) leaves that state as it found it: the next
+ * daemon takes every buffer back, and the bytes of one that was out in
+ * the host arena are whole. */
+static void test_failed_start(void **state)
+{
+        harness_fixture *f = *state;
+        const char *daemon[] = { GMD_DAEMON_PATH, "--backend", "sim",
+                                 "--socket", f->h.socket_path, "--config",
+                                 f->h.config_path, NULL };
+        gmd_client *client;
+        gmd_buffer *in, *out;
+        char *err = NULL, *line;
+        int status;
+
+        harness_init_small(&f->h, "[pools]\nhost_limit = 256M\n"
+                                  "[restart]\nkeep = keeper\nhold_s = 30\n"
+                                  "claim_timeout_s = 30\n");
+        harness_start(&f->h, NULL);
+        assert_int_equal(gmd_connect(f->h.socket_path, "failed-start",
+                                     &client), 0);
+        assert_int_equal(gmd_alloc(client, 4 << 20, 0, 0, -1, &in), 0);
+        assert_int_equal(gmd_alloc(client, 4 << 20, 0, 0, -1, &out), 0);
+        memset(gmd_buffer_ptr(in), 0x11, 4 << 20);
+        memset(gmd_buffer_ptr(out), 0x77, 4 << 20);
+        assert_int_equal(gmd_release(client, out), 0);
+        assert_int_equal(gmd_pageout(client, out), 0);
+        assert_int_equal(gmd_wait(client, out, 10000), 0);
+        harness_kill(&f->h, SIGKILL);
+
+        assert_int_equal(unlink(f->h.socket_path), 0);
+        assert_int_equal(mkdir(f->h.socket_path, 0700), 0);
+        status = harness_run(&f->h, NULL, daemon, NULL, &err, 10000);
+        assert_int_not_equal(harness_exit_code(status), 0);
+        if (!strstr(err, "(4 MiB in VRAM, 4 MiB on host)") ||
+            !strstr(err, "cannot listen") ||
+            !strstr(err, "left untouched"))
+                fail_msg("want a takeover, then the state left: %s", err);
+        free(err);
+        assert_int_equal(rmdir(f->h.socket_path), 0);
+
+        harness_start(&f->h, NULL);
+        line = harness_wait_log(&f->h, "restart: restore done", 20000);
+        if (!line || !strstr(line, "2 of 2 buffer(s) taken back") ||
+            !restore_whole(line, 2)) {
+                show_logs(&f->h);
+                fail_msg("want 2 of 2 taken back: %s",
+                         line ? line : "no \"restore done\" in the log");
+        }
+        free(line);
+        assert_int_equal(gmd_acquire(client, out, 10000), 0);
+        for (size_t i = 0; i < (4 << 20); i += 4096) {
+                assert_int_equal(((unsigned char *)gmd_buffer_ptr(in))[i], 0x11);
+                assert_int_equal(((unsigned char *)gmd_buffer_ptr(out))[i], 0x77);
+        }
+        gmd_disconnect(client);
+        harness_kill(&f->h, SIGINT);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -442,6 +502,9 @@ int main(void)
                                                 harness_setup,
                                                 harness_teardown),
                 cmocka_unit_test_setup_teardown(test_free_at_kill,
+                                                harness_setup,
+                                                harness_teardown),
+                cmocka_unit_test_setup_teardown(test_failed_start,
                                                 harness_setup,
                                                 harness_teardown),
         };
