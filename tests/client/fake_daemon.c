@@ -712,7 +712,8 @@ void fake_drop(fake_daemon *f)
         pthread_mutex_unlock(&f->lock);
 }
 
-int fake_shutdown(fake_daemon *f, const char *message)
+/* The notice, then the end: a shutdown, or a close (`close_fd`). */
+static int send_shutdown(fake_daemon *f, const char *message, bool close_fd)
 {
         Gmd__ShutdownNotify n = GMD__SHUTDOWN_NOTIFY__INIT;
         int r;
@@ -720,25 +721,24 @@ int fake_shutdown(fake_daemon *f, const char *message)
         n.message = (char *)message;
         pthread_mutex_lock(&f->lock);
         r = send_msg(f, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &n.base, NULL, 0);
-        if (f->fd >= 0)
+        if (f->fd >= 0 && close_fd) {
+                close(f->fd);
+                f->fd = -1;
+        } else if (f->fd >= 0) {
                 shutdown(f->fd, SHUT_RDWR);
+        }
         pthread_mutex_unlock(&f->lock);
         return r;
 }
 
+int fake_shutdown(fake_daemon *f, const char *message)
+{
+        return send_shutdown(f, message, false);
+}
+
 int fake_shutdown_close(fake_daemon *f, const char *message)
 {
-        Gmd__ShutdownNotify n = GMD__SHUTDOWN_NOTIFY__INIT;
-        int r;
-
-        n.message = (char *)message;
-        pthread_mutex_lock(&f->lock);
-        r = send_msg(f, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &n.base, NULL, 0);
-        if (f->fd >= 0)
-                close(f->fd);
-        f->fd = -1;
-        pthread_mutex_unlock(&f->lock);
-        return r;
+        return send_shutdown(f, message, true);
 }
 
 void fake_set_mode(fake_daemon *f, fake_mode mode, int arg)
