@@ -15,8 +15,6 @@
 extern "C" {
 #endif
 
-#define GPU_TEST_SKIP 77   /* ctest's SKIP_RETURN_CODE */
-
 /* 0 when a CUDA device is usable by the runtime; else -1 with `reason`. */
 int gpu_probe(char *reason, size_t len);
 

@@ -300,3 +300,14 @@ int gpu_need_peers(const gmd_cuda_driver *cu)
         }
         return 1;
 }
+
+const gmd_cuda_driver *gpu_test_begin(int argc, char **argv,
+                                      int (*worker)(int sock))
+{
+        int sock = gpu_proc_worker_sock(argc, argv);
+
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        if (sock >= 0)
+                exit(worker(sock));
+        return gpu_usable();
+}

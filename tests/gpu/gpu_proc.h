@@ -15,6 +15,7 @@
 #include "cuda_driver.h"
 
 #define GPU_PROC_MAX_FDS 8
+#define GPU_TEST_SKIP 77   /* ctest's SKIP_RETURN_CODE */
 
 typedef struct gpu_proc {
         pid_t pid;
@@ -87,6 +88,16 @@ int gpu_client_test(const char *name, void (*run)(struct gmd_client *c));
  * the caller then exits GPU_TEST_SKIP (ctest shows the test skipped).
  */
 const gmd_cuda_driver *gpu_usable(void);
+
+/*
+ * The start of a GPU test's main(): stdout line-buffered (a log cut off
+ * mid-run ends at a whole line); in a worker process (argv says so,
+ * gpu_proc_spawn) exit with `worker`'s status; else the driver
+ * (gpu_usable), or NULL after its "SKIP" line: main then returns
+ * GPU_TEST_SKIP.
+ */
+const gmd_cuda_driver *gpu_test_begin(int argc, char **argv,
+                                      int (*worker)(int sock));
 
 /*
  * For a test about one device, on a machine of one GPU or several: one

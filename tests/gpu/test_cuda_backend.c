@@ -658,14 +658,9 @@ int main(int argc, char **argv)
         gmd_config config;
         gpu_proc w, rd;
         cmd quit = { .op = OP_QUIT };
-        int sock, r;
+        int r;
 
-        setvbuf(stdout, NULL, _IOLBF, 0);
-        sock = gpu_proc_worker_sock(argc, argv);
-        if (sock >= 0)
-                return worker(sock);
-
-        cu = gpu_usable();
+        cu = gpu_test_begin(argc, argv, worker);
         if (!cu)
                 return GPU_TEST_SKIP;
         gpu_say_device(cu, 0, "the backend opens every GPU; its buffers, "

@@ -355,13 +355,9 @@ int main(int argc, char **argv)
         gmd_client *me = NULL;
         gpu_daemon d;
         gpu_proc a, b;
-        int sock, r;
+        int r;
 
-        setvbuf(stdout, NULL, _IOLBF, 0);
-        sock = gpu_proc_worker_sock(argc, argv);
-        if (sock >= 0)
-                return worker(sock);
-        cu = gpu_usable();
+        cu = gpu_test_begin(argc, argv, worker);
         if (!cu)
                 return GPU_TEST_SKIP;
         gpu_say_device(cu, 0, "the daemon's device 0 for every section but "

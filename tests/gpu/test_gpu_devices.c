@@ -150,13 +150,9 @@ int main(int argc, char **argv)
         unsigned count = 0, target = 0;
         report rep;
         char done = 1;
-        int sock, n, r, spawned;
+        int n, r, spawned;
 
-        setvbuf(stdout, NULL, _IOLBF, 0);
-        sock = gpu_proc_worker_sock(argc, argv);
-        if (sock >= 0)
-                return worker(sock);
-        cu = gpu_usable();
+        cu = gpu_test_begin(argc, argv, worker);
         if (!cu)
                 return GPU_TEST_SKIP;
         n = cuda_driver_device_count(cu);

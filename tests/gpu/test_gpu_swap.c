@@ -243,13 +243,9 @@ int main(int argc, char **argv)
         uint64_t vram, host;
         unsigned n_host;
         gpu_daemon d;
-        int sock, r;
+        int r;
 
-        setvbuf(stdout, NULL, _IOLBF, 0);
-        sock = gpu_proc_worker_sock(argc, argv);
-        if (sock >= 0)
-                return worker(sock);
-        cu = gpu_usable();
+        cu = gpu_test_begin(argc, argv, worker);
         if (!cu)
                 return GPU_TEST_SKIP;
         gpu_say_device(cu, 0, "the daemon's device 0 and its 1 GiB pool, "

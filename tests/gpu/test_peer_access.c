@@ -265,13 +265,7 @@ static void run(gmd_client *c)
 
 int main(int argc, char **argv)
 {
-        int sock;
-
-        setvbuf(stdout, NULL, _IOLBF, 0);
-        sock = gpu_proc_worker_sock(argc, argv);
-        if (sock >= 0)
-                return worker(sock);
-        cu = gpu_usable();
+        cu = gpu_test_begin(argc, argv, worker);
         if (!cu)
                 return GPU_TEST_SKIP;
         if (!gpu_need_peers(cu))

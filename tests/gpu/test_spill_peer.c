@@ -426,13 +426,9 @@ int main(int argc, char **argv)
         const gmd_cuda_driver *cu;
         gmd_client *me = NULL;
         gpu_daemon d;
-        int sock, fd, r;
+        int fd, r;
 
-        setvbuf(stdout, NULL, _IOLBF, 0);
-        sock = gpu_proc_worker_sock(argc, argv);
-        if (sock >= 0)
-                return worker(sock);
-        cu = gpu_usable();
+        cu = gpu_test_begin(argc, argv, worker);
         if (!cu)
                 return GPU_TEST_SKIP;
         if (!gpu_need_peers(cu))

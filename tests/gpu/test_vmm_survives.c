@@ -237,17 +237,14 @@ static int ask(gpu_proc *p, int op, const int *fds, unsigned n, reply *rep,
 
 int main(int argc, char **argv)
 {
-        int sock = gpu_proc_worker_sock(argc, argv);
         const gmd_cuda_driver *driver;
         gpu_proc daemon, client, fresh;
         int kept[GPU_PROC_MAX_FDS], back[GPU_PROC_MAX_FDS], verify[3];
         reply rep;
 
-        if (sock >= 0)
-                return worker(sock);
-        driver = gpu_usable();
+        driver = gpu_test_begin(argc, argv, worker);
         if (!driver)
-                return 77;
+                return GPU_TEST_SKIP;
         gpu_say_device(driver, 0, "every process of this test creates, "
                        "maps and checks its memory there");
         CHECK(gpu_proc_spawn("vmm-daemon", &daemon) == 0, "spawn daemon");
