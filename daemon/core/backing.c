@@ -21,7 +21,6 @@
 #include "backend.h"
 #include "keptfd.h"
 #include "log.h"
-#include "peer.h"
 #include "server.h"
 #include "size.h"
 #include "waitq.h"
@@ -78,6 +77,25 @@ void backing_vram_taken(gmd_server *server, unsigned device)
                 (void)backing_arena_grow(server, device, 0, false);
 }
 
+void backing_peer_count(gmd_server *server, gmd_mem *mem, unsigned home,
+                        int sign)
+{
+        gmd_peers *peers = &server->peers;
+        unsigned holder = mem->device;
+
+        if (holder >= GMD_MAX_DEVICES || home >= GMD_MAX_DEVICES)
+                return;
+        mem->peer = sign > 0;
+        mem->peer_home = home;
+        if (sign > 0) {
+                peers->held[holder][home] += mem->size;
+                peers->held_on[holder] += mem->size;
+        } else {
+                peers->held[holder][home] -= mem->size;
+                peers->held_on[holder] -= mem->size;
+        }
+}
+
 void backing_destroy(gmd_server *server, gmd_mem *mem)
 {
         if (!mem)
@@ -85,7 +103,7 @@ void backing_destroy(gmd_server *server, gmd_mem *mem)
         if (mem->tier == GMD_TIER_HOST && !mem->daemon_only)
                 server->host.pinned_own -= mem->size;
         if (mem->peer)
-                peer_count(server, mem, mem->peer_home, -1);
+                backing_peer_count(server, mem, mem->peer_home, -1);
         keptfd_forget(server, mem);     /* where its fd went (keptfd.h) */
         server->backend->ops->mem_destroy(server->backend, mem);
 }

@@ -41,6 +41,12 @@ int backing_create(gmd_server *server, gmd_tier tier, unsigned device,
  * Accepts NULL. */
 void backing_destroy(gmd_server *server, gmd_mem *mem);
 
+/* Count `mem`, VRAM of a peer holding a buffer of device `home` (the peer
+ * tier, peer.h), as held there (sign > 0: made or taken over for that) or
+ * no longer (sign < 0; backing_destroy does it for such memory). */
+void backing_peer_count(gmd_server *server, gmd_mem *mem, unsigned home,
+                        int sign);
+
 /* Destroy a backing and give its bytes back to the pool of its tier and
  * device, which paid for it. */
 void backing_release(gmd_server *server, gmd_mem *mem);

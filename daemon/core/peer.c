@@ -70,24 +70,6 @@ bool peer_holds(const gmd_dbuffer *b)
         return b->tier == GMD_TIER_HOST && b->mem && b->mem->peer;
 }
 
-void peer_count(gmd_server *server, gmd_mem *mem, unsigned home, int sign)
-{
-        gmd_peers *peers = &server->peers;
-        unsigned holder = mem->device;
-
-        if (holder >= GMD_MAX_DEVICES || home >= GMD_MAX_DEVICES)
-                return;
-        mem->peer = sign > 0;
-        mem->peer_home = home;
-        if (sign > 0) {
-                peers->held[holder][home] += mem->size;
-                peers->held_on[holder] += mem->size;
-        } else {
-                peers->held[holder][home] -= mem->size;
-                peers->held_on[holder] -= mem->size;
-        }
-}
-
 void peer_orphan(gmd_server *server, const gmd_mem *src, const gmd_mem *dst,
                  int sign)
 {
@@ -125,7 +107,7 @@ bool peer_keep(gmd_server *server, gmd_mem *mem)
                 return false;
         /* No buffer's any more: out of the pair's count (peer_home stays:
          * the device it was last granted to). */
-        peer_count(server, mem, mem->peer_home, -1);
+        backing_peer_count(server, mem, mem->peer_home, -1);
         peers->spare[holder][slot] = mem;
         peers->spare_on[holder] += mem->size;
         return true;
@@ -257,7 +239,7 @@ granted:
                 backing_release(server, mem);
                 return -ENOSPC;
         }
-        peer_count(server, mem, home, 1);
+        backing_peer_count(server, mem, home, 1);
         server->peers.placed++;
         *ret_mem = mem;
         return 0;

@@ -98,11 +98,6 @@ void peer_init(gmd_server *server);
 int peer_destination(gmd_server *server, const gmd_dbuffer *b,
                      gmd_mem **ret_mem);
 
-/* Count `mem` (VRAM of a peer holding a buffer of device `home`) as held
- * (sign > 0: a restore took it over) or no longer (sign < 0: destroyed,
- * backing.c). */
-void peer_count(gmd_server *server, gmd_mem *mem, unsigned home, int sign);
-
 /* Release `device`'s spares: the bytes given back (room at once, the
  * wait queue marked to be served). The first step of making room there
  * (evict.c); the next moves what the tier holds there on to host memory,

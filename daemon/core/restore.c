@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backing.h"
 #include "buffer.h"
 #include "log.h"
 #include "move.h"
@@ -584,7 +585,7 @@ static void claim_one(gmd_session *s, restored_buffer *rb, const gmd_claim *c,
                 b->kept_h = mem;
         /* On a peer: counted there as the peer tier's (peer.h). */
         if (tier == GMD_TIER_HOST && mem->tier == GMD_TIER_VRAM)
-                peer_count(server, mem, rec->device, 1);
+                backing_peer_count(server, mem, rec->device, 1);
         if (from_kept_vram || rec->vram_kept)
                 b->kept_m = mem;
         /* VRAM only the daemon holds until its owner maps it again: kept
