@@ -47,14 +47,10 @@ sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 import gmd_gpu  # noqa: E402
 
 MiB = 1 << 20
-failures = []
 DEVICE = 0      # the daemon's device that is cuda:0, where every case runs
 
 
-def check(name, ok, detail=""):
-    print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
-    if not ok:
-        failures.append(name)
+check = gmd_gpu.check
 
 
 def deterministic():
@@ -280,20 +276,16 @@ def case_idle(torch, gt, client, model, s, ids, expected):
 def main():
     global DEVICE
     quick = "--quick" in sys.argv
+    torch = gmd_gpu.cuda_torch("test_offload.py")
+    if torch is None:
+        return gmd_gpu.SKIP
     try:
-        import torch
-        ok = torch.cuda.is_available()
         import transformers  # noqa: F401
     except ImportError as e:
-        print(f"SKIP: {e}")
-        return 77
-    if not ok:
-        print("SKIP: no PyTorch with a usable GPU")
-        return 77
-    build = os.environ.get("GMD_BUILD")
+        print(f"SKIP: test_offload.py: {e}", flush=True)
+        return gmd_gpu.SKIP
+    build = gmd_gpu.build_dir("test_offload.py")
     if not build:
-        print("test_offload.py: set GMD_BUILD to the build folder",
-              file=sys.stderr)
         return 2
     os.environ.setdefault("GPUMEM_LIBRARY", os.path.join(
         build, "client", "libgpumem.so.0"))
@@ -346,8 +338,7 @@ def main():
             lines = f.readlines()
         print("---- gpu-memd log (last 40 lines)\n" +
               "".join("  | " + line for line in lines[-40:]))
-    print(f"test_offload.py: {len(failures)} failed {failures}")
-    return 1 if failures else 0
+    return gmd_gpu.verdict("test_offload.py")
 
 
 if __name__ == "__main__":

@@ -51,14 +51,10 @@ import gmd_gpu  # noqa: E402
 
 MiB = 1 << 20
 NEW_TOKENS = 32
-failures = []
 DEVICE = 0      # the daemon's device that is cuda:0, where every case runs
 
 
-def check(name, ok, detail=""):
-    print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
-    if not ok:
-        failures.append(name)
+check = gmd_gpu.check
 
 
 def record(**fields):
@@ -245,20 +241,16 @@ def case_stream(torch, gt, client, base, batches, ref, limit):
 def main():
     global DEVICE
     quick = "--quick" in sys.argv
+    torch = gmd_gpu.cuda_torch("test_spill.py")
+    if torch is None:
+        return gmd_gpu.SKIP
     try:
-        import torch
-        ok = torch.cuda.is_available()
         import transformers  # noqa: F401
     except ImportError as e:
-        print(f"SKIP: {e}")
-        return 77
-    if not ok:
-        print("SKIP: no PyTorch with a usable GPU")
-        return 77
-    build = os.environ.get("GMD_BUILD")
+        print(f"SKIP: test_spill.py: {e}", flush=True)
+        return gmd_gpu.SKIP
+    build = gmd_gpu.build_dir("test_spill.py")
     if not build:
-        print("test_spill.py: set GMD_BUILD to the build folder",
-              file=sys.stderr)
         return 2
     os.environ.setdefault("GPUMEM_LIBRARY", os.path.join(
         build, "client", "libgpumem.so.0"))
@@ -323,8 +315,7 @@ def main():
             lines = f.readlines()
         print("---- gpu-memd log (last 40 lines)\n" +
               "".join("  | " + line for line in lines[-40:]))
-    print(f"test_spill.py: {len(failures)} failed {failures}")
-    return 1 if failures else 0
+    return gmd_gpu.verdict("test_spill.py")
 
 
 if __name__ == "__main__":
