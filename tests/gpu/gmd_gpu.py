@@ -60,6 +60,41 @@ def cuda_torch(test, gpus=1):
     return torch
 
 
+_TRAIN = r"""
+import sys, time, torch
+torch.use_deterministic_algorithms(True)
+torch.manual_seed(0)
+dev = "cuda:0"
+model = torch.nn.Sequential(
+    torch.nn.Linear(8192, 8192), torch.nn.ReLU(),
+    torch.nn.Linear(8192, 8192)).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+gen = torch.Generator(device="cpu").manual_seed(1)
+for step in range(int(sys.argv[1])):
+    x = torch.randn(2048, 8192, generator=gen).to(dev)
+    loss = model(x).float().pow(2).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    print(f"step {step} {loss.item().hex()}" + STAMP, flush=True)
+    time.sleep(PAUSE_S)
+total = sum(p.double().sum().item() for p in model.parameters())
+print(f"weights {total.hex()}", flush=True)
+"""
+
+
+def train_script(stamped=False, pause_s=0.0):
+    """The training job of the tests that run several (deterministic: a
+    two-layer MLP of 8192 on cuda:0, SGD with momentum, about 1.3 GiB with
+    its activations): ARGV[1] steps, each printing "step N LOSS" (the loss
+    in hex; with `stamped`, then the monotonic time), `pause_s` between
+    steps, and "weights SUM" at the end. Bit-identical runs print the
+    same lines (but for the stamps)."""
+    stamp = ' + f" {time.monotonic():.6f}"' if stamped else ' + ""'
+    return _TRAIN.replace(" + STAMP", stamp).replace(
+        "PAUSE_S", repr(float(pause_s)))
+
+
 def build_dir(test):
     """$GMD_BUILD as an absolute path, or None after saying it is needed."""
     build = os.environ.get("GMD_BUILD")

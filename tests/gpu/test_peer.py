@@ -31,27 +31,6 @@ import gmd_gpu as g
 
 STEPS = 30
 
-TRAIN = r"""
-import sys, torch
-torch.use_deterministic_algorithms(True)
-torch.manual_seed(0)
-dev = "cuda:0"
-model = torch.nn.Sequential(
-    torch.nn.Linear(8192, 8192), torch.nn.ReLU(),
-    torch.nn.Linear(8192, 8192)).to(dev)
-opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
-gen = torch.Generator(device="cpu").manual_seed(1)
-for step in range(int(sys.argv[1])):
-    x = torch.randn(2048, 8192, generator=gen).to(dev)
-    loss = model(x).float().pow(2).mean()
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-    print(f"step {step} {loss.item().hex()}", flush=True)
-total = sum(p.double().sum().item() for p in model.parameters())
-print(f"weights {total.hex()}", flush=True)
-"""
-
 
 def results(out):
     return [line for line in out.splitlines()
@@ -130,7 +109,7 @@ def main():
           flush=True)
     script = os.path.join(CONF_DIR, "train.py")
     with open(script, "w") as f:
-        f.write(TRAIN)
+        f.write(g.train_script())
     plain = subprocess.run([sys.executable, script, str(STEPS)],
                            env=g.child_env(build, {"CUBLAS_WORKSPACE_CONFIG":
                                                    ":4096:8"}),

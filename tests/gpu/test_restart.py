@@ -26,45 +26,15 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+import gmd_gpu
+
 STEPS = 40
 KILL_AT = 12
 
-TRAIN = r"""
-import os, sys, time, torch
-torch.use_deterministic_algorithms(True)
-torch.manual_seed(0)
-dev = "cuda:0"
-model = torch.nn.Sequential(
-    torch.nn.Linear(8192, 8192), torch.nn.ReLU(),
-    torch.nn.Linear(8192, 8192)).to(dev)
-opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
-g = torch.Generator(device="cpu").manual_seed(1)
-for step in range(int(sys.argv[1])):
-    x = torch.randn(2048, 8192, generator=g).to(dev)
-    loss = model(x).float().pow(2).mean()
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-    print(f"step {step} {loss.item().hex()} {time.monotonic():.6f}", flush=True)
-    time.sleep(0.05)
-total = sum(p.double().sum().item() for p in model.parameters())
-print(f"weights {total.hex()}", flush=True)
-"""
-
 
 def env_for(build, extra=None):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(ROOT, "client", "python") + \
-        (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("GPUMEM_LIBRARY", os.path.join(build, "client", "libgpumem.so.0"))
-    env.setdefault("GPU_MEMD_TORCH_LIB", os.path.join(
-        build, "client", "torch", "libgpumem_torch.so.0"))
-    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
+    return gmd_gpu.child_env(build, {"CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+                                     **(extra or {})})
 
 
 def start_daemon(build, sock, conf, log):
@@ -99,17 +69,11 @@ def parse(out):
 
 
 def main():
-    try:
-        import torch
-        ok = torch.cuda.is_available()
-    except ImportError:
-        ok = False
-    if not ok:
-        print("SKIP: no PyTorch with a usable GPU")
-        return 77
-    build = os.environ.get("GMD_BUILD")
+    torch = gmd_gpu.cuda_torch("test_restart.py")
+    if torch is None:
+        return gmd_gpu.SKIP
+    build = gmd_gpu.build_dir("test_restart.py")
     if not build:
-        print("test_restart.py: set GMD_BUILD to the build folder", file=sys.stderr)
         return 2
     print(f"device: both jobs train on cuda:0 of the "
           f"{torch.cuda.device_count()} GPUs the daemon serves (its device "
@@ -117,7 +81,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="gmd-restart-")
     script = os.path.join(tmp, "train.py")
     with open(script, "w") as f:
-        f.write(TRAIN)
+        f.write(gmd_gpu.train_script(stamped=True, pause_s=0.05))
 
     # The plain run: no gpu-memd.
     plain = subprocess.run([sys.executable, script, str(STEPS)], env=env_for(build),

@@ -419,17 +419,10 @@ def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "child":
         child(sys.argv[2])
         return 0
-    try:
-        import torch
-        ok = torch.cuda.is_available()
-    except ImportError:
-        ok = False
-    if not ok:
-        print("SKIP: no PyTorch with a usable GPU")
-        return 77
-    build = os.environ.get("GMD_BUILD")
+    if gmd_gpu.cuda_torch("test_torch.py") is None:
+        return gmd_gpu.SKIP
+    build = gmd_gpu.build_dir("test_torch.py")
     if not build:
-        print("test_torch.py: set GMD_BUILD to the build folder", file=sys.stderr)
         return 2
     os.environ.setdefault("GPU_MEMD_TORCH_LIB", os.path.join(
         build, "client", "torch", "libgpumem_torch.so.0"))
