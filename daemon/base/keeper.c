@@ -736,18 +736,25 @@ static void keeper_drop(keeper *kp, const char *name)
 }
 
 /* The daemon's packets until it has no more for now. Returns 1 on
- * DISCARD, else 0. */
+ * DISCARD, else 0. A daemon that died with packets of ours unread reset
+ * the connection, and a SOCK_SEQPACKET socket reports the reset before
+ * the packets it sent last: read on to the end, its last puts count. */
 static int keeper_read(keeper *kp)
 {
         char name[GMD_KEEP_NAME_MAX];
         keep_head head;
         int fds[4];
         unsigned n_fds;
+        bool reset = false;
         ssize_t n;
 
         for (;;) {
                 n = recv_packet(kp->conn, MSG_DONTWAIT, &head, name, 1, fds, 4, &n_fds);
-                if (n == -EAGAIN || n == -EWOULDBLOCK)
+                if (n == -ECONNRESET && !reset) {
+                        reset = true;
+                        continue;
+                }
+                if ((n == -EAGAIN || n == -EWOULDBLOCK) && !reset)
                         return 0;
                 if (n == 0 || (n < 0 && n != -EBADMSG)) {
                         keeper_disconnect(kp, "went away");

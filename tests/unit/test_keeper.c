@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -426,11 +427,9 @@ static int raw_connect(const char *path)
         return fd;
 }
 
-/* After the keeper's WELCOME, send one packet with `n_fds` copies of `fd`,
- * then expect the keeper to hang up (after, for `answer`, a packet of that
- * type). */
-static void raw_send(const char *path, const void *buf, size_t len, int fd,
-                     unsigned n_fds, int answer)
+/* Send one packet with `n_fds` copies of `fd` on `s`. */
+static void raw_sendmsg(int s, const void *buf, size_t len, int fd,
+                        unsigned n_fds)
 {
         union {
                 char b[CMSG_SPACE(sizeof(int) * 8)];
@@ -438,9 +437,7 @@ static void raw_send(const char *path, const void *buf, size_t len, int fd,
         } control;
         struct iovec iov = { (void *)buf, len };
         struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-        int s = raw_connect(path), fds[8];
-        char reply[256];
-        ssize_t n;
+        int fds[8];
 
         if (n_fds) {
                 struct cmsghdr *c;
@@ -456,11 +453,24 @@ static void raw_send(const char *path, const void *buf, size_t len, int fd,
                 c->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
                 memcpy(CMSG_DATA(c), fds, sizeof(int) * n_fds);
         }
+        assert_int_equal(sendmsg(s, &msg, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+/* After the keeper's WELCOME, send one packet with `n_fds` copies of `fd`,
+ * then expect the keeper to hang up (after, for `answer`, a packet of that
+ * type). */
+static void raw_send(const char *path, const void *buf, size_t len, int fd,
+                     unsigned n_fds, int answer)
+{
+        int s = raw_connect(path);
+        char reply[256];
+        ssize_t n;
+
         /* The keeper speaks first. */
         n = recv(s, reply, sizeof(reply), 0);
         assert_int_equal(n, (ssize_t)sizeof(raw_head));
         assert_int_equal(((raw_head *)reply)->type, 20);        /* WELCOME */
-        assert_int_equal(sendmsg(s, &msg, MSG_NOSIGNAL), (ssize_t)len);
+        raw_sendmsg(s, buf, len, fd, n_fds);
         n = recv(s, reply, sizeof(reply), 0);
         if (answer) {
                 raw_head h;
@@ -472,6 +482,48 @@ static void raw_send(const char *path, const void *buf, size_t len, int fd,
         }
         assert_int_equal(n, 0);         /* hung up on */
         close(s);
+}
+
+/* A daemon that dies with packets of the keeper's unread resets the
+ * connection, and the keeper hears of the reset before the packets the
+ * daemon sent last: a put just before the death is kept all the same.
+ * (The keeper is stopped meanwhile, so that it reads nothing before.) */
+static void test_put_then_reset(void **state)
+{
+        fixture *f = *state;
+        gmd_keep *k = open_keep(f, 300);
+        pid_t keeper = keep_keeper_pid(k);
+        int kept = memfd_with("kept"), late = memfd_with("late"), s, queued = 0;
+        struct {
+                raw_head h;
+                char name[GMD_KEEP_NAME_MAX];
+        } put = { { RAW_MAGIC, 1, 2, 1, 0 }, "late" };
+        raw_head hello = { RAW_MAGIC, 1, 1, 0, 300 };
+
+        assert_int_equal(keep_put(k, "kept", kept), 0);
+        keep_close(k, false);
+        close(kept);
+
+        /* WELCOME, then HELLO's answer (BATCH, DONE), all left unread. */
+        s = raw_connect(f->path);
+        raw_sendmsg(s, &hello, sizeof(hello), -1, 0);
+        for (int i = 0; i < 200 && queued < 3 * (int)sizeof(raw_head); i++) {
+                usleep(10000);
+                assert_int_equal(ioctl(s, FIONREAD, &queued), 0);
+        }
+        assert_int_equal(kill(keeper, SIGSTOP), 0);
+        raw_sendmsg(s, &put, sizeof(put), late, 1);
+        close(s);
+        close(late);
+        assert_int_equal(kill(keeper, SIGCONT), 0);
+
+        k = open_keep(f, 300);
+        assert_int_equal(keep_keeper_pid(k), keeper);
+        assert_int_equal(k->n_restored, 2);
+        assert_non_null(find_kept(k, "kept"));
+        assert_non_null(find_kept(k, "late"));
+        assert_bytes(find_kept(k, "late")->fd, "late");
+        discard(f, k);
 }
 
 static void test_malformed(void **state)
@@ -616,6 +668,7 @@ int main(void)
                 T(test_names),
                 T(test_many_and_cost),
                 T(test_malformed),
+                T(test_put_then_reset),
                 T(test_other_uid),
         };
 
