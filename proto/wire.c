@@ -174,6 +174,19 @@ bad:
         return -EPROTO;
 }
 
+void gmd_wire_drain(int sock, unsigned max)
+{
+        uint8_t drain[64];
+
+        /* MSG_TRUNC: a packet is dropped whole whatever its size. After
+         * the shutdown nothing more can arrive and an empty queue reads as
+         * the end of the stream (0). */
+        shutdown(sock, SHUT_RDWR);
+        for (unsigned i = 0; i < max; i++)
+                if (recv(sock, drain, sizeof(drain), MSG_DONTWAIT | MSG_TRUNC) <= 0)
+                        break;
+}
+
 void gmd_wire_packet_close_fds(gmd_wire_packet *packet)
 {
         for (unsigned i = 0; i < packet->n_fds; i++) {

@@ -69,6 +69,16 @@ int gmd_wire_send(int sock, uint16_t type, uint32_t request_id,
 int gmd_wire_recv(int sock, uint8_t *buf, gmd_wire_packet *ret_packet,
                   const char **ret_reason);
 
+/*
+ * Stop reading `sock` (shutdown both ways) and drop what the peer sent
+ * that nobody will read, so that closing it does not reset the
+ * connection: the peer of a SOCK_SEQPACKET socket hears of a reset before
+ * the packets sent to it last, which it may then never read. Never
+ * blocks; drops at most `max` packets (their fds are closed by the
+ * kernel with them).
+ */
+void gmd_wire_drain(int sock, unsigned max);
+
 /* Close every fd still held by the packet. */
 void gmd_wire_packet_close_fds(gmd_wire_packet *packet);
 

@@ -370,6 +370,7 @@ void server_stop(gmd_server *server)
                 request_send_answers(s);
                 session_send(s, GMD__MSG_TYPE__MSG_SHUTDOWN, 0, &note.base,
                              NULL, 0);
+                session_hang_up(s);
                 session_close(s, NULL);
         }
         peer_drop_spares(server);

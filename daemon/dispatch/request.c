@@ -264,24 +264,12 @@ void request_send_answers(gmd_session *s)
 }
 
 /* Close `fd`, a connection refused once told why, so that its peer still
- * reads the reason. Never blocks. */
+ * reads the reason (gmd_wire_drain: its hello, unread, would reset the
+ * connection). Never blocks: a refusal is a few system calls, which a
+ * connection flood makes thousands of times a second. */
 static void refuse_hang_up(int fd)
 {
-        uint8_t drain[64];
-
-        /* Closing with unread packets (the peer's hello) would make the
-         * kernel report ECONNRESET to the peer before it reads our reply.
-         * After the shutdown nothing more can arrive, so drain, then
-         * close. MSG_TRUNC: a packet is dropped whole whatever its size;
-         * fds sent with it are closed by the kernel with the packet
-         * (no MSG_CMSG: none are received). After the shutdown an empty
-         * queue reads as the end of the stream (0), so the drain stops at
-         * the first 0 as at an error: a refusal is a few system calls,
-         * which a connection flood makes thousands of times a second. */
-        shutdown(fd, SHUT_RDWR);
-        for (int i = 0; i < 256; i++)
-                if (recv(fd, drain, sizeof(drain), MSG_DONTWAIT | MSG_TRUNC) <= 0)
-                        break;
+        gmd_wire_drain(fd, 256);
         close(fd);
 }
 

@@ -282,6 +282,11 @@ int session_send_held(gmd_session *s, const gmd_answer *held)
                                    held->n_fds);
 }
 
+void session_hang_up(gmd_session *s)
+{
+        gmd_wire_drain(session_io(s)->fd, 1024);
+}
+
 void session_protocol_error(gmd_session *s, const char *what, uint16_t type)
 {
         char why[128];

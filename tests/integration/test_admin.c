@@ -33,7 +33,10 @@
 #include <cmocka.h>
 
 #include "gpumem.h"
+#include "gpumem.pb-c.h"
 #include "harness.h"
+#include "raw_client.h"
+#include "wire.h"
 
 #define NOBODY 65534
 
@@ -670,6 +673,58 @@ static void test_shutdown_notice(void **state)
         }
 }
 
+/* A daemon told to stop with requests of a client unread (here 200
+ * status requests sent while it was stopped) still gets its shutdown
+ * notice to the client: it drops what it will not read before closing,
+ * or the kernel would reset the connection and the client would hear of
+ * the reset before the packets sent to it last. */
+static void test_shutdown_notice_unread(void **state)
+{
+        fixture *f = *state;
+        Gmd__StatusRequest req = GMD__STATUS_REQUEST__INIT;
+        uint8_t *buf = malloc(GMD_WIRE_MAX_PACKET);
+        bool notice = false, reset = false;
+        unsigned replies = 0;
+        raw_client c;
+        int status;
+
+        assert_non_null(buf);
+        harness_start_small(&f->h, NULL);
+        raw_init(&c);
+        raw_hello(&c, &f->h, "unread");
+        harness_suspend(f->h.pid);
+        for (uint32_t id = 2; id < 202; id++)
+                raw_send(&c, GMD__MSG_TYPE__MSG_STATUS, id, &req.base);
+        /* Delivered once it runs again: the stop comes with most of them
+         * still in the socket. */
+        assert_int_equal(kill(f->h.pid, SIGTERM), 0);
+        assert_int_equal(kill(f->h.pid, SIGCONT), 0);
+        assert_int_equal(waitpid(f->h.pid, &status, 0), f->h.pid);
+        f->h.pid = 0;
+        for (;;) {
+                gmd_wire_packet packet;
+                const char *reason = NULL;
+                int r = gmd_wire_recv(c.fd, buf, &packet, &reason);
+
+                if (r == -ECONNRESET) {
+                        reset = true;
+                        continue;
+                }
+                if (r <= 0)
+                        break;
+                notice |= packet.header.type == GMD__MSG_TYPE__MSG_SHUTDOWN;
+                replies += packet.header.type == GMD__MSG_TYPE__MSG_STATUS_REPLY;
+                gmd_wire_packet_close_fds(&packet);
+        }
+        free(buf);
+        raw_close(&c);
+        if (reset || !notice)
+                fail_msg("after %u status replies: %s%s", replies,
+                         reset ? "the connection was reset" : "",
+                         notice ? "" : ", no shutdown notice");
+        assert_true(replies < 200);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -682,6 +737,7 @@ int main(void)
                 HARNESS_TEST(test_unprivileged_refused),
                 HARNESS_TEST(test_priority_env),
                 HARNESS_TEST(test_shutdown_notice),
+                HARNESS_TEST(test_shutdown_notice_unread),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
