@@ -53,6 +53,7 @@ static void admin_apply(gmd_session *target, const Gmd__AdminRequest *m,
                  * just freed fails), and the revokes held behind it, go
                  * out before the connection closes. */
                 request_send_answers(target);
+                session_hang_up(target);
                 session_close(target, "drained by an administrator");
                 return;
         case GMD__ADMIN_OP__ADMIN_EVICT: {

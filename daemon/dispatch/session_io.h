@@ -71,9 +71,11 @@ int session_send(gmd_session *session, uint16_t type, uint32_t request_id,
  * was built. As session_send. */
 int session_send_held(gmd_session *session, const gmd_answer *held);
 
-/* The daemon stops: drop what the client sent that nobody will read now
- * (gmd_wire_drain), so that the close after does not reset the connection
- * and the client reads what was sent to it last, the shutdown notice. */
+/* Before a close that ends the connection on purpose (a stop, a drain):
+ * drop what the client sent that nobody will read now (gmd_wire_drain),
+ * so that the close does not reset the connection and the client reads
+ * what was sent to it last, which says why (a shutdown notice, the
+ * drain's revokes). */
 void session_hang_up(gmd_session *session);
 
 /* Close the session for a protocol error in a message of `type`. */
