@@ -208,7 +208,7 @@ static int run(daemon_state *d, const gmd_config *config)
         uv_loop_t loop;
         char ready[400];
         const char *step;
-        int fd, r, status = 1;
+        int fd = -1, r, status = 1;
 
         r = uv_loop_init(&loop);
         if (r < 0) {
@@ -250,7 +250,11 @@ static int run(daemon_state *d, const gmd_config *config)
                 r = server_listen(d->server, fd);
         }
         if (r < 0) {
-                log_error("cannot %s: %s", step, strerror(-r));
+                if (fd >= 0)
+                        log_error("cannot %s (fd %d, passed by systemd): %s",
+                                  step, fd, strerror(-r));
+                else
+                        log_error("cannot %s: %s", step, strerror(-r));
                 if (d->server->restore.restores)
                         leave_state();
                 server_stop(d->server);
