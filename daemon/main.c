@@ -236,8 +236,12 @@ static int run(daemon_state *d, const gmd_config *config)
                 for (unsigned i = 0; backend->ops->arena_adopt &&
                                      i < backend->ops->device_count(backend); i++)
                         (void)backend->ops->arena_adopt(backend, i, NULL, 0);
-                if (r < 0)
+                if (r < 0 && d->keep->n_restored)
                         leave_state();
+                if (r < 0) {
+                        d->server = server_free(d->server);
+                        goto close_loop;
+                }
         }
         step = "start the scheduler";
         r = scheduler_start(d->server);
