@@ -215,6 +215,15 @@ static int run(daemon_state *d, const gmd_config *config)
                 log_error("cannot start the event loop: %s", uv_strerror(r));
                 return 1;
         }
+        /* Before the restore: it closes passed fds it does not need, and
+         * libsystemd's reading of the list checks every passed fd (it sets
+         * FD_CLOEXEC on each), so a later read fails with EBADF. */
+        r = systemd_listen_fd(&fd);
+        if (r < 0) {
+                log_error("cannot take the socket systemd passed: %s",
+                          strerror(-r));
+                goto close_loop;
+        }
         /* A restore adopts the previous run's arena: none pinned meanwhile. */
         r = backend_open(config, d->keep && d->keep->n_restored ?
                          GMD_BACKEND_ARENA_HELD : 0, &backend);
@@ -245,10 +254,6 @@ static int run(daemon_state *d, const gmd_config *config)
         }
         step = "start the scheduler";
         r = scheduler_start(d->server);
-        if (r >= 0) {
-                step = "take the socket systemd passed";
-                r = systemd_listen_fd(&fd);
-        }
         if (r >= 0) {
                 step = "listen";
                 r = server_listen(d->server, fd);

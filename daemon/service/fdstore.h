@@ -21,7 +21,8 @@
 /*
  * The keep over systemd's fd store; `restored` is what the previous run
  * stored and systemd passed back. Reads $LISTEN_FDS without unsetting it,
- * so systemd_listen_fd() finds the socket whether it runs before or after.
+ * so systemd_listen_fd() finds the socket after it too, as long as none of
+ * the passed fds was closed in between (systemd.c).
  * 0, or -ENOTCONN (with a logged line) outside systemd ($NOTIFY_SOCKET
  * unset), or -errno.
  */

@@ -19,8 +19,11 @@ int systemd_listen_fd(int *ret_fd)
         int n, fd = -1, sockets = 0, r;
 
         *ret_fd = -1;
-        /* Not unset: systemd_keep_open() reads the same list, before or
-         * after, for the fds the store passed back (fdstore.h). */
+        /* Not unset: systemd_keep_open() reads the same list for the fds
+         * the store passed back (fdstore.h). Each reading checks every
+         * fd passed (libsystemd sets FD_CLOEXEC on each): a reading after
+         * one of them was closed fails with EBADF, so gpu-memd reads it
+         * before its restore closes any. */
         n = sd_listen_fds_with_names(0, &names);
         if (n < 0)
                 return n;
