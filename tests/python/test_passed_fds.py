@@ -11,6 +11,7 @@ The daemon must take its socket first and come up serving it.
 
 import array
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -96,6 +97,7 @@ class PassedFds(unittest.TestCase):
             notify.close()
             for fd in passed[1:]:
                 os.close(fd)
+            shutil.rmtree(tmp, ignore_errors=True)
         self.assertIn("took over the state", out)
         self.assertIn("dropping kept m999", out)
         self.assertTrue(ready, "gpu-memd did not start on the passed "
