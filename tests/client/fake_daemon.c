@@ -736,6 +736,19 @@ int fake_shutdown(fake_daemon *f, const char *message)
         return send_shutdown(f, message, false);
 }
 
+void fake_go_deaf(fake_daemon *f)
+{
+        bool seen = false;
+
+        fake_set(f, deaf, true);
+        while (!seen) {
+                usleep(1000);
+                pthread_mutex_lock(&f->lock);
+                seen = f->deaf_seen;
+                pthread_mutex_unlock(&f->lock);
+        }
+}
+
 int fake_shutdown_close(fake_daemon *f, const char *message)
 {
         return send_shutdown(f, message, true);

@@ -144,6 +144,10 @@ void fake_drop(fake_daemon *f);
 /* Send ShutdownNotify{message}, then end the connection. */
 int fake_shutdown(fake_daemon *f, const char *message);
 
+/* Stop reading from the client, and return once the fake's thread has
+ * seen it (so nothing the client sends from now on is read). */
+void fake_go_deaf(fake_daemon *f);
+
 /* As fake_shutdown, but close the connection as a stopping daemon does:
  * with whatever the client sent last still unread (set `deaf` first), so
  * the kernel resets the connection. */

@@ -1100,12 +1100,7 @@ static void test_shutdown_with_unread(void **ctx)
 
         connect_path(st);
         assert_int_equal(gmd_alloc(st->client, 8192, 0, 0, 0, &b), 0);
-        fake_set(&st->fake, deaf, true);
-        for (bool seen = false; !seen; usleep(1000)) {
-                pthread_mutex_lock(&st->fake.lock);
-                seen = st->fake.deaf_seen;
-                pthread_mutex_unlock(&st->fake.lock);
-        }
+        fake_go_deaf(&st->fake);
         assert_int_equal(gmd_pageout_nowait(st->client, b), 0);
         assert_int_equal(fake_shutdown_close(&st->fake, "told to stop"), 0);
         fake_set(&st->fake, deaf, false);

@@ -302,6 +302,20 @@ static bool restore_whole(const char *line, unsigned least)
         return lost == 0 && back + freed == found && back >= least;
 }
 
+/* The next daemon's restore done, its line saying `want`, whole
+ * (restore_whole) with at least `least` buffers back. */
+static void expect_restore(const harness *h, const char *want, unsigned least)
+{
+        char *line = harness_wait_log(h, "restart: restore done", 20000);
+
+        if (!line || !strstr(line, want) || !restore_whole(line, least)) {
+                show_logs(h);
+                fail_msg("want %s, nothing lost: %s", want,
+                         line ? line : "no \"restore done\" in the log");
+        }
+        free(line);
+}
+
 /* A daemon that finds a record it cannot read (another layout version:
  * an upgrade or a downgrade that changed it) refuses to start, says why,
  * and drops nothing: the daemon that can read it takes every buffer back
@@ -386,7 +400,6 @@ static void test_free_at_kill(void **state)
         gmd_status *st;
         free_call call;
         pthread_t thread;
-        char *line;
 
         harness_init_small(&f->h, "[restart]\nkeep = keeper\nhold_s = 30\n"
                                   "claim_timeout_s = 30\n");
@@ -410,14 +423,7 @@ static void test_free_at_kill(void **state)
         assert_int_equal(pthread_join(thread, NULL), 0);
         assert_int_equal(call.result, 0);
 
-        line = harness_wait_log(&f->h, "restart: restore done", 20000);
-        if (!line || !strstr(line, "1 of 2 buffer(s) taken back") ||
-            !restore_whole(line, 1)) {
-                show_logs(&f->h);
-                fail_msg("want 1 of 2 taken back, 1 freed: %s",
-                         line ? line : "no \"restore done\" in the log");
-        }
-        free(line);
+        expect_restore(&f->h, "1 of 2 buffer(s) taken back", 1);
         for (size_t i = 0; i < (4 << 20); i += 4096)
                 assert_int_equal(((unsigned char *)gmd_buffer_ptr(keep))[i],
                                  0x5a);
@@ -442,7 +448,7 @@ static void test_failed_start(void **state)
                                  f->h.config_path, NULL };
         gmd_client *client;
         gmd_buffer *in, *out;
-        char *err = NULL, *line;
+        char *err = NULL;
         int status;
 
         harness_init_small(&f->h, "[pools]\nhost_limit = 256M\n"
@@ -472,14 +478,7 @@ static void test_failed_start(void **state)
         assert_int_equal(rmdir(f->h.socket_path), 0);
 
         harness_start(&f->h, NULL);
-        line = harness_wait_log(&f->h, "restart: restore done", 20000);
-        if (!line || !strstr(line, "2 of 2 buffer(s) taken back") ||
-            !restore_whole(line, 2)) {
-                show_logs(&f->h);
-                fail_msg("want 2 of 2 taken back: %s",
-                         line ? line : "no \"restore done\" in the log");
-        }
-        free(line);
+        expect_restore(&f->h, "2 of 2 buffer(s) taken back", 2);
         assert_int_equal(gmd_acquire(client, out, 10000), 0);
         for (size_t i = 0; i < (4 << 20); i += 4096) {
                 assert_int_equal(((unsigned char *)gmd_buffer_ptr(in))[i], 0x11);
